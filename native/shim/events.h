@@ -1,0 +1,107 @@
+/*
+ * events.h — the capture contract between the preload shim (producer) and the
+ * Python drain (consumer).  Single source of truth: pyinterpose/capture/ring.py
+ * parses the `cdef` section below with cffi to build the numpy record dtype.
+ *
+ * A ring is a POSIX shared-memory object named
+ *     /pyinterpose-<session>-<pid>-<start_ns>
+ * holding one pi_ring_header followed by `capacity` pi_event slots
+ * (capacity is a power of two).  Producers take tickets with fetch_add on
+ * `head`; ticket T owns slot T & (capacity-1) once T < tail + capacity.  A
+ * slot is committed when its `seq` equals its ticket (stored last, release).
+ * The consumer advances `tail` after copying committed slots.  The ticket is
+ * the record's per-process sequence number, so seq order == ring order.
+ *
+ * Everything between the BEGIN/END CDEF markers must stay plain C that cffi's
+ * cdef parser accepts (no macros, no attributes).
+ */
+#ifndef PYINTERPOSE_EVENTS_H
+#define PYINTERPOSE_EVENTS_H
+#include <stdint.h>
+
+#define PI_RING_MAGIC 0x31474e4952495950ULL /* "PYIRING1" little endian */
+#define PI_RING_VERSION 1
+#define PI_SHM_PREFIX "/pyinterpose-"
+#define PI_STR_PAYLOAD 48 /* bytes of text in one PI_OP_STRDATA record */
+
+/* BEGIN CDEF */
+typedef struct pi_event {
+    uint64_t t_ns;    /* CLOCK_MONOTONIC, ns */
+    uint64_t seq;     /* per-process ticket; == slot ticket when committed */
+    uint64_t addr;    /* ALLOC/FREE/ACCESS: block base; LAUNCH: function handle;
+                         COPY/MEMSET: destination; ADVISE/PREFETCH: range start */
+    uint64_t size;    /* bytes (ACCESS: the block's size; LAUNCH: param bytes scanned;
+                         STRING: text length) */
+    uint64_t stream;  /* CUstream / cudaStream_t handle (0 = legacy default) */
+    uint64_t aux;     /* op specific, see enum pi_op */
+    uint32_t tid;     /* kernel thread id (gettid) */
+    uint16_t op;      /* enum pi_op */
+    uint16_t api;     /* index of the hooked function in hooks.def (0 = none) */
+    int32_t  result;  /* CUDA return code of the real call (0 = success) */
+    int16_t  device;  /* current device ordinal, -1 = unknown / host */
+    uint16_t flags;   /* ALLOC/FREE: enum pi_kind; ACCESS: enum pi_access_flags */
+} pi_event;
+
+enum pi_op {
+    PI_OP_NONE = 0,
+    PI_OP_ALLOC = 1,        /* aux: pool handle (pool allocs) or VMM handle (CREATE) */
+    PI_OP_FREE = 2,         /* aux: VMM handle for RELEASE; size = bytes when known */
+    PI_OP_LAUNCH = 3,       /* aux: kernel string id; addr: CUfunction/host stub */
+    PI_OP_ACCESS = 4,       /* aux: seq of the block's ALLOC; result: seq delta to the
+                               LAUNCH/COPY/MEMSET it belongs to is implicit (it follows it) */
+    PI_OP_COPY = 5,         /* addr: dst, aux: src, size: bytes, flags: direction */
+    PI_OP_MEMSET = 6,       /* addr: dst, size: bytes */
+    PI_OP_ADVISE = 7,       /* addr, size: range; aux: advice; flags: location id */
+    PI_OP_PREFETCH = 8,     /* addr, size: range; aux: destination location id */
+    PI_OP_GRAPH_LAUNCH = 9, /* addr: CUgraphExec */
+    PI_OP_MARKER = 10,      /* aux: label string id (pyinterpose.mark_step) */
+    PI_OP_STRING = 11,      /* aux: string id; size: length; followed by
+                               ceil(size/48) PI_OP_STRDATA records */
+    PI_OP_STRDATA = 12,     /* first 48 bytes (t_ns..aux) hold text */
+    PI_OP_LOST = 13,        /* a reserved slot its producer could not fill */
+    PI_OP_TENSORMAP = 14    /* addr: globalAddress of a TMA descriptor */
+};
+
+enum pi_kind {
+    PI_KIND_DEVICE = 1,   /* cudaMalloc / cuMemAlloc */
+    PI_KIND_PITCH = 2,    /* cudaMallocPitch / cuMemAllocPitch (size = pitch*height) */
+    PI_KIND_ASYNC = 3,    /* cudaMallocAsync / cuMemAllocAsync (default pool) */
+    PI_KIND_POOL = 4,     /* ...FromPoolAsync (aux = pool) */
+    PI_KIND_MANAGED = 5,  /* cudaMallocManaged / cuMemAllocManaged */
+    PI_KIND_HOST = 6,     /* pinned host: cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc */
+    PI_KIND_VMM_RESERVE = 7, /* cuMemAddressReserve (virtual range only) */
+    PI_KIND_VMM_CREATE = 8,  /* cuMemCreate (physical, addr = 0, aux = handle) */
+    PI_KIND_VMM_MAP = 9      /* cuMemMap (addressable mapping, aux = handle) */
+};
+
+enum pi_access_flags {
+    PI_ACC_LAUNCH = 1,  /* a kernel argument points into the block */
+    PI_ACC_READ = 2,    /* copy source */
+    PI_ACC_WRITE = 4,   /* copy / memset destination */
+    PI_ACC_TMA = 8      /* TMA descriptor built on the block */
+};
+
+typedef struct pi_ring_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t record_size;
+    uint64_t capacity;       /* records, power of two */
+    int32_t  pid;
+    int32_t  ppid;
+    int32_t  consumer_pid;   /* the drain; producers give up waiting if it is gone */
+    int32_t  flags;          /* 1 = created after fork() without exec */
+    uint64_t start_ns;       /* CLOCK_MONOTONIC at ring creation */
+    uint64_t closed;         /* set to 1 by the process's exit handler */
+    uint64_t waits;          /* producer waits on a full ring (back-pressure) */
+    uint64_t lost;           /* records that could not be written (consumer gone) */
+    uint64_t unscanned_launches; /* launches whose parameter layout was unknown */
+    char     exe[256];       /* /proc/self/exe at creation */
+    uint8_t  pad0[176];
+    uint64_t head;           /* next ticket (own cache line) */
+    uint8_t  pad1[56];
+    uint64_t tail;           /* consumed tickets (own cache line) */
+    uint8_t  pad2[56];
+} pi_ring_header;
+/* END CDEF */
+
+#endif

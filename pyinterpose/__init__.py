@@ -1,0 +1,33 @@
+"""pyinterpose: a GPU-memory profiler for deep-learning training under any framework.
+
+Public API::
+
+    import pyinterpose
+    trace = pyinterpose.load("run.pit")     # -> Trace (pandas tables)
+    pyinterpose.mark_step()                 # in the profiled program: iteration marker
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import PyinterposeError, TraceError  # noqa: E402
+from .trace.model import Trace  # noqa: E402
+
+
+def load(path: str, progress: bool = False) -> Trace:
+    """Read a trace file written by ``pyinterpose run`` into a :class:`Trace`."""
+    from .trace.reader import load as _load
+
+    return _load(path, progress=progress)
+
+
+def mark_step(label: str = "step") -> bool:
+    """Record an iteration marker in the trace (no-op when not running under pyinterpose).
+
+    Returns True when the marker was recorded."""
+    from .capture.marker import mark
+
+    return mark(label)
+
+
+__all__ = ["load", "mark_step", "Trace", "PyinterposeError", "TraceError", "__version__"]

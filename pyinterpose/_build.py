@@ -1,0 +1,124 @@
+"""Build every native piece of pyinterpose.
+
+* ``ffibuilder`` — the cffi extension ``pyinterpose._core`` (ring drain and
+  the exact planner's search loop).  Used by setup.py's ``cffi_modules``.
+* ``build_native(outdir)`` — plain shared libraries that must *not* be Python
+  extensions: the preload shim ``libpyinterpose.so`` (no NEEDED on libcudart,
+  libcuda or libpython), the simulated CUDA runtime/driver
+  (``simcuda/libcudart.so.13``, ``simcuda/libcuda.so.1``) and the simtrain
+  workload core ``libsimtrain.so``.
+
+No CUDA toolkit is needed: the CUDA types come from native/include/pi_cuda.h.
+
+Developer use (no pip):  ``python pyinterpose/_build.py`` builds everything in
+place (``pyinterpose/_native`` and ``pyinterpose/_core*.so``).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NATIVE = os.path.join(ROOT, "native")
+INCLUDE = os.path.join(NATIVE, "include")
+
+CFLAGS = ["-O2", "-g", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
+          "-fno-strict-aliasing", "-D_GNU_SOURCE", "-std=gnu11", "-I" + INCLUDE]
+
+
+def _cc() -> list[str]:
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return cc.split()[:1] if shutil.which(cc.split()[0]) else ["cc"]
+
+
+def _sources(sub: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(NATIVE, sub, "*.c")))
+
+
+# name in outdir -> (source folder, version script or None, soname or None, extra link args)
+LIBRARIES = [
+    ("libpyinterpose.so", "shim", "shim/shim.map", "libpyinterpose.so",
+     ["-ldl", "-lpthread", "-lrt"]),
+    ("simcuda/libcuda.so.1", "simcuda/driver", "simcuda/driver/libcuda.map", "libcuda.so.1",
+     ["-ldl", "-lpthread"]),
+    ("simcuda/libcudart.so.13", "simcuda/runtime", "simcuda/runtime/libcudart.map",
+     "libcudart.so.13", ["-ldl", "-lpthread"]),
+    ("libsimtrain.so", "simtrain", None, "libsimtrain.so",
+     ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-ldl",
+      "-lpthread"]),
+]
+
+
+def build_native(outdir: str, verbose: bool = False) -> list[str]:
+    """Compile the plain shared libraries into ``outdir``; returns their paths."""
+    os.makedirs(os.path.join(outdir, "simcuda"), exist_ok=True)
+    built = []
+    for name, src, vscript, soname, libs in LIBRARIES:
+        sources = _sources(src)
+        if not sources:
+            continue
+        target = os.path.join(outdir, name)
+        cmd = _cc() + CFLAGS + ["-I" + os.path.join(NATIVE, src), "-I" + os.path.join(NATIVE, "shim"),
+                                "-shared", "-o", target] + sources
+        if soname:
+            cmd.append("-Wl,-soname," + soname)
+        if vscript and os.path.exists(os.path.join(NATIVE, vscript)):
+            cmd.append("-Wl,--version-script=" + os.path.join(NATIVE, vscript))
+        cmd += [a.replace("{out}", outdir) for a in libs]
+        if verbose:
+            print(" ".join(cmd), file=sys.stderr)
+        subprocess.run(cmd, check=True)
+        built.append(target)
+    inc = os.path.join(outdir, "include")
+    os.makedirs(inc, exist_ok=True)
+    shutil.copy(os.path.join(NATIVE, "shim", "events.h"), inc)
+    shutil.copy(os.path.join(NATIVE, "shim", "hooks.def"), inc)
+    shutil.copy(os.path.join(INCLUDE, "pi_cuda.h"), inc)
+    return built
+
+
+def _cdef_block(path: str) -> str:
+    text = open(path).read()
+    m = re.search(r"/\* BEGIN CDEF \*/(.*)/\* END CDEF \*/", text, re.S)
+    return m.group(1) if m else text
+
+
+def _make_ffibuilder():
+    from cffi import FFI
+
+    ffi = FFI()
+    cdefs = [os.path.join(NATIVE, "capture", "drain.h"), os.path.join(NATIVE, "planner", "planner.h")]
+    sources = _sources("capture") + _sources("planner")
+    headers = []
+    for h in cdefs:
+        if os.path.exists(h):
+            ffi.cdef(_cdef_block(h))
+            headers.append('#include "%s"' % os.path.relpath(h, NATIVE))
+    ffi.set_source(
+        "pyinterpose._core",
+        "\n".join(headers),
+        sources=[os.path.relpath(s, ROOT) for s in sources],
+        include_dirs=[NATIVE, INCLUDE, os.path.join(NATIVE, "shim")],
+        extra_compile_args=["-O3", "-std=gnu11", "-D_GNU_SOURCE"],
+    )
+    return ffi
+
+
+ffibuilder = _make_ffibuilder()
+
+if __name__ == "__main__":
+    here = os.path.dirname(os.path.abspath(__file__))
+    build_native(os.path.join(here, "_native"), verbose="-v" in sys.argv)
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        ffibuilder.compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose="-v" in sys.argv)
+        for f in glob.glob(os.path.join(ROOT, "build", "cffi", "pyinterpose", "_core*.so")):
+            shutil.copy(f, here)
+    finally:
+        os.chdir(cwd)

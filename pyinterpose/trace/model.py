@@ -1,0 +1,211 @@
+"""The Trace model: what every analysis reads.
+
+A :class:`Trace` is a bundle of pandas tables built by the reader
+(:mod:`pyinterpose.trace.reader`) from a trace file, or by hand with
+:meth:`Trace.from_tables` (tests, synthetic workloads).  Times are int64
+nanoseconds since the start of the run (``meta["t0_ns"]`` on the shim's
+CLOCK_MONOTONIC); ``seq`` is the per-process record sequence number written by
+the shim (ring ticket), so ``(pid, seq)`` orders a process's events exactly.
+
+Tables (column: dtype — meaning)
+
+``blocks`` — one row per successful allocation (keyed by allocation, not by
+address: addresses are reused)
+    block_id: int64      dense 0..n-1, in (t_alloc, pid, seq_alloc) order
+    pid: int32
+    device: int16
+    api: category        e.g. "cudaMallocAsync", "cuMemAlloc_v2"
+    kind: category       device|pitch|async|pool|managed|host|vmm_reserve|vmm_create|vmm_map
+    address: uint64      0 for vmm_create (physical handle, see ``handle``)
+    size: int64          bytes
+    handle: uint64       pool handle (pool), VMM handle (vmm_create/vmm_map), else 0
+    t_alloc, t_free: int64 ns
+    seq_alloc, seq_free: int64
+    freed: bool          False = never freed in the trace; then t_free = trace end
+                         and seq_free = the process's last seq + 1
+    stream: uint64
+    counts_device: bool  True when the block holds device memory
+                         (device/pitch/async/pool/managed/vmm_create): the rows
+                         that add up to live device bytes.  host, vmm_reserve and
+                         vmm_map rows are False (a map only names memory a
+                         vmm_create row already counts).
+
+``accesses`` — one row per (launch|copy|memset, block) pair
+    block_id: int64, pid: int32, seq: int64 (of the LAUNCH/COPY/MEMSET event),
+    t: int64 ns, kernel: int32 (index into ``trace.kernels``; -1 for copies),
+    op: category launch|copy|memset|tensormap, flags: uint16 (pi_access_flags)
+
+``launches`` — one row per kernel launch (and graph launch)
+    pid, tid, seq, t, device, stream, api: category, kernel: int32,
+    kernel_name: category, n_access: int32, graph: bool
+
+``copies`` — cudaMemcpy*/cudaMemset*: pid, seq, t, api, op (copy|memset), dst, src, size, stream
+``hints`` — cudaMemAdvise/cudaMemPrefetchAsync: pid, seq, t, api, op (advise|prefetch), address, size, value
+``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result
+``markers`` — pyinterpose.mark_step(): pid, seq, t, label
+``processes`` — pid, ppid, exe, forked (bool), start_ns, written, lost, waits, unscanned_launches
+``nvml`` — samples taken while the target ran: t, device, used_bytes, pcie_tx_kbs, pcie_rx_kbs
+``kernels`` — list[str]: kernel names, indexed by ``kernel`` columns
+``meta`` — dict: header JSON (command, view, knobs set, t0_ns, host, gpus, nvml link info, ...)
+
+Iterations contract (pyinterpose.analysis.iterations.find_iterations):
+    find_iterations(trace, pid=None) -> Iterations with
+        source: "auto" | "markers" | "none"
+        pid: the process analysed
+        period_allocs: int             allocations in one regular step
+        count: int                     regular steps found
+        first_steady_seq: int
+        stable_fraction: float
+        boundaries: np.ndarray[int64]  seq at which each regular step starts, plus
+                                       one past the end of the last (len = count+1)
+        boundaries_t: np.ndarray[int64] the same boundaries in ns
+        steady_window() -> (seq_lo, seq_hi): one representative steady step
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KINDS = {1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
+         7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map"}
+DEVICE_KINDS = frozenset({"device", "pitch", "async", "pool", "managed", "vmm_create"})
+
+BLOCK_COLUMNS = {
+    "block_id": "int64", "pid": "int32", "device": "int16", "api": "category", "kind": "category",
+    "address": "uint64", "size": "int64", "handle": "uint64", "t_alloc": "int64", "t_free": "int64",
+    "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "stream": "uint64",
+    "counts_device": "bool",
+}
+ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
+                  "kernel": "int32", "op": "category", "flags": "uint16"}
+LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
+                  "stream": "uint64", "api": "category", "kernel": "int32",
+                  "kernel_name": "category", "n_access": "int32", "graph": "bool"}
+COPY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
+                "dst": "uint64", "src": "uint64", "size": "int64", "stream": "uint64"}
+HINT_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
+                "address": "uint64", "size": "int64", "value": "int64"}
+FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
+                   "size": "int64", "result": "int32"}
+MARKER_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "label": "object"}
+PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "bool",
+                   "start_ns": "int64", "written": "int64", "lost": "int64", "waits": "int64",
+                   "unscanned_launches": "int64"}
+NVML_COLUMNS = {"t": "int64", "device": "int16", "used_bytes": "int64", "pcie_tx_kbs": "float64",
+                "pcie_rx_kbs": "float64"}
+
+
+def empty_table(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in columns.items()})
+
+
+def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
+    """Return ``df`` with exactly ``columns`` in order and dtype (missing ones filled)."""
+    if df is None or len(df) == 0:
+        out = empty_table(columns)
+        if df is not None:
+            for c in df.columns:
+                if c not in out:
+                    out[c] = df[c]
+        return out
+    df = df.copy()
+    for c, d in columns.items():
+        if c not in df:
+            df[c] = False if d == "bool" else ("" if d in ("object", "category") else 0)
+        if str(df[c].dtype) != d:
+            df[c] = df[c].astype(d)
+    extra = [c for c in df.columns if c not in columns]
+    return df[list(columns) + extra].reset_index(drop=True)
+
+
+@dataclass
+class Trace:
+    blocks: pd.DataFrame
+    accesses: pd.DataFrame
+    launches: pd.DataFrame
+    copies: pd.DataFrame
+    hints: pd.DataFrame
+    failures: pd.DataFrame
+    markers: pd.DataFrame
+    processes: pd.DataFrame
+    nvml: pd.DataFrame
+    kernels: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)   # op counts from the reader
+    warnings: list = field(default_factory=list)  # e.g. "trace cut short ..."
+    path: str | None = None
+
+    @classmethod
+    def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,
+                    failures=None, markers=None, processes=None, nvml=None, kernels=None,
+                    meta=None, counts=None) -> "Trace":
+        """Build a Trace from (partial) tables; missing columns/tables are filled."""
+        b = conform(blocks, BLOCK_COLUMNS) if blocks is not None else empty_table(BLOCK_COLUMNS)
+        if blocks is not None and len(b) and "counts_device" not in blocks:
+            b["counts_device"] = b["kind"].astype(str).isin(DEVICE_KINDS)
+        if blocks is not None and len(b) and "freed" not in blocks:
+            b["freed"] = True
+        return cls(
+            blocks=b,
+            accesses=conform(accesses, ACCESS_COLUMNS),
+            launches=conform(launches, LAUNCH_COLUMNS),
+            copies=conform(copies, COPY_COLUMNS),
+            hints=conform(hints, HINT_COLUMNS),
+            failures=conform(failures, FAILURE_COLUMNS),
+            markers=conform(markers, MARKER_COLUMNS),
+            processes=conform(processes, PROCESS_COLUMNS),
+            nvml=conform(nvml, NVML_COLUMNS),
+            kernels=list(kernels or []),
+            meta=dict(meta or {}),
+            counts=dict(counts or {}),
+        )
+
+    # ---- small conveniences shared by analyses -------------------------------------------
+    @property
+    def pids(self) -> list[int]:
+        pids = set(self.blocks["pid"].unique().tolist()) | set(self.processes["pid"].tolist())
+        return sorted(int(p) for p in pids)
+
+    @property
+    def main_pid(self) -> int | None:
+        """The process with the most allocations (the training loop, usually)."""
+        if len(self.blocks) == 0:
+            return self.pids[0] if self.pids else None
+        return int(self.blocks["pid"].value_counts().idxmax())
+
+    @property
+    def device_blocks(self) -> pd.DataFrame:
+        return self.blocks[self.blocks["counts_device"]]
+
+    @property
+    def end_ns(self) -> int:
+        cols = [self.blocks["t_free"], self.blocks["t_alloc"], self.launches["t"], self.accesses["t"]]
+        vals = [int(c.max()) for c in cols if len(c)]
+        return max(vals) if vals else 0
+
+    def summary_line(self) -> str:
+        return (f"{len(self.blocks)} blocks, {len(self.accesses)} accesses, "
+                f"{len(self.launches)} launches, {len(self.processes)} processes")
+
+
+def live_bytes_curve(blocks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Step curve of live device bytes over time: (t_ns, live_bytes) after each event.
+
+    Frees at the same instant as allocs are applied first (an address reused at
+    once does not count twice)."""
+    b = blocks[blocks["counts_device"]] if "counts_device" in blocks else blocks
+    if len(b) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    freed = b[b["freed"]]
+    t = np.concatenate([freed["t_free"].to_numpy(np.int64), b["t_alloc"].to_numpy(np.int64)])
+    d = np.concatenate([-freed["size"].to_numpy(np.int64), b["size"].to_numpy(np.int64)])
+    order = np.lexsort((d, t))  # at equal t, negative deltas first
+    return t[order], np.cumsum(d[order])
+
+
+def peak_live_bytes(blocks: pd.DataFrame) -> int:
+    _, live = live_bytes_curve(blocks)
+    return int(live.max()) if len(live) else 0
