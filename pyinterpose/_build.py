@@ -54,11 +54,16 @@ LIBRARIES = [
 ]
 
 
-def build_native(outdir: str, verbose: bool = False) -> list[str]:
-    """Compile the plain shared libraries into ``outdir``; returns their paths."""
+def build_native(outdir: str, verbose: bool = False, only: list[str] | None = None) -> list[str]:
+    """Compile the plain shared libraries into ``outdir``; returns their paths.
+
+    ``only``: restrict to libraries whose source folder starts with one of these
+    (``shim``, ``simcuda``, ``simtrain``)."""
     os.makedirs(os.path.join(outdir, "simcuda"), exist_ok=True)
     built = []
     for name, src, vscript, soname, libs in LIBRARIES:
+        if only and not any(src.startswith(o) for o in only):
+            continue
         sources = _sources(src)
         if not sources:
             continue
@@ -112,8 +117,14 @@ def _make_ffibuilder():
 ffibuilder = _make_ffibuilder()
 
 if __name__ == "__main__":
+    # python pyinterpose/_build.py [-v] [core] [shim] [simcuda] [simtrain]   (default: all)
     here = os.path.dirname(os.path.abspath(__file__))
-    build_native(os.path.join(here, "_native"), verbose="-v" in sys.argv)
+    targets = [a for a in sys.argv[1:] if not a.startswith("-")]
+    libs = [t for t in targets if t != "core"]
+    if not targets or libs:
+        build_native(os.path.join(here, "_native"), verbose="-v" in sys.argv, only=libs or None)
+    if targets and "core" not in targets:
+        sys.exit(0)
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
