@@ -1,0 +1,189 @@
+"""Shared terminal helpers: the console, tables, byte/time formatting, progress.
+
+Every command prints through these so the look is uniform: rich tables on a
+TTY; plain text (no colour, no progress bars) when stdout is a pipe or file.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from typing import Any, Iterable, Iterator, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+
+
+def fmt_bytes(n: float | int | None, precision: int = 1) -> str:
+    """Human bytes in binary units: 0 -> '0 B', 1536 -> '1.5 KiB'; None/NaN -> '-'."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "-"
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in _UNITS:
+        if n < 1024.0 or unit == _UNITS[-1]:
+            if unit == "B":
+                return f"{sign}{int(round(n))} B"
+            return f"{sign}{n:.{precision}f} {unit}"
+        n /= 1024.0
+    raise AssertionError("unreachable")
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """Human duration from nanoseconds: 1500 -> '1.5 us', 2.5e9 -> '2.50 s'."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "-"
+    ns = float(ns)
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} us"
+    if a < 1e9:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def fmt_ratio(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def fmt_pct(x: float | None, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{100.0 * x:.{digits}f}%"
+
+
+def is_tty(stream=None) -> bool:
+    stream = stream or sys.stdout
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def console(stream=None) -> Console:
+    """A rich Console on ``stream`` (stdout by default); plain when not a TTY."""
+    stream = stream or sys.stdout
+    tty = is_tty(stream)
+    return Console(file=stream, force_terminal=tty, no_color=not tty, highlight=False,
+                   soft_wrap=not tty, width=None if tty else 160)
+
+
+def table(rows: Iterable[Sequence[Any]], columns: Sequence[str], title: str | None = None,
+          right: Iterable[int] | None = None) -> Table:
+    """A rich Table; ``right`` = indices of right-justified (numeric) columns."""
+    right = set(range(1, len(columns))) if right is None else set(right)
+    t = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i in right else "left")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    return t
+
+
+def print_table(rows, columns, title=None, right=None, out: Console | None = None) -> None:
+    (out or console()).print(table(rows, columns, title=title, right=right))
+
+
+def print_kv(pairs: Iterable[tuple[str, Any]], title: str | None = None,
+             out: Console | None = None) -> None:
+    """Two-column key/value table (headlines)."""
+    print_table(list(pairs), ["", ""], title=title, right=[], out=out)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy/pandas scalars, arrays and frames into plain JSON types."""
+    import numpy as np
+    import pandas as pd
+
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (int,)):
+        return int(obj)
+    if isinstance(obj, float):
+        return None if (math.isnan(obj) or math.isinf(obj)) else obj
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return to_jsonable(float(obj))
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(x) for x in obj.tolist()]
+    if isinstance(obj, pd.DataFrame):
+        return [to_jsonable(r) for r in obj.to_dict(orient="records")]
+    if isinstance(obj, pd.Series):
+        return to_jsonable(obj.to_dict())
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set)):
+        return [to_jsonable(x) for x in obj]
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: to_jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    return str(obj)
+
+
+def print_json(obj: Any, stream=None) -> None:
+    """One JSON object on stdout (``--json``)."""
+    stream = stream or sys.stdout
+    stream.write(json.dumps(to_jsonable(obj), indent=None, separators=(",", ":")) + "\n")
+    stream.flush()
+
+
+@contextlib.contextmanager
+def progress(description: str, enabled: bool | None = None, stream=None) -> Iterator[Any]:
+    """A transient spinner/bar while a long load or analysis runs.
+
+    Yields an object with ``update(fraction)``; a no-op when stdout/stderr is
+    not a TTY (``enabled=None``) or ``enabled=False``."""
+    stream = stream or sys.stderr
+    if enabled is None:
+        enabled = is_tty(stream)
+    if not enabled:
+        yield _NoProgress()
+        return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    con = Console(file=stream)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TimeElapsedColumn(), console=con, transient=True) as p:
+        task = p.add_task(description, total=None)
+        yield _Progress(p, task)
+
+
+class _NoProgress:
+    def update(self, fraction: float | None = None, description: str | None = None) -> None:
+        pass
+
+
+class _Progress:
+    def __init__(self, p, task):
+        self._p, self._task = p, task
+
+    def update(self, fraction: float | None = None, description: str | None = None) -> None:
+        kw: dict[str, Any] = {}
+        if fraction is not None:
+            kw.update(total=1.0, completed=max(0.0, min(1.0, fraction)))
+        if description is not None:
+            kw["description"] = description
+        self._p.update(self._task, **kw)
+
+
+def load_trace(path: str, quiet: bool = False):
+    """Load a trace (the reader shows its progress bar on a TTY); a missing file is a user error."""
+    import os
+
+    from ..errors import TraceError
+
+    if not os.path.exists(path):
+        raise TraceError(f"no such trace file: {path}")
+    from .. import load
+
+    return load(path, progress=(not quiet) and is_tty(sys.stderr))
