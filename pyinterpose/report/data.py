@@ -1,0 +1,155 @@
+"""Pure computations behind the report figures and tables (numpy/pandas only).
+
+* :func:`memory_timeline` — live device bytes over time, split by block class,
+  downsampled to a plotting budget while keeping every bin's peak;
+* :func:`size_histogram` — block sizes in power-of-two bins (count and bytes);
+* :func:`largest_blocks` — the biggest device blocks with their lifetimes;
+* :func:`reserved_curves` — NVML used memory per device (what the GPU reports as
+  taken: the framework's reserve plus the CUDA context).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+
+
+@dataclass
+class Timeline:
+    """Live bytes after events, per class: ``t`` (ns) and ``series[class]`` (bytes)."""
+    device: int
+    t: np.ndarray
+    total: np.ndarray
+    series: dict[str, np.ndarray] = field(default_factory=dict)
+    peak: int = 0
+    peak_t: int = 0
+    events: int = 0
+
+
+def _events(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t, delta, block row index) for allocs and frees, sorted like live_bytes_curve."""
+    freed = b["freed"].to_numpy(bool)
+    rows = np.arange(len(b))
+    t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
+    size = b["size"].to_numpy(np.int64)
+    d = np.concatenate([-size[freed], size])
+    r = np.concatenate([rows[freed], rows])
+    order = np.lexsort((d, t))  # at equal t, frees first (same rule as live_bytes_curve)
+    return t[order], d[order], r[order]
+
+
+def _keep_indices(t: np.ndarray, total: np.ndarray, max_points: int) -> np.ndarray:
+    """Indices of events to plot: the last event at each instant; when more than
+    ``max_points`` remain, the peak event of each of ``max_points`` time bins plus
+    the last event of each bin (so the curve both keeps peaks and follows steps)."""
+    if len(t) == 0:
+        return np.zeros(0, dtype=np.int64)
+    last_at_t = np.flatnonzero(np.r_[t[1:] != t[:-1], True])
+    if len(last_at_t) <= max_points:
+        return last_at_t
+    tt, vv = t[last_at_t], total[last_at_t]
+    nbins = max(1, max_points // 2)
+    edges = np.linspace(tt[0], tt[-1] + 1, nbins + 1)
+    bin_ = np.clip(np.searchsorted(edges, tt, side="right") - 1, 0, nbins - 1)
+    # peak per bin: sort by (bin, value) and take the last of each bin
+    o = np.lexsort((vv, bin_))
+    last_of_bin = np.r_[bin_[o][1:] != bin_[o][:-1], True]
+    peaks = o[last_of_bin]
+    ends = np.flatnonzero(np.r_[bin_[1:] != bin_[:-1], True])
+    keep = np.unique(np.concatenate([peaks, ends]))
+    return last_at_t[keep]
+
+
+def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: int = 4000,
+                    device: int | None = None) -> list[Timeline]:
+    """One :class:`Timeline` per device (or only ``device``).
+
+    ``classes`` maps block_id -> class name (e.g. persistent / per-iteration);
+    blocks without a class are "other".  With no classes there is one series, "live".
+    The per-class series add up to ``total`` at every point; ``peak`` is exact
+    (computed before downsampling)."""
+    b = trace.device_blocks
+    out = []
+    devices = sorted(int(d) for d in b["device"].unique()) if device is None else [device]
+    for dev in devices:
+        bd = b[b["device"] == dev]
+        t, d, r = _events(bd)
+        total = np.cumsum(d)
+        if len(total):
+            i = int(np.argmax(total))
+            peak, peak_t = int(total[i]), int(t[i])
+        else:
+            peak, peak_t = 0, 0
+        keep = _keep_indices(t, total, max_points)
+        tl = Timeline(device=dev, t=t[keep], total=total[keep], peak=peak, peak_t=peak_t,
+                      events=len(t))
+        if classes is None:
+            tl.series["live"] = total[keep]
+        else:
+            cls = classes.reindex(bd["block_id"].to_numpy()).astype(object)
+            cls = cls.where(cls.notna(), "other").astype(str).to_numpy()
+            names, codes = np.unique(cls, return_inverse=True)
+            ev_code = codes[r]
+            for k, name in enumerate(names):
+                tl.series[str(name)] = np.cumsum(np.where(ev_code == k, d, 0))[keep]
+        out.append(tl)
+    return out
+
+
+def reserved_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """NVML used bytes per device: {device: (t_ns, used_bytes)} (empty without samples)."""
+    nv = trace.nvml
+    out = {}
+    for dev, g in nv.groupby("device", sort=True):
+        g = g.sort_values("t")
+        out[int(dev)] = (g["t"].to_numpy(np.int64), g["used_bytes"].to_numpy(np.int64))
+    return out
+
+
+def size_histogram(blocks: pd.DataFrame) -> pd.DataFrame:
+    """Power-of-two size bins of device blocks: columns lo, hi (bytes, hi exclusive),
+    count, bytes.  Bin k holds sizes in [2**k, 2**(k+1)); size 0 goes to bin 0."""
+    b = blocks[blocks["counts_device"]] if "counts_device" in blocks else blocks
+    size = b["size"].to_numpy(np.int64)
+    if len(size) == 0:
+        return pd.DataFrame({"lo": [], "hi": [], "count": [], "bytes": []}, dtype=np.int64)
+    # floor(log2(size)) exactly: frexp gives size = m * 2**e with m in [0.5, 1)
+    k = np.frexp(np.maximum(size, 1).astype(np.float64))[1].astype(np.int64) - 1
+    lo_k, hi_k = int(k.min()), int(k.max())
+    ks = np.arange(lo_k, hi_k + 1)
+    count = np.bincount(k - lo_k, minlength=len(ks))
+    nbytes = np.bincount(k - lo_k, weights=size.astype(np.float64), minlength=len(ks))
+    return pd.DataFrame({"lo": np.left_shift(1, ks), "hi": np.left_shift(1, ks + 1),
+                         "count": count.astype(np.int64), "bytes": nbytes.astype(np.int64)})
+
+
+def largest_blocks(trace: Trace, n: int = 15, classes: pd.Series | None = None) -> pd.DataFrame:
+    """The ``n`` largest device blocks (ties: earliest first) with lifetime and class."""
+    b = trace.device_blocks
+    if len(b) == 0:
+        return pd.DataFrame(columns=["block_id", "pid", "device", "api", "kind", "size", "t_alloc",
+                                     "lifetime_ns", "freed", "class"])
+    top = b.sort_values(["size", "t_alloc"], ascending=[False, True], kind="stable").head(n)
+    out = top[["block_id", "pid", "device", "api", "kind", "size", "t_alloc", "freed"]].copy()
+    out["api"] = out["api"].astype(str)
+    out["kind"] = out["kind"].astype(str)
+    out["lifetime_ns"] = (top["t_free"] - top["t_alloc"]).to_numpy(np.int64)
+    if classes is not None:
+        out["class"] = classes.reindex(out["block_id"].to_numpy()).astype(object).fillna("other").to_numpy()
+    else:
+        out["class"] = ""
+    return out.reset_index(drop=True)
+
+
+def size_quantiles(blocks: pd.DataFrame, qs=(0.5, 0.9, 0.99)) -> dict[str, int]:
+    b = blocks[blocks["counts_device"]] if "counts_device" in blocks else blocks
+    s = b["size"].to_numpy(np.int64)
+    if len(s) == 0:
+        return {**{f"p{int(q * 100)}": 0 for q in qs}, "max": 0, "mean": 0}
+    out = {f"p{int(q * 100)}": int(np.quantile(s, q, method="lower")) for q in qs}
+    out["max"] = int(s.max())
+    out["mean"] = int(s.mean())
+    return out

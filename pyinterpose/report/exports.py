@@ -1,0 +1,66 @@
+"""``pyinterpose export``: one function per format, one dispatcher.
+
+* ``perfetto``   — Chrome trace JSON (report.perfetto)
+* ``memory-viz`` — PyTorch memory snapshot pickle (report.memory_viz)
+* ``csv``        — the blocks table (one row per allocation; ``class`` added when
+                   the lifetime classifier is available)
+* ``minimalloc`` — the steady iteration as a MiniMalloc CSV problem
+                   (pyinterpose.analysis.pools.steady_problem / write_minimalloc_csv)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..errors import PyinterposeError
+from ..trace.model import Trace
+from . import analyses
+
+FORMATS = ["perfetto", "memory-viz", "csv", "minimalloc"]
+
+
+def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame:
+    b = trace.blocks.copy()
+    for c in ("api", "kind"):
+        b[c] = b[c].astype(str)
+    if classes is not None:
+        b["class"] = classes.reindex(b["block_id"].to_numpy()).astype(object).fillna("").to_numpy()
+    return b
+
+
+def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, Any]:
+    b = blocks_table(trace, classes)
+    b.to_csv(path, index=False)
+    return {"rows": len(b), "columns": list(b.columns)}
+
+
+def write_minimalloc(trace: Trace, path: str) -> dict[str, Any]:
+    try:
+        from ..analysis.pools import steady_problem, write_minimalloc_csv
+    except ImportError as e:
+        raise PyinterposeError(f"minimalloc export needs the pools analysis, not available here ({e})")
+    df = steady_problem(trace)
+    write_minimalloc_csv(df, path)
+    return {"buffers": int(len(df))}
+
+
+def export(trace: Trace, fmt: str, path: str, large: int | None = None) -> dict[str, Any]:
+    """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict."""
+    if fmt == "perfetto":
+        from .perfetto import write_chrome_trace
+
+        it = analyses.iterations(trace)
+        counts = write_chrome_trace(trace, path, iterations=it.value, large=large)
+        return {"events": counts, "iterations_note": it.note}
+    if fmt == "memory-viz":
+        from .memory_viz import write_snapshot
+
+        cl = analyses.block_classes(trace)
+        return write_snapshot(trace, path, classes=cl.value)
+    if fmt == "csv":
+        cl = analyses.block_classes(trace)
+        return write_csv(trace, path, classes=cl.value)
+    if fmt == "minimalloc":
+        return write_minimalloc(trace, path)
+    raise PyinterposeError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
