@@ -1,0 +1,528 @@
+"""Iteration detection: the period of the training loop, found from the trace alone.
+
+Signature (after SINGA's ``PoolOptSeqRepeatableTestPreProcess``): the process's
+allocation/free events in ``seq`` order; a malloc contributes its size and a free the
+lifetime of its block counted in alloc/free events.  We attach the free's lifetime to
+its malloc, so the signature is one integer *token* per allocation,
+``(size, lifetime_in_events)`` hashed to 64 bits (``-1`` = never freed): the same
+information as SINGA's sequence, with the period directly in allocations.
+
+Period finder (near-linear instead of SINGA's O(n^2) search):
+
+1. candidate periods = the most frequent gaps between consecutive occurrences of the
+   same token (a token that occurs once per step recurs after exactly one period), and
+   the lags with the highest self-match count, all lags at once by FFT of the
+   signature mapped to random unit phases (O(n log n));
+2. each candidate ``p`` is scored by the share of positions ``i`` with
+   ``T[i] == T[i+p]`` (on a fixed random sample of positions for long traces);
+   the smallest candidate (or divisor of it) within ``tolerance`` of the best score
+   wins — multiples of the period score the same, sub-periods (repeated layers) score
+   lower because lifetimes differ between layers;
+3. the steady start is the first run of ``p`` consecutive matches; the step boundary
+   (the phase) is the allocation in that window with the fewest live bytes before
+   it (the loop's low point), ties broken by the longest idle gap before it;
+4. steps are then matched one after the other against that reference step's size
+   sequence, exact matches found with a rolling hash in O(n); a step may contain up to
+   ``max_extra`` unpredictable extra allocations (noise), matched as the reference
+   subsequence with the extras skipped.  Matching extends backwards and forwards from
+   the reference; the longest run of matched steps is reported.
+
+No loop (best score below ``min_score`` or fewer than ``min_steps`` steps) gives
+``source="none"`` and ``count=0`` instead of an invented period.  Markers from
+:func:`pyinterpose.mark_step` override detection (``source="markers"``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import PyinterposeError
+from ..trace.model import Trace
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@dataclass
+class Iterations:
+    """Result of :func:`find_iterations` (the contract in :mod:`pyinterpose.trace.model`)."""
+
+    source: str                      # "auto" | "markers" | "none"
+    pid: int | None
+    period_allocs: int
+    count: int
+    first_steady_seq: int
+    stable_fraction: float
+    boundaries: np.ndarray           # int64, len count+1 (empty when count == 0)
+    boundaries_t: np.ndarray         # int64 ns
+    exact: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))   # per step: no extras, same signature
+    extras: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # per step: extra allocations
+    score: float = 0.0               # share of signature positions repeating at the period
+    seq_range: tuple[int, int] = (0, 0)  # the analysed process's [first seq, last seq + 1)
+    reason: str = ""                 # why no loop was reported (source "none")
+
+    @property
+    def durations_ns(self) -> np.ndarray:
+        return np.diff(self.boundaries_t) if self.count else np.zeros(0, np.int64)
+
+    def steady_window(self) -> tuple[int, int]:
+        """(seq_lo, seq_hi) of one representative steady step: the exact step nearest the
+        middle of the run.  With no loop found, the whole process's range."""
+        if self.count == 0:
+            return self.seq_range
+        idx = np.flatnonzero(self.exact) if self.exact.any() else np.arange(self.count)
+        k = int(idx[np.argmin(np.abs(idx - (self.count - 1) / 2))])
+        return int(self.boundaries[k]), int(self.boundaries[k + 1])
+
+    def iteration_of(self, seq: np.ndarray) -> np.ndarray:
+        """Index of the regular step containing each seq (-1 outside the run)."""
+        seq = np.asarray(seq, dtype=np.int64)
+        if self.count == 0:
+            return np.full(seq.shape, -1, dtype=np.int64)
+        k = np.searchsorted(self.boundaries, seq, side="right") - 1
+        return np.where((k >= 0) & (k < self.count), k, -1).astype(np.int64)
+
+    def to_dict(self, per_iteration: bool = True) -> dict[str, Any]:
+        d = self.durations_ns
+        out: dict[str, Any] = {
+            "source": self.source, "pid": self.pid, "period_allocs": int(self.period_allocs),
+            "count": int(self.count), "first_steady_seq": int(self.first_steady_seq),
+            "stable_fraction": float(self.stable_fraction), "score": round(float(self.score), 4),
+            "duration_ns": ({"mean": float(d.mean()), "median": float(np.median(d)),
+                             "min": int(d.min()), "max": int(d.max()),
+                             "cv": float(d.std() / d.mean()) if d.mean() > 0 else 0.0}
+                            if len(d) else None),
+            "steady_window": list(self.steady_window()),
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if per_iteration:
+            out["iterations"] = [
+                {"index": i, "start_seq": int(self.boundaries[i]), "end_seq": int(self.boundaries[i + 1]),
+                 "start_t": int(self.boundaries_t[i]), "duration_ns": int(d[i]),
+                 "exact": bool(self.exact[i]) if len(self.exact) else True,
+                 "extra_allocs": int(self.extras[i]) if len(self.extras) else 0}
+                for i in range(self.count)]
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# signature
+# ---------------------------------------------------------------------------------------
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, vectorised (uint64 arithmetic wraps)."""
+    z = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@dataclass
+class _Signature:
+    seq: np.ndarray        # seq_alloc of each allocation, ascending
+    t: np.ndarray          # t_alloc
+    size: np.ndarray       # int64
+    token: np.ndarray      # uint64: hash(size, lifetime in events)
+    live_before: np.ndarray  # live bytes just before each allocation
+    gap_before: np.ndarray   # ns since the previous alloc/free event
+    step_end_seq: np.ndarray  # per allocation: seq_free + 1 if freed else seq_alloc + 1
+    seq_range: tuple[int, int]
+
+
+def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
+    b = trace.blocks[trace.blocks["pid"] == pid]
+    dev = b[b["counts_device"]]
+    return dev if len(dev) else b
+
+
+def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
+    b = blocks.sort_values(["seq_alloc", "block_id"], kind="stable")
+    n = len(b)
+    seq_a = b["seq_alloc"].to_numpy(np.int64)
+    t_a = b["t_alloc"].to_numpy(np.int64)
+    size = b["size"].to_numpy(np.int64)
+    freed = b["freed"].to_numpy(bool)
+    seq_f = b["seq_free"].to_numpy(np.int64)
+    t_f = b["t_free"].to_numpy(np.int64)
+    # alloc/free events in seq order (frees before allocs at equal seq)
+    fidx = np.flatnonzero(freed)
+    ev_seq = np.concatenate([seq_a, seq_f[fidx]])
+    ev_t = np.concatenate([t_a, t_f[fidx]])
+    ev_kind = np.concatenate([np.ones(n, np.int8), np.zeros(len(fidx), np.int8)])
+    ev_delta = np.concatenate([size, -size[fidx]])
+    order = np.lexsort((ev_kind, ev_seq))
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    alloc_pos = pos[:n]
+    life = np.full(n, -1, dtype=np.int64)
+    life[fidx] = pos[n:] - alloc_pos[fidx]
+    token = _mix64(size.astype(np.uint64)) ^ _mix64(life.astype(np.uint64) * np.uint64(3) + np.uint64(1))
+    cum = np.cumsum(ev_delta[order])
+    live_before = (cum - ev_delta[order])[alloc_pos]
+    t_sorted = ev_t[order]
+    gap = np.diff(t_sorted, prepend=t_sorted[0] if len(t_sorted) else 0)[alloc_pos]
+    step_end = np.where(freed, seq_f + 1, seq_a + 1)
+    return _Signature(seq_a, t_a, size, token, live_before, gap, step_end, seq_range)
+
+
+# ---------------------------------------------------------------------------------------
+# period finding
+# ---------------------------------------------------------------------------------------
+
+def _gap_candidates(token: np.ndarray, max_period: int, k: int = 32) -> np.ndarray:
+    order = np.argsort(token, kind="stable")
+    ts = token[order]
+    same = ts[1:] == ts[:-1]
+    gaps = (order[1:] - order[:-1])[same]
+    gaps = gaps[(gaps > 0) & (gaps <= max_period)]
+    if len(gaps) == 0:
+        return np.zeros(0, np.int64)
+    hist = np.bincount(gaps)
+    nz = np.flatnonzero(hist)
+    top = nz[np.argsort(-hist[nz], kind="stable")[:k]]
+    return np.sort(top).astype(np.int64)
+
+
+def _fft_candidates(token: np.ndarray, max_period: int, k: int = 32,
+                    window: int = 1 << 20) -> np.ndarray:
+    """Periods with the most matches T[i] == T[i+p], all p at once in O(n log n).
+
+    Each token gets a pseudo-random unit phase w; the autocorrelation of w at lag p is
+    the number of matching pairs plus O(sqrt n) noise from unequal pairs (random phases
+    cancel).  Runs on the middle ``window`` tokens of long signatures."""
+    n = len(token)
+    if n > window:
+        lo = (n - window) // 2
+        token = token[lo:lo + window]
+        n = window
+    max_period = min(max_period, n - 1)
+    if max_period < 1:
+        return np.zeros(0, np.int64)
+    theta = (_mix64(token) >> np.uint64(11)).astype(np.float64) * (2 * np.pi / float(1 << 53))
+    w = np.exp(1j * theta).astype(np.complex128)
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    f = np.fft.fft(w, size)
+    ac = np.fft.ifft(f * np.conj(f)).real[1:max_period + 1]
+    est = ac / (n - np.arange(1, max_period + 1))
+    top = np.argsort(-est, kind="stable")[:k] + 1
+    return np.sort(top).astype(np.int64)
+
+
+class _Scorer:
+    """share of positions i with T[i] == T[i+p], on a fixed sample for long signatures."""
+
+    def __init__(self, token: np.ndarray, sample: int = 400_000):
+        self.token = token
+        n = len(token)
+        self.sample = None
+        if n > sample:
+            rng = np.random.default_rng(0x5EED)
+            self.sample = np.sort(rng.integers(0, n, sample))
+        self.cache: dict[int, float] = {}
+
+    def __call__(self, p: int) -> float:
+        if p in self.cache:
+            return self.cache[p]
+        t = self.token
+        n = len(t)
+        if p <= 0 or p >= n:
+            s = 0.0
+        elif self.sample is None:
+            s = float(np.mean(t[:-p] == t[p:]))
+        else:
+            i = self.sample[self.sample < n - p]
+            s = float(np.mean(t[i] == t[i + p])) if len(i) else 0.0
+        self.cache[p] = s
+        return s
+
+
+def _divisors(p: int) -> list[int]:
+    small, large = [], []
+    d = 1
+    while d * d <= p:
+        if p % d == 0:
+            small.append(d)
+            if d * d != p:
+                large.append(p // d)
+        d += 1
+    return small + large[::-1]
+
+
+def find_period(token: np.ndarray, min_steps: int = 3, min_score: float = 0.5,
+                tolerance: float = 0.05) -> tuple[int, float]:
+    """(period in allocations, score) of an integer signature; (0, best score) if none."""
+    n = len(token)
+    if n < 2:
+        return 0, 0.0
+    max_period = max(1, n // max(2, min_steps - 1))
+    cands = np.union1d(_gap_candidates(token, max_period), _fft_candidates(token, max_period))
+    if len(cands) == 0:
+        return 0, 0.0
+    score = _Scorer(token)
+    scores = np.array([score(int(p)) for p in cands])
+    best = float(scores.max())
+    if best < min_score:
+        return 0, best
+    chosen = int(cands[np.flatnonzero(scores >= best - tolerance)[0]])
+    for d in _divisors(chosen):
+        if d < chosen and score(d) >= best - tolerance:
+            chosen = d
+            break
+    return chosen, float(score(chosen))
+
+
+# ---------------------------------------------------------------------------------------
+# step matching
+# ---------------------------------------------------------------------------------------
+
+def _window_hashes(values: np.ndarray, p: int) -> np.ndarray:
+    """64-bit polynomial hash of every window values[k:k+p] (k = 0..n-p), O(n)."""
+    n = len(values)
+    if p > n:
+        return np.zeros(0, np.uint64)
+    base = np.uint64(0x100000001B3)      # odd => invertible mod 2**64
+    inv = np.uint64(pow(int(base), -1, 1 << 64))
+    with np.errstate(over="ignore"):
+        pw = np.cumprod(np.full(n, base, dtype=np.uint64))           # base^(j+1)
+        ipw = np.cumprod(np.full(n, inv, dtype=np.uint64))           # base^-(j+1)
+        pre = np.concatenate([np.zeros(1, np.uint64), np.cumsum(_mix64(values) * pw, dtype=np.uint64)])
+        win = pre[p:] - pre[:-p]                                     # base^(k+1) * h(k)
+        return win * ipw[: n - p + 1]
+
+
+def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """starts and lengths of runs of True."""
+    m = np.concatenate([[False], mask, [False]]).astype(np.int8)
+    d = np.diff(m)
+    starts = np.flatnonzero(d == 1)
+    ends = np.flatnonzero(d == -1)
+    return starts, ends - starts
+
+
+class _Matcher:
+    def __init__(self, size: np.ndarray, ref: np.ndarray, exact_starts: set[int], max_extra: int):
+        self.size = size
+        self.ref = ref
+        self.p = len(ref)
+        self.exact_starts = exact_starts
+        self.max_extra = max_extra
+        self.n = len(size)
+
+    def match(self, s: int) -> tuple[int, int] | None:
+        """Match one step starting exactly at s: (end, extras) or None."""
+        if s in self.exact_starts:
+            return s + self.p, 0
+        size, ref, n = self.size, self.ref, self.n
+        if s >= n or size[s] != ref[0]:
+            return None
+        i, j, extra = s, 0, 0
+        while j < self.p:
+            if i >= n:
+                return None
+            if size[i] == ref[j]:
+                j += 1
+            else:
+                extra += 1
+                if extra > self.max_extra:
+                    return None
+            i += 1
+        return i, extra
+
+    def next_step(self, e: int) -> tuple[int, int, int] | None:
+        """The step following a step that ended at e: (start, end, extras incl. leading)."""
+        hi = min(self.n, e + self.max_extra + 1)
+        for s in range(e, hi):
+            if s in self.exact_starts:
+                return s, s + self.p, s - e
+        for s in range(e, hi):
+            r = self.match(s)
+            if r is not None and r[1] + (s - e) <= self.max_extra:
+                return s, r[0], r[1] + (s - e)
+        return None
+
+    def prev_step(self, s: int) -> tuple[int, int, int] | None:
+        """The step preceding a step that starts at s: (start, end, extras)."""
+        lo = max(0, s - self.p - self.max_extra)
+        for st in range(s - self.p, lo - 1, -1):
+            if st >= 0 and st in self.exact_starts:
+                return st, st + self.p, s - (st + self.p)
+        for st in range(s - self.p, lo - 1, -1):
+            if st < 0:
+                break
+            r = self.match(st)
+            if r is not None and r[0] <= s and r[1] + (s - r[0]) <= self.max_extra:
+                return st, r[0], r[1] + (s - r[0])
+        return None
+
+
+def _none(pid, seq_range, reason, score=0.0) -> Iterations:
+    z = np.zeros(0, np.int64)
+    return Iterations("none", pid, 0, 0, int(seq_range[0]), 0.0, z, z.copy(),
+                      np.zeros(0, bool), z.copy(), float(score), seq_range, reason)
+
+
+def _seq_range(trace: Trace, pid: int) -> tuple[int, int]:
+    vals_lo, vals_hi = [], []
+    b = trace.blocks[trace.blocks["pid"] == pid]
+    if len(b):
+        vals_lo.append(int(b["seq_alloc"].min()))
+        vals_hi.append(int(b["seq_free"].max()))
+        vals_hi.append(int(b["seq_alloc"].max()) + 1)
+    for tab in (trace.launches, trace.accesses, trace.markers):
+        x = tab[tab["pid"] == pid]["seq"]
+        if len(x):
+            vals_lo.append(int(x.min()))
+            vals_hi.append(int(x.max()) + 1)
+    return (min(vals_lo), max(vals_hi)) if vals_lo else (0, 0)
+
+
+def _from_markers(trace: Trace, pid: int, seq_range) -> Iterations | None:
+    m = trace.markers
+    m = m[m["pid"] == pid] if pid is not None else m
+    if len(m) == 0:
+        return None
+    m = m.sort_values("seq")
+    bseq = m["seq"].to_numpy(np.int64)
+    bt = m["t"].to_numpy(np.int64)
+    count = len(bseq) - 1
+    b = _process_blocks(trace, pid)
+    sa = np.sort(b["seq_alloc"].to_numpy(np.int64))
+    if count < 1:
+        it = _none(pid, seq_range, "only one marker: no complete iteration")
+        it.source = "markers"
+        return it
+    per = np.diff(np.searchsorted(sa, bseq))
+    # stability: the size sequence of each iteration equal to the most common one
+    order = b.sort_values("seq_alloc")
+    sizes = order["size"].to_numpy(np.int64)
+    idx = np.searchsorted(sa, bseq)
+    keys = [hash(sizes[idx[k]:idx[k + 1]].tobytes()) for k in range(count)]
+    common = pd.Series(keys).value_counts().idxmax()
+    exact = np.array([k == common for k in keys])
+    period = int(np.median(per[exact])) if exact.any() else int(np.median(per))
+    return Iterations("markers", pid, period, count, int(bseq[0]), float(exact.mean()),
+                      bseq, bt, exact, (per - period).clip(min=0).astype(np.int64), 1.0, seq_range)
+
+
+def find_iterations(trace: Trace, pid: int | None = None, *, use_markers: bool = True,
+                    min_steps: int = 3, min_score: float = 0.5, tolerance: float = 0.05,
+                    max_extra: int | None = None) -> Iterations:
+    """Find the training loop's iterations in one process (default: the one with the most
+    allocations).  See the module docstring for the method; ``max_extra`` (default
+    ``max(3, period // 4)``) is how many unpredictable extra allocations a step may hold."""
+    if pid is None:
+        pid = trace.main_pid
+    if pid is None:
+        return _none(None, (0, 0), "the trace has no processes")
+    pid = int(pid)
+    seq_range = _seq_range(trace, pid)
+    if use_markers:
+        it = _from_markers(trace, pid, seq_range)
+        if it is not None:
+            return it
+    blocks = _process_blocks(trace, pid)
+    if len(blocks) < 2 * min_steps:
+        return _none(pid, seq_range, f"only {len(blocks)} allocations in process {pid}")
+    sig = _signature(blocks, seq_range)
+    n = len(sig.token)
+    p, score = find_period(sig.token, min_steps=min_steps, min_score=min_score, tolerance=tolerance)
+    if p == 0:
+        return _none(pid, seq_range, f"no repeating allocation pattern (best match {score:.0%})", score)
+
+    # steady start: first run of p consecutive signature matches at lag p
+    starts, lens = _runs(sig.token[:-p] == sig.token[p:])
+    ok = np.flatnonzero(lens >= p)
+    if len(ok) == 0:   # noise in every step pair: fall back to sizes only
+        starts, lens = _runs(sig.size[:-p] == sig.size[p:])
+        ok = np.flatnonzero(lens >= p)
+        if len(ok) == 0:
+            return _none(pid, seq_range, f"period {p} never repeats cleanly", score)
+    i0 = int(starts[ok[0]])
+    # phase: the loop's low point (fewest live bytes before the allocation), then longest idle gap
+    w = np.arange(i0, i0 + p)
+    lb = sig.live_before[w]
+    cand = w[lb == lb.min()]
+    b0 = int(cand[np.argmax(sig.gap_before[cand])])
+
+    ref = sig.size[b0:b0 + p]
+    h_size = _window_hashes(sig.size.astype(np.uint64), p)
+    exact_starts = set(np.flatnonzero(h_size == h_size[b0]).tolist())
+    h_tok = _window_hashes(sig.token, p)
+    tok_exact = h_tok == h_tok[b0]
+    if max_extra is None:
+        max_extra = max(3, p // 4)
+    m = _Matcher(sig.size, ref, exact_starts, max_extra)
+
+    # steps: extend backwards then forwards from the reference step
+    starts_b = [b0]
+    while True:
+        r = m.prev_step(starts_b[-1])
+        if r is None:
+            break
+        starts_b.append(r[0])
+    starts_l, last_end = _forward(m, starts_b[::-1], m.match(b0)[0])
+    best = (starts_l, last_end)
+    # after a broken step, resume at the next exact step; keep the longest contiguous run
+    exact_arr = np.flatnonzero(h_size == h_size[b0])
+    e = last_end
+    while True:
+        k = int(np.searchsorted(exact_arr, e))
+        if k >= len(exact_arr):
+            break
+        s0 = int(exact_arr[k])
+        cur = _forward(m, [s0], s0 + p)
+        if len(cur[0]) > len(best[0]):
+            best = cur
+        e = max(cur[1], s0 + 1)
+    starts_l, last_end = best
+    count = len(starts_l)
+    if count < min_steps:
+        return _none(pid, seq_range, f"period {p} repeats only {count} times (< {min_steps})", score)
+
+    st = np.array(starts_l, dtype=np.int64)
+    extras = np.append(np.diff(st) - p, last_end - st[-1] - p).astype(np.int64)
+    en = np.append(st[1:], last_end)
+    bseq = np.empty(count + 1, np.int64)
+    bt = np.empty(count + 1, np.int64)
+    bseq[:count] = sig.seq[st]
+    bt[:count] = sig.t[st]
+    if last_end < n:                       # the next (irregular) allocation ends the run
+        bseq[count] = sig.seq[last_end]
+        bt[count] = sig.t[last_end]
+    else:                                  # end of the last step: its own blocks' last free
+        lo = int(st[-1])
+        end_seq = int(sig.step_end_seq[lo:].max())
+        bseq[count] = min(end_seq, seq_range[1])
+        bt[count] = _t_at_seq(trace, pid, bseq[count] - 1, blocks)
+    exact = (extras == 0) & tok_exact[np.minimum(st, len(tok_exact) - 1)]
+    return Iterations("auto", pid, p, count, int(bseq[0]), float(exact.mean()), bseq, bt,
+                      exact, extras, score, seq_range)
+
+
+def _forward(m: "_Matcher", starts: list[int], end: int) -> tuple[list[int], int]:
+    """extend a run of steps forwards; returns (step starts, end of the last step's match)."""
+    starts = list(starts)
+    while True:
+        r = m.next_step(end)
+        if r is None:
+            return starts, end
+        starts.append(r[0])
+        end = r[1]
+
+
+def _t_at_seq(trace: Trace, pid: int, seq: int, blocks: pd.DataFrame) -> int:
+    """time of the last alloc/free event of ``blocks`` at or before ``seq``."""
+    ta = blocks.loc[blocks["seq_alloc"] <= seq, "t_alloc"]
+    f = blocks[blocks["freed"] & (blocks["seq_free"] <= seq)]["t_free"]
+    vals = [int(x.max()) for x in (ta, f) if len(x)]
+    return max(vals) if vals else 0
+
+
+def require_loop(it: Iterations) -> Iterations:
+    """Raise a user-facing error when no loop was found (for commands that need one)."""
+    if it.count == 0:
+        raise PyinterposeError(f"no training loop found in process {it.pid}: {it.reason}")
+    return it
