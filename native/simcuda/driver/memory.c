@@ -1,0 +1,484 @@
+/* memory.c — simcuda driver: allocation table, allocations, pools, UVM hints,
+ * copies and memsets.  Device memory is host memory (256-byte aligned). */
+#include <stdlib.h>
+#include <string.h>
+#include "../sim_driver.h"
+
+/* ---- the allocation table: address -> entry (chained hash, grows) ---- */
+struct entry {
+    uint64_t addr;
+    size_t size;
+    enum sim_kind kind;
+    int device;
+    CUmemoryPool pool;
+    struct entry *next;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct entry **g_buckets;
+static size_t g_nbuckets, g_count;
+static size_t g_used[SIM_MAX_DEVICES];
+static struct CUmemPoolHandle_st g_default_pools[SIM_MAX_DEVICES];
+static CUmemoryPool g_current_pools[SIM_MAX_DEVICES];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
+static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
+static void atfork_child(void) { pthread_mutex_init(&g_lock, NULL); }
+
+static void table_init(void)
+{
+    for (int i = 0; i < SIM_MAX_DEVICES; i++) {
+        g_default_pools[i] = (struct CUmemPoolHandle_st){MAGIC_POOL, i, 1};
+        g_current_pools[i] = &g_default_pools[i];
+    }
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+static void lock(void) { pthread_once(&g_once, table_init); pthread_mutex_lock(&g_lock); }
+static void unlock(void) { pthread_mutex_unlock(&g_lock); }
+
+static size_t hash(uint64_t a, size_t n) { return (size_t)((a >> 8) * 0x9E3779B97F4A7C15ull >> 20) & (n - 1); }
+
+static int table_grow(void)
+{
+    size_t n = g_nbuckets ? g_nbuckets * 2 : 1024;
+    struct entry **b = calloc(n, sizeof *b);
+    if (!b) return -1;
+    for (size_t i = 0; i < g_nbuckets; i++) {
+        for (struct entry *e = g_buckets[i], *nx; e; e = nx) {
+            nx = e->next;
+            size_t h = hash(e->addr, n);
+            e->next = b[h];
+            b[h] = e;
+        }
+    }
+    free(g_buckets);
+    g_buckets = b;
+    g_nbuckets = n;
+    return 0;
+}
+
+/* caller holds the lock */
+static int table_insert(struct entry *e)
+{
+    if (g_count + 1 > g_nbuckets * 2 && table_grow()) return -1;
+    size_t h = hash(e->addr, g_nbuckets);
+    e->next = g_buckets[h];
+    g_buckets[h] = e;
+    g_count++;
+    return 0;
+}
+
+/* caller holds the lock; unlinks and returns the entry whose base is addr */
+static struct entry *table_take(uint64_t addr, int host)
+{
+    if (!g_nbuckets) return NULL;
+    struct entry **pp = &g_buckets[hash(addr, g_nbuckets)];
+    for (; *pp; pp = &(*pp)->next) {
+        struct entry *e = *pp;
+        if (e->addr == addr) {
+            if ((e->kind == SK_HOST) != (host != 0)) return NULL;
+            *pp = e->next;
+            g_count--;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* caller holds the lock; the managed allocation containing [p, p+n) */
+static struct entry *find_managed(uint64_t p, size_t n)
+{
+    for (size_t i = 0; i < g_nbuckets; i++)
+        for (struct entry *e = g_buckets[i]; e; e = e->next)
+            if (e->kind == SK_MANAGED && p >= e->addr && p + n <= e->addr + e->size && p + n >= p)
+                return e;
+    return NULL;
+}
+
+static int counts_against_capacity(enum sim_kind k) { return k == SK_DEVICE || k == SK_PITCH || k == SK_ASYNC; }
+
+HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind, int device,
+                              CUmemoryPool pool)
+{
+    if (!out || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    struct entry *e = malloc(sizeof *e);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    int charge = counts_against_capacity(kind);
+    lock();
+    if (charge && (size > sim_capacity() || g_used[device] > sim_capacity() - size)) {
+        unlock();
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (charge) g_used[device] += size;
+    unlock();
+    void *p = NULL;
+    if (posix_memalign(&p, SIM_ALIGN, size) != 0) p = NULL;
+    lock();
+    if (!p || (*e = (struct entry){(uint64_t)(uintptr_t)p, size, kind, device, pool, NULL},
+               table_insert(e))) {
+        if (charge) g_used[device] -= size;
+        unlock();
+        free(p);
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    unlock();
+    *out = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (p == 0) return host ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; /* cuMemFree(0) is a no-op */
+    lock();
+    struct entry *e = table_take(p, host);
+    if (e && counts_against_capacity(e->kind)) g_used[e->device] -= e->size;
+    unlock();
+    if (!e) return CUDA_ERROR_INVALID_VALUE;
+    free((void *)(uintptr_t)e->addr);
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+HIDDEN CUresult sim_mem_used(int device, size_t *used)
+{
+    lock();
+    *used = g_used[device];
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+HIDDEN CUmemoryPool sim_default_pool(int device)
+{
+    pthread_once(&g_once, table_init);
+    return &g_default_pools[device];
+}
+
+/* ---------------- allocation API ---------------- */
+
+static CUresult alloc_current(CUdeviceptr *dptr, size_t n, enum sim_kind kind, CUmemoryPool pool)
+{
+    int dev;
+    CUresult r = sim_current_device(&dev);
+    if (r) return r;
+    return sim_mem_alloc(dptr, n, kind, dev, pool);
+}
+
+SIM_API(CUresult, cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytesize))
+{
+    return alloc_current(dptr, bytesize, SK_DEVICE, NULL);
+}
+
+SIM_API(CUresult, cuMemFree_v2, (CUdeviceptr dptr)) { return sim_mem_free(dptr, 0); }
+
+SIM_API(CUresult, cuMemAllocPitch_v2, (CUdeviceptr *dptr, size_t *pPitch, size_t width, size_t height,
+                                      unsigned int elementSizeBytes))
+{
+    if (!dptr || !pPitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (elementSizeBytes != 4 && elementSizeBytes != 8 && elementSizeBytes != 16) return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (width + 511) & ~(size_t)511;
+    if (height > (size_t)-1 / pitch) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = alloc_current(dptr, pitch * height, SK_PITCH, NULL);
+    if (r == CUDA_SUCCESS) *pPitch = pitch;
+    return r;
+}
+
+SIM_API(CUresult, cuMemAllocManaged, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags))
+{
+    if (flags != 1 && flags != 2) return CUDA_ERROR_INVALID_VALUE; /* ATTACH_GLOBAL / ATTACH_HOST */
+    return alloc_current(dptr, bytesize, SK_MANAGED, NULL);
+}
+
+SIM_API(CUresult, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int flags))
+{
+    if (!pp) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p = 0;
+    CUresult r = alloc_current(&p, bytesize, SK_HOST, NULL);
+    if (r == CUDA_SUCCESS) *pp = (void *)(uintptr_t)p;
+    return r;
+}
+
+SIM_API(CUresult, cuMemAllocHost_v2, (void **pp, size_t bytesize))
+{
+    return sim_cuMemHostAlloc(pp, bytesize, 0);
+}
+
+SIM_API(CUresult, cuMemFreeHost, (void *p)) { return sim_mem_free((CUdeviceptr)(uintptr_t)p, 1); }
+
+SIM_API(CUresult, cuMemGetInfo_v2, (size_t *freeb, size_t *total))
+{
+    if (!freeb || !total) return CUDA_ERROR_INVALID_VALUE;
+    int dev;
+    CUresult r = sim_current_device(&dev);
+    if (r) return r;
+    size_t used;
+    sim_mem_used(dev, &used);
+    *total = sim_capacity();
+    *freeb = *total - used;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------- stream-ordered allocation and pools ---------------- */
+
+static int valid_pool(CUmemoryPool p) { return p && p->magic == MAGIC_POOL; }
+
+SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s))
+{
+    int dev;
+    CUresult r = sim_current_device(&dev);
+    if (r) return r;
+    if ((r = sim_check_stream(s))) return r;
+    lock();
+    CUmemoryPool pool = g_current_pools[dev];
+    unlock();
+    return sim_mem_alloc(dptr, bytesize, SK_ASYNC, dev, pool);
+}
+SIM_VARIANT(CUresult, cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), (dptr, bytesize, s));
+
+SIM_API(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s))
+{
+    int dev;
+    CUresult r = sim_current_device(&dev);
+    if (r) return r;
+    if ((r = sim_check_stream(s))) return r;
+    if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    return sim_mem_alloc(dptr, bytesize, SK_ASYNC, pool->device, pool);
+}
+SIM_VARIANT(CUresult, cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s), (dptr, bytesize, pool, s));
+
+SIM_API(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s))
+{
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    if (dptr == 0) return sim_initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return sim_mem_free(dptr, 0);
+}
+SIM_VARIANT(CUresult, cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s));
+
+SIM_API(CUresult, cuMemPoolCreate, (CUmemoryPool *pool, const CUmemPoolProps *props))
+{
+    if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+        props->location.id >= sim_ndevices())
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (struct CUmemPoolHandle_st){MAGIC_POOL, props->location.id, 0};
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuMemPoolDestroy, (CUmemoryPool pool))
+{
+    if (!valid_pool(pool) || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+        if (g_current_pools[i] == pool) g_current_pools[i] = &g_default_pools[i];
+    pool->magic = MAGIC_DEAD; /* kept allocated: live allocations may still name it */
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuDeviceGetDefaultMemPool, (CUmemoryPool *pool, CUdevice dev))
+{
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= sim_ndevices()) return SIM_ERROR_INVALID_DEVICE;
+    *pool = sim_default_pool(dev);
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuDeviceGetMemPool, (CUmemoryPool *pool, CUdevice dev))
+{
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= sim_ndevices()) return SIM_ERROR_INVALID_DEVICE;
+    lock();
+    *pool = g_current_pools[dev];
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuDeviceSetMemPool, (CUdevice dev, CUmemoryPool pool))
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (dev < 0 || dev >= sim_ndevices()) return SIM_ERROR_INVALID_DEVICE;
+    if (!valid_pool(pool) || pool->device != dev) return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    g_current_pools[dev] = pool;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuMemPoolTrimTo, (CUmemoryPool pool, size_t minBytesToKeep))
+{
+    return valid_pool(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---------------- UVM hints ---------------- */
+
+static CUresult check_managed(CUdeviceptr p, size_t n)
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (p == 0 || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    lock();
+    struct entry *e = find_managed(p, n);
+    unlock();
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult check_location(CUmemLocation loc)
+{
+    switch (loc.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        return loc.id >= 0 && loc.id < sim_ndevices() ? CUDA_SUCCESS : SIM_ERROR_INVALID_DEVICE;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+static CUresult check_device_or_cpu(CUdevice d)
+{
+    return d == -1 /* CU_DEVICE_CPU */ || (d >= 0 && d < sim_ndevices()) ? CUDA_SUCCESS
+                                                                         : SIM_ERROR_INVALID_DEVICE;
+}
+
+static CUresult check_advice(int advice) { return advice >= 1 && advice <= 6 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+/* CUDA < 12.2 ABI: CUdevice */
+SIM_API(CUresult, cuMemAdvise, (CUdeviceptr p, size_t n, int advice, CUdevice device))
+{
+    CUresult r = check_managed(p, n);
+    if (!r) r = check_advice(advice);
+    if (!r) r = check_device_or_cpu(device);
+    return r;
+}
+
+/* CUDA >= 12.2 ABI: CUmemLocation */
+SIM_API(CUresult, cuMemAdvise_v2, (CUdeviceptr p, size_t n, int advice, CUmemLocation location))
+{
+    CUresult r = check_managed(p, n);
+    if (!r) r = check_advice(advice);
+    if (!r) r = check_location(location);
+    return r;
+}
+
+SIM_API(CUresult, cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice dstDevice, CUstream s))
+{
+    CUresult r = check_managed(p, n);
+    if (!r) r = check_device_or_cpu(dstDevice);
+    if (!r) r = sim_check_stream(s);
+    return r;
+}
+SIM_VARIANT(CUresult, cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice dstDevice, CUstream s), (p, n, dstDevice, s));
+
+SIM_API(CUresult, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags,
+                                         CUstream s))
+{
+    CUresult r = check_managed(p, n);
+    if (!r) r = check_location(location);
+    if (!r) r = sim_check_stream(s);
+    return r;
+}
+SIM_VARIANT(CUresult, cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream s), (p, n, location, flags, s));
+
+/* ---------------- copies and memsets (synchronous) ---------------- */
+
+static CUresult copy(void *dst, const void *src, size_t n, CUstream s)
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    if (n == 0) return CUDA_SUCCESS;
+    if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
+    memmove(dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+#define P(x) ((void *)(uintptr_t)(x))
+
+SIM_API(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n)) { return copy(P(dst), P(src), n, NULL); }
+SIM_VARIANT(CUresult, cuMemcpy_ptds, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n));
+
+SIM_API(CUresult, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))
+{
+    return copy(P(dst), P(src), n, s);
+}
+SIM_VARIANT(CUresult, cuMemcpyAsync_ptsz, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s));
+
+SIM_API(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t n)) { return copy(P(dst), src, n, NULL); }
+SIM_VARIANT(CUresult, cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t n), (dst, src, n));
+
+SIM_API(CUresult, cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t n)) { return copy(dst, P(src), n, NULL); }
+SIM_VARIANT(CUresult, cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t n), (dst, src, n));
+
+SIM_API(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n)) { return copy(P(dst), P(src), n, NULL); }
+SIM_VARIANT(CUresult, cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n));
+
+SIM_API(CUresult, cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t n, CUstream s))
+{
+    return copy(P(dst), src, n, s);
+}
+SIM_VARIANT(CUresult, cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t n, CUstream s), (dst, src, n, s));
+
+SIM_API(CUresult, cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t n, CUstream s))
+{
+    return copy(dst, P(src), n, s);
+}
+SIM_VARIANT(CUresult, cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s));
+
+SIM_API(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))
+{
+    return copy(P(dst), P(src), n, s);
+}
+SIM_VARIANT(CUresult, cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s));
+
+static CUresult set8(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    if (n == 0) return CUDA_SUCCESS;
+    if (!dst) return CUDA_ERROR_INVALID_VALUE;
+    memset(P(dst), v, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult set32(CUdeviceptr dst, unsigned int v, size_t n, CUstream s)
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    if (n == 0) return CUDA_SUCCESS;
+    if (!dst || (dst & 3)) return CUDA_ERROR_INVALID_VALUE;
+    uint32_t *p = P(dst);
+    for (size_t i = 0; i < n; i++) p[i] = v;
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuMemsetD8_v2, (CUdeviceptr dst, unsigned char uc, size_t n)) { return set8(dst, uc, n, NULL); }
+SIM_VARIANT(CUresult, cuMemsetD8_v2_ptds, cuMemsetD8_v2, (CUdeviceptr dst, unsigned char uc, size_t n), (dst, uc, n));
+
+SIM_API(CUresult, cuMemsetD32_v2, (CUdeviceptr dst, unsigned int ui, size_t n)) { return set32(dst, ui, n, NULL); }
+SIM_VARIANT(CUresult, cuMemsetD32_v2_ptds, cuMemsetD32_v2, (CUdeviceptr dst, unsigned int ui, size_t n), (dst, ui, n));
+
+SIM_API(CUresult, cuMemsetD8Async, (CUdeviceptr dst, unsigned char uc, size_t n, CUstream s))
+{
+    return set8(dst, uc, n, s);
+}
+SIM_VARIANT(CUresult, cuMemsetD8Async_ptsz, cuMemsetD8Async, (CUdeviceptr dst, unsigned char uc, size_t n, CUstream s), (dst, uc, n, s));
+
+SIM_API(CUresult, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s))
+{
+    return set32(dst, ui, n, s);
+}
+SIM_VARIANT(CUresult, cuMemsetD32Async_ptsz, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s), (dst, ui, n, s));

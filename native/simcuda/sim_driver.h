@@ -1,0 +1,93 @@
+/*
+ * sim_driver.h — private to libcuda.so.1 (simcuda driver).
+ *
+ * Every exported driver function is defined once as a hidden `sim_<name>` and
+ * exported as an alias `<name>` (SIM_API).  Internal callers and the
+ * cuGetProcAddress table only ever use the hidden names, so a preloaded
+ * library that interposes `<name>` never sees simcuda calling itself and
+ * cuGetProcAddress always hands out simcuda's own code.
+ */
+#ifndef SIM_DRIVER_H
+#define SIM_DRIVER_H
+#include <pthread.h>
+#include <stdint.h>
+#include "pi_cuda.h"
+#include "simcuda.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+#define SIM_API(ret, name, params)                                                    \
+    ret name params __attribute__((alias("sim_" #name), visibility("default")));     \
+    HIDDEN ret sim_##name params
+/* a distinct exported function (own address) that runs `target`: the _ptsz /
+ * _ptds per-thread-default-stream entry points */
+#define SIM_VARIANT(ret, name, target, params, args)                                  \
+    ret name params __attribute__((alias("sim_" #name), visibility("default")));     \
+    HIDDEN ret sim_##name params { return sim_##target args; }                         \
+    HIDDEN ret sim_##name params
+/* another exported name for an existing sim_ function (same signature, same address) */
+#define SIM_ALIAS(ret, name, target, params) \
+    ret name params __attribute__((alias("sim_" #target), visibility("default")))
+
+/* CUDA constants not (yet) in pi_cuda.h; values from cuda.h (CUDA 13) */
+#define SIM_ERROR_DEINITIALIZED 4
+#define SIM_ERROR_INVALID_DEVICE 101
+#define SIM_ERROR_ALREADY_MAPPED 208
+#define SIM_ERROR_NOT_MAPPED 211
+#define SIM_ERROR_NOT_READY 600
+#define SIM_ERROR_UNKNOWN 999
+#define SIM_STREAM_LEGACY ((CUstream)0x1)
+#define SIM_STREAM_PER_THREAD ((CUstream)0x2)
+#define SIM_DRIVER_VERSION 13000
+
+typedef struct { char bytes[16]; } sim_CUuuid;           /* CUuuid */
+typedef struct { cuuint64_t opaque[16]; } sim_CUtensorMap; /* CUtensorMap, 128 bytes */
+
+#define SIM_MAX_DEVICES 16
+#define SIM_GRANULARITY (2u << 20)
+#define SIM_ALIGN 256
+
+/* object magics: handles are checked before use */
+#define MAGIC_CTX 0x43545853u
+#define MAGIC_STREAM 0x5354524du
+#define MAGIC_EVENT 0x4556454eu
+#define MAGIC_FUNC 0x46554e43u
+#define MAGIC_POOL 0x504f4f4cu
+#define MAGIC_GRAPH 0x47524150u
+#define MAGIC_GEXEC 0x47455845u
+#define MAGIC_VMM 0x564d4d48u
+#define MAGIC_DEAD 0xdeadbeefu
+
+struct CUctx_st { uint32_t magic; int device; int refcount; };
+struct CUstream_st { uint32_t magic; int device; };
+struct CUevent_st { uint32_t magic; int recorded; uint64_t t_ns; };
+struct CUmemPoolHandle_st { uint32_t magic; int device; int is_default; };
+struct CUgraph_st { uint32_t magic; };
+struct CUgraphExec_st { uint32_t magic; };
+struct CUfunc_st {
+    uint32_t magic;
+    char *name;
+    simcu_kernel_fn fn;
+    unsigned nparams;
+    size_t *offsets;
+    size_t *sizes;
+    size_t argsize; /* max(offset + size) */
+};
+
+/* ---- core.c ---- */
+HIDDEN int sim_ndevices(void);
+HIDDEN size_t sim_capacity(void);
+HIDDEN int sim_initialized(void);
+/* CUDA_SUCCESS and *dev = the current context's device, or an error */
+HIDDEN CUresult sim_current_device(int *dev);
+HIDDEN CUresult sim_check_stream(CUstream s);
+HIDDEN uint64_t sim_now_ns(void);
+
+/* ---- memory.c ---- */
+enum sim_kind { SK_DEVICE = 1, SK_PITCH, SK_ASYNC, SK_MANAGED, SK_HOST };
+HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind, int device,
+                              CUmemoryPool pool);
+HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host);
+HIDDEN CUresult sim_mem_used(int device, size_t *used);
+HIDDEN CUmemoryPool sim_default_pool(int device);
+
+#endif
