@@ -1,0 +1,603 @@
+"""Host-swap evaluation (paper 2, part 2: SINGA's SwapGPU; paper 1's outliers).
+
+Question answered: if some blocks were copied to host memory between two of their
+accesses and copied back before the next one, how far would the peak of live
+device bytes drop, and at what cost in stalls?
+
+Pipeline (pure functions over tables):
+
+1. **Candidates** — :func:`prepare`: the access->access intervals
+   (``access_intervals`` kind ``between``) of the process's device blocks of at
+   least ``min_size`` bytes (default 1 MiB, SINGA's ``smallest_block``), each
+   labelled with its iteration; those that straddle the peak come first in
+   every ordering.
+2. **Scores** — :func:`order`: ``doa`` (duration of absence = ATI minus both
+   transfer times; SINGA subtracted the swap-out time twice), ``aoa`` (DOA x
+   size when DOA >= 0, else DOA / size), ``wdoa`` (time-integral of the overload
+   ``max(0, live - budget)`` over the absence window, divided by the peak
+   overload ``peak - budget``: seconds of absence weighted by how far memory
+   stands above the budget; SINGA's version was dead code), ``vote`` (sum of the
+   three ranks, lowest first), ``size`` (largest first), ``outlier`` (paper 1:
+   ATI x size, largest first).
+3. **Schedulers** — :func:`schedule`: one PCIe channel per direction, transfers
+   in one direction serialised, each costing ``latency + size / bandwidth``; the
+   timeline is the trace's own (ns).  ``no-overhead`` takes a swap only when both
+   transfers hide inside the interval (swap-out after the previous access,
+   swap-in done by the next); ``budget`` keeps the peak <= budget and counts
+   stalls: the program is assumed to pause (a) at the first over-budget moment
+   until the swap-out has finished, (b) at the next access until the swap-in has
+   finished.  Both are greedy in score order and then drop swaps that turn out
+   unnecessary for the peak reached.
+4. **Validation** — :func:`validate_schedule` checks every schedule.
+
+The greedy decisions use the live-bytes step function on the trace's alloc/free
+times (a swap lowers a step only if its away window covers the whole step; this
+never under-states the peak); the reported ``peak_after`` is then recomputed
+exactly with the swap windows as extra free/alloc events.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..errors import PyinterposeError
+from .bandwidth import Bandwidth, resolve_bandwidth
+
+STRATEGIES = ("doa", "aoa", "wdoa", "vote", "size", "outlier")
+MODES = ("no-overhead", "budget")
+MIN_SIZE = 1 << 20
+SWAP_INTERVAL_KIND = "between"   # access -> access intervals of access_intervals()
+
+SCHEDULE_COLUMNS = ["block_id", "size", "iteration", "prev_access", "out_start", "out_end", "free_t",
+                    "realloc_t", "in_start", "in_end", "next_access", "stall"]
+
+
+# ---- the problem: live-bytes step function + candidate intervals ------------------------
+
+@dataclass
+class SwapProblem:
+    """Everything the schedulers need.  Times in ns (float64 where fractional)."""
+
+    bandwidth: Bandwidth
+    steps_t: np.ndarray        # int64, step k = [steps_t[k], steps_t[k+1]); len = n_steps + 1
+    live: np.ndarray           # int64 live device bytes on each step (len n_steps)
+    events_t: np.ndarray       # int64 alloc/free times of the blocks (exact peak)
+    events_d: np.ndarray       # int64 +size / -size
+    candidates: pd.DataFrame   # one row per candidate interval, see prepare()
+    peak_before: int
+    floor: int                 # lowest peak if every candidate were away for its whole interval
+    span_ns: int               # length of the analysed run
+    pid: int | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def default_budget(self) -> int:
+        """Half-way between the swap floor and the peak (used when no budget is given)."""
+        return int(self.floor + (self.peak_before - self.floor) // 2)
+
+
+def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
+    """Index range [lo, hi) of the steps lying entirely inside [a, b) (vectorised)."""
+    n = len(steps_t) - 1
+    lo = np.searchsorted(steps_t, a, side="left")
+    hi = np.searchsorted(steps_t, b, side="right") - 1
+    lo = np.minimum(lo, n)
+    hi = np.clip(hi, lo, n)
+    return lo.astype(np.int64), hi.astype(np.int64)
+
+
+def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(steps_t, live, events_t, events_d) of the blocks' live device bytes."""
+    freed = blocks[blocks["freed"]]
+    t = np.concatenate([freed["t_free"].to_numpy(np.int64), blocks["t_alloc"].to_numpy(np.int64)])
+    d = np.concatenate([-freed["size"].to_numpy(np.int64), blocks["size"].to_numpy(np.int64)])
+    order = np.lexsort((d, t))
+    t, d = t[order], d[order]
+    if len(t) == 0:
+        return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), t, d
+    cum = np.cumsum(d)
+    last = np.ones(len(t), dtype=bool)
+    last[:-1] = t[1:] != t[:-1]          # value after the last event at each instant
+    ut, live = t[last], cum[last]
+    steps_t = np.append(ut, max(int(t_end), int(ut[-1])))
+    return steps_t, live, t, d
+
+
+def _exact_peak(events_t, events_d, sched: pd.DataFrame | None = None) -> int:
+    """Peak of live bytes with the swap windows [free_t, realloc_t) taken out (frees first at ties)."""
+    t = events_t.astype(np.float64)
+    d = events_d
+    if sched is not None and len(sched):
+        size = sched["size"].to_numpy(np.int64)
+        t = np.concatenate([t, sched["free_t"].to_numpy(np.float64), sched["realloc_t"].to_numpy(np.float64)])
+        d = np.concatenate([d, -size, size])
+    if len(t) == 0:
+        return 0
+    order = np.lexsort((d, t))
+    return int(max(0, np.cumsum(d[order]).max()))
+
+
+def _iteration_labels(trace, pid, start_t: np.ndarray) -> tuple[np.ndarray, str]:
+    try:
+        from .iterations import find_iterations
+        it = find_iterations(trace, pid=pid)
+    except (ImportError, PyinterposeError) as e:
+        return np.full(len(start_t), -1, np.int64), f"iterations not available ({e})"
+    b = np.asarray(getattr(it, "boundaries_t", np.zeros(0)), dtype=np.int64)
+    if getattr(it, "count", 0) < 1 or len(b) < 2:
+        return np.full(len(start_t), -1, np.int64), "no regular iterations found"
+    lab = np.searchsorted(b, start_t, side="right") - 1
+    lab[(lab < 0) | (lab >= len(b) - 1)] = -1
+    return lab.astype(np.int64), f"{it.count} iterations ({it.source})"
+
+
+def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Bandwidth,
+                   min_size: int = MIN_SIZE, t_end: int | None = None,
+                   iteration: np.ndarray | None = None) -> SwapProblem:
+    """Build a :class:`SwapProblem` from a block table and an interval table.
+
+    ``blocks``: the process's blocks (Trace.blocks columns; only ``counts_device``
+    rows count).  ``intervals``: access_intervals() rows (block_id, size, start_t,
+    end_t, kind); only kind ``between`` of device blocks with size >= min_size and
+    a positive ATI become candidates.  ``iteration``: optional label per interval row."""
+    if min_size < 0:
+        raise PyinterposeError(f"--min-size must be >= 0 (got {min_size})")
+    if "counts_device" in blocks:
+        blocks = blocks[blocks["counts_device"]]
+    ends = [int(t_end)] if t_end is not None else []
+    if len(blocks):
+        ends += [int(blocks["t_alloc"].max()), int(blocks["t_free"].max())]
+    if len(intervals):
+        ends.append(int(intervals["end_t"].max()))
+    t_stop = max(ends) if ends else 0
+    steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
+
+    iv = intervals
+    keep = np.ones(len(iv), dtype=bool)
+    if "kind" in iv:
+        keep &= (iv["kind"].astype(str) == SWAP_INTERVAL_KIND).to_numpy()
+    keep &= (iv["size"].to_numpy(np.int64) >= max(1, min_size))
+    keep &= (iv["end_t"].to_numpy(np.int64) > iv["start_t"].to_numpy(np.int64))
+    keep &= iv["block_id"].isin(blocks["block_id"]).to_numpy()
+    lab = np.full(len(iv), -1, np.int64) if iteration is None else np.asarray(iteration, np.int64)
+    c = pd.DataFrame({
+        "block_id": iv["block_id"].to_numpy(np.int64)[keep],
+        "size": iv["size"].to_numpy(np.int64)[keep],
+        "start_t": iv["start_t"].to_numpy(np.int64)[keep],
+        "end_t": iv["end_t"].to_numpy(np.int64)[keep],
+        "iteration": lab[keep],
+    })
+    c["ati_ns"] = c["end_t"] - c["start_t"]
+    size = c["size"].to_numpy(np.float64)
+    c["t_out_ns"] = bandwidth.d2h_seconds(size) * 1e9
+    c["t_in_ns"] = bandwidth.h2d_seconds(size) * 1e9
+    c["doa_ns"] = c["ati_ns"] - c["t_out_ns"] - c["t_in_ns"]
+
+    peak = int(live.max()) if len(live) else 0
+    lo, hi = _steps_inside(steps_t, c["start_t"].to_numpy(), c["end_t"].to_numpy())
+    is_peak = np.concatenate([[0], np.cumsum(live == peak)]) if len(live) else np.zeros(1, np.int64)
+    c["straddles_peak"] = (is_peak[hi] - is_peak[lo]) > 0
+    cover = np.zeros(len(live) + 1, np.int64)
+    np.add.at(cover, lo, c["size"].to_numpy(np.int64))
+    np.add.at(cover, hi, -c["size"].to_numpy(np.int64))
+    floor = int(max(0, (live - np.cumsum(cover)[:-1]).max())) if len(live) else 0
+    span = int(steps_t[-1] - steps_t[0]) if len(steps_t) else 0
+    return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, events_d=ev_d,
+                       candidates=c.reset_index(drop=True), peak_before=peak, floor=floor, span_ns=span)
+
+
+def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
+    """:func:`prepare_tables` for one process of a trace (default: the main process)."""
+    from .access import access_intervals
+
+    pid = trace.main_pid if pid is None else int(pid)
+    if pid is None:
+        raise PyinterposeError("the trace has no allocations: nothing to swap")
+    blocks = trace.blocks[trace.blocks["pid"] == pid]
+    if len(blocks) == 0:
+        raise PyinterposeError(f"process {pid} has no allocations in this trace")
+    iv = access_intervals(trace, pid=pid)
+    iv = iv[(iv["kind"].astype(str) == SWAP_INTERVAL_KIND).to_numpy()]
+    lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
+    p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=trace.end_ns, iteration=lab)
+    p.pid = pid
+    p.notes.append(note)
+    if len(trace.accesses) == 0:
+        p.notes.append("the trace has no access events (captured with --no-access?): no candidates")
+    return p
+
+
+# ---- scores ----------------------------------------------------------------------------
+
+def wdoa(problem: SwapProblem, budget: int) -> np.ndarray:
+    """WDOA (ns) per candidate: integral over the absence window [start + t_out, end - t_in]
+    of max(0, live - budget), divided by (peak - budget).  Candidates with DOA < 0 get
+    their (negative) DOA; when budget >= peak every value is 0."""
+    c = problem.candidates
+    doa = c["doa_ns"].to_numpy(np.float64)
+    over_peak = problem.peak_before - budget
+    if over_peak <= 0 or len(c) == 0:
+        return np.where(doa < 0, doa, 0.0)
+    st = problem.steps_t.astype(np.float64)
+    g = np.maximum(problem.live - budget, 0).astype(np.float64)          # overload per step
+    cum = np.concatenate([[0.0], np.cumsum(g * np.diff(st))])           # integral up to st[k]
+
+    def integral(x):
+        k = np.clip(np.searchsorted(st, x, side="right") - 1, 0, len(g) - 1)
+        val = cum[k] + g[k] * (np.minimum(x, st[-1]) - st[k])
+        return np.where(x < st[0], 0.0, np.where(x >= st[-1], cum[-1], val))
+
+    a = c["start_t"].to_numpy(np.float64) + c["t_out_ns"].to_numpy(np.float64)
+    b = c["end_t"].to_numpy(np.float64) - c["t_in_ns"].to_numpy(np.float64)
+    w = (integral(b) - integral(np.minimum(a, b))) / over_peak
+    return np.where(doa < 0, doa, w)
+
+
+def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
+    """Score per candidate (higher = swap first)."""
+    c = problem.candidates
+    doa = c["doa_ns"].to_numpy(np.float64)
+    size = c["size"].to_numpy(np.float64)
+    if strategy == "doa":
+        return doa
+    if strategy == "aoa":
+        return np.where(doa >= 0, doa * size, doa / np.maximum(size, 1))
+    if strategy == "wdoa":
+        return wdoa(problem, budget)
+    if strategy == "vote":
+        ranks = [pd.Series(scores(problem, s, budget)).rank(ascending=False, method="min").to_numpy()
+                 for s in ("doa", "aoa", "wdoa")]
+        return -np.sum(ranks, axis=0)
+    if strategy == "size":
+        return size
+    if strategy == "outlier":
+        return c["ati_ns"].to_numpy(np.float64) * size
+    raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+
+
+def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
+    """Candidate indices in swap order: peak-straddling first, then by score, then DOA."""
+    c = problem.candidates
+    s = scores(problem, strategy, budget)
+    keys = (c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy(), -s,
+            ~c["straddles_peak"].to_numpy())
+    return np.lexsort(keys)
+
+
+# ---- schedulers ------------------------------------------------------------------------
+
+class _Channel:
+    """Busy intervals of one transfer direction (sorted, non-overlapping)."""
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def earliest(self, t: float, dur: float) -> float:
+        """Earliest s >= t with [s, s + dur) free."""
+        i = bisect_right(self.ends, t)
+        s = t
+        while i < len(self.starts):
+            if s + dur <= self.starts[i]:
+                return s
+            s = max(s, self.ends[i])
+            i += 1
+        return s
+
+    def latest(self, deadline: float, dur: float, not_before: float) -> float | None:
+        """Latest s with s + dur <= deadline, s >= not_before and [s, s + dur) free; None if none."""
+        s = deadline - dur
+        j = bisect_left(self.starts, deadline) - 1
+        while s >= not_before:
+            if j < 0 or self.ends[j] <= s:
+                return s
+            s = min(s, self.starts[j] - dur)
+            j -= 1
+        return None
+
+    def add(self, s: float, e: float) -> None:
+        i = bisect_left(self.starts, s)
+        self.starts.insert(i, s)
+        self.ends.insert(i, e)
+
+
+class _Curve:
+    """Live bytes per step with range add and a chunked max (numpy per chunk)."""
+
+    def __init__(self, live: np.ndarray, chunk: int = 256):
+        n = len(live)
+        self.n, self.b = n, chunk
+        nc = max(1, -(-n // chunk))
+        self.v = np.full(nc * chunk, np.iinfo(np.int64).min // 4, np.int64)
+        self.v[:n] = live
+        self.cmax = self.v.reshape(nc, chunk).max(axis=1)
+
+    def add(self, lo: int, hi: int, delta: int) -> None:
+        if hi <= lo:
+            return
+        self.v[lo:hi] += delta
+        c0, c1 = lo // self.b, (hi - 1) // self.b + 1
+        self.cmax[c0:c1] = self.v[c0 * self.b:c1 * self.b].reshape(c1 - c0, self.b).max(axis=1)
+
+    def max_all(self) -> int:
+        return int(self.cmax.max()) if self.n else 0
+
+    def max_range(self, lo: int, hi: int) -> int:
+        return int(self.v[lo:hi].max()) if hi > lo else np.iinfo(np.int64).min
+
+    def over(self, lo: int, hi: int, thr: int) -> tuple[int, int] | None:
+        idx = np.flatnonzero(self.v[lo:hi] > thr)
+        return (lo + int(idx[0]), lo + int(idx[-1])) if len(idx) else None
+
+
+@dataclass
+class SwapResult:
+    strategy: str
+    mode: str
+    budget: int | None
+    peak_before: int
+    peak_after: int
+    stall_ns: float
+    span_ns: int
+    schedule: pd.DataFrame
+
+    def as_dict(self) -> dict:
+        s = self.schedule
+        return {
+            "strategy": self.strategy, "mode": self.mode, "budget": self.budget,
+            "peak_before": int(self.peak_before), "peak_after": int(self.peak_after),
+            "reduction": (1 - self.peak_after / self.peak_before) if self.peak_before else 0.0,
+            "stall_seconds": self.stall_ns * 1e-9,
+            "overhead_fraction": self.stall_ns / self.span_ns if self.span_ns else 0.0,
+            "swaps": int(len(s)), "bytes_moved": int(2 * s["size"].sum()) if len(s) else 0,
+            "budget_met": None if self.budget is None else bool(self.peak_after <= self.budget),
+        }
+
+
+def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int | None = None) -> pd.DataFrame:
+    """Greedy schedule in ``idx_order``; returns the schedule table (ns, SCHEDULE_COLUMNS).
+
+    ``no-overhead``: target = budget, or as low as timing allows when None.
+    ``budget``: keep the peak <= budget (required), counting stalls."""
+    if mode not in MODES:
+        raise PyinterposeError(f"unknown swap mode {mode!r} (choose from {', '.join(MODES)})")
+    if mode == "budget" and budget is None:
+        raise PyinterposeError("budget mode needs a budget")
+    target = 0 if budget is None else int(budget)
+    c = problem.candidates
+    st = problem.steps_t
+    curve = _Curve(problem.live)
+    d2h, h2d = _Channel(), _Channel()
+    start = c["start_t"].to_numpy(np.float64)
+    end = c["end_t"].to_numpy(np.float64)
+    size = c["size"].to_numpy(np.int64)
+    t_out = c["t_out_ns"].to_numpy(np.float64)
+    t_in = c["t_in_ns"].to_numpy(np.float64)
+    lo_iv, hi_iv = _steps_inside(st, start, end)
+    rows: list[tuple] = []
+    taken: list[tuple[int, int, int]] = []      # (lo, hi, size) of each accepted swap
+    for i in idx_order:
+        if curve.max_all() <= target:
+            break
+        if curve.max_range(lo_iv[i], hi_iv[i]) <= target:
+            continue                               # away or not, this interval never helps
+        os_ = d2h.earliest(start[i], t_out[i])
+        oe = os_ + t_out[i]
+        if mode == "no-overhead":
+            is_ = h2d.latest(end[i], t_in[i], oe)
+            if is_ is None:
+                continue
+            f, r, stall = oe, is_, 0.0
+        else:
+            k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
+            first_over, last_over_end = float(st[k1]), float(st[k2 + 1])
+            f = min(oe, first_over)
+            stall = oe - f                         # pause at the first over-budget moment
+            need = max(oe, last_over_end)
+            is_ = h2d.latest(end[i], t_in[i], need)
+            if is_ is None:
+                is_ = h2d.earliest(need, t_in[i])
+            r = min(is_, end[i])
+            stall += max(0.0, is_ + t_in[i] - end[i])  # pause at the next access
+        if r <= f:
+            continue
+        lo, hi = _steps_inside(st, np.array([f]), np.array([r]))
+        lo, hi = int(lo[0]), int(hi[0])
+        if curve.max_range(lo, hi) <= target:
+            continue
+        curve.add(lo, hi, -int(size[i]))
+        d2h.add(os_, oe)
+        h2d.add(is_, is_ + t_in[i])
+        taken.append((lo, hi, int(size[i])))
+        rows.append((int(c.at[i, "block_id"]), int(size[i]), int(c.at[i, "iteration"]), start[i], os_, oe,
+                     f, r, is_, is_ + t_in[i], end[i], stall))
+    # drop swaps the reached peak does not need (lowest priority first)
+    limit = max(curve.max_all(), target)
+    keep = [True] * len(rows)
+    for j in range(len(rows) - 1, -1, -1):
+        lo, hi, sz = taken[j]
+        curve.add(lo, hi, sz)
+        if curve.max_all() > limit:
+            curve.add(lo, hi, -sz)
+        else:
+            keep[j] = False
+    rows = [r for r, k in zip(rows, keep) if k]
+    return pd.DataFrame(rows, columns=SCHEDULE_COLUMNS).astype(
+        {"block_id": "int64", "size": "int64", "iteration": "int64"})
+
+
+def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | None = None,
+                      tol_ns: float = 1.0) -> list[str]:
+    """Problems with a schedule (empty list = valid).  Checks: transfers lie inside the
+    block's interval (out after the previous access, in after out), the away window
+    [free_t, realloc_t) is inside the transfers' span, transfer durations match the
+    link model, a block used while away (swap-in late) or freed before its swap-out
+    ended has that stall counted, transfers in one direction never overlap, a block
+    is never away twice at once; in no-overhead also: no stall, swap-in done by the
+    next access, memory freed when the swap-out ends and taken when the swap-in starts."""
+    p: list[str] = []
+    if len(sched) == 0:
+        return p
+    s = sched.reset_index(drop=True)
+
+    def bad(mask, msg):
+        for i in np.flatnonzero(np.asarray(mask)):
+            p.append(f"swap {i} (block {int(s.at[i, 'block_id'])}): {msg}")
+
+    bad(s["out_start"] < s["prev_access"] - tol_ns, "swap-out starts before the previous access")
+    bad(s["out_end"] < s["out_start"], "swap-out ends before it starts")
+    bad(s["in_start"] < s["out_end"] - tol_ns, "swap-in starts before the swap-out ended")
+    bad(s["in_end"] < s["in_start"], "swap-in ends before it starts")
+    bad(s["free_t"] < s["prev_access"] - tol_ns, "memory freed before the previous access")
+    bad(s["free_t"] > s["out_end"] + tol_ns, "memory freed after the swap-out ended")
+    bad(s["realloc_t"] <= s["free_t"], "empty or negative away window")
+    bad(s["realloc_t"] > s["in_start"] + tol_ns, "memory retaken after the swap-in started")
+    bad(s["realloc_t"] > s["next_access"] + tol_ns, "block still away at its next access")
+    late_in = np.maximum(0.0, s["in_end"] - s["next_access"])
+    early_free = np.maximum(0.0, s["out_end"] - s["free_t"])
+    bad(late_in + early_free > s["stall"] + tol_ns, "block used or freed while in transfer, stall not counted")
+    bad(s["stall"] < -tol_ns, "negative stall")
+    if bandwidth is not None:
+        size = s["size"].to_numpy(np.float64)
+        want_out = bandwidth.d2h_seconds(size) * 1e9
+        want_in = bandwidth.h2d_seconds(size) * 1e9
+        bad(np.abs((s["out_end"] - s["out_start"]) - want_out) > tol_ns + 1e-9 * want_out,
+            "swap-out duration differs from latency + size / bandwidth")
+        bad(np.abs((s["in_end"] - s["in_start"]) - want_in) > tol_ns + 1e-9 * want_in,
+            "swap-in duration differs from latency + size / bandwidth")
+    for a, b, name in (("out_start", "out_end", "device-to-host"), ("in_start", "in_end", "host-to-device")):
+        o = s.sort_values([a, b], kind="stable")
+        st, en = o[a].to_numpy(), o[b].to_numpy()
+        for k in np.flatnonzero(st[1:] < en[:-1] - tol_ns):
+            p.append(f"{name} transfers overlap: blocks {int(o['block_id'].iloc[k])} and "
+                     f"{int(o['block_id'].iloc[k + 1])}")
+    o = s.sort_values(["block_id", "free_t"], kind="stable")
+    same = o["block_id"].to_numpy()[1:] == o["block_id"].to_numpy()[:-1]
+    for k in np.flatnonzero(same & (o["free_t"].to_numpy()[1:] < o["realloc_t"].to_numpy()[:-1] - tol_ns)):
+        p.append(f"block {int(o['block_id'].iloc[k])} is swapped out twice at once")
+    if mode == "no-overhead":
+        bad(s["stall"] > tol_ns, "stall in no-overhead mode")
+        bad(s["in_end"] > s["next_access"] + tol_ns, "swap-in ends after the next access")
+        bad(np.abs(s["free_t"] - s["out_end"]) > tol_ns, "no-overhead frees before the swap-out ended")
+        bad(np.abs(s["realloc_t"] - s["in_start"]) > tol_ns, "no-overhead retakes memory early")
+    return p
+
+
+def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
+    """Order by ``strategy``, schedule in ``mode``, validate, measure the exact peak."""
+    score_budget = problem.default_budget if budget is None else int(budget)
+    sched = schedule(problem, order(problem, strategy, score_budget), mode,
+                     budget if mode == "no-overhead" else score_budget)
+    problems = validate_schedule(sched, mode, problem.bandwidth)
+    if problems:
+        raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
+    return SwapResult(strategy=strategy, mode=mode,
+                      budget=score_budget if mode == "budget" else budget,
+                      peak_before=problem.peak_before,
+                      peak_after=_exact_peak(problem.events_t, problem.events_d, sched),
+                      stall_ns=float(sched["stall"].sum()) if len(sched) else 0.0,
+                      span_ns=problem.span_ns, schedule=sched)
+
+
+# ---- entry points ----------------------------------------------------------------------
+
+@dataclass
+class SwapEvaluation:
+    problem: SwapProblem
+    budget: int
+    budget_source: str
+    results: list[SwapResult]
+
+    def as_dict(self) -> dict:
+        p = self.problem
+        c = p.candidates
+        return {
+            "bandwidth": p.bandwidth.as_dict(),
+            "pid": p.pid,
+            "peak_before": int(p.peak_before),
+            "floor": int(p.floor),
+            "budget": int(self.budget),
+            "budget_source": self.budget_source,
+            "candidates": int(len(c)),
+            "candidates_straddling_peak": int(c["straddles_peak"].sum()) if len(c) else 0,
+            "candidates_hideable": int((c["doa_ns"] >= 0).sum()) if len(c) else 0,
+            "notes": list(p.notes),
+            "strategies": [r.as_dict() for r in self.results],
+        }
+
+    def schedule_table(self) -> pd.DataFrame:
+        """All schedules, one row per swap, times in seconds on the trace's clock."""
+        frames = []
+        for r in self.results:
+            s = r.schedule.copy()
+            for col in ("prev_access", "out_start", "out_end", "free_t", "realloc_t", "in_start", "in_end",
+                        "next_access", "stall"):
+                s[col] = s[col] * 1e-9
+            s.insert(0, "mode", r.mode)
+            s.insert(0, "strategy", r.strategy)
+            frames.append(s)
+        cols = ["strategy", "mode", "block_id", "out_start", "out_end", "in_start", "in_end", "next_access",
+                "prev_access", "free_t", "realloc_t", "size", "iteration", "stall"]
+        if not frames:
+            return pd.DataFrame(columns=cols)
+        out = pd.concat(frames, ignore_index=True)
+        return out[cols].rename(columns={"stall": "stall_s"})
+
+
+def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
+    if isinstance(bandwidth, Bandwidth):
+        return bandwidth
+    return resolve_bandwidth(trace, gbps=bandwidth, latency_us=latency_us)
+
+
+def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
+            strategies=None, modes=MODES, min_size: int = MIN_SIZE, pid: int | None = None,
+            latency_us: float | None = None) -> SwapEvaluation:
+    """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
+    :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML)."""
+    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    strategies = list(strategies or STRATEGIES)
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise PyinterposeError(f"unknown swap strategy {s!r} (choose from {', '.join(STRATEGIES)})")
+    if budget is not None and budget < 0:
+        raise PyinterposeError(f"--budget must be >= 0 bytes (got {budget})")
+    problem = prepare(trace, bw, min_size=min_size, pid=pid)
+    if budget is None:
+        b, src = problem.default_budget, "default: half-way between the swap floor and the peak"
+    else:
+        b, src = int(budget), "given"
+    results = [run_strategy(problem, s, m, b if (m == "budget" or budget is not None) else None)
+               for s in strategies for m in modes]
+    return SwapEvaluation(problem, b, src, results)
+
+
+def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
+             strategies=None, min_size: int = MIN_SIZE, pid: int | None = None,
+             latency_us: float | None = None) -> dict:
+    """The ``pyinterpose swap --json`` object for ``trace``."""
+    return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies,
+                   min_size=min_size, pid=pid, latency_us=latency_us).as_dict()
+
+
+def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "vote",
+           budgets=None, n: int = 8, min_size: int = MIN_SIZE, pid: int | None = None,
+           latency_us: float | None = None) -> list[dict]:
+    """Budget sweep (budget mode): peak reached vs stall overhead, one point per budget.
+
+    ``budgets`` default: ``n`` budgets evenly from the swap floor to the peak."""
+    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    problem = prepare(trace, bw, min_size=min_size, pid=pid)
+    if budgets is None:
+        budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
+    out = []
+    for b in budgets:
+        r = run_strategy(problem, strategy, "budget", int(b))
+        d = r.as_dict()
+        out.append({"budget": int(b), "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
+                    "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"],
+                    "strategy": strategy})
+    return out
