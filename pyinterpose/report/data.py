@@ -153,3 +153,10 @@ def size_quantiles(blocks: pd.DataFrame, qs=(0.5, 0.9, 0.99)) -> dict[str, int]:
     out["max"] = int(s.max())
     out["mean"] = int(s.mean())
     return out
+
+
+def peak_of(trace: Trace) -> int:
+    """Peak live device bytes over all devices together (the pools' lower bound for one device)."""
+    from ..trace.model import peak_live_bytes
+
+    return peak_live_bytes(trace.blocks)

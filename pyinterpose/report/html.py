@@ -1,0 +1,448 @@
+"""The self-contained HTML report (``pyinterpose report FILE -o report.html``).
+
+One file: inline CSS, figures as base64 PNG, one small inline script that marks
+the page rendered (``<body data-render="ok">`` once every image decoded; the
+browser test reads it).  No external scripts, fonts, or stylesheets.
+
+:func:`build` gathers everything into a :class:`Report` (sections with either
+figures/tables or a "not available: <reason>" note); :func:`render` turns it
+into HTML; :func:`headlines` gives the same numbers for the terminal/JSON.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html as _html
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .. import __version__
+from ..trace.model import Trace
+from . import analyses, data, plots
+from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    explain: str = ""
+    figures: list[tuple[str, str]] = field(default_factory=list)   # (base64 png, alt text)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (caption, formatted table)
+    facts: list[tuple[str, str]] = field(default_factory=list)      # headline key/values
+    notes: list[str] = field(default_factory=list)                  # "not available: ..." etc.
+
+
+@dataclass
+class Report:
+    title: str
+    facts: list[tuple[str, str]]
+    sections: list[Section]
+    headlines: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers to read the analyses' results without depending on their exact classes
+
+def _get(obj: Any, *names: str, default=None):
+    """First attribute or key among ``names`` present in ``obj``."""
+    for n in names:
+        if isinstance(obj, dict) and n in obj:
+            return obj[n]
+        if not isinstance(obj, dict) and hasattr(obj, n):
+            return getattr(obj, n)
+    return default
+
+
+def _scalars(obj: Any, limit: int = 24) -> list[tuple[str, Any]]:
+    """Scalar fields of a dataclass/dict/object, for a generic facts table."""
+    if obj is None:
+        return []
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif hasattr(obj, "__dataclass_fields__"):
+        items = ((k, getattr(obj, k)) for k in obj.__dataclass_fields__)
+    elif isinstance(obj, pd.Series):
+        items = obj.items()
+    else:
+        items = ((k, v) for k, v in vars(obj).items() if not k.startswith("_")) if hasattr(obj, "__dict__") else []
+    out = []
+    for k, v in items:
+        if isinstance(v, (bool, np.bool_, int, float, str, np.integer, np.floating)) or v is None:
+            out.append((str(k), v))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _fmt_value(key: str, v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    k = key.lower()
+    if isinstance(v, (int, np.integer, float, np.floating)):
+        fv = float(v)
+        if math.isnan(fv):
+            return "-"
+        if "byte" in k or k.endswith("size") or k in ("peak", "bound", "lower_bound", "capacity", "pool", "saved"):
+            return fmt_bytes(fv)
+        if k.endswith("_ns") or "time" in k or "ati" in k or "overhead" in k:
+            return fmt_ns(fv)
+        if "fraction" in k or "share" in k or k.endswith("pct"):
+            return fmt_pct(fv)
+        if "ratio" in k:
+            return fmt_ratio(fv)
+        if isinstance(v, (float, np.floating)):
+            return f"{fv:.4g}"
+        return f"{int(v):,}"
+    return str(v)
+
+
+def _frame(obj: Any) -> pd.DataFrame | None:
+    if isinstance(obj, pd.DataFrame):
+        return obj
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        return pd.DataFrame(obj)
+    return None
+
+
+def _format_frame(df: pd.DataFrame, max_rows: int = 30) -> pd.DataFrame:
+    """Human formatting column by column (bytes/times/ratios by column name)."""
+    df = df.head(max_rows)
+    out = pd.DataFrame(index=df.index)
+    for c in df.columns:
+        col = df[c]
+        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            out[str(c)] = [_fmt_value(str(c), v) for v in col.tolist()]
+        else:
+            out[str(c)] = [("-" if v is None else str(v)) for v in col.tolist()]
+    return out.reset_index(drop=True)
+
+
+def _safe(section: Section, fn: Callable[[], None]) -> None:
+    """Run a section builder; any failure becomes a note in that section only."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - one section must not break the report
+        section.notes.append(f"not available: {type(e).__name__}: {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
+          strategies=None, top: int = 15, progress=None) -> Report:
+    """Run the analyses and assemble every section of the report."""
+    step = (progress.update if progress is not None else (lambda *a, **k: None))
+    heads: dict[str, Any] = {}
+    b = trace.device_blocks
+    reserved_view = str(trace.meta.get("view", "")) == "reserved"
+
+    step(0.05, "iterations")
+    it = analyses.iterations(trace)
+    step(0.15, "lifetimes")
+    cls = analyses.block_classes(trace)
+    classes = cls.value
+    life = analyses.lifetimes_summary(trace)
+
+    # ---- header facts
+    peak = data.peak_of(trace)
+    nv = trace.nvml
+    facts = [
+        ("trace", os.path.basename(trace.path) if trace.path else "(in memory)"),
+        ("command", " ".join(map(str, trace.meta.get("command", []))) or "-"),
+        ("view", str(trace.meta.get("view", "-"))),
+        ("framework", str(trace.meta.get("framework", "-"))),
+        ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", [])) or "-"),
+        ("processes", str(len(trace.pids))),
+        ("duration", fmt_ns(trace.end_ns)),
+        ("device allocations", f"{len(b):,}"),
+        ("accesses", f"{len(trace.accesses):,}"),
+        ("kernel launches", f"{len(trace.launches):,}"),
+        ("peak live bytes" if not reserved_view else "peak reserved (framework allocator)", fmt_bytes(peak)),
+        ("NVML peak used", fmt_bytes(int(nv["used_bytes"].max())) if len(nv) else "not sampled"),
+    ]
+    heads.update(blocks=int(len(b)), peak_live_bytes=int(peak), view=trace.meta.get("view"),
+                 nvml_peak_used_bytes=int(nv["used_bytes"].max()) if len(nv) else None,
+                 duration_ns=int(trace.end_ns))
+
+    sections: list[Section] = []
+
+    # ---- memory over time
+    s = Section("memory", "Memory over time",
+                "Live device bytes after every allocation and free, stacked by block class"
+                " (persistent blocks live across iterations; per-iteration blocks are allocated and freed"
+                " inside one step). The black line is the memory NVML reports as used on the GPU"
+                " (the framework's reserve plus the CUDA context), dashed lines are iteration boundaries."
+                + (" This is a reserved-view trace: the blocks are what the framework's allocator took"
+                   " from CUDA, so the stacked area is its reserve." if reserved_view else ""))
+    if not cls.ok:
+        s.notes.append(f"block classes {cls.note}; showing all blocks as one series")
+    if not it.ok:
+        s.notes.append(f"iteration boundaries {it.note}")
+
+    def _mem():
+        tls = data.memory_timeline(trace, classes=classes)
+        bt = it.value.boundaries_t if it.ok and getattr(it.value, "count", 0) else None
+        rc = data.reserved_curves(trace)
+        if not tls and not rc:
+            s.notes.append("no device allocations in this trace")
+            return
+        s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
+        for tl in tls:
+            s.facts.append((f"GPU {tl.device} peak live", f"{fmt_bytes(tl.peak)} at {fmt_ns(tl.peak_t)}"))
+    _safe(s, _mem)
+    sections.append(s)
+
+    # ---- iterations + lifetimes
+    s = Section("iterations", "Iterations and block lifetimes",
+                "The training loop's period, found from the allocation sequence (or from mark_step markers),"
+                " and how blocks divide into lifetime classes.")
+    if it.ok:
+        v = it.value
+        s.facts += [("source", str(v.source)), ("iterations found", f"{v.count:,}"),
+                    ("allocations per iteration", f"{v.period_allocs:,}"),
+                    ("stable fraction", fmt_pct(v.stable_fraction))]
+        if getattr(v, "count", 0) > 0:
+            dur = np.diff(np.asarray(v.boundaries_t, dtype=np.int64))
+            s.facts.append(("median iteration time", fmt_ns(float(np.median(dur)))))
+        heads["iterations"] = {"source": v.source, "count": int(v.count), "period_allocs": int(v.period_allocs),
+                               "stable_fraction": float(v.stable_fraction)}
+    else:
+        s.notes.append(f"iterations {it.note}")
+    if life.ok:
+        df = _frame(life.value)
+        if df is not None:
+            s.tables.append(("lifetime classes", _format_frame(df)))
+        else:
+            s.facts += [(k, _fmt_value(k, v)) for k, v in _scalars(life.value)]
+        heads["lifetimes"] = to_jsonable(life.value)
+    else:
+        s.notes.append(f"lifetime summary {life.note}")
+    sections.append(s)
+
+    # ---- sizes
+    s = Section("sizes", "Block sizes",
+                "How many device allocations fall in each power-of-two size bin, and how many bytes they add up to.")
+
+    def _sizes():
+        h = data.size_histogram(trace.blocks)
+        if len(h) == 0:
+            s.notes.append("no device allocations in this trace")
+            return
+        s.figures.append((plots.size_histogram_png(h), "block size histogram"))
+        q = data.size_quantiles(trace.blocks)
+        s.facts += [(k, fmt_bytes(v)) for k, v in q.items()]
+        heads["sizes"] = q
+    _safe(s, _sizes)
+    sections.append(s)
+
+    # ---- access / ATI
+    step(0.3, "access intervals")
+    s = Section("access", "Access time intervals (ATI)",
+                "The time between consecutive uses of a block by kernels or copies. An interval can hide a swap"
+                " to host memory only if it is longer than the bandwidth filter: size/BW(d2h) + size/BW(h2d) +"
+                " latency. Intervals right of the red line are swap opportunities.")
+    acc = analyses.access(trace, bandwidth=bandwidth)
+    _safe(s, lambda: _access_section(s, trace, acc, heads))
+    sections.append(s)
+
+    # ---- pools
+    step(0.5, "pool strategies")
+    s = Section("pools", "Pool strategies against the lower bound",
+                "The same allocation requests replayed through simulated allocators (cudaMalloc, caching, BFC,"
+                " CNMeM) and offline planners; each bar is the memory the strategy needs divided by the lower"
+                " bound (the peak of live bytes). 1.0 means no fragmentation.")
+    pl = analyses.pools(trace, strategies=strategies, time_limit=time_limit)
+    _safe(s, lambda: _pools_section(s, pl, heads))
+    sections.append(s)
+
+    # ---- swap
+    step(0.75, "swap planning")
+    s = Section("swap", "Host-swap potential (Pareto curve)",
+                "Each point is a swap plan: how much peak memory it saves against how much time it adds"
+                " (PCIe modelled as one channel per direction, latency + size/bandwidth).")
+    sw = analyses.swap_pareto(trace, bandwidth=bandwidth) if bandwidth is not None else analyses.swap_pareto(trace)
+    _safe(s, lambda: _swap_section(s, sw, heads))
+    sections.append(s)
+
+    # ---- largest / outliers
+    s = Section("blocks", "Largest and outlier blocks",
+                "The largest device allocations with their lifetime and class; outliers are blocks whose"
+                " (ATI x size) is unusually high: the best candidates to swap or to free early.")
+
+    def _largest():
+        lb = data.largest_blocks(trace, n=top, classes=classes)
+        lb = lb.rename(columns={"lifetime_ns": "lifetime_ns", "t_alloc": "t_alloc_ns"})
+        s.tables.append(("largest blocks", _format_frame(lb, max_rows=top)))
+        heads["largest_blocks"] = to_jsonable(lb.head(5))
+    _safe(s, _largest)
+    if acc.ok:
+        out = _get(acc.value, "outliers")
+        df = _frame(out)
+        if df is not None and len(df):
+            s.tables.append(("outlier blocks (high ATI x size)", _format_frame(df, max_rows=top)))
+    sections.append(s)
+
+    step(1.0, "rendering")
+    title = f"pyinterpose report: {os.path.basename(trace.path) if trace.path else 'trace'}"
+    return Report(title=title, facts=facts, sections=sections, headlines=heads, warnings=list(trace.warnings))
+
+
+def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict) -> None:
+    if not acc.ok:
+        s.notes.append(f"access analysis {acc.note}")
+        return
+    v = acc.value
+    intervals = _frame(_get(v, "intervals"))
+    if intervals is None:
+        from ..analysis.access import access_intervals
+        intervals = access_intervals(trace)
+    if "kind" in intervals:
+        intervals = intervals[intervals["kind"].astype(str) == "between"]
+    if len(intervals) == 0:
+        s.notes.append("no block was accessed twice: no access intervals (capture with access events on)")
+    else:
+        thr = _get(v, "threshold_ns", "filter_ns", "bandwidth_threshold_ns")
+        if thr is None and "threshold_ns" in intervals:
+            thr = intervals["threshold_ns"].to_numpy()
+        s.figures.append((plots.ati_png(intervals["ati_ns"].to_numpy(), intervals["size"].to_numpy()
+                                         if "size" in intervals else None, thr), "ATI distribution"))
+    facts = _scalars(_get(v, "headline", "summary", default=v))
+    s.facts += [(k, _fmt_value(k, x)) for k, x in facts]
+    heads["access"] = {k: to_jsonable(x) for k, x in facts}
+
+
+def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
+    if not pl.ok:
+        s.notes.append(f"pool evaluation {pl.note}")
+        return
+    v = pl.value
+    df = _frame(_get(v, "results", "table", default=v))
+    if df is None:
+        s.notes.append(f"pool evaluation returned {type(v).__name__}; nothing to plot")
+        return
+    name_col = next((c for c in ("strategy", "name") if c in df), df.columns[0])
+    ratio_col = next((c for c in ("ratio", "ratio_to_bound", "fragmentation_ratio") if c in df), None)
+    bound = _get(v, "bound", "lower_bound", default=None)
+    if bound is None and "bound" in df:
+        bound = int(df["bound"].iloc[0])
+    if ratio_col is not None:
+        s.figures.append((plots.pools_png(df[name_col].astype(str).tolist(), df[ratio_col].astype(float).tolist(),
+                                          int(bound or 0)), "pool strategies"))
+    s.tables.append(("strategies", _format_frame(df)))
+    if bound is not None:
+        s.facts.append(("lower bound (peak live)", fmt_bytes(bound)))
+    heads["pools"] = to_jsonable(df[[c for c in (name_col, ratio_col) if c]])
+
+
+def _swap_section(s: Section, sw: analyses.Result, heads: dict) -> None:
+    if not sw.ok:
+        s.notes.append(f"swap planning {sw.note}")
+        return
+    v = sw.value
+    df = _frame(_get(v, "points", "pareto", "table", default=v))
+    if df is None or len(df) == 0:
+        s.notes.append("swap planning found no plan (no block with a long enough access interval)")
+        return
+    xcol = next((c for c in ("overhead_ns", "time_overhead_ns", "overhead") if c in df), None)
+    ycol = next((c for c in ("saved_bytes", "memory_saved", "saved", "peak_reduction") if c in df), None)
+    if xcol and ycol:
+        label = next((c for c in ("scheduler", "score", "strategy") if c in df), None)
+        s.figures.append((plots.pareto_png(df, xcol, ycol, "added time", "peak memory saved", label),
+                          "swap Pareto curve"))
+    s.tables.append(("Pareto points", _format_frame(df)))
+    heads["swap"] = to_jsonable(df.head(20))
+
+
+# ---------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+header{background:#1f2937;color:#fff;padding:16px 28px}
+header h1{margin:0;font-size:20px;font-weight:600}
+header .sub{color:#cbd5e1;font-size:12px;margin-top:4px}
+nav{padding:8px 28px;background:#e5e7eb;font-size:13px}
+nav a{margin-right:14px;color:#1f2937;text-decoration:none}
+main{padding:8px 28px 40px;max-width:1100px}
+section{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:14px 18px;margin:16px 0}
+h2{font-size:17px;margin:0 0 6px}
+p.explain{color:#4b5563;font-size:13px;margin:4px 0 10px}
+img{max-width:100%;height:auto;display:block;margin:8px 0}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
+th:first-child,td:first-child{text-align:left}
+th{background:#f3f4f6}
+table.facts td{text-align:left}
+table.facts td:first-child{color:#6b7280}
+.note{color:#92400e;background:#fffbeb;border-left:3px solid #f59e0b;padding:4px 8px;font-size:12px;margin:6px 0}
+.warn{color:#991b1b;background:#fef2f2;border-left:3px solid #ef4444;padding:4px 8px;font-size:12px}
+caption{text-align:left;font-weight:600;padding:4px 0}
+footer{color:#9ca3af;font-size:11px;padding:0 28px 20px}
+"""
+
+_SCRIPT = """
+window.addEventListener('load', function () {
+  var imgs = document.images, ok = 0;
+  for (var i = 0; i < imgs.length; i++) { if (imgs[i].complete && imgs[i].naturalWidth > 0) ok++; }
+  document.body.setAttribute('data-images', ok + '/' + imgs.length);
+  document.body.setAttribute('data-render', ok === imgs.length ? 'ok' : 'broken');
+});
+"""
+
+
+def _esc(x: Any) -> str:
+    return _html.escape(str(x), quote=True)
+
+
+def _facts_html(facts: list[tuple[str, str]]) -> str:
+    if not facts:
+        return ""
+    rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in facts)
+    return f'<table class="facts">{rows}</table>'
+
+
+def _table_html(caption: str, df: pd.DataFrame) -> str:
+    head = "".join(f"<th>{_esc(c)}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(v)}</td>" for v in row) + "</tr>"
+                   for row in df.itertuples(index=False, name=None))
+    return f"<table><caption>{_esc(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render(rep: Report) -> str:
+    nav = "".join(f'<a href="#{s.id}">{_esc(s.title)}</a>' for s in rep.sections)
+    parts = []
+    for s in rep.sections:
+        inner = [f'<h2>{_esc(s.title)}</h2>']
+        if s.explain:
+            inner.append(f'<p class="explain">{_esc(s.explain)}</p>')
+        inner += [f'<div class="note">{_esc(n)}</div>' for n in s.notes]
+        inner.append(_facts_html(s.facts))
+        inner += [f'<img alt="{_esc(alt)}" src="data:image/png;base64,{png}">' for png, alt in s.figures]
+        inner += [_table_html(c, df) for c, df in s.tables]
+        parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
+    warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_esc(rep.title)}</title>"
+        f"<style>{_CSS}</style></head><body>"
+        f"<header><h1>{_esc(rep.title)}</h1><div class=\"sub\">pyinterpose {__version__} &middot; {now}</div></header>"
+        f"<nav>{nav}</nav><main>{warns}<section id=\"summary\"><h2>Summary</h2>{_facts_html(rep.facts)}</section>"
+        f"{''.join(parts)}</main>"
+        "<footer>Self-contained report: no network access needed. Figures are PNG images embedded in this file."
+        "</footer>"
+        f"<script>{_SCRIPT}</script></body></html>\n"
+    )
+
+
+def write(trace: Trace, path: str, **kw) -> Report:
+    rep = build(trace, **kw)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render(rep))
+    return rep

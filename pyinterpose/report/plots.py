@@ -1,0 +1,210 @@
+"""Matplotlib figures (Agg, no pyplot state) rendered to base64 PNG for inline HTML.
+
+Each ``*_png`` function takes plain arrays/tables and returns the base64 text of
+a PNG, so the HTML embeds ``<img src="data:image/png;base64,...">`` and needs no
+network or external file.
+"""
+from __future__ import annotations
+
+import base64
+import io
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from .data import Timeline
+from .text import fmt_bytes, fmt_ns
+
+# one colour per well-known class; others cycle through the palette
+CLASS_COLOURS = {
+    "persistent": "#4C72B0", "weight": "#4C72B0", "per-iteration": "#DD8452", "per_iteration": "#DD8452",
+    "iteration": "#DD8452", "activation": "#DD8452", "temporary": "#55A868", "workspace": "#55A868",
+    "gradient": "#C44E52", "optimizer": "#8172B3", "warmup": "#937860", "other": "#8C8C8C", "live": "#4C72B0",
+}
+PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
+           "#CCB974", "#64B5CD"]
+DPI = 100
+
+
+def _colour(name: str, i: int) -> str:
+    return CLASS_COLOURS.get(name, PALETTE[i % len(PALETTE)])
+
+
+def _png(fig: Figure) -> str:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _byte_unit(vmax: float) -> tuple[float, str]:
+    """(divisor, unit) so that axis values read as plain numbers of that unit."""
+    for div, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if vmax >= 2 * div:
+            return float(div), name
+    return 1.0, "B"
+
+
+def _legend_outside(ax) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _time_axis(t_ns: np.ndarray) -> tuple[float, str]:
+    span = float(t_ns.max() - t_ns.min()) if len(t_ns) else 0.0
+    if span >= 5e9:
+        return 1e9, "s"
+    if span >= 5e6:
+        return 1e6, "ms"
+    return 1e3, "us"
+
+
+def memory_over_time_png(timelines: Sequence[Timeline], reserved: dict[int, tuple[np.ndarray, np.ndarray]],
+                         boundaries_t: np.ndarray | None = None, reserved_view: bool = False,
+                         max_boundaries: int = 200) -> str:
+    """Stacked live bytes by class per device; NVML used memory as a line; iteration
+    boundaries as vertical lines (at most ``max_boundaries``, evenly thinned)."""
+    devices = sorted({tl.device for tl in timelines} | set(reserved))
+    n = max(1, len(devices))
+    fig = Figure(figsize=(10, 3.2 * n))
+    all_t = np.concatenate([tl.t for tl in timelines] + [r[0] for r in reserved.values()] + [np.zeros(1, np.int64)])
+    scale, unit = _time_axis(all_t)
+    axes = [fig.add_subplot(n, 1, i + 1) for i in range(n)]
+    by_dev = {tl.device: tl for tl in timelines}
+    ymax = max([float(tl.total.max()) for tl in timelines if len(tl.total)] +
+               [float(r[1].max()) for r in reserved.values() if len(r[1])] + [1.0])
+    div, bunit = _byte_unit(ymax)
+    for ax, dev in zip(axes, devices):
+        tl = by_dev.get(dev)
+        if tl is not None and len(tl.t):
+            x = tl.t / scale
+            names = list(tl.series)
+            ys = [tl.series[k] / div for k in names]
+            label_suffix = " (framework reserve)" if reserved_view else ""
+            ax.stackplot(x, ys, step="post", colors=[_colour(k, i) for i, k in enumerate(names)],
+                         labels=[f"{k}{label_suffix}" for k in names], alpha=0.85, linewidth=0)
+            ax.axhline(tl.peak / div, color="black", linestyle=":", linewidth=0.8,
+                       label=f"peak live {fmt_bytes(tl.peak)}")
+        if dev in reserved:
+            rt, ru = reserved[dev]
+            ax.step(rt / scale, ru / div, where="post", color="#222222", linewidth=1.2,
+                    label="NVML used (reserved + context)")
+        if boundaries_t is not None and len(boundaries_t):
+            b = np.asarray(boundaries_t)
+            if len(b) > max_boundaries:
+                b = b[np.linspace(0, len(b) - 1, max_boundaries).astype(int)]
+            for j, bt in enumerate(b):
+                ax.axvline(bt / scale, color="#999999", linewidth=0.6, linestyle="--",
+                           label="iteration boundary" if j == 0 else None)
+        ax.set_title(f"GPU {dev}", loc="left", fontsize=10)
+        ax.set_xlabel(f"time ({unit})")
+        ax.set_ylabel(bunit)
+        ax.margins(x=0)
+        ax.set_ylim(bottom=0)
+        _legend_outside(ax)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def size_histogram_png(hist: pd.DataFrame) -> str:
+    """Two panels over power-of-two size bins: number of blocks, and bytes."""
+    fig = Figure(figsize=(10, 3.2))
+    labels = [fmt_bytes(v, 0) for v in hist["lo"]]
+    x = np.arange(len(hist))
+    for i, (col, title) in enumerate([("count", "blocks"), ("bytes", "bytes allocated (sum of sizes)")]):
+        ax = fig.add_subplot(1, 2, i + 1)
+        vals = hist[col].to_numpy().astype(np.float64)
+        div, bunit = _byte_unit(vals.max() if len(vals) else 0.0) if col == "bytes" else (1.0, "")
+        ax.bar(x, vals / div, color=PALETTE[i], width=0.8)
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+        ax.set_title(title + (f" ({bunit})" if bunit else ""), loc="left", fontsize=10)
+        ax.set_xlabel("block size (bin lower bound, bins are [2^k, 2^(k+1)))")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float | np.ndarray | None,
+            threshold_label: str = "") -> str:
+    """ATI distribution (log-spaced bins), weighted by bytes when ``weights`` given;
+    the bandwidth-filter threshold as a vertical line (or a band for a per-size range)."""
+    fig = Figure(figsize=(10, 3.2))
+    ax = fig.add_subplot(1, 1, 1)
+    a = np.asarray(ati_ns, dtype=np.float64)
+    pos = a > 0
+    a = a[pos]
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[pos]
+    div, bunit = (1.0, "intervals")
+    if w is not None and len(w):
+        div, bunit = _byte_unit(float(w.sum()))
+        w = w / div
+    if len(a):
+        lo, hi = np.log10(max(a.min(), 1.0)), np.log10(max(a.max(), 10.0))
+        bins = np.logspace(lo, hi + 1e-9, 50)
+        ax.hist(a, bins=bins, weights=w, color=PALETTE[0], alpha=0.85,
+                label="intervals" + (" (weighted by block bytes)" if w is not None else ""))
+        ax.set_xscale("log")
+    if threshold_ns is not None:
+        th = np.atleast_1d(np.asarray(threshold_ns, dtype=np.float64))
+        th = th[np.isfinite(th) & (th > 0)]
+        if len(th) == 1 or (len(th) and th.min() == th.max()):
+            ax.axvline(th[0], color="#C44E52", linewidth=1.5,
+                       label=threshold_label or f"bandwidth filter {fmt_ns(th[0])}")
+        elif len(th):
+            ax.axvspan(np.quantile(th, 0.05), np.quantile(th, 0.95), color="#C44E52", alpha=0.15,
+                       label=threshold_label or "bandwidth filter (5-95% of blocks)")
+            ax.axvline(np.median(th), color="#C44E52", linewidth=1.5, label="bandwidth filter, median block")
+    ax.set_xlabel("access time interval (ns, log scale)")
+    ax.set_ylabel(bunit)
+    _legend_outside(ax)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def pools_png(names: Sequence[str], ratios: Sequence[float], bound: int) -> str:
+    """Pool size per strategy as a ratio to the lower bound (peak live bytes)."""
+    fig = Figure(figsize=(10, 0.45 * max(4, len(names)) + 1))
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(len(names))
+    r = np.asarray(ratios, dtype=np.float64)
+    ax.barh(y, np.nan_to_num(r, nan=0.0), color=[PALETTE[2] if v <= 1.05 else PALETTE[1] for v in r])
+    ax.axvline(1.0, color="black", linewidth=1.2, label=f"lower bound = peak live {fmt_bytes(bound)}")
+    for yi, v in zip(y, r):
+        if np.isfinite(v):
+            ax.text(v, yi, f" {v:.3f}", va="center", fontsize=8)
+    ax.set_yticks(y)
+    ax.set_yticklabels(list(names), fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("pool size / lower bound")
+    ax.set_xlim(left=0, right=max(1.1, float(np.nanmax(r)) * 1.15 if len(r) and np.isfinite(r).any() else 1.1))
+    _legend_outside(ax)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def pareto_png(points: pd.DataFrame, x: str, y: str, xlabel: str, ylabel: str,
+               label_col: str | None = None, x_is_time: bool = True) -> str:
+    """Swap Pareto curve: overhead (x) against memory saved (y)."""
+    fig = Figure(figsize=(10, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    div, bunit = _byte_unit(float(points[y].max()) if len(points) else 0.0)
+    points = points.assign(**{y: points[y].astype(np.float64) / div})
+    if label_col and label_col in points:
+        for i, (name, g) in enumerate(points.groupby(label_col, sort=True)):
+            g = g.sort_values(x)
+            ax.step(g[x], g[y], where="post", marker="o", markersize=3, color=PALETTE[i % len(PALETTE)],
+                    label=str(name))
+        _legend_outside(ax)
+    else:
+        g = points.sort_values(x)
+        ax.step(g[x], g[y], where="post", marker="o", markersize=3, color=PALETTE[0])
+    if x_is_time:
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"{ylabel} ({bunit})")
+    ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    return _png(fig)
