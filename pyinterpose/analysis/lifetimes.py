@@ -1,0 +1,214 @@
+"""Blocks and lifetimes: persistent vs per-iteration classes, lifetimes, sizes, the peak.
+
+Classes (``class`` column of :func:`classify`), against the regular steps that
+:func:`pyinterpose.analysis.iterations.find_iterations` found, boundaries ``B[0..c]``:
+
+* ``persistent`` — alive across all regular steps: allocated before the end of the
+  first one (``seq_alloc < B[1]``) and not freed before the end of the last
+  (weights, optimizer state);
+* ``per_iteration`` — allocated and freed inside the same step (activations, workspace,
+  gradients freed by the optimizer step);
+* ``cross_iteration`` — overlaps the steady run and crosses a step boundary without
+  being persistent (prefetch buffers, gradients freed in the next step);
+* ``outside`` — entirely before or after the steady run (warm-up, autotuning, teardown);
+* ``transient`` — no loop was found: any block alive for less than 90% of its process's
+  span (the rest are ``persistent``).
+
+Lifetimes are given in ns (``life_ns``), in seq (``life_seq``: every record of the
+process, launches included) and in alloc/free events of the process (``life_events``,
+SINGA's index clock).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace, live_bytes_curve
+from .iterations import Iterations, find_iterations
+
+CLASSES = ["persistent", "per_iteration", "cross_iteration", "outside", "transient"]
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _event_positions(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Index of each block's alloc and free among its process's alloc/free events."""
+    n = len(b)
+    pid = b["pid"].to_numpy(np.int64)
+    sa = b["seq_alloc"].to_numpy(np.int64)
+    sf = b["seq_free"].to_numpy(np.int64)
+    ev_pid = np.concatenate([pid, pid])
+    ev_seq = np.concatenate([sa, sf])
+    ev_kind = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])  # frees first at equal seq
+    order = np.lexsort((ev_kind, ev_seq, ev_pid))
+    rank = np.empty(2 * n, np.int64)
+    rank[order] = np.arange(2 * n)
+    # rank within the process
+    first = np.searchsorted(ev_pid[order], ev_pid, side="left")
+    pos = rank - first
+    return pos[:n], pos[n:]
+
+
+def classify(trace: Trace, iters: Iterations | None = None, pid: int | None = None) -> pd.DataFrame:
+    """One row per block of ``pid`` (default: the process iterations are found in, i.e. the
+    main process): block_id, pid, size, kind, api, counts_device, t/seq alloc/free, freed,
+    life_ns, life_seq, life_events, iter_alloc, iter_free (index of the regular step holding
+    the alloc/free, -1 outside), phase (position of the alloc inside its step, 0..1, NaN
+    outside) and ``class`` (see the module docstring)."""
+    if iters is None:
+        iters = find_iterations(trace, pid)
+    if pid is None:
+        pid = iters.pid
+    b = trace.blocks
+    if pid is not None:
+        b = b[b["pid"] == pid]
+    b = b.sort_values("block_id").reset_index(drop=True)
+    cols = ["block_id", "pid", "size", "kind", "api", "counts_device", "t_alloc", "t_free",
+            "seq_alloc", "seq_free", "freed"]
+    out = b[cols].copy()
+    sa = out["seq_alloc"].to_numpy(np.int64)
+    sf = out["seq_free"].to_numpy(np.int64)
+    freed = out["freed"].to_numpy(bool)
+    out["life_ns"] = out["t_free"] - out["t_alloc"]
+    out["life_seq"] = sf - sa
+    pa, pf = _event_positions(out) if len(out) else (np.zeros(0, np.int64),) * 2
+    out["life_events"] = pf - pa
+    ia = iters.iteration_of(sa)
+    # a block still alive at the end of the trace is not "freed in" any step
+    ifr = np.where(freed, iters.iteration_of(np.maximum(sf - 1, sa)), -1)
+    out["iter_alloc"], out["iter_free"] = ia, ifr
+    phase = np.full(len(out), np.nan)
+    if iters.count:
+        B = iters.boundaries
+        k = ia >= 0
+        phase[k] = (sa[k] - B[ia[k]]) / np.maximum(B[ia[k] + 1] - B[ia[k]], 1)
+    out["phase"] = phase
+
+    cls = np.empty(len(out), dtype=object)
+    if iters.count:
+        B = iters.boundaries
+        c = iters.count
+        overlaps = (sa < B[c]) & (sf > B[0])
+        persistent = overlaps & (sa < B[1]) & (~freed | (sf >= B[c]))
+        same = (ia >= 0) & (ia == ifr)
+        cls[:] = "cross_iteration"
+        cls[same] = "per_iteration"
+        cls[persistent] = "persistent"
+        cls[~overlaps] = "outside"
+    else:
+        lo, hi = iters.seq_range if iters.seq_range != (0, 0) else (
+            (int(sa.min()), int(sf.max())) if len(sa) else (0, 0))
+        span = max(hi - lo, 1)
+        long_lived = ~freed | ((sf - sa) >= 0.9 * span)
+        cls[:] = "transient"
+        cls[long_lived] = "persistent"
+    out["class"] = pd.Categorical(cls, categories=CLASSES)
+    return out
+
+
+def _quantiles(x: np.ndarray) -> dict[str, float] | None:
+    if len(x) == 0:
+        return None
+    q = np.quantile(x, QUANTILES)
+    d = {f"p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)}
+    d.update(min=float(x.min()), max=float(x.max()), mean=float(x.mean()))
+    return d
+
+
+def size_histogram(sizes: np.ndarray) -> list[dict[str, int]]:
+    """Power-of-two buckets [2^k, 2^(k+1)): blocks and bytes in each (non-empty ones)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if len(sizes) == 0:
+        return []
+    k = np.floor(np.log2(np.maximum(sizes, 1))).astype(np.int64)
+    counts = np.bincount(k)
+    nbytes = np.bincount(k, weights=sizes.astype(np.float64))
+    return [{"lo": int(1 << i), "hi": int(1 << (i + 1)), "blocks": int(counts[i]),
+             "bytes": int(nbytes[i])} for i in np.flatnonzero(counts)]
+
+
+def live_at(blocks: pd.DataFrame, t: int) -> pd.DataFrame:
+    """Blocks alive at instant ``t`` (after the allocations at t; frees at t applied)."""
+    return blocks[(blocks["t_alloc"] <= t) & ((blocks["t_free"] > t) | ~blocks["freed"])]
+
+
+def peak(classes: pd.DataFrame, top: int = 10) -> dict[str, Any]:
+    """Peak live device bytes of the classified blocks and what is live then."""
+    dev = classes[classes["counts_device"]]
+    t, live = live_bytes_curve(dev)
+    if len(live) == 0:
+        return {"bytes": 0, "t": None, "by_class": {}, "top_blocks": [], "blocks": 0}
+    i = int(np.argmax(live))
+    t_peak = int(t[i])
+    at = live_at(dev, t_peak)
+    by_class = at.groupby("class", observed=True)["size"].sum()
+    top_rows = at.sort_values(["size", "block_id"], ascending=[False, True]).head(top)
+    return {
+        "bytes": int(live[i]), "t": t_peak, "blocks": int(len(at)),
+        "by_class": {str(k): int(v) for k, v in by_class.items()},
+        "top_blocks": [
+            {"block_id": int(r.block_id), "size": int(r.size), "kind": str(r.kind), "api": str(r.api),
+             "class": str(r.cls),
+             "t_alloc": int(r.t_alloc), "life_ns": int(r.life_ns)}
+            for r in top_rows.rename(columns={"class": "cls"}).itertuples(index=False)],
+    }
+
+
+def per_iteration_peaks(blocks: pd.DataFrame, boundaries_t: np.ndarray) -> np.ndarray:
+    """Max live bytes inside each [boundaries_t[k], boundaries_t[k+1]) (0 when no event)."""
+    tt, live = live_bytes_curve(blocks)
+    nk = len(boundaries_t) - 1
+    out = np.zeros(max(nk, 0), np.int64)
+    if nk <= 0 or len(tt) == 0:
+        return out
+    idx = np.searchsorted(tt, boundaries_t, side="left")
+    lo, hi = idx[:-1], idx[1:]
+    ne = hi > lo
+    if ne.any():
+        # segments are contiguous (boundaries are monotone); the extra index closes the last
+        red = np.maximum.reduceat(np.append(live, 0), np.append(lo[ne], hi[ne][-1]))
+        out[ne] = red[:-1]
+    return out
+
+
+def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = None,
+            top: int = 10) -> dict[str, Any]:
+    """Classes, lifetimes, size distribution and the peak of one process (default: main)."""
+    if iters is None:
+        iters = find_iterations(trace, pid)
+    c = classify(trace, iters, pid)
+    dev = c[c["counts_device"]]
+    per_class = {}
+    for name in CLASSES:
+        g = dev[dev["class"] == name]
+        if len(g) == 0:
+            continue
+        per_class[name] = {
+            "blocks": int(len(g)), "bytes": int(g["size"].sum()),
+            "life_ns": _quantiles(g["life_ns"].to_numpy(np.int64)),
+            "life_events": _quantiles(g["life_events"].to_numpy(np.int64)),
+            "size": _quantiles(g["size"].to_numpy(np.int64)),
+        }
+    pk = peak(c, top=top)
+    steady_peak = None
+    if iters.count:
+        lo, hi = iters.boundaries[0], iters.boundaries[-1]
+        per_it = per_iteration_peaks(dev, iters.boundaries_t)
+        steady_peak = {"per_iteration_max": int(max(per_it)), "per_iteration_min": int(min(per_it)),
+                       "seq_range": [int(lo), int(hi)]}
+    return {
+        "pid": iters.pid,
+        "iterations": {"source": iters.source, "count": iters.count, "period_allocs": iters.period_allocs},
+        "blocks": int(len(dev)),
+        "bytes_allocated": int(dev["size"].sum()),
+        "never_freed": int((~dev["freed"]).sum()),
+        "classes": per_class,
+        "sizes": {"quantiles": _quantiles(dev["size"].to_numpy(np.int64)),
+                  "histogram": size_histogram(dev["size"].to_numpy(np.int64))},
+        "lifetime_ns": _quantiles(dev["life_ns"].to_numpy(np.int64)),
+        "lifetime_events": _quantiles(dev["life_events"].to_numpy(np.int64)),
+        "peak": pk,
+        "steady_peak": steady_peak,
+        "other_blocks": int(len(c) - len(dev)),
+    }
