@@ -46,8 +46,8 @@ def iterations(trace: Trace) -> Result:
     return _call("iterations", "find_iterations", trace)
 
 
-def lifetimes_summary(trace: Trace) -> Result:
-    return _call("lifetimes", "summary", trace)
+def lifetimes_summary(trace: Trace, iters=None) -> Result:
+    return _call("lifetimes", "summary", trace, iters=iters)
 
 
 def _as_class_series(obj: Any) -> pd.Series | None:
@@ -62,9 +62,9 @@ def _as_class_series(obj: Any) -> pd.Series | None:
     return None
 
 
-def block_classes(trace: Trace) -> Result:
-    """block_id -> class (persistent, per-iteration, ...) from lifetimes.classify."""
-    r = _call("lifetimes", "classify", trace)
+def block_classes(trace: Trace, iters=None) -> Result:
+    """block_id -> class (persistent, per_iteration, ...) from lifetimes.classify."""
+    r = _call("lifetimes", "classify", trace, iters=iters)
     if not r.ok:
         return r
     s = _as_class_series(r.value)

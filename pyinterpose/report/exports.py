@@ -56,10 +56,10 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None) -> dict[
     if fmt == "memory-viz":
         from .memory_viz import write_snapshot
 
-        cl = analyses.block_classes(trace)
+        cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
         return write_snapshot(trace, path, classes=cl.value)
     if fmt == "csv":
-        cl = analyses.block_classes(trace)
+        cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
         return write_csv(trace, path, classes=cl.value)
     if fmt == "minimalloc":
         return write_minimalloc(trace, path)

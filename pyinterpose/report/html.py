@@ -146,9 +146,9 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     step(0.05, "iterations")
     it = analyses.iterations(trace)
     step(0.15, "lifetimes")
-    cls = analyses.block_classes(trace)
+    cls = analyses.block_classes(trace, iters=it.value)
     classes = cls.value
-    life = analyses.lifetimes_summary(trace)
+    life = analyses.lifetimes_summary(trace, iters=it.value)
 
     # ---- header facts
     peak = data.peak_of(trace)
@@ -216,12 +216,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     else:
         s.notes.append(f"iterations {it.note}")
     if life.ok:
-        df = _frame(life.value)
-        if df is not None:
-            s.tables.append(("lifetime classes", _format_frame(df)))
-        else:
-            s.facts += [(k, _fmt_value(k, v)) for k, v in _scalars(life.value)]
-        heads["lifetimes"] = to_jsonable(life.value)
+        _safe(s, lambda: _lifetimes_section(s, life.value, heads))
     else:
         s.notes.append(f"lifetime summary {life.note}")
     sections.append(s)
@@ -265,10 +260,12 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     # ---- swap
     step(0.75, "swap planning")
     s = Section("swap", "Host-swap potential (Pareto curve)",
-                "Each point is a swap plan: how much peak memory it saves against how much time it adds"
-                " (PCIe modelled as one channel per direction, latency + size/bandwidth).")
-    sw = analyses.swap_pareto(trace, bandwidth=bandwidth) if bandwidth is not None else analyses.swap_pareto(trace)
-    _safe(s, lambda: _swap_section(s, sw, heads))
+                "Blocks copied to host memory between two accesses and copied back before the next one lower"
+                " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
+                " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
+    ev = analyses.swap(trace, bandwidth=bandwidth)
+    sw = analyses.swap_pareto(trace, bandwidth=bandwidth) if ev.ok else ev
+    _safe(s, lambda: _swap_section(s, ev, sw, heads))
     sections.append(s)
 
     # ---- largest / outliers
@@ -292,6 +289,26 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     step(1.0, "rendering")
     title = f"pyinterpose report: {os.path.basename(trace.path) if trace.path else 'trace'}"
     return Report(title=title, facts=facts, sections=sections, headlines=heads, warnings=list(trace.warnings))
+
+
+def _lifetimes_section(s: Section, d: dict, heads: dict) -> None:
+    rows = []
+    for name, c in (d.get("classes") or {}).items():
+        life = c.get("life_ns") or {}
+        size = c.get("size") or {}
+        rows.append({"class": name, "blocks": c.get("blocks"), "bytes": c.get("bytes"),
+                     "median lifetime_ns": life.get("p50"), "p90 lifetime_ns": life.get("p90"),
+                     "median size": size.get("p50")})
+    if rows:
+        s.tables.append(("device blocks by lifetime class (main process)", _format_frame(pd.DataFrame(rows))))
+    pk = d.get("peak") or {}
+    s.facts += [("blocks never freed", f"{d.get('never_freed', 0):,}"),
+                ("peak live (main process)", f"{fmt_bytes(pk.get('bytes'))} at {fmt_ns(pk.get('t'))}")]
+    for k, v in (pk.get("by_class") or {}).items():
+        s.facts.append((f"  at the peak: {k}", fmt_bytes(v)))
+    heads["lifetimes"] = {"classes": {r["class"]: {"blocks": r["blocks"], "bytes": r["bytes"]} for r in rows},
+                          "never_freed": d.get("never_freed"), "peak": to_jsonable(pk.get("bytes")),
+                          "peak_by_class": to_jsonable(pk.get("by_class"))}
 
 
 def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict) -> None:
@@ -341,23 +358,51 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
     heads["pools"] = to_jsonable(df[[c for c in (name_col, ratio_col) if c]])
 
 
-def _swap_section(s: Section, sw: analyses.Result, heads: dict) -> None:
-    if not sw.ok:
-        s.notes.append(f"swap planning {sw.note}")
+def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: dict) -> None:
+    """``ev``: swap.evaluate() dict; ``sw``: swap.pareto() list of budget points."""
+    if not ev.ok and not sw.ok:
+        s.notes.append(f"swap planning {ev.note or sw.note}")
         return
-    v = sw.value
-    df = _frame(_get(v, "points", "pareto", "table", default=v))
-    if df is None or len(df) == 0:
-        s.notes.append("swap planning found no plan (no block with a long enough access interval)")
-        return
-    xcol = next((c for c in ("overhead_ns", "time_overhead_ns", "overhead") if c in df), None)
-    ycol = next((c for c in ("saved_bytes", "memory_saved", "saved", "peak_reduction") if c in df), None)
-    if xcol and ycol:
-        label = next((c for c in ("scheduler", "score", "strategy") if c in df), None)
-        s.figures.append((plots.pareto_png(df, xcol, ycol, "added time", "peak memory saved", label),
-                          "swap Pareto curve"))
-    s.tables.append(("Pareto points", _format_frame(df)))
-    heads["swap"] = to_jsonable(df.head(20))
+    peak_before = floor = None
+    if ev.ok:
+        d = ev.value
+        peak_before, floor = d.get("peak_before"), d.get("floor")
+        bw = d.get("bandwidth", {})
+        s.facts += [("bandwidth", str(bw.get("source", "-"))),
+                    ("peak before swapping", fmt_bytes(peak_before)),
+                    ("swap floor (all candidates swapped)", fmt_bytes(floor)),
+                    ("budget", f"{fmt_bytes(d.get('budget'))} ({d.get('budget_source', '')})"),
+                    ("candidates", f"{d.get('candidates', 0):,} ({d.get('candidates_hideable', 0):,} hideable)")]
+        s.notes += [str(n) for n in d.get("notes", [])]
+        strat = pd.DataFrame(d.get("strategies", []))
+        if len(strat):
+            cols = [c for c in ("strategy", "mode", "budget", "peak_after", "reduction", "stall_seconds",
+                                "overhead_fraction", "swaps", "bytes_moved", "budget_met") if c in strat]
+            t = strat[cols].copy()
+            if "stall_seconds" in t:
+                t["stall_ns"] = t.pop("stall_seconds") * 1e9
+            if "reduction" in t:
+                t["reduction_fraction"] = t.pop("reduction")
+            s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: keep the peak under the"
+                             " budget, counting stalls)", _format_frame(t)))
+        heads["swap"] = {k: to_jsonable(d.get(k)) for k in ("peak_before", "floor", "budget", "candidates")}
+        if len(strat):
+            best = strat[strat["mode"] == "no-overhead"] if "mode" in strat else strat
+            if len(best):
+                r = best.sort_values("peak_after").iloc[0]
+                heads["swap"]["best_no_overhead"] = {"strategy": str(r["strategy"]),
+                                                     "peak_after": int(r["peak_after"]),
+                                                     "reduction": float(r.get("reduction", 0.0))}
+    else:
+        s.notes.append(f"swap strategies {ev.note}")
+    if sw.ok:
+        pts = pd.DataFrame(sw.value)
+        if len(pts):
+            pts["stall_ns"] = pts["stall_seconds"] * 1e9
+            s.figures.append((plots.swap_pareto_png(pts, peak_before, floor), "swap Pareto curve"))
+            heads["swap_pareto"] = to_jsonable(pts)
+    else:
+        s.notes.append(f"Pareto curve {sw.note}")
 
 
 # ---------------------------------------------------------------------------------------------

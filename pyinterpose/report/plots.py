@@ -185,26 +185,25 @@ def pools_png(names: Sequence[str], ratios: Sequence[float], bound: int) -> str:
     return _png(fig)
 
 
-def pareto_png(points: pd.DataFrame, x: str, y: str, xlabel: str, ylabel: str,
-               label_col: str | None = None, x_is_time: bool = True) -> str:
-    """Swap Pareto curve: overhead (x) against memory saved (y)."""
+def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | None) -> str:
+    """Swap Pareto curve: stall time added (x) against the peak reached (y), one point per budget."""
     fig = Figure(figsize=(10, 3.6))
     ax = fig.add_subplot(1, 1, 1)
-    div, bunit = _byte_unit(float(points[y].max()) if len(points) else 0.0)
-    points = points.assign(**{y: points[y].astype(np.float64) / div})
-    if label_col and label_col in points:
-        for i, (name, g) in enumerate(points.groupby(label_col, sort=True)):
-            g = g.sort_values(x)
-            ax.step(g[x], g[y], where="post", marker="o", markersize=3, color=PALETTE[i % len(PALETTE)],
-                    label=str(name))
-        _legend_outside(ax)
-    else:
-        g = points.sort_values(x)
-        ax.step(g[x], g[y], where="post", marker="o", markersize=3, color=PALETTE[0])
-    if x_is_time:
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"{ylabel} ({bunit})")
+    ymax = max([float(points["peak_after"].max()) if len(points) else 0.0, float(peak_before or 0)])
+    div, bunit = _byte_unit(ymax)
+    g = points.sort_values("stall_ns")
+    label = f"budget sweep ({g['strategy'].iloc[0]} order)" if "strategy" in g and len(g) else "budget sweep"
+    ax.plot(g["stall_ns"], g["peak_after"] / div, marker="o", markersize=4, color=PALETTE[0], label=label)
+    if peak_before:
+        ax.axhline(peak_before / div, color="black", linestyle=":", linewidth=1,
+                   label=f"peak without swapping {fmt_bytes(peak_before)}")
+    if floor is not None:
+        ax.axhline(floor / div, color=PALETTE[3], linestyle="--", linewidth=1,
+                   label=f"floor (every candidate swapped) {fmt_bytes(floor)}")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
+    ax.set_xlabel("stall time added")
+    ax.set_ylabel(f"peak live ({bunit})")
     ax.set_ylim(bottom=0)
+    _legend_outside(ax)
     fig.tight_layout()
     return _png(fig)

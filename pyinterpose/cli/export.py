@@ -1,0 +1,54 @@
+"""``pyinterpose export FILE --format perfetto|memory-viz|csv|minimalloc -o OUT``."""
+from __future__ import annotations
+
+import os
+
+from ..errors import PyinterposeError
+from ..report.exports import FORMATS
+
+_EXT = {"perfetto": ".perfetto.json", "memory-viz": ".snapshot.pickle", "csv": ".blocks.csv",
+        "minimalloc": ".minimalloc.csv"}
+_NEXT = {
+    "perfetto": "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing",
+    "memory-viz": "open it at https://pytorch.org/memory_viz, or: python -m torch.cuda._memory_viz trace_plot {out}",
+    "csv": "one row per allocation (the blocks table)",
+    "minimalloc": "plan it: pyinterpose plan --csv {out} --capacity BYTES",
+}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export a trace for other tools (Perfetto, PyTorch memory_viz, CSV, MiniMalloc)",
+                       description="perfetto: Chrome trace JSON (live/reserved bytes counters per GPU, iteration "
+                                   "slices, large-allocation instants). memory-viz: PyTorch memory snapshot pickle. "
+                                   "csv: the blocks table. minimalloc: the steady iteration as a MiniMalloc CSV.")
+    p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
+    p.add_argument("--format", required=True, choices=FORMATS, help="output format")
+    p.add_argument("-o", "--output", help="output file (default: FILE with a format suffix)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
+    p.add_argument("--large", type=int, metavar="BYTES",
+                   help="perfetto: allocations of at least BYTES get an instant (default: 1%% of the peak, >= 1 MiB)")
+    p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..report.exports import export
+    from ..report.text import console, load_trace, print_json
+
+    out = args.output or (os.path.splitext(args.trace)[0] + _EXT[args.format])
+    if os.path.exists(out) and not args.force:
+        raise PyinterposeError(f"{out} exists; pass -f to overwrite")
+    if args.large is not None and args.large < 0:
+        raise PyinterposeError("--large must be >= 0 bytes")
+    trace = load_trace(args.trace, quiet=args.json)
+    try:
+        info = export(trace, args.format, out, large=args.large)
+    except OSError as e:
+        raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
+    if args.json:
+        print_json({"format": args.format, "output": out, **info})
+        return 0
+    con = console()
+    con.print(f"Wrote {args.format} export to {out}")
+    con.print("  " + _NEXT[args.format].format(out=out))
+    return 0

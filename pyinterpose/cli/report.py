@@ -1,0 +1,58 @@
+"""``pyinterpose report FILE [-o report.html]``: the self-contained HTML report."""
+from __future__ import annotations
+
+import os
+
+from ..errors import PyinterposeError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="write a self-contained HTML report with plots",
+                       description="Write one self-contained HTML file (figures inline, no network needed): "
+                                   "memory over time by block class, block sizes, access intervals and the "
+                                   "bandwidth filter, pool strategies against the bound, the swap Pareto curve, "
+                                   "and the largest/outlier blocks.")
+    p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
+    p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
+    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+                   help="host<->device bandwidth per direction in GB/s (default: measured/NVML)")
+    p.add_argument("--time-limit", type=float, default=5.0, metavar="S",
+                   help="time limit for the exact pool planner, seconds (default 5)")
+    p.add_argument("--top", type=int, default=15, help="rows in the largest-blocks table (default 15)")
+    p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
+    p.set_defaults(func=run)
+
+
+def default_output(trace_path: str) -> str:
+    base, _ = os.path.splitext(trace_path)
+    return base + ".html"
+
+
+def run(args) -> int:
+    from ..report import html
+    from ..report.text import console, load_trace, print_json, print_kv, progress
+
+    out = args.output or default_output(args.trace)
+    if os.path.exists(out) and not args.force:
+        raise PyinterposeError(f"{out} exists; pass -o OUT or -f to overwrite")
+    if args.top < 1:
+        raise PyinterposeError("--top must be >= 1")
+    trace = load_trace(args.trace, quiet=args.json)
+    with progress("analysing", enabled=None if not args.json else False) as pr:
+        rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(html.render(rep))
+    except OSError as e:
+        raise PyinterposeError(f"cannot write {out}: {e.strerror}")
+    notes = [f"{s.title}: {n}" for s in rep.sections for n in s.notes if n.startswith("not available")]
+    if args.json:
+        print_json({"output": out, "headlines": rep.headlines, "not_available": notes})
+        return 0
+    con = console()
+    print_kv(rep.facts, title="Summary", out=con)
+    for n in notes:
+        con.print(f"  {n}")
+    con.print(f"Report written to {out}")
+    return 0
