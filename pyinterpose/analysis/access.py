@@ -134,3 +134,189 @@ def access_intervals(trace: Trace, pid: int | None = None) -> pd.DataFrame:
     for c in ("block_kind", "api"):
         out[c] = out[c].astype("category")
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# the report: ATI distribution, bandwidth filter, outliers, stability
+# ---------------------------------------------------------------------------------------
+
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _quantiles(x: np.ndarray) -> dict[str, float] | None:
+    if len(x) == 0:
+        return None
+    q = np.quantile(x, QUANTILES)
+    d = {f"p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)}
+    d.update(min=float(x.min()), max=float(x.max()), mean=float(x.mean()))
+    return d
+
+
+def resolve_link(trace: Trace, bandwidth=None, latency_us: float | None = None,
+                 cache_path: str | None = None):
+    """(Bandwidth or None, note).  ``bandwidth``: a Bandwidth, GB/s per direction, or None
+    (then a cached measurement for the trace's GPU, else the trace's NVML link data)."""
+    from .bandwidth import Bandwidth, resolve_bandwidth
+
+    if isinstance(bandwidth, Bandwidth):
+        return bandwidth, bandwidth.source
+    try:
+        bw = resolve_bandwidth(trace, gbps=bandwidth, latency_us=latency_us, cache_path=cache_path)
+    except PyinterposeError as e:
+        if bandwidth is not None or (latency_us is not None and latency_us < 0):
+            raise
+        return None, f"bandwidth filter skipped: {e}"
+    return bw, bw.source
+
+
+def swap_cost_ns(size: np.ndarray, bw) -> np.ndarray:
+    """Time to swap a block out and back in: size/BW_d2h + size/BW_h2d + both latencies (ns)."""
+    s = np.asarray(size, dtype=np.float64)
+    return (bw.d2h_seconds(s) + bw.h2d_seconds(s)) * 1e9
+
+
+def _share(part: float, whole: float) -> float | None:
+    return float(part) / float(whole) if whole else None
+
+
+def _overlap(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
+
+
+def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dict[str, Any] | None:
+    """Share of blocks allocated inside regular steps whose size, relative position (n-th
+    allocation of that size in the step) and access count repeat exactly in the next step
+    (the previous one for the last step)."""
+    if count < 2:
+        return None
+    c = classes[(classes["iter_alloc"] >= 0) & classes["counts_device"]]
+    if len(c) == 0:
+        return None
+    n_int = intervals.groupby("block_id", observed=True).size()
+    c = c.sort_values("seq_alloc")
+    acc = n_int.reindex(c["block_id"]).fillna(1).to_numpy(np.int64) - 1
+    key = pd.DataFrame({
+        "block_id": c["block_id"].to_numpy(), "it": c["iter_alloc"].to_numpy(np.int64),
+        "size": c["size"].to_numpy(np.int64), "acc": acc,
+    })
+    key["nth"] = key.groupby(["it", "size"]).cumcount()
+    key["nb"] = np.where(key["it"] + 1 < count, key["it"] + 1, key["it"] - 1)
+    ref = key[["it", "size", "nth", "acc"]].drop_duplicates().rename(columns={"it": "nb"})
+    ref["hit"] = True
+    m = key.merge(ref, on=["nb", "size", "nth", "acc"], how="left")
+    hit = m["hit"].fillna(False).to_numpy(bool)
+    pos = key.merge(ref.drop(columns="acc").drop_duplicates(), on=["nb", "size", "nth"], how="left")
+    pos_hit = pos["hit"].fillna(False).to_numpy(bool)
+    sizes = key["size"].to_numpy(np.float64)
+    return {
+        "blocks": int(len(key)),
+        "stable_blocks": _share(hit.sum(), len(key)),
+        "stable_bytes": _share(sizes[hit].sum(), sizes.sum()),
+        "same_size_and_position": _share(pos_hit.sum(), len(key)),
+    }
+
+
+def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pid: int | None = None,
+            iters=None, ati_quantile: float = 0.9, size_quantile: float = 0.9, top: int = 10,
+            cache_path: str | None = None) -> dict[str, Any]:
+    """Paper 1's access analysis of one process's device blocks (default: the main process).
+
+    ``bandwidth``: GB/s per direction (or a :class:`~pyinterpose.analysis.bandwidth.Bandwidth`);
+    None = cached measurement or the trace's NVML link data; with neither the bandwidth
+    filter is skipped (``filtered_fraction`` None, ``bandwidth_note`` says why).
+    Outliers: intervals with ATI >= the ``ati_quantile`` of all ATIs and block size >= the
+    ``size_quantile`` of all block sizes."""
+    from .iterations import find_iterations
+    from .lifetimes import classify
+    from ..trace.model import live_bytes_curve
+
+    for name, q in (("ati_quantile", ati_quantile), ("size_quantile", size_quantile)):
+        if not 0.0 <= q <= 1.0:
+            raise PyinterposeError(f"{name} must be between 0 and 1 (got {q})")
+    if iters is None:
+        iters = find_iterations(trace, pid)
+    if pid is None:
+        pid = iters.pid
+    iv = access_intervals(trace, pid)
+    iv = iv[iv["counts_device"]].reset_index(drop=True)
+    blocks = trace.blocks[(trace.blocks["pid"] == pid) & trace.blocks["counts_device"]] \
+        if pid is not None else trace.device_blocks
+    ati = iv["ati_ns"].to_numpy(np.int64)
+    size = iv["size"].to_numpy(np.int64)
+    bid = iv["block_id"].to_numpy(np.int64)
+    kind = iv["kind"].astype(str).to_numpy()
+    n_blocks = int(len(blocks))
+    block_bytes = float(blocks["size"].sum())
+    out: dict[str, Any] = {
+        "pid": pid,
+        "iterations": {"source": iters.source, "count": iters.count},
+        "intervals": int(len(iv)),
+        "blocks": n_blocks,
+        "accessed_blocks": int(iv.loc[iv["kind"] != "unaccessed", "block_id"].nunique()),
+        "accesses": int((kind == "between").sum() + (kind == "alloc_to_first").sum()),
+        "ati_quantiles": _quantiles(ati),
+        "ati_by_kind": {k: {"intervals": int((kind == k).sum()), "quantiles": _quantiles(ati[kind == k])}
+                        for k in INTERVAL_KINDS if (kind == k).any()},
+    }
+
+    # bandwidth filter
+    bw, note = resolve_link(trace, bandwidth, latency_us, cache_path)
+    out["bandwidth"] = None if bw is None else {
+        "h2d_bytes_per_s": bw.h2d_bytes_per_s, "d2h_bytes_per_s": bw.d2h_bytes_per_s,
+        "latency_s": bw.latency_s, "source": bw.source}
+    out["bandwidth_note"] = note
+    hides = None
+    if bw is not None:
+        hides = ati >= swap_cost_ns(size, bw)
+        swappable_block = np.zeros(0, np.int64) if len(bid) == 0 else np.unique(bid[hides])
+        sw_bytes = float(blocks.loc[blocks["block_id"].isin(swappable_block), "size"].sum())
+        out["filtered_fraction"] = {
+            "intervals": _share((~hides).sum(), len(hides)),
+            "blocks": _share(n_blocks - len(swappable_block), n_blocks),
+            "bytes": _share(block_bytes - sw_bytes, block_bytes),
+        }
+        out["filtered_by_kind"] = {k: _share((~hides[kind == k]).sum(), (kind == k).sum())
+                                   for k in INTERVAL_KINDS if (kind == k).any()}
+        out["swappable"] = {"intervals": int(hides.sum()), "blocks": int(len(swappable_block)),
+                            "bytes": int(sw_bytes)}
+    else:
+        out["filtered_fraction"] = None
+
+    # outliers and their share of memory pressure
+    out["outliers"] = None
+    if len(iv):
+        ati_thr = float(np.quantile(ati, ati_quantile))
+        size_thr = float(np.quantile(blocks["size"].to_numpy(np.int64), size_quantile))
+        is_out = (ati >= ati_thr) & (size >= size_thr)
+        t_curve, live = live_bytes_curve(blocks)
+        ip = int(np.argmax(live)) if len(live) else 0
+        t_peak = int(t_curve[ip]) if len(live) else 0
+        peak_bytes = int(live[ip]) if len(live) else 0
+        # pressure window: the regular step holding the peak, else the whole process
+        if iters.count and iters.boundaries_t[0] <= t_peak < iters.boundaries_t[-1]:
+            k = int(np.searchsorted(iters.boundaries_t, t_peak, side="right") - 1)
+            lo, hi, wname = int(iters.boundaries_t[k]), int(iters.boundaries_t[k + 1]), f"iteration {k}"
+        else:
+            lo, hi, wname = int(iv["start_t"].min()), int(iv["end_t"].max()), "whole trace"
+        st, en = iv["start_t"].to_numpy(np.int64), iv["end_t"].to_numpy(np.int64)
+        area = size.astype(np.float64) * _overlap(st, en, lo, hi)
+        at_peak = (st <= t_peak) & (en > t_peak)
+        ob = np.unique(bid[is_out])
+        order = np.argsort(-(size[is_out].astype(np.float64) * ati[is_out]), kind="stable")[:top]
+        sel = np.flatnonzero(is_out)[order]
+        out["outliers"] = {
+            "ati_threshold_ns": ati_thr, "size_threshold_bytes": size_thr,
+            "ati_quantile": ati_quantile, "size_quantile": size_quantile,
+            "intervals": int(is_out.sum()), "blocks": int(len(ob)),
+            "bytes": int(blocks.loc[blocks["block_id"].isin(ob), "size"].sum()),
+            "swappable_intervals": None if hides is None else int((is_out & hides).sum()),
+            "peak_bytes": peak_bytes, "peak_t": t_peak,
+            "share_of_peak_bytes": _share(size[is_out & at_peak].sum(), peak_bytes),
+            "pressure_window": {"name": wname, "start_t": lo, "end_t": hi},
+            "share_of_pressure": _share(area[is_out].sum(), area.sum()),
+            "top": [{"block_id": int(bid[i]), "size": int(size[i]), "ati_ns": int(ati[i]),
+                     "kind": str(kind[i]), "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
+        }
+
+    out["stability"] = stability(iv, classify(trace, iters, pid), iters.count) if iters.count else None
+    return out
