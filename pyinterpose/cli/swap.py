@@ -1,0 +1,96 @@
+"""``pyinterpose swap FILE``: how far host swapping would lower the peak, and at what stall cost."""
+from __future__ import annotations
+
+import re
+
+from ..errors import PyinterposeError
+
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """'1073741824', '1GiB', '512 MiB', '1.5GB' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise PyinterposeError(f"not a byte count: {text!r} (examples: 1073741824, 512MiB, 1.5GB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _bytes_arg(text: str) -> int:
+    import argparse
+
+    try:
+        return parse_bytes(text)
+    except PyinterposeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def register(sub) -> None:
+    from ..analysis.swap import MIN_SIZE, STRATEGIES
+
+    p = sub.add_parser("swap", help="evaluate host swapping (SINGA's scores and schedulers)",
+                       description="Evaluate swapping blocks to host memory between accesses: candidates are "
+                                   "access->access intervals of blocks >= --min-size, ranked by DOA, AOA, WDOA, "
+                                   "their majority vote, size, or ATI x size (outliers); scheduled with no "
+                                   "overhead (transfers hidden) or to a budget (stalls counted). PCIe is one "
+                                   "channel per direction, latency + size / bandwidth per transfer.")
+    p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
+    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+                   help="host<->device bandwidth per direction, GB/s (1e9 B/s); default: a cached "
+                        "`pyinterpose bandwidth` measurement for the trace's GPU, else NVML's link figure")
+    p.add_argument("--latency-us", type=float, metavar="X", help="fixed cost per transfer, microseconds")
+    p.add_argument("--budget", type=_bytes_arg, metavar="BYTES",
+                   help="memory budget (e.g. 6GiB); default: half-way between the swap floor and the peak")
+    p.add_argument("--strategy", action="append", choices=STRATEGIES, metavar="NAME",
+                   help=f"strategy to run (repeatable; default all: {', '.join(STRATEGIES)})")
+    p.add_argument("--min-size", type=_bytes_arg, default=MIN_SIZE, metavar="BYTES",
+                   help="smallest block considered (default 1MiB)")
+    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--schedule-csv", metavar="OUT", help="write every schedule, one row per swap (seconds)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..analysis.swap import analyse
+    from ..report.text import console, fmt_bytes, fmt_pct, load_trace, print_json, print_kv, print_table
+
+    trace = load_trace(args.trace, quiet=args.json)
+    ev = analyse(trace, bandwidth=args.bandwidth, budget=args.budget, strategies=args.strategy,
+                 min_size=args.min_size, pid=args.pid, latency_us=args.latency_us)
+    d = ev.as_dict()
+    if args.schedule_csv:
+        try:
+            ev.schedule_table().to_csv(args.schedule_csv, index=False, float_format="%.9f")
+        except OSError as e:
+            raise PyinterposeError(f"cannot write {args.schedule_csv}: {e.strerror}")
+        d["schedule_csv"] = args.schedule_csv
+    if args.json:
+        print_json(d)
+        return 0
+    con = console()
+    bw = d["bandwidth"]
+    print_kv([
+        ("process", d["pid"]),
+        ("peak before", fmt_bytes(d["peak_before"])),
+        ("swap floor", f"{fmt_bytes(d['floor'])} (every candidate away for its whole interval)"),
+        ("budget", f"{fmt_bytes(d['budget'])} ({d['budget_source']})"),
+        ("candidates", f"{d['candidates']} ({d['candidates_straddling_peak']} straddle the peak, "
+                       f"{d['candidates_hideable']} long enough to hide both transfers)"),
+        ("bandwidth", f"H2D {bw['h2d_bytes_per_s'] / 1e9:.2f} GB/s, D2H {bw['d2h_bytes_per_s'] / 1e9:.2f} GB/s, "
+                      f"latency {bw['latency_s'] * 1e6:.1f} us"),
+        ("bandwidth source", bw["source"]),
+    ], title="Host swap", out=con)
+    rows = [(r["strategy"], r["mode"], fmt_bytes(r["peak_after"]), fmt_pct(r["reduction"]),
+             f"{r['stall_seconds'] * 1e3:.3f} ms", fmt_pct(r["overhead_fraction"], 2), r["swaps"],
+             fmt_bytes(r["bytes_moved"]),
+             "-" if r["budget_met"] is None else ("yes" if r["budget_met"] else "no"))
+            for r in d["strategies"]]
+    print_table(rows, ["strategy", "mode", "peak after", "reduction", "stall", "overhead", "swaps", "moved",
+                       "budget met"], out=con)
+    for n in d["notes"]:
+        con.print(f"  note: {n}")
+    if args.schedule_csv:
+        con.print(f"Schedules written to {args.schedule_csv}")
+    return 0
