@@ -22,7 +22,7 @@
 #define PI_RING_MAGIC 0x31474e4952495950ULL /* "PYIRING1" little endian */
 #define PI_RING_VERSION 1
 #define PI_SHM_PREFIX "/pyinterpose-"
-#define PI_STR_PAYLOAD 48 /* bytes of text in one PI_OP_STRDATA record */
+#define PI_STR_PAYLOAD 32 /* bytes of text in one PI_OP_STRDATA record (addr..aux) */
 
 /* BEGIN CDEF */
 typedef struct pi_event {
@@ -56,8 +56,8 @@ enum pi_op {
     PI_OP_GRAPH_LAUNCH = 9, /* addr: CUgraphExec */
     PI_OP_MARKER = 10,      /* aux: label string id (pyinterpose.mark_step) */
     PI_OP_STRING = 11,      /* aux: string id; size: length; followed by
-                               ceil(size/48) PI_OP_STRDATA records */
-    PI_OP_STRDATA = 12,     /* first 48 bytes (t_ns..aux) hold text */
+                               ceil(size/32) PI_OP_STRDATA records */
+    PI_OP_STRDATA = 12,     /* addr..aux (bytes 16..47) hold 32 bytes of text */
     PI_OP_LOST = 13,        /* a reserved slot its producer could not fill */
     PI_OP_TENSORMAP = 14    /* addr: globalAddress of a TMA descriptor */
 };

@@ -1,0 +1,31 @@
+#include "drain.h"
+
+#include <string.h>
+
+#include "events.h"
+
+int64_t pi_drain(void *ring, void *out, uint64_t max_records, int final, uint64_t *lost) {
+    pi_ring_header *h = (pi_ring_header *)ring;
+    pi_event *slots = (pi_event *)((char *)ring + sizeof(pi_ring_header));
+    pi_event *dst = (pi_event *)out;
+    uint64_t cap = h->capacity, mask = cap - 1;
+    uint64_t tail = __atomic_load_n(&h->tail, __ATOMIC_RELAXED);
+    uint64_t head = __atomic_load_n(&h->head, __ATOMIC_ACQUIRE);
+    uint64_t limit = head;
+    if (limit > tail + cap) limit = tail + cap; /* tickets beyond wait for room */
+    uint64_t n = 0, skipped = 0, t = tail;
+    for (; t < limit && n < max_records; t++) {
+        pi_event *s = &slots[t & mask];
+        uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
+        if (seq != t) {
+            if (!final) break;
+            skipped++;
+            continue;
+        }
+        memcpy(&dst[n++], s, sizeof(pi_event));
+    }
+    if (final && t == limit && head > limit && n < max_records) skipped += head - limit;
+    __atomic_store_n(&h->tail, final && head > limit && t == limit ? head : t, __ATOMIC_RELEASE);
+    if (lost) *lost = skipped;
+    return (int64_t)n;
+}

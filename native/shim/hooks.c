@@ -1,0 +1,131 @@
+/*
+ * hooks.c — the wrappers, generated from hooks.def.
+ *
+ * Every wrapper: find the real function; if this thread is already inside a
+ * hooked call (a runtime call reaching the driver, a library calling itself)
+ * or the process does not record, forward untouched.  Otherwise run the
+ * table's `pre` action, the real call, the `post` action.  Only the outermost
+ * call is recorded, under the API name the program called.
+ */
+#include <string.h>
+
+#include "shim.h"
+
+typedef struct pi_ctx {
+    uint64_t tk;     /* ticket reserved before a free */
+    int ok;          /* ticket valid */
+    int have_b;      /* the freed block was found in the live map */
+    pi_block b;
+    uint64_t addr;   /* the address argument of a free */
+    uint64_t fn, stream;
+} pi_ctx;
+
+static inline int addressable(int kind) { return kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_CREATE; }
+
+static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux) {
+    if (r != 0) { /* a failed allocation is a failure record, never a block */
+        pi_emit(PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+        return;
+    }
+    uint64_t tk;
+    int ok = pi_reserve(1, &tk);
+    if (addressable(kind)) pi_map_insert(addr, size, ok ? tk : 0);
+    if (!ok) return;
+    pi_event *e = pi_slot(tk);
+    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
+    pi_commit(e, tk);
+}
+
+static void free_pre(pi_ctx *c, uint64_t addr, int kind) {
+    /* Leave the live map and take the ticket *before* the real free, so a
+     * racing allocation that reuses the address is always ordered after it. */
+    c->addr = addr;
+    c->have_b = addressable(kind) ? pi_map_remove(addr, &c->b) : 0;
+    c->ok = pi_reserve(1, &c->tk);
+}
+
+static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
+    if (r != 0 && c->have_b) pi_map_insert(c->b.base, c->b.size, c->b.seq); /* still live */
+    if (!c->ok) return;
+    pi_event *e = pi_slot(c->tk);
+    pi_fill(e, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
+    pi_commit(e, c->tk);
+}
+
+static void rec_copy(int api, int r, uint16_t op, uint64_t dst, uint64_t src, uint64_t n, uint64_t stream) {
+    pi_scan sc;
+    sc.n = 0;
+    if (r == 0) {
+        pi_block b;
+        pi_map_rdlock();
+        if (pi_map_find_locked(dst, &b)) pi_scan_add(&sc, &b, PI_ACC_WRITE);
+        if (op == PI_OP_COPY && pi_map_find_locked(src, &b)) pi_scan_add(&sc, &b, PI_ACC_READ);
+        pi_map_unlock();
+    }
+    pi_emit_with_accesses(op, (uint16_t)api, r, dst, n, stream, op == PI_OP_COPY ? src : 0, &sc);
+}
+
+static void rec_tensormap(int api, int r, uint64_t gaddr) {
+    pi_scan sc;
+    sc.n = 0;
+    if (r == 0) {
+        pi_block b;
+        pi_map_rdlock();
+        if (pi_map_find_locked(gaddr, &b)) pi_scan_add(&sc, &b, PI_ACC_TMA);
+        pi_map_unlock();
+    }
+    pi_emit_with_accesses(PI_OP_TENSORMAP, (uint16_t)api, r, gaddr, 0, 0, 0, &sc);
+}
+
+#define A_NONE ((void)0)
+#define A_ALLOC(addr, size, kind, stream, aux) \
+    rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux))
+#define A_FREE_PRE(addr, kind) free_pre(&cx, (uint64_t)(addr), kind)
+#define A_FREE_POST(kind, stream, aux) free_post(&cx, api, r, kind, (uint64_t)(stream), (uint64_t)(aux))
+#define A_LAUNCH_RT(f, argv, s) (pi_scan_rt((f), (argv), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
+#define A_LAUNCH_DRV(f, params, extra, s) \
+    (pi_scan_drv((f), (params), (extra), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
+#define A_LAUNCH_POST do { if (r != 0) sc.n = 0; \
+    pi_emit_with_accesses(PI_OP_LAUNCH, (uint16_t)api, r, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel, &sc); \
+} while (0)
+#define A_COPY(d, s, n, st) rec_copy(api, r, PI_OP_COPY, (uint64_t)(d), (uint64_t)(s), (uint64_t)(n), (uint64_t)(st))
+#define A_MEMSET(d, n, st) rec_copy(api, r, PI_OP_MEMSET, (uint64_t)(d), 0, (uint64_t)(n), (uint64_t)(st))
+#define A_ADVISE(p, n, advice, loc) \
+    pi_emit(PI_OP_ADVISE, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(loc), (uint64_t)(advice), 0)
+#define A_PREFETCH(p, n, loc, s) \
+    pi_emit(PI_OP_PREFETCH, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(s), (uint64_t)(loc), 0)
+/* runtime 12.x: (ptr, n, int dev, stream); 13.x: (ptr, n, location, flags, stream) */
+#define A_PREFETCH_RT(p, n, a3, a4, a5) A_PREFETCH(p, n, a3, pi_rt_major() >= 13 ? (a5) : (a4))
+#define A_GRAPH(g, s) pi_emit(PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, (uint64_t)(g), 0, (uint64_t)(s), 0, 0)
+#define A_SET_DEVICE(dev) do { if (r == 0) pi_t.device = (dev); } while (0)
+#define A_TENSORMAP(gaddr) rec_tensormap(api, r, (gaddr))
+
+#define HOOK(name, lib, base, minver, ptsz, params, args, pre, post)                \
+    typedef int (*name##_real_t) params;                                             \
+    __attribute__((visibility("default"))) int name params {                        \
+        name##_real_t real_ = (name##_real_t)pi_real(PI_API_##name);                 \
+        if (PI_UNLIKELY(!real_)) return 500; /* CUDA_ERROR_NOT_FOUND */             \
+        if (pi_t.depth > 0 || !pi_active()) return real_ args;                       \
+        const int api = PI_API_##name;                                               \
+        pi_ctx cx;                                                                   \
+        pi_scan sc;                                                                  \
+        memset(&cx, 0, sizeof cx);                                                   \
+        sc.n = 0;                                                                    \
+        (void)sc; (void)api;                                                         \
+        pi_t.depth++;                                                                \
+        pre;                                                                         \
+        int r = real_ args;                                                          \
+        post;                                                                        \
+        pi_t.depth--;                                                                \
+        return r;                                                                    \
+    }
+#include "hooks.def"
+#undef HOOK
+
+const pi_hook_entry pi_hooks[PI_API_COUNT] = {
+    {0, 0, 0, 0, 0, 0},
+#define HOOK(name, lib, base, minver, ptsz, params, args, pre, post) \
+    {#name, #base, PI_LIB_##lib, minver, ptsz, (void *)name},
+#include "hooks.def"
+#undef HOOK
+};

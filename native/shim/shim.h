@@ -1,0 +1,96 @@
+/* shim.h — internal interfaces of the preload library (not installed). */
+#ifndef PI_SHIM_H
+#define PI_SHIM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "events.h"
+#include "pi_cuda.h"
+
+#define PI_HIDDEN __attribute__((visibility("hidden")))
+#define PI_TLS __thread __attribute__((tls_model("initial-exec")))
+#define PI_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+enum pi_lib { PI_LIB_RT = 1, PI_LIB_DRV = 2 };
+
+/* API ids: line order of hooks.def, from 1. */
+enum pi_api {
+    PI_API_NONE = 0,
+#define HOOK(name, lib, base, minver, ptsz, params, args, pre, post) PI_API_##name,
+#include "hooks.def"
+#undef HOOK
+    PI_API_COUNT
+};
+
+typedef struct pi_hook_entry {
+    const char *name;   /* exact exported symbol */
+    const char *base;   /* cuGetProcAddress base name */
+    int lib;
+    int minver;
+    int ptsz;
+    void *hook;         /* our wrapper */
+} pi_hook_entry;
+
+extern PI_HIDDEN const pi_hook_entry pi_hooks[PI_API_COUNT];
+extern PI_HIDDEN void *volatile pi_real_fn[PI_API_COUNT];
+
+/* --- state (shim.c) --- */
+typedef struct pi_tls {
+    int depth;          /* re-entrancy: only the outermost hooked call records */
+    int device;         /* last cudaSetDevice on this thread */
+    uint32_t tid;
+    int tid_pid;        /* pid for which tid was read (fork) */
+} pi_tls;
+extern PI_HIDDEN PI_TLS pi_tls pi_t;
+
+PI_HIDDEN int pi_active(void);           /* recording enabled (lazily initialised) */
+PI_HIDDEN int pi_access_enabled(void);
+PI_HIDDEN uint64_t pi_now(void);
+PI_HIDDEN uint32_t pi_tid(void);
+
+/* Ring producer: reserve n consecutive records; returns the first slot index
+ * ticket in *ticket, or 0 when recording is impossible (then nothing to commit). */
+PI_HIDDEN int pi_reserve(uint64_t n, uint64_t *ticket);
+PI_HIDDEN pi_event *pi_slot(uint64_t ticket);
+PI_HIDDEN void pi_commit(pi_event *e, uint64_t ticket);
+PI_HIDDEN void pi_fill(pi_event *e, uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
+                       uint64_t stream, uint64_t aux, uint16_t flags);
+PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
+                       uint64_t stream, uint64_t aux, uint16_t flags);
+PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; returns its id */
+PI_HIDDEN void pi_count_unscanned(void);
+
+/* --- real symbols (resolve.c) --- */
+PI_HIDDEN void *pi_real(int api);
+PI_HIDDEN void *pi_real_dlsym(void *handle, const char *name);
+PI_HIDDEN void *pi_sym_near(void *known_fn, const char *name); /* same library as known_fn */
+PI_HIDDEN int pi_rt_major(void); /* major version of the libcudart the hooks forward to */
+
+/* --- live blocks (blockmap.c) --- */
+typedef struct pi_block { uint64_t base, size, seq; } pi_block;
+PI_HIDDEN void pi_map_insert(uint64_t base, uint64_t size, uint64_t seq);
+PI_HIDDEN int pi_map_remove(uint64_t base, pi_block *out);
+PI_HIDDEN void pi_map_rdlock(void);
+PI_HIDDEN void pi_map_unlock(void);
+PI_HIDDEN int pi_map_find_locked(uint64_t p, pi_block *out);
+PI_HIDDEN void pi_map_atfork_prepare(void);
+PI_HIDDEN void pi_map_atfork_parent(void);
+PI_HIDDEN void pi_map_atfork_child(void);
+
+/* --- launch scanning (scan.c) --- */
+#define PI_MAX_HITS 64
+typedef struct pi_scan {
+    int n;
+    int kernel;         /* string id of the kernel name, 0 unknown */
+    uint64_t scanned;   /* parameter bytes scanned */
+    pi_block hit[PI_MAX_HITS];
+    uint16_t fl[PI_MAX_HITS]; /* pi_access_flags per hit */
+} pi_scan;
+PI_HIDDEN void pi_scan_rt(const void *func, void **args, pi_scan *out);
+PI_HIDDEN void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *out);
+PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* rdlock held */
+PI_HIDDEN void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
+                                     uint64_t stream, uint64_t aux, const pi_scan *sc);
+PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
+#endif

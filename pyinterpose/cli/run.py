@@ -1,0 +1,32 @@
+"""pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] -- CMD ..."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", help="run a program under the profiler and write a trace",
+        description="Run CMD with the CUDA interposer preloaded and write one trace file.",
+        usage="pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] -- CMD ...")
+    p.add_argument("-o", "--output", metavar="FILE", help="trace file (default: pyinterpose-<prog>-<pid>.pit)")
+    p.add_argument("--view", choices=["blocks", "reserved"], default="blocks",
+                   help="blocks: make each tensor its own CUDA allocation (framework knobs set and recorded); "
+                        "reserved: leave the framework's allocator alone (default: blocks)")
+    p.add_argument("--no-access", action="store_true", help="do not scan kernel arguments for block accesses")
+    p.add_argument("--simulated-gpu", action="store_true",
+                   help="put simcuda (the simulated CUDA runtime and driver) on the library path")
+    p.add_argument("--ring-records", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the program and its arguments")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from ..capture.run import capture
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
+                   simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records)
