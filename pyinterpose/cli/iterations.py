@@ -1,0 +1,67 @@
+"""``pyinterpose iterations FILE``: the training loop's period, steps and their durations."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("iterations", help="find the training loop's iterations",
+                       description="Find the period of the training loop from the allocation sequence "
+                                   "(sizes and lifetimes, as SINGA's signature), skipping warm-up and "
+                                   "tolerating extra allocations in some steps. Markers recorded with "
+                                   "pyinterpose.mark_step() override detection. With no loop the answer "
+                                   "is source 'none', count 0.")
+    p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
+    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--no-markers", action="store_true", help="ignore markers, detect from allocations")
+    p.add_argument("--max-extra", type=int, metavar="N",
+                   help="extra allocations tolerated in one step (default: max(3, period/4))")
+    p.add_argument("--min-steps", type=int, default=3, metavar="N",
+                   help="fewest repetitions that count as a loop (default 3)")
+    p.add_argument("--limit", type=int, default=20, metavar="N",
+                   help="iterations listed in the table (default 20; --json lists all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..analysis.iterations import find_iterations
+    from ..errors import PyinterposeError
+    from ..report.text import console, fmt_ns, fmt_pct, load_trace, print_json, print_kv, print_table
+
+    if args.min_steps < 2:
+        raise PyinterposeError(f"--min-steps must be >= 2 (got {args.min_steps})")
+    if args.max_extra is not None and args.max_extra < 0:
+        raise PyinterposeError(f"--max-extra must be >= 0 (got {args.max_extra})")
+    trace = load_trace(args.trace, quiet=args.json)
+    if args.pid is not None and args.pid not in trace.pids:
+        raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
+                               f"{', '.join(map(str, trace.pids)) or 'none'})")
+    it = find_iterations(trace, args.pid, use_markers=not args.no_markers, min_steps=args.min_steps,
+                         max_extra=args.max_extra)
+    d = it.to_dict()
+    if args.json:
+        print_json(d)
+        return 0
+    con = console()
+    if it.count == 0:
+        print_kv([("process", it.pid), ("source", it.source), ("count", 0),
+                  ("why", it.reason or "no loop")], title="Iterations: no training loop found", out=con)
+        return 0
+    dur = d["duration_ns"]
+    print_kv([
+        ("process", it.pid),
+        ("source", it.source + (" (pyinterpose.mark_step markers)" if it.source == "markers" else
+                                " (detected from allocations)")),
+        ("allocations per step", it.period_allocs),
+        ("steps", it.count),
+        ("first steady seq", it.first_steady_seq),
+        ("stable steps", f"{fmt_pct(it.stable_fraction)} (same allocations and lifetimes, no extras)"),
+        ("step duration", f"median {fmt_ns(dur['median'])}, min {fmt_ns(dur['min'])}, "
+                          f"max {fmt_ns(dur['max'])}, cv {dur['cv']:.3f}"),
+        ("signature match", fmt_pct(it.score) if it.source == "auto" else "-"),
+    ], title="Iterations", out=con)
+    rows = [(r["index"], r["start_seq"], r["end_seq"], fmt_ns(r["duration_ns"]),
+             "yes" if r["exact"] else "no", r["extra_allocs"]) for r in d["iterations"][:args.limit]]
+    print_table(rows, ["#", "start seq", "end seq", "duration", "exact", "extra allocs"], out=con)
+    if it.count > args.limit:
+        con.print(f"  ... {it.count - args.limit} more (--limit N, or --json for all)")
+    return 0
