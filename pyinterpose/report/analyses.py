@@ -73,8 +73,8 @@ def block_classes(trace: Trace, iters=None) -> Result:
     return Result(s, "")
 
 
-def access(trace: Trace, bandwidth: float | None = None) -> Result:
-    return _call("access", "analyze", trace, bandwidth=bandwidth)
+def access(trace: Trace, bandwidth: float | None = None, iters=None) -> Result:
+    return _call("access", "analyze", trace, bandwidth=bandwidth, iters=iters)
 
 
 def pools(trace: Trace, strategies=None, time_limit: float = 5.0) -> Result:

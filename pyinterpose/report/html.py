@@ -243,7 +243,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 "The time between consecutive uses of a block by kernels or copies. An interval can hide a swap"
                 " to host memory only if it is longer than the bandwidth filter: size/BW(d2h) + size/BW(h2d) +"
                 " latency. Intervals right of the red line are swap opportunities.")
-    acc = analyses.access(trace, bandwidth=bandwidth)
+    acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
     _safe(s, lambda: _access_section(s, trace, acc, heads))
     sections.append(s)
 
@@ -279,11 +279,10 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         s.tables.append(("largest blocks", _format_frame(lb, max_rows=top)))
         heads["largest_blocks"] = to_jsonable(lb.head(5))
     _safe(s, _largest)
-    if acc.ok:
-        out = _get(acc.value, "outliers")
-        df = _frame(out)
-        if df is not None and len(df):
-            s.tables.append(("outlier blocks (high ATI x size)", _format_frame(df, max_rows=top)))
+    if acc.ok and acc.value.get("outliers") and acc.value["outliers"].get("top"):
+        df = pd.DataFrame(acc.value["outliers"]["top"]).rename(columns={"start_t": "start_t_ns", "end_t": "end_t_ns"})
+        s.tables.append(("outlier intervals (ATI >= p90 of ATIs and size >= p90 of sizes; largest ATI x size first)",
+                         _format_frame(df, max_rows=top)))
     sections.append(s)
 
     step(1.0, "rendering")
@@ -312,27 +311,53 @@ def _lifetimes_section(s: Section, d: dict, heads: dict) -> None:
 
 
 def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict) -> None:
+    """``acc``: access.analyze() dict.  The figure uses access_intervals (kind "between":
+    access -> next access of the same block) and the per-interval swap cost."""
     if not acc.ok:
         s.notes.append(f"access analysis {acc.note}")
         return
-    v = acc.value
-    intervals = _frame(_get(v, "intervals"))
-    if intervals is None:
-        from ..analysis.access import access_intervals
-        intervals = access_intervals(trace)
-    if "kind" in intervals:
-        intervals = intervals[intervals["kind"].astype(str) == "between"]
-    if len(intervals) == 0:
-        s.notes.append("no block was accessed twice: no access intervals (capture with access events on)")
+    d = acc.value
+    from ..analysis import access as _access
+
+    iv = _access.access_intervals(trace, d.get("pid"))
+    iv = iv[iv["counts_device"] & (iv["kind"].astype(str) == "between")]
+    bw = None
+    if d.get("bandwidth"):
+        from ..analysis.bandwidth import Bandwidth
+        b = d["bandwidth"]
+        bw = Bandwidth(b["h2d_bytes_per_s"], b["d2h_bytes_per_s"], b["latency_s"], b.get("source", ""))
+    if len(iv) == 0:
+        s.notes.append("no block was accessed twice: no access intervals (was the trace captured with access "
+                       "events on?)")
     else:
-        thr = _get(v, "threshold_ns", "filter_ns", "bandwidth_threshold_ns")
-        if thr is None and "threshold_ns" in intervals:
-            thr = intervals["threshold_ns"].to_numpy()
-        s.figures.append((plots.ati_png(intervals["ati_ns"].to_numpy(), intervals["size"].to_numpy()
-                                         if "size" in intervals else None, thr), "ATI distribution"))
-    facts = _scalars(_get(v, "headline", "summary", default=v))
-    s.facts += [(k, _fmt_value(k, x)) for k, x in facts]
-    heads["access"] = {k: to_jsonable(x) for k, x in facts}
+        thr = _access.swap_cost_ns(iv["size"].to_numpy(np.int64), bw) if bw is not None else None
+        s.figures.append((plots.ati_png(iv["ati_ns"].to_numpy(), None, thr), "ATI distribution"))
+    q = d.get("ati_quantiles") or {}
+    s.facts += [("intervals (all kinds)", f"{d.get('intervals', 0):,}"),
+                ("accessed blocks", f"{d.get('accessed_blocks', 0):,} of {d.get('blocks', 0):,}"),
+                ("ATI median / p90 / p99", " / ".join(fmt_ns(q.get(k)) for k in ("p50", "p90", "p99")))]
+    if bw is not None:
+        ff = d.get("filtered_fraction") or {}
+        sw = d.get("swappable") or {}
+        s.facts += [("bandwidth", str(d["bandwidth"].get("source", ""))),
+                    ("intervals too short to hide a swap", fmt_pct(ff.get("intervals"))),
+                    ("bytes in blocks with no hideable interval", fmt_pct(ff.get("bytes"))),
+                    ("swappable blocks", f"{sw.get('blocks', 0):,} ({fmt_bytes(sw.get('bytes'))})")]
+    else:
+        s.notes.append(str(d.get("bandwidth_note") or "bandwidth filter skipped"))
+    o = d.get("outliers")
+    if o:
+        s.facts += [("outliers (high ATI and size)", f"{o.get('intervals', 0):,} intervals in {o.get('blocks', 0):,} "
+                     f"blocks ({fmt_bytes(o.get('bytes'))})"),
+                    ("outliers' share of the peak", fmt_pct(o.get("share_of_peak_bytes"))),
+                    (f"outliers' share of memory pressure ({(o.get('pressure_window') or {}).get('name', '')})",
+                     fmt_pct(o.get("share_of_pressure")))]
+    heads["access"] = {"intervals": d.get("intervals"), "ati_quantiles_ns": to_jsonable(q),
+                       "filtered_fraction": to_jsonable(d.get("filtered_fraction")),
+                       "swappable": to_jsonable(d.get("swappable")),
+                       "outliers": None if not o else {k: to_jsonable(o.get(k)) for k in
+                                                       ("intervals", "blocks", "bytes", "share_of_peak_bytes",
+                                                        "share_of_pressure")}}
 
 
 def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:

@@ -1,0 +1,192 @@
+"""Compare several traces side by side: frameworks, views (blocks vs reserved) or ranks.
+
+:func:`compare` returns ``{"traces": [row, ...]}``, one row per trace (the
+``pyinterpose compare --json`` object); each row holds plain JSON values:
+
+* identity: label, path, framework, view, processes, devices;
+* memory: ``peak_live_bytes`` (peak of live device bytes of the blocks: what the
+  program asked for in a blocks view, what the framework reserved in a reserved
+  view), ``reserved_bytes`` with ``reserved_source`` ("reserved view" = the blocks
+  themselves, "nvml" = NVML used memory: reserve + CUDA context, None = unknown),
+  ``reserved_over_live`` (reserved / peak live);
+* iterations: ``iterations``, ``allocs_per_iteration``, ``bytes_per_iteration``
+  (sum of sizes allocated in one regular step, averaged over the steps);
+* sizes: ``blocks``, ``size`` quantiles, ``small_fraction`` (blocks < 1 MiB);
+* ``fragmentation``: {strategy: pool size / lower bound} from the pools analysis;
+* ``ati``: ATI quantiles and the share of intervals the bandwidth filter removes;
+* ``swap``: peak before/after the best no-overhead swap plan and the floor;
+* ``notes``: why a part is missing ("not available: ...").
+
+Each analysis is called through the same guarded adapter the report uses, so a
+missing analysis leaves ``None`` and a note instead of failing the comparison.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..trace.model import Trace, peak_live_bytes
+
+SMALL = 1 << 20
+KNOWN_FRAMEWORKS = ("torch", "jax", "tensorflow", "tf", "cupy")
+
+
+def framework_of(trace: Trace) -> str:
+    """The framework recorded in the trace's metadata, else guessed from the command line."""
+    fw = trace.meta.get("framework")
+    if fw:
+        return str(fw)
+    cmd = [str(c) for c in trace.meta.get("command", [])]
+    for i, c in enumerate(cmd):
+        if c == "--framework" and i + 1 < len(cmd):
+            return cmd[i + 1]
+        if c.startswith("--framework="):
+            return c.split("=", 1)[1]
+    words = " ".join(cmd).lower()
+    for k in KNOWN_FRAMEWORKS:
+        if k in words:
+            return "tensorflow" if k == "tf" else k
+    return "unknown"
+
+
+def _quantiles(x: np.ndarray) -> dict[str, int] | None:
+    if len(x) == 0:
+        return None
+    q = np.quantile(x, [0.5, 0.9, 0.99], method="lower")
+    return {"p50": int(q[0]), "p90": int(q[1]), "p99": int(q[2]), "max": int(x.max())}
+
+
+def _bytes_per_iteration(trace: Trace, it) -> int | None:
+    if it is None or not getattr(it, "count", 0):
+        return None
+    b = trace.device_blocks
+    b = b[b["pid"] == it.pid] if it.pid is not None else b
+    lo, hi = int(it.boundaries[0]), int(it.boundaries[-1])
+    inside = b[(b["seq_alloc"] >= lo) & (b["seq_alloc"] < hi)]
+    return int(inside["size"].sum() // it.count)
+
+
+def _fragmentation(value: Any) -> dict[str, float] | None:
+    """{strategy: ratio} from whatever pools.evaluate returns (DataFrame, list or dict)."""
+    import pandas as pd
+
+    table = value
+    if isinstance(value, dict):
+        for k in ("results", "strategies", "table"):
+            if k in value:
+                table = value[k]
+                break
+    if isinstance(table, list):
+        table = pd.DataFrame(table)
+    if isinstance(table, pd.DataFrame) and len(table):
+        name = next((c for c in ("strategy", "name") if c in table), None)
+        ratio = next((c for c in ("ratio", "ratio_to_bound") if c in table), None)
+        if name and ratio:
+            return {str(n): (None if pd.isna(r) else float(r)) for n, r in zip(table[name], table[ratio])}
+    if isinstance(table, dict) and all(isinstance(v, (int, float)) for v in table.values()):
+        return {str(k): float(v) for k, v in table.items()}
+    return None
+
+
+def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = None,
+              time_limit: float = 2.0, pools: bool = True, swap: bool = True) -> dict[str, Any]:
+    """One comparison row for ``trace`` (see the module docstring)."""
+    from ..report import analyses
+
+    notes: list[str] = []
+    b = trace.device_blocks
+    view = str(trace.meta.get("view", "unknown"))
+    peak = peak_live_bytes(trace.blocks)
+    nv = trace.nvml
+    if view == "reserved":
+        reserved, source = peak, "reserved view"
+    elif len(nv):
+        reserved, source = int(nv.groupby("t")["used_bytes"].sum().max()), "nvml"
+    else:
+        reserved, source = None, None
+    sizes = b["size"].to_numpy(np.int64)
+    row: dict[str, Any] = {
+        "label": label or (os.path.basename(trace.path) if trace.path else "trace"),
+        "path": trace.path,
+        "framework": framework_of(trace),
+        "view": view,
+        "processes": len(trace.pids),
+        "devices": sorted(int(d) for d in b["device"].unique()),
+        "blocks": int(len(b)),
+        "peak_live_bytes": int(peak),
+        "reserved_bytes": None if reserved is None else int(reserved),
+        "reserved_source": source,
+        "reserved_over_live": (float(reserved) / peak) if reserved is not None and peak else None,
+        "size": _quantiles(sizes),
+        "small_fraction": float((sizes < SMALL).mean()) if len(sizes) else None,
+        "iterations": None, "allocs_per_iteration": None, "bytes_per_iteration": None,
+        "fragmentation": None, "ati": None, "swap": None,
+    }
+    it = analyses.iterations(trace)
+    if it.ok:
+        v = it.value
+        row["iterations"] = int(v.count)
+        row["allocs_per_iteration"] = int(v.period_allocs) if v.count else None
+        row["bytes_per_iteration"] = _bytes_per_iteration(trace, v)
+        if not v.count:
+            notes.append("iterations: no training loop found")
+    else:
+        notes.append(f"iterations: {it.note}")
+    if pools:
+        pl = analyses.pools(trace, time_limit=time_limit)
+        if pl.ok:
+            row["fragmentation"] = _fragmentation(pl.value)
+            if row["fragmentation"] is None:
+                notes.append(f"fragmentation: unrecognised pools result {type(pl.value).__name__}")
+        else:
+            notes.append(f"fragmentation: {pl.note}")
+    acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
+    if acc.ok:
+        d = acc.value
+        ff = d.get("filtered_fraction") or {}
+        row["ati"] = {"quantiles_ns": d.get("ati_quantiles"), "intervals": d.get("intervals"),
+                      "filtered_intervals": ff.get("intervals"),
+                      "swappable_bytes": (d.get("swappable") or {}).get("bytes")}
+    else:
+        notes.append(f"ati: {acc.note}")
+    if swap:
+        ev = analyses.swap(trace, bandwidth=bandwidth)
+        if ev.ok:
+            d = ev.value
+            no = [r for r in d.get("strategies", []) if r.get("mode") == "no-overhead"]
+            best = min(no, key=lambda r: r["peak_after"]) if no else None
+            row["swap"] = {"peak_before": d.get("peak_before"), "floor": d.get("floor"),
+                           "best_no_overhead_peak": None if best is None else best["peak_after"],
+                           "best_no_overhead_strategy": None if best is None else best["strategy"],
+                           "reduction": None if best is None else best.get("reduction")}
+        else:
+            notes.append(f"swap: {ev.note}")
+    row["notes"] = notes
+    return row
+
+
+def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, bandwidth: float | None = None,
+            time_limit: float = 2.0, pools: bool = True, swap: bool = True, progress=None) -> dict[str, Any]:
+    """``{"traces": [trace_row(...), ...]}`` in the order given."""
+    labels = list(labels) if labels else [None] * len(traces)
+    if len(labels) != len(traces):
+        from ..errors import PyinterposeError
+        raise PyinterposeError(f"{len(labels)} labels for {len(traces)} traces")
+    rows = []
+    for i, (t, lab) in enumerate(zip(traces, labels)):
+        if progress is not None:
+            progress.update(i / max(len(traces), 1), f"analysing {lab or t.path or i}")
+        rows.append(trace_row(t, lab, bandwidth=bandwidth, time_limit=time_limit, pools=pools, swap=swap))
+    _dedupe_labels(rows)
+    return {"traces": rows}
+
+
+def _dedupe_labels(rows: list[dict]) -> None:
+    seen: dict[str, int] = {}
+    for r in rows:
+        n = seen.get(r["label"], 0)
+        seen[r["label"]] = n + 1
+        if n:
+            r["label"] = f"{r['label']} ({n + 1})"

@@ -1,0 +1,55 @@
+"""``pyinterpose compare A B ... [--json] [-o compare.html]``: traces side by side."""
+from __future__ import annotations
+
+import os
+
+from ..errors import PyinterposeError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="compare traces side by side (frameworks, views, ranks)",
+                       description="Peak live and reserved bytes, allocations per iteration, size distribution, "
+                                   "fragmentation per pool strategy, ATI and swap potential for each trace.")
+    p.add_argument("traces", metavar="FILE", nargs="+", help="trace files (two or more)")
+    p.add_argument("--labels", help="comma-separated labels, one per trace (default: file names)")
+    p.add_argument("-o", "--output", help="also write a self-contained HTML page here")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the HTML file if it exists")
+    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+                   help="host<->device bandwidth per direction in GB/s (default: measured/NVML)")
+    p.add_argument("--time-limit", type=float, default=2.0, metavar="S",
+                   help="time limit for the exact pool planner per trace, seconds (default 2)")
+    p.add_argument("--no-pools", action="store_true", help="skip the pool strategies (faster)")
+    p.add_argument("--no-swap", action="store_true", help="skip swap planning (faster)")
+    p.add_argument("--json", action="store_true", help='print {"traces": [...]} as one JSON object')
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..analysis.compare import compare
+    from ..report.compare_view import print_table, render_html
+    from ..report.text import load_trace, print_json, progress
+
+    if len(args.traces) < 2:
+        raise PyinterposeError("compare needs at least two trace files")
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    if labels is not None and len(labels) != len(args.traces):
+        raise PyinterposeError(f"--labels has {len(labels)} labels for {len(args.traces)} traces")
+    if args.output and os.path.exists(args.output) and not args.force:
+        raise PyinterposeError(f"{args.output} exists; pass -f to overwrite")
+    traces = [load_trace(p, quiet=args.json) for p in args.traces]
+    with progress("comparing", enabled=None if not args.json else False) as pr:
+        cmp = compare(traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
+                      pools=not args.no_pools, swap=not args.no_swap, progress=pr)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(render_html(cmp))
+        except OSError as e:
+            raise PyinterposeError(f"cannot write {args.output}: {e.strerror}")
+    if args.json:
+        print_json(cmp)
+        return 0
+    print_table(cmp)
+    if args.output:
+        print(f"Comparison written to {args.output}")
+    return 0
