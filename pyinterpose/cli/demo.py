@@ -1,0 +1,114 @@
+"""``pyinterpose demo [--sample]``: capture a simulated training run, analyse it, write the report.
+
+Works on any machine: the run uses simcuda (the simulated CUDA runtime and
+driver) and the simtrain example, so no GPU is needed.  ``--sample`` uses a
+real-GPU trace committed under samples/ instead."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+
+from ..errors import PyinterposeError
+
+FRAMEWORKS = ("torch", "jax", "tf")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="capture a simulated training run and write its HTML report",
+                       description="Capture a training-like run on the simulated GPU (no GPU needed), print "
+                                   "its summary and the analyses' headlines, and write the HTML report.")
+    p.add_argument("--sample", action="store_true",
+                   help="analyse a committed real-GPU trace from samples/ instead of capturing")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="torch",
+                   help="framework call path simtrain emulates (default torch)")
+    p.add_argument("-o", "--output-dir", default="pyinterpose-demo",
+                   help="directory for the trace and the report (default ./pyinterpose-demo)")
+    p.add_argument("--bandwidth", type=float, default=None, metavar="GBPS",
+                   help="host<->device bandwidth for the swap analysis (default: measured/NVML, else 16 GB/s "
+                        "assumed for the simulated GPU)")
+    p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
+    p.set_defaults(func=run)
+
+
+def sample_traces() -> list[str]:
+    """Committed sample traces: samples/*.pit in the source tree, then in the working directory."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found: list[str] = []
+    for d in (os.path.join(here, "samples"), os.path.join(os.getcwd(), "samples")):
+        for p in sorted(glob.glob(os.path.join(d, "*.pit"))):
+            if os.path.abspath(p) not in found:
+                found.append(os.path.abspath(p))
+    return found
+
+
+def capture_simulated(output: str, framework: str, quiet: bool = True) -> None:
+    try:
+        from ..capture.run import capture
+    except ImportError as e:
+        raise PyinterposeError(f"capture is not available in this build ({e})")
+    argv = [sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", framework]
+    rc = capture(argv, output, view="blocks", access=True, simulated_gpu=True, quiet=quiet)
+    if rc != 0:
+        raise PyinterposeError(f"the simulated training run failed (exit status {rc}); "
+                               f"try: pyinterpose run --simulated-gpu -o {output} -- {' '.join(argv)}")
+    if not os.path.exists(output):
+        raise PyinterposeError(f"the capture wrote no trace at {output}")
+
+
+def run(args) -> int:
+    from .. import load
+    from ..report import html
+    from ..report.text import console, print_json, print_kv, progress
+
+    t_start = time.monotonic()
+    os.makedirs(args.output_dir, exist_ok=True)
+    con = console()
+    if args.sample:
+        samples = sample_traces()
+        if not samples:
+            raise PyinterposeError("no sample trace: no samples/*.pit is committed in this checkout; run "
+                                   "`pyinterpose demo` without --sample to capture a simulated run")
+        trace_path = samples[0]
+        source = f"sample {os.path.basename(trace_path)}"
+    else:
+        trace_path = os.path.join(args.output_dir, f"demo-{args.framework}.pit")
+        if not args.json:
+            con.print(f"Capturing a simulated {args.framework} training run (simcuda, no GPU needed) ...")
+        with progress("capturing", enabled=None if not args.json else False):
+            capture_simulated(trace_path, args.framework, quiet=True)
+        source = f"simulated {args.framework} run"
+    trace = load(trace_path)
+    bandwidth = args.bandwidth
+    assumed = False
+    if bandwidth is None and not args.sample:
+        try:
+            from ..analysis.bandwidth import resolve_bandwidth
+            resolve_bandwidth(trace)
+        except Exception:  # no measurement and no NVML link for the simulated GPU
+            bandwidth, assumed = 16.0, True
+    report_path = os.path.join(args.output_dir, os.path.splitext(os.path.basename(trace_path))[0] + ".html")
+    with progress("analysing", enabled=None if not args.json else False) as pr:
+        rep = html.build(trace, bandwidth=bandwidth, time_limit=2.0, progress=pr)
+    with open(report_path, "w", encoding="utf-8") as f:
+        f.write(html.render(rep))
+    elapsed = time.monotonic() - t_start
+    if args.json:
+        print_json({"source": source, "trace": trace_path, "report": report_path, "seconds": round(elapsed, 2),
+                    "bandwidth_assumed_gbps": bandwidth if assumed else None, "headlines": rep.headlines})
+        return 0
+    print_kv(rep.facts, title=f"Summary ({source})", out=con)
+    for s in rep.sections:
+        facts = [(k, v) for k, v in s.facts][:8]
+        if facts:
+            print_kv(facts, title=s.title, out=con)
+        for n in s.notes:
+            if n.startswith("not available"):
+                con.print(f"  {s.title}: {n}")
+    if assumed:
+        con.print("Swap/ATI assume 16 GB/s per direction (no measurement or NVML link for the simulated GPU).")
+    con.print(f"\nTrace:  {trace_path}\nReport: {report_path}  ({elapsed:.1f} s)")
+    con.print(f"Next:   pyinterpose summary {trace_path}\n        pyinterpose export {trace_path} "
+              f"--format perfetto -o {os.path.splitext(trace_path)[0]}.perfetto.json")
+    return 0

@@ -1,0 +1,147 @@
+"""The HTML report: self-contained, every figure a decodable PNG, sections degrade one by one."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+
+from pyinterpose.cli import main
+from pyinterpose.report import analyses, html
+from pyinterpose.report.synthetic import training_trace
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_bandwidth(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path))
+
+
+def images(page: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+def assert_self_contained(page: str) -> None:
+    assert page.startswith("<!DOCTYPE html>")
+    # no external resource of any kind: scripts, styles, fonts, images, frames
+    assert not re.search(r'<(script|img|link|iframe|source)[^>]+(src|href)="(?!data:|#)', page)
+    assert "url(" not in page and "@import" not in page and "@font-face" not in page
+    assert "http://" not in page and "https://" not in page
+
+
+def test_report_is_self_contained_with_decodable_figures():
+    tr = training_trace(iterations=6, step_ns=200_000)
+    rep = html.build(tr, bandwidth=16)
+    page = html.render(rep)
+    assert_self_contained(page)
+    imgs = images(page)
+    # memory over time, sizes, ATI, swap Pareto (pools depends on the pools analysis)
+    assert len(imgs) >= 4
+    for png in imgs:
+        assert png.startswith(PNG_MAGIC) and len(png) > 2000
+    ids = [s.id for s in rep.sections]
+    assert ids == ["memory", "iterations", "sizes", "access", "pools", "swap", "blocks"]
+    for sid in ids:
+        assert f'<section id="{sid}">' in page
+    assert 'data-render' in page  # the marker script the browser test reads
+
+
+def test_headlines_are_hand_computed_numbers():
+    tr = training_trace(iterations=6, step_ns=200_000)
+    rep = html.build(tr, bandwidth=16)
+    h = rep.headlines
+    assert h["peak_live_bytes"] == 84 * MiB
+    assert h["blocks"] == 4 + 4 + 6 * 12
+    assert h["iterations"]["source"] == "markers" and h["iterations"]["period_allocs"] == 12
+    # classes at the peak: weights + optimizer persistent (48 MiB), activations + a gradient per-iteration
+    assert h["lifetimes"]["peak_by_class"] == {"persistent": 48 * MiB, "per_iteration": 36 * MiB}
+    assert h["sizes"]["max"] == 8 * MiB
+    json.dumps(h)  # plain JSON types only
+
+
+def test_memory_section_uses_classes_and_nvml():
+    tr = training_trace(iterations=4)
+    rep = html.build(tr)
+    mem = next(s for s in rep.sections if s.id == "memory")
+    assert not mem.notes and len(mem.figures) == 1
+    # peak: 2nd iteration, first gradient allocated after 16 forward events (t = 45..60 us) -> 61 us
+    assert ("GPU 0 peak live", "84.0 MiB at 61.0 us") in mem.facts
+    assert dict(rep.facts)["NVML peak used"] == "396.0 MiB"
+
+
+def test_failing_analysis_degrades_only_its_section(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr("pyinterpose.analysis.access.analyze", boom)
+    monkeypatch.setattr("pyinterpose.analysis.swap.evaluate", boom)
+    tr = training_trace(iterations=4)
+    rep = html.build(tr, bandwidth=16)
+    by = {s.id: s for s in rep.sections}
+    assert any("not available" in n and "kaboom" in n for n in by["access"].notes)
+    assert any("not available" in n and "kaboom" in n for n in by["swap"].notes)
+    assert not by["access"].figures and not by["swap"].figures
+    assert by["memory"].figures and by["sizes"].figures
+    page = html.render(rep)
+    assert "not available: access.analyze failed (RuntimeError: kaboom)" in page
+
+
+def test_missing_analysis_module_is_a_note(monkeypatch):
+    r = analyses._call("no_such_analysis", "run")
+    assert not r.ok and r.note.startswith("not available: the no_such_analysis analysis is not in this build")
+    r = analyses._call("access", "no_such_function")
+    assert not r.ok and "missing" in r.note
+
+
+def test_empty_trace_still_renders():
+    from pyinterpose.trace.model import Trace
+
+    rep = html.build(Trace.from_tables())
+    page = html.render(rep)
+    assert_self_contained(page)
+    mem = next(s for s in rep.sections if s.id == "memory")
+    assert any("no device allocations" in n for n in mem.notes)
+
+
+def test_html_escapes_trace_text():
+    tr = training_trace(iterations=3)
+    tr.meta["command"] = ["<script>alert(1)</script>"]
+    page = html.render(html.build(tr))
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+@pytest.fixture()
+def fake_files(monkeypatch):
+    made = {"run.pit": training_trace(iterations=5, step_ns=200_000)}
+
+    def fake_load(path, quiet=False):
+        if path not in made:
+            from pyinterpose.errors import TraceError
+            raise TraceError(f"no such trace file: {path}")
+        return made[path]
+
+    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
+    return made
+
+
+def test_cli_report_writes_file_and_json(fake_files, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", "run.pit", "-o", str(out), "--bandwidth", "16", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["output"] == str(out) and d["headlines"]["peak_live_bytes"] == 84 * MiB
+    assert_self_contained(out.read_text())
+    # refuses to overwrite without -f, one-line error
+    assert main(["report", "run.pit", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists" in err
+    assert main(["report", "run.pit", "-o", str(out), "-f"]) == 0
+    text = capsys.readouterr().out
+    assert "peak live bytes" in text and "Report written to" in text and "\x1b[" not in text
+
+
+def test_cli_report_missing_file(fake_files, capsys):
+    assert main(["report", "nope.pit", "-o", "x.html"]) == 2
+    assert "no such trace file" in capsys.readouterr().err
