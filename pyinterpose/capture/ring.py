@@ -49,8 +49,10 @@ class Ring:
 
     def _field(self, name: str):
         off, dt = self._layout[name]
-        val = np.frombuffer(self._mm, dtype=dt, count=1, offset=off)[0]
-        return val.tobytes().split(b"\0", 1)[0].decode(errors="replace") if dt.kind == "S" else int(val)
+        if dt.subdtype is not None:  # char array
+            raw = self._mm[off:off + dt.itemsize]
+            return raw.split(b"\0", 1)[0].decode(errors="replace")
+        return int(np.frombuffer(self._mm, dtype=dt, count=1, offset=off)[0])
 
     def refresh(self) -> bool:
         if not self.ready:

@@ -1,0 +1,49 @@
+"""What a trace holds, in one dict: counts, processes, peak live bytes, loss."""
+from __future__ import annotations
+
+from ..trace.model import Trace, peak_live_bytes
+
+
+def summarize(trace: Trace) -> dict:
+    b = trace.blocks
+    dev = b[b["counts_device"]]
+    tr = trace.meta.get("trailer") or {}
+    lost = int(trace.processes["lost"].clip(lower=0).sum()) if len(trace.processes) else 0
+    per_pid = []
+    for pid in trace.pids:
+        pb = dev[dev["pid"] == pid]
+        row = trace.processes[trace.processes["pid"] == pid]
+        per_pid.append({
+            "pid": int(pid),
+            "ppid": int(row["ppid"].iloc[0]) if len(row) else None,
+            "exe": str(row["exe"].iloc[0]) if len(row) else "",
+            "forked": bool(row["forked"].iloc[0]) if len(row) else False,
+            "allocs": int((b["pid"] == pid).sum()),
+            "launches": int((trace.launches["pid"] == pid).sum()),
+            "peak_live_bytes": peak_live_bytes(pb),
+            "lost_events": int(row["lost"].clip(lower=0).sum()) if len(row) else 0,
+        })
+    counts = {k: v for k, v in trace.counts.items() if k != "by_api"}
+    kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
+    return {
+        "trace": trace.path,
+        "command": trace.meta.get("command"),
+        "view": trace.meta.get("view"),
+        "knobs": trace.meta.get("knobs", {}),
+        "simulated_gpu": trace.meta.get("simulated_gpu", False),
+        "exit_status": tr.get("exit_status"),
+        "duration_s": tr.get("duration_s"),
+        "complete": bool(tr),
+        "lost_events": lost,
+        "producer_waits": int(trace.processes["waits"].sum()) if len(trace.processes) else 0,
+        "unscanned_launches": int(trace.processes["unscanned_launches"].sum()) if len(trace.processes) else 0,
+        "processes": len(trace.pids),
+        "per_process": per_pid,
+        "counts": counts,
+        "by_api": dict(sorted(trace.counts.get("by_api", {}).items())),
+        "kinds": kinds,
+        "bytes_allocated": int(b["size"].sum()),
+        "peak_live_bytes": peak_live_bytes(dev),
+        "kernels": len(trace.kernels),
+        "warnings": list(trace.warnings),
+    }

@@ -1,0 +1,62 @@
+"""pyinterpose summary FILE [--json]"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("summary", help="what a trace holds: counts, processes, peak, loss",
+                       description="Summarise a trace: event counts, APIs, processes, peak live bytes, loss.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_run)
+
+
+def _fmt_bytes(n) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _run(args) -> int:
+    from .. import load
+    from ..analysis.summary import summarize
+
+    trace = load(args.file)
+    s = summarize(trace)
+    for w in trace.warnings:
+        print(f"pyinterpose: warning: {w}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(s, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]{args.file}[/bold]  view={s['view']}  command: {' '.join(s['command'] or [])}")
+    t = Table(title="events", show_header=True)
+    t.add_column("what")
+    t.add_column("count", justify="right")
+    for k, v in s["counts"].items():
+        t.add_row(k, str(v))
+    t.add_row("lost", str(s["lost_events"]))
+    con.print(t)
+    t = Table(title="by API", show_header=True)
+    t.add_column("api")
+    t.add_column("calls", justify="right")
+    for k, v in s["by_api"].items():
+        t.add_row(k, str(v))
+    con.print(t)
+    t = Table(title="processes", show_header=True)
+    for c in ("pid", "ppid", "forked", "allocs", "launches", "peak live", "lost"):
+        t.add_column(c, justify="right")
+    for p in s["per_process"]:
+        t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p["launches"]),
+                  _fmt_bytes(p["peak_live_bytes"]), str(p["lost_events"]))
+    con.print(t)
+    con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
+              f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
+    return 0
