@@ -270,22 +270,24 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
 # ---- schedulers ------------------------------------------------------------------------
 
 class _Channel:
-    """Busy intervals of one transfer direction (sorted, non-overlapping)."""
+    """Busy time of one transfer direction: sorted, disjoint runs (touching transfers merge)."""
+
+    MERGE_NS = 1e-3
 
     def __init__(self):
         self.starts: list[float] = []
         self.ends: list[float] = []
 
-    def earliest(self, t: float, dur: float) -> float:
-        """Earliest s >= t with [s, s + dur) free."""
+    def earliest(self, t: float, dur: float, limit: float = float("inf")) -> float | None:
+        """Earliest s >= t with [s, s + dur) free; None if that s would exceed ``limit``."""
         i = bisect_right(self.ends, t)
         s = t
-        while i < len(self.starts):
+        while i < len(self.starts) and s <= limit:
             if s + dur <= self.starts[i]:
-                return s
+                break
             s = max(s, self.ends[i])
             i += 1
-        return s
+        return s if s <= limit else None
 
     def latest(self, deadline: float, dur: float, not_before: float) -> float | None:
         """Latest s with s + dur <= deadline, s >= not_before and [s, s + dur) free; None if none."""
@@ -300,8 +302,15 @@ class _Channel:
 
     def add(self, s: float, e: float) -> None:
         i = bisect_left(self.starts, s)
-        self.starts.insert(i, s)
-        self.ends.insert(i, e)
+        if i > 0 and self.ends[i - 1] >= s - self.MERGE_NS:        # touches the run before
+            i -= 1
+            self.ends[i] = max(self.ends[i], e)
+        else:
+            self.starts.insert(i, s)
+            self.ends.insert(i, e)
+        while i + 1 < len(self.starts) and self.starts[i + 1] <= self.ends[i] + self.MERGE_NS:
+            self.ends[i] = max(self.ends[i], self.ends[i + 1])       # swallow the run after
+            del self.starts[i + 1], self.ends[i + 1]
 
 
 class _Curve:
@@ -377,6 +386,9 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     t_out = c["t_out_ns"].to_numpy(np.float64)
     t_in = c["t_in_ns"].to_numpy(np.float64)
     lo_iv, hi_iv = _steps_inside(st, start, end)
+    st_f, n_steps = st.astype(np.float64), len(st) - 1
+    block_id = c["block_id"].to_numpy(np.int64)
+    iteration = c["iteration"].to_numpy(np.int64)
     rows: list[tuple] = []
     taken: list[tuple[int, int, int]] = []      # (lo, hi, size) of each accepted swap
     for i in idx_order:
@@ -384,14 +396,18 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
             break
         if curve.max_range(lo_iv[i], hi_iv[i]) <= target:
             continue                               # away or not, this interval never helps
-        os_ = d2h.earliest(start[i], t_out[i])
-        oe = os_ + t_out[i]
         if mode == "no-overhead":
+            os_ = d2h.earliest(start[i], t_out[i], limit=end[i] - t_in[i] - t_out[i])
+            if os_ is None:
+                continue
+            oe = os_ + t_out[i]
             is_ = h2d.latest(end[i], t_in[i], oe)
             if is_ is None:
                 continue
             f, r, stall = oe, is_, 0.0
         else:
+            os_ = d2h.earliest(start[i], t_out[i])
+            oe = os_ + t_out[i]
             k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
             first_over, last_over_end = float(st[k1]), float(st[k2 + 1])
             f = min(oe, first_over)
@@ -404,15 +420,15 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
             stall += max(0.0, is_ + t_in[i] - end[i])  # pause at the next access
         if r <= f:
             continue
-        lo, hi = _steps_inside(st, np.array([f]), np.array([r]))
-        lo, hi = int(lo[0]), int(hi[0])
+        lo = min(int(st_f.searchsorted(f, side="left")), n_steps)
+        hi = max(lo, min(int(st_f.searchsorted(r, side="right")) - 1, n_steps))
         if curve.max_range(lo, hi) <= target:
             continue
         curve.add(lo, hi, -int(size[i]))
         d2h.add(os_, oe)
         h2d.add(is_, is_ + t_in[i])
         taken.append((lo, hi, int(size[i])))
-        rows.append((int(c.at[i, "block_id"]), int(size[i]), int(c.at[i, "iteration"]), start[i], os_, oe,
+        rows.append((int(block_id[i]), int(size[i]), int(iteration[i]), start[i], os_, oe,
                      f, r, is_, is_ + t_in[i], end[i], stall))
     # drop swaps the reached peak does not need (lowest priority first)
     limit = max(curve.max_all(), target)
