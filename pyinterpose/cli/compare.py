@@ -31,7 +31,8 @@ def run(args) -> int:
 
     if len(args.traces) < 2:
         raise PyinterposeError("compare needs at least two trace files")
-    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    labels = ([s.strip() for s in args.labels.split(",")] if args.labels
+              else [os.path.basename(p) for p in args.traces])
     if labels is not None and len(labels) != len(args.traces):
         raise PyinterposeError(f"--labels has {len(labels)} labels for {len(args.traces)} traces")
     if args.output and os.path.exists(args.output) and not args.force:
