@@ -189,9 +189,10 @@ def resolve_bandwidth(trace=None, gbps: float | None = None, latency_us: float |
         m = cached.get(key)
         if m and m.get("h2d_bytes_per_s") and m.get("d2h_bytes_per_s"):
             lat = lat_given if lat_given is not None else float(m.get("latency_s", DEFAULT_LATENCY_S))
-            label = "simulated (host memcpy) " if m.get("simulated") else ""
+            what = ("simulated GPU (host memcpy speed)" if m.get("simulated")
+                    else f"{m.get('name') or 'GPU'} ({key})")
             return Bandwidth(float(m["h2d_bytes_per_s"]), float(m["d2h_bytes_per_s"]), lat,
-                             f"measured {label}on {m.get('name') or key} ({key}) at "
+                             f"measured {'simulated ' if m.get('simulated') else ''}on {what} at "
                              f"{m.get('measured_at', '?')}{lat_src}")
     link = _nvml_host_link(trace)
     if link is not None:
@@ -310,8 +311,7 @@ def measure(size_bytes: int = 64 * MiB, repeat: int = 10, simulated: bool = Fals
         rt.cudaFreeHost(host)
     key = SIMULATED_KEY if simulated else (uuid or f"device-{device}")
     return {
-        "key": key, "uuid": uuid, "name": ("simulated GPU (host memcpy) " + (name or "")).strip()
-        if simulated else name,
+        "key": key, "uuid": uuid, "name": "simulated GPU" if simulated else name,
         "device": device, "simulated": bool(simulated), "library": lib,
         "h2d_bytes_per_s": res["h2d"][0], "d2h_bytes_per_s": res["d2h"][0],
         "h2d_latency_s": res["h2d"][1], "d2h_latency_s": res["d2h"][1],
