@@ -1,0 +1,587 @@
+/* planner.c — greedy gap placement and the exact DSA search (see planner.h). */
+#include "planner/planner.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ helpers */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct { int64_t key; int64_t idx; } kv64;
+
+static int cmp_kv64(const void *a, const void *b)
+{
+    const kv64 *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+typedef struct { int64_t lo, hi; } span64;
+
+static int cmp_span64(const void *a, const void *b)
+{
+    const span64 *x = a, *y = b;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    return (x->hi > y->hi) - (x->hi < y->hi);
+}
+
+/* Sorted unique coordinates of all lowers and uppers; fills cl/cu with ranks. */
+static int64_t *compress_times(int n, const int64_t *lower, const int64_t *upper,
+                               int32_t *cl, int32_t *cu, int *T_out)
+{
+    kv64 *pts = malloc(sizeof(kv64) * (size_t)(2 * n + 1));
+    int64_t *coord = malloc(sizeof(int64_t) * (size_t)(2 * n + 1));
+    if (!pts || !coord) { free(pts); free(coord); return NULL; }
+    for (int i = 0; i < n; i++) {
+        pts[2 * i].key = lower[i]; pts[2 * i].idx = 2 * (int64_t)i;
+        pts[2 * i + 1].key = upper[i]; pts[2 * i + 1].idx = 2 * (int64_t)i + 1;
+    }
+    qsort(pts, (size_t)(2 * n), sizeof(kv64), cmp_kv64);
+    int T = 0;
+    for (int k = 0; k < 2 * n; k++) {
+        if (T == 0 || coord[T - 1] != pts[k].key) coord[T++] = pts[k].key;
+        int64_t id = pts[k].idx;
+        if (id & 1) cu[id >> 1] = T - 1; else cl[id >> 1] = T - 1;
+    }
+    free(pts);
+    *T_out = T;
+    return coord;
+}
+
+/* ------------------------------------------------------------ greedy place */
+
+int64_t pi_greedy_place(int n, const int64_t *lower, const int64_t *upper, const int64_t *size,
+                        const int32_t *order, int best_fit, int64_t *offsets_out)
+{
+    if (n <= 0) return 0;
+    int64_t height = -1;
+    int32_t *cl = malloc(sizeof(int32_t) * (size_t)n), *cu = malloc(sizeof(int32_t) * (size_t)n);
+    int T = 0;
+    int64_t *coord = (cl && cu) ? compress_times(n, lower, upper, cl, cu, &T) : NULL;
+    int sz = 1;
+    while (sz < T + 1) sz <<= 1;
+    int32_t *head = malloc(sizeof(int32_t) * (size_t)(2 * sz));
+    size_t pool_cap = (size_t)n * 4 + 16, pool_n = 0;
+    int32_t *pnext = malloc(sizeof(int32_t) * pool_cap), *pblk = malloc(sizeof(int32_t) * pool_cap);
+    int32_t *by_start = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *start_pos = malloc(sizeof(int32_t) * (size_t)(T + 2));
+    unsigned char *placed = calloc((size_t)n, 1);
+    span64 *nb = malloc(sizeof(span64) * (size_t)n);
+    kv64 *tmp = malloc(sizeof(kv64) * (size_t)n);
+    if (!coord || !head || !pnext || !pblk || !by_start || !start_pos || !placed || !nb || !tmp)
+        goto out;
+    for (int i = 0; i < 2 * sz; i++) head[i] = -1;
+    /* blocks sorted by start rank */
+    for (int i = 0; i < n; i++) { tmp[i].key = cl[i]; tmp[i].idx = i; }
+    qsort(tmp, (size_t)n, sizeof(kv64), cmp_kv64);
+    for (int i = 0; i < n; i++) by_start[i] = (int32_t)tmp[i].idx;
+    {   /* start_pos[c] = first position in by_start with cl >= c */
+        int k = 0;
+        for (int c = 0; c <= T + 1; c++) {
+            while (k < n && cl[by_start[k]] < c) k++;
+            start_pos[c] = k;
+        }
+    }
+    height = 0;
+    for (int oi = 0; oi < n; oi++) {
+        int b = order[oi];
+        int a0 = cl[b], a1 = cu[b];
+        if (a1 <= a0 || size[b] <= 0) { offsets_out[b] = 0; continue; } /* conflicts with nothing */
+        int k = 0;
+        /* placed blocks alive at lower[b] (stab the tree) */
+        for (int node = a0 + sz; node >= 1; node >>= 1)
+            for (int e = head[node]; e >= 0; e = pnext[e]) {
+                int o = pblk[e];
+                nb[k].lo = offsets_out[o]; nb[k].hi = offsets_out[o] + size[o]; k++;
+            }
+        /* placed blocks starting strictly inside (lower[b], upper[b]) */
+        for (int q = start_pos[a0 + 1]; q < start_pos[a1]; q++) {
+            int o = by_start[q];
+            if (!placed[o] || size[o] <= 0) continue;
+            nb[k].lo = offsets_out[o]; nb[k].hi = offsets_out[o] + size[o]; k++;
+        }
+        qsort(nb, (size_t)k, sizeof(span64), cmp_span64);
+        int64_t cur = 0, best = -1, best_gap = INT64_MAX, s = size[b];
+        for (int j = 0; j < k; j++) {
+            if (nb[j].lo > cur) {
+                int64_t gap = nb[j].lo - cur;
+                if (gap >= s) {
+                    if (!best_fit) { best = cur; break; }
+                    if (gap < best_gap) { best_gap = gap; best = cur; }
+                }
+            }
+            if (nb[j].hi > cur) cur = nb[j].hi;
+        }
+        if (best < 0) best = cur;
+        offsets_out[b] = best;
+        if (best + s > height) height = best + s;
+        placed[b] = 1;
+        /* insert [a0, a1) into the segment tree */
+        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
+            int nodes[2], m = 0;
+            if (l & 1) nodes[m++] = l++;
+            if (r & 1) nodes[m++] = --r;
+            for (int t = 0; t < m; t++) {
+                if (pool_n == pool_cap) {
+                    size_t nc = pool_cap * 2;
+                    int32_t *a = realloc(pnext, sizeof(int32_t) * nc);
+                    if (!a) { height = -1; goto out; }
+                    pnext = a;
+                    int32_t *c = realloc(pblk, sizeof(int32_t) * nc);
+                    if (!c) { height = -1; goto out; }
+                    pblk = c;
+                    pool_cap = nc;
+                }
+                pblk[pool_n] = b; pnext[pool_n] = head[nodes[t]]; head[nodes[t]] = (int32_t)pool_n;
+                pool_n++;
+            }
+        }
+    }
+out:
+    free(cl); free(cu); free(coord); free(head); free(pnext); free(pblk); free(by_start);
+    free(start_pos); free(placed); free(nb); free(tmp);
+    return height;
+}
+
+/* ------------------------------------------------------------- exact search */
+
+enum { ST_NOTFOUND = 0, ST_FOUND = 1, ST_ABORT = 2, ST_TIMEOUT = 3, ST_NOMEM = -1 };
+
+struct pi_dsa {
+    int n, S;
+    int64_t *size;
+    int32_t *sec_lo, *sec_hi;      /* buffer b lies in sections [sec_lo, sec_hi) */
+    int32_t *sec_start, *sec_mem;  /* CSR: members of each section */
+    int64_t *sec_total0;
+    int32_t *ov_start, *ov;        /* CSR: time-overlapping buffers */
+    /* search state */
+    int64_t *off, *minoff, *floor_, *total;
+    int32_t *rank;                 /* buffer -> rank in its group's static order */
+    int64_t *width, *tkey;
+    char heur[16];
+    int32_t *arena; size_t arena_top, arena_cap;
+    kv64 *sortbuf, *sorttmp;
+    int32_t *aff, *aff_stamp; int stamp;
+    int32_t *um_idx; int64_t *um_val; size_t um_n, um_cap;   /* min offset undo */
+    int32_t *uf_idx; int64_t *uf_val; size_t uf_n, uf_cap;   /* floor undo */
+    int32_t *cuts;                 /* unplaced buffers spanning section boundary s|s+1 */
+    int32_t *cutstack; size_t cut_top;  /* cut points; a boundary reaches 0 once per path */
+    int64_t nodes, node_limit, cap;
+    double deadline;
+    int64_t *result;
+    int nomem;
+};
+
+void pi_dsa_free(pi_dsa *d)
+{
+    if (!d) return;
+    free(d->size); free(d->sec_lo); free(d->sec_hi); free(d->sec_start); free(d->sec_mem);
+    free(d->sec_total0); free(d->ov_start); free(d->ov); free(d->off); free(d->minoff);
+    free(d->floor_); free(d->total); free(d->rank); free(d->width); free(d->tkey); free(d->arena); free(d->sortbuf);
+    free(d->sorttmp); free(d->aff); free(d->aff_stamp); free(d->um_idx); free(d->um_val);
+    free(d->uf_idx); free(d->uf_val); free(d->cuts); free(d->cutstack);
+    free(d);
+}
+
+typedef struct { int64_t t; int type; int32_t b; } sweep_pt; /* type 0 = end, 1 = start */
+
+static int cmp_pt(const void *a, const void *b)
+{
+    const sweep_pt *x = a, *y = b;
+    if (x->t != y->t) return x->t < y->t ? -1 : 1;
+    if (x->type != y->type) return x->type - y->type;
+    return x->b - y->b;
+}
+
+static int push_i32(int32_t **arr, size_t *n, size_t *cap, int32_t v)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 1024;
+        int32_t *a = realloc(*arr, sizeof(int32_t) * nc);
+        if (!a) return -1;
+        *arr = a; *cap = nc;
+    }
+    (*arr)[(*n)++] = v;
+    return 0;
+}
+
+pi_dsa *pi_dsa_new(int n, const int64_t *lower, const int64_t *upper, const int64_t *size)
+{
+    pi_dsa *d = calloc(1, sizeof(pi_dsa));
+    if (!d) return NULL;
+    d->n = n;
+    size_t N = (size_t)(n > 0 ? n : 1);
+    d->size = malloc(sizeof(int64_t) * N);
+    d->sec_lo = malloc(sizeof(int32_t) * N);
+    d->sec_hi = malloc(sizeof(int32_t) * N);
+    sweep_pt *pts = malloc(sizeof(sweep_pt) * 2 * N);
+    int32_t *act = malloc(sizeof(int32_t) * N), *pos = malloc(sizeof(int32_t) * N);
+    int32_t *mem = NULL, *eu = NULL, *ev = NULL, *secst = NULL;
+    size_t mem_n = 0, mem_cap = 0, e_n = 0, e_cap = 0, ev_n = 0, ev_cap = 0, st_n = 0, st_cap = 0;
+    if (!d->size || !d->sec_lo || !d->sec_hi || !pts || !act || !pos) goto fail;
+    memcpy(d->size, size, sizeof(int64_t) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        pts[2 * i] = (sweep_pt){lower[i], 1, i};
+        pts[2 * i + 1] = (sweep_pt){upper[i], 0, i};
+    }
+    qsort(pts, (size_t)(2 * n), sizeof(sweep_pt), cmp_pt);
+    int nact = 0, S = 0;
+    int64_t last_t = INT64_MIN;
+    int have_last = 0;
+    for (int k = 0; k < 2 * n; k++) {
+        sweep_pt p = pts[k];
+        if (!have_last) { last_t = p.t; have_last = 1; }
+        if (p.type == 0) {
+            if (last_t < p.t) {   /* a new maximal cross section: the live set just before t */
+                last_t = p.t;
+                if (push_i32(&secst, &st_n, &st_cap, (int32_t)mem_n)) goto fail;
+                for (int j = 0; j < nact; j++)
+                    if (push_i32(&mem, &mem_n, &mem_cap, act[j])) goto fail;
+                S++;
+            }
+            int j = pos[p.b];   /* remove from actives */
+            act[j] = act[--nact]; pos[act[j]] = j;
+            d->sec_hi[p.b] = S;
+        } else {
+            for (int j = 0; j < nact; j++) {
+                if (push_i32(&eu, &e_n, &e_cap, act[j])) goto fail;
+                if (push_i32(&ev, &ev_n, &ev_cap, p.b)) goto fail;
+            }
+            pos[p.b] = nact; act[nact++] = p.b;
+            d->sec_lo[p.b] = S;
+        }
+    }
+    if (push_i32(&secst, &st_n, &st_cap, (int32_t)mem_n)) goto fail;
+    d->S = S;
+    d->sec_start = secst; secst = NULL;
+    d->sec_mem = mem; mem = NULL;
+    d->sec_total0 = calloc((size_t)S + 1, sizeof(int64_t));
+    d->ov_start = calloc(N + 1, sizeof(int32_t));
+    d->ov = malloc(sizeof(int32_t) * (2 * e_n + 1));
+    if (!d->sec_total0 || !d->ov_start || !d->ov) goto fail;
+    for (int s = 0; s < S; s++)
+        for (int32_t q = d->sec_start[s]; q < d->sec_start[s + 1]; q++)
+            d->sec_total0[s] += size[d->sec_mem[q]];
+    for (size_t e = 0; e < e_n; e++) { d->ov_start[eu[e] + 1]++; d->ov_start[ev[e] + 1]++; }
+    for (int i = 0; i < n; i++) d->ov_start[i + 1] += d->ov_start[i];
+    {
+        int32_t *fill = malloc(sizeof(int32_t) * N);
+        if (!fill) goto fail;
+        memcpy(fill, d->ov_start, sizeof(int32_t) * (size_t)n);
+        for (size_t e = 0; e < e_n; e++) {
+            d->ov[fill[eu[e]]++] = ev[e];
+            d->ov[fill[ev[e]]++] = eu[e];
+        }
+        free(fill);
+    }
+    free(eu); free(ev); eu = ev = NULL;
+    d->off = malloc(sizeof(int64_t) * N);
+    d->minoff = malloc(sizeof(int64_t) * N);
+    d->floor_ = malloc(sizeof(int64_t) * ((size_t)S + 1));
+    d->total = malloc(sizeof(int64_t) * ((size_t)S + 1));
+    d->rank = malloc(sizeof(int32_t) * N);
+    d->width = malloc(sizeof(int64_t) * N);
+    d->tkey = malloc(sizeof(int64_t) * N);
+    for (int i = 0; d->width && i < n; i++) d->width[i] = upper[i] - lower[i];
+    d->sortbuf = malloc(sizeof(kv64) * N);
+    d->sorttmp = malloc(sizeof(kv64) * N);
+    d->aff = malloc(sizeof(int32_t) * ((size_t)S + 1));
+    d->aff_stamp = calloc((size_t)S + 1, sizeof(int32_t));
+    d->cuts = calloc((size_t)S + 1, sizeof(int32_t));
+    d->cutstack = malloc(sizeof(int32_t) * ((size_t)S + 4 * N + 4));
+    d->arena_cap = 2 * N * (N + 1) + 4 * N;
+    d->arena = malloc(sizeof(int32_t) * d->arena_cap);
+    if (!d->off || !d->minoff || !d->floor_ || !d->total || !d->rank || !d->width || !d->tkey || !d->sortbuf ||
+        !d->sorttmp || !d->aff || !d->aff_stamp || !d->arena || !d->cuts || !d->cutstack)
+        goto fail;
+    free(pts); free(act); free(pos);
+    return d;
+fail:
+    free(pts); free(act); free(pos); free(mem); free(eu); free(ev); free(secst);
+    pi_dsa_free(d);
+    return NULL;
+}
+
+int pi_dsa_nsections(const pi_dsa *d) { return d->S; }
+
+void pi_dsa_totals(const pi_dsa *d, int64_t *total_out)
+{
+    for (int b = 0; b < d->n; b++) {
+        int64_t t = 0;
+        for (int s = d->sec_lo[b]; s < d->sec_hi[b]; s++)
+            if (d->sec_total0[s] > t) t = d->sec_total0[s];
+        total_out[b] = t;
+    }
+}
+
+int64_t pi_dsa_load(const pi_dsa *d)
+{
+    int64_t t = 0;
+    for (int s = 0; s < d->S; s++)
+        if (d->sec_total0[s] > t) t = d->sec_total0[s];
+    return t;
+}
+
+static int undo_push(int32_t **ia, int64_t **va, size_t *n, size_t *cap, int32_t i, int64_t v)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 4096;
+        int32_t *a = realloc(*ia, sizeof(int32_t) * nc);
+        if (!a) return -1;
+        *ia = a;
+        int64_t *b = realloc(*va, sizeof(int64_t) * nc);
+        if (!b) return -1;
+        *va = b; *cap = nc;
+    }
+    (*ia)[*n] = i; (*va)[*n] = v; (*n)++;
+    return 0;
+}
+
+/* merge sort of kv64 by (key, idx) */
+static void msort(kv64 *a, kv64 *t, int n)
+{
+    if (n <= 16) {
+        for (int i = 1; i < n; i++) {
+            kv64 x = a[i];
+            int j = i - 1;
+            while (j >= 0 && (a[j].key > x.key || (a[j].key == x.key && a[j].idx > x.idx))) {
+                a[j + 1] = a[j]; j--;
+            }
+            a[j + 1] = x;
+        }
+        return;
+    }
+    int h = n / 2;
+    msort(a, t, h);
+    msort(a + h, t, n - h);
+    if (a[h - 1].key < a[h].key || (a[h - 1].key == a[h].key && a[h - 1].idx < a[h].idx)) return;
+    memcpy(t, a, sizeof(kv64) * (size_t)h);
+    int i = 0, j = h, k = 0;
+    while (i < h && j < n) {
+        if (t[i].key < a[j].key || (t[i].key == a[j].key && t[i].idx < a[j].idx)) a[k++] = t[i++];
+        else a[k++] = a[j++];
+    }
+    while (i < h) a[k++] = t[i++];
+}
+
+/* Static preorder keys for a group (MiniMalloc's W, A, T; all descending, ties by
+ * buffer index).  T uses the *current* unplaced section totals, as a fresh
+ * sub-problem would see them. */
+static const char *g_heur;
+static const pi_dsa *g_d;
+
+static int cmp_heur(const void *pa, const void *pb)
+{
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    const pi_dsa *d = g_d;
+    for (const char *c = g_heur; *c; c++) {
+        int64_t x, y;
+        if (*c == 'W') { x = d->width[a]; y = d->width[b]; }
+        else if (*c == 'A') { x = d->width[a] * d->size[a]; y = d->width[b] * d->size[b]; }
+        else if (*c == 'T') { x = d->tkey[a]; y = d->tkey[b]; }
+        else if (*c == 'Z') { x = d->size[a]; y = d->size[b]; }
+        else continue;
+        if (x != y) return x > y ? -1 : 1;
+    }
+    return (a > b) - (a < b);
+}
+
+static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, int min_rank,
+                   int slo, int shi);
+
+/* Solve one group of unplaced buffers (given in any order) as a fresh problem:
+ * rank them by the heuristic, search, restore the previous ranks. */
+static int dsa_group(pi_dsa *d, int32_t *grp, int m, int slo, int shi)
+{
+    if (d->heur[0]) {
+        for (int i = 0; i < m; i++) {
+            int x = grp[i];
+            int64_t t = 0;
+            for (int s = d->sec_lo[x]; s < d->sec_hi[x]; s++)
+                if (d->total[s] > t) t = d->total[s];
+            d->tkey[x] = t;
+        }
+        g_heur = d->heur; g_d = d;
+        qsort(grp, (size_t)m, sizeof(int32_t), cmp_heur);
+    } else {
+        for (int i = 1; i < m; i++) {    /* keep the caller's static ranks */
+            int32_t v = grp[i]; int j = i - 1;
+            while (j >= 0 && d->rank[grp[j]] > d->rank[v]) { grp[j + 1] = grp[j]; j--; }
+            grp[j + 1] = v;
+        }
+    }
+    int32_t *saved = d->arena + d->arena_top;
+    for (int i = 0; i < m; i++) { saved[i] = d->rank[grp[i]]; d->rank[grp[i]] = i; }
+    d->arena_top += (size_t)m;
+    int st = dsa_rec(d, grp, m, INT64_MIN, -1, slo, shi);
+    d->arena_top -= (size_t)m;
+    for (int i = 0; i < m; i++) d->rank[grp[i]] = saved[i];
+    return st;
+}
+
+/* Dynamic temporal decomposition: after placing b, the unplaced buffers may fall
+ * apart into groups that no unplaced buffer connects; solve each on its own. */
+static int dsa_decompose(pi_dsa *d, const int32_t *ord, int cnt, int64_t o, int r, int b,
+                         int slo, int shi)
+{
+    int32_t *cutpts = d->cutstack + d->cut_top;
+    int ncut = 0;
+    cutpts[ncut++] = slo;
+    for (int s = d->sec_lo[b]; s + 1 < d->sec_hi[b]; s++)
+        if (--d->cuts[s] == 0) cutpts[ncut++] = s + 1;
+    int st;
+    if (ncut == 1) {
+        st = dsa_rec(d, ord, cnt, o, r, slo, shi);
+    } else {
+        cutpts[ncut++] = shi;
+        d->cut_top += (size_t)ncut;
+        st = ST_FOUND;
+        for (int c = 1; c < ncut && st == ST_FOUND; c++) {
+            int lo = cutpts[c - 1], hi = cutpts[c];
+            if (hi <= lo) continue;
+            int32_t *sub = d->arena + d->arena_top;
+            int m = 0;
+            for (int i = 0; i < cnt; i++) {
+                int32_t x = ord[i];
+                if (d->off[x] >= 0) continue;
+                if (d->sec_hi[x] <= lo || hi <= d->sec_lo[x]) continue;
+                sub[m++] = x;
+            }
+            if (m == 0) continue;
+            d->arena_top += (size_t)m;
+            st = dsa_group(d, sub, m, lo, hi);
+            d->arena_top -= (size_t)m;
+        }
+        d->cut_top -= (size_t)ncut;
+        if (st == ST_FOUND)   /* groups wrote their own offsets; record b and its ancestors */
+            for (int x = 0; x < d->n; x++)
+                if (d->off[x] >= 0) d->result[x] = d->off[x];
+    }
+    for (int s = d->sec_lo[b]; s + 1 < d->sec_hi[b]; s++) d->cuts[s]++;
+    return st;
+}
+
+static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, int min_rank,
+                   int slo, int shi)
+{
+    if (d->node_limit > 0 && d->nodes >= d->node_limit) return ST_ABORT;
+    d->nodes++;
+    if ((d->nodes & 1023) == 0 && d->deadline > 0 && now_s() > d->deadline) return ST_TIMEOUT;
+    int32_t *ord = d->arena + d->arena_top;
+    int cnt = 0;
+    kv64 *sb = d->sortbuf;
+    for (int i = 0; i < pcnt; i++) {
+        int32_t b = pord[i];
+        if (d->off[b] < 0) {
+            sb[cnt].key = d->minoff[b];
+            sb[cnt].idx = ((int64_t)d->rank[b] << 32) | (int64_t)b;
+            cnt++;
+        }
+    }
+    if (cnt == 0) {   /* leaf: record every placed buffer (ancestors and this group) */
+        for (int b = 0; b < d->n; b++)
+            if (d->off[b] >= 0) d->result[b] = d->off[b];
+        return ST_FOUND;
+    }
+    msort(sb, d->sorttmp, cnt);
+    int64_t min_h = INT64_MAX;
+    for (int i = 0; i < cnt; i++) {
+        ord[i] = (int32_t)(sb[i].idx & 0xffffffff);
+        int64_t h = sb[i].key + d->size[ord[i]];
+        if (h < min_h) min_h = h;
+    }
+    d->arena_top += (size_t)cnt;
+    int st = ST_NOTFOUND;
+    for (int i = 0; i < cnt; i++) {
+        int32_t b = ord[i], r = d->rank[b];
+        int64_t o = d->minoff[b];
+        if (o < min_off || (o == min_off && r < min_rank)) continue;   /* canonical order */
+        if (o >= min_h) break;                                         /* dominance: sorted by o */
+        int64_t h = o + d->size[b];
+        if (h > d->cap) continue;
+        d->off[b] = o;
+        size_t um_mark = d->um_n, uf_mark = d->uf_n;
+        int naff = 0;
+        if (++d->stamp == INT32_MAX) { memset(d->aff_stamp, 0, sizeof(int32_t) * (size_t)(d->S + 1)); d->stamp = 1; }
+        for (int32_t q = d->ov_start[b]; q < d->ov_start[b + 1]; q++) {
+            int32_t x = d->ov[q];
+            if (d->off[x] >= 0 || d->minoff[x] >= h) continue;
+            if (undo_push(&d->um_idx, &d->um_val, &d->um_n, &d->um_cap, x, d->minoff[x])) { d->nomem = 1; break; }
+            d->minoff[x] = h;
+            for (int s = d->sec_lo[x]; s < d->sec_hi[x]; s++)
+                if (d->aff_stamp[s] != d->stamp) { d->aff_stamp[s] = d->stamp; d->aff[naff++] = s; }
+        }
+        for (int s = d->sec_lo[b]; s < d->sec_hi[b]; s++) {
+            if (undo_push(&d->uf_idx, &d->uf_val, &d->uf_n, &d->uf_cap, s, d->floor_[s])) { d->nomem = 1; }
+            else if (d->floor_[s] < h) d->floor_[s] = h;
+            d->total[s] -= d->size[b];
+        }
+        for (int a = 0; a < naff && !d->nomem; a++) {
+            int s = d->aff[a];
+            int64_t m = INT64_MAX;
+            for (int32_t q = d->sec_start[s]; q < d->sec_start[s + 1]; q++) {
+                int32_t x = d->sec_mem[q];
+                if (d->off[x] < 0 && d->minoff[x] < m) m = d->minoff[x];
+            }
+            if (m != INT64_MAX && d->floor_[s] < m) {
+                if (undo_push(&d->uf_idx, &d->uf_val, &d->uf_n, &d->uf_cap, s, d->floor_[s])) { d->nomem = 1; break; }
+                d->floor_[s] = m;
+            }
+        }
+        int ok = !d->nomem;
+        for (int s = slo; ok && s < shi; s++) {
+            int64_t f = d->floor_[s] > o ? d->floor_[s] : o;
+            if (d->total[s] > 0 && f + d->total[s] > d->cap) ok = 0;
+        }
+        int res = d->nomem ? ST_NOMEM : ST_NOTFOUND;
+        if (ok) res = dsa_decompose(d, ord, cnt, o, r, b, slo, shi);
+        while (d->uf_n > uf_mark) { d->uf_n--; d->floor_[d->uf_idx[d->uf_n]] = d->uf_val[d->uf_n]; }
+        for (int s = d->sec_lo[b]; s < d->sec_hi[b]; s++) d->total[s] += d->size[b];
+        while (d->um_n > um_mark) { d->um_n--; d->minoff[d->um_idx[d->um_n]] = d->um_val[d->um_n]; }
+        d->off[b] = -1;
+        if (res != ST_NOTFOUND) { st = res; break; }
+    }
+    d->arena_top -= (size_t)cnt;
+    return st;
+}
+
+int pi_dsa_search(pi_dsa *d, int64_t capacity, const int32_t *preorder, const char *heuristic,
+                  int64_t node_limit, double seconds, int64_t *offsets_out, int64_t *nodes_out)
+{
+    int n = d->n;
+    if (n == 0) return ST_FOUND;
+    for (int i = 0; i < n; i++) { d->off[i] = -1; d->minoff[i] = 0; d->rank[preorder[i]] = i; }
+    for (int s = 0; s < d->S; s++) { d->floor_[s] = 0; d->total[s] = d->sec_total0[s]; }
+    for (int s = 0; s < d->S; s++)
+        if (d->sec_total0[s] > capacity) return ST_NOTFOUND;
+    for (int i = 0; i < n; i++)
+        if (d->size[i] > capacity) return ST_NOTFOUND;
+    d->heur[0] = 0;
+    if (heuristic) { strncpy(d->heur, heuristic, sizeof(d->heur) - 1); d->heur[sizeof(d->heur) - 1] = 0; }
+    d->cap = capacity;
+    d->nodes = 0;
+    d->node_limit = node_limit;
+    d->deadline = seconds > 0 ? now_s() + seconds : 0;
+    d->result = offsets_out;
+    d->arena_top = (size_t)n;
+    d->cut_top = 0;
+    d->um_n = d->uf_n = 0;
+    d->nomem = 0;
+    for (int s = 0; s < d->S; s++) d->cuts[s] = 0;
+    for (int b = 0; b < n; b++)
+        for (int s = d->sec_lo[b]; s + 1 < d->sec_hi[b]; s++) d->cuts[s]++;
+    for (int i = 0; i < n; i++) d->result[i] = -1;
+    int32_t *root = d->arena;
+    for (int i = 0; i < n; i++) root[i] = preorder[i];
+    int st = dsa_rec(d, root, n, INT64_MIN, -1, 0, d->S);
+    if (nodes_out) nodes_out[0] += d->nodes;
+    return st;
+}

@@ -1,0 +1,165 @@
+"""The offset-planning problem: MiniMalloc CSV I/O, LOAD, plan validation.
+
+A *problem* is a DataFrame with columns ``id, lower, upper, size`` (MiniMalloc's
+form): buffer ``id`` lives over the half-open interval ``[lower, upper)`` and needs
+``size`` bytes.  A *plan* adds an ``offset`` column.  Two buffers conflict when their
+intervals overlap (``a.lower < b.upper and b.lower < a.upper``); a buffer that ends
+at t and one that starts at t may share memory.  Buffers of zero size or zero
+length conflict with nothing.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+
+PROBLEM_COLUMNS = ["id", "lower", "upper", "size"]
+
+# MiniMalloc's reader accepts these legacy names (src/converter.cc).
+_ALIASES = {"buffer": "id", "buffer_id": "id", "start": "lower", "begin": "lower"}
+
+
+class InvalidPlanError(RuntimeError):
+    """A planner produced an invalid plan: a bug, never a user error."""
+
+
+def read_minimalloc_csv(path: str) -> pd.DataFrame:
+    """Read a MiniMalloc CSV (``id,lower,upper,size`` half-open; legacy ``buffer``,
+    ``start``/``begin`` and inclusive ``end`` accepted; optional ``offset`` kept).
+
+    Raises PyinterposeError (exit 2) with a one-line message on bad input."""
+    if not os.path.exists(path):
+        raise PyinterposeError(f"{path}: no such file")
+    try:
+        df = pd.read_csv(path, dtype=str, skipinitialspace=True)
+    except Exception as e:  # empty file, binary junk, ragged rows
+        raise PyinterposeError(f"{path}: not a readable CSV ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    df.columns = [str(c).strip().lower() for c in df.columns]
+    df = df.rename(columns={c: _ALIASES[c] for c in df.columns if c in _ALIASES})
+    if "upper" not in df.columns and "end" in df.columns:
+        df["upper"] = df.pop("end")
+        inclusive_end = True
+    else:
+        inclusive_end = False
+    missing = [c for c in PROBLEM_COLUMNS if c not in df.columns]
+    if missing:
+        raise PyinterposeError(f"{path}: missing column(s) {', '.join(missing)} "
+                               f"(expected header id,lower,upper,size)")
+    if df.columns.duplicated().any():
+        raise PyinterposeError(f"{path}: duplicate column names")
+    out = pd.DataFrame({"id": df["id"].astype(str).str.strip()})
+    for c in ["lower", "upper", "size"] + (["offset"] if "offset" in df.columns else []):
+        vals = pd.to_numeric(df[c].str.strip(), errors="coerce")
+        bad = vals.isna() | (vals != np.floor(vals))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise PyinterposeError(f"{path}: row {row + 2}: column {c!r} is not an integer: {df[c].iloc[row]!r}")
+        out[c] = vals.astype(np.int64)
+    if inclusive_end:
+        out["upper"] += 1
+    if (out["size"] < 0).any():
+        row = int(np.flatnonzero((out["size"] < 0).to_numpy())[0])
+        raise PyinterposeError(f"{path}: row {row + 2}: negative size")
+    if (out["upper"] < out["lower"]).any():
+        row = int(np.flatnonzero((out["upper"] < out["lower"]).to_numpy())[0])
+        raise PyinterposeError(f"{path}: row {row + 2}: upper < lower")
+    if out["id"].duplicated().any():
+        dup = out["id"][out["id"].duplicated()].iloc[0]
+        raise PyinterposeError(f"{path}: duplicate id {dup!r}")
+    return out
+
+
+def write_minimalloc_csv(df: pd.DataFrame, path: str) -> None:
+    """Write ``id,lower,upper,size`` (plus ``offset`` when present) as MiniMalloc CSV."""
+    cols = PROBLEM_COLUMNS + (["offset"] if "offset" in df.columns else [])
+    missing = [c for c in PROBLEM_COLUMNS if c not in df.columns]
+    if missing:
+        raise PyinterposeError(f"problem table lacks column(s) {', '.join(missing)}")
+    df[cols].to_csv(path, index=False)
+
+
+def arrays(problem: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (problem["lower"].to_numpy(np.int64), problem["upper"].to_numpy(np.int64),
+            problem["size"].to_numpy(np.int64))
+
+
+def load(lower, upper, size) -> int:
+    """LOAD: the largest total size live at one time (half-open intervals)."""
+    lower = np.asarray(lower, np.int64)
+    upper = np.asarray(upper, np.int64)
+    size = np.asarray(size, np.int64)
+    keep = (upper > lower) & (size > 0)
+    if not keep.any():
+        return 0
+    t = np.concatenate([lower[keep], upper[keep]])
+    d = np.concatenate([size[keep], -size[keep]])
+    order = np.lexsort((d, t))  # at equal time, ends (negative) first
+    return int(np.cumsum(d[order]).max())
+
+
+def validate_plan(lower, upper, size, offsets, capacity: int | None = None) -> int:
+    """Check a plan; return its height (max offset+size).  Raise InvalidPlanError if
+    two time-overlapping buffers overlap in address, an offset is negative, or the
+    height exceeds ``capacity``.
+
+    Independent of the planners: a sweep over time keeps the live buffers' address
+    ranges in a sorted list and checks each newcomer against its address neighbours
+    (enough, because the live ranges are pairwise disjoint while the plan is valid)."""
+    lower = np.asarray(lower, np.int64)
+    upper = np.asarray(upper, np.int64)
+    size = np.asarray(size, np.int64)
+    offsets = np.asarray(offsets, np.int64)
+    n = len(size)
+    if not (len(lower) == len(upper) == len(offsets) == n):
+        raise InvalidPlanError("plan arrays differ in length")
+    if n == 0:
+        return 0
+    if (offsets < 0).any():
+        raise InvalidPlanError(f"negative offset for buffer #{int(np.flatnonzero(offsets < 0)[0])}")
+    height = int((offsets + size).max())
+    if capacity is not None and height > capacity:
+        raise InvalidPlanError(f"plan height {height} exceeds capacity {capacity}")
+    active = np.flatnonzero((upper > lower) & (size > 0))
+    t = np.concatenate([lower[active], upper[active]])
+    kind = np.concatenate([np.ones(len(active), np.int8), np.zeros(len(active), np.int8)])
+    idx = np.concatenate([active, active])
+    order = np.lexsort((kind, t))  # ends (0) before starts (1) at equal time
+    starts: list[int] = []  # sorted offsets of live buffers
+    owner: list[int] = []
+    off_l = offsets.tolist()
+    size_l = size.tolist()
+    for k, i in zip(kind[order].tolist(), idx[order].tolist()):
+        o = off_l[i]
+        if k == 0:
+            j = bisect.bisect_left(starts, o)
+            while owner[j] != i:
+                j += 1
+            del starts[j]
+            del owner[j]
+            continue
+        j = bisect.bisect_left(starts, o)
+        if j < len(starts) and starts[j] < o + size_l[i]:
+            raise InvalidPlanError(f"buffers #{i} and #{owner[j]} overlap in time and address")
+        if j > 0 and off_l[owner[j - 1]] + size_l[owner[j - 1]] > o:
+            raise InvalidPlanError(f"buffers #{i} and #{owner[j - 1]} overlap in time and address")
+        starts.insert(j, o)
+        owner.insert(j, i)
+    return height
+
+
+def components(lower, upper) -> list[np.ndarray]:
+    """Split buffers into groups with no lifetime overlap between groups (cut at
+    times no buffer spans); each group can be planned on its own."""
+    lower = np.asarray(lower, np.int64)
+    upper = np.asarray(upper, np.int64)
+    n = len(lower)
+    if n == 0:
+        return []
+    order = np.lexsort((upper, lower))
+    reach = np.maximum.accumulate(upper[order])
+    cut = np.flatnonzero(lower[order][1:] >= reach[:-1]) + 1
+    return np.split(order, cut)
