@@ -8,7 +8,8 @@ and a fixed latency: a transfer of ``n`` bytes costs ``latency + n / bandwidth``
 2. a measurement (``pyinterpose bandwidth``) cached for the trace's GPU (by UUID;
    ``"simulated"`` for traces taken with ``--simulated-gpu``),
 3. the theoretical host-link figure NVML gave at capture (``trace.meta["nvml"]``):
-   C2C when the GPU has it, else PCIe from the link's *max* generation and width.
+   C2C when the GPU has it, else PCIe from the link's *max* generation and width
+   (not for ``--simulated-gpu`` traces: NVML describes the real GPU, not the simulated one).
 
 With none of those it raises :class:`PyinterposeError` — no made-up number.
 The latency is ``--latency-us`` when given, else the measured one, else
@@ -194,6 +195,10 @@ def resolve_bandwidth(trace=None, gbps: float | None = None, latency_us: float |
             return Bandwidth(float(m["h2d_bytes_per_s"]), float(m["d2h_bytes_per_s"]), lat,
                              f"measured {'simulated ' if m.get('simulated') else ''}on {what} at "
                              f"{m.get('measured_at', '?')}{lat_src}")
+    if _is_simulated(trace.meta or {}):   # NVML describes the real GPU, not the simulated one
+        raise PyinterposeError(
+            "no bandwidth for this simulated-GPU trace: run `pyinterpose bandwidth --simulated-gpu` "
+            "or pass --bandwidth GBPS")
     link = _nvml_host_link(trace)
     if link is not None:
         h2d, d2h, src = link

@@ -88,6 +88,8 @@ def test_no_figure_is_an_error_not_a_guess():
 def test_simulated_trace_uses_simulated_measurement():
     tr = _trace({"simulated_gpu": True, **NVML_META})
     assert bw.trace_gpu_keys(tr) == ["simulated"]
+    with pytest.raises(PyinterposeError, match="simulated"):   # the real GPU's NVML link is not used
+        bw.resolve_bandwidth(tr)
     bw.save_measurement(_measurement("simulated", h2d=7e9, d2h=6e9, simulated=True))
     b = bw.resolve_bandwidth(tr)
     assert b.h2d_bytes_per_s == 7e9 and "simulated" in b.source
