@@ -1,0 +1,619 @@
+/* simtrain.c — the training-like loop over one framework's CUDA call path.
+ * See simtrain.h for the call paths; every CUDA call that allocates, frees,
+ * launches, copies or sets memory is counted under the exact name called. */
+#include "simtrain.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../simcuda/simcuda.h"
+
+/* ---------------- API names (the truth's by_api keys) ---------------- */
+
+#define APIS(X)                                                                     \
+    X(cudaMalloc, 'a') X(cudaFree, 'f') X(cudaMallocAsync, 'a') X(cudaFreeAsync, 'f') \
+    X(cudaMallocHost, 'a') X(cudaFreeHost, 'f') X(cudaLaunchKernel, 'l')              \
+    X(cudaMemcpyAsync, 'c') X(cudaMemsetAsync, 'm')                                   \
+    X(cuMemAlloc_v2, 'a') X(cuMemFree_v2, 'f') X(cuLaunchKernel, 'l')                 \
+    X(cuMemcpyHtoD_v2, 'c') X(cuMemcpyDtoH_v2, 'c') X(cuMemsetD8_v2, 'm')             \
+    X(cuMemAllocFromPoolAsync, 'a') X(cuMemFreeAsync, 'f') X(cuLaunchKernelEx, 'l')   \
+    X(cuMemcpyHtoDAsync_v2, 'c') X(cuMemcpyDtoHAsync_v2, 'c') X(cuMemsetD8Async, 'm')
+
+enum api {
+#define E(name, cls) API_##name,
+    APIS(E)
+#undef E
+    API_COUNT
+};
+static const char *const API_NAMES[] = {
+#define N(name, cls) #name,
+    APIS(N)
+#undef N
+};
+static const char API_CLASS[] = {
+#define C(name, cls) cls,
+    APIS(C)
+#undef C
+};
+_Static_assert(API_COUNT <= SIMTRAIN_MAX_API, "too many APIs");
+
+int simtrain_api_count(void) { return API_COUNT; }
+const char *simtrain_api_name(int i) { return i >= 0 && i < API_COUNT ? API_NAMES[i] : NULL; }
+int simtrain_api_class(int i) { return i >= 0 && i < API_COUNT ? API_CLASS[i] : 0; }
+
+/* ---------------- CUDA entry points (runtime through the PLT) ---------------- */
+
+cudaError_t cudaSetDevice(int);
+cudaError_t cudaMalloc(void **, size_t);
+cudaError_t cudaFree(void *);
+cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
+cudaError_t cudaFreeAsync(void *, cudaStream_t);
+cudaError_t cudaMallocHost(void **, size_t);
+cudaError_t cudaFreeHost(void *);
+cudaError_t cudaLaunchKernel(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t cudaMemcpyAsync(void *, const void *, size_t, int, cudaStream_t);
+cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t);
+cudaError_t cudaStreamCreate(cudaStream_t *);
+cudaError_t cudaStreamSynchronize(cudaStream_t);
+cudaError_t cudaStreamDestroy(cudaStream_t);
+
+/* driver entry points, found with dlsym (jax) or cuGetProcAddress_v2 (tf) */
+struct driver {
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               CUstream, void **, void **);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+    CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+    CUresult (*cuMemPoolDestroy)(CUmemoryPool);
+    CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+    CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+    CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+};
+
+/* ---------------- kernels: host functions that touch their buffers ---------------- */
+
+enum kernel { K_FWD, K_LOSS, K_BWD, K_OPT, K_EVAL, K_COUNT };
+struct kernel_desc {
+    const char *name;
+    simcu_kernel_fn fn;
+    unsigned nparams, nptrs; /* the first nptrs parameters are device pointers */
+    size_t offsets[8], sizes[8];
+};
+
+#define PTR(p, i) (*(float **)(p)[i])
+
+static void k_fwd(void **p) /* (W, in, out, ws, n, layer) */
+{
+    float *w = PTR(p, 0), *in = PTR(p, 1), *out = PTR(p, 2), *ws = PTR(p, 3);
+    uint64_t n = *(uint64_t *)p[4];
+    ws[0] = w[0] * in[0];
+    out[0] = ws[0];
+    out[n - 1] = (float)*(int *)p[5];
+}
+static void k_loss(void **p) /* (act, grad, n) */
+{
+    float *act = PTR(p, 0), *grad = PTR(p, 1);
+    uint64_t n = *(uint64_t *)p[2];
+    grad[0] = act[0];
+    grad[n - 1] = 1.0f;
+}
+static void k_bwd(void **p) /* (W, in, out, gout, gin or NULL, G, n_in) */
+{
+    float *w = PTR(p, 0), *in = PTR(p, 1), *out = PTR(p, 2), *gout = PTR(p, 3), *gin = PTR(p, 4), *g = PTR(p, 5);
+    uint64_t n = *(uint64_t *)p[6];
+    g[0] = in[0] * gout[0] + out[0];
+    if (gin) {
+        gin[0] = w[0] * gout[0];
+        gin[n - 1] = 0.0f;
+    }
+}
+static void k_opt(void **p) /* (W, G, M, V, lr, step) */
+{
+    float *w = PTR(p, 0), *g = PTR(p, 1), *m = PTR(p, 2), *v = PTR(p, 3);
+    float lr = *(float *)p[4];
+    m[0] = 0.9f * m[0] + 0.1f * g[0];
+    v[0] = 0.999f * v[0] + 0.001f * g[0] * g[0];
+    w[0] -= lr * m[0] * (float)(*(int *)p[5] & 1);
+}
+static void k_eval(void **p) /* (W, in, out) */
+{
+    float *w = PTR(p, 0), *in = PTR(p, 1), *out = PTR(p, 2);
+    out[0] = w[0] + in[0];
+}
+
+static const struct kernel_desc KERNELS[K_COUNT] = {
+    [K_FWD] = {"simtrain_fwd", k_fwd, 6, 4, {0, 8, 16, 24, 32, 40}, {8, 8, 8, 8, 8, 4}},
+    [K_LOSS] = {"simtrain_loss", k_loss, 3, 2, {0, 8, 16}, {8, 8, 8}},
+    [K_BWD] = {"simtrain_bwd", k_bwd, 7, 6, {0, 8, 16, 24, 32, 40, 48}, {8, 8, 8, 8, 8, 8, 8}},
+    [K_OPT] = {"simtrain_opt", k_opt, 6, 4, {0, 8, 16, 24, 32, 36}, {8, 8, 8, 8, 4, 4}},
+    [K_EVAL] = {"simtrain_eval", k_eval, 3, 3, {0, 8, 16}, {8, 8, 8}},
+};
+
+/* ---------------- run state ---------------- */
+
+struct run {
+    int fw;
+    int async_backend; /* torch: cudaMallocAsync backend */
+    struct driver d;
+    void *lib;
+    CUstream stream;
+    CUmemoryPool pool, ws_pool;
+    CUfunction fn[K_COUNT];
+    struct simtrain_truth *t;
+    int regular; /* counting the regular part of the step (allocs_per_step) */
+    uint64_t regular_allocs;
+};
+
+static int fail(struct run *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->t->error, sizeof r->t->error, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define TRY(call, api)                                                        \
+    do {                                                                      \
+        int rc_ = (int)(call);                                                \
+        if (rc_ != 0) return fail(r, "%s failed with error %d", api, rc_);    \
+    } while (0)
+
+static void count(struct run *r, enum api a) { r->t->by_api[a]++; }
+
+static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
+{
+    CUdeviceptr d = 0;
+    enum api a;
+    switch (r->fw) {
+    case SIMTRAIN_TORCH:
+        if (r->async_backend) {
+            a = API_cudaMallocAsync;
+            TRY(cudaMallocAsync(p, n, r->stream), "cudaMallocAsync");
+        } else {
+            a = API_cudaMalloc;
+            TRY(cudaMalloc(p, n), "cudaMalloc");
+        }
+        break;
+    case SIMTRAIN_JAX:
+        a = API_cuMemAlloc_v2;
+        TRY(r->d.cuMemAlloc(&d, n), "cuMemAlloc_v2");
+        *p = (void *)(uintptr_t)d;
+        break;
+    default:
+        a = API_cuMemAllocFromPoolAsync;
+        TRY(r->d.cuMemAllocFromPoolAsync(&d, n, workspace ? r->ws_pool : r->pool, r->stream),
+            "cuMemAllocFromPoolAsync");
+        *p = (void *)(uintptr_t)d;
+    }
+    count(r, a);
+    r->t->allocs++;
+    r->t->bytes += n;
+    if (r->regular) r->regular_allocs++;
+    return 0;
+}
+
+static int dev_free(struct run *r, void *p)
+{
+    enum api a;
+    switch (r->fw) {
+    case SIMTRAIN_TORCH:
+        if (r->async_backend) {
+            a = API_cudaFreeAsync;
+            TRY(cudaFreeAsync(p, r->stream), "cudaFreeAsync");
+        } else {
+            a = API_cudaFree;
+            TRY(cudaFree(p), "cudaFree");
+        }
+        break;
+    case SIMTRAIN_JAX:
+        a = API_cuMemFree_v2;
+        TRY(r->d.cuMemFree((CUdeviceptr)(uintptr_t)p), "cuMemFree_v2");
+        break;
+    default:
+        a = API_cuMemFreeAsync;
+        TRY(r->d.cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, r->stream), "cuMemFreeAsync");
+    }
+    count(r, a);
+    r->t->frees++;
+    return 0;
+}
+
+static int h2d(struct run *r, void *dst, const void *src, size_t n)
+{
+    enum api a;
+    switch (r->fw) {
+    case SIMTRAIN_TORCH:
+        a = API_cudaMemcpyAsync;
+        TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, r->stream), "cudaMemcpyAsync");
+        break;
+    case SIMTRAIN_JAX:
+        a = API_cuMemcpyHtoD_v2;
+        TRY(r->d.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, n), "cuMemcpyHtoD_v2");
+        break;
+    default:
+        a = API_cuMemcpyHtoDAsync_v2;
+        TRY(r->d.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, n, r->stream), "cuMemcpyHtoDAsync_v2");
+    }
+    count(r, a);
+    r->t->accesses += 1;
+    return 0;
+}
+
+static int d2h(struct run *r, void *dst, const void *src, size_t n)
+{
+    enum api a;
+    switch (r->fw) {
+    case SIMTRAIN_TORCH:
+        a = API_cudaMemcpyAsync;
+        TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, r->stream), "cudaMemcpyAsync");
+        break;
+    case SIMTRAIN_JAX:
+        a = API_cuMemcpyDtoH_v2;
+        TRY(r->d.cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, n), "cuMemcpyDtoH_v2");
+        break;
+    default:
+        a = API_cuMemcpyDtoHAsync_v2;
+        TRY(r->d.cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, n, r->stream), "cuMemcpyDtoHAsync_v2");
+    }
+    count(r, a);
+    r->t->accesses += 1;
+    return 0;
+}
+
+static int dev_zero(struct run *r, void *p, size_t n)
+{
+    enum api a;
+    switch (r->fw) {
+    case SIMTRAIN_TORCH:
+        a = API_cudaMemsetAsync;
+        TRY(cudaMemsetAsync(p, 0, n, r->stream), "cudaMemsetAsync");
+        break;
+    case SIMTRAIN_JAX:
+        a = API_cuMemsetD8_v2;
+        TRY(r->d.cuMemsetD8((CUdeviceptr)(uintptr_t)p, 0, n), "cuMemsetD8_v2");
+        break;
+    default:
+        a = API_cuMemsetD8Async;
+        TRY(r->d.cuMemsetD8Async((CUdeviceptr)(uintptr_t)p, 0, n, r->stream), "cuMemsetD8Async");
+    }
+    count(r, a);
+    r->t->accesses += 1;
+    return 0;
+}
+
+/* distinct non-NULL device pointers among the first nptrs arguments */
+static unsigned distinct_pointers(void **args, unsigned nptrs)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < nptrs; i++) {
+        void *p = *(void **)args[i];
+        int seen = p == NULL;
+        for (unsigned j = 0; j < i && !seen; j++) seen = *(void **)args[j] == p;
+        n += !seen;
+    }
+    return n;
+}
+
+static int launch(struct run *r, enum kernel k, void **args, unsigned grid)
+{
+    const struct kernel_desc *kd = &KERNELS[k];
+    enum api a;
+    switch (r->fw) {
+    case SIMTRAIN_TORCH:
+        a = API_cudaLaunchKernel;
+        TRY(cudaLaunchKernel((const void *)kd->fn, (dim3){grid, 1, 1}, (dim3){128, 1, 1}, args, 0, r->stream),
+            "cudaLaunchKernel");
+        break;
+    case SIMTRAIN_JAX:
+        a = API_cuLaunchKernel;
+        if (k == K_FWD || k == K_OPT) { /* XLA-style packed argument buffer */
+            _Alignas(16) char buf[64];
+            size_t size = 0;
+            for (unsigned i = 0; i < kd->nparams; i++) {
+                memcpy(buf + kd->offsets[i], args[i], kd->sizes[i]);
+                if (kd->offsets[i] + kd->sizes[i] > size) size = kd->offsets[i] + kd->sizes[i];
+            }
+            void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                             CU_LAUNCH_PARAM_END};
+            TRY(r->d.cuLaunchKernel(r->fn[k], grid, 1, 1, 128, 1, 1, 0, NULL, NULL, extra), "cuLaunchKernel");
+        } else {
+            TRY(r->d.cuLaunchKernel(r->fn[k], grid, 1, 1, 128, 1, 1, 0, NULL, args, NULL), "cuLaunchKernel");
+        }
+        break;
+    default: {
+        a = API_cuLaunchKernelEx;
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = grid, cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = 128, cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = r->stream;
+        TRY(r->d.cuLaunchKernelEx(&cfg, r->fn[k], args, NULL), "cuLaunchKernelEx");
+    }
+    }
+    count(r, a);
+    r->t->launches++;
+    r->t->accesses += distinct_pointers(args, kd->nptrs);
+    return 0;
+}
+
+/* ---------------- setup per framework ---------------- */
+
+static int torch_alloc_conf_async(void)
+{
+    const char *names[] = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        if (v && strstr(v, "backend:cudaMallocAsync")) return 1;
+    }
+    return 0;
+}
+
+typedef CUresult (*getproc_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+typedef CUresult (*register_fn)(const char *, simcu_kernel_fn, unsigned, const size_t *, const size_t *,
+                               CUfunction *);
+
+static int setup(struct run *r)
+{
+    if (r->fw == SIMTRAIN_TORCH) {
+        r->async_backend = torch_alloc_conf_async();
+        TRY(cudaSetDevice(0), "cudaSetDevice");
+        TRY(cudaStreamCreate(&r->stream), "cudaStreamCreate");
+        for (int k = 0; k < K_COUNT; k++) {
+            const struct kernel_desc *kd = &KERNELS[k];
+            TRY(simcudaRegisterFunction((const void *)kd->fn, kd->name, kd->fn, kd->nparams, kd->offsets,
+                                        kd->sizes),
+                "simcudaRegisterFunction");
+        }
+        return 0;
+    }
+    r->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!r->lib) return fail(r, "dlopen libcuda.so.1: %s", dlerror());
+    struct { const char *base, *symbol; void **slot; } need[] = {
+        {"cuInit", "cuInit", (void **)&r->d.cuInit},
+        {"cuDeviceGet", "cuDeviceGet", (void **)&r->d.cuDeviceGet},
+        {"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain", (void **)&r->d.cuDevicePrimaryCtxRetain},
+        {"cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2", (void **)&r->d.cuDevicePrimaryCtxRelease},
+        {"cuCtxSetCurrent", "cuCtxSetCurrent", (void **)&r->d.cuCtxSetCurrent},
+        {"cuStreamCreate", "cuStreamCreate", (void **)&r->d.cuStreamCreate},
+        {"cuStreamSynchronize", "cuStreamSynchronize", (void **)&r->d.cuStreamSynchronize},
+        {"cuStreamDestroy", "cuStreamDestroy_v2", (void **)&r->d.cuStreamDestroy},
+        {"cuMemAlloc", "cuMemAlloc_v2", (void **)&r->d.cuMemAlloc},
+        {"cuMemFree", "cuMemFree_v2", (void **)&r->d.cuMemFree},
+        {"cuLaunchKernel", "cuLaunchKernel", (void **)&r->d.cuLaunchKernel},
+        {"cuMemcpyHtoD", "cuMemcpyHtoD_v2", (void **)&r->d.cuMemcpyHtoD},
+        {"cuMemcpyDtoH", "cuMemcpyDtoH_v2", (void **)&r->d.cuMemcpyDtoH},
+        {"cuMemsetD8", "cuMemsetD8_v2", (void **)&r->d.cuMemsetD8},
+        {"cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", (void **)&r->d.cuDeviceGetDefaultMemPool},
+        {"cuMemPoolCreate", "cuMemPoolCreate", (void **)&r->d.cuMemPoolCreate},
+        {"cuMemPoolDestroy", "cuMemPoolDestroy", (void **)&r->d.cuMemPoolDestroy},
+        {"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", (void **)&r->d.cuMemAllocFromPoolAsync},
+        {"cuMemFreeAsync", "cuMemFreeAsync", (void **)&r->d.cuMemFreeAsync},
+        {"cuLaunchKernelEx", "cuLaunchKernelEx", (void **)&r->d.cuLaunchKernelEx},
+        {"cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2", (void **)&r->d.cuMemcpyHtoDAsync},
+        {"cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2", (void **)&r->d.cuMemcpyDtoHAsync},
+        {"cuMemsetD8Async", "cuMemsetD8Async", (void **)&r->d.cuMemsetD8Async},
+    };
+    getproc_t getproc = NULL;
+    if (r->fw == SIMTRAIN_TF) {
+        getproc = (getproc_t)dlsym(r->lib, "cuGetProcAddress_v2");
+        if (!getproc) return fail(r, "libcuda.so.1 has no cuGetProcAddress_v2");
+    }
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        if (getproc) {
+            CUdriverProcAddressQueryResult st;
+            if (getproc(need[i].base, need[i].slot, 12080, 0, &st) != CUDA_SUCCESS || !*need[i].slot)
+                return fail(r, "cuGetProcAddress_v2(%s) failed (status %d)", need[i].base, (int)st);
+        } else if (!(*need[i].slot = dlsym(r->lib, need[i].symbol))) {
+            return fail(r, "dlsym(libcuda.so.1, %s) failed", need[i].symbol);
+        }
+    }
+    register_fn reg = (register_fn)dlsym(r->lib, "simcuRegisterKernel");
+    if (!reg) return fail(r, "libcuda.so.1 is not simcuda (no simcuRegisterKernel)");
+    CUdevice dev;
+    CUcontext ctx;
+    TRY(r->d.cuInit(0), "cuInit");
+    TRY(r->d.cuDeviceGet(&dev, 0), "cuDeviceGet");
+    TRY(r->d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    TRY(r->d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    for (int k = 0; k < K_COUNT; k++) {
+        const struct kernel_desc *kd = &KERNELS[k];
+        TRY(reg(kd->name, kd->fn, kd->nparams, kd->offsets, kd->sizes, &r->fn[k]), "simcuRegisterKernel");
+    }
+    if (r->fw == SIMTRAIN_TF) {
+        TRY(r->d.cuStreamCreate(&r->stream, 0), "cuStreamCreate");
+        TRY(r->d.cuDeviceGetDefaultMemPool(&r->pool, dev), "cuDeviceGetDefaultMemPool");
+        CUmemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = 1; /* pinned */
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = dev;
+        TRY(r->d.cuMemPoolCreate(&r->ws_pool, &props), "cuMemPoolCreate");
+    }
+    return 0;
+}
+
+static int teardown(struct run *r)
+{
+    if (r->fw == SIMTRAIN_TORCH) {
+        TRY(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+        TRY(cudaStreamDestroy(r->stream), "cudaStreamDestroy");
+        return 0;
+    }
+    if (r->fw == SIMTRAIN_TF) {
+        TRY(r->d.cuStreamSynchronize(r->stream), "cuStreamSynchronize");
+        TRY(r->d.cuMemPoolDestroy(r->ws_pool), "cuMemPoolDestroy");
+        TRY(r->d.cuStreamDestroy(r->stream), "cuStreamDestroy");
+    }
+    TRY(r->d.cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+    return 0;
+}
+
+/* ---------------- the loop ---------------- */
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
+
+/* sizes vary per layer: a few KiB to a few MiB */
+static size_t act_bytes(int i) { return (size_t)4096 * (1 + (i * 7 + 3) % 16); }
+static size_t weight_bytes(int i) { return (size_t)32768 * (1 + (i * 11 + 5) % 64); }
+static size_t ws_bytes(int i) { return (size_t)8192 * (1 + (i * 13 + 1) % 32); }
+#define INPUT_BYTES ((size_t)256 << 10)
+#define LOG_BYTES ((size_t)4096)
+
+struct model {
+    int layers;
+    void **w, **m, **v, **g, **act;
+    void *pinned;      /* torch: cudaMallocHost staging buffer */
+    char *host;        /* jax / tf: plain host buffer */
+};
+
+static void *staging(struct run *r, struct model *md) { return r->fw == SIMTRAIN_TORCH ? md->pinned : md->host; }
+
+static int noise_pass(struct run *r, struct model *md, uint64_t *rng)
+{
+    if (splitmix(rng) & 1) { /* an evaluation pass */
+        void *in, *out;
+        size_t n = (size_t)4096 * (1 + splitmix(rng) % 8);
+        if (dev_alloc(r, &in, n, 0) || dev_alloc(r, &out, n, 0)) return -1;
+        void *args[] = {&md->w[0], &in, &out};
+        if (launch(r, K_EVAL, args, 1)) return -1;
+        return dev_free(r, in) || dev_free(r, out) ? -1 : 0;
+    }
+    void *log; /* a logging buffer brought to the host */
+    if (dev_alloc(r, &log, LOG_BYTES, 0) || d2h(r, staging(r, md), log, LOG_BYTES)) return -1;
+    return dev_free(r, log);
+}
+
+static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy)
+{
+    int L = md->layers;
+    void *x, *loss_grad;
+    r->regular = 1;
+    r->regular_allocs = 0;
+    if (dev_alloc(r, &x, INPUT_BYTES, 0) || h2d(r, x, staging(r, md), INPUT_BYTES)) return -1;
+    /* forward: one activation per layer, a workspace around each kernel */
+    for (int i = 0; i < L; i++) {
+        void *ws, *in = i ? md->act[i - 1] : x;
+        uint64_t n = act_bytes(i) / sizeof(float);
+        int layer = i;
+        if (dev_alloc(r, &md->act[i], act_bytes(i), 0) || dev_alloc(r, &ws, ws_bytes(i), 1)) return -1;
+        void *args[] = {&md->w[i], &in, &md->act[i], &ws, &n, &layer};
+        if (launch(r, K_FWD, args, 4) || dev_free(r, ws)) return -1;
+    }
+    uint64_t n_out = act_bytes(L - 1) / sizeof(float);
+    if (dev_alloc(r, &loss_grad, act_bytes(L - 1), 0)) return -1;
+    void *largs[] = {&md->act[L - 1], &loss_grad, &n_out};
+    if (launch(r, K_LOSS, largs, 1)) return -1;
+    /* backward: activations freed as they are consumed */
+    void *gout = loss_grad;
+    for (int i = L - 1; i >= 0; i--) {
+        void *gin = NULL, *in = i ? md->act[i - 1] : x;
+        uint64_t n_in = i ? act_bytes(i - 1) / sizeof(float) : 0;
+        if (dev_alloc(r, &md->g[i], weight_bytes(i), 0) || dev_zero(r, md->g[i], weight_bytes(i))) return -1;
+        if (i && dev_alloc(r, &gin, act_bytes(i - 1), 0)) return -1;
+        void *args[] = {&md->w[i], &in, &md->act[i], &gout, &gin, &md->g[i], &n_in};
+        if (launch(r, K_BWD, args, 4) || dev_free(r, md->act[i]) || dev_free(r, gout)) return -1;
+        gout = gin;
+    }
+    if (dev_free(r, x)) return -1;
+    /* optimizer (Adam: W, G, M, V), gradients freed */
+    for (int i = 0; i < L; i++) {
+        float lr = 1e-3f;
+        int st = s;
+        void *args[] = {&md->w[i], &md->g[i], &md->m[i], &md->v[i], &lr, &st};
+        if (launch(r, K_OPT, args, 2) || dev_free(r, md->g[i])) return -1;
+    }
+    r->regular = 0;
+    if (s == 0) r->t->allocs_per_step = r->regular_allocs;
+    if (noisy) {
+        r->t->noise_steps++;
+        if (noise_pass(r, md, rng)) return -1;
+    }
+    return 0;
+}
+
+int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
+{
+    memset(out, 0, sizeof *out);
+    struct run run, *r = &run;
+    memset(r, 0, sizeof run);
+    r->t = out;
+    if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
+        cfg->noise < 0 || cfg->noise > 1)
+        return fail(r, "invalid configuration");
+    r->fw = cfg->framework;
+    int L = cfg->layers, rc = -1;
+    struct model md = {L, calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), calloc(L, sizeof(void *)),
+                       calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), NULL, NULL};
+    if (!md.w || !md.m || !md.v || !md.g || !md.act) {
+        fail(r, "out of host memory");
+        goto done;
+    }
+    if (setup(r)) goto done;
+    /* persistent state: weights and Adam moments, a host staging buffer */
+    if (r->fw == SIMTRAIN_TORCH) {
+        if (cudaMallocHost(&md.pinned, INPUT_BYTES) != cudaSuccess) {
+            fail(r, "cudaMallocHost failed");
+            goto done;
+        }
+        count(r, API_cudaMallocHost);
+        out->allocs++;
+        out->bytes += INPUT_BYTES;
+        memset(md.pinned, 1, INPUT_BYTES);
+    } else if (!(md.host = calloc(1, INPUT_BYTES))) {
+        fail(r, "out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < L; i++) {
+        if (dev_alloc(r, &md.w[i], weight_bytes(i), 0) || dev_alloc(r, &md.m[i], weight_bytes(i), 0) ||
+            dev_alloc(r, &md.v[i], weight_bytes(i), 0) || dev_zero(r, md.m[i], weight_bytes(i)) ||
+            dev_zero(r, md.v[i], weight_bytes(i)))
+            goto done;
+    }
+    uint64_t rng = cfg->seed;
+    for (int s = 0; s < cfg->steps; s++) {
+        int noisy = uniform(&rng) < cfg->noise;
+        if (step(r, &md, s, &rng, noisy)) goto done;
+    }
+    for (int i = 0; i < L; i++)
+        if (dev_free(r, md.w[i]) || dev_free(r, md.m[i]) || dev_free(r, md.v[i])) goto done;
+    if (md.pinned) {
+        if (cudaFreeHost(md.pinned) != cudaSuccess) {
+            fail(r, "cudaFreeHost failed");
+            goto done;
+        }
+        md.pinned = NULL;
+        count(r, API_cudaFreeHost);
+        out->frees++;
+    }
+    rc = teardown(r);
+done:
+    free(md.w), free(md.m), free(md.v), free(md.g), free(md.act), free(md.host);
+    if (r->lib) dlclose(r->lib);
+    return rc;
+}

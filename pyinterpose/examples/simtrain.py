@@ -1,0 +1,197 @@
+"""simtrain — training-like workloads on simcuda through each framework's real
+CUDA call path, with a truth file that says exactly what they did.
+
+    python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
+        [--workers K] [--noise F] [--truth FILE.json] [--layers L] [--seed S]
+
+torch: libcudart through the PLT (cudaMallocAsync/cudaFreeAsync when
+PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF has backend:cudaMallocAsync, else
+cudaMalloc/cudaFree), cudaLaunchKernel, cudaMemcpyAsync, cudaMemsetAsync;
+jax: dlopen libcuda + dlsym (cuMemAlloc_v2, cuLaunchKernel with packed and
+plain arguments, ...); tf: dlopen libcuda + cuGetProcAddress_v2
+(cuMemAllocFromPoolAsync, cuLaunchKernelEx, ...).  The loop itself is C
+(native/simtrain); ``--workers K`` forks K children (no exec) that run the same
+loop, and the truth is summed over all processes.
+
+Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
+accesses, launches, allocs_per_step (one regular step of one process), by_api
+(exact names called), noise_steps, pids.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+from pyinterpose.errors import PyinterposeError
+
+FRAMEWORKS = ("torch", "jax", "tf")
+MAX_API = 32
+COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64)]
+
+
+class _Truth(ctypes.Structure):
+    _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
+                ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
+                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256)]
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.simtrain_run.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Truth)]
+    lib.simtrain_run.restype = ctypes.c_int
+    lib.simtrain_api_count.restype = ctypes.c_int
+    lib.simtrain_api_name.argtypes = [ctypes.c_int]
+    lib.simtrain_api_name.restype = ctypes.c_char_p
+    lib.simtrain_api_class.argtypes = [ctypes.c_int]
+    lib.simtrain_api_class.restype = ctypes.c_int
+    return lib
+
+
+def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
+    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset'."""
+    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset"}
+    return {lib.simtrain_api_name(i).decode(): names[lib.simtrain_api_class(i)]
+            for i in range(lib.simtrain_api_count())}
+
+
+def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int) -> dict:
+    """Run the loop in this process; its truth (one process)."""
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed)
+    t = _Truth()
+    if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
+        raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
+    by_api = {}
+    for i in range(lib.simtrain_api_count()):
+        if t.by_api[i]:
+            by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
+    out = {k: int(getattr(t, k)) for k in COUNTERS}
+    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()])
+    return out
+
+
+def _merge(parts: list[dict]) -> dict:
+    total = {k: sum(p[k] for p in parts) for k in COUNTERS}
+    by_api: dict[str, int] = {}
+    for p in parts:
+        for k, v in p["by_api"].items():
+            by_api[k] = by_api.get(k, 0) + v
+    total["by_api"] = dict(sorted(by_api.items()))
+    total["allocs_per_step"] = parts[0]["allocs_per_step"]
+    total["pids"] = [pid for p in parts for pid in p["pids"]]
+    return total
+
+
+def _child(lib, args, wfd: int) -> None:
+    """In a forked child: run, send the truth (or the error) through the pipe, exit."""
+    code = 0
+    try:
+        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed)}
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        msg, code = {"error": str(e)}, 1
+    try:
+        data = json.dumps(msg).encode()
+        with os.fdopen(wfd, "wb") as w:
+            w.write(data)
+    finally:
+        os._exit(code)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run the workload in this process and ``args.workers`` forked children."""
+    lib = _bind(_load())
+    children = []
+    for _ in range(args.workers):
+        r, w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            for _pid, other_r in children:
+                os.close(other_r)
+            _child(lib, args, w)
+        os.close(w)
+        children.append((pid, r))
+    parts, errors = [], []
+    try:
+        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed))
+    except PyinterposeError as e:
+        errors.append(str(e))
+    for pid, r in children:
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        try:
+            msg = json.loads(data) if data else {"error": f"worker {pid} exited with {code} and no report"}
+        except ValueError:
+            msg = {"error": f"worker {pid} sent a broken report"}
+        if "ok" in msg and code == 0:
+            parts.append(msg["ok"])
+        else:
+            errors.append(msg.get("error") or f"worker {pid} exited with {code}")
+    if errors:
+        raise PyinterposeError("; ".join(errors))
+    truth = {"framework": args.framework, "steps": args.steps, "workers": args.workers, "layers": args.layers,
+             "seed": args.seed, "noise": args.noise}
+    truth.update(_merge(parts))
+    return truth
+
+
+def _load() -> ctypes.CDLL:
+    from pyinterpose.examples._simlib import load_simtrain
+
+    return load_simtrain()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m pyinterpose.examples.simtrain",
+                                description="training-like workload on simcuda, with a truth file")
+    p.add_argument("--framework", choices=FRAMEWORKS, default="torch")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--workers", type=int, default=0, help="forked worker processes besides this one")
+    p.add_argument("--noise", type=float, default=0.0, help="fraction of steps with extra allocations")
+    p.add_argument("--truth", help="write the truth JSON here")
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.steps < 1:
+        raise PyinterposeError("--steps must be at least 1")
+    if args.layers < 1:
+        raise PyinterposeError("--layers must be at least 1")
+    if args.workers < 0:
+        raise PyinterposeError("--workers must be 0 or more")
+    if not 0.0 <= args.noise <= 1.0:
+        raise PyinterposeError("--noise must be between 0 and 1")
+    if not 0 <= args.seed < 2**64:
+        raise PyinterposeError("--seed must be between 0 and 2**64-1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        truth = run(args)
+    except PyinterposeError as e:
+        print(f"simtrain: error: {e}", file=sys.stderr)
+        return 1
+    if args.truth:
+        with open(args.truth, "w") as f:
+            json.dump(truth, f, indent=1)
+            f.write("\n")
+    print(f"simtrain {truth['framework']}: {truth['steps']} steps x {len(truth['pids'])} process(es): "
+          f"{truth['allocs']} allocs, {truth['frees']} frees, {truth['launches']} launches, "
+          f"{truth['accesses']} accesses, {truth['noise_steps']} noisy steps")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
