@@ -267,6 +267,23 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     return np.lexsort(keys)
 
 
+def candidate_table(problem: SwapProblem, budget: int | None = None) -> pd.DataFrame:
+    """The candidates with every strategy's score (``score_<strategy>``; WDOA at ``budget``,
+    default half-way between floor and peak), best vote first."""
+    b = problem.default_budget if budget is None else int(budget)
+    c = problem.candidates.copy()
+    for s in STRATEGIES:
+        c[f"score_{s}"] = scores(problem, s, b)
+    return c.iloc[order(problem, "vote", b)].reset_index(drop=True)
+
+
+def candidates(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
+               min_size: int = MIN_SIZE, pid: int | None = None, latency_us: float | None = None) -> pd.DataFrame:
+    """Swap candidates of one process of ``trace`` (see :func:`candidate_table`)."""
+    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    return candidate_table(prepare(trace, bw, min_size=min_size, pid=pid), budget)
+
+
 # ---- schedulers ------------------------------------------------------------------------
 
 class _Channel:

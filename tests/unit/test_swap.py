@@ -282,3 +282,12 @@ def test_evaluate_errors(monkeypatch, tmp_path):
         swap.evaluate(_trace(), bandwidth=1.0, strategies=["bogus"])
     with pytest.raises(PyinterposeError, match="no allocations"):
         swap.evaluate(Trace.from_tables(), bandwidth=1.0)
+
+
+def test_candidate_table_has_every_score():
+    t = swap.candidates(_trace(), bandwidth=1.0, latency_us=0)
+    assert {f"score_{s}" for s in swap.STRATEGIES} <= set(t.columns)
+    # straddling the 13M peak at [45, 55): W and A1 over [20, 80], listed first
+    assert t["straddles_peak"].tolist()[:2] == [True, True]
+    assert sorted(t["block_id"].tolist()[:2]) == [0, 1]
+    assert len(t) == 5                                   # W: 3 intervals, A1 and A2: 1 each
