@@ -63,6 +63,13 @@ def _keep_indices(t: np.ndarray, total: np.ndarray, max_points: int) -> np.ndarr
     return last_at_t[keep]
 
 
+CLASS_ORDER = ["persistent", "cross_iteration", "per_iteration", "transient", "outside", "other"]
+
+
+def _class_rank(name: str) -> int:
+    return CLASS_ORDER.index(name) if name in CLASS_ORDER else len(CLASS_ORDER) - 1
+
+
 def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: int = 4000,
                     device: int | None = None) -> list[Timeline]:
     """One :class:`Timeline` per device (or only ``device``).
@@ -93,8 +100,9 @@ def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: 
             cls = cls.where(cls.notna(), "other").astype(str).to_numpy()
             names, codes = np.unique(cls, return_inverse=True)
             ev_code = codes[r]
-            for k, name in enumerate(names):
-                tl.series[str(name)] = np.cumsum(np.where(ev_code == k, d, 0))[keep]
+            # bottom of the stack first: long-lived classes, then short-lived ones
+            for k in sorted(range(len(names)), key=lambda k: (_class_rank(str(names[k])), str(names[k]))):
+                tl.series[str(names[k])] = np.cumsum(np.where(ev_code == k, d, 0))[keep]
         out.append(tl)
     return out
 

@@ -80,24 +80,30 @@ def _scalars(obj: Any, limit: int = 24) -> list[tuple[str, Any]]:
     return out
 
 
+_BYTE_KEYS = {"size", "bytes", "budget", "peak", "peak_after", "peak_before", "floor", "bound", "lower_bound",
+              "capacity", "pool", "saved", "bytes_moved", "pool_bytes", "reserved", "live"}
+_TIME_KEYS = ("_ns", "time", "ati", "overhead_ns", "stall")
+
+
 def _fmt_value(key: str, v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
-    k = key.lower()
+    k = key.lower().replace(" ", "_")
     if isinstance(v, (int, np.integer, float, np.floating)):
         fv = float(v)
         if math.isnan(fv):
             return "-"
-        if "byte" in k or k.endswith("size") or k in ("peak", "bound", "lower_bound", "capacity", "pool", "saved"):
-            return fmt_bytes(fv)
-        if k.endswith("_ns") or "time" in k or "ati" in k or "overhead" in k:
+        words = set(k.split("_"))
+        if k.endswith("_ns") or k.endswith("_t") or any(t in k for t in ("time", "ati", "stall")):
             return fmt_ns(fv)
         if "fraction" in k or "share" in k or k.endswith("pct"):
             return fmt_pct(fv)
         if "ratio" in k:
             return fmt_ratio(fv)
+        if k in _BYTE_KEYS or "bytes" in k or words & {"size", "peak", "budget", "floor", "bound"}:
+            return fmt_bytes(fv)
         if isinstance(v, (float, np.floating)):
             return f"{fv:.4g}"
         return f"{int(v):,}"
@@ -121,7 +127,8 @@ def _format_frame(df: pd.DataFrame, max_rows: int = 30) -> pd.DataFrame:
         if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
             out[str(c)] = [_fmt_value(str(c), v) for v in col.tolist()]
         else:
-            out[str(c)] = [("-" if v is None else str(v)) for v in col.tolist()]
+            out[str(c)] = [_fmt_value(str(c), v) if isinstance(v, (bool, np.bool_)) else
+                           ("-" if v is None else str(v)) for v in col.tolist()]
     return out.reset_index(drop=True)
 
 

@@ -24,6 +24,7 @@ CLASS_COLOURS = {
     "persistent": "#4C72B0", "weight": "#4C72B0", "per-iteration": "#DD8452", "per_iteration": "#DD8452",
     "iteration": "#DD8452", "activation": "#DD8452", "temporary": "#55A868", "workspace": "#55A868",
     "gradient": "#C44E52", "optimizer": "#8172B3", "warmup": "#937860", "other": "#8C8C8C", "live": "#4C72B0",
+    "cross_iteration": "#8172B3", "transient": "#55A868", "outside": "#BBBBBB",
 }
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
            "#CCB974", "#64B5CD"]
@@ -157,7 +158,8 @@ def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float 
             ax.axvspan(np.quantile(th, 0.05), np.quantile(th, 0.95), color="#C44E52", alpha=0.15,
                        label=threshold_label or "bandwidth filter (5-95% of blocks)")
             ax.axvline(np.median(th), color="#C44E52", linewidth=1.5, label="bandwidth filter, median block")
-    ax.set_xlabel("access time interval (ns, log scale)")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
+    ax.set_xlabel("access time interval (log scale)")
     ax.set_ylabel(bunit)
     _legend_outside(ax)
     fig.tight_layout()
@@ -200,7 +202,9 @@ def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | 
     if floor is not None:
         ax.axhline(floor / div, color=PALETTE[3], linestyle="--", linewidth=1,
                    label=f"floor (every candidate swapped) {fmt_bytes(floor)}")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(max(v, 0.0))))
+    xmax = float(g["stall_ns"].max()) if len(g) else 0.0
+    ax.set_xlim(left=-0.02 * max(xmax, 1000.0), right=max(xmax * 1.05, 1000.0))
     ax.set_xlabel("stall time added")
     ax.set_ylabel(f"peak live ({bunit})")
     ax.set_ylim(bottom=0)
