@@ -100,11 +100,11 @@ def run(args) -> int:
         return 0
     print_kv(rep.facts, title=f"Summary ({source})", out=con)
     for s in rep.sections:
-        facts = [(k, v) for k, v in s.facts][:8]
+        facts = list(s.facts)[:12]
         if facts:
             print_kv(facts, title=s.title, out=con)
         for n in s.notes:
-            if n.startswith("not available"):
+            if "not available" in n:
                 con.print(f"  {s.title}: {n}")
     if assumed:
         con.print("Swap/ATI assume 16 GB/s per direction (no measurement or NVML link for the simulated GPU).")

@@ -46,7 +46,7 @@ def run(args) -> int:
             f.write(html.render(rep))
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror}")
-    notes = [f"{s.title}: {n}" for s in rep.sections for n in s.notes if n.startswith("not available")]
+    notes = [f"{s.title}: {n}" for s in rep.sections for n in s.notes if "not available" in n]
     if args.json:
         print_json({"output": out, "headlines": rep.headlines, "not_available": notes})
         return 0

@@ -23,6 +23,7 @@ import pandas as pd
 from .. import __version__
 from ..trace.model import Trace
 from . import analyses, data, plots
+from ..analysis.compare import framework_of
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
 
 
@@ -164,7 +165,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         ("trace", os.path.basename(trace.path) if trace.path else "(in memory)"),
         ("command", " ".join(map(str, trace.meta.get("command", []))) or "-"),
         ("view", str(trace.meta.get("view", "-"))),
-        ("framework", str(trace.meta.get("framework", "-"))),
+        ("framework", framework_of(trace)),
         ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", [])) or "-"),
         ("processes", str(len(trace.pids))),
         ("duration", fmt_ns(trace.end_ns)),

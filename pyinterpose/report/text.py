@@ -77,10 +77,11 @@ def console(stream=None) -> Console:
 
 
 def table(rows: Iterable[Sequence[Any]], columns: Sequence[str], title: str | None = None,
-          right: Iterable[int] | None = None) -> Table:
+          right: Iterable[int] | None = None, show_header: bool = True) -> Table:
     """A rich Table; ``right`` = indices of right-justified (numeric) columns."""
     right = set(range(1, len(columns))) if right is None else set(right)
-    t = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+    t = Table(title=title, title_justify="left", show_edge=False, header_style="bold",
+              show_header=show_header)
     for i, c in enumerate(columns):
         t.add_column(c, justify="right" if i in right else "left")
     for r in rows:
@@ -88,14 +89,15 @@ def table(rows: Iterable[Sequence[Any]], columns: Sequence[str], title: str | No
     return t
 
 
-def print_table(rows, columns, title=None, right=None, out: Console | None = None) -> None:
-    (out or console()).print(table(rows, columns, title=title, right=right))
+def print_table(rows, columns, title=None, right=None, out: Console | None = None,
+                show_header: bool = True) -> None:
+    (out or console()).print(table(rows, columns, title=title, right=right, show_header=show_header))
 
 
 def print_kv(pairs: Iterable[tuple[str, Any]], title: str | None = None,
              out: Console | None = None) -> None:
     """Two-column key/value table (headlines)."""
-    print_table(list(pairs), ["", ""], title=title, right=[], out=out)
+    print_table(list(pairs), ["", ""], title=title, right=[], out=out, show_header=False)
 
 
 def to_jsonable(obj: Any) -> Any:
