@@ -55,7 +55,7 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
 static void rec_copy(int api, int r, uint16_t op, uint64_t dst, uint64_t src, uint64_t n, uint64_t stream) {
     pi_scan sc;
     sc.n = 0;
-    if (r == 0) {
+    if (r == 0 && pi_access_enabled()) {
         pi_block b;
         pi_map_rdlock();
         if (pi_map_find_locked(dst, &b)) pi_scan_add(&sc, &b, PI_ACC_WRITE);
@@ -68,7 +68,7 @@ static void rec_copy(int api, int r, uint16_t op, uint64_t dst, uint64_t src, ui
 static void rec_tensormap(int api, int r, uint64_t gaddr) {
     pi_scan sc;
     sc.n = 0;
-    if (r == 0) {
+    if (r == 0 && pi_access_enabled()) {
         pi_block b;
         pi_map_rdlock();
         if (pi_map_find_locked(gaddr, &b)) pi_scan_add(&sc, &b, PI_ACC_TMA);

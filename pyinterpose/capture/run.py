@@ -85,8 +85,9 @@ class _SignalForwarder:
     already reaches the child (same foreground process group), so SIGINT is
     forwarded only when it did not come from the terminal."""
 
-    def __init__(self, proc: subprocess.Popen):
-        self.proc = proc
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.pending: list[int] = []  # signals that arrived before the child existed
         self.old = {}
 
     def __enter__(self):
@@ -97,10 +98,18 @@ class _SignalForwarder:
     def _handle(self, signum, frame):
         if signum == signal.SIGINT and _terminal_foreground():
             return
+        if self.proc is None:
+            self.pending.append(signum)
+            return
         try:
             self.proc.send_signal(signum)
         except ProcessLookupError:
             pass
+
+    def attach(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        for signum in self.pending:
+            proc.send_signal(signum)
 
     def __exit__(self, *exc):
         for sig, h in self.old.items():
@@ -173,11 +182,12 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     drain.start()
     status = 0
     try:
-        try:
-            proc = subprocess.Popen(argv, env=child_env)
-        except OSError as e:
-            raise PyinterposeError(f"cannot start {argv[0]}: {e.strerror or e}", exit_code=127)
-        with _SignalForwarder(proc):
+        with _SignalForwarder() as fwd:
+            try:
+                proc = subprocess.Popen(argv, env=child_env)
+            except OSError as e:
+                raise PyinterposeError(f"cannot start {argv[0]}: {e.strerror or e}", exit_code=127)
+            fwd.attach(proc)
             while True:
                 try:
                     rc = proc.wait()

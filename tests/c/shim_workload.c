@@ -254,7 +254,7 @@ static int mode_fork(long n) {
 static int mode_sleep(long n) {
     void *p;
     for (long i = 0; i < n; i++) CHECK(cudaMalloc(&p, 1024));
-    printf("{\"allocs\": %ld}\n", n);
+    printf("{\"allocs\": %ld, \"pid\": %d}\n", n, (int)getpid());
     fflush(stdout);
     for (;;) pause();
     return 0;

@@ -1,0 +1,88 @@
+"""Shared fixtures: built native pieces, compiled C test programs, captures."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def native_dir() -> str:
+    from pyinterpose.capture.run import NATIVE
+
+    return NATIVE
+
+
+@pytest.fixture(scope="session")
+def native():
+    d = native_dir()
+    if not os.path.exists(os.path.join(d, "libpyinterpose.so")):
+        pytest.fail(f"native libraries not built in {d}: pip install . (or python pyinterpose/_build.py)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def cc():
+    c = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if not c:
+        pytest.skip("no C compiler")
+    return c
+
+
+@pytest.fixture(scope="session")
+def cbuild(tmp_path_factory, native, cc):
+    """Compile tests/c/NAME.c against simcuda; returns the path of the binary/library."""
+    out = tmp_path_factory.mktemp("cbin")
+    cache = {}
+
+    def build(name: str, shared: bool = False, link_cudart: bool = True) -> str:
+        if name in cache:
+            return cache[name]
+        src = os.path.join(ROOT, "tests", "c", name + ".c")
+        target = str(out / (("lib" + name + ".so") if shared else name))
+        cmd = [cc, "-O1", "-g", "-D_GNU_SOURCE", "-I" + os.path.join(ROOT, "native", "include"),
+               "-I" + os.path.join(ROOT, "native", "simcuda"), "-o", target, src]
+        if shared:
+            cmd[1:1] = ["-shared", "-fPIC"]
+        if link_cudart:
+            sim = os.path.join(native, "simcuda")
+            cmd += ["-L" + sim, "-l:libcudart.so.13", "-Wl,-rpath," + sim]
+        cmd += ["-ldl", "-lpthread"]
+        subprocess.run(cmd, check=True)
+        cache[name] = target
+        return target
+
+    return build
+
+
+def run_cli(*args, env=None, timeout=300, input=None):
+    """Run ``python -m pyinterpose ARGS``; returns CompletedProcess (text)."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "pyinterpose", *args], capture_output=True, text=True,
+                          env=e, timeout=timeout, input=input)
+
+
+@pytest.fixture
+def capture(tmp_path):
+    """capture(cmd, *run_options) -> (trace_path, CompletedProcess) using --simulated-gpu."""
+    def _capture(cmd, *opts, name="t.pit", env=None, timeout=300):
+        out = str(tmp_path / name)
+        cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, *opts, "--", *cmd, env=env, timeout=timeout)
+        return out, cp
+
+    return _capture
+
+
+def last_json_line(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON line in output: {text!r}")
