@@ -62,6 +62,24 @@ CUresult cuEventRecord(CUevent, CUstream);
 CUresult cuEventElapsedTime(float *, CUevent, CUevent);
 CUresult cuEventDestroy_v2(CUevent);
 CUresult cuGetErrorName(CUresult, const char **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   CUstream, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+CUresult cuKernelGetParamInfo(CUkernel, size_t, size_t *, size_t *);
+CUresult cuKernelGetName(const char **, CUkernel);
+CUresult cuKernelGetFunction(CUfunction *, CUkernel);
+CUresult cuGraphCreate(CUgraph *, unsigned int);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuGraphDestroy(CUgraph);
+CUresult cuTensorMapEncodeTiled(void *, int, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                const cuuint32_t *, const cuuint32_t *, int, int, int, int);
+CUresult cuStreamIsCapturing(CUstream, int *);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuMemHostAlloc(void **, size_t, unsigned int);
+CUresult cuCtxSynchronize(void);
 CUresult cuGetExportTable(const void **, const void *);
 
 static void init(void)
@@ -316,11 +334,71 @@ static int case_fork(void)
     return 0;
 }
 
+static int case_misc(void)
+{
+    init();
+    CUfunction f, g;
+    CHECK_EQ(simcuRegisterKernel("axpy", axpy, 4, AXPY_OFF, AXPY_SIZE, &f), CUDA_SUCCESS);
+    CUkernel k = (CUkernel)(void *)f; /* simcuda: CUkernel == CUfunction */
+    size_t off, sz;
+    const char *name;
+    CHECK_EQ(cuKernelGetParamInfo(k, 2, &off, &sz), CUDA_SUCCESS);
+    CHECK_EQ(off, 16);
+    CHECK_EQ(sz, 4);
+    CHECK_EQ(cuKernelGetParamInfo(k, 4, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuKernelGetName(&name, k), CUDA_SUCCESS);
+    CHECK(strcmp(name, "axpy") == 0);
+    CHECK_EQ(cuKernelGetFunction(&g, k), CUDA_SUCCESS);
+    CHECK(g == f);
+    CUdeviceptr x, y;
+    CHECK_EQ(cuMemAlloc_v2(&x, 64), CUDA_SUCCESS);
+    CHECK_EQ(cuMemAlloc_v2(&y, 64), CUDA_SUCCESS);
+    CHECK_EQ(cuMemsetD32_v2(x, 0x3f800000u, 16), CUDA_SUCCESS); /* 1.0f */
+    CHECK_EQ(cuMemsetD8_v2(y, 0, 64), CUDA_SUCCESS);
+    float a = 5.0f;
+    int n = 16;
+    void *params[] = {&y, &x, &a, &n};
+    CHECK_EQ(cuLaunchCooperativeKernel(f, 1, 1, 1, 16, 1, 1, 0, NULL, params), CUDA_SUCCESS);
+    CHECK_EQ(cuLaunchKernel_ptsz(f, 1, 1, 1, 16, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    CHECK(((float *)(uintptr_t)y)[15] == 10.0f);
+    int capturing = -1;
+    CHECK_EQ(cuStreamIsCapturing(NULL, &capturing), CUDA_SUCCESS);
+    CHECK_EQ(capturing, 0);
+    CUgraph gr;
+    CUgraphExec ex;
+    CHECK_EQ(cuGraphCreate(&gr, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuGraphInstantiateWithFlags(&ex, gr, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuGraphLaunch(ex, NULL), CUDA_SUCCESS);
+    CHECK_EQ(cuGraphExecDestroy(ex), CUDA_SUCCESS);
+    CHECK_EQ(cuGraphDestroy(gr), CUDA_SUCCESS);
+    _Alignas(128) unsigned long long tmap[16];
+    cuuint64_t dims[2] = {4, 4}, strides[1] = {16};
+    cuuint32_t box[2] = {4, 4}, estr[2] = {1, 1};
+    CHECK_EQ(cuTensorMapEncodeTiled(tmap, 7, 2, (void *)(uintptr_t)x, dims, strides, box, estr, 0, 0, 0, 0),
+             CUDA_SUCCESS);
+    CHECK_EQ(tmap[1], x); /* the descriptor holds the global address */
+    CHECK_EQ(cuTensorMapEncodeTiled(tmap, 7, 0, (void *)(uintptr_t)x, dims, strides, box, estr, 0, 0, 0, 0),
+             CUDA_ERROR_INVALID_VALUE);
+    CUdeviceptr pp;
+    size_t pitch;
+    CHECK_EQ(cuMemAllocPitch_v2(&pp, &pitch, 1000, 3, 4), CUDA_SUCCESS);
+    CHECK_EQ(pitch, 1024);
+    CHECK_EQ(cuMemAllocPitch_v2(&pp, &pitch, 1000, 3, 3), CUDA_ERROR_INVALID_VALUE);
+    void *h;
+    CHECK_EQ(cuMemHostAlloc(&h, 100, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuMemFreeHost(h), CUDA_SUCCESS);
+    CHECK_EQ(cuMemFreeHost(h), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ(cuMemFree_v2(x), CUDA_SUCCESS);
+    CHECK_EQ(cuMemFree_v2(y), CUDA_SUCCESS);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; int (*fn)(void); } cases[] = {
         {"basics", case_basics}, {"oom", case_oom}, {"managed", case_managed},
-        {"vmm", case_vmm}, {"launch", case_launch}, {"fork", case_fork},
+        {"vmm", case_vmm}, {"launch", case_launch}, {"fork", case_fork}, {"misc", case_misc},
     };
     if (argc != 2) return 2;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

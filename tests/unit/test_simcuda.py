@@ -61,6 +61,7 @@ def driver_exe(libs, tmp_path_factory):
     ("vmm", {}),
     ("launch", {}),
     ("fork", {}),
+    ("misc", {}),
 ])
 def test_driver_through_plt(driver_exe, case, env):
     r = _run(driver_exe, case, env=env)
