@@ -1,0 +1,211 @@
+"""Pool strategies: the lower bound, simulated allocators and offline planners.
+
+Public functions (used by the report and export commands):
+
+* :func:`requests` — a process's request stream (device blocks' alloc/free events
+  in sequence order), what the simulated allocators replay.
+* :func:`steady_problem` — one steady iteration in MiniMalloc's form
+  (``id, lower, upper, size`` with lifetimes in event index, half-open), plus
+  ``block_id`` and ``crossing`` columns (see below).
+* :func:`read_minimalloc_csv`, :func:`write_minimalloc_csv`.
+* :func:`evaluate` — every strategy on a trace: the pools JSON.
+
+Steady problem.  The window ``[seq_lo, seq_hi)`` (one steady step from
+``find_iterations(...).steady_window()``, or given) is cut out of the process's
+alloc/free events; event k inside the window is time k.  Every device block live
+at some point of the window becomes one row:
+
+* ``inner``   — allocated and freed inside: ``[alloc index, free index)``;
+* ``in``      — allocated before the window, freed inside: ``[0, free index)``;
+* ``out``     — allocated inside, freed after the window (or never): ``[alloc index, E)``;
+* ``through`` — allocated before and freed after (weights, optimizer state, caches):
+  ``[0, E)``.
+
+``in`` and ``out`` rows are the two halves of cross-iteration variables (SINGA's
+cross-iteration blocks); in a steady loop the ``in`` rows are the previous step's
+``out`` rows.  SmartPool gives them its doubled region; the other planners plan the
+window as it is (each row on its own), which is what one steady step needs.
+``through`` rows conflict with every other row, so every planner simply stacks them;
+they count in the bound too: the bound is what that step needs.
+
+Bounds.  ``bound_bytes`` = LOAD of the steady problem (peak live bytes of the
+steady step); ``bound_whole_run_bytes`` = peak live device bytes over the whole run of
+the process.  Planners are compared with the first (they plan the steady step);
+simulated allocators replay the whole run, and their reserved memory never shrinks,
+so they are compared with the second (each result says which in ``bound``).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+from ...trace.model import Trace
+from .allocators import ALLOCATORS, simulate
+from .planners import PLANNERS, plan
+from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
+                      write_minimalloc_csv)
+
+STRATEGIES = ALLOCATORS + PLANNERS
+DEFAULT_TIME_LIMIT = 10.0
+
+__all__ = ["requests", "steady_problem", "evaluate", "read_minimalloc_csv", "write_minimalloc_csv",
+           "validate_plan", "load", "plan", "simulate", "STRATEGIES", "ALLOCATORS", "PLANNERS",
+           "InvalidPlanError", "components"]
+
+
+def _pid(trace: Trace, pid: int | None) -> int | None:
+    if pid is not None:
+        if pid not in trace.pids:
+            raise PyinterposeError(f"no process {pid} in the trace")
+        return pid
+    return trace.main_pid
+
+
+def _device_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
+    b = trace.blocks
+    b = b[b["counts_device"]]
+    if pid is not None:
+        b = b[b["pid"] == pid]
+    return b
+
+
+def requests(trace: Trace, pid: int | None = None) -> pd.DataFrame:
+    """The request stream of one process (default: the main one): one row per
+    alloc and per free of a device block, ordered by the process's sequence number.
+
+    Columns: seq, t, op ("alloc"|"free"), block_id, size, stream.  Blocks never freed
+    have no free row."""
+    b = _device_blocks(trace, _pid(trace, pid))
+    freed = b[b["freed"]]
+    seq = np.concatenate([b["seq_alloc"].to_numpy(np.int64), freed["seq_free"].to_numpy(np.int64)])
+    t = np.concatenate([b["t_alloc"].to_numpy(np.int64), freed["t_free"].to_numpy(np.int64)])
+    op = np.concatenate([np.ones(len(b), np.int8), np.zeros(len(freed), np.int8)])
+    bid = np.concatenate([b["block_id"].to_numpy(np.int64), freed["block_id"].to_numpy(np.int64)])
+    size = np.concatenate([b["size"].to_numpy(np.int64), freed["size"].to_numpy(np.int64)])
+    stream = np.concatenate([b["stream"].to_numpy(np.uint64), freed["stream"].to_numpy(np.uint64)])
+    order = np.lexsort((op, seq))  # a free and an alloc never share a seq; frees first if they do
+    return pd.DataFrame({
+        "seq": seq[order], "t": t[order],
+        "op": np.where(op[order] == 1, "alloc", "free"),
+        "block_id": bid[order], "size": size[order], "stream": stream[order],
+    })
+
+
+def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict]:
+    try:
+        from ..iterations import find_iterations
+    except ImportError:  # pragma: no cover - iterations module missing in this checkout
+        find_iterations = None
+    b = _device_blocks(trace, pid)
+    whole = (int(b["seq_alloc"].min()) if len(b) else 0,
+             int(max(b["seq_alloc"].max(), b["seq_free"].max())) + 1 if len(b) else 0)
+    if find_iterations is None:
+        return whole, {"source": "none", "reason": "iteration detection not available"}
+    it = find_iterations(trace, pid)
+    if it.count == 0:
+        return whole, {"source": it.source, "reason": getattr(it, "reason", "") or "no loop found"}
+    lo, hi = it.steady_window()
+    return (int(lo), int(hi)), {"source": it.source, "count": int(it.count),
+                                "period_allocs": int(it.period_allocs)}
+
+
+def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int] | None = None
+                   ) -> pd.DataFrame:
+    """One steady iteration as a DSA problem (see the module docstring).
+
+    Columns: id (= block_id), lower, upper, size, block_id, crossing.  ``df.attrs``
+    holds ``window`` (seq_lo, seq_hi), ``events`` (E) and ``pid``, and
+    ``iteration`` (how the window was chosen)."""
+    pid = _pid(trace, pid)
+    if window is None:
+        window, info = _steady_window(trace, pid)
+    else:
+        info = {"source": "given"}
+    lo, hi = int(window[0]), int(window[1])
+    if hi <= lo:
+        raise PyinterposeError(f"empty window [{lo}, {hi})")
+    b = _device_blocks(trace, pid)
+    req = requests(trace, pid)
+    ev = req["seq"].to_numpy(np.int64)
+    ev = ev[(ev >= lo) & (ev < hi)]
+    E = len(ev)
+    sa = b["seq_alloc"].to_numpy(np.int64)
+    sf = b["seq_free"].to_numpy(np.int64)
+    freed = b["freed"].to_numpy(bool)
+    alive = (sa < hi) & (~freed | (sf >= lo))
+    b, sa, sf, freed = b[alive], sa[alive], sf[alive], freed[alive]
+    before = sa < lo
+    after = ~freed | (sf >= hi)
+    lower = np.where(before, 0, np.searchsorted(ev, sa))
+    upper = np.where(after, E, np.searchsorted(ev, sf))
+    crossing = np.select([before & after, before, after], ["through", "in", "out"], "inner")
+    df = pd.DataFrame({"id": b["block_id"].to_numpy(np.int64), "lower": lower.astype(np.int64),
+                       "upper": upper.astype(np.int64), "size": b["size"].to_numpy(np.int64),
+                       "block_id": b["block_id"].to_numpy(np.int64), "crossing": crossing})
+    df = df[df["upper"] > df["lower"]].reset_index(drop=True)
+    df.attrs.update(window=(lo, hi), events=E, pid=pid, iteration=info)
+    return df
+
+
+def _row(name: str, peak: int, bound: int, seconds: float, bound_name: str) -> dict:
+    return {"strategy": name, "peak_bytes": int(peak),
+            "ratio_to_bound": (peak / bound) if bound else None,
+            "fragmentation": ((peak - bound) / peak) if peak else 0.0,
+            "bound": bound_name, "seconds": round(seconds, 6)}
+
+
+def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
+             pid: int | None = None, window: tuple[int, int] | None = None,
+             capacity: int | None = None) -> dict:
+    """Every strategy on one process of ``trace``: the pools JSON.
+
+    ``strategies``: names from STRATEGIES (default all); ``time_limit``: seconds for
+    ``optimal``; ``capacity``: device limit for the simulated allocators (default none)."""
+    if strategies is None:
+        strategies = list(STRATEGIES)
+    elif isinstance(strategies, str):
+        strategies = [s.strip() for s in strategies.split(",") if s.strip()]
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad:
+        raise PyinterposeError(f"unknown strategy {bad[0]!r} (choose from {', '.join(STRATEGIES)})")
+    if time_limit <= 0:
+        raise PyinterposeError(f"--time-limit must be > 0 (got {time_limit})")
+    pid = _pid(trace, pid)
+    req = requests(trace, pid)
+    sizes = np.where(req["op"].to_numpy() == "alloc", 1, -1) * req["size"].to_numpy(np.int64)
+    whole = int(np.cumsum(sizes).max()) if len(sizes) else 0
+    prob = steady_problem(trace, pid, window)
+    lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
+    bound = load(lower, upper, size)
+    out_rows = []
+    for name in strategies:
+        if name in ALLOCATORS:
+            r = simulate(req, name, capacity=capacity)
+            row = _row(name, r["peak_reserved_bytes"], whole, r["seconds"], "whole_run")
+            row["backing_allocations"] = r["backing_allocations"]
+            row["peak_allocated_bytes"] = r["peak_allocated_bytes"]
+            if r["oom_at"] is not None:
+                row["oom_at_request"] = int(r["oom_at"])
+        else:
+            p = plan(prob, name, time_limit=time_limit)
+            row = _row(name, p.peak_bytes, bound, p.seconds, "steady")
+            if name == "optimal":
+                row["optimal"] = bool(p.optimal)
+            if p.details:
+                row["details"] = p.details
+        out_rows.append(row)
+    attrs = prob.attrs
+    return {
+        "pid": pid,
+        "bound_bytes": int(bound),
+        "bound_whole_run_bytes": whole,
+        "iteration": {"window": list(attrs["window"]), "events": int(attrs["events"]),
+                      "blocks": int(len(prob)),
+                      "crossing": {k: int(v) for k, v in prob["crossing"].value_counts().items()},
+                      **attrs["iteration"]},
+        "requests": int(len(req)),
+        "strategies": out_rows,
+    }

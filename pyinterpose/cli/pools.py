@@ -1,0 +1,62 @@
+"""``pyinterpose pools FILE``: every pool strategy against the lower bound."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from ..analysis.pools import DEFAULT_TIME_LIMIT, STRATEGIES
+
+    p = sub.add_parser("pools", help="compare pool strategies with the lower bound",
+                       description="Replay the trace's device allocations through simulated allocators "
+                                   "(cudamalloc, pytorch, bfc, cnmem) and plan one steady iteration with "
+                                   "offline planners (smartpool-bf, smartpool-ff, greedy-size, xla-heap, "
+                                   "optimal). Each result is a ratio to the lower bound: peak live bytes "
+                                   "(steady iteration for planners, whole run for allocators).")
+    p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
+    p.add_argument("--strategies", metavar="A,B,...", default=",".join(STRATEGIES),
+                   help="comma-separated subset of: " + ", ".join(STRATEGIES))
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+                   help=f"seconds for the optimal planner (default {DEFAULT_TIME_LIMIT:g})")
+    p.add_argument("--capacity", type=int, metavar="BYTES",
+                   help="device memory limit for the simulated allocators (default: none)")
+    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..analysis.pools import evaluate
+    from ..errors import PyinterposeError
+    from ..report.text import console, fmt_bytes, load_trace, print_json, print_kv, print_table
+
+    if args.capacity is not None and args.capacity <= 0:
+        raise PyinterposeError(f"--capacity must be > 0 (got {args.capacity})")
+    trace = load_trace(args.trace, quiet=args.json)
+    res = evaluate(trace, strategies=args.strategies, time_limit=args.time_limit, pid=args.pid,
+                   capacity=args.capacity)
+    if args.json:
+        print_json(res)
+        return 0
+    con = console()
+    it = res["iteration"]
+    print_kv([
+        ("process", res["pid"]),
+        ("lower bound (steady iteration)", fmt_bytes(res["bound_bytes"])),
+        ("lower bound (whole run)", fmt_bytes(res["bound_whole_run_bytes"])),
+        ("steady window (seq)", f"[{it['window'][0]}, {it['window'][1]}) from {it.get('source', '?')}"
+                                f", {it['blocks']} blocks, {it['events']} events"),
+    ], title="Pool strategies", out=con)
+    rows = []
+    for r in res["strategies"]:
+        extra = ""
+        if "backing_allocations" in r:
+            extra = f"{r['backing_allocations']} backing allocations"
+        if "optimal" in r:
+            extra = "proven optimal" if r["optimal"] else "best found (not proven)"
+        if "oom_at_request" in r:
+            extra += f"; OOM at request {r['oom_at_request']}"
+        ratio = r["ratio_to_bound"]
+        rows.append([r["strategy"], fmt_bytes(r["peak_bytes"]), "-" if ratio is None else f"{ratio:.3f}",
+                     f"{100 * r['fragmentation']:.1f}%", r["bound"], f"{r['seconds']:.3f}", extra])
+    print_table(rows, ["strategy", "peak", "ratio", "fragmentation", "bound", "seconds", "notes"],
+                right=[1, 2, 3, 5], out=con)
+    return 0
