@@ -23,10 +23,12 @@ Pipeline (pure functions over tables):
    in one direction serialised, each costing ``latency + size / bandwidth``; the
    timeline is the trace's own (ns).  ``no-overhead`` takes a swap only when both
    transfers hide inside the interval (swap-out after the previous access,
-   swap-in done by the next); ``budget`` keeps the peak <= budget and counts
-   stalls: the program is assumed to pause (a) at the first over-budget moment
-   until the swap-out has finished, (b) at the next access until the swap-in has
-   finished.  Both are greedy in score order and then drop swaps that turn out
+   swap-in done by the next); ``budget`` keeps the peak <= budget: first with
+   swaps that hide and cover all the over-budget time in their interval, then
+   with swaps that stall, counting the stalls: the program is assumed to pause
+   (a) at the first over-budget moment until the swap-out has finished, (b) at
+   the next access until the swap-in has finished.  Whenever the budget is at
+   least the swap floor, budget mode meets it.  Both are greedy in score order and then drop swaps that turn out
    unnecessary for the peak reached.
 4. **Validation** — :func:`validate_schedule` checks every schedule.
 
@@ -408,45 +410,54 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     iteration = c["iteration"].to_numpy(np.int64)
     rows: list[tuple] = []
     taken: list[tuple[int, int, int]] = []      # (lo, hi, size) of each accepted swap
-    for i in idx_order:
-        if curve.max_all() <= target:
-            break
-        if curve.max_range(lo_iv[i], hi_iv[i]) <= target:
-            continue                               # away or not, this interval never helps
-        if mode == "no-overhead":
-            os_ = d2h.earliest(start[i], t_out[i], limit=end[i] - t_in[i] - t_out[i])
-            if os_ is None:
+    # budget mode: first every swap that hides (as no-overhead), then the rest with stalls
+    phases = ("no-overhead",) if mode == "no-overhead" else ("no-overhead", "budget")
+    used = np.zeros(len(c), dtype=bool)
+    for phase in phases:
+        for i in idx_order:
+            if curve.max_all() <= target:
+                break
+            if used[i] or curve.max_range(lo_iv[i], hi_iv[i]) <= target:
+                continue                           # away or not, this interval never helps
+            if phase == "no-overhead":
+                os_ = d2h.earliest(start[i], t_out[i], limit=end[i] - t_in[i] - t_out[i])
+                if os_ is None:
+                    continue
+                oe = os_ + t_out[i]
+                is_ = h2d.latest(end[i], t_in[i], oe)
+                if is_ is None:
+                    continue
+                f, r, stall = oe, is_, 0.0
+            else:
+                os_ = d2h.earliest(start[i], t_out[i])
+                oe = os_ + t_out[i]
+                k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
+                first_over, last_over_end = float(st[k1]), float(st[k2 + 1])
+                f = min(oe, first_over)
+                stall = oe - f                     # pause at the first over-budget moment
+                need = max(oe, last_over_end)
+                is_ = h2d.latest(end[i], t_in[i], need)
+                if is_ is None:
+                    is_ = h2d.earliest(need, t_in[i])
+                r = min(is_, end[i])
+                stall += max(0.0, is_ + t_in[i] - end[i])  # pause at the next access
+            if r <= f:
                 continue
-            oe = os_ + t_out[i]
-            is_ = h2d.latest(end[i], t_in[i], oe)
-            if is_ is None:
+            lo = min(int(st_f.searchsorted(f, side="left")), n_steps)
+            hi = max(lo, min(int(st_f.searchsorted(r, side="right")) - 1, n_steps))
+            if curve.max_range(lo, hi) <= target:
                 continue
-            f, r, stall = oe, is_, 0.0
-        else:
-            os_ = d2h.earliest(start[i], t_out[i])
-            oe = os_ + t_out[i]
-            k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
-            first_over, last_over_end = float(st[k1]), float(st[k2 + 1])
-            f = min(oe, first_over)
-            stall = oe - f                         # pause at the first over-budget moment
-            need = max(oe, last_over_end)
-            is_ = h2d.latest(end[i], t_in[i], need)
-            if is_ is None:
-                is_ = h2d.earliest(need, t_in[i])
-            r = min(is_, end[i])
-            stall += max(0.0, is_ + t_in[i] - end[i])  # pause at the next access
-        if r <= f:
-            continue
-        lo = min(int(st_f.searchsorted(f, side="left")), n_steps)
-        hi = max(lo, min(int(st_f.searchsorted(r, side="right")) - 1, n_steps))
-        if curve.max_range(lo, hi) <= target:
-            continue
-        curve.add(lo, hi, -int(size[i]))
-        d2h.add(os_, oe)
-        h2d.add(is_, is_ + t_in[i])
-        taken.append((lo, hi, int(size[i])))
-        rows.append((int(block_id[i]), int(size[i]), int(iteration[i]), start[i], os_, oe,
-                     f, r, is_, is_ + t_in[i], end[i], stall))
+            if mode == "budget" and phase == "no-overhead":
+                k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
+                if lo > k1 or hi <= k2:
+                    continue   # hides, but leaves over-budget time in its interval: try it with stalls later
+            curve.add(lo, hi, -int(size[i]))
+            d2h.add(os_, oe)
+            h2d.add(is_, is_ + t_in[i])
+            used[i] = True
+            taken.append((lo, hi, int(size[i])))
+            rows.append((int(block_id[i]), int(size[i]), int(iteration[i]), start[i], os_, oe,
+                         f, r, is_, is_ + t_in[i], end[i], stall))
     # drop swaps the reached peak does not need (lowest priority first)
     limit = max(curve.max_all(), target)
     keep = [True] * len(rows)
