@@ -291,3 +291,18 @@ def test_candidate_table_has_every_score():
     assert t["straddles_peak"].tolist()[:2] == [True, True]
     assert sorted(t["block_id"].tolist()[:2]) == [0, 1]
     assert len(t) == 5                                   # W: 3 intervals, A1 and A2: 1 each
+
+
+def test_budget_mode_prefers_swaps_that_hide():
+    # A 4M and B 3M all run, C 10M on [40, 60): peak 17M.  "size" ranks A's [39, 61] first,
+    # but it only works with a 6 ms stall; B's [20, 80] hides (out 20->23, in 77->80) and
+    # alone brings the peak to the 14M budget, so budget mode takes B only, without a stall.
+    p = swap.prepare_tables(_blocks([(0, 4, 0, 100), (1, 3, 0, 100), (2, 10, 40, 60)]),
+                            _iv([(0, 4, 39, 61), (1, 3, 20, 80)]), BW, min_size=1)
+    r = swap.run_strategy(p, "size", "budget", 14 * M)
+    assert _ms(r.schedule, ["block_id", "out_start", "out_end", "in_start", "in_end", "stall"]) == \
+        [[1 / MS, 20, 23, 77, 80, 0]]
+    assert r.peak_after == 14 * M
+    # a tighter budget needs A as well, and then its stalls are counted
+    r = swap.run_strategy(p, "size", "budget", 11 * M)
+    assert r.peak_after <= 11 * M and r.stall_ns == pytest.approx(6 * MS)
