@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace
+from .iterations import _mix64
 
 INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
 INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", "end_seq",
@@ -126,14 +127,19 @@ def access_intervals(trace: Trace, pid: int | None = None) -> pd.DataFrame:
         "end_seq": pt_seq[e_idx],
         "ati_ns": end_t - start_t,
         "kind": pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
-        "block_kind": b["kind"].to_numpy()[rows_of_interval],
-        "api": b["api"].to_numpy()[rows_of_interval],
+        "block_kind": _take_category(b["kind"], rows_of_interval),
+        "api": _take_category(b["api"], rows_of_interval),
         "freed": b["freed"].to_numpy(bool)[rows_of_interval],
         "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
     })
-    for c in ("block_kind", "api"):
-        out[c] = out[c].astype("category")
     return out
+
+
+def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:
+    """col[rows] as a Categorical without materialising strings (fast on millions of rows)."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    return pd.Categorical.from_codes(col.cat.codes.to_numpy()[rows], dtype=col.dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -183,6 +189,19 @@ def _overlap(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> np.ndarray
     return np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
 
 
+def _member(q: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """q[i] in ref, by sorting (numpy's isin is slow on millions of uint64)."""
+    if len(ref) == 0:
+        return np.zeros(len(q), bool)
+    r = np.sort(ref)
+    order = np.argsort(q)
+    qs = q[order]                           # sorted queries: cache-friendly search
+    i = np.minimum(np.searchsorted(r, qs), len(r) - 1)
+    out = np.empty(len(q), bool)
+    out[order] = r[i] == qs
+    return out
+
+
 def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dict[str, Any] | None:
     """Share of blocks allocated inside regular steps whose size, relative position (n-th
     allocation of that size in the step) and access count repeat exactly in the next step
@@ -199,15 +218,20 @@ def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dic
         "block_id": c["block_id"].to_numpy(), "it": c["iter_alloc"].to_numpy(np.int64),
         "size": c["size"].to_numpy(np.int64), "acc": acc,
     })
-    key["nth"] = key.groupby(["it", "size"]).cumcount()
-    key["nb"] = np.where(key["it"] + 1 < count, key["it"] + 1, key["it"] - 1)
-    ref = key[["it", "size", "nth", "acc"]].drop_duplicates().rename(columns={"it": "nb"})
-    ref["hit"] = True
-    m = key.merge(ref, on=["nb", "size", "nth", "acc"], how="left")
-    hit = m["hit"].fillna(False).to_numpy(bool)
-    pos = key.merge(ref.drop(columns="acc").drop_duplicates(), on=["nb", "size", "nth"], how="left")
-    pos_hit = pos["hit"].fillna(False).to_numpy(bool)
-    sizes = key["size"].to_numpy(np.float64)
+    nth = key.groupby(["it", "size"]).cumcount().to_numpy(np.int64)
+    it = key["it"].to_numpy(np.int64)
+    nb = np.where(it + 1 < count, it + 1, it - 1)
+    sizes_i = key["size"].to_numpy(np.int64)
+
+    def h(*cols):   # 64-bit hash of a tuple of int columns
+        z = np.zeros(len(cols[0]), np.uint64)
+        for c in cols:
+            z = _mix64(z ^ c.astype(np.uint64))
+        return z
+
+    hit = _member(h(nb, sizes_i, nth, acc), h(it, sizes_i, nth, acc))
+    pos_hit = _member(h(nb, sizes_i, nth), h(it, sizes_i, nth))
+    sizes = sizes_i.astype(np.float64)
     return {
         "blocks": int(len(key)),
         "stable_blocks": _share(hit.sum(), len(key)),
@@ -244,19 +268,26 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     ati = iv["ati_ns"].to_numpy(np.int64)
     size = iv["size"].to_numpy(np.int64)
     bid = iv["block_id"].to_numpy(np.int64)
-    kind = iv["kind"].astype(str).to_numpy()
+    kcode = iv["kind"].cat.codes.to_numpy()
+    masks = {k: kcode == i for i, k in enumerate(INTERVAL_KINDS)}
     n_blocks = int(len(blocks))
+    # intervals are ordered by block: one segment per block
+    seg = np.flatnonzero(np.diff(bid, prepend=bid[0] - 1 if len(bid) else 0)) if len(bid) else np.zeros(0, np.int64)
+    seg_size = size[seg].astype(np.float64)
+
+    def per_block_any(mask: np.ndarray) -> np.ndarray:
+        return np.logical_or.reduceat(mask, seg) if len(seg) else np.zeros(0, bool)
     block_bytes = float(blocks["size"].sum())
     out: dict[str, Any] = {
         "pid": pid,
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": int(len(iv)),
         "blocks": n_blocks,
-        "accessed_blocks": int(iv.loc[iv["kind"] != "unaccessed", "block_id"].nunique()),
-        "accesses": int((kind == "between").sum() + (kind == "alloc_to_first").sum()),
+        "accessed_blocks": int(per_block_any(~masks["unaccessed"]).sum()),
+        "accesses": int(masks["between"].sum() + masks["alloc_to_first"].sum()),
         "ati_quantiles": _quantiles(ati),
-        "ati_by_kind": {k: {"intervals": int((kind == k).sum()), "quantiles": _quantiles(ati[kind == k])}
-                        for k in INTERVAL_KINDS if (kind == k).any()},
+        "ati_by_kind": {k: {"intervals": int(m.sum()), "quantiles": _quantiles(ati[m])}
+                        for k, m in masks.items() if m.any()},
     }
 
     # bandwidth filter
@@ -268,16 +299,15 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     hides = None
     if bw is not None:
         hides = ati >= swap_cost_ns(size, bw)
-        swappable_block = np.zeros(0, np.int64) if len(bid) == 0 else np.unique(bid[hides])
-        sw_bytes = float(blocks.loc[blocks["block_id"].isin(swappable_block), "size"].sum())
+        sw = per_block_any(hides)
+        sw_bytes = float(seg_size[sw].sum())
         out["filtered_fraction"] = {
             "intervals": _share((~hides).sum(), len(hides)),
-            "blocks": _share(n_blocks - len(swappable_block), n_blocks),
+            "blocks": _share(n_blocks - int(sw.sum()), n_blocks),
             "bytes": _share(block_bytes - sw_bytes, block_bytes),
         }
-        out["filtered_by_kind"] = {k: _share((~hides[kind == k]).sum(), (kind == k).sum())
-                                   for k in INTERVAL_KINDS if (kind == k).any()}
-        out["swappable"] = {"intervals": int(hides.sum()), "blocks": int(len(swappable_block)),
+        out["filtered_by_kind"] = {k: _share((~hides[m]).sum(), m.sum()) for k, m in masks.items() if m.any()}
+        out["swappable"] = {"intervals": int(hides.sum()), "blocks": int(sw.sum()),
                             "bytes": int(sw_bytes)}
     else:
         out["filtered_fraction"] = None
@@ -301,21 +331,21 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         st, en = iv["start_t"].to_numpy(np.int64), iv["end_t"].to_numpy(np.int64)
         area = size.astype(np.float64) * _overlap(st, en, lo, hi)
         at_peak = (st <= t_peak) & (en > t_peak)
-        ob = np.unique(bid[is_out])
+        ob = per_block_any(is_out)
         order = np.argsort(-(size[is_out].astype(np.float64) * ati[is_out]), kind="stable")[:top]
         sel = np.flatnonzero(is_out)[order]
         out["outliers"] = {
             "ati_threshold_ns": ati_thr, "size_threshold_bytes": size_thr,
             "ati_quantile": ati_quantile, "size_quantile": size_quantile,
-            "intervals": int(is_out.sum()), "blocks": int(len(ob)),
-            "bytes": int(blocks.loc[blocks["block_id"].isin(ob), "size"].sum()),
+            "intervals": int(is_out.sum()), "blocks": int(ob.sum()),
+            "bytes": int(seg_size[ob].sum()),
             "swappable_intervals": None if hides is None else int((is_out & hides).sum()),
             "peak_bytes": peak_bytes, "peak_t": t_peak,
             "share_of_peak_bytes": _share(size[is_out & at_peak].sum(), peak_bytes),
             "pressure_window": {"name": wname, "start_t": lo, "end_t": hi},
             "share_of_pressure": _share(area[is_out].sum(), area.sum()),
             "top": [{"block_id": int(bid[i]), "size": int(size[i]), "ati_ns": int(ati[i]),
-                     "kind": str(kind[i]), "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
+                     "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
         }
 
     out["stability"] = stability(iv, classify(trace, iters, pid), iters.count) if iters.count else None
