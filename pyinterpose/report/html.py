@@ -83,7 +83,6 @@ def _scalars(obj: Any, limit: int = 24) -> list[tuple[str, Any]]:
 
 _BYTE_KEYS = {"size", "bytes", "budget", "peak", "peak_after", "peak_before", "floor", "bound", "lower_bound",
               "capacity", "pool", "saved", "bytes_moved", "pool_bytes", "reserved", "live"}
-_TIME_KEYS = ("_ns", "time", "ati", "overhead_ns", "stall")
 
 
 def _fmt_value(key: str, v: Any) -> str:
@@ -97,12 +96,12 @@ def _fmt_value(key: str, v: Any) -> str:
         if math.isnan(fv):
             return "-"
         words = set(k.split("_"))
-        if k.endswith("_ns") or k.endswith("_t") or any(t in k for t in ("time", "ati", "stall")):
-            return fmt_ns(fv)
-        if "fraction" in k or "share" in k or k.endswith("pct"):
+        if words & {"fraction", "share", "pct", "fragmentation"}:
             return fmt_pct(fv)
-        if "ratio" in k:
+        if "ratio" in words:
             return fmt_ratio(fv)
+        if words & {"ns", "t", "time", "ati", "stall", "lifetime"}:
+            return fmt_ns(fv)
         if k in _BYTE_KEYS or "bytes" in k or words & {"size", "peak", "budget", "floor", "bound"}:
             return fmt_bytes(fv)
         if isinstance(v, (float, np.floating)):
@@ -128,7 +127,7 @@ def _format_frame(df: pd.DataFrame, max_rows: int = 30) -> pd.DataFrame:
         if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
             out[str(c)] = [_fmt_value(str(c), v) for v in col.tolist()]
         else:
-            out[str(c)] = [_fmt_value(str(c), v) if isinstance(v, (bool, np.bool_)) else
+            out[str(c)] = [_fmt_value(str(c), v) if isinstance(v, (bool, np.bool_, float)) else
                            ("-" if v is None else str(v)) for v in col.tolist()]
     return out.reset_index(drop=True)
 
@@ -369,26 +368,37 @@ def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict)
 
 
 def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
+    """``pl``: pools.evaluate() dict (strategies with ratio_to_bound against their bound:
+    "steady" = LOAD of one steady step for planners, "whole_run" = peak live of the run for
+    simulated allocators)."""
     if not pl.ok:
         s.notes.append(f"pool evaluation {pl.note}")
         return
-    v = pl.value
-    df = _frame(_get(v, "results", "table", default=v))
-    if df is None:
-        s.notes.append(f"pool evaluation returned {type(v).__name__}; nothing to plot")
+    d = pl.value
+    df = pd.DataFrame(d.get("strategies", []))
+    if len(df) == 0:
+        s.notes.append("pool evaluation returned no strategy")
         return
-    name_col = next((c for c in ("strategy", "name") if c in df), df.columns[0])
-    ratio_col = next((c for c in ("ratio", "ratio_to_bound", "fragmentation_ratio") if c in df), None)
-    bound = _get(v, "bound", "lower_bound", default=None)
-    if bound is None and "bound" in df:
-        bound = int(df["bound"].iloc[0])
-    if ratio_col is not None:
-        s.figures.append((plots.pools_png(df[name_col].astype(str).tolist(), df[ratio_col].astype(float).tolist(),
-                                          int(bound or 0)), "pool strategies"))
-    s.tables.append(("strategies", _format_frame(df)))
-    if bound is not None:
-        s.facts.append(("lower bound (peak live)", fmt_bytes(bound)))
-    heads["pools"] = to_jsonable(df[[c for c in (name_col, ratio_col) if c]])
+    bound, whole = d.get("bound_bytes"), d.get("bound_whole_run_bytes")
+    label = (f"lower bound: planners vs one steady step ({fmt_bytes(bound)}), "
+             f"allocators vs the whole run ({fmt_bytes(whole)})")
+    names = [f"{n} ({'step' if b == 'steady' else 'run'})" for n, b in zip(df["strategy"], df.get("bound", ""))]
+    s.figures.append((plots.pools_png(names, df["ratio_to_bound"].astype(float).tolist(), label),
+                      "pool strategies"))
+    cols = [c for c in ("strategy", "bound", "peak_bytes", "ratio_to_bound", "fragmentation", "optimal",
+                        "backing_allocations", "seconds") if c in df]
+    t = df[cols].rename(columns={"seconds": "time_ns"})
+    if "time_ns" in t:
+        t["time_ns"] = t["time_ns"].astype(float) * 1e9
+    s.tables.append(("strategies (fragmentation = 1 - bound / peak)", _format_frame(t)))
+    it = d.get("iteration") or {}
+    s.facts += [("lower bound, steady step (LOAD)", fmt_bytes(bound)),
+                ("lower bound, whole run (peak live)", fmt_bytes(whole)),
+                ("steady window", f"{it.get('events', 0):,} alloc/free events, {it.get('blocks', 0):,} blocks "
+                                  f"({it.get('source', '?')})")]
+    heads["pools"] = {"bound_bytes": bound, "bound_whole_run_bytes": whole,
+                      "ratio_to_bound": {str(r["strategy"]): to_jsonable(r.get("ratio_to_bound"))
+                                         for r in d.get("strategies", [])}}
 
 
 def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: dict) -> None:

@@ -166,14 +166,14 @@ def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float 
     return _png(fig)
 
 
-def pools_png(names: Sequence[str], ratios: Sequence[float], bound: int) -> str:
-    """Pool size per strategy as a ratio to the lower bound (peak live bytes)."""
+def pools_png(names: Sequence[str], ratios: Sequence[float], bound_label: str) -> str:
+    """Pool size per strategy as a ratio to its lower bound (1.0 = no fragmentation)."""
     fig = Figure(figsize=(10, 0.45 * max(4, len(names)) + 1))
     ax = fig.add_subplot(1, 1, 1)
     y = np.arange(len(names))
     r = np.asarray(ratios, dtype=np.float64)
     ax.barh(y, np.nan_to_num(r, nan=0.0), color=[PALETTE[2] if v <= 1.05 else PALETTE[1] for v in r])
-    ax.axvline(1.0, color="black", linewidth=1.2, label=f"lower bound = peak live {fmt_bytes(bound)}")
+    ax.axvline(1.0, color="black", linewidth=1.2, label=bound_label)
     for yi, v in zip(y, r):
         if np.isfinite(v):
             ax.text(v, yi, f" {v:.3f}", va="center", fontsize=8)

@@ -38,8 +38,8 @@ def test_report_is_self_contained_with_decodable_figures():
     page = html.render(rep)
     assert_self_contained(page)
     imgs = images(page)
-    # memory over time, sizes, ATI, swap Pareto (pools depends on the pools analysis)
-    assert len(imgs) >= 4
+    # memory over time, sizes, ATI, pools, swap Pareto
+    assert len(imgs) == 5
     for png in imgs:
         assert png.startswith(PNG_MAGIC) and len(png) > 2000
     ids = [s.id for s in rep.sections]
@@ -59,6 +59,11 @@ def test_headlines_are_hand_computed_numbers():
     # classes at the peak: weights + optimizer persistent (48 MiB), activations + a gradient per-iteration
     assert h["lifetimes"]["peak_by_class"] == {"persistent": 48 * MiB, "per_iteration": 36 * MiB}
     assert h["sizes"]["max"] == 8 * MiB
+    # pools: both bounds are the 84 MiB peak (the steady step holds it); no strategy beats its bound
+    assert h["pools"]["bound_bytes"] == h["pools"]["bound_whole_run_bytes"] == 84 * MiB
+    assert h["pools"]["ratio_to_bound"] and all(r >= 1.0 for r in h["pools"]["ratio_to_bound"].values())
+    # swap: the no-overhead plans cannot go below the floor nor above the peak
+    assert h["swap"]["floor"] <= h["swap"]["best_no_overhead"]["peak_after"] <= 84 * MiB
     json.dumps(h)  # plain JSON types only
 
 
