@@ -380,8 +380,8 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
         s.notes.append("pool evaluation returned no strategy")
         return
     bound, whole = d.get("bound_bytes"), d.get("bound_whole_run_bytes")
-    label = (f"lower bound: planners vs one steady step ({fmt_bytes(bound)}), "
-             f"allocators vs the whole run ({fmt_bytes(whole)})")
+    label = (f"step: planners vs one steady step, {fmt_bytes(bound)}; "
+             f"run: allocators vs the whole run, {fmt_bytes(whole)}")
     names = [f"{n} ({'step' if b == 'steady' else 'run'})" for n, b in zip(df["strategy"], df.get("bound", ""))]
     s.figures.append((plots.pools_png(names, df["ratio_to_bound"].astype(float).tolist(), label),
                       "pool strategies"))
@@ -392,6 +392,11 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
         t["time_ns"] = t["time_ns"].astype(float) * 1e9
     s.tables.append(("strategies (fragmentation = 1 - bound / peak)", _format_frame(t)))
     it = d.get("iteration") or {}
+    for kind, title in (("whole_run", "allocators, pool / bound"), ("steady", "planners, pool / bound")):
+        sel = df[df["bound"] == kind] if "bound" in df else df.iloc[:0]
+        if len(sel):
+            s.facts.append((title, ", ".join(f"{n} {fmt_ratio(r)}" for n, r in
+                                             zip(sel["strategy"], sel["ratio_to_bound"].astype(float)))))
     s.facts += [("lower bound, steady step (LOAD)", fmt_bytes(bound)),
                 ("lower bound, whole run (peak live)", fmt_bytes(whole)),
                 ("steady window", f"{it.get('events', 0):,} alloc/free events, {it.get('blocks', 0):,} blocks "

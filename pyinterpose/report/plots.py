@@ -173,16 +173,15 @@ def pools_png(names: Sequence[str], ratios: Sequence[float], bound_label: str) -
     y = np.arange(len(names))
     r = np.asarray(ratios, dtype=np.float64)
     ax.barh(y, np.nan_to_num(r, nan=0.0), color=[PALETTE[2] if v <= 1.05 else PALETTE[1] for v in r])
-    ax.axvline(1.0, color="black", linewidth=1.2, label=bound_label)
+    ax.axvline(1.0, color="black", linewidth=1.2)
     for yi, v in zip(y, r):
         if np.isfinite(v):
             ax.text(v, yi, f" {v:.3f}", va="center", fontsize=8)
     ax.set_yticks(y)
     ax.set_yticklabels(list(names), fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("pool size / lower bound")
+    ax.set_xlabel(f"pool size / lower bound ({bound_label})", fontsize=8)
     ax.set_xlim(left=0, right=max(1.1, float(np.nanmax(r)) * 1.15 if len(r) and np.isfinite(r).any() else 1.1))
-    _legend_outside(ax)
     fig.tight_layout()
     return _png(fig)
 
