@@ -112,7 +112,8 @@ static int open_ring(void) {
         shm_unlink(name);
         return -1;
     }
-    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* populate now: no page faults on the recording path later */
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         shm_unlink(name);
@@ -350,3 +351,9 @@ __attribute__((visibility("default"))) int pyinterpose_mark(const char *label) {
 
 /* ---- public: is the shim recording in this process? ---- */
 __attribute__((visibility("default"))) int pyinterpose_active(void) { return pi_active(); }
+
+/* ---- public: stop/restart recording on the calling thread (nests) ---- */
+__attribute__((visibility("default"))) void pyinterpose_suspend(void) { pi_t.depth++; }
+__attribute__((visibility("default"))) void pyinterpose_resume(void) {
+    if (pi_t.depth > 0) pi_t.depth--;
+}
