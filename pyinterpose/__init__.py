@@ -11,10 +11,17 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import PyinterposeError, TraceError  # noqa: E402
-from .trace.model import Trace  # noqa: E402
 
 
-def load(path: str, progress: bool = False) -> Trace:
+def __getattr__(name):  # Trace pulls in pandas: import it only when asked for
+    if name == "Trace":
+        from .trace.model import Trace
+
+        return Trace
+    raise AttributeError(name)
+
+
+def load(path: str, progress: bool = False) -> "Trace":
     """Read a trace file written by ``pyinterpose run`` into a :class:`Trace`."""
     from .trace.reader import load as _load
 

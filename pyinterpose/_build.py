@@ -81,9 +81,10 @@ def build_native(outdir: str, verbose: bool = False, only: list[str] | None = No
         built.append(target)
     inc = os.path.join(outdir, "include")
     os.makedirs(inc, exist_ok=True)
-    shutil.copy(os.path.join(NATIVE, "shim", "events.h"), inc)
-    shutil.copy(os.path.join(NATIVE, "shim", "hooks.def"), inc)
-    shutil.copy(os.path.join(INCLUDE, "pi_cuda.h"), inc)
+    for f in (os.path.join(NATIVE, "shim", "events.h"), os.path.join(NATIVE, "shim", "hooks.def"),
+              os.path.join(INCLUDE, "pi_cuda.h")):
+        if os.path.exists(f):
+            shutil.copy(f, inc)
     return built
 
 

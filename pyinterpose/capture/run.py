@@ -170,6 +170,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
         "record_size": records.event_dtype().itemsize, "nvml": nvml_info,
+        "cuda_visible_devices": child_env.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": [{"nvml_index": d.get("index"), "name": d.get("name"), "uuid": d.get("uuid")}
+                 for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
     }
     try:
         writer = TraceWriter(output, meta)

@@ -158,9 +158,14 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
         lo, hi = offsets[i], offsets[i + 1]
         strings[p] = _strings(ev[lo:hi], op[lo:hi])
 
+    api_categories = pd.Index([a if a else "<none>" for a in apis])
+
     def api_name(a):
-        a = np.asarray(a)
-        return pd.Categorical(apis[np.clip(a, 0, len(apis) - 1)])
+        return pd.Categorical.from_codes(np.clip(np.asarray(a), 0, len(apis) - 1), api_categories)
+
+    def categorical(codes, names):
+        """names[codes] as a Categorical without hashing strings row by row."""
+        return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64), pd.Index(names))
 
     # ---- blocks: pair allocations with frees per (pid, address family, key) ----
     am = (op == O.ALLOC) & (res == 0)
@@ -194,11 +199,11 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     t_free = np.where(matched | superseded, t[next_rows], end_t)
     seq_free = np.where(matched | superseded, seq[next_rows],
                         pd.Series(pid[a_rows]).map(last_seq).fillna(0).to_numpy(np.int64))
-    kind_names = np.array([kinds.get(k, str(k)) for k in range(16)], dtype=object)
+    kind_names = [kinds.get(k, f"kind{k}") for k in range(16)]
     bk = flags[a_rows]
     blocks = pd.DataFrame({
         "pid": pid[a_rows], "device": ev["device"][a_rows], "api": api_name(api[a_rows]),
-        "kind": pd.Categorical(kind_names[bk]),
+        "kind": categorical(np.clip(bk, 0, 15), kind_names),
         "address": addr[a_rows], "size": size[a_rows],
         "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux[a_rows], 0).astype(np.uint64),
         "t_alloc": t[a_rows], "t_free": t_free, "seq_alloc": seq[a_rows], "seq_free": seq_free,
@@ -221,9 +226,23 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
             kernels.append(name)
         kindex[(p, sid)] = name_index[name]
 
+    kkeys = np.array(sorted(kindex), dtype=np.int64).reshape(-1, 2)
+    kcomb = (kkeys[:, 0] << 32) | kkeys[:, 1] if len(kkeys) else np.zeros(0, np.int64)
+    korder_k = np.argsort(kcomb)
+    kcomb_sorted = kcomb[korder_k]
+    kvals = np.array([kindex[tuple(k)] for k in kkeys.tolist()], dtype=np.int32)[korder_k] if len(kkeys) \
+        else np.zeros(0, np.int32)
+
+    def kernel_ids_at(rows):
+        """Global kernel index of the LAUNCH records at ``rows`` (-1 if unknown)."""
+        if len(kcomb_sorted) == 0:
+            return np.full(len(rows), -1, dtype=np.int32)
+        q = (pid[rows].astype(np.int64) << 32) | aux[rows].astype(np.int64)
+        pos = np.minimum(np.searchsorted(kcomb_sorted, q), len(kcomb_sorted) - 1)
+        return np.where(kcomb_sorted[pos] == q, kvals[pos], -1).astype(np.int32)
+
     def kernel_ids(mask):
-        ps, sids = pid[mask].tolist(), aux[mask].astype(np.int64).tolist()
-        return np.array([kindex.get((p, s), -1) for p, s in zip(ps, sids)], dtype=np.int32)
+        return kernel_ids_at(np.flatnonzero(mask))
 
     # ---- accesses: each ACCESS record follows its LAUNCH/COPY/MEMSET/TENSORMAP ----
     acc = op == O.ACCESS
@@ -243,14 +262,11 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     kern_of_owner = np.full(len(own), -1, dtype=np.int32)
     is_l = own_op == O.LAUNCH
     if is_l.any():
-        lk = {(p, s): kindex.get((p, s), -1) for p, s in set(zip(pid[own[is_l]].tolist(),
-                                                                  aux[own[is_l]].astype(np.int64).tolist()))}
-        kern_of_owner[is_l] = [lk[(p, s)] for p, s in zip(pid[own[is_l]].tolist(),
-                                                          aux[own[is_l]].astype(np.int64).tolist())]
+        kern_of_owner[is_l] = kernel_ids_at(own[is_l])
     accesses = pd.DataFrame({
         "block_id": blocks["block_id"].to_numpy()[korder[pos_c[ok]]] if len(skey) else np.zeros(0, np.int64),
         "pid": pid[xi_ok], "seq": seq[own], "t": t[own], "kernel": kern_of_owner,
-        "op": pd.Categorical(np.array([op_names.get(o, "other") for o in range(16)], dtype=object)[own_op]),
+        "op": categorical(np.clip(own_op, 0, 15), [op_names.get(o, f"op{o}") for o in range(16)]),
         "flags": flags[xi_ok].astype(np.uint16),
     })
     accesses = conform(accesses, ACCESS_COLUMNS)
@@ -261,11 +277,11 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     n_acc = np.bincount(owner[xi_ok], minlength=n)[li] if n else np.zeros(0, np.int64)
     kid = np.full(len(li), -1, dtype=np.int32)
     kid[op[li] == O.LAUNCH] = kernel_ids(op == O.LAUNCH)
-    kn = np.array(kernels + ["<graph>"], dtype=object)
+    kn = list(dict.fromkeys(kernels + ["<graph>"]))
     launches = pd.DataFrame({
         "pid": pid[li], "tid": ev["tid"][li].astype(np.int64), "seq": seq[li], "t": t[li],
         "device": ev["device"][li], "stream": ev["stream"][li], "api": api_name(api[li]), "kernel": kid,
-        "kernel_name": pd.Categorical(kn[np.where(kid >= 0, kid, len(kernels))]),
+        "kernel_name": categorical(np.where(kid >= 0, kid, len(kernels)), kn),
         "n_access": n_acc.astype(np.int32), "graph": op[li] == O.GRAPH_LAUNCH,
     })
     launches = conform(launches, LAUNCH_COLUMNS)
