@@ -169,7 +169,7 @@ struct pi_dsa {
     char heur[16];
     int32_t *arena; size_t arena_top, arena_cap;
     kv64 *sortbuf, *sorttmp;
-    int32_t *aff, *aff_stamp; int stamp;
+    int32_t *aff, *aff_stamp, *cover; int stamp;
     int32_t *um_idx; int64_t *um_val; size_t um_n, um_cap;   /* min offset undo */
     int32_t *uf_idx; int64_t *uf_val; size_t uf_n, uf_cap;   /* floor undo */
     int32_t *cuts;                 /* unplaced buffers spanning section boundary s|s+1 */
@@ -186,7 +186,7 @@ void pi_dsa_free(pi_dsa *d)
     free(d->size); free(d->sec_lo); free(d->sec_hi); free(d->sec_start); free(d->sec_mem);
     free(d->sec_total0); free(d->ov_start); free(d->ov); free(d->off); free(d->minoff);
     free(d->floor_); free(d->total); free(d->rank); free(d->width); free(d->tkey); free(d->arena); free(d->sortbuf);
-    free(d->sorttmp); free(d->aff); free(d->aff_stamp); free(d->um_idx); free(d->um_val);
+    free(d->sorttmp); free(d->aff); free(d->aff_stamp); free(d->cover); free(d->um_idx); free(d->um_val);
     free(d->uf_idx); free(d->uf_val); free(d->cuts); free(d->cutstack);
     free(d);
 }
@@ -295,12 +295,13 @@ pi_dsa *pi_dsa_new(int n, const int64_t *lower, const int64_t *upper, const int6
     d->sorttmp = malloc(sizeof(kv64) * N);
     d->aff = malloc(sizeof(int32_t) * ((size_t)S + 1));
     d->aff_stamp = calloc((size_t)S + 1, sizeof(int32_t));
+    d->cover = calloc((size_t)S + 2, sizeof(int32_t));
     d->cuts = calloc((size_t)S + 1, sizeof(int32_t));
     d->cutstack = malloc(sizeof(int32_t) * ((size_t)S + 4 * N + 4));
     d->arena_cap = 2 * N * (N + 1) + 4 * N;
     d->arena = malloc(sizeof(int32_t) * d->arena_cap);
     if (!d->off || !d->minoff || !d->floor_ || !d->total || !d->rank || !d->width || !d->tkey || !d->sortbuf ||
-        !d->sorttmp || !d->aff || !d->aff_stamp || !d->arena || !d->cuts || !d->cutstack)
+        !d->sorttmp || !d->aff || !d->aff_stamp || !d->cover || !d->arena || !d->cuts || !d->cutstack)
         goto fail;
     free(pts); free(act); free(pos);
     return d;
@@ -510,14 +511,22 @@ static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, in
         d->off[b] = o;
         size_t um_mark = d->um_n, uf_mark = d->uf_n;
         int naff = 0;
-        if (++d->stamp == INT32_MAX) { memset(d->aff_stamp, 0, sizeof(int32_t) * (size_t)(d->S + 1)); d->stamp = 1; }
         for (int32_t q = d->ov_start[b]; q < d->ov_start[b + 1]; q++) {
             int32_t x = d->ov[q];
             if (d->off[x] >= 0 || d->minoff[x] >= h) continue;
             if (undo_push(&d->um_idx, &d->um_val, &d->um_n, &d->um_cap, x, d->minoff[x])) { d->nomem = 1; break; }
             d->minoff[x] = h;
-            for (int s = d->sec_lo[x]; s < d->sec_hi[x]; s++)
-                if (d->aff_stamp[s] != d->stamp) { d->aff_stamp[s] = d->stamp; d->aff[naff++] = s; }
+            int lo = d->sec_lo[x] > slo ? d->sec_lo[x] : slo, hi = d->sec_hi[x] < shi ? d->sec_hi[x] : shi;
+            if (lo < hi) { d->cover[lo]++; d->cover[hi]--; naff++; }
+        }
+        if (naff) {   /* sections touched by a raised buffer: prefix sum of the cover marks */
+            int run = 0, k = 0;
+            for (int s = slo; s <= shi; s++) {
+                run += d->cover[s];
+                d->cover[s] = 0;
+                if (run > 0 && s < shi) d->aff[k++] = s;
+            }
+            naff = k;
         }
         for (int s = d->sec_lo[b]; s < d->sec_hi[b]; s++) {
             if (undo_push(&d->uf_idx, &d->uf_val, &d->uf_n, &d->uf_cap, s, d->floor_[s])) { d->nomem = 1; }
@@ -526,10 +535,14 @@ static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, in
         }
         for (int a = 0; a < naff && !d->nomem; a++) {
             int s = d->aff[a];
-            int64_t m = INT64_MAX;
+            if (s < slo || s >= shi) continue;   /* outside this group: never checked here */
+            int64_t m = INT64_MAX, fl = d->floor_[s];
             for (int32_t q = d->sec_start[s]; q < d->sec_start[s + 1]; q++) {
                 int32_t x = d->sec_mem[q];
-                if (d->off[x] < 0 && d->minoff[x] < m) m = d->minoff[x];
+                if (d->off[x] < 0 && d->minoff[x] < m) {
+                    m = d->minoff[x];
+                    if (m <= fl) break;          /* cannot lift the floor */
+                }
             }
             if (m != INT64_MAX && d->floor_[s] < m) {
                 if (undo_push(&d->uf_idx, &d->uf_val, &d->uf_n, &d->uf_cap, s, d->floor_[s])) { d->nomem = 1; break; }
