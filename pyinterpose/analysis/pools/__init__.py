@@ -17,7 +17,9 @@ at some point of the window becomes one row:
 
 * ``inner``   — allocated and freed inside: ``[alloc index, free index)``;
 * ``in``      — allocated before the window, freed inside: ``[0, free index)``;
-* ``out``     — allocated inside, freed after the window (or never): ``[alloc index, E)``;
+* ``out``     — allocated inside, freed after the window: ``[alloc index, E)``;
+* ``kept``    — allocated inside, never freed: ``[alloc index, E)`` (not a cross-iteration
+  variable: it just occupies space from then on);
 * ``through`` — allocated before and freed after (weights, optimizer state, caches):
   ``[0, E)``.
 
@@ -141,7 +143,8 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     after = ~freed | (sf >= hi)
     lower = np.where(before, 0, np.searchsorted(ev, sa))
     upper = np.where(after, E, np.searchsorted(ev, sf))
-    crossing = np.select([before & after, before, after], ["through", "in", "out"], "inner")
+    crossing = np.select([before & after, before, after & ~freed, after], ["through", "in", "kept", "out"],
+                         "inner")
     df = pd.DataFrame({"id": b["block_id"].to_numpy(np.int64), "lower": lower.astype(np.int64),
                        "upper": upper.astype(np.int64), "size": b["size"].to_numpy(np.int64),
                        "block_id": b["block_id"].to_numpy(np.int64), "crossing": crossing})

@@ -9,7 +9,7 @@
   the previous iteration (``"in"``: allocated before, freed inside) go into the backup
   copy [X, X + max(X, height of the "in" blocks)); everything else (``"inner"`` and
   ``"through"`` blocks, the latter alive over the whole window so they simply stack)
-  is coloured above both regions.  Without a ``crossing`` column all blocks are inner.
+  is coloured above both regions (``"kept"`` blocks, never freed, are treated as inner).  Without a ``crossing`` column all blocks are inner.
 * ``greedy-size`` — TFLite greedy by size (Pisarchyk & Lee, arXiv 2001.03288): size
   descending (stable), best fit among lifetime-overlapping placed blocks.
 * ``xla-heap`` — XLA ``GlobalDecreasingSizeBestFitHeap``: best fit under the spatial

@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""Benchmark the pool strategies; prints one JSON object.
+
+* seconds per strategy on synthetic training traces of ~10k and ~100k blocks
+  (allocators replay the whole request stream; planners plan the whole run as one
+  window, so they see every block);
+* the exact planner on MiniMalloc's 11 challenging instances at capacity 2^20;
+* the exact planner on generated hard instances (guillotine cuts, LOAD == capacity,
+  a perfect packing exists).
+
+Usage: python scripts/bench_pools.py [--sizes 10000,100000] [--time-limit 30]
+       [--hard 100,200,300] [--seeds 2] [--skip-minimalloc]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pyinterpose.analysis.pools import ALLOCATORS, plan, requests, simulate, steady_problem  # noqa: E402
+from pyinterpose.analysis.pools import exact  # noqa: E402
+from pyinterpose.analysis.pools.generate import hard_instance, training_trace  # noqa: E402
+from pyinterpose.analysis.pools.problem import arrays, load, read_minimalloc_csv, validate_plan  # noqa: E402
+
+DATA = "/work/shared/data/dsa-minimalloc"
+HEURISTICS = ("smartpool-bf", "smartpool-ff", "greedy-size", "xla-heap")
+
+
+def bench_sizes(n_blocks: int) -> dict:
+    layers = max(1, n_blocks // 30)
+    tr, _ = training_trace(iterations=10, layers=layers, seed=1)
+    req = requests(tr)
+    seqs = req["seq"].to_numpy()
+    prob = steady_problem(tr, window=(int(seqs.min()), int(seqs.max()) + 1))
+    out = {"blocks": int(len(tr.blocks)), "requests": int(len(req)), "problem_rows": int(len(prob)),
+           "load": load(*arrays(prob)), "strategies": {}}
+    for a in ALLOCATORS:
+        r = simulate(req, a)
+        out["strategies"][a] = {"seconds": round(r["seconds"], 4), "peak_bytes": r["peak_reserved_bytes"]}
+    for s in HEURISTICS:
+        p = plan(prob, s)
+        t0 = time.perf_counter()
+        validate_plan(*arrays(prob), p.offsets)
+        out["strategies"][s] = {"seconds": round(p.seconds, 4), "peak_bytes": p.peak_bytes,
+                                "validate_seconds": round(time.perf_counter() - t0, 4)}
+    return out
+
+
+def bench_exact(df, capacity: int, time_limit: float) -> dict:
+    lo, up, sz = arrays(df)
+    t0 = time.perf_counter()
+    r = exact.solve(lo, up, sz, capacity, time_limit)
+    res = {"buffers": int(len(df)), "load": load(lo, up, sz), "status": r.status,
+           "seconds": round(time.perf_counter() - t0, 3), "nodes": r.nodes}
+    greedy = plan(df, "xla-heap").peak_bytes
+    res["xla_heap_ratio_to_capacity"] = round(greedy / capacity, 4)
+    if r.status == "found":
+        res["height"] = validate_plan(lo, up, sz, r.offsets, capacity)
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    ap.add_argument("--hard", default="100,200,300")
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--skip-minimalloc", action="store_true")
+    args = ap.parse_args()
+    out = {"cpus": os.cpu_count(), "time_limit_s": args.time_limit, "sizes": {}, "minimalloc": {}, "hard": []}
+    for n in [int(x) for x in args.sizes.split(",") if x]:
+        out["sizes"][str(n)] = bench_sizes(n)
+    if not args.skip_minimalloc:
+        for name in "ABCDEFGHIJK":
+            path = os.path.join(DATA, f"{name}.1048576.csv")
+            if os.path.exists(path):
+                out["minimalloc"][name] = bench_exact(read_minimalloc_csv(path), 1 << 20, args.time_limit)
+    for n in [int(x) for x in args.hard.split(",") if x]:
+        for seed in range(args.seeds):
+            df, _ = hard_instance(n, seed=seed)
+            out["hard"].append({"n": n, "seed": seed, **bench_exact(df, 1 << 20, args.time_limit)})
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
