@@ -68,8 +68,9 @@ def build_native(outdir: str, verbose: bool = False, only: list[str] | None = No
         if not sources:
             continue
         target = os.path.join(outdir, name)
+        tmp = target + ".tmp"
         cmd = _cc() + CFLAGS + ["-I" + os.path.join(NATIVE, src), "-I" + os.path.join(NATIVE, "shim"),
-                                "-shared", "-o", target] + sources
+                                "-shared", "-o", tmp] + sources
         if soname:
             cmd.append("-Wl,-soname," + soname)
         if vscript and os.path.exists(os.path.join(NATIVE, vscript)):
@@ -78,6 +79,7 @@ def build_native(outdir: str, verbose: bool = False, only: list[str] | None = No
         if verbose:
             print(" ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True)
+        os.replace(tmp, target)  # never rewrite a library a running process has mapped
         built.append(target)
     inc = os.path.join(outdir, "include")
     os.makedirs(inc, exist_ok=True)
@@ -108,7 +110,7 @@ def _make_ffibuilder():
     ffi.set_source(
         "pyinterpose._core",
         "\n".join(headers),
-        sources=[os.path.relpath(s, ROOT) for s in sources],
+        sources=sources,  # absolute: the build may run from any directory
         include_dirs=[NATIVE, INCLUDE, os.path.join(NATIVE, "shim")],
         extra_compile_args=["-O3", "-std=gnu11", "-D_GNU_SOURCE"],
     )
@@ -131,6 +133,9 @@ if __name__ == "__main__":
     try:
         ffibuilder.compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose="-v" in sys.argv)
         for f in glob.glob(os.path.join(ROOT, "build", "cffi", "pyinterpose", "_core*.so")):
-            shutil.copy(f, here)
+            # write beside, then rename: a running process keeps its mapped copy intact
+            dst = os.path.join(here, os.path.basename(f))
+            shutil.copy(f, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
     finally:
         os.chdir(cwd)
