@@ -96,7 +96,9 @@ def _cdef_block(path: str) -> str:
     return m.group(1) if m else text
 
 
-def _make_ffibuilder():
+def _make_ffibuilder(absolute: bool = False):
+    """setuptools wants source paths relative to setup.py; the developer build
+    (cffi compiling in build/cffi) needs absolute ones."""
     from cffi import FFI
 
     ffi = FFI()
@@ -110,7 +112,7 @@ def _make_ffibuilder():
     ffi.set_source(
         "pyinterpose._core",
         "\n".join(headers),
-        sources=sources,  # absolute: the build may run from any directory
+        sources=sources if absolute else [os.path.relpath(p, ROOT) for p in sources],
         include_dirs=[NATIVE, INCLUDE, os.path.join(NATIVE, "shim")],
         extra_compile_args=["-O3", "-std=gnu11", "-D_GNU_SOURCE"],
     )
@@ -131,7 +133,7 @@ if __name__ == "__main__":
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        ffibuilder.compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose="-v" in sys.argv)
+        _make_ffibuilder(absolute=True).compile(tmpdir=os.path.join(ROOT, "build", "cffi"), verbose="-v" in sys.argv)
         for f in glob.glob(os.path.join(ROOT, "build", "cffi", "pyinterpose", "_core*.so")):
             # write beside, then rename: a running process keeps its mapped copy intact
             dst = os.path.join(here, os.path.basename(f))
