@@ -86,3 +86,15 @@ def last_json_line(text: str) -> dict:
         if line.startswith("{"):
             return json.loads(line)
     raise AssertionError(f"no JSON line in output: {text!r}")
+
+
+def fake_trace_files(monkeypatch, made: dict):
+    """Make the CLI's trace loader return in-memory traces for the given names."""
+    def fake_load(path, quiet=False):
+        if path not in made:
+            from pyinterpose.errors import TraceError
+            raise TraceError(f"no such trace file: {path}")
+        return made[path]
+
+    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
+    return made

@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.model import Trace
 from .iterations import _mix64
+from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
 
 INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
 INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", "end_seq",
@@ -146,16 +147,6 @@ def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:
 # the report: ATI distribution, bandwidth filter, outliers, stability
 # ---------------------------------------------------------------------------------------
 
-QUANTILES = (0.5, 0.9, 0.99)
-
-
-def _quantiles(x: np.ndarray) -> dict[str, float] | None:
-    if len(x) == 0:
-        return None
-    q = np.quantile(x, QUANTILES)
-    d = {f"p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)}
-    d.update(min=float(x.min()), max=float(x.max()), mean=float(x.mean()))
-    return d
 
 
 def resolve_link(trace: Trace, bandwidth=None, latency_us: float | None = None,

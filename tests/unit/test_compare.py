@@ -12,6 +12,7 @@ from pyinterpose.cli import main
 from pyinterpose.report.compare_view import metric_rows, render_html
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import Trace
+from conftest import fake_trace_files
 
 MiB = 1 << 20
 
@@ -87,15 +88,7 @@ def test_table_and_html():
 @pytest.fixture()
 def fake_files(monkeypatch):
     made = {"a.pit": training_trace(iterations=4), "b.pit": training_trace(iterations=4, framework="jax")}
-
-    def fake_load(path, quiet=False):
-        if path not in made:
-            from pyinterpose.errors import TraceError
-            raise TraceError(f"no such trace file: {path}")
-        return made[path]
-
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
-    return made
+    return fake_trace_files(monkeypatch, made)
 
 
 def test_cli_compare(fake_files, tmp_path, capsys):

@@ -14,6 +14,7 @@ from pyinterpose.errors import PyinterposeError
 from pyinterpose.report import exports, memory_viz, perfetto
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import Trace
+from conftest import fake_trace_files
 
 MiB = 1 << 20
 
@@ -229,15 +230,7 @@ def test_unknown_format():
 @pytest.fixture()
 def fake_files(monkeypatch):
     made = {"run.pit": training_trace(iterations=4)}
-
-    def fake_load(path, quiet=False):
-        if path not in made:
-            from pyinterpose.errors import TraceError
-            raise TraceError(f"no such trace file: {path}")
-        return made[path]
-
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
-    return made
+    return fake_trace_files(monkeypatch, made)
 
 
 def test_cli_export(fake_files, tmp_path, capsys):

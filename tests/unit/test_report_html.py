@@ -10,6 +10,7 @@ import pytest
 from pyinterpose.cli import main
 from pyinterpose.report import analyses, html
 from pyinterpose.report.synthetic import training_trace
+from conftest import fake_trace_files
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MiB = 1 << 20
@@ -121,15 +122,7 @@ def test_html_escapes_trace_text():
 @pytest.fixture()
 def fake_files(monkeypatch):
     made = {"run.pit": training_trace(iterations=5, step_ns=200_000)}
-
-    def fake_load(path, quiet=False):
-        if path not in made:
-            from pyinterpose.errors import TraceError
-            raise TraceError(f"no such trace file: {path}")
-        return made[path]
-
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
-    return made
+    return fake_trace_files(monkeypatch, made)
 
 
 def test_cli_report_writes_file_and_json(fake_files, tmp_path, capsys):
