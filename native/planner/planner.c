@@ -26,13 +26,6 @@ static int cmp_kv64(const void *a, const void *b)
 
 typedef struct { int64_t lo, hi; } span64;
 
-static int cmp_span64(const void *a, const void *b)
-{
-    const span64 *x = a, *y = b;
-    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
-    return (x->hi > y->hi) - (x->hi < y->hi);
-}
-
 /* Sorted unique coordinates of all lowers and uppers; fills cl/cu with ranks. */
 static int64_t *compress_times(int n, const int64_t *lower, const int64_t *upper,
                                int32_t *cl, int32_t *cu, int *T_out)
@@ -58,6 +51,79 @@ static int64_t *compress_times(int n, const int64_t *lower, const int64_t *upper
 
 /* ------------------------------------------------------------ greedy place */
 
+/* Address sets as sorted arrays of disjoint, non-touching spans (touching spans
+ * are merged, so a "gap" is always a strictly positive hole). */
+typedef struct { span64 *a; int32_t n, cap; } spanset;   /* a[n] is a sentinel */
+#define SPAN_END INT64_MAX
+
+static int spanset_add(spanset *s, int64_t lo, int64_t hi)
+{
+    /* first span with hi >= lo (could merge), last span with lo <= hi */
+    int32_t l = 0, r = s->n;
+    while (l < r) { int32_t m = (l + r) >> 1; if (s->a[m].hi < lo) l = m + 1; else r = m; }
+    int32_t i = l, j = l;
+    while (j < s->n && s->a[j].lo <= hi) j++;
+    if (j > i) {   /* merge spans i..j-1 with [lo, hi) into slot i */
+        if (s->a[i].lo < lo) lo = s->a[i].lo;
+        if (s->a[j - 1].hi > hi) hi = s->a[j - 1].hi;
+        s->a[i].lo = lo; s->a[i].hi = hi;
+        if (j - i > 1) {
+            memmove(s->a + i + 1, s->a + j, sizeof(span64) * (size_t)(s->n - j + 1));   /* + sentinel */
+            s->n -= j - i - 1;
+        }
+        return 0;
+    }
+    if (s->n + 1 >= s->cap) {   /* room for one more span and the sentinel */
+        int32_t nc = s->cap ? s->cap * 2 : 4;
+        span64 *a = realloc(s->a, sizeof(span64) * (size_t)nc);
+        if (!a) return -1;
+        s->a = a; s->cap = nc;
+    }
+    if (s->n == 0) s->a[0].lo = s->a[0].hi = SPAN_END;
+    memmove(s->a + i + 1, s->a + i, sizeof(span64) * (size_t)(s->n - i + 1));   /* + sentinel */
+    s->a[i].lo = lo; s->a[i].hi = hi;
+    s->n++;
+    return 0;
+}
+
+/* Union of two span lists (sorted, disjoint, each followed by a sentinel span
+ * starting at INT64_MAX) into out; touching spans merge.  Branch-free select and
+ * append (the comparisons are data-dependent coin flips).  Writes the result and
+ * a sentinel; returns the number of spans (at most na + nb). */
+static int32_t span_union(const span64 *a, int32_t na, const span64 *b, int32_t nb, span64 *out)
+{
+    int32_t i = 0, j = 0, k = 0, left = na + nb;
+    if (left == 0) { out[0].lo = out[0].hi = SPAN_END; return 0; }
+    {   /* the first span */
+        int ta = a[0].lo <= b[0].lo;
+        out[0] = ta ? a[0] : b[0];
+        i = ta; j = !ta; left--;
+    }
+    while (left-- > 0) {
+        span64 s;
+        if (a[i].lo <= b[j].lo) s = a[i++]; else s = b[j++];
+        if (s.lo <= out[k].hi) { if (s.hi > out[k].hi) out[k].hi = s.hi; }
+        else out[++k] = s;
+    }
+    k++;
+    out[k].lo = out[k].hi = SPAN_END;
+    return k;
+}
+
+/*
+ * Greedy placement with a segment tree over (compressed) time.  A placed block
+ * is stored at the O(log T) canonical nodes of its lifetime: own[v] holds the
+ * address spans of blocks stored at v, sub[v] the union over v's subtree.  The
+ * blocks overlapping a query lifetime Q are exactly those stored at a strict
+ * ancestor of a canonical node of Q (they span that ancestor, hence meet Q) or
+ * anywhere inside the subtree of a canonical node of Q.  So the union of the
+ * address ranges they occupy is the union of O(log T) span sets, each already
+ * merged; a k-way merge walks its gaps.  Placed blocks tend to touch, so the
+ * merged sets stay far smaller than the number of overlapping blocks, and the
+ * cost per block is O(log T x (merged spans) x log log T) instead of
+ * O(overlapping blocks x log).  Result: the same offsets as the plain
+ * "collect every overlapping neighbour, sort, scan" formulation.
+ */
 int64_t pi_greedy_place(int n, const int64_t *lower, const int64_t *upper, const int64_t *size,
                         const int32_t *order, int best_fit, int64_t *offsets_out)
 {
@@ -66,88 +132,117 @@ int64_t pi_greedy_place(int n, const int64_t *lower, const int64_t *upper, const
     int32_t *cl = malloc(sizeof(int32_t) * (size_t)n), *cu = malloc(sizeof(int32_t) * (size_t)n);
     int T = 0;
     int64_t *coord = (cl && cu) ? compress_times(n, lower, upper, cl, cu, &T) : NULL;
-    int sz = 1;
-    while (sz < T + 1) sz <<= 1;
-    int32_t *head = malloc(sizeof(int32_t) * (size_t)(2 * sz));
-    size_t pool_cap = (size_t)n * 4 + 16, pool_n = 0;
-    int32_t *pnext = malloc(sizeof(int32_t) * pool_cap), *pblk = malloc(sizeof(int32_t) * pool_cap);
-    int32_t *by_start = malloc(sizeof(int32_t) * (size_t)n);
-    int32_t *start_pos = malloc(sizeof(int32_t) * (size_t)(T + 2));
-    unsigned char *placed = calloc((size_t)n, 1);
-    span64 *nb = malloc(sizeof(span64) * (size_t)n);
-    kv64 *tmp = malloc(sizeof(kv64) * (size_t)n);
-    if (!coord || !head || !pnext || !pblk || !by_start || !start_pos || !placed || !nb || !tmp)
-        goto out;
-    for (int i = 0; i < 2 * sz; i++) head[i] = -1;
-    /* blocks sorted by start rank */
-    for (int i = 0; i < n; i++) { tmp[i].key = cl[i]; tmp[i].idx = i; }
-    qsort(tmp, (size_t)n, sizeof(kv64), cmp_kv64);
-    for (int i = 0; i < n; i++) by_start[i] = (int32_t)tmp[i].idx;
-    {   /* start_pos[c] = first position in by_start with cl >= c */
-        int k = 0;
-        for (int c = 0; c <= T + 1; c++) {
-            while (k < n && cl[by_start[k]] < c) k++;
-            start_pos[c] = k;
-        }
-    }
+    int sz = 1, levels = 1;
+    while (sz < T + 1) { sz <<= 1; levels++; }
+    spanset *own = calloc((size_t)(2 * sz), sizeof(spanset));
+    spanset *sub = calloc((size_t)(2 * sz), sizeof(spanset));
+    int32_t *stamp = calloc((size_t)(2 * sz), sizeof(int32_t));
+    int maxsets = 4 * levels + 8;
+    const spanset **sets = malloc(sizeof(spanset *) * (size_t)maxsets);
+    struct { const span64 *a; int32_t n; } *lists = malloc(sizeof(*lists) * (size_t)maxsets);
+    span64 *scratch = NULL;
+    int64_t scratch_cap = 0;
+    if (!coord || !own || !sub || !stamp || !sets || !lists) goto out;
     height = 0;
     for (int oi = 0; oi < n; oi++) {
         int b = order[oi];
         int a0 = cl[b], a1 = cu[b];
         if (a1 <= a0 || size[b] <= 0) { offsets_out[b] = 0; continue; } /* conflicts with nothing */
-        int k = 0;
-        /* placed blocks alive at lower[b] (stab the tree) */
-        for (int node = a0 + sz; node >= 1; node >>= 1)
-            for (int e = head[node]; e >= 0; e = pnext[e]) {
-                int o = pblk[e];
-                nb[k].lo = offsets_out[o]; nb[k].hi = offsets_out[o] + size[o]; k++;
+        int64_t s = size[b];
+        /* gather the span sets: sub[c] for canonical c, own[u] for strict ancestors u */
+        int ns = 0, mark = oi + 1;
+        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
+            int cn[2], m = 0;
+            if (l & 1) cn[m++] = l++;
+            if (r & 1) cn[m++] = --r;
+            for (int t = 0; t < m; t++) {
+                int c = cn[t];
+                stamp[c] = mark;
+                if (sub[c].n) sets[ns++] = &sub[c];
             }
-        /* placed blocks starting strictly inside (lower[b], upper[b]) */
-        for (int q = start_pos[a0 + 1]; q < start_pos[a1]; q++) {
-            int o = by_start[q];
-            if (!placed[o] || size[o] <= 0) continue;
-            nb[k].lo = offsets_out[o]; nb[k].hi = offsets_out[o] + size[o]; k++;
         }
-        qsort(nb, (size_t)k, sizeof(span64), cmp_span64);
-        int64_t cur = 0, best = -1, best_gap = INT64_MAX, s = size[b];
-        for (int j = 0; j < k; j++) {
-            if (nb[j].lo > cur) {
-                int64_t gap = nb[j].lo - cur;
-                if (gap >= s) {
-                    if (!best_fit) { best = cur; break; }
-                    if (gap < best_gap) { best_gap = gap; best = cur; }
-                }
+        /* Strict ancestors of canonical nodes lie on the two boundary leaves' paths,
+         * above the canonical node that holds the leaf (nodes below it are inside Q
+         * and already in its sub set). */
+        for (int side = 0; side < 2; side++) {
+            int u = (side ? a1 - 1 : a0) + sz;
+            while (stamp[u] != mark) u >>= 1;          /* the canonical node holding the leaf */
+            for (u >>= 1; u >= 1 && stamp[u] != mark; u >>= 1) {
+                stamp[u] = mark;
+                if (own[u].n) sets[ns++] = &own[u];
             }
-            if (nb[j].hi > cur) cur = nb[j].hi;
+        }
+        /* Union of the gathered sets by pairwise rounds: interleaved sets collapse
+         * as they merge, so later rounds are short. */
+        int64_t total = 0;
+        for (int k = 0; k < ns; k++) { lists[k].a = sets[k]->a; lists[k].n = sets[k]->n; total += sets[k]->n; }
+        if (2 * (total + ns + 2) > scratch_cap) {   /* two halves, each able to hold every span + sentinels */
+            size_t nc = (size_t)(total + ns + 2) * 2 + 64;
+            span64 *p = realloc(scratch, sizeof(span64) * nc);
+            if (!p) { height = -1; goto out; }
+            scratch = p; scratch_cap = (int64_t)nc;
+        }
+        int nl = ns;
+        span64 *half[2] = {scratch, scratch + scratch_cap / 2};
+        int side = 0;
+        while (nl > 1) {
+            span64 *w = half[side];
+            int m = 0;
+            for (int k = 0; k + 1 < nl; k += 2) {
+                int32_t c = span_union(lists[k].a, lists[k].n, lists[k + 1].a, lists[k + 1].n, w);
+                lists[m].a = w; lists[m].n = c; m++;
+                w += c + 1;
+            }
+            if (nl & 1) {   /* carry the odd one into this round's half (its old home is overwritten next) */
+                memcpy(w, lists[nl - 1].a, sizeof(span64) * (size_t)(lists[nl - 1].n + 1));
+                lists[m].a = w; lists[m].n = lists[nl - 1].n; m++;
+            }
+            nl = m;
+            side ^= 1;
+        }
+        int64_t cur = 0, best = -1, best_gap = INT64_MAX;
+        if (nl == 1) {
+            const span64 *u = lists[0].a;
+            for (int32_t k = 0; k < lists[0].n; k++) {
+                if (u[k].lo > cur) {
+                    int64_t gap = u[k].lo - cur;
+                    if (gap >= s) {
+                        if (!best_fit || gap == s) { best = cur; break; }
+                        if (gap < best_gap) { best_gap = gap; best = cur; }
+                    }
+                }
+                cur = u[k].hi;
+            }
+            if (best < 0) cur = u[lists[0].n - 1].hi;
         }
         if (best < 0) best = cur;
         offsets_out[b] = best;
         if (best + s > height) height = best + s;
-        placed[b] = 1;
-        /* insert [a0, a1) into the segment tree */
+        /* store b: own at canonical nodes; sub at canonical nodes and all their ancestors */
         for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
-            int nodes[2], m = 0;
-            if (l & 1) nodes[m++] = l++;
-            if (r & 1) nodes[m++] = --r;
-            for (int t = 0; t < m; t++) {
-                if (pool_n == pool_cap) {
-                    size_t nc = pool_cap * 2;
-                    int32_t *a = realloc(pnext, sizeof(int32_t) * nc);
-                    if (!a) { height = -1; goto out; }
-                    pnext = a;
-                    int32_t *c = realloc(pblk, sizeof(int32_t) * nc);
-                    if (!c) { height = -1; goto out; }
-                    pblk = c;
-                    pool_cap = nc;
+            int cn[2], m = 0;
+            if (l & 1) cn[m++] = l++;
+            if (r & 1) cn[m++] = --r;
+            for (int t = 0; t < m; t++)
+                if (spanset_add(&own[cn[t]], best, best + s)) { height = -1; goto out; }
+        }
+        mark = -(oi + 1);
+        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
+            int cn[2], m = 0;
+            if (l & 1) cn[m++] = l++;
+            if (r & 1) cn[m++] = --r;
+            for (int t = 0; t < m; t++)
+                for (int u = cn[t]; u >= 1 && stamp[u] != mark; u >>= 1) {
+                    stamp[u] = mark;
+                    if (spanset_add(&sub[u], best, best + s)) { height = -1; goto out; }
                 }
-                pblk[pool_n] = b; pnext[pool_n] = head[nodes[t]]; head[nodes[t]] = (int32_t)pool_n;
-                pool_n++;
-            }
         }
     }
 out:
-    free(cl); free(cu); free(coord); free(head); free(pnext); free(pblk); free(by_start);
-    free(start_pos); free(placed); free(nb); free(tmp);
+    if (own) for (int i = 0; i < 2 * sz; i++) free(own[i].a);
+    if (sub) for (int i = 0; i < 2 * sz; i++) free(sub[i].a);
+    free(own); free(sub); free(stamp); free(sets); free(lists); free(scratch);
+    free(cl); free(cu); free(coord);
     return height;
 }
 

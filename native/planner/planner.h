@@ -11,9 +11,10 @@
  *  - pi_greedy_place: place buffers one at a time in a given order, each in
  *    the best-fitting (or first-fitting) gap among the already placed buffers
  *    that overlap it in time, else on top of them (SmartPool, TFLite greedy by
- *    size, XLA's heap simulator).  Interval queries use a segment tree over
- *    time (stabbing at the start) plus a rank list of starts, so the cost is
- *    O(n log n + overlapping pairs).
+ *    size, XLA's heap simulator).  A segment tree over time keeps, per node,
+ *    the merged address spans of the blocks stored there and of its subtree,
+ *    so a query unions O(log T) already-merged span sets instead of visiting
+ *    every overlapping block.
  *
  *  - pi_dsa_*: an exact depth-first search in the spirit of MiniMalloc
  *    (Moffitt, ASPLOS'23): canonical placements only (each buffer at its lowest
@@ -57,6 +58,11 @@ int64_t pi_dsa_load(const pi_dsa *d);
  * 3 deadline hit, -1 no memory.  nodes_out[0] += nodes visited. */
 int pi_dsa_search(pi_dsa *d, int64_t capacity, const int32_t *preorder, const char *heuristic,
                   int64_t node_limit, double seconds, int64_t *offsets_out, int64_t *nodes_out);
+/* Check a plan (validate.c, independent of the planners): buffers with
+ * overlapping half-open lifetimes must not overlap in [offset, offset+size).
+ * Returns 0 valid, 1 conflict (conflict_out = the two buffers), -1 no memory. */
+int pi_validate_plan(int n, const int64_t *lower, const int64_t *upper, const int64_t *size,
+                     const int64_t *offsets, int32_t *conflict_out);
 /* END CDEF */
 
 #endif

@@ -1,4 +1,6 @@
 """MiniMalloc CSV I/O, LOAD and the plan validator."""
+import re
+
 import numpy as np
 import pytest
 
@@ -67,6 +69,26 @@ def test_validator_against_brute_force():
                 validate_plan(lo, up, sz, off)
         else:
             assert validate_plan(lo, up, sz, off) == int((off + sz).max())
+
+
+def test_validator_names_a_real_conflict_on_larger_plans():
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        n = int(rng.integers(2, 60))
+        lo = rng.integers(0, 30, n)
+        up = lo + rng.integers(0, 8, n)        # some empty lifetimes: they conflict with nothing
+        sz = rng.integers(0, 9, n)             # some zero sizes too
+        off = rng.integers(0, 40, n)
+        pairs = {(i, j) for i in range(n) for j in range(i + 1, n)
+                 if lo[i] < up[j] and lo[j] < up[i] and off[i] < off[j] + sz[j] and off[j] < off[i] + sz[i]
+                 and up[i] > lo[i] and up[j] > lo[j] and sz[i] > 0 and sz[j] > 0}
+        if not pairs:
+            assert validate_plan(lo, up, sz, off) == int((off + sz).max())
+            continue
+        with pytest.raises(InvalidPlanError) as e:
+            validate_plan(lo, up, sz, off)
+        i, j = (int(x) for x in re.findall(r"#(\d+)", str(e.value)))
+        assert (i, j) in pairs
 
 
 def test_components():

@@ -135,3 +135,35 @@ def test_random_greedy_matches_python_reference():
         prob = pd.DataFrame({"id": range(n), "lower": lo, "upper": up, "size": sz})
         order = np.lexsort((np.arange(n), lo, -sz))
         assert plan(prob, "smartpool-ff").peak_bytes == first_fit_height(lo, up, sz, order.tolist())
+
+
+def _best_fit_reference(lo, up, sz, order):
+    """The greedy rule spelled out: gather every placed neighbour, sort, take the
+    smallest gap that fits (lowest on ties), else the top."""
+    off = np.zeros(len(sz), np.int64)
+    placed = []
+    for b in order:
+        if up[b] <= lo[b] or sz[b] <= 0:
+            continue
+        spans = sorted((off[o], off[o] + sz[o]) for o in placed if lo[o] < up[b] and lo[b] < up[o])
+        cur, best, best_gap = 0, None, None
+        for a, h in spans:
+            if a - cur >= sz[b] and (best_gap is None or a - cur < best_gap):
+                best, best_gap = cur, a - cur
+            cur = max(cur, h)
+        off[b] = cur if best is None else best
+        placed.append(b)
+    return off
+
+
+def test_greedy_best_fit_offsets_match_reference():
+    """The segment-tree placement returns exactly the offsets of the plain rule."""
+    from pyinterpose.analysis.pools.planners import _greedy
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(1, 150))
+        lo = rng.integers(0, int(rng.integers(2, 80)), n)
+        up = lo + rng.integers(0, 30, n)
+        sz = rng.integers(0, 50, n) * int(rng.choice([1, 16]))
+        order = rng.permutation(n).astype(np.int32)
+        assert (_greedy(lo, up, sz, order, True) == _best_fit_reference(lo, up, sz, order)).all()

@@ -22,7 +22,9 @@ Every plan is validated before it is returned (:func:`.problem.validate_plan`).
 """
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,13 +89,16 @@ def place(lower, upper, size, strategy: str) -> np.ndarray:
         return _greedy(lower, upper, size, _order("smartpool", lower, upper, size),
                        strategy == "smartpool-bf")
     if strategy == "xla-heap":
-        best = None
-        for kind in ("spatial", "temporal"):
-            off = _greedy(lower, upper, size, _order(kind, lower, upper, size), True)
-            h = int((off + size).max()) if len(size) else 0
-            if best is None or h < best[0]:
-                best = (h, off)
-        return best[1]
+        # both orders at once (the C loop runs without the GIL); the lower heap wins,
+        # the spatial one on ties, as ChooseBestHeapAlgorithm keeps the first best
+        orders = [_order(kind, lower, upper, size) for kind in ("spatial", "temporal")]
+        if len(size) >= 20000 and (os.cpu_count() or 1) > 1:
+            with ThreadPoolExecutor(2) as ex:
+                offs = list(ex.map(lambda o: _greedy(lower, upper, size, o, True), orders))
+        else:
+            offs = [_greedy(lower, upper, size, o, True) for o in orders]
+        heights = [int((o + size).max()) if len(size) else 0 for o in offs]
+        return offs[int(np.argmin(heights))]
     raise PyinterposeError(f"unknown planner {strategy!r} (choose from {', '.join(PLANNERS)})")
 
 

@@ -9,7 +9,6 @@ length conflict with nothing.
 """
 from __future__ import annotations
 
-import bisect
 import os
 
 import numpy as np
@@ -106,13 +105,16 @@ def validate_plan(lower, upper, size, offsets, capacity: int | None = None) -> i
     two time-overlapping buffers overlap in address, an offset is negative, or the
     height exceeds ``capacity``.
 
-    Independent of the planners: a sweep over time keeps the live buffers' address
-    ranges in a sorted list and checks each newcomer against its address neighbours
-    (enough, because the live ranges are pairwise disjoint while the plan is valid)."""
-    lower = np.asarray(lower, np.int64)
-    upper = np.asarray(upper, np.int64)
-    size = np.asarray(size, np.int64)
-    offsets = np.asarray(offsets, np.int64)
+    Independent of the planners (native/planner/validate.c): a sweep over time
+    with a segment tree over the compressed address axis that counts how many
+    live buffers cover each address cell; a newcomer landing on a covered cell
+    overlaps a live buffer.  O(n log n)."""
+    from ..._core import ffi, lib
+
+    lower = np.ascontiguousarray(lower, np.int64)
+    upper = np.ascontiguousarray(upper, np.int64)
+    size = np.ascontiguousarray(size, np.int64)
+    offsets = np.ascontiguousarray(offsets, np.int64)
     n = len(size)
     if not (len(lower) == len(upper) == len(offsets) == n):
         raise InvalidPlanError("plan arrays differ in length")
@@ -123,31 +125,14 @@ def validate_plan(lower, upper, size, offsets, capacity: int | None = None) -> i
     height = int((offsets + size).max())
     if capacity is not None and height > capacity:
         raise InvalidPlanError(f"plan height {height} exceeds capacity {capacity}")
-    active = np.flatnonzero((upper > lower) & (size > 0))
-    t = np.concatenate([lower[active], upper[active]])
-    kind = np.concatenate([np.ones(len(active), np.int8), np.zeros(len(active), np.int8)])
-    idx = np.concatenate([active, active])
-    order = np.lexsort((kind, t))  # ends (0) before starts (1) at equal time
-    starts: list[int] = []  # sorted offsets of live buffers
-    owner: list[int] = []
-    off_l = offsets.tolist()
-    size_l = size.tolist()
-    for k, i in zip(kind[order].tolist(), idx[order].tolist()):
-        o = off_l[i]
-        if k == 0:
-            j = bisect.bisect_left(starts, o)
-            while owner[j] != i:
-                j += 1
-            del starts[j]
-            del owner[j]
-            continue
-        j = bisect.bisect_left(starts, o)
-        if j < len(starts) and starts[j] < o + size_l[i]:
-            raise InvalidPlanError(f"buffers #{i} and #{owner[j]} overlap in time and address")
-        if j > 0 and off_l[owner[j - 1]] + size_l[owner[j - 1]] > o:
-            raise InvalidPlanError(f"buffers #{i} and #{owner[j - 1]} overlap in time and address")
-        starts.insert(j, o)
-        owner.insert(j, i)
+    conflict = np.full(2, -1, np.int32)
+    ptr = [ffi.cast("int64_t *", a.ctypes.data) for a in (lower, upper, size, offsets)]
+    rc = lib.pi_validate_plan(n, *ptr, ffi.cast("int32_t *", conflict.ctypes.data))
+    if rc < 0:
+        raise MemoryError("pi_validate_plan")
+    if rc == 1:
+        i, j = sorted(int(x) for x in conflict)
+        raise InvalidPlanError(f"buffers #{i} and #{j} overlap in time and address")
     return height
 
 
