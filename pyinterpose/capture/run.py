@@ -149,6 +149,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         raise PyinterposeError(str(e))
 
     session = secrets.token_hex(6)
+    # the user's own allocator settings, which --view blocks overrides (kept in both views)
+    user_env = {k: child_env[k] for k in BLOCKS_KNOBS if k in child_env}
     knobs = view_environment(view, child_env)
     child_env.update(knobs)
     preload = [SHIM] + [p for p in child_env.get("LD_PRELOAD", "").replace(":", " ").split() if p]
@@ -166,7 +168,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     meta = {
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
         "cwd": os.getcwd(), "view": view, "access": access, "simulated_gpu": simulated_gpu,
-        "knobs": knobs, "session": session, "t0_ns": t0, "start_time": time.time(),
+        "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
         "record_size": records.event_dtype().itemsize, "nvml": nvml_info,

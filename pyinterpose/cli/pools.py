@@ -18,6 +18,11 @@ def register(sub) -> None:
                    help=f"seconds for the optimal planner (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--capacity", type=int, metavar="BYTES",
                    help="device memory limit for the simulated allocators (default: none)")
+    p.add_argument("--alloc-conf", metavar="CONF",
+                   help="PyTorch allocator settings for the pytorch simulator, in PYTORCH_ALLOC_CONF syntax "
+                        "(e.g. \"expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4\"); "
+                        "default: your PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF as the trace recorded it, "
+                        "else PyTorch's defaults; \"\" forces the defaults")
     p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -31,8 +36,9 @@ def run(args) -> int:
     if args.capacity is not None and args.capacity <= 0:
         raise PyinterposeError(f"--capacity must be > 0 (got {args.capacity})")
     trace = load_trace(args.trace, quiet=args.json)
+    allocator_options = None if args.alloc_conf is None else {"pytorch": args.alloc_conf}
     res = evaluate(trace, strategies=args.strategies, time_limit=args.time_limit, pid=args.pid,
-                   capacity=args.capacity)
+                   capacity=args.capacity, allocator_options=allocator_options)
     if args.json:
         print_json(res)
         return 0
@@ -49,7 +55,7 @@ def run(args) -> int:
     for r in res["strategies"]:
         extra = ""
         if "backing_allocations" in r:
-            extra = f"{r['backing_allocations']} backing allocations"
+            extra = _allocator_notes(r, from_cli=args.alloc_conf is not None)
         if "optimal" in r:
             extra = "proven optimal" if r["optimal"] else "best found (not proven)"
         if "oom_at_request" in r:
@@ -60,3 +66,33 @@ def run(args) -> int:
     print_table(rows, ["strategy", "peak", "ratio", "fragmentation", "bound", "seconds", "notes"],
                 right=[1, 2, 3, 5], out=con)
     return 0
+
+
+def _allocator_notes(r: dict, from_cli: bool) -> str:
+    """The notes column of a simulated allocator: backing allocations and the options used."""
+    d = r.get("details") or {}
+    if r["strategy"] == "pytorch" and "pages_mapped" in d:
+        notes = [f"{d['pages_mapped']} pages mapped in {d['segment_maps']} maps"
+                 + (f", {d['pages_unmapped']} unmapped" if d["pages_unmapped"] else "")]
+    else:
+        notes = [f"{r['backing_allocations']} backing allocations"]
+    if r["strategy"] == "pytorch":
+        conf = r.get("alloc_conf") or {}
+        src = conf.get("source", "default")
+        if src == "default":
+            notes.append("PyTorch defaults" + (f" ({conf['note']})" if conf.get("note") else ""))
+        else:
+            where = "--alloc-conf" if (src == "given" and from_cli) else src
+            notes.append(f"{conf.get('alloc_conf') or _fmt_options(r.get('options') or {})} (from {where})")
+        if conf.get("not_simulated"):
+            notes.append("not simulated: " + ", ".join(conf["not_simulated"]))
+    elif r["strategy"] == "cnmem" and d.get("streams"):
+        notes.append(f"{d['child_managers']} stream managers, {d['borrowed']} borrowed blocks"
+                     + (f", {d['steals']} stolen" if d["steals"] else ""))
+    elif r.get("options"):
+        notes.append(_fmt_options(r["options"]))
+    return "; ".join(notes)
+
+
+def _fmt_options(opts: dict) -> str:
+    return ",".join(f"{k}:{v}" for k, v in opts.items()) or "defaults"

@@ -45,7 +45,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ...trace.model import Trace
-from .allocators import ALLOCATORS, simulate
+from .allocators import ALLOCATORS, pytorch_options, simulate
 from .planners import PLANNERS, plan
 from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
                       write_minimalloc_csv)
@@ -162,11 +162,17 @@ def _row(name: str, peak: int, bound: int, seconds: float, bound_name: str) -> d
 
 def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
              pid: int | None = None, window: tuple[int, int] | None = None,
-             capacity: int | None = None) -> dict:
+             capacity: int | None = None, allocator_options: dict | None = None) -> dict:
     """Every strategy on one process of ``trace``: the pools JSON.
 
     ``strategies``: names from STRATEGIES (default all); ``time_limit``: seconds for
-    ``optimal``; ``capacity``: device limit for the simulated allocators (default none)."""
+    ``optimal``; ``capacity``: device limit for the simulated allocators (default none);
+    ``allocator_options``: {allocator: options} for the simulated allocators, where the
+    ``pytorch`` entry may also be a config string in PYTORCH_ALLOC_CONF syntax (e.g.
+    ``"expandable_segments:True"``).  Without a ``pytorch`` entry, the user's own
+    PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF recorded in the trace
+    (``meta["user_env"]``) is used.  Each allocator row reports the ``options`` used; the
+    pytorch row also ``alloc_conf`` (source, config string, keys not simulated)."""
     if strategies is None:
         strategies = list(STRATEGIES)
     elif isinstance(strategies, str):
@@ -176,6 +182,11 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
         raise PyinterposeError(f"unknown strategy {bad[0]!r} (choose from {', '.join(STRATEGIES)})")
     if time_limit <= 0:
         raise PyinterposeError(f"--time-limit must be > 0 (got {time_limit})")
+    allocator_options = dict(allocator_options or {})
+    bad = [a for a in allocator_options if a not in ALLOCATORS]
+    if bad:
+        raise PyinterposeError(f"options for unknown allocator {bad[0]!r} (choose from {', '.join(ALLOCATORS)})")
+    pytorch_opts, pytorch_conf = pytorch_options(trace.meta, allocator_options.get("pytorch"))
     pid = _pid(trace, pid)
     req = requests(trace, pid)
     sizes = np.where(req["op"].to_numpy() == "alloc", 1, -1) * req["size"].to_numpy(np.int64)
@@ -186,12 +197,18 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     out_rows = []
     for name in strategies:
         if name in ALLOCATORS:
-            r = simulate(req, name, capacity=capacity)
+            opts = pytorch_opts if name == "pytorch" else dict(allocator_options.get(name) or {})
+            r = simulate(req, name, capacity=capacity, **opts)
             row = _row(name, r["peak_reserved_bytes"], whole, r["seconds"], "whole_run")
             row["backing_allocations"] = r["backing_allocations"]
             row["peak_allocated_bytes"] = r["peak_allocated_bytes"]
             if r["oom_at"] is not None:
                 row["oom_at_request"] = int(r["oom_at"])
+            row["options"] = r["options"]
+            if name == "pytorch":
+                row["alloc_conf"] = pytorch_conf
+            if r["details"]:
+                row["details"] = r["details"]
         else:
             p = plan(prob, name, time_limit=time_limit)
             row = _row(name, p.peak_bytes, bound, p.seconds, "steady")

@@ -1,38 +1,136 @@
 """Simulated allocators replaying a request stream (alloc/free in time order).
 
 Each simulator reports ``peak_reserved_bytes`` (the most memory it held from the
-device at once), ``backing_allocations`` (cudaMalloc-like calls it made) and
-``peak_allocated_bytes`` (the most bytes handed out, rounding included).  There is
-no capacity limit unless one is given; with one, the allocator's own OOM path is
-modelled where it has one (PyTorch: free every fully free cached segment and retry)
-and a request that still cannot be served stops the replay (``oom_at``).
+device at once), ``backing_allocations`` (device allocations it made; what counts as
+one is said per allocator below) and ``peak_allocated_bytes`` (the most bytes handed
+out, rounding included).  There is no capacity limit unless one is given; with one,
+the allocator's own OOM path is modelled where it has one and a request that still
+cannot be served stops the replay (``oom_at``).  ``details`` holds what else a
+simulator counts (pages mapped, managers, steals, ...).
 
-Rules (see /work/shared/research/allocators-and-planners.md §3):
+Rules (see /work/shared/research/allocators-and-planners.md §3; sources below are
+pytorch/pytorch ``c10/cuda/CUDACachingAllocator.cpp`` at 001074d2 (the version §3.1
+read) checked against a newer templated version, ``c10/core/AllocatorConfig.{h,cpp}``
+and ``c10/cuda/CUDAAllocatorConfig.cpp``, and NVIDIA/cnmem ``src/cnmem.cpp``):
 
 ``cudamalloc``  one device allocation per request.  Decision (documented, not yet
     measured on hardware): requests below 2 MiB are rounded to 512 B (the driver
     sub-allocates small requests from shared 2 MiB pages, which we treat as
     perfectly packed), requests of 2 MiB and more are rounded up to whole 2 MiB pages.
-``pytorch``     CUDA caching allocator: 512 B rounding (or ``roundup_power2_divisions``),
-    small pool (<= 1 MiB, 2 MiB segments) and large pool (20 MiB segments below 10 MiB,
-    else rounded to 2 MiB), best fit per (pool, stream) with lowest address on ties,
-    ``max_split_size`` oversize rules, split rules (small: remainder >= 512 B; large:
-    remainder > 1 MiB and size < max_split_size), coalescing with free neighbours in
-    the same segment, segments never returned (except on OOM).
-    ``expandable_segments`` is not modelled.
+
+``pytorch``     CUDA caching allocator, options as in PYTORCH_ALLOC_CONF (see
+    :func:`parse_alloc_conf`): ``round_size`` (512 B, or the power-of-two divisions of
+    ``roundup_power2_divisions``, one setting per 1 MiB..64 GiB interval), small pool
+    (rounded size <= 1 MiB) and large pool, best fit per (pool, stream) with lowest
+    address on ties (``BlockComparatorSize``), the ``max_split_size`` oversize rules of
+    ``get_free_block`` (a request below it never takes a block at or above it; a
+    request at or above it takes a block only below request + ``max_non_split_rounding``),
+    coalescing with free neighbours of the same segment.
+
+    *Classic segments* (default): a miss calls cudaMalloc with ``get_allocation_size``:
+    2 MiB for the small pool, ``large_segment_size`` (20 MiB) below 10 MiB, else the
+    request rounded to 2 MiB.  ``should_split``: small pool remainder >= 512 B, large
+    pool request < max_split_size and remainder > 1 MiB.  ``backing_allocations`` =
+    cudaMalloc calls.  With a capacity, a failed cudaMalloc runs
+    ``release_available_cached_blocks`` (only with max_split_size: cudaFree the smallest
+    cached oversize block >= max(request, max_split_size) of the stream, else the largest
+    ones until that much is freed; only whole segments are freed, as they always are in
+    practice) and then ``release_cached_blocks`` (cudaFree every fully free segment of
+    both pools), retrying after each.
+
+    *Expandable segments* (``expandable_segments=True``, PyTorch's
+    ``expandable_segments:True``).  With the option on, every miss goes to
+    ``try_allocate_expandable_block`` (``alloc_block``): no classic segment is made.
+    Decisions, each from the real code:
+
+    - One virtual range per (pool, stream) (``find_expandable_block`` creates a new
+      ``ExpandableSegment`` only when no unmapped range of that pool and stream has room),
+      reserving ``ceil(1.125 x capacity / page)`` pages (``totalGlobalMem +
+      totalGlobalMem / 8``; the capacity stands for the GPU's memory; unbounded without
+      one).  A new range is placed above every earlier one (the real address is the
+      driver's choice; it only orders the search below).
+    - Page size (``segment_size_``): 2 MiB (``kSmallBuffer``) in the small pool and
+      ``large_segment_size`` (``kLargeBuffer`` = 20 MiB; ``large_segment_size_mb`` in
+      newer versions) in the large pool: "we use 2MiB pages for our small pool and 20MiB
+      pages for our large pool" (Note [Expandable Segments]), i.e. the large pool maps
+      whole 20 MiB handles, not 2 MiB pages.  The small pool gets a growing range too,
+      not separate 2 MiB segments.
+    - ``get_free_block``: best fit by size, but a free block followed by unmapped space
+      counts as its size plus that space ("expandable_size"), so a fitting block that is
+      not at the end of the mapped range is preferred to the tail.
+    - On a miss (``try_allocate_expandable_block``): the lowest address, over the pool's
+      unmapped ranges of the stream in address order, where the free block before an
+      unmapped range plus the unmapped (and following free) space holds the request;
+      pages are mapped there on demand (``ExpandableSegment::map`` maps
+      ``[segmentLeft(ptr), segmentRight(ptr + size))`` pages; ``map_block`` merges the
+      newly mapped block with free mapped neighbours).  Mapping is all or nothing per
+      ``map`` call (``cuMemCreate`` failing releases the pages created in that call).
+    - ``should_split``: any remainder >= 512 B is split off, in both pools
+      (``remaining >= kMinBlockSize`` when expandable segments are on).
+    - On a failed map: ``release_available_cached_blocks`` releases nothing (newer
+      versions skip expandable blocks, ``if (!(*cur)->expandable_segment_)``; 001074d2
+      would trip the assertion in ``release_block``), then ``release_cached_blocks`` →
+      ``release_blocks`` →
+      ``unmap_block`` on every free block of both pools and all streams: the pages lying
+      wholly inside a free block (``[segmentRight(ptr), segmentLeft(ptr + size))``) are
+      unmapped, wherever they are in the range, and a range left with no mapped page is
+      released; then one retry, then OOM.  ``empty_cache`` is the same
+      ``release_cached_blocks``; a request stream has no empty_cache calls.
+    - Reserved bytes = mapped bytes (``reserved_bytes`` rises in ``map_block`` and falls
+      in ``unmap_block``).  ``backing_allocations`` = pages mapped, i.e. ``cuMemCreate``
+      + ``cuMemMap`` calls (one per page), what a ``--view reserved`` capture of a real run
+      records; ``details.segment_maps`` = ``map_block`` calls (PyTorch's
+      ``num_device_alloc``, its SEGMENT_MAP trace entries), ``details.pages_unmapped``.
+
+    Not modelled: CUDA-graph private pools, ``record_stream`` deferred frees, the
+    garbage collector (``garbage_collection_threshold``, active only with a memory
+    fraction) and ``per_process_memory_fraction``; those options are parsed and listed
+    as not simulated.
+
 ``bfc``         TF/XLA BFC: 256 B rounding, global best fit (bins ordered by size then
     address amount to that), split only if the chunk is >= 2x the request or exceeds it
     by >= 128 MiB, coalescing within a region, growth with ``allow_growth``: regions of
     2 MiB doubling (the region size doubles whenever the previous one sufficed).
     Without allow_growth and with a capacity, one region of the whole capacity.
-``cnmem``       NVIDIA CNMeM: 512 B rounding, best fit (smallest, then lowest address)
-    over the address-ordered free list, merging with neighbours of the same backing
-    allocation, growth by an exact-size cudaMalloc; ``initial_bytes`` (default 0, i.e.
-    everything by growth) models the up-front reservation.  Streams are ignored.
+
+``cnmem``       NVIDIA CNMeM (``Manager`` in src/cnmem.cpp): 512 B rounding
+    (``CNMEM_GRANULARITY``), best fit over a manager's address-ordered free list (the
+    smallest block, the lowest address on ties: ``findBestBlockUnsafe``), allocation at
+    the low end, a freed block merges with address neighbours except across a "head"
+    (``releaseBlockUnsafe``), growth by a cudaMalloc of exactly the request
+    (``allocateBlockUnsafe``); ``initial_bytes`` (default 0, i.e. everything by growth)
+    models the up-front ``cnmemInit`` reservation.  Memory goes back to CUDA only at
+    finalize.  ``backing_allocations`` = the root manager's cudaMallocs.
+
+    *Streams* (``streams``; default: on when the request stream uses more than one
+    stream).  Decision: the trace's streams are the ones the framework passed to its own
+    allocation calls, so a single-stream trace (PyTorch's NULL stream, TensorFlow's one
+    compute stream) is modelled as CNMeM used without registered streams, and a
+    multi-stream trace as CNMeM with each stream registered.  With streams on, the NULL
+    stream (0) is served by the root manager; every other stream by
+    a child manager registered at its first use (``cnmemRegisterStream``; children are
+    looked up by stream in ``cnmemMalloc``).  A child grows by borrowing a block of
+    exactly the request from the root (``mParent->allocate``: best fit in the root, which
+    grows by cudaMalloc if nothing fits); borrowed blocks are heads, so they never merge
+    with each other, and the child keeps them until finalize: memory freed on one stream
+    is not reused by another stream or by the root.  With ``streams=False`` every
+    request goes to the root (CNMeM used with the NULL stream only).
+    *Stealing* (``steal``, default True; ``CNMEM_FLAGS_CANNOT_STEAL``): when a manager
+    is out of memory (only with a capacity: the root cannot cudaMalloc), ``cnmemMalloc``
+    calls ``stealUnsafe``: the root asks its children in registration order
+    (``stealBlockUnsafe``) for the best-fitting free block (``giveBlockUnsafe``), which
+    is carved to exactly the request (the child's remainder becomes a head block) and
+    moves to the requesting manager (a child, or the root) as a head block.  The root
+    keeps the rest of the borrowed block it was cut from as lent.  Decision: when the
+    stolen block does not start the root's lent block, ``stealBlockUnsafe`` as written
+    overwrites its ``data``/``dataSize`` outputs with the range *after* the stolen block
+    (a bug: the caller gets the wrong range); we model the evident intent (the stolen
+    block).
 """
 from __future__ import annotations
 
 import bisect
+import re
 import time
 
 import numpy as np
@@ -42,6 +140,15 @@ from ...errors import PyinterposeError
 
 MiB = 1 << 20
 ALLOCATORS = ("cudamalloc", "pytorch", "bfc", "cnmem")
+
+# PyTorch constants (CUDACachingAllocator.cpp, c10/core/AllocatorConfig.h)
+kMinBlockSize = 512
+kSmallSize = MiB
+kSmallBuffer = 2 * MiB
+kMinLargeAlloc = 10 * MiB
+kLargeBuffer = 20 * MiB
+kRoundLarge = 2 * MiB
+_ROUNDUP_INTERVALS = 16  # roundup_power2_divisions: one setting per [2^k, 2^(k+1)) MiB, k = 0..15
 
 
 def _round_up(x: int, m: int) -> int:
@@ -59,7 +166,8 @@ class _Block:
 
 class _Heap:
     """Segments of device memory carved into blocks; best fit over sorted free lists
-    (one list per key: pool and stream for PyTorch, a single one otherwise)."""
+    (one list per key: pool and stream for PyTorch, a manager for CNMeM, a single one
+    otherwise).  Blocks linked by prev/next are contiguous and may merge."""
 
     def __init__(self, capacity: int | None):
         self.capacity = capacity
@@ -71,7 +179,8 @@ class _Heap:
         self.backing = 0
         self.next_addr = 0
         self.segments: dict[int, list] = {}  # seg id -> [size, key, first block]
-        self.live: dict[int, _Block] = {}
+        self.live: dict = {}
+        self.details: dict = {}
 
     # -- free lists
     def _insert(self, b: _Block):
@@ -103,18 +212,22 @@ class _Heap:
         self._insert(b)
         return b
 
+    def release_segment(self, b: _Block) -> int:
+        """cudaFree the whole free segment ``b`` (no prev, no next)."""
+        self._remove(b)
+        size = self.segments.pop(b.seg)[0]
+        self.reserved -= size
+        return size
+
     def release_free_segments(self) -> int:
         freed = 0
         for seg, (size, key, first) in list(self.segments.items()):
             if first.free and first.next is None and first.prev is None:
-                self._remove(first)
-                del self.segments[seg]
-                self.reserved -= size
-                freed += size
+                freed += self.release_segment(first)
         return freed
 
     # -- blocks
-    def take(self, b: _Block, size: int, split: bool, req_id) -> _Block:
+    def take(self, b: _Block, size: int, split: bool, req_id, count: bool = True) -> _Block:
         self._remove(b)
         if split and b.size > size:
             rest = _Block(b.addr + size, b.size - size, b.seg, b.key)
@@ -126,8 +239,9 @@ class _Heap:
             self._insert(rest)
         b.free = False
         self.live[req_id] = b
-        self.allocated += b.size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if count:
+            self.allocated += b.size
+            self.peak_allocated = max(self.peak_allocated, self.allocated)
         return b
 
     def release(self, req_id):
@@ -150,23 +264,240 @@ class _Heap:
                     b.next = nb.next
                     if nb.next is not None:
                         nb.next.prev = b
-        if b.prev is None:
+        if b.prev is None and b.seg in self.segments:  # (CNMeM chains: only release_free_segments reads it)
             self.segments[b.seg][2] = b
         self._insert(b)
 
 
-def _pytorch_round(size: int, divisions: int) -> int:
-    if size < 512:
-        return 512
-    if divisions > 1 and size > 512 * divisions:
-        p = 1 << (int(size - 1).bit_length() - 1)   # previous power of two
-        step = max(p // divisions, 1)
+# ---------------------------------------------------------------------------------------
+# PyTorch allocator configuration (PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF)
+
+ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")  # PyTorch reads them in this order
+_BOOL_KEYS_NOT_SIMULATED = ("release_lock_on_cudamalloc", "release_lock_on_hipmalloc",
+                            "pinned_use_cuda_host_register", "pinned_use_hip_host_register",
+                            "pinned_use_background_threads", "graph_capture_record_stream_reuse")
+_CONF_KEYS = ("backend", "expandable_segments", "max_split_size_mb", "max_non_split_rounding_mb",
+              "large_segment_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+              "per_process_memory_fraction", "pinned_num_register_threads",
+              "pinned_reserve_segment_size_mb") + _BOOL_KEYS_NOT_SIMULATED
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def parse_alloc_conf(text: str) -> tuple[dict, dict]:
+    """Parse a PyTorch allocator config (``key:value,key:value``, as in PYTORCH_ALLOC_CONF).
+
+    Returns ``(options, not_simulated)``: ``options`` are keyword arguments of the
+    ``pytorch`` simulator (``expandable_segments``, ``max_split_size``,
+    ``max_non_split_rounding``, ``large_segment_size`` in bytes, ``roundup_power2_divisions``
+    as 16 per-interval values); ``not_simulated`` maps the keys that are valid but have no
+    modelled effect on device memory to their values.  Validation follows PyTorch's
+    parsers (``AcceleratorAllocatorConfig::parseArgs``, ``CUDAAllocatorConfig::parseArgs``),
+    stricter where PyTorch is lax (numbers must be plain digits, unknown keys are errors as
+    in current PyTorch).  Raises :class:`PyinterposeError` with a one-line reason."""
+    src = text
+
+    def bad(reason: str):
+        raise PyinterposeError(f"bad PyTorch allocator config {src!r}: {reason}")
+
+    tokens = []
+    buf = ""
+    for ch in text:
+        if ch in ",:[]":
+            if buf:
+                tokens.append(buf)
+                buf = ""
+            tokens.append(ch)
+        elif not ch.isspace():
+            buf += ch
+    if buf:
+        tokens.append(buf)
+
+    def at(i: int) -> str:
+        if i >= len(tokens):
+            bad("unexpected end")
+        return tokens[i]
+
+    def num(tok: str, key: str) -> int:
+        if not re.fullmatch(r"\d+", tok):
+            bad(f"{key} needs a whole number, got {tok!r}")
+        return int(tok)
+
+    def real(tok: str, key: str) -> float:
+        try:
+            return float(tok)
+        except ValueError:
+            bad(f"{key} needs a number, got {tok!r}")
+
+    def boolean(tok: str, key: str) -> bool:
+        if tok not in ("True", "False"):
+            bad(f"{key} needs True or False, got {tok!r}")
+        return tok == "True"
+
+    opts: dict = {}
+    ignored: dict = {}
+    i = 0
+    while i < len(tokens):
+        key = tokens[i]
+        if key in ",:[]":
+            bad(f"expected a key, got {key!r}")
+        if key not in _CONF_KEYS:
+            bad(f"unrecognized key {key!r} (known: {', '.join(_CONF_KEYS[:8])}, ...)")
+        if at(i + 1) != ":":
+            bad(f"expected ':' after {key}")
+        i += 2
+        val = at(i)
+        if key == "roundup_power2_divisions":
+            divs = [0] * _ROUNDUP_INTERVALS
+            if val == "[":
+                last, first = 0, True
+                i += 1
+                while at(i) != "]":
+                    bound = at(i)
+                    if at(i + 1) != ":":
+                        bad(f"expected ':' after {bound!r} in roundup_power2_divisions")
+                    v = num(at(i + 2), "roundup_power2_divisions")
+                    if v != 0 and not _is_pow2(v):
+                        bad(f"roundup_power2_divisions values must be 0 or a power of 2, got {v}")
+                    if bound == ">":
+                        divs[last + 1:] = [v] * (_ROUNDUP_INTERVALS - last - 1)
+                    else:
+                        b = num(bound, "roundup_power2_divisions interval")
+                        if not _is_pow2(b):
+                            bad(f"roundup_power2_divisions intervals (MiB) must be powers of 2, got {b}")
+                        idx = min(b.bit_length() - 1, _ROUNDUP_INTERVALS - 1)
+                        if first:
+                            divs[:idx] = [v] * idx
+                            first = False
+                        divs[idx] = v
+                        last = idx
+                    i += 3
+                    if at(i) == ",":
+                        i += 1
+                    elif at(i) != "]":
+                        bad(f"expected ',' or ']' in roundup_power2_divisions, got {at(i)!r}")
+            else:
+                v = num(val, key)
+                if not _is_pow2(v):
+                    bad(f"roundup_power2_divisions must be a power of 2, got {v}")
+                divs = [v] * _ROUNDUP_INTERVALS
+            opts["roundup_power2_divisions"] = divs
+        elif val == "[":
+            bad(f"{key} takes a single value")
+        elif key == "backend":
+            if val == "cudaMallocAsync":
+                bad("backend:cudaMallocAsync bypasses the caching allocator; the pytorch simulator "
+                    "models the native one (use backend:native or leave it out)")
+            if val != "native":
+                bad(f"unknown backend {val!r} (native or cudaMallocAsync)")
+        elif key == "expandable_segments":
+            opts["expandable_segments"] = boolean(val, key)
+        elif key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+            v = num(val, key)
+            if v < kLargeBuffer // MiB:
+                bad(f"{key} must be >= {kLargeBuffer // MiB}, got {v}")
+            opts["max_split_size" if key == "max_split_size_mb" else "max_non_split_rounding"] = v * MiB
+        elif key == "large_segment_size_mb":
+            v = num(val, key)
+            if v <= kMinLargeAlloc // MiB:
+                bad(f"{key} must be > {kMinLargeAlloc // MiB}, got {v}")
+            opts["large_segment_size"] = v * MiB
+        elif key == "garbage_collection_threshold":
+            v = real(val, key)
+            if not 0.0 < v < 1.0:
+                bad(f"{key} must be in (0, 1), got {val}")
+            ignored[key] = v
+        elif key == "per_process_memory_fraction":
+            v = real(val, key)
+            if not 0.0 <= v <= 1.0:
+                bad(f"{key} must be in [0, 1], got {val}")
+            ignored[key] = v
+        elif key == "pinned_num_register_threads":
+            v = num(val, key)
+            if not _is_pow2(v) or v > 128:
+                bad(f"{key} must be a power of 2 <= 128, got {v}")
+            ignored[key] = v
+        elif key == "pinned_reserve_segment_size_mb":
+            v = num(val, key)
+            if v <= 0:
+                bad(f"{key} must be > 0")
+            ignored[key] = v
+        else:  # boolean keys with no effect on device memory
+            ignored[key] = boolean(val, key)
+        i += 1
+        if i < len(tokens):
+            if tokens[i] != ",":
+                bad(f"expected ',' after the value of {key}, got {tokens[i]!r}")
+            i += 1
+            if i == len(tokens):
+                bad("trailing ','")
+    return opts, ignored
+
+
+def pytorch_options(meta: dict | None, given=None) -> tuple[dict, dict]:
+    """The ``pytorch`` simulator's options and where they came from.
+
+    ``given``: a config string (PyTorch syntax) or an options dict; when None, the
+    user's own PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF recorded in the trace
+    (``meta["user_env"]``; PyTorch reads PYTORCH_ALLOC_CONF first) is used.  Returns
+    ``(options, info)`` with info = {"source", "alloc_conf", "not_simulated"[, "note"]}."""
+    info: dict = {"alloc_conf": None, "not_simulated": {}}
+    if given is not None:
+        if isinstance(given, str):
+            opts, ign = parse_alloc_conf(given)
+            info.update(source="given", alloc_conf=given, not_simulated=ign)
+            return opts, info
+        info["source"] = "given"
+        return dict(given), info
+    meta = meta or {}
+    user_env = meta.get("user_env")
+    if user_env is None:
+        info.update(source="default", note="the trace does not record the user's allocator settings")
+        return {}, info
+    for name in ALLOC_CONF_VARS:
+        if name in user_env:
+            value = user_env[name]
+            info.update(source=f"trace {name}", alloc_conf=value)
+            try:
+                opts, ign = parse_alloc_conf(value)
+            except PyinterposeError as e:
+                info.update(source="default", note=f"{name} recorded in the trace not used: {e}")
+                return {}, info
+            info["not_simulated"] = ign
+            return opts, info
+    info["source"] = "default"
+    return {}, info
+
+
+def _pytorch_round(size: int, divisions) -> int:
+    """``round_size``: 512 B, or the next power-of-two division (``roundup_power2_divisions``,
+    an int for all sizes or 16 per-interval values)."""
+    if size < kMinBlockSize:
+        return kMinBlockSize
+    if isinstance(divisions, (list, tuple)):
+        idx = min(max(size.bit_length() - 1 - 20, 0), _ROUNDUP_INTERVALS - 1)
+        d = divisions[idx] if divisions else 0
+    else:
+        d = divisions or 0
+    if d > 1 and size > kMinBlockSize * d:
+        if _is_pow2(size):
+            return size
+        p = 1 << (size.bit_length() - 1)   # previous power of two
+        step = p >> (d.bit_length() - 1)
+        if step == 0:
+            return p << 1
         return _round_up(size, step)
-    return _round_up(size, 512)
+    return _round_up(size, kMinBlockSize)
 
 
 def _simulate_pytorch(ops, capacity, max_split_size=None, roundup_power2_divisions=0,
-                      max_non_split_rounding=20 * MiB):
+                      max_non_split_rounding=kLargeBuffer, large_segment_size=kLargeBuffer,
+                      expandable_segments=False):
+    if expandable_segments:
+        return _simulate_pytorch_expandable(ops, capacity, max_split_size, roundup_power2_divisions,
+                                            max_non_split_rounding, large_segment_size)
     h = _Heap(capacity)
     mss = max_split_size if max_split_size else 1 << 62
     for i, (is_alloc, bid, size, stream) in enumerate(ops):
@@ -174,7 +505,7 @@ def _simulate_pytorch(ops, capacity, max_split_size=None, roundup_power2_divisio
             h.release(bid)
             continue
         rs = _pytorch_round(size, roundup_power2_divisions)
-        small = rs <= MiB
+        small = rs <= kSmallSize
         key = (0 if small else 1, stream)
         b = h.best_fit(key, rs)
         if b is not None and max_split_size:
@@ -183,17 +514,289 @@ def _simulate_pytorch(ops, capacity, max_split_size=None, roundup_power2_divisio
             elif rs >= mss and b.size >= rs + max_non_split_rounding:
                 b = None
         if b is None:
-            seg = 2 * MiB if small else (20 * MiB if rs < 10 * MiB else _round_up(rs, 2 * MiB))
+            seg = (kSmallBuffer if small else
+                   large_segment_size if rs < kMinLargeAlloc else _round_up(rs, kRoundLarge))
             b = h.new_segment(key, seg)
+            if b is None and max_split_size and _release_available_cached_blocks(h, key, rs, mss):
+                b = h.new_segment(key, seg)
             if b is None:
                 h.release_free_segments()
                 b = h.new_segment(key, seg)
             if b is None:
                 return h, i
         rem = b.size - rs
-        split = rem >= 512 if small else (rs < mss and rem > MiB)
+        split = rem >= kMinBlockSize if small else (rs < mss and rem > kSmallSize)
         h.take(b, rs, split, bid)
     return h, None
+
+
+def _release_available_cached_blocks(h: _Heap, key, rs: int, mss: int) -> bool:
+    """PyTorch's ``release_available_cached_blocks`` (only with max_split_size set)."""
+    lst = h.free_lists.get(key) or []
+    target = max(rs, mss)
+    i = bisect.bisect_left(lst, (target, -1))
+    if i < len(lst):  # the smallest block that is large enough
+        b = lst[i][2]
+        if b.prev is None and b.next is None:
+            h.release_segment(b)
+            return True
+        return False
+    released = 0      # else the largest oversize blocks until enough is freed
+    for _, _, b in reversed(list(lst)):
+        if released >= target or b.size < mss:
+            break
+        if b.prev is None and b.next is None:
+            released += h.release_segment(b)
+    return released >= target
+
+
+# -- expandable segments ------------------------------------------------------------------
+
+class _EBlock:
+    __slots__ = ("addr", "size", "seg", "key", "prev", "next", "mapped", "allocated")
+
+    def __init__(self, addr, size, seg, key, mapped):
+        self.addr, self.size, self.seg, self.key, self.mapped = addr, size, seg, key, mapped
+        self.prev = self.next = None
+        self.allocated = False
+
+
+class _ExpandableSegment:
+    __slots__ = ("base", "page", "pages", "key")
+
+    def __init__(self, base, page, pages, key):
+        self.base, self.page, self.pages, self.key = base, page, pages, key
+
+
+class _Expandable:
+    """The caching allocator with expandable_segments:True (see the module docstring)."""
+
+    def __init__(self, capacity, large_segment_size):
+        self.capacity = capacity
+        self.large_page = large_segment_size
+        self.free: dict = {}      # (pool, stream) -> sorted [(size, addr, block)] of mapped free blocks
+        self.unmapped: dict = {}  # (pool, stream) -> sorted [(addr, block)]
+        self.reserved = self.peak_reserved = 0
+        self.allocated = self.peak_allocated = 0
+        self.pages_mapped = self.pages_unmapped = self.segment_maps = 0
+        self.ranges = self.ranges_released = 0
+        self.next_va = 0
+        self.live: dict = {}
+
+    # free-list helpers
+    def _ins(self, b):
+        bisect.insort(self.free.setdefault(b.key, []), (b.size, b.addr, b))
+
+    def _rm(self, b):
+        lst = self.free[b.key]
+        del lst[bisect.bisect_left(lst, (b.size, b.addr))]
+
+    def _ins_u(self, b):
+        bisect.insort(self.unmapped.setdefault(b.key, []), (b.addr, b))
+
+    def _rm_u(self, b):
+        lst = self.unmapped[b.key]
+        del lst[bisect.bisect_left(lst, (b.addr,))]
+
+    @staticmethod
+    def _splice_after(a, nb):
+        nb.prev, nb.next = a, a.next
+        if a.next is not None:
+            a.next.prev = nb
+        a.next = nb
+
+    @staticmethod
+    def _splice_before(a, nb):
+        nb.next, nb.prev = a, a.prev
+        if a.prev is not None:
+            a.prev.next = nb
+        a.prev = nb
+
+    def _merge(self, dst, src):
+        """``try_merge_blocks``: dst absorbs src when src is free and mapped like dst."""
+        if src is None or src.allocated or src.mapped != dst.mapped:
+            return
+        if src.mapped:
+            self._rm(src)
+        else:
+            self._rm_u(src)
+        if dst.prev is src:
+            dst.addr = src.addr
+            dst.prev = src.prev
+            if src.prev is not None:
+                src.prev.next = dst
+        else:
+            dst.next = src.next
+            if src.next is not None:
+                src.next.prev = dst
+        dst.size += src.size
+
+    @staticmethod
+    def _exp_size(b):
+        return b.size + (b.next.size if b.next is not None and not b.next.mapped else 0)
+
+    def get_free_block(self, key, rs, mss, max_non_split_rounding):
+        lst = self.free.get(key)
+        if not lst:
+            return None
+        i = bisect.bisect_left(lst, (rs, -1))
+        if i == len(lst):
+            return None
+        while i + 1 < len(lst) and self._exp_size(lst[i + 1][2]) < self._exp_size(lst[i][2]):
+            i += 1
+        b = lst[i][2]
+        if rs < mss and b.size >= mss:
+            return None
+        if rs >= mss and b.size >= rs + max_non_split_rounding:
+            return None
+        self._rm(b)
+        return b
+
+    def _find_expandable_block(self, key, rs):
+        for _, u in self.unmapped.get(key, ()):
+            c = u
+            if c.prev is not None and not c.prev.allocated:
+                c = c.prev
+            got, x = 0, c
+            while got < rs and x is not None and not x.allocated:
+                got += x.size
+                x = x.next
+            if got >= rs:
+                return c
+        page = kSmallBuffer if key[0] == 0 else self.large_page
+        if self.capacity is not None:
+            pages = -(-(self.capacity + self.capacity // 8) // page)
+        else:
+            pages = (1 << 46) // page
+        seg = _ExpandableSegment(self.next_va, page, pages, key)
+        self.next_va += pages * page + page
+        self.ranges += 1
+        b = _EBlock(seg.base, pages * page, seg, key, mapped=False)
+        self._ins_u(b)
+        return b
+
+    def _map_block(self, u, size):
+        seg = u.seg
+        begin = (u.addr - seg.base) // seg.page
+        end = -(-(u.addr + size - seg.base) // seg.page)
+        n = end - begin
+        if self.capacity is not None and self.reserved + n * seg.page > self.capacity:
+            return None
+        mapped = n * seg.page
+        self.reserved += mapped
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self.pages_mapped += n
+        self.segment_maps += 1
+        self._rm_u(u)
+        u.mapped = True
+        if mapped < u.size:
+            rem = _EBlock(u.addr + mapped, u.size - mapped, seg, u.key, mapped=False)
+            self._splice_after(u, rem)
+            self._ins_u(rem)
+            u.size = mapped
+        self._merge(u, u.prev)
+        self._merge(u, u.next)
+        self._ins(u)
+        return u
+
+    def try_allocate(self, key, rs):
+        c = self._find_expandable_block(key, rs)
+        if not c.mapped:
+            c = self._map_block(c, min(c.size, rs))
+            if c is None:
+                return None
+        while c.size < rs:
+            nxt = c.next
+            c = self._map_block(nxt, min(rs - c.size, nxt.size))
+            if c is None:
+                return None
+        self._rm(c)
+        return c
+
+    def _unmap_block(self, b):
+        seg = b.seg
+        begin = -(-(b.addr - seg.base) // seg.page)
+        end = (b.addr + b.size - seg.base) // seg.page
+        if begin >= end:
+            return
+        uptr, usize = seg.base + begin * seg.page, (end - begin) * seg.page
+        self._rm(b)
+        before = uptr - b.addr
+        if before > 0:
+            bf = _EBlock(b.addr, before, seg, b.key, mapped=True)
+            self._splice_before(b, bf)
+            self._ins(bf)
+        after = b.size - before - usize
+        if after > 0:
+            af = _EBlock(uptr + usize, after, seg, b.key, mapped=True)
+            self._splice_after(b, af)
+            self._ins(af)
+        b.addr, b.size, b.mapped = uptr, usize, False
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
+        self._ins_u(b)
+        self.reserved -= usize
+        self.pages_unmapped += end - begin
+
+    def release_cached_blocks(self):
+        """``release_cached_blocks`` → ``release_blocks`` (large pool, then small)."""
+        for pool in (1, 0):
+            todo = [e[2] for key in sorted(k for k in self.free if k[0] == pool) for e in self.free[key]]
+            for b in todo:
+                self._unmap_block(b)
+                if not b.mapped and b.prev is None and b.next is None:
+                    self._rm_u(b)  # release_expandable_segment
+                    self.ranges_released += 1
+
+    def take(self, b, rs, req_id):
+        if b.size - rs >= kMinBlockSize:
+            rest = _EBlock(b.addr + rs, b.size - rs, b.seg, b.key, mapped=True)
+            self._splice_after(b, rest)
+            self._ins(rest)
+            b.size = rs
+        b.allocated = True
+        self.live[req_id] = b
+        self.allocated += b.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def release(self, req_id):
+        b = self.live.pop(req_id, None)
+        if b is None:
+            return
+        self.allocated -= b.size
+        b.allocated = False
+        self._merge(b, b.prev)
+        self._merge(b, b.next)
+        self._ins(b)
+
+
+def _simulate_pytorch_expandable(ops, capacity, max_split_size, roundup_power2_divisions,
+                                 max_non_split_rounding, large_segment_size):
+    e = _Expandable(capacity, large_segment_size)
+    mss = max_split_size if max_split_size else 1 << 62
+    oom = None
+    for i, (is_alloc, bid, size, stream) in enumerate(ops):
+        if not is_alloc:
+            e.release(bid)
+            continue
+        rs = _pytorch_round(size, roundup_power2_divisions)
+        key = (0 if rs <= kSmallSize else 1, stream)
+        b = e.get_free_block(key, rs, mss, max_non_split_rounding)
+        if b is None:
+            b = e.try_allocate(key, rs)
+            if b is None:  # release_available_cached_blocks frees nothing expandable
+                e.release_cached_blocks()
+                b = e.try_allocate(key, rs)
+            if b is None:
+                oom = i
+                break
+        e.take(b, rs, bid)
+    e.backing = e.pages_mapped
+    e.details = {"segment_maps": e.segment_maps, "pages_mapped": e.pages_mapped,
+                 "pages_unmapped": e.pages_unmapped, "ranges": e.ranges,
+                 "ranges_released": e.ranges_released,
+                 "page_bytes": {"small": kSmallBuffer, "large": large_segment_size}}
+    return e, oom
 
 
 def _simulate_bfc(ops, capacity, allow_growth=True, max_internal_fragmentation=128 * MiB):
@@ -228,23 +831,128 @@ def _simulate_bfc(ops, capacity, allow_growth=True, max_internal_fragmentation=1
     return h, None
 
 
-def _simulate_cnmem(ops, capacity, initial_bytes=0):
+# -- CNMeM --------------------------------------------------------------------------------
+
+def _simulate_cnmem(ops, capacity, initial_bytes=0, streams=None, steal=True):
+    """CNMeM with a root manager (key 0) and one child manager per non-NULL stream
+    (keys 1, 2, ... in registration order); see the module docstring."""
+    ROOT = 0
+    if streams is None:
+        streams = len({s for a, _, _, s in ops if a}) > 1
     h = _Heap(capacity)
     if initial_bytes:
-        h.new_segment(0, _round_up(initial_bytes, 512))
+        if h.new_segment(ROOT, _round_up(initial_bytes, 512)) is None:
+            raise PyinterposeError(f"cnmem: initial_bytes {initial_bytes} exceed the capacity {capacity}")
+    children: dict = {}   # stream -> key
+    lent: dict = {}       # addr -> root block lent to a child (allocated in the root)
+    allocated = peak_allocated = 0
+    oom = None
+    sizes: dict = {}
+    counts = {"borrowed": 0, "steals": 0}
+    chain_ids = iter(range(-1, -(1 << 62), -1))  # seg ids of child chains (not device segments)
+
+    def root_alloc(rs):
+        b = h.best_fit(ROOT, rs)
+        if b is None:
+            b = h.new_segment(ROOT, rs)   # exact-size cudaMalloc (None: the device is full)
+        return b
+
+    def allocate(key, rs):
+        """Manager::allocate without taking the block: a free block of ``key`` >= rs."""
+        b = h.best_fit(key, rs)
+        if b is not None or key == ROOT:
+            return b if b is not None else root_alloc(rs)
+        pb = root_alloc(rs)           # child: borrow exactly rs from the root
+        if pb is None:
+            return None
+        pb = h.take(pb, rs, True, ("lend", pb.addr), count=False)
+        lent[pb.addr] = pb
+        counts["borrowed"] += 1
+        cb = _Block(pb.addr, rs, next(chain_ids), key)   # a head block of the child
+        h._insert(cb)
+        return cb
+
+    def steal_block(key, rs):
+        """stealUnsafe → stealBlockUnsafe → giveBlockUnsafe: carve rs from the first child
+        (registration order) with a fitting free block; returns the block, owned by ``key``."""
+        for ckey in children.values():
+            g = h.best_fit(ckey, rs)
+            if g is None:
+                continue
+            h._remove(g)
+            if g.size > rs:   # extractBlockUnsafe(stolen=true): the remainder is a head
+                rest = _Block(g.addr + rs, g.size - rs, next(chain_ids), ckey)
+                rest.next = g.next
+                if g.next is not None:
+                    g.next.prev = rest
+                h._insert(rest)
+            elif g.next is not None:
+                g.next.prev = None
+            if g.prev is not None:
+                g.prev.next = None
+            addr = g.addr
+            counts["steals"] += 1
+            if key != ROOT:   # a child pushes the stolen block on its used list as a head
+                return _Block(addr, rs, next(chain_ids), key)
+            # the root: its lent block becomes [before][stolen][after]; the stolen part is a
+            # head block of the root, the rest stays lent
+            L = next(b for a, b in lent.items() if a <= addr < a + b.size)
+            l_end, end, nxt = L.addr + L.size, addr + rs, L.next
+            if addr > L.addr:
+                s = _Block(addr, rs, L.seg, ROOT)
+                L.size = addr - L.addr
+                L.next = None
+            else:
+                s = L
+                del lent[L.addr]
+                s.size = rs
+                if s.prev is not None:
+                    s.prev.next = None
+            s.prev = None
+            if l_end > end:
+                a = _Block(end, l_end - end, L.seg, ROOT)
+                a.free = False
+                lent[end] = a
+                s.next, a.prev, a.next = a, s, nxt
+                if nxt is not None:
+                    nxt.prev = a
+            else:
+                s.next = nxt
+                if nxt is not None:
+                    nxt.prev = s
+            return s
+        return None
+
     for i, (is_alloc, bid, size, stream) in enumerate(ops):
         if not is_alloc:
-            h.release(bid)
+            if bid in h.live:
+                allocated -= sizes.pop(bid)
+                h.release(bid)
             continue
         rs = max(512, _round_up(size, 512))
-        b = h.best_fit(0, rs)
-        if b is None:
-            b = h.new_segment(0, rs)
-        if b is None:
-            return h, i
-        h.take(b, rs, True, bid)
-    return h, None
+        if streams and stream != 0:
+            key = children.setdefault(stream, len(children) + 1)
+        else:
+            key = ROOT
+        b = allocate(key, rs)
+        if b is not None:
+            h.take(b, rs, True, bid, count=False)
+        else:
+            b = steal_block(key, rs) if steal and (key != ROOT or children) else None
+            if b is None:
+                oom = i
+                break
+            b.free = False
+            h.live[bid] = b
+        sizes[bid] = rs
+        allocated += rs
+        peak_allocated = max(peak_allocated, allocated)
+    h.peak_allocated = peak_allocated  # bytes handed to requests (the root's lent blocks not counted)
+    h.details = {"streams": bool(streams), "child_managers": len(children), **counts}
+    return h, oom
 
+
+# -- cudaMalloc ---------------------------------------------------------------------------
 
 def cudamalloc_size(size: np.ndarray) -> np.ndarray:
     size = np.asarray(size, np.int64)
@@ -277,12 +985,19 @@ def simulate(req: pd.DataFrame, allocator: str, capacity: int | None = None, **o
     """Replay ``req`` (see :func:`pyinterpose.analysis.pools.requests`) through one allocator.
 
     Returns {"allocator", "peak_reserved_bytes", "backing_allocations",
-    "peak_allocated_bytes", "oom_at" (request index or None), "seconds", "options"}."""
+    "peak_allocated_bytes", "oom_at" (request index or None), "seconds", "options",
+    "details"}.  Options: ``pytorch``: expandable_segments, max_split_size,
+    max_non_split_rounding, large_segment_size, roundup_power2_divisions (see
+    :func:`parse_alloc_conf`); ``bfc``: allow_growth, max_internal_fragmentation;
+    ``cnmem``: initial_bytes, streams (None = auto), steal."""
     if allocator not in ALLOCATORS:
         raise PyinterposeError(f"unknown allocator {allocator!r} (choose from {', '.join(ALLOCATORS)})")
     t0 = time.perf_counter()
     if allocator == "cudamalloc":
+        if options:
+            raise PyinterposeError(f"cudamalloc: bad option ({', '.join(options)}): it takes none")
         out = _simulate_cudamalloc(req, capacity)
+        out["details"] = {}
     else:
         ops = list(zip((req["op"].to_numpy() == "alloc").tolist(), req["block_id"].tolist(),
                        req["size"].tolist(), req["stream"].tolist()))
@@ -292,6 +1007,7 @@ def simulate(req: pd.DataFrame, allocator: str, capacity: int | None = None, **o
         except TypeError as e:
             raise PyinterposeError(f"{allocator}: bad option ({e})")
         out = {"peak_reserved_bytes": int(h.peak_reserved), "backing_allocations": int(h.backing),
-               "peak_allocated_bytes": int(h.peak_allocated), "oom_at": oom}
+               "peak_allocated_bytes": int(h.peak_allocated), "oom_at": oom,
+               "details": dict(getattr(h, "details", {}) or {})}
     out.update(allocator=allocator, seconds=time.perf_counter() - t0, options=dict(options))
     return out
