@@ -1,10 +1,10 @@
 """Generated DSA instances and synthetic training traces (tests and benchmarks).
 
 * :func:`hard_instance` — cut a ``width x capacity`` rectangle (time x memory)
-  recursively into buffers, then shuffle: LOAD == capacity and a perfect packing
-  exists (every buffer at the height it was cut from), but nothing in the rows says
-  where, so greedy planners land well above LOAD — the kind of instance in
-  MiniMalloc's "challenging" suite.
+  recursively into buffers (optionally deleting some, ``holes``), then shuffle:
+  LOAD == capacity and a packing at capacity exists (every buffer at the height it
+  was cut from), but nothing in the rows says where, so greedy planners land well
+  above LOAD — the kind of instance in MiniMalloc's "challenging" suite.
 * :func:`training_trace` — a blocks-view Trace of a training-like loop: persistent
   weights, activations allocated in forward and freed in backward, gradients that
   live into the next step (cross-iteration), a workspace per layer.
@@ -16,12 +16,21 @@ import pandas as pd
 
 
 def hard_instance(n: int = 200, capacity: int = 1 << 20, width: int = 1 << 20, grid: int = 1024,
-                  seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
-    """(problem, offsets of the hidden perfect packing), ~n buffers, coordinates on a
-    ``grid`` x ``grid`` lattice scaled to width x capacity."""
+                  seed: int = 0, holes: float = 0.0) -> tuple[pd.DataFrame, np.ndarray]:
+    """(problem, offsets of the hidden packing), n buffers (fewer only if the grid
+    runs out), coordinates on a ``grid`` x ``grid`` lattice scaled to width x capacity.
+
+    ``holes`` = 0: a perfect tiling (every cross section exactly full: the hardest
+    kind, a packing puzzle).  ``holes`` = h > 0: tile into n / (1 - h) pieces, then
+    delete pieces at random, never one alive at a protected time column, until n
+    are left; LOAD stays == capacity (at that column) while the rest has slack,
+    as in MiniMalloc's challenging set (fill 0.58-0.98, full-capacity time 0-59 %)."""
+    if not 0.0 <= holes < 1.0:
+        raise ValueError("holes must be in [0, 1)")
     rng = np.random.default_rng(seed)
+    target = int(round(n / (1.0 - holes)))
     pieces = [(0, grid, 0, grid)]  # (t0, t1, y0, y1) in grid units
-    while len(pieces) < n:
+    while len(pieces) < target:
         # split the piece with the largest area (ties: first)
         areas = [(t1 - t0) * (y1 - y0) for t0, t1, y0, y1 in pieces]
         k = int(np.argmax(areas))
@@ -37,6 +46,11 @@ def hard_instance(n: int = 200, capacity: int = 1 << 20, width: int = 1 << 20, g
             c = int(rng.integers(y0 + 1, y1))
             new = [(t0, t1, y0, c), (t0, t1, c, y1)]
         pieces[k:k + 1] = new
+    if holes > 0 and len(pieces) > n:
+        col = int(rng.integers(0, grid))                       # protected time column
+        free = [i for i, p in enumerate(pieces) if not (p[0] <= col < p[1])]
+        drop = set(rng.choice(free, size=min(len(free), len(pieces) - n), replace=False).tolist())
+        pieces = [p for i, p in enumerate(pieces) if i not in drop]
     perm = rng.permutation(len(pieces))
     sx, sy = width // grid, capacity // grid
     rows = [pieces[i] for i in perm]
