@@ -254,7 +254,10 @@ struct pi_dsa {
     int n, S;
     int64_t *size;
     int32_t *sec_lo, *sec_hi;      /* buffer b lies in sections [sec_lo, sec_hi) */
-    int32_t *sec_start, *sec_mem;  /* CSR: members of each section */
+    int32_t *sec_start, *sec_mem;  /* CSR: members of each section; the first ucnt[s] are unplaced */
+    int32_t *ucnt;                 /* unplaced members per section */
+    int32_t *hint;                 /* per section: an unplaced member last seen at or below the floor */
+    int32_t *upos_start, *upos;    /* CSR by buffer: where b sits in sec_mem for each of its sections */
     int64_t *sec_total0;
     int32_t *ov_start, *ov;        /* CSR: time-overlapping buffers */
     /* search state */
@@ -271,6 +274,7 @@ struct pi_dsa {
     int32_t *cutstack; size_t cut_top;  /* cut points; a boundary reaches 0 once per path */
     int64_t nodes, node_limit, cap;
     double deadline;
+    const volatile int32_t *stop;  /* another search found the answer: give up (reported as a deadline) */
     int64_t *result;
     int nomem;
 };
@@ -279,6 +283,7 @@ void pi_dsa_free(pi_dsa *d)
 {
     if (!d) return;
     free(d->size); free(d->sec_lo); free(d->sec_hi); free(d->sec_start); free(d->sec_mem);
+    free(d->ucnt); free(d->upos_start); free(d->upos); free(d->hint);
     free(d->sec_total0); free(d->ov_start); free(d->ov); free(d->off); free(d->minoff);
     free(d->floor_); free(d->total); free(d->rank); free(d->width); free(d->tkey); free(d->arena); free(d->sortbuf);
     free(d->sorttmp); free(d->aff); free(d->aff_stamp); free(d->cover); free(d->um_idx); free(d->um_val);
@@ -365,6 +370,18 @@ pi_dsa *pi_dsa_new(int n, const int64_t *lower, const int64_t *upper, const int6
     for (int s = 0; s < S; s++)
         for (int32_t q = d->sec_start[s]; q < d->sec_start[s + 1]; q++)
             d->sec_total0[s] += size[d->sec_mem[q]];
+    d->ucnt = malloc(sizeof(int32_t) * ((size_t)S + 1));
+    d->hint = malloc(sizeof(int32_t) * ((size_t)S + 1));
+    d->upos_start = malloc(sizeof(int32_t) * (N + 1));
+    d->upos = malloc(sizeof(int32_t) * ((size_t)mem_n + 1));
+    if (!d->ucnt || !d->hint || !d->upos_start || !d->upos) goto fail;
+    d->upos_start[0] = 0;
+    for (int i = 0; i < n; i++) d->upos_start[i + 1] = d->upos_start[i] + (d->sec_hi[i] - d->sec_lo[i]);
+    for (int s = 0; s < S; s++)
+        for (int32_t q = d->sec_start[s]; q < d->sec_start[s + 1]; q++) {
+            int32_t x = d->sec_mem[q];
+            d->upos[d->upos_start[x] + (s - d->sec_lo[x])] = q;
+        }
     for (size_t e = 0; e < e_n; e++) { d->ov_start[eu[e] + 1]++; d->ov_start[ev[e] + 1]++; }
     for (int i = 0; i < n; i++) d->ov_start[i + 1] += d->ov_start[i];
     {
@@ -471,8 +488,8 @@ static void msort(kv64 *a, kv64 *t, int n)
 /* Static preorder keys for a group (MiniMalloc's W, A, T; all descending, ties by
  * buffer index).  T uses the *current* unplaced section totals, as a fresh
  * sub-problem would see them. */
-static const char *g_heur;
-static const pi_dsa *g_d;
+static __thread const char *g_heur;   /* qsort comparator context (per thread: searches may run in parallel) */
+static __thread const pi_dsa *g_d;
 
 static int cmp_heur(const void *pa, const void *pb)
 {
@@ -570,7 +587,8 @@ static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, in
 {
     if (d->node_limit > 0 && d->nodes >= d->node_limit) return ST_ABORT;
     d->nodes++;
-    if ((d->nodes & 1023) == 0 && d->deadline > 0 && now_s() > d->deadline) return ST_TIMEOUT;
+    if ((d->nodes & 1023) == 0 &&
+        ((d->deadline > 0 && now_s() > d->deadline) || (d->stop && *d->stop))) return ST_TIMEOUT;
     int32_t *ord = d->arena + d->arena_top;
     int cnt = 0;
     kv64 *sb = d->sortbuf;
@@ -627,16 +645,27 @@ static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, in
             if (undo_push(&d->uf_idx, &d->uf_val, &d->uf_n, &d->uf_cap, s, d->floor_[s])) { d->nomem = 1; }
             else if (d->floor_[s] < h) d->floor_[s] = h;
             d->total[s] -= d->size[b];
+            /* move b behind the section's unplaced members (undone LIFO by ucnt++) */
+            int32_t *pb = &d->upos[d->upos_start[b] + (s - d->sec_lo[b])];
+            int32_t last = d->sec_start[s] + --d->ucnt[s], y = d->sec_mem[last];
+            d->sec_mem[*pb] = y;
+            d->upos[d->upos_start[y] + (s - d->sec_lo[y])] = *pb;
+            d->sec_mem[last] = b;
+            *pb = last;
         }
         for (int a = 0; a < naff && !d->nomem; a++) {
             int s = d->aff[a];
             if (s < slo || s >= shi) continue;   /* outside this group: never checked here */
             int64_t m = INT64_MAX, fl = d->floor_[s];
-            for (int32_t q = d->sec_start[s]; q < d->sec_start[s + 1]; q++) {
+            if (fl >= h) continue;    /* a raised member sits at h here: the min cannot exceed the floor */
+            int32_t w = d->hint[s];   /* a hint only: still unplaced, still at or below the floor? */
+            if (w >= 0 && d->off[w] < 0 && d->minoff[w] <= fl) continue;
+            for (int32_t q = d->sec_start[s], qe = q + d->ucnt[s]; q < qe; q++) {
                 int32_t x = d->sec_mem[q];
-                if (d->off[x] < 0 && d->minoff[x] < m) {
-                    m = d->minoff[x];
-                    if (m <= fl) break;          /* cannot lift the floor */
+                int64_t mo = d->minoff[x];
+                if (mo < m) {
+                    m = mo;
+                    if (m <= fl) { d->hint[s] = x; break; }   /* cannot lift the floor */
                 }
             }
             if (m != INT64_MAX && d->floor_[s] < m) {
@@ -652,7 +681,7 @@ static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, in
         int res = d->nomem ? ST_NOMEM : ST_NOTFOUND;
         if (ok) res = dsa_decompose(d, ord, cnt, o, r, b, slo, shi);
         while (d->uf_n > uf_mark) { d->uf_n--; d->floor_[d->uf_idx[d->uf_n]] = d->uf_val[d->uf_n]; }
-        for (int s = d->sec_lo[b]; s < d->sec_hi[b]; s++) d->total[s] += d->size[b];
+        for (int s = d->sec_lo[b]; s < d->sec_hi[b]; s++) { d->total[s] += d->size[b]; d->ucnt[s]++; }
         while (d->um_n > um_mark) { d->um_n--; d->minoff[d->um_idx[d->um_n]] = d->um_val[d->um_n]; }
         d->off[b] = -1;
         if (res != ST_NOTFOUND) { st = res; break; }
@@ -662,12 +691,17 @@ static int dsa_rec(pi_dsa *d, const int32_t *pord, int pcnt, int64_t min_off, in
 }
 
 int pi_dsa_search(pi_dsa *d, int64_t capacity, const int32_t *preorder, const char *heuristic,
-                  int64_t node_limit, double seconds, int64_t *offsets_out, int64_t *nodes_out)
+                  int64_t node_limit, double seconds, const volatile int32_t *stop,
+                  int64_t *offsets_out, int64_t *nodes_out)
 {
     int n = d->n;
     if (n == 0) return ST_FOUND;
     for (int i = 0; i < n; i++) { d->off[i] = -1; d->minoff[i] = 0; d->rank[preorder[i]] = i; }
-    for (int s = 0; s < d->S; s++) { d->floor_[s] = 0; d->total[s] = d->sec_total0[s]; }
+    for (int s = 0; s < d->S; s++) {
+        d->floor_[s] = 0; d->total[s] = d->sec_total0[s];
+        d->ucnt[s] = d->sec_start[s + 1] - d->sec_start[s];
+        d->hint[s] = -1;
+    }
     for (int s = 0; s < d->S; s++)
         if (d->sec_total0[s] > capacity) return ST_NOTFOUND;
     for (int i = 0; i < n; i++)
@@ -678,6 +712,7 @@ int pi_dsa_search(pi_dsa *d, int64_t capacity, const int32_t *preorder, const ch
     d->nodes = 0;
     d->node_limit = node_limit;
     d->deadline = seconds > 0 ? now_s() + seconds : 0;
+    d->stop = stop;
     d->result = offsets_out;
     d->arena_top = (size_t)n;
     d->cut_top = 0;

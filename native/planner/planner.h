@@ -52,12 +52,15 @@ int64_t pi_dsa_load(const pi_dsa *d);
  * of 0..n-1, most important first).  When the search splits into independent
  * groups (dynamic temporal decomposition) each group is re-ranked by
  * `heuristic` (letters W width, A area, T section total, Z size, all descending;
- * NULL or "" keeps the restriction of `preorder`).  Stops after node_limit nodes (<=0: none)
- * or `seconds` of wall time (<=0: none).
+ * NULL or "" keeps the restriction of `preorder`).  Stops after node_limit nodes (<=0: none),
+ * `seconds` of wall time (<=0: none), or as soon as *stop (NULL: never) turns non-zero
+ * (another search running in parallel got the answer; reported as 3).
  * Returns 1 found (offsets_out filled), 0 proven infeasible, 2 node limit hit,
- * 3 deadline hit, -1 no memory.  nodes_out[0] += nodes visited. */
+ * 3 deadline hit or stopped, -1 no memory.  nodes_out[0] += nodes visited.
+ * Contexts are independent: searches on different contexts may run in parallel threads. */
 int pi_dsa_search(pi_dsa *d, int64_t capacity, const int32_t *preorder, const char *heuristic,
-                  int64_t node_limit, double seconds, int64_t *offsets_out, int64_t *nodes_out);
+                  int64_t node_limit, double seconds, const volatile int32_t *stop,
+                  int64_t *offsets_out, int64_t *nodes_out);
 /* Check a plan (validate.c, independent of the planners): buffers with
  * overlapping half-open lifetimes must not overlap in [offset, offset+size).
  * Returns 0 valid, 1 conflict (conflict_out = the two buffers), -1 no memory. */
