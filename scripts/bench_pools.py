@@ -5,11 +5,15 @@
   (allocators replay the whole request stream; planners plan the whole run as one
   window, so they see every block);
 * the exact planner on MiniMalloc's 11 challenging instances at capacity 2^20;
+* the heuristics on a uniform-random problem of 100k buffers (~5k live at once:
+  no training-loop structure for the planners to lean on);
 * the exact planner on generated hard instances (guillotine cuts, LOAD == capacity,
-  a perfect packing exists).
+  a packing at capacity exists): perfect tilings (``holes`` 0: every cross section
+  exactly full, a packing puzzle) and tilings with 15 % of the pieces deleted
+  (``holes`` 0.15: fill ~0.85, like MiniMalloc's challenging set).
 
-Usage: python scripts/bench_pools.py [--sizes 10000,100000] [--time-limit 30]
-       [--hard 100,200,300] [--seeds 2] [--skip-minimalloc]
+Usage: python scripts/bench_pools.py [--sizes 10000,100000] [--random 100000]
+       [--time-limit 30] [--hard 150,250,350] [--holes 0,0.15] [--seeds 2] [--skip-minimalloc]
 """
 from __future__ import annotations
 
@@ -50,6 +54,23 @@ def bench_sizes(n_blocks: int) -> dict:
     return out
 
 
+def bench_random(n: int, seed: int = 1) -> dict:
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    lo = rng.integers(0, 10 ** 6, n)
+    up = lo + rng.exponential(50000, n).astype(np.int64) + 1
+    sz = (rng.lognormal(10, 2, n).astype(np.int64) // 512 + 1) * 512
+    prob = pd.DataFrame({"id": range(n), "lower": lo, "upper": up, "size": sz})
+    out = {"buffers": n, "load": load(lo, up, sz), "strategies": {}}
+    for s in HEURISTICS:
+        p = plan(prob, s)
+        out["strategies"][s] = {"seconds": round(p.seconds, 4), "peak_bytes": p.peak_bytes,
+                                "ratio_to_load": round(p.peak_bytes / out["load"], 4)}
+    return out
+
+
 def bench_exact(df, capacity: int, time_limit: float) -> dict:
     lo, up, sz = arrays(df)
     t0 = time.perf_counter()
@@ -67,22 +88,28 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--time-limit", type=float, default=30.0)
-    ap.add_argument("--hard", default="100,200,300")
+    ap.add_argument("--random", type=int, default=100000, help="buffers in the random problem (0: skip)")
+    ap.add_argument("--hard", default="150,250,350")
+    ap.add_argument("--holes", default="0,0.15")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--skip-minimalloc", action="store_true")
     args = ap.parse_args()
-    out = {"cpus": os.cpu_count(), "time_limit_s": args.time_limit, "sizes": {}, "minimalloc": {}, "hard": []}
+    out = {"cpus": os.cpu_count(), "time_limit_s": args.time_limit, "sizes": {}, "random": None,
+           "minimalloc": {}, "hard": []}
     for n in [int(x) for x in args.sizes.split(",") if x]:
         out["sizes"][str(n)] = bench_sizes(n)
+    if args.random > 0:
+        out["random"] = bench_random(args.random)
     if not args.skip_minimalloc:
         for name in "ABCDEFGHIJK":
             path = os.path.join(DATA, f"{name}.1048576.csv")
             if os.path.exists(path):
                 out["minimalloc"][name] = bench_exact(read_minimalloc_csv(path), 1 << 20, args.time_limit)
-    for n in [int(x) for x in args.hard.split(",") if x]:
-        for seed in range(args.seeds):
-            df, _ = hard_instance(n, seed=seed)
-            out["hard"].append({"n": n, "seed": seed, **bench_exact(df, 1 << 20, args.time_limit)})
+    for holes in [float(x) for x in args.holes.split(",") if x]:
+        for n in [int(x) for x in args.hard.split(",") if x]:
+            for seed in range(args.seeds):
+                df, _ = hard_instance(n, seed=seed, holes=holes)
+                out["hard"].append({"n": n, "holes": holes, "seed": seed, **bench_exact(df, 1 << 20, args.time_limit)})
     print(json.dumps(out))
     return 0
 

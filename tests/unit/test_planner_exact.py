@@ -98,3 +98,41 @@ def test_full_span_and_disjoint_pieces():
     s = exact.solve(lower, upper, size, 8, 5)
     assert s.status == "found" and s.offsets[0] == 0  # the full-span buffer is stacked at the bottom
     assert exact.solve(lower, upper, size, 7, 5).status == "infeasible"
+
+
+def test_portfolio_threads_agree_with_brute_force(monkeypatch):
+    """The two-thread portfolio (forced on for small pieces): a proof of
+    infeasibility from either thread stops the other; found plans are valid."""
+    monkeypatch.setattr(exact, "PARALLEL_MIN_BUFFERS", 0)
+    monkeypatch.setattr(exact.os, "cpu_count", lambda: 2)
+    lower = np.array([0, 0, 2, 4, 4])       # the OPT > LOAD instance above
+    upper = np.array([3, 2, 5, 6, 6])
+    size = np.array([2, 1, 2, 1, 2])
+    opt = brute_optimum(lower.tolist(), upper.tolist(), size.tolist())
+    assert load(lower, upper, size) <= opt - 1   # so the proof below is a real search, not the LOAD check
+    assert exact.solve(lower, upper, size, opt - 1, 5).status == "infeasible"
+    r = exact.solve(lower, upper, size, opt, 5)
+    assert r.status == "found" and validate_plan(lower, upper, size, r.offsets, opt) <= opt
+    rng = np.random.default_rng(7)
+    for _ in range(6):
+        n = 6
+        lower = rng.integers(0, 8, n)
+        upper = lower + rng.integers(1, 6, n)
+        size = rng.integers(1, 9, n)
+        opt = brute_optimum(lower.tolist(), upper.tolist(), size.tolist())
+        r = exact.solve(lower, upper, size, opt, 5)
+        assert r.status == "found" and validate_plan(lower, upper, size, r.offsets, opt) <= opt
+
+
+@pytest.mark.parametrize("holes", [0.0, 0.15])
+def test_generated_instances_have_a_hidden_packing_at_capacity(holes):
+    df, hidden = hard_instance(80, seed=1, holes=holes)
+    lo, up, sz = arrays(df)
+    assert len(df) == 80
+    assert load(lo, up, sz) == 1 << 20              # the protected column stays full
+    validate_plan(lo, up, sz, hidden, 1 << 20)
+    fill = float((sz * (up - lo)).sum()) / float(1 << 40)
+    assert (fill == 1.0) if holes == 0 else (0.6 < fill < 0.95)
+    r = exact.solve(lo, up, sz, 1 << 20, 20)       # 80 buffers: the portfolio path
+    assert r.status == "found"
+    assert validate_plan(lo, up, sz, r.offsets, 1 << 20) <= 1 << 20
