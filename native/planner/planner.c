@@ -138,29 +138,28 @@ int64_t pi_greedy_place(int n, const int64_t *lower, const int64_t *upper, const
     spanset *sub = calloc((size_t)(2 * sz), sizeof(spanset));
     int32_t *stamp = calloc((size_t)(2 * sz), sizeof(int32_t));
     int maxsets = 4 * levels + 8;
-    const spanset **sets = malloc(sizeof(spanset *) * (size_t)maxsets);
+    int32_t *cnodes = malloc(sizeof(int32_t) * (size_t)(2 * levels + 2));
     struct { const span64 *a; int32_t n; } *lists = malloc(sizeof(*lists) * (size_t)maxsets);
     span64 *scratch = NULL;
     int64_t scratch_cap = 0;
-    if (!coord || !own || !sub || !stamp || !sets || !lists) goto out;
+    if (!coord || !own || !sub || !stamp || !cnodes || !lists) goto out;
     height = 0;
     for (int oi = 0; oi < n; oi++) {
         int b = order[oi];
         int a0 = cl[b], a1 = cu[b];
         if (a1 <= a0 || size[b] <= 0) { offsets_out[b] = 0; continue; } /* conflicts with nothing */
         int64_t s = size[b];
+        /* the canonical nodes of [a0, a1) */
+        int nc = 0;
+        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
+            if (l & 1) cnodes[nc++] = l++;
+            if (r & 1) cnodes[nc++] = --r;
+        }
         /* gather the span sets: sub[c] for canonical c, own[u] for strict ancestors u */
         int ns = 0, mark = oi + 1;
-        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
-            int cn[2], m = 0;
-            if (l & 1) cn[m++] = l++;
-            if (r & 1) cn[m++] = --r;
-            for (int t = 0; t < m; t++) {
-                int c = cn[t];
-                stamp[c] = mark;
-                if (sub[c].n) sets[ns++] = &sub[c];
-            }
-        }
+        int64_t total = 0;
+#define GATHER(set) do { if ((set).n) { lists[ns].a = (set).a; lists[ns].n = (set).n; total += (set).n; ns++; } } while (0)
+        for (int t = 0; t < nc; t++) { stamp[cnodes[t]] = mark; GATHER(sub[cnodes[t]]); }
         /* Strict ancestors of canonical nodes lie on the two boundary leaves' paths,
          * above the canonical node that holds the leaf (nodes below it are inside Q
          * and already in its sub set). */
@@ -169,18 +168,17 @@ int64_t pi_greedy_place(int n, const int64_t *lower, const int64_t *upper, const
             while (stamp[u] != mark) u >>= 1;          /* the canonical node holding the leaf */
             for (u >>= 1; u >= 1 && stamp[u] != mark; u >>= 1) {
                 stamp[u] = mark;
-                if (own[u].n) sets[ns++] = &own[u];
+                GATHER(own[u]);
             }
         }
+#undef GATHER
         /* Union of the gathered sets by pairwise rounds: interleaved sets collapse
          * as they merge, so later rounds are short. */
-        int64_t total = 0;
-        for (int k = 0; k < ns; k++) { lists[k].a = sets[k]->a; lists[k].n = sets[k]->n; total += sets[k]->n; }
         if (2 * (total + ns + 2) > scratch_cap) {   /* two halves, each able to hold every span + sentinels */
-            size_t nc = (size_t)(total + ns + 2) * 2 + 64;
-            span64 *p = realloc(scratch, sizeof(span64) * nc);
+            size_t ncap = (size_t)(total + ns + 2) * 2 + 64;
+            span64 *p = realloc(scratch, sizeof(span64) * ncap);
             if (!p) { height = -1; goto out; }
-            scratch = p; scratch_cap = (int64_t)nc;
+            scratch = p; scratch_cap = (int64_t)ncap;
         }
         int nl = ns;
         span64 *half[2] = {scratch, scratch + scratch_cap / 2};
@@ -200,48 +198,34 @@ int64_t pi_greedy_place(int n, const int64_t *lower, const int64_t *upper, const
             nl = m;
             side ^= 1;
         }
+        /* walk the union's gaps; without a fitting gap, b goes on top (cur ends at the top) */
         int64_t cur = 0, best = -1, best_gap = INT64_MAX;
-        if (nl == 1) {
-            const span64 *u = lists[0].a;
-            for (int32_t k = 0; k < lists[0].n; k++) {
-                if (u[k].lo > cur) {
-                    int64_t gap = u[k].lo - cur;
-                    if (gap >= s) {
-                        if (!best_fit || gap == s) { best = cur; break; }
-                        if (gap < best_gap) { best_gap = gap; best = cur; }
-                    }
-                }
-                cur = u[k].hi;
+        for (int32_t k = 0; nl == 1 && k < lists[0].n; k++) {
+            const span64 u = lists[0].a[k];
+            if (u.lo - cur >= s) {
+                int64_t gap = u.lo - cur;
+                if (!best_fit || gap == s) { best = cur; break; }
+                if (gap < best_gap) { best_gap = gap; best = cur; }
             }
-            if (best < 0) cur = u[lists[0].n - 1].hi;
+            cur = u.hi;
         }
         if (best < 0) best = cur;
         offsets_out[b] = best;
         if (best + s > height) height = best + s;
         /* store b: own at canonical nodes; sub at canonical nodes and all their ancestors */
-        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
-            int cn[2], m = 0;
-            if (l & 1) cn[m++] = l++;
-            if (r & 1) cn[m++] = --r;
-            for (int t = 0; t < m; t++)
-                if (spanset_add(&own[cn[t]], best, best + s)) { height = -1; goto out; }
-        }
         mark = -(oi + 1);
-        for (int l = a0 + sz, r = a1 + sz; l < r; l >>= 1, r >>= 1) {
-            int cn[2], m = 0;
-            if (l & 1) cn[m++] = l++;
-            if (r & 1) cn[m++] = --r;
-            for (int t = 0; t < m; t++)
-                for (int u = cn[t]; u >= 1 && stamp[u] != mark; u >>= 1) {
-                    stamp[u] = mark;
-                    if (spanset_add(&sub[u], best, best + s)) { height = -1; goto out; }
-                }
+        for (int t = 0; t < nc; t++) {
+            if (spanset_add(&own[cnodes[t]], best, best + s)) { height = -1; goto out; }
+            for (int u = cnodes[t]; u >= 1 && stamp[u] != mark; u >>= 1) {
+                stamp[u] = mark;
+                if (spanset_add(&sub[u], best, best + s)) { height = -1; goto out; }
+            }
         }
     }
 out:
     if (own) for (int i = 0; i < 2 * sz; i++) free(own[i].a);
     if (sub) for (int i = 0; i < 2 * sz; i++) free(sub[i].a);
-    free(own); free(sub); free(stamp); free(sets); free(lists); free(scratch);
+    free(own); free(sub); free(stamp); free(cnodes); free(lists); free(scratch);
     free(cl); free(cu); free(coord);
     return height;
 }

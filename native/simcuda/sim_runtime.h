@@ -94,6 +94,16 @@ HIDDEN void rt_set_device(int dev);
 HIDDEN cudaError_t rt_ret(cudaError_t err);
 HIDDEN cudaError_t rt_from_cu(CUresult r);
 
+/* The prologue of every runtime entry point: lazy init, then `d` is the
+ * driver table (per-thread-stream variant when ptsz); errors go through rt_ret. */
+#define ENTER(ptsz)                             \
+    const struct rt_driver *d;                  \
+    do {                                        \
+        cudaError_t e_ = rt_enter((ptsz), &d);  \
+        if (e_) return rt_ret(e_);              \
+    } while (0)
+#define CU(call) rt_ret(rt_from_cu(call))
+
 /* ---- launch.c ---- */
 HIDDEN CUfunction rt_lookup_stub(const void *stub);
 

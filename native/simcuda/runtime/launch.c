@@ -58,13 +58,6 @@ cudaError_t simcudaRegisterFunction(const void *hostStub, const char *name, simc
     return cudaSuccess;
 }
 
-#define ENTER(ptsz)                             \
-    const struct rt_driver *d;                  \
-    do {                                        \
-        cudaError_t e_ = rt_enter((ptsz), &d);  \
-        if (e_) return rt_ret(e_);              \
-    } while (0)
-#define CU(call) rt_ret(rt_from_cu(call))
 
 static cudaError_t launch(const void *func, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t s,
                           int ptsz)

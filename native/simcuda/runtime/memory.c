@@ -4,13 +4,6 @@
 #include <string.h>
 #include "../sim_runtime.h"
 
-#define ENTER(ptsz)                             \
-    const struct rt_driver *d;                  \
-    do {                                        \
-        cudaError_t e_ = rt_enter((ptsz), &d);  \
-        if (e_) return rt_ret(e_);              \
-    } while (0)
-#define CU(call) rt_ret(rt_from_cu(call))
 #define DP(p) ((CUdeviceptr)(uintptr_t)(p))
 
 /* ---------------- allocation ---------------- */

@@ -78,8 +78,6 @@ class _Piece:
         self.ctx = self.ffi.gc(self.ctx, self.lib.pi_dsa_free)
         totals = np.zeros(self.n, np.int64)
         self.lib.pi_dsa_totals(self.ctx, self.ffi.cast("int64_t *", totals.ctypes.data))
-        self.totals = totals
-        self.heuristics = heuristics
         width = self._arrs[1] - self._arrs[0]
         self.orders = [(h, preorder(h, width, width * self._arrs[2], totals, self._arrs[2])) for h in heuristics]
         self.load = int(self.lib.pi_dsa_load(self.ctx))
