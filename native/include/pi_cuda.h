@@ -117,6 +117,8 @@ typedef CUevent cudaEvent_t;
 typedef CUmemoryPool cudaMemPool_t;
 typedef CUgraphExec cudaGraphExec_t;
 typedef CUgraph cudaGraph_t;
+typedef CUkernel cudaKernel_t;
+typedef CUlibrary cudaLibrary_t;
 typedef struct CUmemLocation_st cudaMemLocation; /* same layout */
 #define cudaSuccess 0
 #define cudaErrorInvalidValue 1

@@ -55,6 +55,7 @@ typedef struct { cuuint64_t opaque[16]; } sim_CUtensorMap; /* CUtensorMap, 128 b
 #define MAGIC_GRAPH 0x47524150u
 #define MAGIC_GEXEC 0x47455845u
 #define MAGIC_VMM 0x564d4d48u
+#define MAGIC_MODULE 0x4d4f4455u
 #define MAGIC_DEAD 0xdeadbeefu
 
 struct CUctx_st { uint32_t magic; int device; int refcount; };
@@ -71,6 +72,7 @@ struct CUfunc_st {
     size_t *offsets;
     size_t *sizes;
     size_t argsize; /* max(offset + size) */
+    struct CUfunc_st *next_free; /* module.c: unloaded functions are handed out again */
 };
 
 /* ---- core.c ---- */
@@ -81,6 +83,9 @@ HIDDEN int sim_initialized(void);
 HIDDEN CUresult sim_current_device(int *dev);
 HIDDEN CUresult sim_check_stream(CUstream s);
 HIDDEN uint64_t sim_now_ns(void);
+
+/* ---- module.c ---- */
+HIDDEN void sim_image_kernel(CUfunction f, void **params); /* body of kernels loaded from an image */
 
 /* ---- memory.c ---- */
 enum sim_kind { SK_DEVICE = 1, SK_PITCH, SK_ASYNC, SK_MANAGED, SK_HOST };

@@ -69,7 +69,11 @@
                                             CUstream, void **))                                         \
     X(CUresult, cuFuncGetParamInfo, (CUfunction, size_t, size_t *, size_t *))                           \
     X(CUresult, cuFuncGetName, (const char **, CUfunction))                                             \
-    X(CUresult, cuGraphLaunch, (CUgraphExec, CUstream))
+    X(CUresult, cuGraphLaunch, (CUgraphExec, CUstream))                                                 \
+    X(CUresult, cuLibraryLoadData, (CUlibrary *, const void *, int *, void **, unsigned int, int *,     \
+                                    void **, unsigned int))                                             \
+    X(CUresult, cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))                              \
+    X(CUresult, cuLibraryUnload, (CUlibrary))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

@@ -37,6 +37,12 @@ SIM_API(CUresult, simcuRegisterKernel, (const char *name, simcu_kernel_fn fn, un
 
 #define MAX_STACK_PARAMS 64
 
+static void run(CUfunction f, void **params)
+{
+    if (f->fn) f->fn(params);
+    else sim_image_kernel(f, params);
+}
+
 /* run f with kernelParams or the packed `extra` buffer */
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        CUstream s, void **kernelParams, void **extra)
@@ -50,7 +56,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (kernelParams && extra) return CUDA_ERROR_INVALID_VALUE;
     if (f->nparams == 0 || kernelParams) {
         if (f->nparams && !kernelParams) return CUDA_ERROR_INVALID_VALUE;
-        f->fn(kernelParams);
+        run(f, kernelParams);
         return CUDA_SUCCESS;
     }
     if (!extra) return CUDA_ERROR_INVALID_VALUE;
@@ -73,7 +79,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     void **params = f->nparams <= MAX_STACK_PARAMS ? stack : malloc(f->nparams * sizeof(void *));
     if (!params) return CUDA_ERROR_OUT_OF_MEMORY;
     for (unsigned i = 0; i < f->nparams; i++) params[i] = buf + f->offsets[i];
-    f->fn(params);
+    run(f, params);
     if (params != stack) free(params);
     return CUDA_SUCCESS;
 }

@@ -95,6 +95,14 @@
     X("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo, 0)               \
     X("cuKernelGetName", 12030, cuKernelGetName, 0)                         \
     X("cuKernelGetFunction", 12000, cuKernelGetFunction, 0)                 \
+    X("cuModuleLoad", 2000, cuModuleLoad, 0)                               \
+    X("cuModuleLoadData", 2000, cuModuleLoadData, 0)                       \
+    X("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx, 0)                   \
+    X("cuModuleGetFunction", 2000, cuModuleGetFunction, 0)                 \
+    X("cuModuleUnload", 2000, cuModuleUnload, 0)                           \
+    X("cuLibraryLoadData", 12000, cuLibraryLoadData, 0)                    \
+    X("cuLibraryGetKernel", 12000, cuLibraryGetKernel, 0)                  \
+    X("cuLibraryUnload", 12000, cuLibraryUnload, 0)                        \
     X("cuGraphCreate", 10000, cuGraphCreate, 0)                             \
     X("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags, 0)          \
     X("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags, 0) \

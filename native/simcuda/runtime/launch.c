@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include "../sim_runtime.h"
 
-struct stub { const void *host; CUfunction fn; struct stub *next; };
+/* host stub (or a cudaKernel_t of a loaded library) -> CUfunction; `lib` is
+ * the library that owns a kernel entry (removed when it is unloaded) */
+struct stub { const void *host; CUfunction fn; cudaLibrary_t lib; struct stub *next; };
 
 #define NBUCKETS 256
 static struct stub *g_stubs[NBUCKETS];
@@ -49,6 +51,7 @@ cudaError_t simcudaRegisterFunction(const void *hostStub, const char *name, simc
     if (!s) return rt_ret(cudaErrorMemoryAllocation);
     s->host = hostStub;
     s->fn = f;
+    s->lib = NULL;
     pthread_once(&g_once, stub_init);
     pthread_rwlock_wrlock(&g_stub_lock);
     size_t b = bucket(hostStub);
@@ -155,4 +158,57 @@ cudaError_t cudaGetFuncBySymbol(CUfunction *functionPtr, const void *symbolPtr)
     if (!f) return rt_ret(cudaErrorInvalidDeviceFunction);
     *functionPtr = f;
     return cudaSuccess;
+}
+
+/* ---------------- libraries: cudaKernel_t handles launch like host stubs ---------------- */
+
+cudaError_t cudaLibraryLoadData(cudaLibrary_t *library, const void *code, int *jitOptions, void **jitOptionsValues,
+                                unsigned int numJitOptions, int *libraryOptions, void **libraryOptionValues,
+                                unsigned int numLibraryOptions)
+{
+    ENTER(0);
+    return CU(d->cuLibraryLoadData(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                                   libraryOptionValues, numLibraryOptions));
+}
+
+cudaError_t cudaLibraryGetKernel(cudaKernel_t *pKernel, cudaLibrary_t library, const char *name)
+{
+    ENTER(0);
+    CUkernel k = NULL;
+    cudaError_t e = CU(d->cuLibraryGetKernel(&k, library, name));
+    if (e) return e;
+    if (!rt_lookup_stub(k)) {
+        struct stub *s = malloc(sizeof *s);
+        if (!s) return rt_ret(cudaErrorMemoryAllocation);
+        s->host = k;
+        s->fn = (CUfunction)(void *)k; /* simcuda: a CUkernel is its CUfunction */
+        s->lib = library;
+        pthread_once(&g_once, stub_init);
+        pthread_rwlock_wrlock(&g_stub_lock);
+        size_t b = bucket(k);
+        s->next = g_stubs[b];
+        g_stubs[b] = s;
+        pthread_rwlock_unlock(&g_stub_lock);
+    }
+    *pKernel = k;
+    return cudaSuccess;
+}
+
+cudaError_t cudaLibraryUnload(cudaLibrary_t library)
+{
+    ENTER(0);
+    pthread_once(&g_once, stub_init);
+    pthread_rwlock_wrlock(&g_stub_lock);
+    for (size_t b = 0; b < NBUCKETS; b++)
+        for (struct stub **pp = &g_stubs[b]; *pp;) {
+            struct stub *s = *pp;
+            if (s->lib == library && library) {
+                *pp = s->next;
+                free(s);
+            } else {
+                pp = &s->next;
+            }
+        }
+    pthread_rwlock_unlock(&g_stub_lock);
+    return CU(d->cuLibraryUnload(library));
 }
