@@ -99,13 +99,20 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_GRAPH(g, s) pi_emit(PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, (uint64_t)(g), 0, (uint64_t)(s), 0, 0)
 #define A_SET_DEVICE(dev) do { if (r == 0) pi_t.device = (dev); } while (0)
 #define A_TENSORMAP(gaddr) rec_tensormap(api, r, (gaddr))
+#define A_UNLOAD_BEGIN pi_layouts_unload_begin()
+#define A_UNLOAD_END pi_layouts_unload_end()
+/* unloads act at every depth and in processes that do not record: the kernel
+ * layout cache must see every handle the driver may hand out again */
+#define ALWAYS_ACTS(id) ((id) == PI_API_cuModuleUnload || (id) == PI_API_cuLibraryUnload || \
+                         (id) == PI_API_cudaLibraryUnload)
 
 #define HOOK(name, lib, base, minver, ptsz, params, args, pre, post)                \
     typedef int (*name##_real_t) params;                                             \
     __attribute__((visibility("default"))) int name params {                        \
         name##_real_t real_ = (name##_real_t)pi_real(PI_API_##name);                 \
         if (PI_UNLIKELY(!real_)) return 500; /* CUDA_ERROR_NOT_FOUND */             \
-        if (pi_t.depth > 0 || !pi_active()) return real_ args;                       \
+        if (!ALWAYS_ACTS(PI_API_##name) && (pi_t.depth > 0 || !pi_active()))         \
+            return real_ args;                                                       \
         const int api = PI_API_##name;                                               \
         pi_ctx cx;                                                                   \
         pi_scan sc;                                                                  \

@@ -18,25 +18,47 @@
 
 #define MAX_PARAMS 512
 #define LAYOUT_TAB 8192
+#define LAYOUT_PROBE 64
+#define STAMP_NEVER UINT64_MAX
 
+/*
+ * The layout cache.  Drivers hand the address of an unloaded kernel's
+ * CUfunction / CUkernel out again for the next kernel loaded (another layout),
+ * so an entry is valid only in the unload epoch it was queried in: every
+ * cuModuleUnload / cuLibraryUnload / cudaLibraryUnload bumps g_unload_begun
+ * before the real call and g_unload_done after it (hooks.c), whatever the
+ * depth, recording or not.  A query is stamped with the epoch only if no
+ * unload was in flight from before it started until after it finished; a
+ * lookup accepts an entry only if its stamp equals the current g_unload_begun.
+ * A handle can be reused only after the unload that freed it began, so a
+ * reused handle always finds its old entry stale and queries again.
+ *
+ * A slot holds one pointer to an immutable layout that carries its own key,
+ * so readers never see a key with another key's layout; entries are replaced
+ * with a CAS and the replaced one is leaked (a reader may still hold it;
+ * bounded by the number of distinct kernels seen).  The hot path is two
+ * loads and two compares, no lock.
+ */
 typedef struct layout {
-    int n;          /* parameters; -1 = unknown layout */
-    uint32_t name;  /* interned kernel name */
-    uint32_t total; /* parameter bytes */
-    uint32_t off[]; /* then size[] at off + n */
+    const void *key;          /* the function */
+    _Atomic uint64_t stamp;   /* unload epoch it is valid in; STAMP_NEVER = use once */
+    int n;                    /* parameters; -1 = unknown layout */
+    uint32_t name;            /* interned kernel name */
+    uint32_t total;           /* parameter bytes */
+    uint32_t off[];           /* then size[] at off + n */
 } layout;
 
-typedef struct lslot {
-    _Atomic(uintptr_t) key;
-    _Atomic(layout *) val;
-} lslot;
+static _Atomic(layout *) g_layouts[LAYOUT_TAB];
+static _Atomic uint64_t g_unload_begun, g_unload_done;
 
-static lslot g_layouts[LAYOUT_TAB];
-static layout g_unknown = {-1, 0, 0};
+void pi_layouts_unload_begin(void) { atomic_fetch_add(&g_unload_begun, 1); }
+void pi_layouts_unload_end(void) { atomic_fetch_add(&g_unload_done, 1); }
 
 typedef CUresult (*param_info_fn)(void *f, size_t i, size_t *off, size_t *size);
 typedef CUresult (*name_fn)(const char **name, void *f);
 
+/* ask the driver/runtime (only param-info and name queries: legal during
+ * stream capture); returns a malloc'd layout, or NULL */
 static layout *query(void *f, int runtime) {
     param_info_fn info = NULL, kinfo = NULL;
     name_fn nm = NULL, knm = NULL;
@@ -66,7 +88,9 @@ static layout *query(void *f, int runtime) {
         if (knm(&name, f) != 0) name = NULL;
     }
     layout *L = malloc(sizeof(layout) + 2 * (size_t)(n > 0 ? n : 1) * sizeof(uint32_t));
-    if (!L) return &g_unknown;
+    if (!L) return NULL;
+    L->key = f;
+    atomic_init(&L->stamp, STAMP_NEVER);
     L->n = use ? n : -1;
     L->name = pi_intern(name ? name : "<unknown kernel>");
     L->total = 0;
@@ -78,32 +102,60 @@ static layout *query(void *f, int runtime) {
     return L;
 }
 
-static layout *get_layout(void *f, int runtime) {
-    uintptr_t key = (uintptr_t)f | 1; /* never 0 */
-    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ull;
-    for (unsigned i = 0; i < 64; i++) {
-        lslot *s = &g_layouts[((h >> 40) + i) & (LAYOUT_TAB - 1)];
-        uintptr_t k = atomic_load_explicit(&s->key, memory_order_acquire);
-        if (k == key) {
-            layout *L;
-            while (!(L = atomic_load_explicit(&s->val, memory_order_acquire))) sched_yield();
-            return L;
+/* query, stamped with the unload epoch when no unload overlapped it */
+static layout *query_stamped(void *f, int runtime) {
+    uint64_t b0 = atomic_load(&g_unload_begun), d0 = atomic_load(&g_unload_done);
+    layout *L = query(f, runtime);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t b1 = atomic_load(&g_unload_begun);
+    if (L && b0 == d0 && b1 == b0) atomic_store(&L->stamp, b0);
+    return L;
+}
+
+static int same_layout(const layout *a, const layout *b) {
+    return a->n == b->n && a->name == b->name &&
+           (a->n <= 0 || memcmp(a->off, b->off, 2 * (size_t)a->n * sizeof(uint32_t)) == 0);
+}
+
+static layout g_unknown = {NULL, STAMP_NEVER, -1, 0, 0};
+
+/* The layout of f.  *owned = 1 when the caller must free it after use (not cached). */
+static layout *get_layout(void *f, int runtime, int *owned) {
+    uint64_t now = atomic_load_explicit(&g_unload_begun, memory_order_acquire);
+    uint64_t h = (uint64_t)(uintptr_t)f * 0x9E3779B97F4A7C15ull;
+    _Atomic(layout *) *spare = NULL; /* first empty or stale slot */
+    layout *spare_old = NULL;
+    *owned = 0;
+    for (unsigned i = 0; i < LAYOUT_PROBE; i++) {
+        _Atomic(layout *) *slot = &g_layouts[((h >> 40) + i) & (LAYOUT_TAB - 1)];
+        layout *L = atomic_load_explicit(slot, memory_order_acquire);
+        if (!L) {
+            spare = slot, spare_old = NULL; /* an empty slot first: nothing to leak */
+            break;
         }
-        if (k == 0) {
-            uintptr_t zero = 0;
-            if (atomic_compare_exchange_strong(&s->key, &zero, key)) {
-                layout *L = query(f, runtime);
-                atomic_store_explicit(&s->val, L, memory_order_release);
-                return L;
-            }
-            if (zero == key) {
-                layout *L;
-                while (!(L = atomic_load_explicit(&s->val, memory_order_acquire))) sched_yield();
-                return L;
-            }
+        int fresh = atomic_load_explicit(&L->stamp, memory_order_relaxed) == now;
+        if (L->key == f) {
+            if (fresh) return L;
+            spare = slot, spare_old = L; /* stale: query again, replace it here */
+            break;
         }
+        if (!fresh && !spare) spare = slot, spare_old = L;
     }
-    return query(f, runtime); /* table crowded: query uncached (leaks a little; rare) */
+    layout *N = query_stamped(f, runtime);
+    if (!N) return &g_unknown;
+    if (spare_old && spare_old->key == f && same_layout(spare_old, N)) {
+        /* the same kernel again: renew the old entry, keep no second copy */
+        uint64_t st = atomic_load(&N->stamp);
+        free(N);
+        if (st == STAMP_NEVER) return spare_old; /* valid now, not to be cached */
+        atomic_store(&spare_old->stamp, st);
+        return spare_old;
+    }
+    if (spare && atomic_load(&N->stamp) != STAMP_NEVER &&
+        atomic_compare_exchange_strong(spare, &spare_old, N))
+        return N; /* the replaced entry (if any) is leaked: a reader may hold it */
+    *owned = 1;
+    return N;
 }
 
 void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags) {
@@ -143,6 +195,10 @@ static void scan_layout(const layout *L, void **params, void **extra, pi_scan *s
             else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) bufsize = *(size_t *)extra[i + 1];
         }
         if (!buf) return;
+        if (!bufsize) { /* the driver refuses it too: never read past a buffer of unknown size */
+            pi_count_unscanned();
+            return;
+        }
     }
     if (L->n < 0) {
         /* layout unknown: a packed buffer can still be scanned whole */
@@ -160,7 +216,7 @@ static void scan_layout(const layout *L, void **params, void **extra, pi_scan *s
         uint32_t off = L->off[i], size = L->off[L->n + i];
         if (size < 8) continue;
         if (buf) {
-            if (off + size <= bufsize || !bufsize) scan_param(buf + off, size, sc);
+            if ((uint64_t)off + size <= bufsize) scan_param(buf + off, size, sc);
         } else if (params) {
             scan_param((const char *)params[i], size, sc);
         }
@@ -169,17 +225,21 @@ static void scan_layout(const layout *L, void **params, void **extra, pi_scan *s
 }
 
 void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *sc) {
+    int owned;
     sc->n = 0;
     sc->scanned = 0;
-    layout *L = get_layout((void *)f, 0);
+    layout *L = get_layout((void *)f, 0, &owned);
     sc->kernel = (int)L->name;
     if (pi_access_enabled()) scan_layout(L, params, extra, sc);
+    if (owned) free(L);
 }
 
 void pi_scan_rt(const void *func, void **args, pi_scan *sc) {
+    int owned;
     sc->n = 0;
     sc->scanned = 0;
-    layout *L = get_layout((void *)func, 1);
+    layout *L = get_layout((void *)func, 1, &owned);
     sc->kernel = (int)L->name;
     if (pi_access_enabled()) scan_layout(L, args, NULL, sc);
+    if (owned) free(L);
 }

@@ -92,5 +92,8 @@ PI_HIDDEN void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *o
 PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* rdlock held */
 PI_HIDDEN void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
                                      uint64_t stream, uint64_t aux, const pi_scan *sc);
+/* every module/library unload: before the real call and after it (layout cache epochs) */
+PI_HIDDEN void pi_layouts_unload_begin(void);
+PI_HIDDEN void pi_layouts_unload_end(void);
 PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
 #endif
