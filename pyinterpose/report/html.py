@@ -22,7 +22,7 @@ import pandas as pd
 
 from .. import __version__
 from ..trace.model import Trace
-from . import analyses, data, plots
+from . import analyses, data, plots, timeline
 from ..analysis.compare import framework_of
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
 
@@ -36,6 +36,7 @@ class Section:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (caption, formatted table)
     facts: list[tuple[str, str]] = field(default_factory=list)      # headline key/values
     notes: list[str] = field(default_factory=list)                  # "not available: ..." etc.
+    html: list[str] = field(default_factory=list)                   # interactive fragments (timeline)
 
 
 @dataclass
@@ -200,7 +201,19 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         if not tls and not rc:
             s.notes.append("no device allocations in this trace")
             return
-        s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
+        frags = []
+        if timeline.plotly_js() is not None:
+            for k, tl in enumerate(tls):
+                p = timeline.payload(trace, tl.device, classes=classes, iterations=it.value if it.ok else None,
+                                     reserved_view=reserved_view)
+                if p is not None:
+                    frags.append(timeline.fragment(p, k))
+        if frags:
+            s.html.extend(frags)
+        else:
+            s.notes.append("interactive timeline not available: the plotly package is not installed "
+                           "(pip install plotly); showing a static figure")
+            s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
         for tl in tls:
             s.facts.append((f"GPU {tl.device} peak live", f"{fmt_bytes(tl.peak)} at {fmt_ns(tl.peak_t)}"))
     _safe(s, _mem)
@@ -462,7 +475,7 @@ header h1{margin:0;font-size:20px;font-weight:600}
 header .sub{color:#cbd5e1;font-size:12px;margin-top:4px}
 nav{padding:8px 28px;background:#e5e7eb;font-size:13px}
 nav a{margin-right:14px;color:#1f2937;text-decoration:none}
-main{padding:8px 28px 40px;max-width:1100px}
+main{padding:8px 28px 40px}
 section{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:14px 18px;margin:16px 0}
 h2{font-size:17px;margin:0 0 6px}
 p.explain{color:#4b5563;font-size:13px;margin:4px 0 10px}
@@ -477,6 +490,14 @@ table.facts td:first-child{color:#6b7280}
 .warn{color:#991b1b;background:#fef2f2;border-left:3px solid #ef4444;padding:4px 8px;font-size:12px}
 caption{text-align:left;font-weight:600;padding:4px 0}
 footer{color:#9ca3af;font-size:11px;padding:0 28px 20px}
+.pit-tl{margin:8px 0 14px}
+.pit-tl-bar{display:flex;gap:14px;align-items:center;font-size:12px;flex-wrap:wrap}
+.pit-tl-bar button{font-size:12px;border:1px solid #cbd5e1;background:#fff;padding:2px 8px;cursor:pointer}
+.pit-tl-bar button.on{background:#1f2937;color:#fff;border-color:#1f2937}
+.pit-tl-info{color:#6b7280}
+.pit-tl-mini{border-top:1px dashed #e5e7eb}
+.pit-tl-hover{font-size:12px;min-height:150px;color:#374151}
+.pit-tl-none{color:#9ca3af}
 """
 
 _SCRIPT = """
@@ -516,11 +537,15 @@ def render(rep: Report) -> str:
             inner.append(f'<p class="explain">{_esc(s.explain)}</p>')
         inner += [f'<div class="note">{_esc(n)}</div>' for n in s.notes]
         inner.append(_facts_html(s.facts))
+        inner += s.html
         inner += [f'<img alt="{_esc(alt)}" src="data:image/png;base64,{png}">' for png, alt in s.figures]
         inner += [_table_html(c, df) for c, df in s.tables]
         parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    interactive = any(s.html for s in rep.sections)
+    libs = (f"<script>{timeline.plotly_js()}</script><script>{timeline.timeline_js()}</script>"
+            if interactive else "")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_esc(rep.title)}</title>"
@@ -530,7 +555,7 @@ def render(rep: Report) -> str:
         f"{''.join(parts)}</main>"
         "<footer>Self-contained report: no network access needed. Figures are PNG images embedded in this file."
         "</footer>"
-        f"<script>{_SCRIPT}</script></body></html>\n"
+        f"{libs}<script>{_SCRIPT}</script></body></html>\n"
     )
 
 

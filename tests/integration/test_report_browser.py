@@ -75,3 +75,108 @@ def test_compare_page_renders_in_chromium(tmp_path):
     cmp = compare([training_trace(iterations=4), training_trace(iterations=4, act=2 << 20)], ["a", "b"],
                   bandwidth=16, pools=False)
     check_page(tmp_path, compare_view.render_html(cmp), "compare.html")
+
+
+# ---------------------------------------------------------------------------------------------
+# The interactive memory timeline on the shipped real-GPU traces, driven like a user would:
+# DevTools protocol over a pipe (tests/integration/cdp.py), real wheel and mouse events.
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import pyinterpose  # noqa: E402
+from pyinterpose.trace.model import peak_live_bytes  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPU_TRACES = next((d for d in (os.environ.get("PYINTERPOSE_GPU_TRACES", ""),
+                                os.path.join(ROOT, "..", "shared", "data", "gpu-traces"),
+                                os.path.join(ROOT, "..", "..", "shared", "data", "gpu-traces")) if d and os.path.isdir(d)),
+                  os.path.join(ROOT, "..", "shared", "data", "gpu-traces"))
+REAL = ["torch-cnn-blocks.pit", "torch-transformer-reserved.pit", "jax-attn-blocks.pit", "loader-blocks.pit"]
+
+
+def artifacts_dir(tmp_path) -> str:
+    d = os.environ.get("PYINTERPOSE_ARTIFACTS") or str(tmp_path / "artifacts")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+STATE = """(function(){var r=document.querySelector('.pit-tl');var tl=r.pitTimeline;
+ return {status:r.getAttribute('data-timeline'), range:tl.range.slice(), n:tl.model.n,
+         points:+r.getAttribute('data-points'), ms:+r.getAttribute('data-ms'),
+         iters:tl.p.iters.length, device:tl.p.device};})()"""
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_timeline_on_real_trace(tmp_path, name):
+    from cdp import Browser
+
+    src = os.path.join(GPU_TRACES, name)
+    if not os.path.exists(src):
+        pytest.skip(f"{src} not present (the shipped real-GPU traces live in ../shared/data/gpu-traces)")
+    tr = pyinterpose.load(src)
+    page = tmp_path / (name + ".html")
+    page.write_text(html.render(html.build(tr, time_limit=1.0)), encoding="utf-8")
+    out = artifacts_dir(tmp_path)
+    stem = os.path.splitext(name)[0]
+    with Browser(str(tmp_path / "profile"), 1400, 1000) as b:
+        b.open(page.as_uri())
+        b.eval("window.pitTimelinesReady")
+        st = b.eval(STATE)
+        assert st["status"] == "ok"
+        dev = st["device"]
+        db = tr.device_blocks
+        db = db[db["device"] == dev]
+        assert st["n"] == len(db) + int(db["freed"].sum())     # one event per allocation and per free
+        assert st["points"] > 10                                  # something is drawn
+        if st["iters"] >= 2:
+            # opens on one steady iteration: a small part of the run
+            assert st["range"][1] - st["range"][0] < st["n"] / 3
+        b.screenshot(os.path.join(out, f"{stem}-page.png"))
+        b.element_screenshot(os.path.join(out, f"{stem}-timeline.png"), ".pit-tl")
+
+        # the whole run keeps the exact peak (each LOD bin keeps its peak)
+        b.eval("document.querySelector('.pit-tl').pitTimeline.setRange(-0.5, 1e12)")
+        top = b.eval("""(function(){var gd=document.querySelector('.pit-tl-main'), m=0;
+            gd.data.forEach(function(t){ if (t.fill && t.y) t.y.forEach(function(v){ if (v>m) m=v; }); });
+            return m;})()""")
+        assert top == peak_live_bytes(db)
+
+        # zoom with the mouse wheel over the plot: the visible range shrinks around the cursor
+        box = b.eval("(function(){var r=document.querySelector('.pit-tl-main .nsewdrag').getBoundingClientRect();"
+                     "return [r.left,r.top,r.width,r.height];})()")
+        r0 = b.eval(STATE)["range"]
+        b.mouse("mouseWheel", box[0] + box[2] * 0.5, box[1] + box[3] * 0.5, deltaX=0, deltaY=-600)
+        for _ in range(50):
+            r1 = b.eval(STATE)["range"]
+            if r1 != r0:
+                break
+            b.eval("new Promise(function(r){setTimeout(r,100)})")
+        assert r1[1] - r1[0] < r0[1] - r0[0], (r0, r1)
+
+        # hover: sweep the cursor up the plot at mid-width until a block is read out
+        info = None
+        for fy in np.linspace(0.97, 0.05, 24):
+            b.mouse("mouseMoved", box[0] + box[2] * 0.5, box[1] + box[3] * float(fy))
+            b.eval("new Promise(function(r){requestAnimationFrame(function(){setTimeout(r,30)})})")
+            bid = b.eval("document.querySelector('.pit-tl-hover').getAttribute('data-block')")
+            if bid is not None:
+                info = b.eval("document.querySelector('.pit-tl-hover').innerText")
+                break
+        assert info is not None, "no block under the cursor anywhere at mid-width"
+        row = tr.blocks[tr.blocks["block_id"] == int(bid)]
+        assert len(row) == 1
+        row = row.iloc[0]
+        assert f"{int(row['size']):,} B" in info                 # the size the trace recorded
+        assert str(row["api"]) in info                           # the API it came from
+        b.element_screenshot(os.path.join(out, f"{stem}-hover.png"), ".pit-tl")
+
+        # the owner stacking draws too, and still adds up to the same peak
+        b.eval("document.querySelector('.pit-tl button[data-mode=own]').click()")
+        b.eval("document.querySelector('.pit-tl').pitTimeline.setRange(-0.5, 1e12)")
+        top = b.eval("""(function(){var gd=document.querySelector('.pit-tl-main'), m=0;
+            gd.data.forEach(function(t){ if (t.fill && t.y) t.y.forEach(function(v){ if (v>m) m=v; }); });
+            return m;})()""")
+        assert top == peak_live_bytes(db)
+        assert b.console_errors() == []

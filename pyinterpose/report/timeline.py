@@ -1,0 +1,264 @@
+"""The interactive memory timeline of the HTML report: the data it needs, packed small.
+
+The page draws the timeline with plotly.js (from the ``plotly`` package on PyPI,
+inlined when the report is written: no CDN) and our own script ``timeline.js``
+(level of detail on zoom, the minimap, the per-block hover readout).  This module
+turns one device's blocks into the compact payload that script reads:
+
+* events: every allocation and free of the device, in the order of
+  ``data._events`` (time, frees before allocs at the same instant); the x axis in
+  "events" mode is the index of this sequence;
+* blocks, sorted by their allocation event: alloc event (delta-coded), lifetime in
+  events (``0xFFFFFFFF`` = never freed), size (index into a table of distinct
+  sizes), lifetime class, owner, API and call site codes, block id (delta-coded);
+* event times (delta-coded, in units of ``tq`` ns so that every delta fits 32 bits);
+* iteration boundaries (event indices), NVML used memory (event index, bytes),
+  the initial view (one steady iteration) and the names behind every code.
+
+Numeric arrays are little-endian typed arrays, gzip-compressed and base64-coded
+(the browser inflates them with ``DecompressionStream``); everything else is JSON.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from .data import CLASS_ORDER
+
+NEVER = np.uint32(0xFFFFFFFF)
+MAX_OWNERS = 12          # owners beyond these (by peak bytes) are drawn as "other owners"
+MAX_SITES = 65535
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> str | None:
+    """plotly.min.js from the installed ``plotly`` package (None when absent)."""
+    try:
+        return (resources.files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        return None
+
+
+@lru_cache(maxsize=1)
+def timeline_js() -> str:
+    return (resources.files("pyinterpose.report") / "timeline.js").read_text(encoding="utf-8")
+
+
+def _pack(a: np.ndarray, dtype: str) -> dict[str, Any]:
+    arr = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<"))
+    raw = arr.tobytes()
+    # level 6: within a few % of 9 at a third of the time
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31 = gzip container
+    gz = z.compress(raw) + z.flush()
+    return {"dtype": np.dtype(dtype).name, "n": int(arr.size), "b64": base64.b64encode(gz).decode("ascii")}
+
+
+def _owners(trace: Trace, b: pd.DataFrame) -> pd.Series:
+    """Owner library per block: the owners analysis when present, else the trace's
+    ``owner`` column, else the API the block came from (what the owners analysis
+    itself falls back to for traces without call sites)."""
+    own = None
+    try:
+        from ..analysis.owners import block_owners  # type: ignore[import-not-found]
+
+        s = block_owners(trace)
+        own = s.reindex(b.index) if s.index.equals(trace.blocks.index) or len(s) == len(trace.blocks) else None
+        if own is not None and len(s) == len(trace.blocks) and not s.index.equals(trace.blocks.index):
+            own = pd.Series(np.asarray(s), index=trace.blocks.index).reindex(b.index)
+    except Exception:  # noqa: BLE001 - the owners analysis is optional here
+        own = None
+    if own is None and "owner" in b.columns:
+        own = b["owner"].astype(str)
+        if not (own != "").any():
+            own = None
+    api = b["api"].astype(str)
+    if own is None:
+        return api
+    own = own.astype(object).where(own.notna() & (own.astype(str) != ""), api)
+    return own.astype(str)
+
+
+def _sites(trace: Trace, stack_id: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """(code per block, names): the call site of each block's stack (-1: none)."""
+    codes = np.full(len(stack_id), -1, np.int32)
+    if len(stack_id) == 0 or not (stack_id >= 0).any():
+        return codes, []
+    try:
+        from ..trace.stacks import call_site  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - no stacks API in this build
+        return codes, []
+    uniq, inv = np.unique(stack_id, return_inverse=True)
+    names: list[str] = []
+    index: dict[str, int] = {}
+    ucode = np.full(len(uniq), -1, np.int32)
+    for j, sid in enumerate(uniq.tolist()):
+        if sid < 0:
+            continue
+        try:
+            name = str(call_site(trace, int(sid)))
+        except Exception:  # noqa: BLE001
+            continue
+        if name not in index:
+            if len(names) >= MAX_SITES:
+                continue
+            index[name] = len(names)
+            names.append(name)
+        ucode[j] = index[name]
+    return ucode[inv].astype(np.int32), names
+
+
+def _codes(values: np.ndarray, order: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    names, inv = np.unique(values.astype(str), return_inverse=True)
+    names = [str(x) for x in names]
+    if order is not None:
+        rank = sorted(range(len(names)), key=lambda k: (order.index(names[k]) if names[k] in order else len(order),
+                                                          names[k]))
+        remap = np.empty(len(names), np.int64)
+        remap[rank] = np.arange(len(names))
+        inv = remap[inv]
+        names = [names[k] for k in rank]
+    return inv.astype(np.int64), names
+
+
+def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterations=None,
+            reserved_view: bool = False) -> dict[str, Any] | None:
+    """The JSON-able payload for one device (None when the device has no blocks)."""
+    b = trace.device_blocks
+    b = b[b["device"] == device]
+    if len(b) == 0:
+        return None
+    freed = b["freed"].to_numpy(bool)
+    nb = len(b)
+    rows = np.arange(nb)
+    t_all = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
+    is_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(nb, bool)])
+    r = np.concatenate([rows[freed], rows])
+    ev_order = np.lexsort((is_alloc, t_all))  # by time, frees before allocs at the same instant
+    t, r, is_alloc = t_all[ev_order], r[ev_order], is_alloc[ev_order]
+    n = len(t)
+    ev_idx = np.arange(n, dtype=np.int64)
+    a_ev = np.empty(nb, np.int64)
+    a_ev[r[is_alloc]] = ev_idx[is_alloc]
+    f_ev = np.full(nb, -1, np.int64)
+    f_ev[r[~is_alloc]] = ev_idx[~is_alloc]
+    # a block freed at the instant it was allocated: its free sorts first; put it right after
+    bad = freed & (f_ev < a_ev)
+    f_ev[bad] = a_ev[bad]  # lifetime 0 events: never live in the drawing, as in the data
+
+    order = np.argsort(a_ev, kind="stable")
+    a_s = a_ev[order]
+    life = np.where(freed[order], f_ev[order] - a_s, np.int64(NEVER)).astype(np.uint32)
+    size = b["size"].to_numpy(np.int64)[order]
+    usize, size_idx = np.unique(size, return_inverse=True)
+
+    if classes is not None:
+        cls = classes.reindex(b["block_id"].to_numpy()).astype(object)
+        cls = cls.where(cls.notna(), "other").astype(str).to_numpy()[order]
+    else:
+        cls = np.full(nb, "live" if not reserved_view else "reserved", dtype=object)
+    cls_code, cls_names = _codes(np.asarray(cls, dtype=str), CLASS_ORDER)
+
+    own = _owners(trace, b).to_numpy(dtype=str)[order]
+    own_code, own_names = _codes(own)
+    if len(own_names) > MAX_OWNERS:
+        # keep the owners with the most bytes, lump the rest
+        tot = np.bincount(own_code, weights=size.astype(np.float64), minlength=len(own_names))
+        keep = np.argsort(-tot, kind="stable")[:MAX_OWNERS - 1]
+        remap = np.full(len(own_names), MAX_OWNERS - 1, np.int64)
+        remap[keep] = np.arange(len(keep))
+        own_names = [own_names[k] for k in keep] + ["other owners"]
+        own_code = remap[own_code]
+    api_code, api_names = _codes(b["api"].astype(str).to_numpy()[order])
+    if "stack_id" in b.columns:
+        site_code, site_names = _sites(trace, b["stack_id"].to_numpy(np.int64)[order])
+    else:
+        site_code, site_names = np.full(nb, -1, np.int32), []
+
+    bid = b["block_id"].to_numpy(np.int64)[order]
+    t_rel = t - (int(t[0]) if n else 0)
+    dt = np.diff(t_rel, prepend=np.int64(0))
+    dt = np.maximum(dt, 0)
+    tq = max(1, int(-(-int(dt.max(initial=0)) // 0xFFFFFFFF)))
+    # quantise cumulative times (not deltas) so rounding errors do not add up
+    tqv = t_rel // tq
+    dtq = np.diff(tqv, prepend=np.int64(0)).astype(np.uint32)
+
+    arrays = {
+        "a": _pack(np.diff(a_s, prepend=np.int64(0)).astype(np.uint32), "u4"),
+        "life": _pack(life, "u4"),
+        "size_idx": _pack(size_idx.astype(np.uint32), "u4" if len(usize) > 65535 else "u2"),
+        "sizes": _pack(usize.astype(np.float64), "f8"),
+        "cls": _pack(cls_code, "u1"),
+        "own": _pack(own_code, "u1"),
+        "api": _pack(api_code, "u1" if len(api_names) < 256 else "u2"),
+        "bid": _pack(np.diff(bid, prepend=np.int64(0)).astype(np.int32), "i4"),
+        "t": _pack(dtq, "u4"),
+    }
+    if site_names:
+        arrays["site"] = _pack(site_code, "i4")
+
+    iters_ev: list[int] = []
+    iters_t: list[int] = []
+    if iterations is not None and getattr(iterations, "count", 0):
+        bt = np.asarray(iterations.boundaries_t, dtype=np.int64)
+        iters_ev = np.searchsorted(t, bt, side="left").astype(np.int64).tolist()
+        iters_t = (bt - int(t[0])).tolist()
+    if len(iters_ev) >= 2:
+        k = (len(iters_ev) - 1) // 2
+        lo, hi = iters_ev[k], iters_ev[k + 1]
+        pad = max(1, (hi - lo) // 20)
+        initial = [max(0, lo - pad), min(n - 1, hi + pad)]
+    else:
+        initial = [0, max(0, n - 1)]
+
+    nvml = {"x": [], "y": []}
+    nv = trace.nvml
+    if len(nv):
+        g = nv[nv["device"] == device].sort_values("t")
+        if len(g):
+            tt = g["t"].to_numpy(np.int64)
+            # fractional event index: position between the events around the sample
+            j = np.searchsorted(t, tt, side="right")
+            x = np.clip(j - 0.5, -0.5, n - 0.5)
+            nvml = {"x": [round(float(v), 2) for v in x], "y": g["used_bytes"].astype(np.int64).tolist()}
+
+    start_epoch = trace.meta.get("start_time")
+    return {
+        "device": int(device), "events": int(n), "blocks": int(nb), "tq": tq,
+        "t0_ns": int(t[0]) if n else 0,
+        "start_epoch_s": float(start_epoch) if isinstance(start_epoch, (int, float)) else None,
+        "reserved_view": bool(reserved_view),
+        "names": {"cls": cls_names, "own": own_names, "api": api_names, "site": site_names},
+        "arrays": arrays,
+        "iters": iters_ev, "iters_t": iters_t,
+        "nvml": nvml,
+        "initial": initial,
+    }
+
+
+def fragment(p: dict[str, Any], idx: int) -> str:
+    """The HTML for one device's timeline: containers, controls and the payload."""
+    data = json.dumps(p, separators=(",", ":")).replace("</", "<\\/")
+    dev = p["device"]
+    return (
+        f'<div class="pit-tl" id="pit-tl-{idx}" data-device="{dev}" data-timeline="pending">'
+        f'<div class="pit-tl-bar"><b>GPU {dev}</b>'
+        '<span class="pit-tl-group">stack by <button data-mode="cls" class="on">lifetime class</button>'
+        '<button data-mode="own">owner</button></span>'
+        '<span class="pit-tl-group"><button data-act="steady">one steady iteration</button>'
+        '<button data-act="all">whole run</button></span>'
+        '<span class="pit-tl-info"></span></div>'
+        f'<div class="pit-tl-main" id="pit-tl-{idx}-main"></div>'
+        f'<div class="pit-tl-mini" id="pit-tl-{idx}-mini"></div>'
+        '<div class="pit-tl-hover">Hover over the stacked area to see the block under the cursor.</div>'
+        f'<script type="application/json" class="pit-tl-data">{data}</script>'
+        '</div>'
+    )
