@@ -10,6 +10,7 @@
  */
 (function () {
   'use strict';
+  var SCRIPT_START = performance.now();
   var BINS = 1200, CHECK = 4096, NEVER = 0xFFFFFFFF;
   var PALETTE = ['#4C72B0', '#DD8452', '#55A868', '#C44E52', '#8172B3', '#937860', '#DA8BC3', '#8C8C8C',
                  '#CCB974', '#64B5CD', '#2F4B7C', '#A05195'];
@@ -439,6 +440,7 @@
     return Promise.all(jobs).then(function () {
       document.body.setAttribute('data-timelines', 'ok');
       document.body.setAttribute('data-timelines-ms', String(Math.round(performance.now())));
+      document.body.setAttribute('data-timelines-script-start-ms', String(Math.round(SCRIPT_START)));
     });
   }
   window.pitTimelinesReady = new Promise(function (resolve, reject) {

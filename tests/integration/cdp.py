@@ -53,7 +53,7 @@ class Browser:
         self._reader.start()
         tid = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         self.session = self.call("Target.attachToTarget", {"targetId": tid, "flatten": True})["sessionId"]
-        for m in ("Page.enable", "Runtime.enable", "Log.enable"):
+        for m in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):
             self.call(m, session=True)
         self.call("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": False}, session=True)
@@ -148,6 +148,12 @@ class Browser:
                                    "scale": scale}}, session=True)["data"]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
+
+    def requests(self) -> list[str]:
+        """URLs the page asked for (documents, scripts, images, fetches)."""
+        with self._cv:
+            return [e["params"]["request"]["url"] for e in self.events
+                    if e.get("method") == "Network.requestWillBeSent"]
 
     def console_errors(self) -> list[str]:
         """Console messages and uncaught exceptions of the page (any level: a clean report logs nothing)."""

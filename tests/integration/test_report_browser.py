@@ -180,3 +180,5 @@ def test_timeline_on_real_trace(tmp_path, name):
             return m;})()""")
         assert top == peak_live_bytes(db)
         assert b.console_errors() == []
+        # offline: nothing but the file itself and inline data was requested
+        assert [u for u in b.requests() if not u.startswith(("file:", "data:", "blob:"))] == []
