@@ -15,20 +15,37 @@ address: addresses are reused)
     pid: int32
     device: int16
     api: category        e.g. "cudaMallocAsync", "cuMemAlloc_v2"
-    kind: category       device|pitch|async|pool|managed|host|vmm_reserve|vmm_create|vmm_map
+    kind: category       device|pitch|async|pool|managed|host|vmm|vmm_create
+                         (vmm = one VMM buffer: reserve + create + map joined, see
+                         pyinterpose.trace.vmm; vmm_create = a physical handle that
+                         was never mapped)
     address: uint64      0 for vmm_create (physical handle, see ``handle``)
-    size: int64          bytes
-    handle: uint64       pool handle (pool), VMM handle (vmm_create/vmm_map), else 0
+    size: int64          bytes (vmm: the physical bytes behind the mapping)
+    handle: uint64       pool handle (pool), VMM handle (vmm/vmm_create), else 0
     t_alloc, t_free: int64 ns
     seq_alloc, seq_free: int64
     freed: bool          False = never freed in the trace; then t_free = trace end
                          and seq_free = the process's last seq + 1
     stream: uint64
     counts_device: bool  True when the block holds device memory
-                         (device/pitch/async/pool/managed/vmm_create): the rows
-                         that add up to live device bytes.  host, vmm_reserve and
-                         vmm_map rows are False (a map only names memory a
-                         vmm_create row already counts).
+                         (device/pitch/async/pool/managed/vmm/vmm_create): the rows
+                         that add up to live device bytes.  host rows are False, and
+                         so is a vmm mapping of physical bytes that another live
+                         mapping of the same handle already counts (physical bytes
+                         count once).
+    handle_t_create, handle_t_release: int64  vmm/vmm_create: the physical handle's
+                         own lifetime (cuMemCreate -> cuMemRelease; trace end when
+                         never released); -1 for other kinds or when the create is
+                         not in the trace.  A vmm block's t_alloc/t_free are its
+                         map -> unmap.
+    reservation_id: int64  vmm: the row of ``reservations`` whose virtual range holds
+                         the mapping; -1 otherwise
+
+``reservations`` — cuMemAddressReserve ranges (virtual address space, no memory;
+not blocks): reservation_id (int64, dense), pid, device, api, address, size,
+t_alloc, t_free, seq_alloc, seq_free, freed, maps (int64: vmm blocks mapped in it),
+mapped_peak (int64: most physical bytes mapped in it at once — for PyTorch's
+expandable segments, the segment's peak size)
 
 ``accesses`` — one row per (launch|copy|memset, block) pair
     block_id: int64, pid: int32, seq: int64 (of the LAUNCH/COPY/MEMSET event),
@@ -71,14 +88,20 @@ import pandas as pd
 
 KINDS = {1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
          7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map"}
-DEVICE_KINDS = frozenset({"device", "pitch", "async", "pool", "managed", "vmm_create"})
+DEVICE_KINDS = frozenset({"device", "pitch", "async", "pool", "managed", "vmm", "vmm_create"})
 
 BLOCK_COLUMNS = {
     "block_id": "int64", "pid": "int32", "device": "int16", "api": "category", "kind": "category",
     "address": "uint64", "size": "int64", "handle": "uint64", "t_alloc": "int64", "t_free": "int64",
     "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "stream": "uint64",
-    "counts_device": "bool",
+    "counts_device": "bool", "handle_t_create": "int64", "handle_t_release": "int64", "reservation_id": "int64",
 }
+RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int16", "api": "category",
+                       "address": "uint64", "size": "int64", "t_alloc": "int64", "t_free": "int64",
+                       "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "maps": "int64",
+                       "mapped_peak": "int64"}
+# value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
+COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
@@ -114,7 +137,7 @@ def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
     df = df.copy()
     for c, d in columns.items():
         if c not in df:
-            df[c] = False if d == "bool" else ("" if d in ("object", "category") else 0)
+            df[c] = COLUMN_DEFAULTS.get(c, False if d == "bool" else ("" if d in ("object", "category") else 0))
         if str(df[c].dtype) != d:
             df[c] = df[c].astype(d)
     extra = [c for c in df.columns if c not in columns]
@@ -137,6 +160,7 @@ class Trace:
     counts: dict = field(default_factory=dict)   # op counts from the reader
     warnings: list = field(default_factory=list)  # e.g. "trace cut short ..."
     path: str | None = None
+    reservations: pd.DataFrame = field(default_factory=lambda: empty_table(RESERVATION_COLUMNS))
 
     @classmethod
     def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,

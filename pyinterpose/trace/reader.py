@@ -18,6 +18,7 @@ import pandas as pd
 from ..capture import records
 from ..errors import TraceError
 from . import format as fmt
+from . import vmm
 from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
                     HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS, Trace,
                     conform, empty_table)
@@ -346,7 +347,7 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path)
-    return tr
+    return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
 
 
 def load(path: str, progress: bool = False) -> Trace:
