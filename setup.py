@@ -23,13 +23,29 @@ class BuildExtWithNative(build_ext):
         else:
             out = os.path.join(self.build_lib, "pyinterpose", "_native")
         _build.build_native(out)
+        if not (self.inplace or getattr(self, "editable_mode", False)):
+            _copy_samples(os.path.join(self.build_lib, "pyinterpose", "_samples"))
 
     def get_outputs(self):
         outs = super().get_outputs()
-        base = os.path.join(self.build_lib, "pyinterpose", "_native")
-        for root, _, files in os.walk(base):
-            outs += [os.path.join(root, f) for f in files]
+        for sub in ("_native", "_samples"):
+            base = os.path.join(self.build_lib, "pyinterpose", sub)
+            for root, _, files in os.walk(base):
+                outs += [os.path.join(root, f) for f in files]
         return outs
+
+
+def _copy_samples(dest):
+    """The real-GPU sample traces (samples/) go into the installed package for `demo --sample`."""
+    import shutil
+
+    src = os.path.join(HERE, "samples")
+    if not os.path.isdir(src):
+        return
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(src):
+        if name.endswith((".pit", ".json", ".md")):
+            shutil.copy2(os.path.join(src, name), os.path.join(dest, name))
 
 
 setup(

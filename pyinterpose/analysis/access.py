@@ -340,4 +340,11 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         }
 
     out["stability"] = stability(iv, classify(trace, iters, pid), iters.count) if iters.count else None
+    # kernels inside CUDA graph replays are not recorded one by one: their accesses are missing
+    la = trace.launches
+    g = int(la.loc[la["pid"] == pid, "graph"].sum()) if pid is not None and len(la) else int(la["graph"].sum())
+    out["graph_launches"] = g
+    out["notes"] = [] if not g else [
+        f"{g} CUDA graph launches: the kernels inside graph replays are not seen, so their accesses are "
+        "missing here (ATIs across a replay are too long, blocks used only inside graphs look untouched)"]
     return out

@@ -6,9 +6,16 @@
 * identity: label, path, framework, view, processes, devices;
 * memory: ``peak_live_bytes`` (peak of live device bytes of the blocks: what the
   program asked for in a blocks view, what the framework reserved in a reserved
-  view), ``reserved_bytes`` with ``reserved_source`` ("reserved view" = the blocks
-  themselves, "nvml" = NVML used memory: reserve + CUDA context, None = unknown),
-  ``reserved_over_live`` (reserved / peak live);
+  view), ``reserved_bytes`` = what the framework's allocator reserved, with
+  ``reserved_source``: "reserved view" (the peak of the allocator's own blocks:
+  PyTorch's ``max_memory_reserved``, XLA's region), "simulated: NAME" (a blocks view:
+  the framework's allocator replayed by the ``NAME`` pool simulator on its own
+  requests) or None (unknown); ``reserved_over_live`` (reserved / peak live);
+  ``nvml_used_bytes`` (NVML used memory of the whole GPU: CUDA context, libraries and
+  the allocator's reserve — never the reserve itself); ``duration_ns``;
+* owners: ``by_owner`` (rows of :func:`pyinterpose.analysis.owners.bytes_by_owner`),
+  ``allocator_peak_bytes`` (peak live bytes of the framework allocator's blocks) and
+  ``outside_allocator_bytes`` (peak live bytes of the rest);
 * iterations: ``iterations``, ``allocs_per_iteration``, ``bytes_per_iteration``
   (sum of sizes allocated in one regular step, averaged over the steps);
 * sizes: ``blocks``, ``size`` quantiles, ``small_fraction`` (blocks < 1 MiB);
@@ -98,12 +105,15 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     notes: list[str] = []
     b = trace.device_blocks
     view = str(trace.meta.get("view", "unknown"))
+    from .owners import allocator_info, bytes_by_owner
+
     peak = peak_live_bytes(trace.blocks)
     nv = trace.nvml
+    info = allocator_info(trace)
+    fw = info["framework"]
+    sim = "pytorch" if fw == "pytorch" else ("bfc" if fw in ("jax", "tensorflow") else None)
     if view == "reserved":
-        reserved, source = peak, "reserved view"
-    elif len(nv):
-        reserved, source = int(nv.groupby("t")["used_bytes"].sum().max()), "nvml"
+        reserved, source = info["peak_live_bytes"], "reserved view"
     else:
         reserved, source = None, None
     sizes = b["size"].to_numpy(np.int64)
@@ -119,6 +129,11 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "reserved_bytes": None if reserved is None else int(reserved),
         "reserved_source": source,
         "reserved_over_live": (float(reserved) / peak) if reserved is not None and peak else None,
+        "nvml_used_bytes": int(nv.groupby("t")["used_bytes"].sum().max()) if len(nv) else None,
+        "duration_ns": int(trace.duration_ns),
+        "by_owner": bytes_by_owner(trace).to_dict("records"),
+        "allocator_peak_bytes": int(info["peak_live_bytes"]),
+        "outside_allocator_bytes": int(info["outside"]["peak_live_bytes"]),
         "size": _quantiles(sizes),
         "small_fraction": float((sizes < SMALL).mean()) if len(sizes) else None,
         "iterations": None, "allocs_per_iteration": None, "bytes_per_iteration": None,
@@ -138,6 +153,11 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         pl = analyses.pools(trace, time_limit=time_limit)
         if pl.ok:
             row["fragmentation"] = _fragmentation(pl.value)
+            sim_peak = next((r.get("peak_bytes") for r in (pl.value or {}).get("strategies", [])
+                             if isinstance(pl.value, dict) and r.get("strategy") == sim), None)
+            if row["reserved_bytes"] is None and sim_peak is not None:
+                row["reserved_bytes"], row["reserved_source"] = int(sim_peak), f"simulated: {sim}"
+                row["reserved_over_live"] = float(sim_peak) / peak if peak else None
             if row["fragmentation"] is None:
                 notes.append(f"fragmentation: unrecognised pools result {type(pl.value).__name__}")
         else:

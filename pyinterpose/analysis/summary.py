@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..trace.model import Trace, peak_live_bytes
+from .owners import allocator_info, bytes_by_owner
 
 
 def summarize(trace: Trace) -> dict:
@@ -25,6 +26,8 @@ def summarize(trace: Trace) -> dict:
         })
     counts = {k: v for k, v in trace.counts.items() if k != "by_api"}
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
+    info = allocator_info(trace)
+    graph_launches = int(trace.launches["graph"].sum()) if len(trace.launches) else 0
     return {
         "trace": trace.path,
         "command": trace.meta.get("command"),
@@ -32,7 +35,7 @@ def summarize(trace: Trace) -> dict:
         "knobs": trace.meta.get("knobs", {}),
         "simulated_gpu": trace.meta.get("simulated_gpu", False),
         "exit_status": tr.get("exit_status"),
-        "duration_s": tr.get("duration_s"),
+        "duration_s": trace.duration_ns / 1e9,
         "complete": bool(tr),
         "lost_events": lost,
         "producer_waits": int(trace.processes["waits"].sum()) if len(trace.processes) else 0,
@@ -44,6 +47,12 @@ def summarize(trace: Trace) -> dict:
         "kinds": kinds,
         "bytes_allocated": int(b["size"].sum()),
         "peak_live_bytes": peak_live_bytes(dev),
+        "framework": info["framework"],
+        "allocator": {k: v for k, v in info.items() if k not in ("outside", "framework")},
+        "outside_allocator": info["outside"],
+        "by_owner": bytes_by_owner(trace).to_dict("records"),
+        "reservations": int(len(trace.reservations)),
+        "graph_launches": graph_launches,
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
     }

@@ -78,6 +78,8 @@ def run(args) -> int:
     else:
         head.append(("bandwidth filter", r["bandwidth_note"]))
     print_kv(head, title="Access intervals", out=con)
+    for n in r.get("notes", []):
+        con.print(f"note: {n}")
     if r["ati_by_kind"]:
         rows = [(k, v["intervals"], fmt_ns(v["quantiles"]["p50"]), fmt_ns(v["quantiles"]["p90"]),
                  fmt_ns(v["quantiles"]["max"]),

@@ -32,15 +32,21 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+DEFAULT_SAMPLE = "torch-cnn-blocks.pit"
+
+
 def sample_traces() -> list[str]:
-    """Committed sample traces: samples/*.pit in the source tree, then in the working directory."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """Committed sample traces (samples/*.pit, README in samples/): installed with the package
+    (pyinterpose/_samples), in the source tree, then in the working directory; the PyTorch
+    blocks-view sample first."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(pkg)
     found: list[str] = []
-    for d in (os.path.join(here, "samples"), os.path.join(os.getcwd(), "samples")):
-        for p in sorted(glob.glob(os.path.join(d, "*.pit"))):
-            if os.path.abspath(p) not in found:
+    for d in (os.path.join(pkg, "_samples"), os.path.join(here, "samples"), os.path.join(os.getcwd(), "samples")):
+        for p in sorted(glob.glob(os.path.join(d, "*.pit")), key=lambda p: (os.path.basename(p) != DEFAULT_SAMPLE, p)):
+            if os.path.basename(p) not in {os.path.basename(f) for f in found}:
                 found.append(os.path.abspath(p))
-    return found
+    return sorted(found, key=lambda p: os.path.basename(p) != DEFAULT_SAMPLE)
 
 
 def capture_simulated(output: str, framework: str, quiet: bool = True) -> None:

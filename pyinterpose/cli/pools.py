@@ -63,6 +63,11 @@ def run(args) -> int:
         ratio = r["ratio_to_bound"]
         rows.append([r["strategy"], fmt_bytes(r["peak_bytes"]), "-" if ratio is None else f"{ratio:.3f}",
                      f"{100 * r['fragmentation']:.1f}%", r["bound"], f"{r['seconds']:.3f}", extra])
+    al, out = res.get("allocator") or {}, res.get("outside_allocator") or {}
+    if out.get("blocks"):
+        rows.append(["outside the allocator", fmt_bytes(out["peak_live_bytes"]), "-", "-", "-", "-",
+                     f"{out['blocks']} blocks not replayed (not {al.get('framework', '?')}'s allocator: "
+                     f"{al.get('rule', '?')})"])
     print_table(rows, ["strategy", "peak", "ratio", "fragmentation", "bound", "seconds", "notes"],
                 right=[1, 2, 3, 5], out=con)
     return 0

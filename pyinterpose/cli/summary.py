@@ -36,7 +36,8 @@ def _run(args) -> int:
     from rich.table import Table
 
     con = Console()
-    con.print(f"[bold]{args.file}[/bold]  view={s['view']}  command: {' '.join(s['command'] or [])}")
+    con.print(f"[bold]{args.file}[/bold]  view={s['view']}  framework={s['framework']}  "
+              f"duration={s['duration_s']:.2f} s  command: {' '.join(s['command'] or [])}")
     t = Table(title="events", show_header=True)
     t.add_column("what")
     t.add_column("count", justify="right")
@@ -57,6 +58,20 @@ def _run(args) -> int:
         t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p["launches"]),
                   _fmt_bytes(p["peak_live_bytes"]), str(p["lost_events"]))
     con.print(t)
+    t = Table(title="device memory by owner", show_header=True)
+    for c in ("owner", "blocks", "allocated", "peak live", "framework allocator"):
+        t.add_column(c, justify="left" if c == "owner" else "right")
+    for r in s["by_owner"]:
+        t.add_row(r["owner"], str(r["blocks"]), _fmt_bytes(r["bytes"]), _fmt_bytes(r["peak_live_bytes"]),
+                  "yes" if r["is_allocator"] else "no (outside the allocator)")
+    con.print(t)
+    al = s["allocator"]
+    con.print(f"framework allocator ({al['source']}: {al['rule']}): {al['blocks']} blocks, peak "
+              f"{_fmt_bytes(al['peak_live_bytes'])}; outside it: {s['outside_allocator']['blocks']} blocks, peak "
+              f"{_fmt_bytes(s['outside_allocator']['peak_live_bytes'])}")
+    if s["graph_launches"]:
+        con.print(f"{s['graph_launches']} CUDA graph launches: the kernels inside graph replays are not seen "
+                  "(their accesses are missing from the access analysis)")
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
     return 0

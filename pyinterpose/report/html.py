@@ -168,7 +168,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         ("framework", framework_of(trace)),
         ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", [])) or "-"),
         ("processes", str(len(trace.pids))),
-        ("duration", fmt_ns(trace.end_ns)),
+        ("duration", fmt_ns(trace.duration_ns)),
         ("device allocations", f"{len(b):,}"),
         ("accesses", f"{len(trace.accesses):,}"),
         ("kernel launches", f"{len(trace.launches):,}"),
@@ -177,7 +177,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     ]
     heads.update(blocks=int(len(b)), peak_live_bytes=int(peak), view=trace.meta.get("view"),
                  nvml_peak_used_bytes=int(nv["used_bytes"].max()) if len(nv) else None,
-                 duration_ns=int(trace.end_ns))
+                 duration_ns=int(trace.duration_ns))
 
     sections: list[Section] = []
 

@@ -210,6 +210,17 @@ class Trace:
         vals = [int(c.max()) for c in cols if len(c)]
         return max(vals) if vals else 0
 
+    @property
+    def duration_ns(self) -> int:
+        """How long the run took: from the start of capture (``t0``) to the program's end as the
+        trailer recorded it; for a trace cut short (no trailer), to its last event.  The one
+        duration every output shows (summary, report, compare)."""
+        tr = self.meta.get("trailer") or {}
+        end, t0 = tr.get("end_ns"), self.meta.get("t0_ns")
+        if end is not None and t0 is not None:
+            return max(int(end) - int(t0), self.end_ns)
+        return self.end_ns
+
     def summary_line(self) -> str:
         return (f"{len(self.blocks)} blocks, {len(self.accesses)} accesses, "
                 f"{len(self.launches)} launches, {len(self.processes)} processes")

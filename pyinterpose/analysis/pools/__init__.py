@@ -3,7 +3,11 @@
 Public functions (used by the report and export commands):
 
 * :func:`requests` — a process's request stream (device blocks' alloc/free events
-  in sequence order), what the simulated allocators replay.
+  in sequence order); with ``allocator_only=True`` only the framework allocator's own
+  requests (:func:`pyinterpose.analysis.owners.allocator_mask`), what the simulated
+  allocators replay: allocations made outside the allocator (library workspaces, the
+  runtime) are not the allocator's to place; :func:`evaluate` reports them on their own
+  line (``outside_allocator``).
 * :func:`steady_problem` — one steady iteration in MiniMalloc's form
   (``id, lower, upper, size`` with lifetimes in event index, half-open), plus
   ``block_id`` and ``crossing`` columns (see below).
@@ -31,10 +35,11 @@ window as it is (each row on its own), which is what one steady step needs.
 they count in the bound too: the bound is what that step needs.
 
 Bounds.  ``bound_bytes`` = LOAD of the steady problem (peak live bytes of the
-steady step); ``bound_whole_run_bytes`` = peak live device bytes over the whole run of
-the process.  Planners are compared with the first (they plan the steady step);
-simulated allocators replay the whole run, and their reserved memory never shrinks,
-so they are compared with the second (each result says which in ``bound``).
+steady step); ``bound_whole_run_bytes`` = peak live bytes of the framework
+allocator's requests over the whole run of the process (what the simulators replay).
+Planners are compared with the first (they plan the steady step); simulated allocators
+replay the whole run, and their reserved memory never shrinks, so they are compared with
+the second (each result says which in ``bound``).
 """
 from __future__ import annotations
 
@@ -66,21 +71,26 @@ def _pid(trace: Trace, pid: int | None) -> int | None:
     return trace.main_pid
 
 
-def _device_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
+def _device_blocks(trace: Trace, pid: int | None, allocator_only: bool = False) -> pd.DataFrame:
     b = trace.blocks
-    b = b[b["counts_device"]]
+    if allocator_only:
+        from ..owners import allocator_mask
+        b = b[allocator_mask(trace)]
+    else:
+        b = b[b["counts_device"]]
     if pid is not None:
         b = b[b["pid"] == pid]
     return b
 
 
-def requests(trace: Trace, pid: int | None = None) -> pd.DataFrame:
+def requests(trace: Trace, pid: int | None = None, allocator_only: bool = False) -> pd.DataFrame:
     """The request stream of one process (default: the main one): one row per
-    alloc and per free of a device block, ordered by the process's sequence number.
+    alloc and per free of a device block, ordered by the process's sequence number;
+    ``allocator_only``: the framework allocator's requests only.
 
     Columns: seq, t, op ("alloc"|"free"), block_id, size, stream.  Blocks never freed
     have no free row."""
-    b = _device_blocks(trace, _pid(trace, pid))
+    b = _device_blocks(trace, _pid(trace, pid), allocator_only)
     freed = b[b["freed"]]
     seq = np.concatenate([b["seq_alloc"].to_numpy(np.int64), freed["seq_free"].to_numpy(np.int64)])
     t = np.concatenate([b["t_alloc"].to_numpy(np.int64), freed["t_free"].to_numpy(np.int64)])
@@ -114,13 +124,14 @@ def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict
                                 "period_allocs": int(it.period_allocs)}
 
 
-def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int] | None = None
-                   ) -> pd.DataFrame:
+def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int] | None = None,
+                   allocator_only: bool = False) -> pd.DataFrame:
     """One steady iteration as a DSA problem (see the module docstring).
 
     Columns: id (= block_id), lower, upper, size, block_id, crossing.  ``df.attrs``
     holds ``window`` (seq_lo, seq_hi), ``events`` (E) and ``pid``, and
-    ``iteration`` (how the window was chosen)."""
+    ``iteration`` (how the window was chosen).  ``allocator_only``: the framework
+    allocator's blocks only (what :func:`evaluate` plans)."""
     pid = _pid(trace, pid)
     if window is None:
         window, info = _steady_window(trace, pid)
@@ -129,8 +140,8 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     lo, hi = int(window[0]), int(window[1])
     if hi <= lo:
         raise PyinterposeError(f"empty window [{lo}, {hi})")
-    b = _device_blocks(trace, pid)
-    req = requests(trace, pid)
+    b = _device_blocks(trace, pid, allocator_only)
+    req = requests(trace, pid, allocator_only)
     ev = req["seq"].to_numpy(np.int64)
     ev = ev[(ev >= lo) & (ev < hi)]
     E = len(ev)
@@ -188,10 +199,12 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
         raise PyinterposeError(f"options for unknown allocator {bad[0]!r} (choose from {', '.join(ALLOCATORS)})")
     pytorch_opts, pytorch_conf = pytorch_options(trace.meta, allocator_options.get("pytorch"))
     pid = _pid(trace, pid)
-    req = requests(trace, pid)
+    from ..owners import allocator_info
+    req = requests(trace, pid, allocator_only=True)
     sizes = np.where(req["op"].to_numpy() == "alloc", 1, -1) * req["size"].to_numpy(np.int64)
     whole = int(np.cumsum(sizes).max()) if len(sizes) else 0
-    prob = steady_problem(trace, pid, window)
+    info = allocator_info(_pid_view(trace, pid))
+    prob = steady_problem(trace, pid, window, allocator_only=True)
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
     bound = load(lower, upper, size)
     out_rows = []
@@ -227,5 +240,17 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
                       "crossing": {k: int(v) for k, v in prob["crossing"].value_counts().items()},
                       **attrs["iteration"]},
         "requests": int(len(req)),
+        "allocator": {k: v for k, v in info.items() if k != "outside"},
+        "outside_allocator": info["outside"],
         "strategies": out_rows,
     }
+
+
+def _pid_view(trace: Trace, pid: int | None) -> Trace:
+    """``trace`` restricted to one process's blocks (for per-process allocator figures)."""
+    if pid is None or (trace.blocks["pid"] == pid).all():
+        return trace
+    import copy
+    t = copy.copy(trace)
+    t.blocks = trace.blocks[trace.blocks["pid"] == pid]
+    return t
