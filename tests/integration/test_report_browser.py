@@ -129,7 +129,9 @@ def test_timeline_on_real_trace(tmp_path, name):
         db = tr.device_blocks
         db = db[db["device"] == dev]
         assert st["n"] == len(db) + int(db["freed"].sum())     # one event per allocation and per free
-        assert st["points"] > 10                                  # something is drawn
+        # something is drawn: at least one point per event of the opening range (one steady
+        # iteration: JAX's attention step is 3 buffers, 6 events), else more than 10
+        assert st["points"] > min(10, st["range"][1] - st["range"][0]), st
         if st["iters"] >= 2:
             # opens on one steady iteration: a small part of the run
             assert st["range"][1] - st["range"][0] < st["n"] / 3
