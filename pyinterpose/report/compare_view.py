@@ -43,6 +43,19 @@ def metric_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         line("NVML used (whole GPU)", lambda r: fmt_bytes(r.get("nvml_used_bytes"))),
         line("framework allocator peak", lambda r: fmt_bytes(r.get("allocator_peak_bytes"))),
         line("outside the allocator (peak)", lambda r: fmt_bytes(r.get("outside_allocator_bytes"))),
+    ]
+    owners_seen: list[str] = []
+    for r in rows_in:
+        for o in r.get("by_owner") or []:
+            if o["owner"] not in owners_seen:
+                owners_seen.append(o["owner"])
+
+    def owner_peak(r, name):
+        row = next((o for o in r.get("by_owner") or [] if o["owner"] == name), None)
+        return "-" if row is None else (f"{fmt_bytes(row['peak_live_bytes'])} ({row['blocks']:,} blocks"
+                                        + (", allocator)" if row["is_allocator"] else ")"))
+    out += [line(f"owner: {o} (peak)", lambda r, o=o: owner_peak(r, o)) for o in owners_seen]
+    out += [
         line("iterations", lambda r: "-" if r["iterations"] is None else f"{r['iterations']:,}"),
         line("allocations / iteration", lambda r: "-" if r["allocs_per_iteration"] is None
              else f"{r['allocs_per_iteration']:,}"),

@@ -108,3 +108,18 @@ def test_summary_shows_bytes_per_owner():
     assert [r["owner"] for r in s["by_owner"]] == ["cuMemAlloc_v2", "cudaMallocAsync"]
     assert s["outside_allocator"]["peak_live_bytes"] == 100 * MiB
     assert s["allocator"]["peak_live_bytes"] == 12 * MiB and s["framework"] == "pytorch"
+
+
+def test_compare_shows_bytes_per_owner(monkeypatch, tmp_path):
+    from pyinterpose.analysis.compare import compare
+    from pyinterpose.report.compare_view import metric_rows
+
+    monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path))
+    cmp = compare([torch_like(), torch_like()], ["a", "b"], bandwidth=16, pools=False, swap=False)
+    r = cmp["traces"][0]
+    assert r["allocator_peak_bytes"] == 12 * MiB and r["outside_allocator_bytes"] == 100 * MiB
+    assert [o["owner"] for o in r["by_owner"]] == ["cuMemAlloc_v2", "cudaMallocAsync"]
+    _, rows = metric_rows(cmp)
+    lines = {row[0]: row[1:] for row in rows}
+    assert lines["owner: cuMemAlloc_v2 (peak)"] == ["100.0 MiB (1 blocks)"] * 2
+    assert lines["owner: cudaMallocAsync (peak)"] == ["12.0 MiB (20 blocks, allocator)"] * 2
