@@ -165,7 +165,7 @@ class Trace:
     @classmethod
     def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,
                     failures=None, markers=None, processes=None, nvml=None, kernels=None,
-                    meta=None, counts=None) -> "Trace":
+                    meta=None, counts=None, reservations=None) -> "Trace":
         """Build a Trace from (partial) tables; missing columns/tables are filled."""
         b = conform(blocks, BLOCK_COLUMNS) if blocks is not None else empty_table(BLOCK_COLUMNS)
         if blocks is not None and len(b) and "counts_device" not in blocks:
@@ -185,6 +185,7 @@ class Trace:
             kernels=list(kernels or []),
             meta=dict(meta or {}),
             counts=dict(counts or {}),
+            reservations=conform(reservations, RESERVATION_COLUMNS),
         )
 
     # ---- small conveniences shared by analyses -------------------------------------------
