@@ -59,7 +59,30 @@ enum pi_op {
                                ceil(size/32) PI_OP_STRDATA records */
     PI_OP_STRDATA = 12,     /* addr..aux (bytes 16..47) hold 32 bytes of text */
     PI_OP_LOST = 13,        /* a reserved slot its producer could not fill */
-    PI_OP_TENSORMAP = 14    /* addr: globalAddress of a TMA descriptor */
+    PI_OP_TENSORMAP = 14,   /* addr: globalAddress of a TMA descriptor */
+    /* Call sites (native/shim/site.c, pystack.c).  A SITE record follows the
+     * ALLOC it describes in the same reservation (its seq is the ALLOC's + 1). */
+    PI_OP_SITE = 15,        /* addr: caller PC (return address of the outermost hooked call);
+                               stream: owner string id (basename of the calling object, 0 unknown);
+                               aux: Python stack id (0 none); size: native stack id (0 none);
+                               result: thread-name string id; flags: enum pi_site_flags */
+    PI_OP_FRAME = 16,       /* defines a frame: aux: frame id; flags: 1 python, 2 native;
+                               addr: line (python) or PC (native); stream: first line of the
+                               function (python) or PC minus the object's load bias (native);
+                               size: text length, followed by ceil(size/32) STRDATA records:
+                               python "filename\0function", native: the object's path */
+    PI_OP_STACK = 17,       /* defines a stack (trie node): aux: stack id; addr: parent stack id
+                               (0 = root); size: frame id (the innermost frame of this stack) */
+    PI_OP_NOTE = 18         /* aux: string id of a capture note ("python stacks off: ...") */
+};
+
+enum pi_site_flags {
+    PI_SITE_PYTHON = 1,       /* Python stacks were requested (--stacks python) */
+    PI_SITE_NO_PYFRAMES = 2,  /* the thread had no Python frames (or no Python thread state) */
+    PI_SITE_TRUNCATED = 4,    /* the stack was cut at the depth limit */
+    PI_SITE_NO_GIL = 8,       /* the thread did not hold the GIL at the event */
+    PI_SITE_PY_OFF = 16,      /* no usable Python here (none, not running, unsupported, refused) */
+    PI_SITE_NATIVE = 32       /* native stacks were requested (--stacks native) */
 };
 
 enum pi_kind {

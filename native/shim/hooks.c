@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "shim.h"
+#include "site.h"
 
 typedef struct pi_ctx {
     uint64_t tk;     /* ticket reserved before a free */
@@ -18,19 +19,28 @@ typedef struct pi_ctx {
     pi_block b;
     uint64_t addr;   /* the address argument of a free */
     uint64_t fn, stream;
+    uint64_t caller; /* return address of this (outermost) hooked call: the call site */
 } pi_ctx;
 
 static inline int addressable(int kind) { return kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_CREATE; }
 
-static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux) {
+static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
+                      uint64_t caller) {
     if (r != 0) { /* a failed allocation is a failure record, never a block */
         pi_emit(PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
         return;
     }
+    pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
+    int ns = pi_site_capture(caller, &site);
     uint64_t tk;
-    int ok = pi_reserve(1, &tk);
+    int ok = pi_reserve(1 + (uint64_t)ns, &tk);
     if (addressable(kind)) pi_map_insert(addr, size, ok ? tk : 0);
     if (!ok) return;
+    if (ns) { /* the SITE record follows its ALLOC (seq + 1) */
+        pi_event *s = pi_slot(tk + 1);
+        pi_site_fill(s, (uint16_t)api, &site);
+        pi_commit(s, tk + 1);
+    }
     pi_event *e = pi_slot(tk);
     pi_fill(e, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
     pi_commit(e, tk);
@@ -79,7 +89,7 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 
 #define A_NONE ((void)0)
 #define A_ALLOC(addr, size, kind, stream, aux) \
-    rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux))
+    rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux), cx.caller)
 #define A_FREE_PRE(addr, kind) free_pre(&cx, (uint64_t)(addr), kind)
 #define A_FREE_POST(kind, stream, aux) free_post(&cx, api, r, kind, (uint64_t)(stream), (uint64_t)(aux))
 #define A_LAUNCH_RT(f, argv, s) (pi_scan_rt((f), (argv), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
@@ -117,6 +127,7 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
         pi_ctx cx;                                                                   \
         pi_scan sc;                                                                  \
         memset(&cx, 0, sizeof cx);                                                   \
+        cx.caller = (uint64_t)__builtin_return_address(0);                           \
         sc.n = 0;                                                                    \
         (void)sc; (void)api;                                                         \
         pi_t.depth++;                                                                \

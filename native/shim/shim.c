@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "shim.h"
+#include "site.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -175,7 +176,10 @@ int pi_active(void) {
     if (g_state == 0) init_once();
     if (g_state == 1 && g_ring_pid == 0) {
         if (open_ring() != 0) g_state = 2; /* cannot record: stay out of the way */
-        else if (g_forked) replay_strings();
+        else if (g_forked) {
+            replay_strings();
+            pi_site_replay(); /* frame and stack definitions, after the strings */
+        }
     }
     pthread_mutex_unlock(&g_init_lock);
     return g_state == 1;

@@ -22,6 +22,8 @@
 * ``fragmentation``: {strategy: pool size / lower bound} from the pools analysis;
 * ``ati``: ATI quantiles and the share of intervals the bandwidth filter removes;
 * ``swap``: peak before/after the best no-overhead swap plan and the floor;
+* ``call_sites``: the top 5 call sites by bytes live at the peak and by allocation
+  count (``pyinterpose.trace.stacks.top_call_sites_json``; empty lists without stacks);
 * ``notes``: why a part is missing ("not available: ...").
 
 Each analysis is called through the same guarded adapter the report uses, so a
@@ -183,6 +185,9 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
                            "reduction": None if best is None else best.get("reduction")}
         else:
             notes.append(f"swap: {ev.note}")
+    from ..trace.stacks import top_call_sites_json
+
+    row["call_sites"] = top_call_sites_json(trace, n=5)
     row["notes"] = notes
     return row
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..trace.model import Trace, peak_live_bytes
 from .owners import allocator_info, bytes_by_owner
+from ..trace.stacks import top_call_sites_json
 
 
 def summarize(trace: Trace) -> dict:
@@ -55,4 +56,5 @@ def summarize(trace: Trace) -> dict:
         "graph_launches": graph_launches,
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
+        "call_sites": top_call_sites_json(trace),
     }

@@ -35,6 +35,7 @@ BLOCKS_KNOBS = {
 }
 XLA_FLAG = "--xla_gpu_enable_command_buffer="
 VIEWS = ("blocks", "reserved")
+STACKS = ("python", "native", "none")  # --stacks: what the shim records per allocation (native/shim/site.c)
 
 
 def default_output(argv: list[str]) -> str:
@@ -131,13 +132,15 @@ def _terminal_foreground() -> bool:
 
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
-            env: dict[str, str] | None = None) -> int:
+            env: dict[str, str] | None = None, stacks: str = "python") -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
     (128+N when killed by signal N)."""
     if not argv:
         raise PyinterposeError("no command given: pyinterpose run [options] -- CMD ...")
     if view not in VIEWS:
         raise PyinterposeError(f"unknown view {view!r} (choose from {', '.join(VIEWS)})")
+    if stacks not in STACKS:
+        raise PyinterposeError(f"unknown --stacks {stacks!r} (choose from {', '.join(STACKS)})")
     if not os.path.exists(SHIM):
         raise PyinterposeError(f"the preload library is missing ({SHIM}): reinstall pyinterpose")
     output = output or default_output(argv)
@@ -158,6 +161,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env["PYINTERPOSE_SESSION"] = session
     child_env["PYINTERPOSE_CONSUMER_PID"] = str(os.getpid())
     child_env["PYINTERPOSE_ACCESS"] = "1" if access else "0"
+    child_env["PYINTERPOSE_STACKS"] = stacks
     if ring_records:
         child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
     if simulated_gpu:
@@ -167,7 +171,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     t0 = time.monotonic_ns()
     meta = {
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
-        "cwd": os.getcwd(), "view": view, "access": access, "simulated_gpu": simulated_gpu,
+        "cwd": os.getcwd(), "view": view, "access": access, "stacks": stacks, "site_format": 1, "simulated_gpu": simulated_gpu,
         "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},

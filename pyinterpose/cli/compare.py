@@ -51,6 +51,11 @@ def run(args) -> int:
         print_json(cmp)
         return 0
     print_table(cmp)
+    from .summary import _fmt_bytes, print_call_sites
+    from ..report.text import console
+
+    for r in cmp["traces"]:
+        print_call_sites(console(), r.get("call_sites") or {}, _fmt_bytes, f" — {r['label']}")
     if args.output:
         print(f"Comparison written to {args.output}")
     return 0

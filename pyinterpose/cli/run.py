@@ -1,4 +1,4 @@
-"""pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] -- CMD ..."""
+"""pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] -- CMD ..."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "run", help="run a program under the profiler and write a trace",
         description="Run CMD with the CUDA interposer preloaded and write one trace file.",
-        usage="pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] -- CMD ...")
+        usage="pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] "
+              "[--stacks python|native|none] -- CMD ...")
     p.add_argument("-o", "--output", metavar="FILE", help="trace file (default: pyinterpose-<prog>-<pid>.pit)")
     p.add_argument("--view", choices=["blocks", "reserved"], default="blocks",
                    help="blocks: make each tensor its own CUDA allocation (framework knobs set and recorded); "
@@ -16,6 +17,10 @@ def register(sub) -> None:
     p.add_argument("--no-access", action="store_true", help="do not scan kernel arguments for block accesses")
     p.add_argument("--simulated-gpu", action="store_true",
                    help="put simcuda (the simulated CUDA runtime and driver) on the library path")
+    p.add_argument("--stacks", choices=["python", "native", "none"], default="python",
+                   help="call stack recorded with each allocation: the thread's Python stack, the native "
+                        "return-address chain, or none (the calling library is always recorded) "
+                        "(default: python)")
     p.add_argument("--ring-records", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the program and its arguments")
@@ -29,4 +34,5 @@ def _run(args) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
-                   simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records)
+                   simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
+                   stacks=args.stacks)

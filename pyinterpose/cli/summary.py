@@ -74,4 +74,28 @@ def _run(args) -> int:
                   "(their accesses are missing from the access analysis)")
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
+    print_call_sites(con, s["call_sites"], _fmt_bytes)
     return 0
+
+
+def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:
+    """The top call sites by bytes live at the peak and by allocation count (rich tables)."""
+    from rich.table import Table
+
+    for key, title in (("by_peak", "top call sites by bytes live at the peak"),
+                       ("by_count", "top call sites by allocations")):
+        rows = sites.get(key) or []
+        if not rows:
+            continue
+        t = Table(title=title + title_suffix, show_header=True)
+        for c in ("call site", "owner", "allocs", "bytes", "live at peak"):
+            if c in ("call site", "owner"):
+                t.add_column(c, overflow="fold", ratio=3 if c == "call site" else 2)
+            else:
+                t.add_column(c, justify="right", no_wrap=True)
+        for r in rows:
+            t.add_row(r["call_site"], r["owner"], str(r["blocks"]), fmt_bytes(r["bytes"]),
+                      fmt_bytes(r["peak_live_bytes"]))
+        con.print(t)
+    for n in sites.get("notes") or []:
+        con.print(f"note (pid {n['pid']}): {n['note']}")

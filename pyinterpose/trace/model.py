@@ -27,6 +27,9 @@ address: addresses are reused)
     freed: bool          False = never freed in the trace; then t_free = trace end
                          and seq_free = the process's last seq + 1
     stream: uint64
+    owner: category      basename of the shared object that made the call ("" unknown;
+                         see pyinterpose.trace.stacks)
+    stack_id: int64      the allocation's call stack in ``stacks`` (-1 none)
     counts_device: bool  True when the block holds device memory
                          (device/pitch/async/pool/managed/vmm/vmm_create): the rows
                          that add up to live device bytes.  host rows are False, and
@@ -62,6 +65,9 @@ expandable segments, the segment's peak size)
 ``markers`` — pyinterpose.mark_step(): pid, seq, t, label
 ``processes`` — pid, ppid, exe, forked (bool), start_ns, written, lost, waits, unscanned_launches
 ``nvml`` — samples taken while the target ran: t, device, used_bytes, pcie_tx_kbs, pcie_rx_kbs
+``frames`` — frame_id, kind (python|native), filename, function, line, object
+``stacks`` — stack_id, parent_id (-1 at the root), frame_id: a trie of call stacks
+    (pyinterpose.trace.stacks: frames_of, call_site, top_call_sites)
 ``kernels`` — list[str]: kernel names, indexed by ``kernel`` columns
 ``meta`` — dict: header JSON (command, view, knobs set, t0_ns, host, gpus, nvml link info, ...)
 
@@ -95,13 +101,14 @@ BLOCK_COLUMNS = {
     "address": "uint64", "size": "int64", "handle": "uint64", "t_alloc": "int64", "t_free": "int64",
     "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "stream": "uint64",
     "counts_device": "bool", "handle_t_create": "int64", "handle_t_release": "int64", "reservation_id": "int64",
+    "owner": "category", "stack_id": "int64",
 }
 RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int16", "api": "category",
                        "address": "uint64", "size": "int64", "t_alloc": "int64", "t_free": "int64",
                        "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "maps": "int64",
                        "mapped_peak": "int64"}
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
-COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1}
+COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
@@ -119,6 +126,12 @@ PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "
                    "unscanned_launches": "int64"}
 NVML_COLUMNS = {"t": "int64", "device": "int16", "used_bytes": "int64", "pcie_tx_kbs": "float64",
                 "pcie_rx_kbs": "float64"}
+
+
+def _stacks():
+    from . import stacks
+
+    return stacks
 
 
 def empty_table(columns: dict[str, str]) -> pd.DataFrame:
@@ -161,11 +174,13 @@ class Trace:
     warnings: list = field(default_factory=list)  # e.g. "trace cut short ..."
     path: str | None = None
     reservations: pd.DataFrame = field(default_factory=lambda: empty_table(RESERVATION_COLUMNS))
+    frames: pd.DataFrame = field(default_factory=lambda: _stacks().empty_frames())
+    stacks: pd.DataFrame = field(default_factory=lambda: _stacks().empty_stacks())
 
     @classmethod
     def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,
                     failures=None, markers=None, processes=None, nvml=None, kernels=None,
-                    meta=None, counts=None, reservations=None) -> "Trace":
+                    meta=None, counts=None, reservations=None, frames=None, stacks=None) -> "Trace":
         """Build a Trace from (partial) tables; missing columns/tables are filled."""
         b = conform(blocks, BLOCK_COLUMNS) if blocks is not None else empty_table(BLOCK_COLUMNS)
         if blocks is not None and len(b) and "counts_device" not in blocks:
@@ -186,6 +201,8 @@ class Trace:
             meta=dict(meta or {}),
             counts=dict(counts or {}),
             reservations=conform(reservations, RESERVATION_COLUMNS),
+            frames=_stacks().conform_frames(frames),
+            stacks=_stacks().conform_stacks(stacks),
         )
 
     # ---- small conveniences shared by analyses -------------------------------------------

@@ -18,6 +18,7 @@ import pandas as pd
 from ..capture import records
 from ..errors import TraceError
 from . import format as fmt
+from . import stacks as site_tables
 from . import vmm
 from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
                     HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS, Trace,
@@ -214,6 +215,9 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     blocks = blocks.sort_values(["t_alloc", "pid", "seq_alloc"], kind="stable").reset_index(drop=True)
     blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
     blocks = conform(blocks, BLOCK_COLUMNS)
+    sites = site_tables.read_sites(ev, pid, op, offsets, pids, strings,  # owners, frames, stacks
+                                   int(meta.get("site_format") or site_tables.SITE_FORMAT))
+    site_tables.attach_blocks(blocks, sites)
 
     # ---- kernels ----
     kernels: list[str] = []
@@ -344,9 +348,11 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     counts["by_api"] = {str(apis[i]): int(c) for i, c in enumerate(by_api_counts) if c and i < len(apis)}
     meta = dict(meta)
     meta["trailer"] = raw.trailer
+    meta["capture_notes"] = sites.notes
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
-               meta=meta, counts=counts, warnings=list(raw.warnings), path=path)
+               meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
+               frames=sites.frames, stacks=sites.stacks)
     return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
 
 

@@ -1,0 +1,331 @@
+"""Call sites: who made each allocation (owner object, Python or native stack).
+
+The shim writes, per process (``native/shim/events.h``):
+
+* ``SITE`` right after each ALLOC (seq + 1): caller PC, owner string id, Python
+  stack id, native stack id, thread-name string id, flags;
+* ``FRAME`` definitions (+ STRDATA text): python ``filename\\0function`` with the
+  line and the function's first line; native: the object's path, the PC and the
+  PC relative to the object's load bias;
+* ``STACK`` definitions: trie nodes (parent stack id, innermost frame id);
+* ``NOTE``: capture notes ("python stacks off: ...").
+
+:func:`read_sites` turns them into global tables (ids dense from 0, identical
+frames and stacks of different processes merged — a forked child replays its
+parent's definitions) and the per-block columns; the reader attaches them:
+
+``trace.frames``  frame_id, kind (python|native), filename, function, line, object
+``trace.stacks``  stack_id, parent_id (-1 at the root), frame_id (innermost frame)
+``trace.blocks``  owner (category: calling object's basename, "" unknown),
+                  stack_id (int64, -1 none), caller (uint64 PC, 0 unknown),
+                  thread (category: the allocating thread's name)
+
+A block whose thread had no Python frames (a pthread, PyTorch's autograd engine)
+gets a one-frame stack ``<no Python frames>`` (``backward (autograd thread)`` on a
+thread PyTorch named ``pt_autograd_*``) whose object is the owner, so that
+:func:`call_site` and :func:`top_call_sites` still say where it came from.
+Native frames are symbolised here, after the run, from the object files
+(:mod:`pyinterpose.trace.elfsym`); nothing is symbolised on the hot path.
+
+Old traces (no SITE records): empty tables, ``owner`` all "", ``stack_id`` all -1.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..capture import records
+
+FRAME_COLUMNS = {"frame_id": "int64", "kind": "category", "filename": "object", "function": "object",
+                 "line": "int64", "object": "object"}
+STACK_COLUMNS = {"stack_id": "int64", "parent_id": "int64", "frame_id": "int64"}
+
+SITE_FORMAT = 1  # version of the SITE/FRAME/STACK records this reader understands (meta "site_format")
+SITE_PYTHON, SITE_NO_PYFRAMES, SITE_TRUNCATED, SITE_NO_GIL, SITE_PY_OFF, SITE_NATIVE = 1, 2, 4, 8, 16, 32
+NO_PYTHON = "<no Python frames>"
+BACKWARD = "backward (autograd thread)"
+AUTOGRAD_THREAD_PREFIX = "pt_autograd_"
+
+
+def empty_frames() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in FRAME_COLUMNS.items()})
+
+
+def empty_stacks() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in STACK_COLUMNS.items()})
+
+
+@dataclass
+class Sites:
+    frames: pd.DataFrame = field(default_factory=empty_frames)
+    stacks: pd.DataFrame = field(default_factory=empty_stacks)
+    # one row per SITE record: pid, seq (of its ALLOC), owner, stack_id, caller, thread
+    per_alloc: pd.DataFrame | None = None
+    notes: list = field(default_factory=list)
+
+
+def _texts(raw_rows: np.ndarray, ev: np.ndarray, idx: np.ndarray) -> list[bytes]:
+    """Text that follows each record at ``idx`` (size = length, then STRDATA records)."""
+    out = []
+    for i in idx:
+        n = int(ev["size"][i])
+        k = -(-n // records.STR_PAYLOAD)
+        out.append(raw_rows[i + 1:i + 1 + k, 16:48].tobytes()[:n])
+    return out
+
+
+class _Interner:
+    """Global dense ids for frames and stack nodes, merged by content."""
+
+    def __init__(self):
+        self.frame_index: dict[tuple, int] = {}
+        self.frames: list[tuple] = []     # (kind, filename, function, line, object, path, offset)
+        self.stack_index: dict[tuple[int, int], int] = {}
+        self.stacks: list[tuple[int, int]] = []  # (parent, frame)
+
+    def frame(self, key: tuple) -> int:
+        i = self.frame_index.get(key)
+        if i is None:
+            i = self.frame_index[key] = len(self.frames)
+            self.frames.append(key)
+        return i
+
+    def stack(self, parent: int, frame: int) -> int:
+        k = (parent, frame)
+        i = self.stack_index.get(k)
+        if i is None:
+            i = self.stack_index[k] = len(self.stacks)
+            self.stacks.append(k)
+        return i
+
+
+def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndarray, pids: list[int],
+               strings: dict[int, dict[int, str]], site_format: int = SITE_FORMAT) -> Sites:
+    """Frames, stacks and per-allocation call sites from the concatenated records."""
+    if site_format > SITE_FORMAT:
+        return Sites(notes=[{"pid": 0, "note": f"call sites skipped: site format {site_format} is newer than "
+                                               f"this pyinterpose understands ({SITE_FORMAT})"}])
+    O = records.OP
+    site = getattr(O, "SITE", None)
+    if site is None or len(ev) == 0 or not np.any((op == site) | (op == O.NOTE)):
+        return Sites()
+    raw_rows = ev.view(np.uint8).reshape(len(ev), ev.dtype.itemsize)
+    it = _Interner()
+    notes = []
+    per = []
+    for i, p in enumerate(pids):
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        pop = op[lo:hi]
+        pev = ev[lo:hi]
+        prow = raw_rows[lo:hi]
+        st = strings.get(p, {})
+        for j in np.flatnonzero(pop == O.NOTE):
+            notes.append({"pid": int(p), "note": st.get(int(pev["aux"][j]), "")})
+        # frames: local id -> global id
+        fidx = np.flatnonzero(pop == O.FRAME)
+        fmap: dict[int, int] = {}
+        for j, text in zip(fidx, _texts(prow, pev, fidx)):
+            kind = int(pev["flags"][j])
+            if kind == 1:
+                fname, _, func = text.partition(b"\0")
+                key = ("python", fname.decode(errors="replace"), func.decode(errors="replace"),
+                       int(np.int64(pev["addr"][j])), "", "", 0)
+            else:
+                path = text.decode(errors="replace")
+                key = ("native", "", "", 0, os.path.basename(path), path, int(pev["stream"][j]))
+            fmap[int(pev["aux"][j])] = it.frame(key)
+        # stack nodes in id order (a parent always has a smaller id than its children)
+        sidx = np.flatnonzero(pop == O.STACK)
+        smap: dict[int, int] = {0: -1}
+        if len(sidx):
+            ids = pev["aux"][sidx].astype(np.int64)
+            order = np.argsort(ids, kind="stable")
+            for j in sidx[order]:
+                local = int(pev["aux"][j])
+                if local in smap:
+                    continue
+                parent = smap.get(int(pev["addr"][j]), -1)
+                frame = fmap.get(int(pev["size"][j]))
+                if frame is None:
+                    continue
+                smap[local] = it.stack(parent, frame)
+        # per-allocation sites
+        sidx = np.flatnonzero(pop == site)
+        if len(sidx) == 0:
+            continue
+        flags = pev["flags"][sidx].astype(np.int64)
+        owner = [st.get(int(s), "") for s in pev["stream"][sidx]]
+        thread = [st.get(int(s), "") for s in pev["result"][sidx].astype(np.uint32)]
+        pys = pev["aux"][sidx].astype(np.int64)
+        nat = pev["size"][sidx].astype(np.int64)
+        stack_id = np.full(len(sidx), -1, dtype=np.int64)
+        for k in range(len(sidx)):
+            local = int(pys[k]) if flags[k] & SITE_PYTHON else int(nat[k]) if flags[k] & SITE_NATIVE else 0
+            if local:
+                stack_id[k] = smap.get(local, -1)
+            if stack_id[k] < 0 and flags[k] & (SITE_PYTHON | SITE_NATIVE):
+                label = BACKWARD if thread[k].startswith(AUTOGRAD_THREAD_PREFIX) else (
+                    NO_PYTHON if flags[k] & SITE_PYTHON else "<no native stack>")
+                f = it.frame(("native", "", label, 0, owner[k], "", 0))
+                stack_id[k] = it.stack(-1, f)
+        per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32),
+                                 "seq": pev["seq"][sidx].astype(np.int64) - 1,
+                                 "owner": owner, "stack_id": stack_id,
+                                 "caller": pev["addr"][sidx].astype(np.uint64), "thread": thread,
+                                 "site_flags": flags.astype(np.uint16)}))
+    frames = _frames_table(it.frames)
+    stacks = pd.DataFrame({"stack_id": np.arange(len(it.stacks), dtype=np.int64),
+                           "parent_id": np.array([s[0] for s in it.stacks], dtype=np.int64),
+                           "frame_id": np.array([s[1] for s in it.stacks], dtype=np.int64)})
+    return Sites(frames=frames, stacks=stacks if len(stacks) else empty_stacks(),
+                 per_alloc=pd.concat(per, ignore_index=True) if per else None, notes=notes)
+
+
+def _frames_table(frames: list[tuple]) -> pd.DataFrame:
+    if not frames:
+        return empty_frames()
+    from .elfsym import symbolize
+
+    rows = []
+    native = [(f[5], f[6]) for f in frames if f[0] == "native" and f[5]]
+    names = symbolize(native) if native else {}
+    for i, (kind, fname, func, line, obj, path, off) in enumerate(frames):
+        if kind == "native" and path:
+            func = names.get((path, off)) or f"0x{off:x}"
+        rows.append((i, kind, fname, func, line, obj))
+    df = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+    return df.astype(FRAME_COLUMNS)
+
+
+def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
+    """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
+    n = len(blocks)
+    owner = np.full(n, "", dtype=object)
+    stack_id = np.full(n, -1, dtype=np.int64)
+    caller = np.zeros(n, dtype=np.uint64)
+    thread = np.full(n, "", dtype=object)
+    pa = sites.per_alloc
+    if pa is not None and len(pa) and n:
+        bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
+        skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
+        order = np.argsort(skey)
+        sk = skey[order]
+        pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
+        ok = sk[pos] == bkey
+        src = order[pos[ok]]
+        owner[ok] = pa["owner"].to_numpy(object)[src]
+        stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
+        caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
+        thread[ok] = pa["thread"].to_numpy(object)[src]
+    blocks["owner"] = pd.Categorical(owner)
+    blocks["stack_id"] = stack_id
+    blocks["caller"] = caller
+    blocks["thread"] = pd.Categorical(thread)
+
+
+# ---------------------------------------------------------------------------------- the API
+def frames_of(trace, stack_id: int) -> list[dict]:
+    """The frames of ``stack_id``, innermost first (each a dict of the frames table's columns)."""
+    stacks, frames = trace.stacks, trace.frames
+    out = []
+    if stack_id is None or stack_id < 0 or stack_id >= len(stacks):
+        return out
+    parent = stacks["parent_id"].to_numpy()
+    frame = stacks["frame_id"].to_numpy()
+    recs = frames.to_dict("records")
+    s = int(stack_id)
+    guard = 0
+    while s >= 0 and guard <= len(parent):
+        out.append(dict(recs[int(frame[s])]))
+        s = int(parent[s])
+        guard += 1
+    return out
+
+
+def _frame_text(f: dict) -> str:
+    if f["kind"] == "python":
+        return f"{os.path.basename(f['filename'])}:{f['line']} in {f['function']}"
+    if f["function"] in (NO_PYTHON, BACKWARD, "<no native stack>"):
+        return f"{f['function']} {f['object']}".rstrip()
+    return f"{f['function']} ({f['object']})" if f["object"] else f["function"]
+
+
+def call_site(trace, stack_id: int) -> str:
+    """One line for a stack: its innermost frame, e.g. ``train.py:123 in forward`` or
+    ``<no Python frames> libfoo.so``; ``""`` for -1 (no stack recorded)."""
+    fr = frames_of(trace, stack_id)
+    return _frame_text(fr[0]) if fr else ""
+
+
+def _call_site_texts(trace) -> np.ndarray:
+    """call_site() of every stack id (vectorised over the innermost frames)."""
+    st, fr = trace.stacks, trace.frames
+    if len(st) == 0:
+        return np.zeros(0, dtype=object)
+    texts = np.array([_frame_text(r) for r in fr.to_dict("records")], dtype=object)
+    return texts[st["frame_id"].to_numpy(np.int64)]
+
+
+def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
+    """The call sites (innermost frame) that hold the most device bytes live at the peak
+    (``by="peak"``) or make the most allocations (``by="count"``).
+
+    Columns: call_site, stack_id (the stack of the site's largest block), owner (most
+    common), blocks, bytes (allocated in total), peak_live_bytes (live at the instant of
+    the trace's peak of live device bytes), frames (the stack, innermost first, as text)."""
+    from .model import live_bytes_curve
+
+    if by not in ("peak", "count"):
+        raise ValueError(f"by must be 'peak' or 'count', not {by!r}")
+    cols = ["call_site", "stack_id", "owner", "blocks", "bytes", "peak_live_bytes", "frames"]
+    b = trace.blocks
+    if "stack_id" not in b or len(b) == 0 or not (b["stack_id"] >= 0).any():
+        return pd.DataFrame({c: [] for c in cols})
+    b = b[b["counts_device"] & (b["stack_id"] >= 0)] if by == "peak" else b[b["stack_id"] >= 0]
+    if len(b) == 0:
+        return pd.DataFrame({c: [] for c in cols})
+    texts = _call_site_texts(trace)
+    site = texts[b["stack_id"].to_numpy(np.int64)]
+    t, live = live_bytes_curve(trace.blocks)
+    live_at_peak = np.zeros(len(b), dtype=bool)
+    if len(live):
+        tp = int(t[int(np.argmax(live))])
+        ta, tf = b["t_alloc"].to_numpy(np.int64), b["t_free"].to_numpy(np.int64)
+        live_at_peak = (ta <= tp) & (~b["freed"].to_numpy(bool) | (tf > tp))
+    df = pd.DataFrame({"call_site": site, "stack_id": b["stack_id"].to_numpy(np.int64),
+                       "owner": b["owner"].astype(str).to_numpy(), "size": b["size"].to_numpy(np.int64),
+                       "peak": np.where(live_at_peak, b["size"].to_numpy(np.int64), 0)})
+    g = df.groupby("call_site", sort=False)
+    out = pd.DataFrame({"blocks": g.size(), "bytes": g["size"].sum(), "peak_live_bytes": g["peak"].sum(),
+                        "owner": g["owner"].agg(lambda s: s.value_counts().index[0]),
+                        "stack_id": df.loc[g["size"].idxmax().to_numpy(), "stack_id"].to_numpy()})
+    out = out.reset_index()
+    key = ["peak_live_bytes", "bytes"] if by == "peak" else ["blocks", "bytes"]
+    out = out.sort_values(key + ["call_site"], ascending=[False, False, True]).head(n)
+    if by == "peak":
+        out = out[out["peak_live_bytes"] > 0]
+    out["frames"] = [[_frame_text(f) for f in frames_of(trace, int(s))] for s in out["stack_id"]]
+    return out[cols].reset_index(drop=True)
+
+
+def top_call_sites_json(trace, n: int = 10) -> dict:
+    """Both rankings as plain JSON (for ``summary --json`` and ``compare --json``)."""
+    def rows(df):
+        return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in df.to_dict("records")]
+    return {"by_peak": rows(top_call_sites(trace, "peak", n)), "by_count": rows(top_call_sites(trace, "count", n)),
+            "stacks": trace.meta.get("stacks"), "notes": trace.meta.get("capture_notes", [])}
+
+
+def conform_frames(df) -> pd.DataFrame:
+    if df is None or len(df) == 0:
+        return empty_frames()
+    return pd.DataFrame({c: df[c] for c in FRAME_COLUMNS}).astype(FRAME_COLUMNS).reset_index(drop=True)
+
+
+def conform_stacks(df) -> pd.DataFrame:
+    if df is None or len(df) == 0:
+        return empty_stacks()
+    return pd.DataFrame({c: df[c] for c in STACK_COLUMNS}).astype(STACK_COLUMNS).reset_index(drop=True)

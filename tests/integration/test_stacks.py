@@ -1,0 +1,208 @@
+"""Call sites on simcuda: Python stacks, owners, native stacks, threads without
+Python, fork, and a multi-threaded stress run.  Ground truth: the lines and the
+objects the workload (tests/py/stacks_workload.py) knows it allocated from."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+import pyinterpose
+from conftest import ROOT, last_json_line, run_cli
+from pyinterpose.trace import stacks as S
+
+WORKLOAD = os.path.join(ROOT, "tests", "py", "stacks_workload.py")
+STRESS = os.path.join(ROOT, "tests", "py", "stacks_stress.py")
+
+
+def _pythons():
+    """This interpreter plus any other CPython 3.10-3.13 with headers found under pyenv."""
+    out = [("this", sys.executable, sysconfig.get_paths()["include"])]
+    for exe in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3].*/bin/python3"))):
+        ver = exe.split("/versions/")[1].split("/")[0]
+        if ver.rsplit(".", 1)[0] == "%d.%d" % sys.version_info[:2]:
+            continue
+        out.append((ver, exe, None))
+    return out
+
+
+@pytest.fixture(scope="module")
+def helper(cbuild):
+    return cbuild("stacks_helper", shared=True)
+
+
+def _build_ext(python: str, tmp, native, cc="cc"):
+    """Compile tests/c/stacks_ext.c for ``python``; returns its directory (None without headers)."""
+    info = subprocess.run([python, "-c", "import sysconfig, json; print(json.dumps("
+                           "[sysconfig.get_paths()['include'], sysconfig.get_config_var('EXT_SUFFIX')]))"],
+                          capture_output=True, text=True)
+    if info.returncode:
+        return None
+    inc, suffix = json.loads(info.stdout)
+    if not os.path.exists(os.path.join(inc, "Python.h")):
+        return None
+    d = tmp / ("ext-" + suffix.strip(".").replace(".", "-"))
+    d.mkdir(exist_ok=True)
+    sim = os.path.join(native, "simcuda")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-I" + inc, "-o", str(d / ("stacks_ext" + suffix)),
+                    os.path.join(ROOT, "tests", "c", "stacks_ext.c"), "-L" + sim, "-l:libcudart.so.13",
+                    "-Wl,-rpath," + sim], check=True)
+    return str(d)
+
+
+def _check_workload(path, truth):
+    tr = pyinterpose.load(path)
+    b = tr.blocks
+    assert int(tr.processes["lost"].sum()) == 0
+    for t in truth["allocs"]:
+        rows = b[(b["size"] == t["size"]) & (b["pid"] == t["pid"])]
+        assert len(rows) == t.get("count", 1), t
+        for _, r in rows.iterrows():
+            owner = str(r["owner"])
+            if t["owner"] == "ffi":
+                assert owner.startswith(("libffi", "_ctypes")), (t, owner)
+            else:
+                assert owner == t["owner"], (t, owner)
+            sid = int(r["stack_id"])
+            assert sid >= 0, t
+            frames = S.frames_of(tr, sid)
+            if t["kind"] == "python":
+                got = [(f["function"].rsplit(".", 1)[-1], f["line"]) for f in frames[:len(t["frames"])]]
+                assert got == [tuple(x) for x in t["frames"]], (t, got)
+                assert all(f["filename"] == truth["file"] for f in frames[:len(t["frames"])])
+                fn, line = t["frames"][0]
+                assert S.call_site(tr, sid) == f"stacks_workload.py:{line} in {fn}"
+            elif t["kind"] == "nopython":
+                assert S.call_site(tr, sid) == "<no Python frames> libstacks_helper.so"
+            else:
+                assert S.call_site(tr, sid) == "backward (autograd thread) libstacks_helper.so"
+    return tr
+
+
+def test_python_stacks_match_the_lines_the_workload_knows(capture, helper, native, tmp_path):
+    ext = _build_ext(sys.executable, tmp_path, native)
+    path, cp = capture([sys.executable, WORKLOAD, helper] + ([ext] if ext else []))
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = _check_workload(path, truth)
+    assert tr.meta["stacks"] == "python"
+    # the forked child is its own process and its stack reaches back into the parent's main()
+    child = [t for t in truth["allocs"] if t["size"] == 10050][0]["pid"]
+    assert child in tr.processes["pid"].tolist()
+    # interned: the three loop allocations share one stack id
+    loop = tr.blocks[tr.blocks["size"].between(10010, 10012)]
+    assert loop["stack_id"].nunique() == 1
+    # a definition is written once: no duplicate (parent, frame) nodes in one process's tables
+    assert not tr.stacks.duplicated(["parent_id", "frame_id"]).any()
+
+
+@pytest.mark.parametrize("ver,exe,inc", _pythons()[1:] or [pytest.param(None, None, None, marks=pytest.mark.skip(
+    reason="no other CPython 3.10-3.13 installed under ~/.pyenv"))])
+def test_python_stacks_on_other_cpython_versions(capture, helper, native, tmp_path, ver, exe, inc):
+    ext = _build_ext(exe, tmp_path, native)
+    path, cp = capture([exe, WORKLOAD, helper] + ([ext] if ext else []))
+    assert cp.returncode == 0, cp.stderr
+    _check_workload(path, last_json_line(cp.stdout))
+
+
+def test_stacks_none_records_owner_but_no_stack(capture, helper):
+    path, cp = capture([sys.executable, WORKLOAD, helper], "--stacks", "none")
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    b = tr.blocks
+    assert (b["stack_id"] == -1).all() and len(tr.stacks) == 0
+    assert (b.loc[b["size"] == 10002, "owner"] == "libstacks_helper.so").all()
+    assert (b["owner"] != "").all()
+
+
+def test_native_stacks_are_symbolised_after_the_run(capture, helper):
+    path, cp = capture([sys.executable, WORKLOAD, helper], "--stacks", "native")
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    b = tr.blocks
+    sid = int(b.loc[b["size"] == 10002, "stack_id"].iloc[0])
+    frames = S.frames_of(tr, sid)
+    assert frames[0]["kind"] == "native" and frames[0]["object"] == "libstacks_helper.so"
+    assert frames[0]["function"] == "helper_alloc"
+    sid = int(b.loc[b["size"] == 10030, "stack_id"].iloc[0])
+    names = [f["function"] for f in S.frames_of(tr, sid)]
+    assert names[:1] == ["worker"], names  # the pthread's start routine in libstacks_helper.so
+
+
+def test_not_a_python_program_gets_owner_and_a_note(capture, cbuild):
+    prog = cbuild("shim_workload")
+    path, cp = capture([prog, "all"])
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    assert any("no CPython" in n["note"] for n in tr.meta["capture_notes"])
+    assert (tr.blocks["owner"] == "shim_workload").any()
+    assert set(S.call_site(tr, s) for s in tr.blocks["stack_id"].unique()) == {"<no Python frames> shim_workload"}
+
+
+def test_eight_threads_with_stacks_lose_nothing(capture, helper):
+    path, cp = capture([sys.executable, STRESS, "8", "3000"], "--ring-records", "4096", timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    assert int(tr.processes["lost"].sum()) == 0
+    b = tr.blocks
+    assert len(b) == truth["allocs"]
+    # each thread allocates at recursion depth d = size % 7 from one known line
+    for d in range(7):
+        sids = b.loc[b["size"] % 7 == d, "stack_id"].unique()
+        for sid in sids:
+            fr = S.frames_of(tr, int(sid))
+            assert fr[0]["line"] == truth["line"] and fr[0]["function"].endswith("alloc")
+            assert sum(f["function"].endswith("recurse") for f in fr) == d + 1
+
+
+def test_old_traces_read_with_empty_tables():
+    path = os.path.join(ROOT, "..", "shared", "data", "gpu-traces", "torch-cnn-blocks.pit")
+    if not os.path.exists(path):
+        pytest.skip("shipped GPU traces not present")
+    tr = pyinterpose.load(path)
+    assert (tr.blocks["owner"] == "").all() and (tr.blocks["stack_id"] == -1).all()
+    assert len(tr.frames) == 0 and len(tr.stacks) == 0
+    assert len(S.top_call_sites(tr)) == 0
+
+
+def test_summary_shows_top_call_sites(capture, helper):
+    path, cp = capture([sys.executable, WORKLOAD, helper])
+    assert cp.returncode == 0, cp.stderr
+    out = run_cli("summary", path, "--json")
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    sites = s["call_sites"]
+    by_count = {r["call_site"]: r["blocks"] for r in sites["by_count"]}
+    tr = pyinterpose.load(path)
+    direct = int(tr.blocks["owner"].astype(str).str.startswith(("libffi", "_ctypes")).sum())
+    line = [t for t in last_json_line(cp.stdout)["allocs"] if t["size"] == 10001][0]["frames"][0][1]
+    assert by_count[f"stacks_workload.py:{line} in direct"] == direct  # the forked child's too
+    text = run_cli("summary", path)
+    assert "call sites" in text.stdout
+
+
+@pytest.mark.parametrize("version,expect", [
+    ("3.13.0 experimental free-threading build (main, Oct  7 2024) [GCC 12.2.0]", "free-threaded CPython build"),
+    ("3.9.18 (main, May  9 2026) [GCC 12.2.0]", "CPython 3.9 is not supported"),
+])
+def test_unsupported_python_is_refused_with_a_note(capture, native, tmp_path, cc, version, expect):
+    sim = os.path.join(native, "simcuda")
+    prog = str(tmp_path / "fakepy")
+    subprocess.run([cc, "-O1", "-rdynamic", "-o", prog, os.path.join(ROOT, "tests", "c", "stacks_fakepy.c"),
+                    "-L" + sim, "-l:libcudart.so.13", "-Wl,-rpath," + sim], check=True)
+    path, cp = capture([prog], env={"FAKE_PY_VERSION": version})
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    notes = [n["note"] for n in tr.meta["capture_notes"]]
+    assert len(notes) == 1 and expect in notes[0], notes
+    b = tr.blocks
+    assert len(b) == 1 and b["owner"].iloc[0] == "fakepy"
+    assert S.call_site(tr, int(b["stack_id"].iloc[0])) == "<no Python frames> fakepy"
+    out = run_cli("summary", path)
+    assert expect in out.stdout
