@@ -206,12 +206,8 @@ static _Atomic int g_tables_lock;
 
 static int ensure_tables(void) {
     if (PI_LIKELY(atomic_load_explicit(&g_stab, memory_order_acquire) != NULL)) return 1;
-    int expect = 0;
-    while (!atomic_compare_exchange_weak(&g_tables_lock, &expect, 1)) {
-        if (atomic_load(&g_stab)) return 1;
-        expect = 0;
-        sched_yield();
-    }
+    int expect = 0; /* never wait: a child forked while another thread held this would wait forever */
+    if (!atomic_compare_exchange_strong(&g_tables_lock, &expect, 1)) return atomic_load(&g_stab) != NULL;
     if (!atomic_load(&g_stab)) {
         framedef *f = pi_site_table(sizeof(framedef) * MAX_FRAMES);
         stacknode *n = pi_site_table(sizeof(stacknode) * MAX_STACKS);
@@ -400,16 +396,15 @@ static uint32_t native_stack(uint64_t caller, uint16_t *flags) {
 }
 
 /* ------------------------------------------------------------------ threads */
+/* Read once per thread (PyTorch names its autograd workers before they allocate).
+ * A forked child keeps the id: interned strings are replayed into its ring. */
 static PI_TLS uint32_t t_name_sid;
-static PI_TLS int t_name_pid;
 
 static uint32_t thread_name(void) {
-    int pid = (int)getpid();
-    if (PI_LIKELY(t_name_sid && t_name_pid == pid)) return t_name_sid;
+    if (PI_LIKELY(t_name_sid)) return t_name_sid;
     char name[17] = {0};
     if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) name[0] = 0;
     t_name_sid = pi_intern(name);
-    t_name_pid = pid;
     return t_name_sid;
 }
 

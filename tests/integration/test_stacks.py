@@ -206,3 +206,14 @@ def test_unsupported_python_is_refused_with_a_note(capture, native, tmp_path, cc
     assert S.call_site(tr, int(b["stack_id"].iloc[0])) == "<no Python frames> fakepy"
     out = run_cli("summary", path)
     assert expect in out.stdout
+
+
+def test_daemon_threads_allocating_through_interpreter_exit(capture):
+    for i in range(3):
+        path, cp = capture([sys.executable, os.path.join(ROOT, "tests", "py", "stacks_exit.py")],
+                           name=f"exit{i}.pit")
+        assert cp.returncode == 0, cp.stderr
+        assert last_json_line(cp.stdout) == {"started": 4}
+        tr = pyinterpose.load(path)
+        assert int(tr.processes["lost"].sum()) == 0
+        assert (tr.blocks["stack_id"] >= 0).all()
