@@ -51,7 +51,8 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None) -> dict[
         from .perfetto import write_chrome_trace
 
         it = analyses.iterations(trace)
-        counts = write_chrome_trace(trace, path, iterations=it.value, large=large)
+        cl = analyses.block_classes(trace, iters=it.value)
+        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value)
         return {"events": counts, "iterations_note": it.note}
     if fmt == "memory-viz":
         from .memory_viz import write_snapshot

@@ -7,9 +7,20 @@ Layout (``{"traceEvents": [...], "displayTimeUnit": "ms"}``, ``ts`` in microseco
   of the trace's blocks) and ``memory nvml_used_bytes`` (NVML used memory, when
   sampled); in a reserved-view trace the live curve *is* the framework's reserve,
   so the series is called ``reserved_bytes`` instead of ``live_bytes``;
+* on the same process, counters ``live bytes by class`` (one series per lifetime
+  class, when the classifier ran) and ``live bytes by owner`` (one series per owner
+  library: ``pyinterpose.analysis.owners.block_owners`` when present, else the
+  ``owner`` column, else the API), and one thread track per CUDA stream
+  (``tid = 1 + k``, named "stream 0x..."), holding an ``"i"`` instant per kernel
+  launch, named after the kernel, whose ``args`` list the blocks it touches
+  (``blocks``: block ids, ``bytes``: their total size) and the launch's pid/seq;
 * per traced process (its real pid, named after its exe): ``"X"`` slices for the
   detected iterations and ``"i"`` instants for large allocations (size >=
   ``large``), with block id, size, api and kind in ``args``.
+
+:func:`validate` checks a document against the trace-event format's rules
+(phases, required fields per phase, numeric finite timestamps and counters,
+metadata names), so a broken export fails a test rather than a UI.
 
 Counters with more than ``max_points`` changes are reduced to the peak and the
 last value of each time bin (peaks survive; see report.data._keep_indices).
@@ -39,7 +50,8 @@ def default_large_threshold(trace: Trace) -> int:
 
 
 def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
-                 max_points: int = 200_000, max_instants: int = 20_000) -> dict[str, Any]:
+                 max_points: int = 200_000, max_instants: int = 20_000, classes=None,
+                 max_kernels: int = 200_000) -> dict[str, Any]:
     """Build the Chrome-trace dict.  ``iterations``: a find_iterations() result or None."""
     events: list[dict[str, Any]] = []
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
@@ -55,6 +67,11 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
         devices.add(dev)
         events.extend({"name": "memory", "ph": "C", "pid": pid, "ts": _us(tt), "args": {"nvml_used_bytes": int(u)}}
                       for tt, u in zip(t.tolist(), used.tolist()))
+    events.extend(_grouped_counters(trace, "live bytes by class", classes, max_points))
+    events.extend(_grouped_counters(trace, "live bytes by owner", _owner_series(trace), max_points))
+    kev, kdev = _kernel_tracks(trace, max_kernels)
+    events.extend(kev)
+    devices |= kdev
     for dev in sorted(devices):
         events.append({"name": "process_name", "ph": "M", "pid": GPU_PID_BASE + dev, "args": {"name": f"GPU {dev}"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": GPU_PID_BASE + dev, "args": {"sort_index": dev}})
@@ -90,6 +107,133 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
             "otherData": {"generator": "pyinterpose", "large_threshold_bytes": large, **{k: str(v) for k, v in meta.items()}}}
 
 
+def _owner_series(trace: Trace):
+    """block_id -> owner library for the device blocks (see report.timeline._owners)."""
+    import pandas as pd
+
+    from .timeline import _owners
+
+    b = trace.device_blocks
+    if len(b) == 0:
+        return None
+    return pd.Series(_owners(trace, b).to_numpy(), index=b["block_id"].to_numpy())
+
+
+def _grouped_counters(trace: Trace, name: str, groups, max_points: int) -> list[dict[str, Any]]:
+    """One counter track per group (class or owner) on each GPU's process."""
+    if groups is None:
+        return []
+    out = []
+    for tl in memory_timeline(trace, classes=groups, max_points=max_points):
+        pid = GPU_PID_BASE + tl.device
+        keys = list(tl.series)
+        cols = [tl.series[k].tolist() for k in keys]
+        for j, t in enumerate(tl.t.tolist()):
+            out.append({"name": name, "ph": "C", "pid": pid, "ts": _us(t),
+                        "args": {k: int(c[j]) for k, c in zip(keys, cols)}})
+    return out
+
+
+def _kernel_tracks(trace: Trace, max_kernels: int) -> tuple[list[dict[str, Any]], set[int]]:
+    """A thread track per (device, stream) with an instant per kernel launch and the
+    blocks it touches in args (from the accesses joined on pid and seq)."""
+    la = trace.launches
+    if len(la) == 0:
+        return [], set()
+    la = la.sort_values("t", kind="stable").head(max_kernels)
+    acc = trace.accesses
+    touched: dict[tuple[int, int], list[int]] = {}
+    if len(acc):
+        a = acc[acc["op"].astype(str) == "launch"][["pid", "seq", "block_id"]]
+        a = a.merge(la[["pid", "seq"]], on=["pid", "seq"], how="inner")
+        for (pid, seq), g in a.groupby(["pid", "seq"], sort=False):
+            touched[(int(pid), int(seq))] = g["block_id"].astype(int).tolist()
+    sizes = dict(zip(trace.blocks["block_id"].astype(int).tolist(), trace.blocks["size"].astype(int).tolist()))
+    names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
+    out: list[dict[str, Any]] = []
+    tracks: dict[tuple[int, int], int] = {}
+    for (pid, seq, t, dev, stream), name in zip(
+            la[["pid", "seq", "t", "device", "stream"]].itertuples(index=False, name=None), names):
+        dev = int(dev)
+        if dev < 0:
+            continue
+        key = (dev, int(stream))
+        if key not in tracks:
+            tracks[key] = 1 + sum(1 for d, _ in tracks if d == dev)
+            label = "default stream" if int(stream) == 0 else f"stream {int(stream):#x}"
+            out.append({"name": "thread_name", "ph": "M", "pid": GPU_PID_BASE + dev, "tid": tracks[key],
+                        "args": {"name": f"{label} (kernel launches)"}})
+        blocks = touched.get((int(pid), int(seq)), [])
+        out.append({"name": name or "kernel", "cat": "kernel", "ph": "i", "s": "t", "pid": GPU_PID_BASE + dev,
+                    "tid": tracks[key], "ts": _us(t),
+                    "args": {"blocks": blocks, "bytes": int(sum(sizes.get(b, 0) for b in blocks)),
+                             "pid": int(pid), "seq": int(seq)}})
+    return out, {d for d, _ in tracks}
+
+
+_PHASES = {"B", "E", "X", "i", "I", "C", "M", "s", "t", "f", "b", "e", "n", "N", "O", "D", "P", "R"}
+_META = {"process_name", "process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
+
+
+def validate(doc: dict[str, Any]) -> list[str]:
+    """Problems with ``doc`` as a trace-event JSON document (empty list: valid).
+
+    Rules (the Trace Event Format spec, as Perfetto's JSON importer applies it):
+    ``traceEvents`` is a list of objects; every event has a known ``ph``, an int
+    ``pid``, a ``name`` string; all but metadata have a finite ``ts`` (NVML may sample just before the first event:
+    negative values are allowed, as the importer takes any int64 time); ``X``
+    has a finite ``dur`` >= 0; ``i``/``I`` scope ``s`` is g, p or t; ``C`` args are
+    finite numbers; ``M`` names one of the metadata records with ``args.name`` or
+    ``args.sort_index``; flow events (``s``/``t``/``f``) have an ``id``; ``tid``,
+    when present, is an int; ``displayTimeUnit`` is ms or ns."""
+    import math
+
+    errs: list[str] = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return ["document is not an object with a traceEvents list"]
+    if doc.get("displayTimeUnit", "ms") not in ("ms", "ns"):
+        errs.append(f"displayTimeUnit {doc.get('displayTimeUnit')!r} is not ms or ns")
+
+    def num(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    for i, e in enumerate(doc["traceEvents"]):
+        where = f"event {i}"
+        if not isinstance(e, dict):
+            errs.append(f"{where}: not an object")
+            continue
+        ph = e.get("ph")
+        if ph not in _PHASES:
+            errs.append(f"{where}: unknown ph {ph!r}")
+            continue
+        if not isinstance(e.get("pid"), int) or isinstance(e.get("pid"), bool):
+            errs.append(f"{where}: pid is not an int")
+        if "tid" in e and (not isinstance(e["tid"], int) or isinstance(e["tid"], bool)):
+            errs.append(f"{where}: tid is not an int")
+        if not isinstance(e.get("name"), str):
+            errs.append(f"{where}: name is not a string")
+        if ph == "M":
+            if e.get("name") not in _META:
+                errs.append(f"{where}: unknown metadata {e.get('name')!r}")
+            args = e.get("args") or {}
+            if not ("name" in args or "sort_index" in args or "labels" in args):
+                errs.append(f"{where}: metadata without args.name/sort_index")
+            continue
+        if not num(e.get("ts")):
+            errs.append(f"{where}: ts {e.get('ts')!r} is not a finite number")
+        if ph == "X" and (not num(e.get("dur")) or e["dur"] < 0):
+            errs.append(f"{where}: X without a finite dur >= 0")
+        if ph in ("i", "I") and e.get("s", "t") not in ("g", "p", "t"):
+            errs.append(f"{where}: instant scope {e.get('s')!r}")
+        if ph == "C":
+            args = e.get("args")
+            if not isinstance(args, dict) or not args or not all(num(v) for v in args.values()):
+                errs.append(f"{where}: counter args must be finite numbers")
+        if ph in ("s", "t", "f") and "id" not in e:
+            errs.append(f"{where}: flow event without id")
+    return errs
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
@@ -98,7 +242,7 @@ def write_chrome_trace(trace: Trace, path: str, iterations=None, **kw) -> dict[s
     """Write the Chrome-trace JSON to ``path``; returns counts of events by phase."""
     doc = chrome_trace(trace, iterations=iterations, **kw)
     with open(path, "w") as f:
-        json.dump(doc, f, separators=(",", ":"))
+        json.dump(doc, f, separators=(",", ":"), allow_nan=False)
     counts: dict[str, int] = {}
     for e in doc["traceEvents"]:
         counts[e["ph"]] = counts.get(e["ph"], 0) + 1

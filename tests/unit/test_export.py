@@ -79,7 +79,7 @@ def test_perfetto_instants_and_iterations():
     it = find_iterations(tr)
     doc = perfetto.chrome_trace(tr, iterations=it, large=8 * MiB)
     ev = doc["traceEvents"]
-    inst = [e for e in ev if e["ph"] == "i"]
+    inst = [e for e in ev if e["ph"] == "i" and e.get("cat") == "allocation"]
     big = tr.blocks[tr.blocks["size"] >= 8 * MiB]
     assert sorted(e["args"]["block_id"] for e in inst) == sorted(big["block_id"].tolist())
     assert all(e["args"]["size"] >= 8 * MiB and e["s"] == "t" for e in inst)
@@ -101,7 +101,7 @@ def test_perfetto_downsampling_keeps_peak():
     tr = Trace.from_tables(blocks=df)
     full = perfetto.chrome_trace(tr, max_points=10**9)
     small = perfetto.chrome_trace(tr, max_points=200)
-    vals = lambda d: [e["args"]["live_bytes"] for e in d["traceEvents"] if e["ph"] == "C"]
+    vals = lambda d: [e["args"]["live_bytes"] for e in d["traceEvents"] if e["ph"] == "C" and e["name"] == "memory"]
     assert len(vals(small)) <= 200 < len(vals(full))
     assert max(vals(small)) == max(vals(full))
 
@@ -109,8 +109,81 @@ def test_perfetto_downsampling_keeps_peak():
 def test_perfetto_reserved_view_series_name():
     tr = training_trace(iterations=3, view="reserved", nvml=False)
     doc = perfetto.chrome_trace(tr)
-    keys = {k for e in doc["traceEvents"] if e["ph"] == "C" for k in e["args"]}
+    keys = {k for e in doc["traceEvents"] if e["ph"] == "C" and e["name"] == "memory" for k in e["args"]}
     assert keys == {"reserved_bytes"}
+
+
+def test_perfetto_class_owner_counters_and_stream_tracks():
+    tr = training_trace(iterations=4)
+    from pyinterpose.report import analyses
+
+    it = analyses.iterations(tr).value
+    cl = analyses.block_classes(tr, iters=it).value
+    doc = perfetto.chrome_trace(tr, iterations=it, classes=cl)
+    assert perfetto.validate(doc) == []
+    json.dumps(doc, allow_nan=False)
+    ev = doc["traceEvents"]
+    pid = perfetto.GPU_PID_BASE
+    by_class = [e for e in ev if e["ph"] == "C" and e["name"] == "live bytes by class"]
+    live = {round(e["ts"] * 1000): e["args"]["live_bytes"] for e in ev
+            if e["ph"] == "C" and e["name"] == "memory" and "live_bytes" in e["args"]}
+    assert by_class and set(by_class[0]["args"]) == set(cl.unique())
+    for e in by_class:   # the classes add up to the live bytes, and each class to its own brute force
+        t_ns = round(e["ts"] * 1000)
+        assert sum(e["args"].values()) == live[t_ns] == brute_live(tr.blocks, t_ns)
+        for c, v in e["args"].items():
+            ids = cl[cl == c].index
+            assert v == brute_live(tr.blocks[tr.blocks["block_id"].isin(ids)], t_ns)
+    by_owner = [e for e in ev if e["ph"] == "C" and e["name"] == "live bytes by owner"]
+    assert by_owner and all(sum(e["args"].values()) == live[round(e["ts"] * 1000)] for e in by_owner)
+    # one track per stream, an instant per launch, with the blocks the launch touched
+    kern = [e for e in ev if e.get("cat") == "kernel"]
+    assert len(kern) == len(tr.launches)
+    tracks = {(e["pid"], e["tid"]) for e in kern}
+    assert tracks == {(pid, 1)}     # one stream in this trace
+    names = [e for e in ev if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == pid]
+    assert [n["args"]["name"] for n in names] == ["default stream (kernel launches)"]
+    acc = tr.accesses.merge(tr.launches[["pid", "seq"]], on=["pid", "seq"])
+    want = acc.groupby("seq")["block_id"].apply(sorted).to_dict()
+    for e in kern:
+        assert sorted(e["args"]["blocks"]) == want.get(e["args"]["seq"], [])
+
+
+def test_perfetto_validate_catches_broken_documents():
+    good = {"traceEvents": [{"name": "m", "ph": "C", "pid": 1, "ts": 0.0, "args": {"a": 1}}]}
+    assert perfetto.validate(good) == []
+    bad = [{"name": "m", "ph": "C", "pid": 1, "ts": 0.0, "args": {"a": float("nan")}},
+           {"name": "x", "ph": "X", "pid": 1, "tid": 0, "ts": 1.0},
+           {"name": "x", "ph": "Q", "pid": 1, "ts": 1.0},
+           {"name": "i", "ph": "i", "pid": "1", "ts": 1.0},
+           {"name": "i", "ph": "i", "pid": 1, "ts": -1.0, "s": "z"},
+           {"name": "thread_nam", "ph": "M", "pid": 1, "args": {"name": "x"}},
+           {"name": "f", "ph": "f", "pid": 1, "ts": 1.0}]
+    for e in bad:
+        assert perfetto.validate({"traceEvents": [e]}), e
+
+
+def test_perfetto_export_of_real_trace_is_valid(tmp_path):
+    import os
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "gpu-traces",
+                       "torch-transformer-blocks.pit")
+    if not os.path.exists(src):
+        src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "gpu-traces",
+                           "torch-transformer-blocks.pit")
+    if not os.path.exists(src):
+        pytest.skip("shipped real-GPU traces not present")
+    import pyinterpose
+
+    tr = pyinterpose.load(src)
+    out = tmp_path / "p.json"
+    exports.export(tr, "perfetto", str(out))
+    doc = json.loads(out.read_text())
+    assert perfetto.validate(doc) == []
+    kern = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kern) == len(tr.launches)
+    # most launches name at least one block (the capture maps 100 % of PyTorch launches, see gpu-traces README)
+    assert np.mean([len(e["args"]["blocks"]) > 0 for e in kern]) > 0.95
 
 
 # ---- memory_viz ---------------------------------------------------------------------------------
