@@ -150,7 +150,7 @@ def render_html(cmp: dict[str, Any]) -> str:
         figs.append((fr, "pool size over lower bound per strategy"))
     notes = "".join(f'<div class="note">{_esc(r["label"])}: {_esc(n)}</div>'
                     for r in cmp["traces"] for n in r.get("notes", []))
-    imgs = "".join(f'<h2>{_esc(alt)}</h2><img alt="{_esc(alt)}" src="data:image/png;base64,{png}">'
+    imgs = "".join(f'<h2>{_esc(alt)}</h2><img alt="{_esc(alt)}" src="data:{plots.MIME};base64,{png}">'
                    for png, alt in figs)
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     return (

@@ -119,18 +119,105 @@ def _frame(obj: Any) -> pd.DataFrame | None:
     return None
 
 
+_ID_COLS = {"block_id", "pid", "device", "seq", "stream", "kernel", "tid"}
+_TIME_UNITS = ((1e9, "s", 3), (1e6, "ms", 2), (1e3, "µs", 1), (1.0, "ns", 0))
+_BYTE_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
+
+
+def _col_kind(name: str) -> str:
+    k = name.lower().replace(" ", "_")
+    words = set(k.split("_"))
+    if k in _ID_COLS:
+        return "id"
+    if words & {"fraction", "share", "pct", "fragmentation"}:
+        return "pct"
+    if "ratio" in words:
+        return "ratio"
+    if k.endswith("_ns") or words & {"ns", "time", "ati", "stall", "lifetime"}:
+        return "time"
+    if k in _BYTE_KEYS or "bytes" in k or words & {"size", "peak", "budget", "floor", "bound"}:
+        return "bytes"
+    return "number"
+
+
+def _base_name(name: str) -> str:
+    for suf in ("_ns", "_bytes", "_fraction"):
+        if name.endswith(suf):
+            return name[: -len(suf)]
+    return name
+
+
 def _format_frame(df: pd.DataFrame, max_rows: int = 30) -> pd.DataFrame:
-    """Human formatting column by column (bytes/times/ratios by column name)."""
+    """Human formatting, one unit per column, named in the header: times in the one unit
+    (s, ms, µs, ns) that fits the column's median value ("lifetime (ms)"), bytes likewise
+    in binary units ("size (MiB)"), fractions as "(%)", ratios with three decimals, counts
+    as integers with thousands separators, ids as plain integers; missing values "–"."""
     df = df.head(max_rows)
     out = pd.DataFrame(index=df.index)
     for c in df.columns:
         col = df[c]
-        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
-            out[str(c)] = [_fmt_value(str(c), v) for v in col.tolist()]
+        name = str(c)
+        if pd.api.types.is_bool_dtype(col) or (col.dtype == object and col.map(
+                lambda v: isinstance(v, (bool, np.bool_)) or v is None).all() and col.notna().any()):
+            out[name] = ["–" if v is None else ("yes" if v else "no") for v in col.tolist()]
+            continue
+        if not pd.api.types.is_numeric_dtype(col):
+            out[name] = ["–" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                         ("yes" if v is True else "no" if v is False else str(v)) for v in col.tolist()]
+            continue
+        vals = col.astype(np.float64).to_numpy()
+        fin = vals[np.isfinite(vals)]
+        nz = np.abs(fin[fin != 0])
+        top = float(np.median(nz)) if len(nz) else 0.0   # the unit that fits the typical value
+        kind = _col_kind(name)
+        if kind == "time":
+            div, unit, dec = next((u for u in _TIME_UNITS if top >= u[0]), _TIME_UNITS[-1])
+            header, fmt = f"{_base_name(name)} ({unit})", (lambda v, d=div, p=dec: f"{v / d:,.{p}f}")
+        elif kind == "bytes":
+            div, unit = next((u for u in _BYTE_UNITS if top >= 2 * u[0]), _BYTE_UNITS[-1])
+            dec = 0 if unit == "B" else 1
+            header, fmt = f"{_base_name(name)} ({unit})", (lambda v, d=div, p=dec: f"{v / d:,.{p}f}")
+        elif kind == "pct":
+            header, fmt = f"{_base_name(name)} (%)", (lambda v: f"{100.0 * v:,.1f}")
+        elif kind == "ratio":
+            header, fmt = name, (lambda v: f"{v:,.3f}")
+        elif kind == "id":
+            header, fmt = name, (lambda v: f"{int(v)}")
         else:
-            out[str(c)] = [_fmt_value(str(c), v) if isinstance(v, (bool, np.bool_, float)) else
-                           ("-" if v is None else str(v)) for v in col.tolist()]
+            integral = bool(len(fin)) and bool(np.all(fin == np.round(fin)))
+            header, fmt = name, ((lambda v: f"{int(v):,}") if integral else (lambda v: f"{v:,.3f}"))
+        out[header] = ["–" if not np.isfinite(v) else fmt(v) for v in vals]
     return out.reset_index(drop=True)
+
+
+def _group_rows(df: pd.DataFrame, keys: list[str], id_col: str = "block_id") -> pd.DataFrame:
+    """Identical rows (equal ``keys``) folded into one: a leading ``blocks`` column with the
+    count ("15 ×") and the ids listed (first and last when many); other columns take the
+    first row's value, numeric ones their median when they differ."""
+    if len(df) == 0:
+        return df
+    rows = []
+    for _, g in df.groupby(keys, sort=False, dropna=False):
+        r = g.iloc[0].copy()
+        for c in g.columns:
+            if c not in keys and c != id_col and pd.api.types.is_numeric_dtype(g[c]) \
+                    and not pd.api.types.is_bool_dtype(g[c]) and g[c].nunique() > 1:
+                r[c] = float(g[c].median())
+        ids = g[id_col].astype(int).tolist() if id_col in g else []
+        r = r.drop(labels=[id_col]) if id_col in r.index else r
+        head = pd.Series({"blocks": f"{len(g)} ×" if len(g) > 1 else "1",
+                          "block ids": ", ".join(map(str, ids)) if len(ids) <= 3 else
+                          f"{ids[0]}, {ids[1]} … {ids[-1]}"})
+        rows.append(pd.concat([head, r]))
+    out = pd.DataFrame(rows).reset_index(drop=True)
+    for c in out.columns:
+        v = out[c].tolist()
+        if v and all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+                     for x in v):
+            out[c] = out[c].astype(np.float64)
+        elif v and all(isinstance(x, (bool, np.bool_)) for x in v):
+            out[c] = out[c].astype(bool)
+    return out
 
 
 def _safe(section: Section, fn: Callable[[], None]) -> None:
@@ -183,12 +270,18 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
     # ---- memory over time
     s = Section("memory", "Memory over time",
-                "Live device bytes after every allocation and free, stacked by block class"
-                " (persistent blocks live across iterations; per-iteration blocks are allocated and freed"
-                " inside one step). The black line is the memory NVML reports as used on the GPU"
-                " (the framework's reserve plus the CUDA context), dashed lines are iteration boundaries."
-                + (" This is a reserved-view trace: the blocks are what the framework's allocator took"
-                   " from CUDA, so the stacked area is its reserve." if reserved_view else ""))
+                "Live device bytes after every allocation and free, stacked by lifetime class (or by owner"
+                " library: the buttons switch), drawn against the event index (each allocation and each free is"
+                " one step; the top axis gives the time). It opens on one steady iteration; drag or scroll to"
+                " zoom, drag the minimap below to move, \u2018whole run\u2019 to see everything. Shaded bands are"
+                " alternate iterations (ticks above the plot mark their boundaries), drawn under the data. The black"
+                " line is the memory NVML reports as used on the GPU (the framework's reserve plus the CUDA"
+                " context). Hover over the stack for the block under the cursor: size, API, owner, class,"
+                " allocation and free, call site. Far out, each screen bin keeps its peak, so no peak is lost;"
+                " zoomed in, every event is drawn."
+                + (" This is a reserved-view trace: the blocks are the segments the framework's allocator took"
+                   " from CUDA, so the stacked area is its reserve; what is allocated inside the segments is not"
+                   " visible in this view (capture the blocks view for that)." if reserved_view else ""))
     if not cls.ok:
         s.notes.append(f"block classes {cls.note}; showing all blocks as one series")
     if not it.ok:
@@ -216,6 +309,15 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
         for tl in tls:
             s.facts.append((f"GPU {tl.device} peak live", f"{fmt_bytes(tl.peak)} at {fmt_ns(tl.peak_t)}"))
+            bd = b[b["device"] == tl.device]
+            left = bd[~bd["freed"]]
+            end = int(tl.total[-1]) if len(tl.total) else 0
+            what = "segments still reserved" if reserved_view else "blocks never freed"
+            s.facts.append((f"GPU {tl.device} {what}",
+                            f"{len(left):,} ({fmt_bytes(int(left['size'].sum()))}): where the area ends"
+                            + (" (the allocator keeps its segments until the process exits)"
+                               if reserved_view and len(left) else "")))
+            assert int(left["size"].sum()) == end, "timeline end != bytes never freed"
     _safe(s, _mem)
     sections.append(s)
 
@@ -285,7 +387,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
     ev = analyses.swap(trace, bandwidth=bandwidth)
     sw = analyses.swap_pareto(trace, bandwidth=bandwidth) if ev.ok else ev
-    _safe(s, lambda: _swap_section(s, ev, sw, heads))
+    _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.end_ns)))
     sections.append(s)
 
     # ---- largest / outliers
@@ -294,9 +396,11 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 " (ATI x size) is unusually high: the best candidates to swap or to free early.")
 
     def _largest():
-        lb = data.largest_blocks(trace, n=top, classes=classes)
-        lb = lb.rename(columns={"lifetime_ns": "lifetime_ns", "t_alloc": "t_alloc_ns"})
-        s.tables.append(("largest blocks", _format_frame(lb, max_rows=top)))
+        lb = data.largest_blocks(trace, n=max(top * 40, 200), classes=classes)
+        lb = lb.rename(columns={"t_alloc": "t_alloc_ns"})
+        g = _group_rows(lb, ["pid", "device", "api", "kind", "size", "class", "freed"]).head(top)
+        s.tables.append(("largest blocks (identical size, API, kind, class and process grouped into one row;"
+                         " t_alloc and lifetime are the group's medians)", _format_frame(g, max_rows=top)))
         heads["largest_blocks"] = to_jsonable(lb.head(5))
     _safe(s, _largest)
     if acc.ok and acc.value.get("outliers") and acc.value["outliers"].get("top"):
@@ -321,7 +425,7 @@ def _lifetimes_section(s: Section, d: dict, heads: dict) -> None:
     if rows:
         s.tables.append(("device blocks by lifetime class (main process)", _format_frame(pd.DataFrame(rows))))
     pk = d.get("peak") or {}
-    s.facts += [("blocks never freed", f"{d.get('never_freed', 0):,}"),
+    s.facts += [("blocks never freed (main process)", f"{d.get('never_freed', 0):,}"),
                 ("peak live (main process)", f"{fmt_bytes(pk.get('bytes'))} at {fmt_ns(pk.get('t'))}")]
     for k, v in (pk.get("by_class") or {}).items():
         s.facts.append((f"  at the peak: {k}", fmt_bytes(v)))
@@ -347,8 +451,14 @@ def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict)
         b = d["bandwidth"]
         bw = Bandwidth(b["h2d_bytes_per_s"], b["d2h_bytes_per_s"], b["latency_s"], b.get("source", ""))
     if len(iv) == 0:
-        s.notes.append("no block was accessed twice: no access intervals (was the trace captured with access "
-                       "events on?)")
+        total = int(d.get("intervals", 0) or 0)
+        if total:
+            s.notes.append(f"ATI histogram not applicable: none of the {total:,} intervals lies between two accesses"
+                           " of a device block (they all run from an allocation to its first access or from the last"
+                           " access to the free), so there is no access-to-access interval to plot")
+        else:
+            s.notes.append("ATI histogram not applicable: the trace has no access intervals (was it captured with"
+                           " access events on?)")
     else:
         thr = _access.swap_cost_ns(iv["size"].to_numpy(np.int64), bw) if bw is not None else None
         s.figures.append((plots.ati_png(iv["ati_ns"].to_numpy(), None, thr), "ATI distribution"))
@@ -395,8 +505,10 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
     bound, whole = d.get("bound_bytes"), d.get("bound_whole_run_bytes")
     label = (f"step: planners vs one steady step, {fmt_bytes(bound)}; "
              f"run: allocators vs the whole run, {fmt_bytes(whole)}")
-    names = [f"{n} ({'step' if b == 'steady' else 'run'})" for n, b in zip(df["strategy"], df.get("bound", ""))]
-    s.figures.append((plots.pools_png(names, df["ratio_to_bound"].astype(float).tolist(), label),
+    names = [str(n) for n in df["strategy"]]
+    bkinds = [("steady" if b == "steady" else "whole_run") for b in df.get("bound", ["whole_run"] * len(df))]
+    s.figures.append((plots.pools_png(names, df["ratio_to_bound"].astype(float).tolist(), label, bounds=bkinds,
+                                      bound_bytes={"steady": bound, "whole_run": whole}),
                       "pool strategies"))
     cols = [c for c in ("strategy", "bound", "peak_bytes", "ratio_to_bound", "fragmentation", "optimal",
                         "backing_allocations", "seconds") if c in df]
@@ -419,7 +531,8 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
                                          for r in d.get("strategies", [])}}
 
 
-def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: dict) -> None:
+def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: dict,
+                  run_ns: float | None = None) -> None:
     """``ev``: swap.evaluate() dict; ``sw``: swap.pareto() list of budget points."""
     if not ev.ok and not sw.ok:
         s.notes.append(f"swap planning {ev.note or sw.note}")
@@ -444,8 +557,12 @@ def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: d
                 t["stall_ns"] = t.pop("stall_seconds") * 1e9
             if "reduction" in t:
                 t["reduction_fraction"] = t.pop("reduction")
-            s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: keep the peak under the"
-                             " budget, counting stalls)", _format_frame(t)))
+            if "swaps" in strat and int(pd.to_numeric(strat["swaps"], errors="coerce").fillna(0).sum()) == 0:
+                s.notes.append(f"strategies not applicable: none of the {len(strat)} strategy/mode runs found a swap"
+                               " to make (0 swaps, 0 bytes moved, the peak unchanged)")
+            else:
+                s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: keep the peak under"
+                                 " the budget, counting stalls)", _format_frame(t)))
         heads["swap"] = {k: to_jsonable(d.get(k)) for k in ("peak_before", "floor", "budget", "candidates")}
         if len(strat):
             best = strat[strat["mode"] == "no-overhead"] if "mode" in strat else strat
@@ -460,8 +577,17 @@ def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: d
         pts = pd.DataFrame(sw.value)
         if len(pts):
             pts["stall_ns"] = pts["stall_seconds"] * 1e9
-            s.figures.append((plots.swap_pareto_png(pts, peak_before, floor), "swap Pareto curve"))
             heads["swap_pareto"] = to_jsonable(pts)
+            gain = (peak_before or 0) - int(pts["peak_after"].min())
+            if peak_before is not None and gain <= 0:
+                s.notes.append("Pareto curve not applicable: no budget lowers the peak"
+                               + (f" (the swap floor, {fmt_bytes(floor)}, is the peak itself: no candidate"
+                                  " interval straddles the peak or can be hidden)" if floor is not None
+                                  and floor >= peak_before else ""))
+            else:
+                budget = ev.value.get("budget") if ev.ok else None
+                s.figures.append((plots.swap_pareto_png(pts, peak_before, floor, budget=budget, run_ns=run_ns),
+                                  "swap Pareto curve"))
     else:
         s.notes.append(f"Pareto curve {sw.note}")
 
@@ -479,12 +605,12 @@ main{padding:8px 28px 40px}
 section{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:14px 18px;margin:16px 0}
 h2{font-size:17px;margin:0 0 6px}
 p.explain{color:#4b5563;font-size:13px;margin:4px 0 10px}
-img{max-width:100%;height:auto;display:block;margin:8px 0}
+img{width:100%;max-width:1800px;height:auto;display:block;margin:8px 0}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left}
 th{background:#f3f4f6}
-table.facts td{text-align:left}
+table.facts td{text-align:left;white-space:normal}
 table.facts td:first-child{color:#6b7280}
 .note{color:#92400e;background:#fffbeb;border-left:3px solid #f59e0b;padding:4px 8px;font-size:12px;margin:6px 0}
 .warn{color:#991b1b;background:#fef2f2;border-left:3px solid #ef4444;padding:4px 8px;font-size:12px}
@@ -538,7 +664,7 @@ def render(rep: Report) -> str:
         inner += [f'<div class="note">{_esc(n)}</div>' for n in s.notes]
         inner.append(_facts_html(s.facts))
         inner += s.html
-        inner += [f'<img alt="{_esc(alt)}" src="data:image/png;base64,{png}">' for png, alt in s.figures]
+        inner += [f'<img alt="{_esc(alt)}" src="data:{plots.MIME};base64,{png}">' for png, alt in s.figures]
         inner += [_table_html(c, df) for c, df in s.tables]
         parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)

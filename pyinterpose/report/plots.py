@@ -1,8 +1,10 @@
-"""Matplotlib figures (Agg, no pyplot state) rendered to base64 PNG for inline HTML.
+"""Matplotlib figures (no pyplot state) rendered to base64 SVG for inline HTML.
 
-Each ``*_png`` function takes plain arrays/tables and returns the base64 text of
-a PNG, so the HTML embeds ``<img src="data:image/png;base64,...">`` and needs no
-network or external file.
+Each ``*_png`` function (the name is historical) takes plain arrays/tables and
+returns the base64 text of an SVG image (vector: crisp at any width and on HiDPI
+screens; text kept as text), so the HTML embeds
+``<img src="data:image/svg+xml;base64,...">`` and needs no network or external file.
+Every colour drawn has a legend entry.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
@@ -29,6 +31,7 @@ CLASS_COLOURS = {
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
            "#CCB974", "#64B5CD"]
 DPI = 100
+MIME = "image/svg+xml"
 
 
 def _colour(name: str, i: int) -> str:
@@ -36,9 +39,12 @@ def _colour(name: str, i: int) -> str:
 
 
 def _png(fig: Figure) -> str:
-    FigureCanvasAgg(fig)
+    import matplotlib
+
+    FigureCanvasSVG(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "pyinterpose"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -119,7 +125,9 @@ def size_histogram_png(hist: pd.DataFrame) -> str:
         ax = fig.add_subplot(1, 2, i + 1)
         vals = hist[col].to_numpy().astype(np.float64)
         div, bunit = _byte_unit(vals.max() if len(vals) else 0.0) if col == "bytes" else (1.0, "")
-        ax.bar(x, vals / div, color=PALETTE[i], width=0.8)
+        ax.bar(x, vals / div, color=PALETTE[i], width=0.8,
+               label="number of blocks" if col == "count" else f"sum of their sizes ({bunit})")
+        ax.legend(loc="upper right", fontsize=8, frameon=False)
         ax.set_xticks(x)
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         ax.set_title(title + (f" ({bunit})" if bunit else ""), loc="left", fontsize=10)
@@ -166,45 +174,89 @@ def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float 
     return _png(fig)
 
 
-def pools_png(names: Sequence[str], ratios: Sequence[float], bound_label: str) -> str:
-    """Pool size per strategy as a ratio to its lower bound (1.0 = no fragmentation)."""
-    fig = Figure(figsize=(10, 0.45 * max(4, len(names)) + 1))
-    ax = fig.add_subplot(1, 1, 1)
-    y = np.arange(len(names))
-    r = np.asarray(ratios, dtype=np.float64)
-    ax.barh(y, np.nan_to_num(r, nan=0.0), color=[PALETTE[2] if v <= 1.05 else PALETTE[1] for v in r])
-    ax.axvline(1.0, color="black", linewidth=1.2)
-    for yi, v in zip(y, r):
-        if np.isfinite(v):
-            ax.text(v, yi, f" {v:.3f}", va="center", fontsize=8)
-    ax.set_yticks(y)
-    ax.set_yticklabels(list(names), fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"pool size / lower bound ({bound_label})", fontsize=8)
-    ax.set_xlim(left=0, right=max(1.1, float(np.nanmax(r)) * 1.15 if len(r) and np.isfinite(r).any() else 1.1))
+def pools_png(names: Sequence[str], ratios: Sequence[float], bound_label: str,
+              bounds: Sequence[str] | None = None, bound_bytes: dict[str, int] | None = None) -> str:
+    """Pool size per strategy as a ratio to its lower bound (1.0 = no fragmentation).
+
+    ``bounds`` says which bound each strategy is measured against ("whole_run" for the
+    simulated allocators, "steady" for the planners): each bound gets its own panel and
+    axis, so bars against different bounds never share a scale."""
+    bounds = list(bounds) if bounds is not None else ["whole_run"] * len(names)
+    groups = [(k, t) for k, t in (("whole_run", "allocators replaying the whole run, against its peak live bytes"),
+                                  ("steady", "planners packing one steady step, against its LOAD"))
+              if k in bounds]
+    rows = [sum(1 for b in bounds if b == k) for k, _ in groups]
+    fig = Figure(figsize=(10, 0.32 * sum(rows) + 1.1 * len(groups) + 0.6))
+    gs = fig.add_gridspec(len(groups), 1, height_ratios=[max(r, 1) + 2 for r in rows])
+    r_all = np.asarray(ratios, dtype=np.float64)
+    finite = r_all[np.isfinite(r_all)]
+    xmax = max(1.1, float(finite.max()) * 1.15 if len(finite) else 1.1)
+    for gi, (key, title) in enumerate(groups):
+        ax = fig.add_subplot(gs[gi, 0])
+        idx = [i for i, b in enumerate(bounds) if b == key]
+        y = np.arange(len(idx))
+        r = r_all[idx]
+        good = r <= 1.05
+        if good.any():
+            ax.barh(y[good], np.nan_to_num(r[good], nan=0.0), color=PALETTE[2], label="within 5 % of the bound")
+        if (~good).any():
+            ax.barh(y[~good], np.nan_to_num(r[~good], nan=0.0), color=PALETTE[1],
+                    label="more than 5 % above the bound")
+        ax.axvline(1.0, color="black", linewidth=1.2, label="lower bound (1.0)")
+        for yi, v in zip(y, r):
+            if np.isfinite(v):
+                ax.text(v, yi, f" {v:.3f}", va="center", fontsize=8)
+        ax.set_yticks(y)
+        ax.set_yticklabels([str(names[i]).split(" (")[0] for i in idx], fontsize=8)
+        ax.invert_yaxis()
+        bb = (bound_bytes or {}).get(key)
+        ax.set_title(title + (f" ({fmt_bytes(bb)})" if bb else ""), loc="left", fontsize=9)
+        ax.set_xlim(0, xmax)
+        ax.set_xlabel("pool size / lower bound", fontsize=8)
+        _legend_outside(ax)
     fig.tight_layout()
     return _png(fig)
 
 
-def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | None) -> str:
-    """Swap Pareto curve: stall time added (x) against the peak reached (y), one point per budget."""
+def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | None,
+                    budget: int | None = None, run_ns: float | None = None) -> str:
+    """Swap Pareto curve: stall time added (x) against the peak reached (y), one point per
+    budget; the chosen ``budget`` marked; the x axis ends at the run's duration ``run_ns``
+    (budgets whose stall exceeds the run are listed in the legend, not stretched onto the axis)."""
     fig = Figure(figsize=(10, 3.6))
     ax = fig.add_subplot(1, 1, 1)
     ymax = max([float(points["peak_after"].max()) if len(points) else 0.0, float(peak_before or 0)])
     div, bunit = _byte_unit(ymax)
     g = points.sort_values("stall_ns")
+    xmax_all = float(g["stall_ns"].max()) if len(g) else 0.0
+    limit = float(run_ns) if run_ns and run_ns > 0 and xmax_all > run_ns else None
+    shown = g if limit is None else g[g["stall_ns"] <= limit]
+    off = g.iloc[0:0] if limit is None else g[g["stall_ns"] > limit]
     label = f"budget sweep ({g['strategy'].iloc[0]} order)" if "strategy" in g and len(g) else "budget sweep"
-    ax.plot(g["stall_ns"], g["peak_after"] / div, marker="o", markersize=4, color=PALETTE[0], label=label)
+    ax.plot(shown["stall_ns"], shown["peak_after"] / div, marker="o", markersize=4, color=PALETTE[0], label=label)
+    if len(off):
+        lo_s, hi_s = fmt_ns(off["stall_ns"].min()), fmt_ns(off["stall_ns"].max())
+        ax.plot([], [], " ", label=f"{len(off)} budget(s) off the axis: stall "
+                                   f"{lo_s if lo_s == hi_s else lo_s + ' to ' + hi_s}, longer than the run")
     if peak_before:
         ax.axhline(peak_before / div, color="black", linestyle=":", linewidth=1,
                    label=f"peak without swapping {fmt_bytes(peak_before)}")
     if floor is not None:
         ax.axhline(floor / div, color=PALETTE[3], linestyle="--", linewidth=1,
                    label=f"floor (every candidate swapped) {fmt_bytes(floor)}")
+    if budget is not None and len(g):
+        near = g.iloc[int(np.argmin(np.abs(g["budget"].to_numpy(np.float64) - float(budget))))] \
+            if "budget" in g else None
+        ax.axhline(budget / div, color=PALETTE[4], linestyle="-.", linewidth=1,
+                   label=f"chosen budget {fmt_bytes(budget)}")
+        if near is not None and (limit is None or near["stall_ns"] <= limit):
+            ax.plot([near["stall_ns"]], [near["peak_after"] / div], marker="*", markersize=14, color=PALETTE[4],
+                    linestyle="none", label=f"nearest swept budget: peak {fmt_bytes(near['peak_after'])}, "
+                                            f"stall {fmt_ns(near['stall_ns'])}")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(max(v, 0.0))))
-    xmax = float(g["stall_ns"].max()) if len(g) else 0.0
+    xmax = limit if limit is not None else xmax_all
     ax.set_xlim(left=-0.02 * max(xmax, 1000.0), right=max(xmax * 1.05, 1000.0))
-    ax.set_xlabel("stall time added")
+    ax.set_xlabel("stall time added" + (f" (axis ends at the run's duration, {fmt_ns(limit)})" if limit else ""))
     ax.set_ylabel(f"peak live ({bunit})")
     ax.set_ylim(bottom=0)
     _legend_outside(ax)

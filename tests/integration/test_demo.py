@@ -50,7 +50,7 @@ def test_demo_captures_analyses_and_reports(tmp_path):
         assert page.count(plotly_js()) == 1 and 'class="pit-tl"' in page
         page = page.replace(plotly_js(), "")
     assert "https://" not in page and "http://" not in page
-    assert len(re.findall(r'src="data:image/png;base64,', page)) >= 4
+    assert len(re.findall(r'src="data:image/svg\+xml;base64,', page)) >= 4
     # the terminal form prints the summary and where the report went
     r = run_cli("demo", "-o", "out2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -12,7 +12,7 @@ from pyinterpose.report import analyses, html
 from pyinterpose.report.synthetic import training_trace
 from conftest import fake_trace_files
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SVG_HEAD = b"<svg"
 MiB = 1 << 20
 
 
@@ -26,7 +26,7 @@ def images(page: str) -> list[bytes]:
 
     if plotly_js() is not None:
         page = page.replace(plotly_js(), "")
-    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)]
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', page)]
 
 
 def assert_self_contained(page: str) -> None:
@@ -55,7 +55,7 @@ def test_report_is_self_contained_with_decodable_figures():
     assert len(imgs) == 4
     assert page.count('<div class="pit-tl"') == 1
     for png in imgs:
-        assert png.startswith(PNG_MAGIC) and len(png) > 2000
+        assert SVG_HEAD in png[:500] and png.rstrip().endswith(b"</svg>") and len(png) > 2000
     ids = [s.id for s in rep.sections]
     assert ids == ["memory", "iterations", "sizes", "access", "pools", "swap", "blocks"]
     for sid in ids:
