@@ -27,8 +27,16 @@ class Browser:
     def __init__(self, profile_dir: str, width: int = 1400, height: int = 1000, scale: float = 1.0):
         if CHROMIUM is None:
             raise BrowserError("chromium not installed")
+        import fcntl
+
+        def _high(fd: int) -> int:  # away from 3/4 so the dup2 calls below cannot clobber each other
+            hi = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(fd)
+            return hi
+
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
+        to_chrome_r, from_chrome_w = _high(to_chrome_r), _high(from_chrome_w)
 
         def _fds():
             os.dup2(to_chrome_r, 3)
@@ -40,7 +48,7 @@ class Browser:
              "--no-first-run", "--no-default-browser-check", f"--user-data-dir={profile_dir}",
              f"--window-size={width},{height}", "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_fds, pass_fds=(3, 4))
+            preexec_fn=_fds, close_fds=False)  # dup2 leaves 3/4 inheritable; all else is close-on-exec
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._id = 0
