@@ -36,13 +36,13 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
     int ok = pi_reserve(1 + (uint64_t)ns, &tk);
     if (addressable(kind)) pi_map_insert(addr, size, ok ? tk : 0);
     if (!ok) return;
-    if (ns) { /* the SITE record follows its ALLOC (seq + 1) */
-        pi_event *s = pi_slot(tk + 1);
-        pi_site_fill(s, (uint16_t)api, &site);
-        pi_commit(s, tk + 1);
-    }
     pi_event *e = pi_slot(tk);
     pi_fill(e, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
+    if (ns) { /* the SITE record follows its ALLOC (seq + 1), same time and thread */
+        pi_event *s = pi_slot(tk + 1);
+        pi_site_fill(s, e, &site);
+        pi_commit(s, tk + 1);
+    }
     pi_commit(e, tk);
 }
 

@@ -433,7 +433,16 @@ int pi_site_capture(uint64_t caller, pi_site *s) {
     return 1;
 }
 
-void pi_site_fill(pi_event *e, uint16_t api, const pi_site *s) {
-    pi_fill(e, PI_OP_SITE, api, (int32_t)s->thread_name, s->caller, s->native_stack, s->owner, s->py_stack,
-            s->flags);
+void pi_site_fill(pi_event *e, const pi_event *alloc, const pi_site *s) {
+    e->t_ns = alloc->t_ns; /* no second clock read */
+    e->addr = s->caller;
+    e->size = s->native_stack;
+    e->stream = s->owner;
+    e->aux = s->py_stack;
+    e->tid = alloc->tid;
+    e->op = PI_OP_SITE;
+    e->api = alloc->api;
+    e->result = (int32_t)s->thread_name;
+    e->device = alloc->device;
+    e->flags = s->flags;
 }
