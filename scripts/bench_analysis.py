@@ -1,124 +1,203 @@
 #!/usr/bin/env python3
-"""Loading and analysing a large trace: writes a synthetic trace file of N events
-(a training loop: persistent weights, per-step activations freed LIFO, kernel
-launches with 2-4 accesses each), then times ``pyinterpose.load`` (read + build
-the tables) and the analyses.  Prints JSON.
+"""Every analysis command and export on large simtrain traces: wall time and peak RSS.
 
-    python scripts/bench_analysis.py [--events 10000000] [--keep FILE]
+Builds the traces itself (``pyinterpose run --simulated-gpu`` around
+``simtrain --framework F --steps S``, S calibrated so the trace holds about N
+events), caches them in ``--cache DIR``, then runs each command as a child
+process and reads its wall time and peak RSS (``os.wait4`` rusage of that
+child alone).  Prints one JSON object.
 
-Target (issue: analysis core): load + tables for 10 M events <= 10 s on 2 cores.
+    python scripts/bench_analysis.py [--events 1000000,10000000] [--framework torch]
+        [--cache DIR] [--commands load,summary,...] [--timeout S] [--out FILE]
+
+Targets (issue 15, 2-core development machine, 10 M events): load <= 5 s; every
+analysis command <= 10 s (swap: all strategies, both modes); report and exports
+<= 15 s; peak RSS <= 2 GB; growth from the smallest to the largest trace no
+worse than x12 per 10x events.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
+import subprocess
 import sys
 import tempfile
 import time
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+BW = "25"
+
+# name -> (argv after `python -m pyinterpose`, with {trace} and {out}; target seconds)
+COMMANDS = {
+    "load": (None, 5),
+    "summary": (["summary", "{trace}", "--json"], 10),
+    "iterations": (["iterations", "{trace}", "--json"], 10),
+    "access": (["access", "{trace}", "--json", "--bandwidth", BW], 10),
+    "pools": (["pools", "{trace}", "--json"], 10),
+    "swap": (["swap", "{trace}", "--json", "--bandwidth", BW], 10),
+    "compare": (["compare", "{trace}", "{trace}", "--json", "--bandwidth", BW], 10),
+    "report": (["report", "{trace}", "-o", "{out}.html", "-f", "--bandwidth", BW], 15),
+    "export-memory-viz": (["export", "{trace}", "--format", "memory-viz", "-o", "{out}.pickle", "-f"], 15),
+    "export-perfetto": (["export", "{trace}", "--format", "perfetto", "-o", "{out}.json", "-f"], 15),
+    "export-csv": (["export", "{trace}", "--format", "csv", "-o", "{out}.csv", "-f"], 15),
+    "export-minimalloc": (["export", "{trace}", "--format", "minimalloc", "-o", "{out}.mm.csv", "-f"], 15),
+}
+LOAD_CODE = ("import sys, pyinterpose; t = pyinterpose.load(sys.argv[1]); "
+             "print(len(t.blocks), len(t.accesses), len(t.launches))")
+RSS_TARGET_MB = 2048
+GROWTH_TARGET = 12.0
 
 
-def synth_events(n_target: int, pid: int = 4242, layers: int = 40):
-    """Records of a training loop in one process, as the shim writes them."""
-    from pyinterpose.capture import records
+def machine() -> dict:
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "mem_mb": mem, "python": platform.python_version(),
+            "kernel": platform.release()}
 
-    O = records.OP
-    dt = records.event_dtype()
-    api = {n: i for i, n in enumerate(records.api_names())}
-    # one step: L allocs (activations), L launches with 3 accesses (W, in, out), L frees
-    per_step = layers * (1 + 1 + 3 + 1)
-    steps = max(1, (n_target - 3 * layers) // per_step)
-    recs = np.zeros(steps * per_step + 3 * layers + 8, dtype=dt)
-    i = 0
-    seq = 1
-    t = 1_000_000
-    # kernel name string (id 1) and persistent weights
-    name = b"gemm_kernel"
-    recs[i]["op"], recs[i]["aux"], recs[i]["size"], recs[i]["seq"] = O.STRING, 1, len(name), seq
-    i += 1; seq += 1
-    raw = recs.view(np.uint8).reshape(len(recs), 64)
-    raw[i, 16:16 + len(name)] = np.frombuffer(name, np.uint8)
-    recs[i]["op"], recs[i]["seq"] = O.STRDATA, seq
-    i += 1; seq += 1
-    wseq, waddr = [], []
-    for l in range(layers):
-        recs[i] = (t, seq, 0x7000_0000_0000 + l * (1 << 22), 1 << 20, 0, 0, 1, O.ALLOC, api["cudaMalloc"], 0, 0, 1)
-        wseq.append(seq); waddr.append(0x7000_0000_0000 + l * (1 << 22))
-        i += 1; seq += 1; t += 1000
-    # vectorised steps
-    base = i
-    idx = np.arange(steps * per_step)
-    step, pos = idx // per_step, idx % per_step
-    layer = pos // 6
-    slot = pos % 6
-    block = recs[base:base + steps * per_step]
-    block["seq"] = seq + idx
-    block["t_ns"] = t + idx * 500
-    block["tid"] = 1
-    act_addr = 0x7100_0000_0000 + layer * (1 << 22)
-    act_seq = seq + step * per_step + layer * 6  # alloc record of the layer's activation
-    block["op"] = np.select([slot == 0, slot == 1, slot < 5, slot == 5], [O.ALLOC, O.LAUNCH, O.ACCESS, O.FREE])
-    block["api"] = np.select([slot == 0, slot == 1, slot < 5, slot == 5],
-                             [api["cudaMallocAsync"], api["cudaLaunchKernel"], api["cudaLaunchKernel"],
-                              api["cudaFreeAsync"]])
-    block["flags"] = np.select([slot == 0, slot == 5, (slot >= 2) & (slot <= 4)], [3, 3, 1], 0)
-    block["size"] = np.where((slot == 0) | (slot == 5), 256 * 1024 * (1 + layer % 7), 0)
-    block["aux"] = np.select([slot == 1, slot == 2, slot == 3, slot == 4],
-                             [1, np.array(wseq)[layer], act_seq, act_seq], 0)
-    block["addr"] = np.select([slot == 0, slot == 5, slot == 2, slot >= 3],
-                              [act_addr, act_addr, np.array(waddr)[layer], act_addr], 0)
-    n = base + steps * per_step
-    return recs[:n], steps
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_child(argv: list[str], timeout: float, stdout=subprocess.DEVNULL) -> dict:
+    """Run argv; wall seconds, peak RSS (MiB) of that child alone, exit code."""
+    errf = tempfile.TemporaryFile()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=stdout, stderr=errf, env=child_env(), cwd=ROOT)
+    deadline = t0 + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            p.kill()
+            pid, status, ru = os.wait4(p.pid, 0)
+            return {"wall_s": round(time.perf_counter() - t0, 2), "rss_mb": round(ru.ru_maxrss / 1024),
+                    "rc": None, "timed_out": True}
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    errf.seek(0)
+    err = errf.read().decode(errors="replace")
+    p.returncode = os.waitstatus_to_exitcode(status)
+    out = {"wall_s": round(wall, 2), "rss_mb": round(ru.ru_maxrss / 1024), "rc": p.returncode,
+           "user_s": round(ru.ru_utime, 2), "sys_s": round(ru.ru_stime, 2)}
+    if p.returncode != 0:
+        out["stderr"] = err.strip().splitlines()[-1:] if err.strip() else []
+    return out
+
+
+def capture(path: str, framework: str, steps: int, timeout: float) -> dict:
+    argv = [sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-o", path, "--",
+            sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", framework,
+            "--steps", str(steps)]
+    return run_child(argv, timeout)
+
+
+def trace_events(path: str) -> int:
+    out = subprocess.run([sys.executable, "-m", "pyinterpose", "summary", path, "--json"], env=child_env(),
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    return int(json.loads(out)["counts"]["events"])
+
+
+def build(cache: str, framework: str, events: int, timeout: float) -> tuple[str, dict]:
+    """The cached trace of about ``events`` events (built on first use)."""
+    path = os.path.join(cache, f"simtrain-{framework}-{events}.pit")
+    info_path = path + ".json"
+    if os.path.exists(path) and os.path.exists(info_path):
+        return path, json.load(open(info_path))
+    cal = os.path.join(cache, f"calibrate-{framework}.pit")
+    r = capture(cal, framework, 200, timeout)
+    if r["rc"] != 0:
+        raise SystemExit(f"bench_analysis: calibration capture failed: {r}")
+    per_step = trace_events(cal) / 200.0
+    steps = max(1, round(events / per_step))
+    r = capture(path + ".tmp", framework, steps, timeout)
+    if r["rc"] != 0:
+        raise SystemExit(f"bench_analysis: capture of {steps} steps failed: {r}")
+    os.replace(path + ".tmp", path)
+    info = {"framework": framework, "steps": steps, "events": trace_events(path),
+            "file_mb": round(os.path.getsize(path) / 2**20, 1), "capture": r}
+    json.dump(info, open(info_path, "w"))
+    return path, info
+
+
+def time_command(name: str, trace: str, outdir: str, timeout: float) -> dict:
+    argv, target = COMMANDS[name]
+    if argv is None:
+        full = [sys.executable, "-c", LOAD_CODE, trace]
+    else:
+        out = os.path.join(outdir, os.path.basename(trace) + "." + name)
+        full = [sys.executable, "-m", "pyinterpose"] + [a.format(trace=trace, out=out) for a in argv]
+    r = run_child(full, timeout)
+    r["target_s"] = target
+    r["ok"] = bool(r.get("rc") == 0 and r["wall_s"] <= target and r["rss_mb"] <= RSS_TARGET_MB)
+    return r
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--events", type=int, default=10_000_000)
-    ap.add_argument("--keep", help="keep the synthetic trace at this path")
-    ap.add_argument("--analyses", action="store_true", help="also time iterations/lifetimes/access")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", default="1000000,10000000", help="comma-separated event counts")
+    ap.add_argument("--framework", default="torch", choices=["torch", "jax", "tf"],
+                    help="simtrain call path of the traces (default torch)")
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "pyinterpose-bench"),
+                    help="directory holding the built traces (reused when present)")
+    ap.add_argument("--commands", default=",".join(COMMANDS), help="comma-separated subset of: "
+                    + ", ".join(COMMANDS))
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per command before it is killed")
+    ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
-    from pyinterpose.capture import records
-    from pyinterpose.trace.writer import TraceWriter
-
-    path = args.keep or os.path.join(tempfile.mkdtemp(), "bench.pit")
-    t0 = time.perf_counter()
-    recs, steps = synth_events(args.events)
-    w = TraceWriter(path, {"command": ["bench"], "view": "blocks", "t0_ns": 0, "apis": records.api_names(),
-                           "kinds": {str(k): v for k, v in records.kinds().items()}})
-    for lo in range(0, len(recs), 1 << 16):
-        w.events(4242, recs[lo:lo + (1 << 16)])
-    w.trailer({"exit_status": 0, "processes": []})
-    w.close()
-    t_write = time.perf_counter() - t0
-    import pyinterpose
-
-    t0 = time.perf_counter()
-    tr = pyinterpose.load(path)
-    t_load = time.perf_counter() - t0
-    out = {"benchmark": "analysis_load", "events": int(len(recs)), "file_bytes": os.path.getsize(path),
-           "write_seconds": round(t_write, 2), "load_seconds": round(t_load, 2),
-           "blocks": len(tr.blocks), "accesses": len(tr.accesses), "launches": len(tr.launches),
-           "target_load_seconds": 10, "cpu_count": os.cpu_count()}
-    assert len(tr.blocks) == 40 + steps * 40 and len(tr.accesses) == steps * 40 * 3
-    if args.analyses:
-        from pyinterpose.analysis import access, iterations, lifetimes
-
-        t0 = time.perf_counter()
-        it = iterations.find_iterations(tr)
-        out["iterations_seconds"] = round(time.perf_counter() - t0, 2)
-        out["iterations"] = {"period_allocs": it.period_allocs, "count": it.count, "truth_steps": steps}
-        t0 = time.perf_counter()
-        lifetimes.summary(tr)
-        out["lifetimes_seconds"] = round(time.perf_counter() - t0, 2)
-        t0 = time.perf_counter()
-        access.analyze(tr, bandwidth=25.0)
-        out["access_seconds"] = round(time.perf_counter() - t0, 2)
-    print(json.dumps(out, indent=2))
+    names = [c for c in args.commands.split(",") if c]
+    bad = [c for c in names if c not in COMMANDS]
+    if bad:
+        print(f"bench_analysis: unknown command(s) {', '.join(bad)}", file=sys.stderr)
+        return 2
+    sizes = [int(float(x)) for x in args.events.split(",") if x]
+    os.makedirs(args.cache, exist_ok=True)
+    outdir = tempfile.mkdtemp(prefix="bench-analysis-out-")
+    res = {"benchmark": "analysis", "machine": machine(), "framework": args.framework,
+           "targets": {"load_s": 5, "command_s": 10, "report_export_s": 15, "rss_mb": RSS_TARGET_MB,
+                       "growth_per_10x": GROWTH_TARGET},
+           "traces": {}}
+    for n in sizes:
+        path, info = build(args.cache, args.framework, n, args.timeout)
+        cmds = {}
+        for name in names:
+            cmds[name] = time_command(name, path, outdir, args.timeout)
+            print(f"# {n} {name}: {cmds[name]}", file=sys.stderr, flush=True)
+        res["traces"][str(n)] = {"trace": info, "commands": cmds}
+    if len(sizes) >= 2:
+        lo, hi = str(sizes[0]), str(sizes[-1])
+        scale = sizes[-1] / sizes[0]
+        growth = {}
+        for name in names:
+            a, b = res["traces"][lo]["commands"][name], res["traces"][hi]["commands"][name]
+            g = b["wall_s"] / max(a["wall_s"], 0.01)
+            growth[name] = {"x": round(g, 1), "ok": bool(g <= GROWTH_TARGET * scale / 10)}
+        res["growth"] = growth
+    res["all_ok"] = all(c["ok"] for t in res["traces"].values() for c in t["commands"].values()) and \
+        all(g["ok"] for g in res.get("growth", {}).values())
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
     return 0
 
 

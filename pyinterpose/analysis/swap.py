@@ -39,7 +39,6 @@ exactly with the swap windows as extra free/alloc events.
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -288,79 +287,6 @@ def candidates(trace, bandwidth: Bandwidth | float | None = None, budget: int | 
 
 # ---- schedulers ------------------------------------------------------------------------
 
-class _Channel:
-    """Busy time of one transfer direction: sorted, disjoint runs (touching transfers merge)."""
-
-    MERGE_NS = 1e-3
-
-    def __init__(self):
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def earliest(self, t: float, dur: float, limit: float = float("inf")) -> float | None:
-        """Earliest s >= t with [s, s + dur) free; None if that s would exceed ``limit``."""
-        i = bisect_right(self.ends, t)
-        s = t
-        while i < len(self.starts) and s <= limit:
-            if s + dur <= self.starts[i]:
-                break
-            s = max(s, self.ends[i])
-            i += 1
-        return s if s <= limit else None
-
-    def latest(self, deadline: float, dur: float, not_before: float) -> float | None:
-        """Latest s with s + dur <= deadline, s >= not_before and [s, s + dur) free; None if none."""
-        s = deadline - dur
-        j = bisect_left(self.starts, deadline) - 1
-        while s >= not_before:
-            if j < 0 or self.ends[j] <= s:
-                return s
-            s = min(s, self.starts[j] - dur)
-            j -= 1
-        return None
-
-    def add(self, s: float, e: float) -> None:
-        i = bisect_left(self.starts, s)
-        if i > 0 and self.ends[i - 1] >= s - self.MERGE_NS:        # touches the run before
-            i -= 1
-            self.ends[i] = max(self.ends[i], e)
-        else:
-            self.starts.insert(i, s)
-            self.ends.insert(i, e)
-        while i + 1 < len(self.starts) and self.starts[i + 1] <= self.ends[i] + self.MERGE_NS:
-            self.ends[i] = max(self.ends[i], self.ends[i + 1])       # swallow the run after
-            del self.starts[i + 1], self.ends[i + 1]
-
-
-class _Curve:
-    """Live bytes per step with range add and a chunked max (numpy per chunk)."""
-
-    def __init__(self, live: np.ndarray, chunk: int = 256):
-        n = len(live)
-        self.n, self.b = n, chunk
-        nc = max(1, -(-n // chunk))
-        self.v = np.full(nc * chunk, np.iinfo(np.int64).min // 4, np.int64)
-        self.v[:n] = live
-        self.cmax = self.v.reshape(nc, chunk).max(axis=1)
-
-    def add(self, lo: int, hi: int, delta: int) -> None:
-        if hi <= lo:
-            return
-        self.v[lo:hi] += delta
-        c0, c1 = lo // self.b, (hi - 1) // self.b + 1
-        self.cmax[c0:c1] = self.v[c0 * self.b:c1 * self.b].reshape(c1 - c0, self.b).max(axis=1)
-
-    def max_all(self) -> int:
-        return int(self.cmax.max()) if self.n else 0
-
-    def max_range(self, lo: int, hi: int) -> int:
-        return int(self.v[lo:hi].max()) if hi > lo else np.iinfo(np.int64).min
-
-    def over(self, lo: int, hi: int, thr: int) -> tuple[int, int] | None:
-        idx = np.flatnonzero(self.v[lo:hi] > thr)
-        return (lo + int(idx[0]), lo + int(idx[-1])) if len(idx) else None
-
-
 @dataclass
 class SwapResult:
     strategy: str
@@ -389,88 +315,62 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     """Greedy schedule in ``idx_order``; returns the schedule table (ns, SCHEDULE_COLUMNS).
 
     ``no-overhead``: target = budget, or as low as timing allows when None.
-    ``budget``: keep the peak <= budget (required), counting stalls."""
+    ``budget``: keep the peak <= budget (required), counting stalls.
+
+    For each candidate in order (skipping those whose interval never stands above
+    the target): the swap-out takes the D2H link's earliest free slot from the
+    previous access, the swap-in the H2D link's latest free slot that ends by the
+    next access (no-overhead: both must hide; budget, second pass: pause at the
+    first over-budget moment and at the next access, counting the stalls); the
+    swap is taken when its away window lowers a step above the target.  Then the
+    swaps the reached peak does not need are dropped, lowest priority first.
+
+    The loop runs in C (``native/swap/swap.c``): a segment tree over the steps
+    (range add, range max, first/last step above the target) and, per link
+    direction, a treap of busy runs with the widest gap per subtree, all
+    O(log n) per query."""
     if mode not in MODES:
         raise PyinterposeError(f"unknown swap mode {mode!r} (choose from {', '.join(MODES)})")
     if mode == "budget" and budget is None:
         raise PyinterposeError("budget mode needs a budget")
+    from .._core import ffi, lib
+
     target = 0 if budget is None else int(budget)
     c = problem.candidates
-    st = problem.steps_t
-    curve = _Curve(problem.live)
-    d2h, h2d = _Channel(), _Channel()
-    start = c["start_t"].to_numpy(np.float64)
-    end = c["end_t"].to_numpy(np.float64)
-    size = c["size"].to_numpy(np.int64)
-    t_out = c["t_out_ns"].to_numpy(np.float64)
-    t_in = c["t_in_ns"].to_numpy(np.float64)
-    lo_iv, hi_iv = _steps_inside(st, start, end)
-    st_f, n_steps = st.astype(np.float64), len(st) - 1
-    block_id = c["block_id"].to_numpy(np.int64)
-    iteration = c["iteration"].to_numpy(np.int64)
-    rows: list[tuple] = []
-    taken: list[tuple[int, int, int]] = []      # (lo, hi, size) of each accepted swap
-    # budget mode: first every swap that hides (as no-overhead), then the rest with stalls
-    phases = ("no-overhead",) if mode == "no-overhead" else ("no-overhead", "budget")
-    used = np.zeros(len(c), dtype=bool)
-    for phase in phases:
-        for i in idx_order:
-            if curve.max_all() <= target:
-                break
-            if used[i] or curve.max_range(lo_iv[i], hi_iv[i]) <= target:
-                continue                           # away or not, this interval never helps
-            if phase == "no-overhead":
-                os_ = d2h.earliest(start[i], t_out[i], limit=end[i] - t_in[i] - t_out[i])
-                if os_ is None:
-                    continue
-                oe = os_ + t_out[i]
-                is_ = h2d.latest(end[i], t_in[i], oe)
-                if is_ is None:
-                    continue
-                f, r, stall = oe, is_, 0.0
-            else:
-                os_ = d2h.earliest(start[i], t_out[i])
-                oe = os_ + t_out[i]
-                k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
-                first_over, last_over_end = float(st[k1]), float(st[k2 + 1])
-                f = min(oe, first_over)
-                stall = oe - f                     # pause at the first over-budget moment
-                need = max(oe, last_over_end)
-                is_ = h2d.latest(end[i], t_in[i], need)
-                if is_ is None:
-                    is_ = h2d.earliest(need, t_in[i])
-                r = min(is_, end[i])
-                stall += max(0.0, is_ + t_in[i] - end[i])  # pause at the next access
-            if r <= f:
-                continue
-            lo = min(int(st_f.searchsorted(f, side="left")), n_steps)
-            hi = max(lo, min(int(st_f.searchsorted(r, side="right")) - 1, n_steps))
-            if curve.max_range(lo, hi) <= target:
-                continue
-            if mode == "budget" and phase == "no-overhead":
-                k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
-                if lo > k1 or hi <= k2:
-                    continue   # hides, but leaves over-budget time in its interval: try it with stalls later
-            curve.add(lo, hi, -int(size[i]))
-            d2h.add(os_, oe)
-            h2d.add(is_, is_ + t_in[i])
-            used[i] = True
-            taken.append((lo, hi, int(size[i])))
-            rows.append((int(block_id[i]), int(size[i]), int(iteration[i]), start[i], os_, oe,
-                         f, r, is_, is_ + t_in[i], end[i], stall))
-    # drop swaps the reached peak does not need (lowest priority first)
-    limit = max(curve.max_all(), target)
-    keep = [True] * len(rows)
-    for j in range(len(rows) - 1, -1, -1):
-        lo, hi, sz = taken[j]
-        curve.add(lo, hi, sz)
-        if curve.max_all() > limit:
-            curve.add(lo, hi, -sz)
-        else:
-            keep[j] = False
-    rows = [r for r, k in zip(rows, keep) if k]
-    return pd.DataFrame(rows, columns=SCHEDULE_COLUMNS).astype(
-        {"block_id": "int64", "size": "int64", "iteration": "int64"})
+    st = np.ascontiguousarray(problem.steps_t, dtype=np.float64)
+    live = np.ascontiguousarray(problem.live, dtype=np.int64)
+    start = np.ascontiguousarray(c["start_t"].to_numpy(np.float64))
+    end = np.ascontiguousarray(c["end_t"].to_numpy(np.float64))
+    size = np.ascontiguousarray(c["size"].to_numpy(np.int64))
+    t_out = np.ascontiguousarray(c["t_out_ns"].to_numpy(np.float64))
+    t_in = np.ascontiguousarray(c["t_in_ns"].to_numpy(np.float64))
+    lo_iv, hi_iv = _steps_inside(problem.steps_t, start, end)
+    lo_iv, hi_iv = np.ascontiguousarray(lo_iv, np.int64), np.ascontiguousarray(hi_iv, np.int64)
+    idx = np.ascontiguousarray(np.asarray(idx_order, dtype=np.int64))
+    if len(idx) and (idx.min() < 0 or idx.max() >= len(c)):
+        raise PyinterposeError("swap order refers to a candidate that does not exist")
+    n = len(c)
+    out_idx = np.zeros(max(n, 1), np.int64)
+    out_t = np.zeros((max(n, 1), 7), np.float64)
+
+    def ptr(kind, a):
+        return ffi.cast(kind, a.ctypes.data)
+
+    kept = lib.pi_swap_schedule(len(live), ptr("double *", st), ptr("int64_t *", live), n,
+                                ptr("double *", start), ptr("double *", end), ptr("int64_t *", size),
+                                ptr("double *", t_out), ptr("double *", t_in), ptr("int64_t *", lo_iv),
+                                ptr("int64_t *", hi_iv), len(idx), ptr("int64_t *", idx),
+                                1 if mode == "budget" else 0, target, ptr("int64_t *", out_idx),
+                                ptr("double *", out_t))
+    if kept < 0:
+        raise MemoryError("swap scheduler: out of memory")
+    i, t = out_idx[:kept], out_t[:kept]
+    return pd.DataFrame({
+        "block_id": c["block_id"].to_numpy(np.int64)[i], "size": size[i],
+        "iteration": c["iteration"].to_numpy(np.int64)[i], "prev_access": start[i],
+        "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
+        "in_start": t[:, 4], "in_end": t[:, 5], "next_access": end[i], "stall": t[:, 6],
+    }, columns=SCHEDULE_COLUMNS)
 
 
 def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | None = None,

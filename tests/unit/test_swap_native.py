@@ -1,0 +1,260 @@
+"""The C swap scheduler (native/swap/swap.c) against the Python loop it replaced.
+
+``reference_schedule`` below is the former ``swap.schedule`` kept verbatim as a slow
+reference: the C loop must give exactly the same schedules (same swaps, same times)
+on random instances, including dense ones where transfers queue on both links, runs
+merge and the budget pass stalls.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pyinterpose.analysis import swap
+from pyinterpose.analysis.bandwidth import Bandwidth
+
+
+# ---- the former Python implementation (reference) ----------------------------------------
+
+class _Channel:
+    """Busy time of one transfer direction: sorted, disjoint runs (touching transfers merge)."""
+
+    MERGE_NS = 1e-3
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def earliest(self, t: float, dur: float, limit: float = float("inf")) -> float | None:
+        """Earliest s >= t with [s, s + dur) free; None if that s would exceed ``limit``."""
+        i = bisect_right(self.ends, t)
+        s = t
+        while i < len(self.starts) and s <= limit:
+            if s + dur <= self.starts[i]:
+                break
+            s = max(s, self.ends[i])
+            i += 1
+        return s if s <= limit else None
+
+    def latest(self, deadline: float, dur: float, not_before: float) -> float | None:
+        """Latest s with s + dur <= deadline, s >= not_before and [s, s + dur) free; None if none."""
+        s = deadline - dur
+        j = bisect_left(self.starts, deadline) - 1
+        while s >= not_before:
+            if j < 0 or self.ends[j] <= s:
+                return s
+            s = min(s, self.starts[j] - dur)
+            j -= 1
+        return None
+
+    def add(self, s: float, e: float) -> None:
+        i = bisect_left(self.starts, s)
+        if i > 0 and self.ends[i - 1] >= s - self.MERGE_NS:        # touches the run before
+            i -= 1
+            self.ends[i] = max(self.ends[i], e)
+        else:
+            self.starts.insert(i, s)
+            self.ends.insert(i, e)
+        while i + 1 < len(self.starts) and self.starts[i + 1] <= self.ends[i] + self.MERGE_NS:
+            self.ends[i] = max(self.ends[i], self.ends[i + 1])       # swallow the run after
+            del self.starts[i + 1], self.ends[i + 1]
+
+
+class _Curve:
+    """Live bytes per step with range add and a chunked max (numpy per chunk)."""
+
+    def __init__(self, live: np.ndarray, chunk: int = 256):
+        n = len(live)
+        self.n, self.b = n, chunk
+        nc = max(1, -(-n // chunk))
+        self.v = np.full(nc * chunk, np.iinfo(np.int64).min // 4, np.int64)
+        self.v[:n] = live
+        self.cmax = self.v.reshape(nc, chunk).max(axis=1)
+
+    def add(self, lo: int, hi: int, delta: int) -> None:
+        if hi <= lo:
+            return
+        self.v[lo:hi] += delta
+        c0, c1 = lo // self.b, (hi - 1) // self.b + 1
+        self.cmax[c0:c1] = self.v[c0 * self.b:c1 * self.b].reshape(c1 - c0, self.b).max(axis=1)
+
+    def max_all(self) -> int:
+        return int(self.cmax.max()) if self.n else 0
+
+    def max_range(self, lo: int, hi: int) -> int:
+        return int(self.v[lo:hi].max()) if hi > lo else np.iinfo(np.int64).min
+
+    def over(self, lo: int, hi: int, thr: int) -> tuple[int, int] | None:
+        idx = np.flatnonzero(self.v[lo:hi] > thr)
+        return (lo + int(idx[0]), lo + int(idx[-1])) if len(idx) else None
+
+
+
+
+def reference_schedule(problem, idx_order, mode, budget=None):
+    """The Python greedy loop that swap.schedule() ran before it moved to C (verbatim, slow:
+    numpy max over whole ranges and list walks per candidate).
+
+    ``no-overhead``: target = budget, or as low as timing allows when None.
+    ``budget``: keep the peak <= budget (required), counting stalls."""
+    target = 0 if budget is None else int(budget)
+    c = problem.candidates
+    st = problem.steps_t
+    curve = _Curve(problem.live)
+    d2h, h2d = _Channel(), _Channel()
+    start = c["start_t"].to_numpy(np.float64)
+    end = c["end_t"].to_numpy(np.float64)
+    size = c["size"].to_numpy(np.int64)
+    t_out = c["t_out_ns"].to_numpy(np.float64)
+    t_in = c["t_in_ns"].to_numpy(np.float64)
+    lo_iv, hi_iv = swap._steps_inside(st, start, end)
+    st_f, n_steps = st.astype(np.float64), len(st) - 1
+    block_id = c["block_id"].to_numpy(np.int64)
+    iteration = c["iteration"].to_numpy(np.int64)
+    rows: list[tuple] = []
+    taken: list[tuple[int, int, int]] = []      # (lo, hi, size) of each accepted swap
+    # budget mode: first every swap that hides (as no-overhead), then the rest with stalls
+    phases = ("no-overhead",) if mode == "no-overhead" else ("no-overhead", "budget")
+    used = np.zeros(len(c), dtype=bool)
+    for phase in phases:
+        for i in idx_order:
+            if curve.max_all() <= target:
+                break
+            if used[i] or curve.max_range(lo_iv[i], hi_iv[i]) <= target:
+                continue                           # away or not, this interval never helps
+            if phase == "no-overhead":
+                os_ = d2h.earliest(start[i], t_out[i], limit=end[i] - t_in[i] - t_out[i])
+                if os_ is None:
+                    continue
+                oe = os_ + t_out[i]
+                is_ = h2d.latest(end[i], t_in[i], oe)
+                if is_ is None:
+                    continue
+                f, r, stall = oe, is_, 0.0
+            else:
+                os_ = d2h.earliest(start[i], t_out[i])
+                oe = os_ + t_out[i]
+                k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
+                first_over, last_over_end = float(st[k1]), float(st[k2 + 1])
+                f = min(oe, first_over)
+                stall = oe - f                     # pause at the first over-budget moment
+                need = max(oe, last_over_end)
+                is_ = h2d.latest(end[i], t_in[i], need)
+                if is_ is None:
+                    is_ = h2d.earliest(need, t_in[i])
+                r = min(is_, end[i])
+                stall += max(0.0, is_ + t_in[i] - end[i])  # pause at the next access
+            if r <= f:
+                continue
+            lo = min(int(st_f.searchsorted(f, side="left")), n_steps)
+            hi = max(lo, min(int(st_f.searchsorted(r, side="right")) - 1, n_steps))
+            if curve.max_range(lo, hi) <= target:
+                continue
+            if mode == "budget" and phase == "no-overhead":
+                k1, k2 = curve.over(lo_iv[i], hi_iv[i], target)
+                if lo > k1 or hi <= k2:
+                    continue   # hides, but leaves over-budget time in its interval: try it with stalls later
+            curve.add(lo, hi, -int(size[i]))
+            d2h.add(os_, oe)
+            h2d.add(is_, is_ + t_in[i])
+            used[i] = True
+            taken.append((lo, hi, int(size[i])))
+            rows.append((int(block_id[i]), int(size[i]), int(iteration[i]), start[i], os_, oe,
+                         f, r, is_, is_ + t_in[i], end[i], stall))
+    # drop swaps the reached peak does not need (lowest priority first)
+    limit = max(curve.max_all(), target)
+    keep = [True] * len(rows)
+    for j in range(len(rows) - 1, -1, -1):
+        lo, hi, sz = taken[j]
+        curve.add(lo, hi, sz)
+        if curve.max_all() > limit:
+            curve.add(lo, hi, -sz)
+        else:
+            keep[j] = False
+    rows = [r for r, k in zip(rows, keep) if k]
+    return pd.DataFrame(rows, columns=swap.SCHEDULE_COLUMNS).astype(
+        {"block_id": "int64", "size": "int64", "iteration": "int64"})
+
+
+
+# ---- random instances ------------------------------------------------------------------
+
+def _problem(rng, n_blocks, horizon, max_ivs, bw, max_size=8):
+    rows, iv = [], []
+    for b in range(n_blocks):
+        a = int(rng.integers(0, horizon))
+        f = a + int(rng.integers(20, horizon))
+        size = int(rng.integers(1, max_size)) * 1_000_000
+        rows.append((b, size, a * 1000, f * 1000))
+        k = min(f - a - 1, int(rng.integers(2, max_ivs + 1)))
+        pts = np.sort(rng.choice(np.arange(a + 1, f), size=k, replace=False)) * 1000
+        for s, e in zip(pts[:-1], pts[1:]):
+            iv.append((b, size, int(s), int(e)))
+    blocks = pd.DataFrame(rows, columns=["block_id", "size", "t_alloc", "t_free"])
+    blocks["freed"] = True
+    blocks["counts_device"] = True
+    ivs = pd.DataFrame(iv, columns=["block_id", "size", "start_t", "end_t"])
+    ivs["kind"] = "between"
+    return swap.prepare_tables(blocks, ivs, bw, min_size=1)
+
+
+def _same(a: pd.DataFrame, b: pd.DataFrame):
+    assert list(a.columns) == list(b.columns)
+    assert len(a) == len(b)
+    for col in a.columns:
+        assert np.array_equal(a[col].to_numpy(), b[col].to_numpy()), col
+
+
+CASES = [  # (blocks, horizon in us, intervals per block, GB/s): sparse to dense links
+    (30, 500, 6, 1.0), (80, 2000, 8, 0.3), (200, 3000, 10, 0.05), (150, 400, 5, 2.0), (400, 20000, 12, 0.02)]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_same_schedules_as_the_python_loop(seed):
+    rng = np.random.default_rng(1000 + seed)
+    n_blocks, horizon, max_ivs, gbps = CASES[seed % len(CASES)]
+    bw = Bandwidth(1e9 * gbps * float(rng.uniform(0.5, 2)), 1e9 * gbps * float(rng.uniform(0.5, 2)),
+                   float(rng.uniform(0, 5e-6)), "random")
+    p = _problem(rng, n_blocks, horizon, max_ivs, bw)
+    assert len(p.candidates) > 20
+    budgets = sorted({p.floor, p.default_budget, (p.floor + 3 * p.peak_before) // 4, p.peak_before})
+    swaps = 0
+    for s in swap.STRATEGIES:
+        for b in budgets:
+            idx = swap.order(p, s, b)
+            for mode, target in (("no-overhead", None), ("no-overhead", b), ("budget", b)):
+                want = reference_schedule(p, idx, mode, target)
+                got = swap.schedule(p, idx, mode, target)
+                _same(got, want)
+                swaps += len(got)
+    assert swaps > 0
+
+
+def test_dense_links_queue_and_merge():
+    # many small candidates on a slow link: transfers queue back to back (runs merge) and
+    # the earliest/latest searches must skip over long busy stretches
+    rng = np.random.default_rng(7)
+    bw = Bandwidth(4e9, 6e9, 0.0, "slow")
+    p = _problem(rng, 300, 5000, 15, bw, max_size=3)
+    for mode, target in (("no-overhead", None), ("budget", p.floor), ("budget", p.default_budget)):
+        idx = swap.order(p, "doa", p.default_budget)
+        want = reference_schedule(p, idx, mode, target)
+        got = swap.schedule(p, idx, mode, target)
+        _same(got, want)
+        assert len(got) > (0 if mode == "no-overhead" else 50)
+        if mode == "budget":    # transfers queue back to back on the device-to-host link
+            o = got.sort_values("out_start")
+            assert (np.abs(o["out_start"].to_numpy()[1:] - o["out_end"].to_numpy()[:-1]) < 1e-3).sum() > 50
+        assert swap.validate_schedule(got, mode, bw) == []
+
+
+def test_empty_and_order_checks():
+    rng = np.random.default_rng(3)
+    p = _problem(rng, 10, 200, 4, Bandwidth(1e9, 1e9, 0.0, "t"))
+    e = swap.schedule(p, np.zeros(0, np.int64), "no-overhead")
+    assert len(e) == 0 and list(e.columns) == swap.SCHEDULE_COLUMNS
+    with pytest.raises(swap.PyinterposeError):
+        swap.schedule(p, np.array([len(p.candidates)]), "no-overhead")
