@@ -147,14 +147,19 @@ def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
                 if c not in out:
                     out[c] = df[c]
         return out
-    df = df.copy()
+    df = df.copy(deep=False)   # columns already of the right dtype are shared, not copied
     for c, d in columns.items():
         if c not in df:
             df[c] = COLUMN_DEFAULTS.get(c, False if d == "bool" else ("" if d in ("object", "category") else 0))
         if str(df[c].dtype) != d:
             df[c] = df[c].astype(d)
     extra = [c for c in df.columns if c not in columns]
-    return df[list(columns) + extra].reset_index(drop=True)
+    order = list(columns) + extra
+    if list(df.columns) != order:
+        df = df[order]
+    if not isinstance(df.index, pd.RangeIndex) or df.index.start != 0 or df.index.step != 1:
+        df = df.reset_index(drop=True)
+    return df
 
 
 @dataclass

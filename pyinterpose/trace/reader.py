@@ -33,71 +33,115 @@ class RawTrace:
     nvml: list = field(default_factory=list)        # list of {"columns", "rows"}
     trailer: dict | None = None
     warnings: list = field(default_factory=list)
+    records: np.ndarray | None = None               # every pid's events, pids ascending (events[p] are views)
 
 
-def read_file(path: str) -> RawTrace:
+def _open(path: str):
     try:
-        f = open(path, "rb")
+        return open(path, "rb")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file")
     except IsADirectoryError:
         raise TraceError(f"{path}: is a directory, not a trace file")
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror or e})")
-    with f:
-        data = f.read()
-    if len(data) == 0:
-        raise TraceError(f"{path}: empty file (not a pyinterpose trace)")
-    if len(data) < fmt.HEADER.size or data[:8] != fmt.MAGIC:
-        raise TraceError(f"{path}: not a pyinterpose trace (bad magic)")
-    _, version, _ = fmt.HEADER.unpack_from(data, 0)
-    if version > fmt.VERSION:
-        raise TraceError(f"{path}: trace format version {version} is newer than this pyinterpose "
-                         f"understands ({fmt.VERSION}); upgrade pyinterpose")
-    dtype = records.event_dtype()
-    raw = None
-    pos = fmt.HEADER.size
-    warnings = []
-    while pos < len(data):
-        if pos + fmt.CHUNK.size > len(data):
-            warnings.append(f"trace cut short at byte {pos} (partial chunk header): read up to the last "
-                            "complete chunk")
-            break
-        magic, ctype, length, crc, flags = fmt.CHUNK.unpack_from(data, pos)
-        if magic != fmt.CHUNK_MAGIC:
-            warnings.append(f"corrupt chunk at byte {pos}: read up to the last complete chunk")
-            break
-        start = pos + fmt.CHUNK.size
-        if start + length > len(data):
-            warnings.append(f"trace cut short at byte {pos} (partial {fmt.CHUNK_NAMES.get(ctype, ctype)} "
-                            "chunk): read up to the last complete chunk")
-            break
-        payload = data[start:start + length]
-        pos = start + length
-        if zlib.crc32(payload) != crc:
-            warnings.append(f"checksum mismatch in chunk at byte {start - fmt.CHUNK.size}: "
-                            "read up to the last good chunk")
-            break
-        if flags & fmt.FLAG_ZLIB:
-            payload = zlib.decompress(payload)
+
+
+def _events_head(payload: bytes, flags: int) -> tuple[int, int]:
+    """(pid, count) of an EVENTS chunk without inflating the whole payload."""
+    if flags & fmt.FLAG_ZLIB:
+        payload = zlib.decompressobj().decompress(payload, fmt.EVENTS_HEAD.size)
+    pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
+    return int(np.int32(np.uint32(pid))), int(count)
+
+
+def read_file(path: str) -> RawTrace:
+    """Parse the chunks in two streamed passes, never holding the whole file: the first
+    checks every chunk (magic, length, CRC) and notes each EVENTS chunk's process and
+    record count; the second inflates each EVENTS chunk straight into one preallocated
+    record array (per process, in file order), so the records exist once in memory."""
+    with _open(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise TraceError(f"{path}: empty file (not a pyinterpose trace)")
+        head = f.read(fmt.HEADER.size)
+        if len(head) < fmt.HEADER.size or head[:8] != fmt.MAGIC:
+            raise TraceError(f"{path}: not a pyinterpose trace (bad magic)")
+        _, version, _ = fmt.HEADER.unpack_from(head, 0)
+        if version > fmt.VERSION:
+            raise TraceError(f"{path}: trace format version {version} is newer than this pyinterpose "
+                             f"understands ({fmt.VERSION}); upgrade pyinterpose")
+        dtype = records.event_dtype()
+        raw = None
+        pos = fmt.HEADER.size
+        warnings = []
+        event_chunks = []                            # (payload offset, length, flags, pid, count)
+        while pos < size:
+            if pos + fmt.CHUNK.size > size:
+                warnings.append(f"trace cut short at byte {pos} (partial chunk header): read up to the last "
+                                "complete chunk")
+                break
+            f.seek(pos)
+            magic, ctype, length, crc, flags = fmt.CHUNK.unpack(f.read(fmt.CHUNK.size))
+            if magic != fmt.CHUNK_MAGIC:
+                warnings.append(f"corrupt chunk at byte {pos}: read up to the last complete chunk")
+                break
+            start = pos + fmt.CHUNK.size
+            if start + length > size:
+                warnings.append(f"trace cut short at byte {pos} (partial {fmt.CHUNK_NAMES.get(ctype, ctype)} "
+                                "chunk): read up to the last complete chunk")
+                break
+            payload = f.read(length)
+            pos = start + length
+            if zlib.crc32(payload) != crc:
+                warnings.append(f"checksum mismatch in chunk at byte {start - fmt.CHUNK.size}: "
+                                "read up to the last good chunk")
+                break
+            if ctype == fmt.EVENTS and raw is not None:
+                pid, count = _events_head(payload, flags)
+                event_chunks.append((start, length, flags, pid, count))
+                continue
+            if flags & fmt.FLAG_ZLIB:
+                payload = zlib.decompress(payload)
+            if raw is None:
+                if ctype != fmt.META:
+                    raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
+                raw = RawTrace(meta=json.loads(payload))
+                continue
+            if ctype == fmt.PROCESS:
+                raw.processes.append(json.loads(payload))
+            elif ctype == fmt.NVML:
+                raw.nvml.append(json.loads(payload))
+            elif ctype == fmt.TRAILER:
+                raw.trailer = json.loads(payload)
+            # unknown chunk types from newer minor writers are skipped
         if raw is None:
-            if ctype != fmt.META:
-                raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
-            raw = RawTrace(meta=json.loads(payload))
-            continue
-        if ctype == fmt.EVENTS:
-            pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
-            arr = np.frombuffer(payload, dtype=dtype, count=count, offset=fmt.EVENTS_HEAD.size)
-            raw.events.setdefault(int(np.int32(np.uint32(pid))), []).append(arr)
-        elif ctype == fmt.PROCESS:
-            raw.processes.append(json.loads(payload))
-        elif ctype == fmt.NVML:
-            raw.nvml.append(json.loads(payload))
-        elif ctype == fmt.TRAILER:
-            raw.trailer = json.loads(payload)
-        # unknown chunk types from newer minor writers are skipped
-    if raw is None:
-        raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
+            raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
+        # second pass: every pid's records in one array, pids ascending, file order within a pid
+        per_pid: dict[int, int] = {}
+        for *_, pid, count in event_chunks:
+            per_pid[pid] = per_pid.get(pid, 0) + count
+        pids = sorted(per_pid)
+        base = {}
+        total = 0
+        for p in pids:
+            base[p] = total
+            total += per_pid[p]
+        recs = np.empty(total, dtype=dtype)
+        flat = recs.view(np.uint8)                   # byte copies: no per-field structured transfer
+        item = dtype.itemsize
+        fill = dict(base)
+        for start, length, flags, pid, count in event_chunks:
+            f.seek(start)
+            payload = f.read(length)
+            if flags & fmt.FLAG_ZLIB:
+                payload = zlib.decompress(payload)
+            lo = fill[pid]
+            flat[lo * item:(lo + count) * item] = np.frombuffer(payload, dtype=np.uint8, count=count * item,
+                                                                offset=fmt.EVENTS_HEAD.size)
+            fill[pid] = lo + count
+        raw.records = recs
+        raw.events = {p: [recs[base[p]:base[p] + per_pid[p]]] for p in pids}
     if raw.trailer is None and not warnings:
         warnings.append("trace has no trailer: the capture did not finish (crash or kill); "
                         "everything recorded before that is here")
@@ -136,20 +180,24 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     pids = sorted(raw.events)
     parts = [np.concatenate(raw.events[p]) if len(raw.events[p]) > 1 else raw.events[p][0] for p in pids]
     dtype = records.event_dtype()
-    ev = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+    if raw.records is not None and sum(len(p) for p in parts) == len(raw.records):
+        ev = raw.records                      # read_file already laid the pids out in one array
+    else:
+        ev = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
     pid = np.repeat(np.array(pids, dtype=np.int32), [len(p) for p in parts]) if parts else np.zeros(0, np.int32)
     n = len(ev)
-    op = ev["op"].astype(np.int64)
-    seq = ev["seq"].astype(np.int64)
-    t_ns = ev["t_ns"].astype(np.int64)
+    # columns are views into the records (no copies) except op and t; gathers cast their rows
+    op = ev["op"].astype(np.uint8) if n and int(ev["op"].max()) < 256 else ev["op"].astype(np.int64)
+    seq = ev["seq"].view(np.int64)
+    t_ns = ev["t_ns"].view(np.int64)
     t0 = int(meta.get("t0_ns") or (t_ns.min() if n else 0))
     t = t_ns - t0
-    res = ev["result"].astype(np.int32)
-    api = ev["api"].astype(np.int64)
+    res = ev["result"]
+    api = ev["api"]
     addr = ev["addr"]
-    size = ev["size"].astype(np.int64)
+    size = ev["size"].view(np.int64)
     aux = ev["aux"]
-    flags = ev["flags"].astype(np.int64)
+    flags = ev["flags"]
     O = records.OP
     end_t = int(t.max()) if n else 0
 
@@ -224,7 +272,8 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     kindex: dict[tuple[int, int], int] = {}
     name_index: dict[str, int] = {}
     lm = (op == O.LAUNCH)
-    for p, sid in set(zip(pid[lm].tolist(), aux[lm].astype(np.int64).tolist())):
+    lkey = np.unique((pid[lm].astype(np.int64) << 32) | aux[lm].astype(np.int64))   # (pid, string id)
+    for p, sid in zip((lkey >> 32).tolist(), (lkey & 0xFFFFFFFF).tolist()):
         name = strings.get(p, {}).get(sid, "<unknown kernel>")
         if name not in name_index:
             name_index[name] = len(kernels)
@@ -251,8 +300,12 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
 
     # ---- accesses: each ACCESS record follows its LAUNCH/COPY/MEMSET/TENSORMAP ----
     acc = op == O.ACCESS
-    owner = np.maximum.accumulate(np.where(~acc, np.arange(n), 0)) if n else np.zeros(0, np.int64)
     xi = np.flatnonzero(acc)
+    non_acc = np.flatnonzero(~acc)
+    # the record each ACCESS follows: the last non-ACCESS record before it (0 if none)
+    before = np.cumsum(~acc)[xi] - 1
+    owner_xi = np.where(before >= 0, non_acc[np.maximum(before, 0)] if len(non_acc) else 0, 0)
+    del non_acc
     bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
     korder = np.argsort(bkey, kind="stable")
     skey = bkey[korder]
@@ -261,7 +314,7 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     pos_c = np.minimum(pos, max(len(skey) - 1, 0))
     ok = (pos < len(skey)) & (skey[pos_c] == qkey) if len(skey) else np.zeros(len(xi), bool)
     xi_ok = xi[ok]
-    own = owner[xi_ok]
+    own = owner_xi[ok]
     own_op = op[own]
     op_names = {O.LAUNCH: "launch", O.COPY: "copy", O.MEMSET: "memset", O.TENSORMAP: "tensormap"}
     kern_of_owner = np.full(len(own), -1, dtype=np.int32)
@@ -279,7 +332,8 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     # ---- launches ----
     lmask = (op == O.LAUNCH) | (op == O.GRAPH_LAUNCH)
     li = np.flatnonzero(lmask)
-    n_acc = np.bincount(owner[xi_ok], minlength=n)[li] if n else np.zeros(0, np.int64)
+    # accesses per launch: own is sorted (records in order), so count by binary search
+    n_acc = np.searchsorted(own, li, side="right") - np.searchsorted(own, li, side="left")
     kid = np.full(len(li), -1, dtype=np.int32)
     kid[op[li] == O.LAUNCH] = kernel_ids(op == O.LAUNCH)
     kn = list(dict.fromkeys(kernels + ["<graph>"]))
@@ -295,13 +349,13 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     ci = np.flatnonzero(((op == O.COPY) | (op == O.MEMSET)) & (res == 0))
     copies = conform(pd.DataFrame({
         "pid": pid[ci], "seq": seq[ci], "t": t[ci], "api": api_name(api[ci]),
-        "op": pd.Categorical(np.where(op[ci] == O.COPY, "copy", "memset")), "dst": addr[ci],
+        "op": categorical(np.where(op[ci] == O.COPY, 0, 1), ["copy", "memset"]), "dst": addr[ci],
         "src": np.where(op[ci] == O.COPY, aux[ci], 0).astype(np.uint64), "size": size[ci],
         "stream": ev["stream"][ci]}), COPY_COLUMNS)
     hi = np.flatnonzero(((op == O.ADVISE) | (op == O.PREFETCH)) & (res == 0))
     hints = conform(pd.DataFrame({
         "pid": pid[hi], "seq": seq[hi], "t": t[hi], "api": api_name(api[hi]),
-        "op": pd.Categorical(np.where(op[hi] == O.ADVISE, "advise", "prefetch")), "address": addr[hi],
+        "op": categorical(np.where(op[hi] == O.ADVISE, 0, 1), ["advise", "prefetch"]), "address": addr[hi],
         "size": size[hi], "value": aux[hi].astype(np.int64)}), HINT_COLUMNS)
     call_ops = np.isin(op, [O.ALLOC, O.FREE, O.LAUNCH, O.COPY, O.MEMSET, O.ADVISE, O.PREFETCH,
                             O.GRAPH_LAUNCH, O.TENSORMAP])
