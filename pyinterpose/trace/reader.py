@@ -8,6 +8,7 @@ documented in :mod:`pyinterpose.trace.model`.  Everything is vectorised: a
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -47,106 +48,126 @@ def _open(path: str):
         raise TraceError(f"{path}: cannot read ({e.strerror or e})")
 
 
-def _events_head(payload: bytes, flags: int) -> tuple[int, int]:
-    """(pid, count) of an EVENTS chunk without inflating the whole payload."""
-    if flags & fmt.FLAG_ZLIB:
-        payload = zlib.decompressobj().decompress(payload, fmt.EVENTS_HEAD.size)
-    pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
-    return int(np.int32(np.uint32(pid))), int(count)
+class _RecordBuffer:
+    """Event records appended chunk by chunk into one growing byte buffer.  The buffer
+    is reserved large (untouched pages cost nothing) and grown with realloc (mremap on
+    Linux: no copy), so the records exist once in memory, never as a list of chunks."""
+
+    def __init__(self, dtype: np.dtype, hint_bytes: int):
+        self.dtype, self.item = dtype, dtype.itemsize
+        self.buf = np.empty(max(hint_bytes, 1 << 16), np.uint8)
+        self.used = 0
+        self.chunks: list[tuple[int, int, int]] = []     # (pid, first record, count)
+
+    def append(self, pid: int, data, count: int) -> None:
+        n = count * self.item
+        if self.used + n > len(self.buf):
+            self.buf.resize(max(2 * len(self.buf), self.used + n), refcheck=False)
+        self.buf[self.used:self.used + n] = np.frombuffer(data, np.uint8, count=n, offset=fmt.EVENTS_HEAD.size)
+        self.chunks.append((pid, self.used // self.item, count))
+        self.used += n
+
+    def by_pid(self) -> tuple[np.ndarray, dict]:
+        """(records with the pids ascending, file order within a pid; pid -> [its records])."""
+        self.buf.resize(self.used, refcheck=False)
+        recs = self.buf.view(self.dtype)
+        pids = [c[0] for c in self.chunks]
+        if any(b < a for a, b in zip(pids, pids[1:])):       # interleaved processes: regroup (one copy)
+            order = sorted(range(len(self.chunks)), key=lambda i: (pids[i], i))
+            recs = np.concatenate([recs[self.chunks[i][1]:self.chunks[i][1] + self.chunks[i][2]] for i in order])
+            self.chunks = [(pids[i], 0, self.chunks[i][2]) for i in order]
+        events, pos = {}, 0
+        for p in sorted(set(pids)):
+            n = sum(c[2] for c in self.chunks if c[0] == p)
+            events[p] = [recs[pos:pos + n]]
+            pos += n
+        self.buf = None
+        return recs, events
 
 
 def read_file(path: str) -> RawTrace:
-    """Parse the chunks in two streamed passes, never holding the whole file: the first
-    checks every chunk (magic, length, CRC) and notes each EVENTS chunk's process and
-    record count; the second inflates each EVENTS chunk straight into one preallocated
-    record array (per process, in file order), so the records exist once in memory."""
+    """Parse the chunks in one pass over a read-only mapping of the file: each EVENTS
+    chunk is checked and inflated straight into one record buffer, so neither the file
+    nor a list of chunk arrays is ever held in memory beside the records."""
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise TraceError(f"{path}: empty file (not a pyinterpose trace)")
-        head = f.read(fmt.HEADER.size)
-        if len(head) < fmt.HEADER.size or head[:8] != fmt.MAGIC:
-            raise TraceError(f"{path}: not a pyinterpose trace (bad magic)")
-        _, version, _ = fmt.HEADER.unpack_from(head, 0)
-        if version > fmt.VERSION:
-            raise TraceError(f"{path}: trace format version {version} is newer than this pyinterpose "
-                             f"understands ({fmt.VERSION}); upgrade pyinterpose")
-        dtype = records.event_dtype()
-        raw = None
-        pos = fmt.HEADER.size
-        warnings = []
-        event_chunks = []                            # (payload offset, length, flags, pid, count)
-        while pos < size:
-            if pos + fmt.CHUNK.size > size:
-                warnings.append(f"trace cut short at byte {pos} (partial chunk header): read up to the last "
-                                "complete chunk")
-                break
-            f.seek(pos)
-            magic, ctype, length, crc, flags = fmt.CHUNK.unpack(f.read(fmt.CHUNK.size))
-            if magic != fmt.CHUNK_MAGIC:
-                warnings.append(f"corrupt chunk at byte {pos}: read up to the last complete chunk")
-                break
-            start = pos + fmt.CHUNK.size
-            if start + length > size:
-                warnings.append(f"trace cut short at byte {pos} (partial {fmt.CHUNK_NAMES.get(ctype, ctype)} "
-                                "chunk): read up to the last complete chunk")
-                break
-            payload = f.read(length)
-            pos = start + length
-            if zlib.crc32(payload) != crc:
-                warnings.append(f"checksum mismatch in chunk at byte {start - fmt.CHUNK.size}: "
-                                "read up to the last good chunk")
-                break
-            if ctype == fmt.EVENTS and raw is not None:
-                pid, count = _events_head(payload, flags)
-                event_chunks.append((start, length, flags, pid, count))
-                continue
-            if flags & fmt.FLAG_ZLIB:
-                payload = zlib.decompress(payload)
-            if raw is None:
-                if ctype != fmt.META:
-                    raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
-                raw = RawTrace(meta=json.loads(payload))
-                continue
-            if ctype == fmt.PROCESS:
-                raw.processes.append(json.loads(payload))
-            elif ctype == fmt.NVML:
-                raw.nvml.append(json.loads(payload))
-            elif ctype == fmt.TRAILER:
-                raw.trailer = json.loads(payload)
-            # unknown chunk types from newer minor writers are skipped
-        if raw is None:
-            raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
-        # second pass: every pid's records in one array, pids ascending, file order within a pid
-        per_pid: dict[int, int] = {}
-        for *_, pid, count in event_chunks:
-            per_pid[pid] = per_pid.get(pid, 0) + count
-        pids = sorted(per_pid)
-        base = {}
-        total = 0
-        for p in pids:
-            base[p] = total
-            total += per_pid[p]
-        recs = np.empty(total, dtype=dtype)
-        flat = recs.view(np.uint8)                   # byte copies: no per-field structured transfer
-        item = dtype.itemsize
-        fill = dict(base)
-        for start, length, flags, pid, count in event_chunks:
-            f.seek(start)
-            payload = f.read(length)
-            if flags & fmt.FLAG_ZLIB:
-                payload = zlib.decompress(payload)
-            lo = fill[pid]
-            flat[lo * item:(lo + count) * item] = np.frombuffer(payload, dtype=np.uint8, count=count * item,
-                                                                offset=fmt.EVENTS_HEAD.size)
-            fill[pid] = lo + count
-        raw.records = recs
-        raw.events = {p: [recs[base[p]:base[p] + per_pid[p]]] for p in pids}
+        try:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{path}: cannot read ({e})")
+    # the mapping goes away with the last view of it (never closed by hand: a view held by a
+    # traceback would turn a clear TraceError into a BufferError)
+    raw, warnings, rb = _parse(path, memoryview(mm), size)
+    del mm
+    if rb is not None:
+        raw.records, raw.events = rb.by_pid()
     if raw.trailer is None and not warnings:
         warnings.append("trace has no trailer: the capture did not finish (crash or kill); "
                         "everything recorded before that is here")
     raw.warnings = warnings
     return raw
+
+
+def _parse(path: str, data: memoryview, size: int):
+    if size < fmt.HEADER.size or data[:8] != fmt.MAGIC:
+        raise TraceError(f"{path}: not a pyinterpose trace (bad magic)")
+    _, version, _ = fmt.HEADER.unpack_from(data, 0)
+    if version > fmt.VERSION:
+        raise TraceError(f"{path}: trace format version {version} is newer than this pyinterpose "
+                         f"understands ({fmt.VERSION}); upgrade pyinterpose")
+    raw = None
+    rb = None
+    pos = fmt.HEADER.size
+    warnings = []
+    while pos < size:
+        if pos + fmt.CHUNK.size > size:
+            warnings.append(f"trace cut short at byte {pos} (partial chunk header): read up to the last "
+                            "complete chunk")
+            break
+        magic, ctype, length, crc, flags = fmt.CHUNK.unpack_from(data, pos)
+        if magic != fmt.CHUNK_MAGIC:
+            warnings.append(f"corrupt chunk at byte {pos}: read up to the last complete chunk")
+            break
+        start = pos + fmt.CHUNK.size
+        if start + length > size:
+            warnings.append(f"trace cut short at byte {pos} (partial {fmt.CHUNK_NAMES.get(ctype, ctype)} "
+                            "chunk): read up to the last complete chunk")
+            break
+        payload = data[start:start + length]
+        pos = start + length
+        if zlib.crc32(payload) != crc:
+            warnings.append(f"checksum mismatch in chunk at byte {start - fmt.CHUNK.size}: "
+                            "read up to the last good chunk")
+            break
+        if flags & fmt.FLAG_ZLIB:
+            try:
+                payload = zlib.decompress(payload)
+            except zlib.error:
+                warnings.append(f"corrupt compressed chunk at byte {start - fmt.CHUNK.size}: "
+                                "read up to the last good chunk")
+                break
+        if raw is None:
+            if ctype != fmt.META:
+                raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
+            raw = RawTrace(meta=json.loads(bytes(payload)))
+            rb = _RecordBuffer(records.event_dtype(), 8 * size)
+            continue
+        if ctype == fmt.EVENTS:
+            pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
+            rb.append(int(np.int32(np.uint32(pid))), payload, count)
+        elif ctype == fmt.PROCESS:
+            raw.processes.append(json.loads(bytes(payload)))
+        elif ctype == fmt.NVML:
+            raw.nvml.append(json.loads(bytes(payload)))
+        elif ctype == fmt.TRAILER:
+            raw.trailer = json.loads(bytes(payload))
+        # unknown chunk types from newer minor writers are skipped
+        del payload
+    if raw is None:
+        raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
+    return raw, warnings, rb
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,14 +279,20 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
         "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux[a_rows], 0).astype(np.uint64),
         "t_alloc": t[a_rows], "t_free": t_free, "seq_alloc": seq[a_rows], "seq_free": seq_free,
         "freed": matched, "stream": ev["stream"][a_rows],
-    })
-    blocks["counts_device"] = blocks["kind"].astype(str).isin(DEVICE_KINDS).to_numpy()
+    }, copy=False)
+    kind_cat = blocks["kind"].cat
+    blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
     blocks = blocks.sort_values(["t_alloc", "pid", "seq_alloc"], kind="stable").reset_index(drop=True)
     blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
     blocks = conform(blocks, BLOCK_COLUMNS)
     sites = site_tables.read_sites(ev, pid, op, offsets, pids, strings,  # owners, frames, stacks
                                    int(meta.get("site_format") or site_tables.SITE_FORMAT))
     site_tables.attach_blocks(blocks, sites)
+
+    never_freed = int((~matched).sum())
+    # drop the pairing's intermediates now (the peak of a 10 M-event load is set by what is alive here)
+    del rows, is_free, g_pid, g_fam, g_key, g_seq, order, same_next, nxt_free, alloc_pos, matched, superseded
+    del prev_alloc, a_rows, next_rows, t_free, seq_free, key_a, key_f, kind_a, kind_f, ai, fi, bk
 
     # ---- kernels ----
     kernels: list[str] = []
@@ -298,6 +325,9 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     def kernel_ids(mask):
         return kernel_ids_at(np.flatnonzero(mask))
 
+    launch_rows = np.flatnonzero(lm)
+    launch_kid = kernel_ids_at(launch_rows)          # once per launch; accesses gather from it
+
     # ---- accesses: each ACCESS record follows its LAUNCH/COPY/MEMSET/TENSORMAP ----
     acc = op == O.ACCESS
     xi = np.flatnonzero(acc)
@@ -317,32 +347,36 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     own = owner_xi[ok]
     own_op = op[own]
     op_names = {O.LAUNCH: "launch", O.COPY: "copy", O.MEMSET: "memset", O.TENSORMAP: "tensormap"}
-    kern_of_owner = np.full(len(own), -1, dtype=np.int32)
-    is_l = own_op == O.LAUNCH
-    if is_l.any():
-        kern_of_owner[is_l] = kernel_ids_at(own[is_l])
+    kern_at = np.full(n, -1, dtype=np.int32)        # kernel of each LAUNCH record, -1 elsewhere
+    kern_at[launch_rows] = launch_kid
+    kern_of_owner = kern_at[own]
+    del kern_at
     accesses = pd.DataFrame({
         "block_id": blocks["block_id"].to_numpy()[korder[pos_c[ok]]] if len(skey) else np.zeros(0, np.int64),
         "pid": pid[xi_ok], "seq": seq[own], "t": t[own], "kernel": kern_of_owner,
         "op": categorical(np.clip(own_op, 0, 15), [op_names.get(o, f"op{o}") for o in range(16)]),
-        "flags": flags[xi_ok].astype(np.uint16),
-    })
+        "flags": flags[xi_ok].astype(np.uint16, copy=False),
+    }, copy=False)
     accesses = conform(accesses, ACCESS_COLUMNS)
+
+    unresolved_access = int(len(xi) - len(xi_ok))
+    del xi, before, owner_xi, qkey, pos, pos_c, ok, xi_ok, korder, skey, bkey, own_op, kern_of_owner
 
     # ---- launches ----
     lmask = (op == O.LAUNCH) | (op == O.GRAPH_LAUNCH)
     li = np.flatnonzero(lmask)
     # accesses per launch: own is sorted (records in order), so count by binary search
     n_acc = np.searchsorted(own, li, side="right") - np.searchsorted(own, li, side="left")
+    del own
     kid = np.full(len(li), -1, dtype=np.int32)
-    kid[op[li] == O.LAUNCH] = kernel_ids(op == O.LAUNCH)
+    kid[op[li] == O.LAUNCH] = launch_kid
     kn = list(dict.fromkeys(kernels + ["<graph>"]))
     launches = pd.DataFrame({
         "pid": pid[li], "tid": ev["tid"][li].astype(np.int64), "seq": seq[li], "t": t[li],
         "device": ev["device"][li], "stream": ev["stream"][li], "api": api_name(api[li]), "kernel": kid,
         "kernel_name": categorical(np.where(kid >= 0, kid, len(kernels)), kn),
         "n_access": n_acc.astype(np.int32), "graph": op[li] == O.GRAPH_LAUNCH,
-    })
+    }, copy=False)
     launches = conform(launches, LAUNCH_COLUMNS)
 
     # ---- copies, hints, failures, markers ----
@@ -396,7 +430,7 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
         "advise": int(((op == O.ADVISE) & (res == 0)).sum()),
         "prefetch": int(((op == O.PREFETCH) & (res == 0)).sum()), "marker": int(len(markers)),
         "failure": int(len(failures)), "unmatched_free": unmatched_free,
-        "unresolved_access": int(len(xi) - len(xi_ok)), "never_freed": int((~matched).sum()),
+        "unresolved_access": unresolved_access, "never_freed": never_freed,
     }
     by_api_counts = np.bincount(api[call_ops], minlength=len(apis)) if n else np.zeros(len(apis), np.int64)
     counts["by_api"] = {str(apis[i]): int(c) for i, c in enumerate(by_api_counts) if c and i < len(apis)}
