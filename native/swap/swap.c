@@ -13,13 +13,19 @@
 
 typedef struct {
     int64_t n, size;      /* steps, leaves (power of two) */
+    int height;           /* log2(size) */
     int64_t *mx;          /* [2 * size]: max of the node's range, its own pending add included */
     int64_t *lz;          /* [size]: add pending on an internal node's children */
 } curve;
 
 static int curve_init(curve *c, int64_t n, const int64_t *live) {
     int64_t size = 1;
-    while (size < n) size <<= 1;
+    int height = 0;
+    while (size < n) {
+        size <<= 1;
+        height++;
+    }
+    c->height = height;
     c->n = n;
     c->size = size;
     c->mx = malloc(sizeof(int64_t) * 2 * size);
@@ -36,37 +42,55 @@ static void curve_free(curve *c) {
     free(c->lz);
 }
 
-static void add_rec(curve *c, int64_t node, int64_t nl, int64_t nr, int64_t lo, int64_t hi, int64_t d) {
-    if (hi <= nl || nr <= lo) return;
-    if (lo <= nl && nr <= hi) {
-        c->mx[node] += d;
-        if (node < c->size) c->lz[node] += d;
-        return;
+/* Bottom-up range add and range max (the non-recursive lazy segment tree: mx[p] is the max
+ * of p's range with p's own pending add included; lz[p] is what p's children still miss). */
+static inline void apply_add(curve *c, int64_t p, int64_t d) {
+    c->mx[p] += d;
+    if (p < c->size) c->lz[p] += d;
+}
+
+static void rebuild_up(curve *c, int64_t p) {
+    while (p > 1) {
+        p >>= 1;
+        int64_t a = c->mx[2 * p], b = c->mx[2 * p + 1];
+        c->mx[p] = (a > b ? a : b) + c->lz[p];
     }
-    int64_t mid = (nl + nr) / 2;
-    add_rec(c, 2 * node, nl, mid, lo, hi, d);
-    add_rec(c, 2 * node + 1, mid, nr, lo, hi, d);
-    int64_t a = c->mx[2 * node], b = c->mx[2 * node + 1];
-    c->mx[node] = (a > b ? a : b) + c->lz[node];
+}
+
+static void push_down(curve *c, int64_t p) {
+    for (int s = c->height; s > 0; s--) {
+        int64_t i = p >> s;
+        if (c->lz[i]) {
+            apply_add(c, 2 * i, c->lz[i]);
+            apply_add(c, 2 * i + 1, c->lz[i]);
+            c->lz[i] = 0;
+        }
+    }
 }
 
 static void curve_add(curve *c, int64_t lo, int64_t hi, int64_t d) {
-    if (hi > lo) add_rec(c, 1, 0, c->size, lo, hi, d);
-}
-
-static int64_t max_rec(const curve *c, int64_t node, int64_t nl, int64_t nr, int64_t lo, int64_t hi) {
-    if (hi <= nl || nr <= lo) return INT64_MIN;
-    if (lo <= nl && nr <= hi) return c->mx[node];
-    int64_t mid = (nl + nr) / 2;
-    int64_t a = max_rec(c, 2 * node, nl, mid, lo, hi), b = max_rec(c, 2 * node + 1, mid, nr, lo, hi);
-    int64_t m = a > b ? a : b;
-    return m == INT64_MIN ? m : m + c->lz[node];
+    if (hi <= lo) return;
+    int64_t l = lo + c->size, r = hi + c->size, l0 = l, r0 = r - 1;
+    for (; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) apply_add(c, l++, d);
+        if (r & 1) apply_add(c, --r, d);
+    }
+    rebuild_up(c, l0);
+    rebuild_up(c, r0);
 }
 
 /* max over steps [lo, hi); INT64_MIN when empty */
-static int64_t curve_max(const curve *c, int64_t lo, int64_t hi) {
+static int64_t curve_max(curve *c, int64_t lo, int64_t hi) {
     if (hi <= lo) return INT64_MIN;
-    return max_rec(c, 1, 0, c->size, lo, hi);
+    int64_t l = lo + c->size, r = hi + c->size;
+    push_down(c, l);
+    push_down(c, r - 1);
+    int64_t m = INT64_MIN;
+    for (; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) { if (c->mx[l] > m) m = c->mx[l]; l++; }
+        if (r & 1) { --r; if (c->mx[r] > m) m = c->mx[r]; }
+    }
+    return m;
 }
 
 static int64_t curve_max_all(const curve *c) { return c->n ? c->mx[1] : 0; }
