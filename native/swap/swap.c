@@ -365,22 +365,39 @@ static int channel_latest(channel *ch, double deadline, double dur, double not_b
 
 /* ---- the greedy loop ------------------------------------------------------------------ */
 
-static int64_t lower_bound(const double *a, int64_t n, double x) {   /* first a[k] >= x */
-    int64_t lo = 0, hi = n;
+/* First k with a[k] >= x (upper 0) or a[k] > x (upper 1), from a hint: gallop from `hint` to bracket the answer, then
+ * bisect inside the bracket (same result as the plain searches; O(log d) for an answer d
+ * steps from the hint, and the steps of one interval are few and close in memory). */
+static int64_t gallop_bound(const double *a, int64_t n, double x, int64_t hint, int upper) {
+#define BEFORE(k) (upper ? a[k] <= x : a[k] < x)   /* a[k] lies before the answer */
+    if (hint < 0) hint = 0;
+    if (hint > n) hint = n;
+    int64_t lo, hi;   /* answer in [lo, hi] */
+    if (hint < n && BEFORE(hint)) {
+        int64_t step = 1;
+        lo = hint + 1;
+        hi = hint + 1;
+        while (hi < n && BEFORE(hi)) {
+            lo = hi + 1;
+            hi = hint + (step <<= 1);
+            if (hi > n) hi = n;
+        }
+    } else {
+        int64_t step = 1;
+        hi = hint;
+        lo = hint;
+        while (lo > 0 && !BEFORE(lo - 1)) {
+            hi = lo - 1;
+            lo = hint - (step <<= 1);
+            if (lo < 0) lo = 0;
+        }
+    }
     while (lo < hi) {
-        int64_t m = (lo + hi) / 2;
-        if (a[m] < x) lo = m + 1; else hi = m;
+        int64_t m = lo + (hi - lo) / 2;
+        if (BEFORE(m)) lo = m + 1; else hi = m;
     }
     return lo;
-}
-
-static int64_t upper_bound(const double *a, int64_t n, double x) {   /* first a[k] > x */
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t m = (lo + hi) / 2;
-        if (a[m] <= x) lo = m + 1; else hi = m;
-    }
-    return lo;
+#undef BEFORE
 }
 
 typedef struct {
@@ -406,7 +423,13 @@ int64_t pi_swap_schedule(int64_t n_steps, const double *steps_t, const int64_t *
         for (int64_t k = 0; k < n_order; k++) {
             int64_t i = order[k];
             if (curve_max_all(&cv) <= target) break;
-            if (used[i] || curve_max(&cv, lo_iv[i], hi_iv[i]) <= target) continue;
+            if (used[i]) continue;
+            /* a swap that hides needs start <= end - t_in - t_out (the earliest swap-out is at the
+             * previous access); tested first, it rejects without touching any structure */
+            if (ph == 0 && !(start[i] <= end[i] - t_in[i] - t_out[i])) continue;
+            /* with target 0 this never rejects in the hiding pass: the away window's steps lie
+             * inside [lo_iv, hi_iv), so the check on them below implies it */
+            if ((ph == 1 || target > 0) && curve_max(&cv, lo_iv[i], hi_iv[i]) <= target) continue;
             double os = 0, oe, is = 0, f, r, stall;
             if (ph == 0) {
                 if (!channel_earliest(&d2h, start[i], t_out[i], end[i] - t_in[i] - t_out[i], &os)) continue;
@@ -431,9 +454,9 @@ int64_t pi_swap_schedule(int64_t n_steps, const double *steps_t, const int64_t *
                 stall += late > 0.0 ? late : 0.0;
             }
             if (r <= f) continue;
-            int64_t lo = lower_bound(steps_t, ns, f);
+            int64_t lo = gallop_bound(steps_t, ns, f, lo_iv[i], 0);
             if (lo > n_steps) lo = n_steps;
-            int64_t hi = upper_bound(steps_t, ns, r) - 1;
+            int64_t hi = gallop_bound(steps_t, ns, r, hi_iv[i] + 1, 1) - 1;
             if (hi > n_steps) hi = n_steps;
             if (hi < lo) hi = lo;
             if (curve_max(&cv, lo, hi) <= target) continue;

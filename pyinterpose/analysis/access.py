@@ -132,7 +132,7 @@ def access_intervals(trace: Trace, pid: int | None = None) -> pd.DataFrame:
         "api": _take_category(b["api"], rows_of_interval),
         "freed": b["freed"].to_numpy(bool)[rows_of_interval],
         "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
-    })
+    }, copy=False)   # fresh arrays: no consolidation copy
     return out
 
 

@@ -39,6 +39,8 @@ exactly with the swap windows as extra free/alloc events.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -514,9 +516,20 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
         b, src = problem.default_budget, "default: half-way between the swap floor and the peak"
     else:
         b, src = int(budget), "given"
-    results = [run_strategy(problem, s, m, b if (m == "budget" or budget is not None) else None)
-               for s in strategies for m in modes]
+    runs = [(s, m, b if (m == "budget" or budget is not None) else None) for s in strategies for m in modes]
+    results = _run_all(problem, runs)
     return SwapEvaluation(problem, b, src, results)
+
+
+def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
+    """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
+    and the C scheduler releases the GIL, so they share the machine's cores (two threads at
+    most: each holds its own copy of the curve and the links)."""
+    workers = min(2, os.cpu_count() or 1, len(runs))
+    if workers <= 1:
+        return [run_strategy(problem, *r) for r in runs]
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(lambda r: run_strategy(problem, *r), runs))
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
@@ -538,8 +551,8 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     if budgets is None:
         budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
     out = []
-    for b in budgets:
-        r = run_strategy(problem, strategy, "budget", int(b))
+    results = _run_all(problem, [(strategy, "budget", int(b)) for b in budgets])
+    for b, r in zip(budgets, results):
         d = r.as_dict()
         out.append({"budget": int(b), "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
                     "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"],
