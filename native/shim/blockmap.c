@@ -75,13 +75,25 @@ static inline gslot *find_slot(uint64_t key) {
     }
 }
 
-static int grow(void) {
-    uint64_t ncap = g_cap ? g_cap * 2 : 1024;
-    unsigned nshift = g_cap ? g_shift - 1 : 64 - 10;
+/* Rebuild the table with only the granules that list a block (empty vectors
+ * are freed), at a capacity of at least 4x those: the table stays bounded by
+ * the live blocks however many distinct addresses a long run has used (VMM
+ * reservations come at fresh addresses), and the work is amortised O(1). */
+static int rebuild(void) {
+    uint64_t live = 0;
+    for (uint64_t j = 0; j < g_cap; j++)
+        if (g_tab[j].key && g_tab[j].v && g_tab[j].v->n) live++;
+    uint64_t ncap = 1024;
+    unsigned nshift = 64 - 10;
+    while ((live + 1) * 4 > ncap) ncap *= 2, nshift--;
     gslot *nt = calloc(ncap, sizeof(gslot));
     if (!nt) return -1;
     for (uint64_t j = 0; j < g_cap; j++) {
         if (!g_tab[j].key) continue;
+        if (!g_tab[j].v || !g_tab[j].v->n) {
+            free(g_tab[j].v);
+            continue;
+        }
         uint64_t i = hslot(g_tab[j].key, nshift);
         while (nt[i].key) i = (i + 1) & (ncap - 1);
         nt[i] = g_tab[j];
@@ -90,13 +102,14 @@ static int grow(void) {
     g_tab = nt;
     g_cap = ncap;
     g_shift = nshift;
+    g_used = live;
     return 0;
 }
 
 static gslot *get_slot(uint64_t key) {
     gslot *s = find_slot(key);
     if (s) return s;
-    if ((g_used + 1) * 2 > g_cap && grow() != 0) return NULL;
+    if ((g_used + 1) * 2 > g_cap && rebuild() != 0) return NULL;
     uint64_t i = hslot(key, g_shift);
     while (g_tab[i].key) i = (i + 1) & (g_cap - 1);
     g_tab[i].key = key;
