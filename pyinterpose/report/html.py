@@ -120,7 +120,7 @@ def _frame(obj: Any) -> pd.DataFrame | None:
 
 
 _ID_COLS = {"block_id", "pid", "device", "seq", "stream", "kernel", "tid"}
-_TIME_UNITS = ((1e9, "s", 3), (1e6, "ms", 2), (1e3, "µs", 1), (1.0, "ns", 0))
+_TIME_UNITS = ((1e9, "s", 3), (1e6, "ms", 2), (1e3, "us", 1), (1.0, "ns", 0))
 _BYTE_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
 
 
