@@ -301,14 +301,14 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
             if drain.write_error:
                 capture_error = drain.write_error
         writer.close()
+    if not quiet:
+        _print_done(output, procs, writer.events_written, status)
     problems = _capture_problems(procs, unrecorded, capture_error)
     if problems:
         sys.stderr.write(f"pyinterpose: capture INCOMPLETE: {problems}; the trace {output} says so"
                          + (f" (exit status {CAPTURE_INCOMPLETE_EXIT}: the program itself exited 0)"
                             if status == 0 else "") + "\n")
         sys.stderr.flush()
-    if not quiet:
-        _print_done(output, procs, writer.events_written, status)
     if problems and status == 0:
         return CAPTURE_INCOMPLETE_EXIT
     return status
