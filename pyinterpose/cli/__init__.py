@@ -39,7 +39,10 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a bad flag (one line already printed)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
