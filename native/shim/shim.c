@@ -103,15 +103,23 @@ static void unlink_ring(void) {
     g_ring_name[0] = 0;
 }
 
-/* Is the drain alive?  Its heartbeat in the header once it attached; before that, a grace period from
- * the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
+/* Is the drain alive?  Once it attached: its heartbeat changed within the last lease (measured on our own
+ * clock from when we first saw the current value, so a torn or skewed beat can only look alive); before
+ * that, a grace period from the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
+static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
+
 static int consumer_alive(pi_ring_header *h) {
     uint64_t now = pi_now();
     if (__atomic_load_n(&h->attached, __ATOMIC_ACQUIRE)) {
         uint64_t beat = __atomic_load_n(&h->beat_ns, __ATOMIC_ACQUIRE);
         uint64_t lease = __atomic_load_n(&h->lease_ns, __ATOMIC_RELAXED);
         if (lease == 0) lease = 5000000000ull;
-        return now < beat || now - beat < lease;
+        if (beat != __atomic_load_n(&g_seen_beat, __ATOMIC_RELAXED) || g_seen_at == 0) {
+            __atomic_store_n(&g_seen_beat, beat, __ATOMIC_RELAXED);
+            __atomic_store_n(&g_seen_at, now, __ATOMIC_RELAXED);
+            return 1;
+        }
+        return now - __atomic_load_n(&g_seen_at, __ATOMIC_RELAXED) < lease;
     }
     return now - h->start_ns < PI_ATTACH_GRACE_NS;
 }
@@ -251,6 +259,7 @@ static int open_ring(void) {
     g_mask = cap - 1;
     g_capacity = cap;
     g_abandoned = 0;
+    g_seen_beat = g_seen_at = 0;
     g_ring_pid = pid;
     return 0;
 }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 import time
 
 import numpy as np
@@ -86,8 +85,9 @@ class Ring:
         return int(np.frombuffer(self._mm, dtype=dt, count=1, offset=off)[0])
 
     def _set(self, name: str, value: int) -> None:
+        """One aligned 8-byte store (the producer reads these fields concurrently: never byte by byte)."""
         off, _ = self._layout[name]
-        struct.pack_into("<Q", self._mm, off, value)
+        np.frombuffer(self._mm, dtype="<u8", count=1, offset=off)[0] = value
 
     def refresh(self) -> bool:
         """Ready once the producer published the header; then attach (lease, heartbeat, unlink)."""
