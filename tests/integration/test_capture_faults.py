@@ -258,7 +258,7 @@ def test_sigint_to_run_ends_the_program_promptly(tmp_path):
             p.wait()
         p.stderr.close()
     assert rc == 130
-    assert elapsed < 5, f"exit took {elapsed:.1f} s"
+    assert elapsed < 8, f"exit took {elapsed:.1f} s"  # (before: only when the whole loop had run)
 
 
 # ---- row 4: an incomplete trace is never silent -----------------------------------------------------
