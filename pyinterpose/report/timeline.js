@@ -257,6 +257,12 @@
       traces.push({x: nx, y: ny, type: 'scatter', mode: 'lines', line: {shape: 'hv', color: '#111', width: 1.5},
                    name: 'NVML used (reserved + CUDA context)', hoverinfo: 'skip'});
     }
+    var rl = this.p.reserved_line;
+    if (rl) {
+      traces.push({x: [x0, x1], y: [rl.y, rl.y], type: 'scatter', mode: 'lines', hoverinfo: 'skip',
+                   line: {color: '#C44E52', width: 1.5, dash: 'dash'}, name: rl.label});
+      if (rl.y > ymax) ymax = rl.y;
+    }
     traces.push({x: [x0, x1], y: [null, null], xaxis: 'x2', type: 'scatter', mode: 'lines', showlegend: false,
                  hoverinfo: 'skip'});
     this.lastLod = lod;

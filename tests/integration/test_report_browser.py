@@ -135,6 +135,13 @@ def test_timeline_on_real_trace(tmp_path, name):
         if st["iters"] >= 2:
             # opens on one steady iteration: a small part of the run
             assert st["range"][1] - st["range"][0] < st["n"] / 3
+        if name == "torch-cnn-blocks.pit":
+            # the dashed reserved line: PyTorch's caching allocator simulated on the blocks view's requests
+            # equals what the native allocator reserved in the same program's reserved-view run
+            with open(os.path.join(GPU_TRACES, "torch-cnn-reserved.truth.json")) as f:
+                native = json.load(f)["pytorch_reported"]["max_memory_reserved"]
+            rl = b.eval("document.querySelector('.pit-tl').pitTimeline.p.reserved_line")
+            assert rl is not None and rl["y"] == native
         b.screenshot(os.path.join(out, f"{stem}-page.png"))
         b.element_screenshot(os.path.join(out, f"{stem}-timeline.png"), ".pit-tl")
 
