@@ -6,10 +6,20 @@
  * granule to a small vector of the blocks that overlap it, sorted by base.
  * Live blocks never overlap, so the block containing p is the predecessor of
  * p in granule(p)'s vector, if it reaches p.  A block is listed in every
- * granule it overlaps (large blocks are few).  One rwlock: launches read,
- * allocations and frees write.
+ * granule it overlaps (large blocks are few).
+ *
+ * One lock, a test-and-test-and-set spinlock: every holder runs a few dozen
+ * instructions and makes no call that can block or re-enter (malloc/realloc
+ * only), and an uncontended acquire/release is one atomic exchange and a
+ * store — a pthread rwlock costs two atomic read-modify-writes plus its
+ * bookkeeping (measured on the dev VM: 43 vs 8 ns a pair; 4 lookups of a
+ * launch 153 -> 113 ns, an insert+remove pair 229 -> 149 ns).  Launch scans
+ * hold it too; they are as short.  A waiter spins briefly, then yields.
+ * Lookups first reject words outside [g_lo, g_hi), the span of every block
+ * ever listed (most non-pointer words of a launch).
  */
-#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,47 +37,80 @@ typedef struct gslot {
     gvec *v;
 } gslot;
 
-static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int g_lock;
 static gslot *g_tab;
-static uint64_t g_cap; /* power of two */
+static uint64_t g_cap;   /* power of two */
+static unsigned g_shift; /* 64 - log2(g_cap) */
 static uint64_t g_used;
+static uint64_t g_lo = UINT64_MAX, g_hi; /* span of all blocks ever listed */
 
-static inline uint64_t hmix(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return k;
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ volatile("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+static inline void map_lock(void) {
+    if (PI_LIKELY(!atomic_exchange_explicit(&g_lock, 1, memory_order_acquire))) return;
+    unsigned spins = 0;
+    do {
+        while (atomic_load_explicit(&g_lock, memory_order_relaxed)) {
+            if (++spins < 256) cpu_relax();
+            else sched_yield(); /* the holder may be descheduled */
+        }
+    } while (atomic_exchange_explicit(&g_lock, 1, memory_order_acquire));
 }
+static inline void map_unlock(void) { atomic_store_explicit(&g_lock, 0, memory_order_release); }
 
-static gslot *find_slot(uint64_t key) {
+/* Fibonacci hashing: the top bits of key * 2^64/phi */
+static inline uint64_t hslot(uint64_t key, unsigned shift) { return (key * 0x9E3779B97F4A7C15ull) >> shift; }
+
+static inline gslot *find_slot(uint64_t key) {
     if (!g_tab) return NULL;
-    for (uint64_t i = hmix(key) & (g_cap - 1);; i = (i + 1) & (g_cap - 1)) {
+    for (uint64_t i = hslot(key, g_shift);; i = (i + 1) & (g_cap - 1)) {
         if (g_tab[i].key == key) return &g_tab[i];
         if (g_tab[i].key == 0) return NULL;
     }
 }
 
-static int grow(void) {
-    uint64_t ncap = g_cap ? g_cap * 2 : 1024;
+/* Rebuild the table with only the granules that list a block (empty vectors
+ * are freed), at a capacity of at least 4x those: the table stays bounded by
+ * the live blocks however many distinct addresses a long run has used (VMM
+ * reservations come at fresh addresses), and the work is amortised O(1). */
+static int rebuild(void) {
+    uint64_t live = 0;
+    for (uint64_t j = 0; j < g_cap; j++)
+        if (g_tab[j].key && g_tab[j].v && g_tab[j].v->n) live++;
+    uint64_t ncap = 1024;
+    unsigned nshift = 64 - 10;
+    while ((live + 1) * 4 > ncap) ncap *= 2, nshift--;
     gslot *nt = calloc(ncap, sizeof(gslot));
     if (!nt) return -1;
     for (uint64_t j = 0; j < g_cap; j++) {
         if (!g_tab[j].key) continue;
-        uint64_t i = hmix(g_tab[j].key) & (ncap - 1);
+        if (!g_tab[j].v || !g_tab[j].v->n) {
+            free(g_tab[j].v);
+            continue;
+        }
+        uint64_t i = hslot(g_tab[j].key, nshift);
         while (nt[i].key) i = (i + 1) & (ncap - 1);
         nt[i] = g_tab[j];
     }
     free(g_tab);
     g_tab = nt;
     g_cap = ncap;
+    g_shift = nshift;
+    g_used = live;
     return 0;
 }
 
 static gslot *get_slot(uint64_t key) {
     gslot *s = find_slot(key);
     if (s) return s;
-    if ((g_used + 1) * 2 > g_cap && grow() != 0) return NULL;
-    uint64_t i = hmix(key) & (g_cap - 1);
+    if ((g_used + 1) * 2 > g_cap && rebuild() != 0) return NULL;
+    uint64_t i = hslot(key, g_shift);
     while (g_tab[i].key) i = (i + 1) & (g_cap - 1);
     g_tab[i].key = key;
     g_tab[i].v = NULL;
@@ -75,15 +118,18 @@ static gslot *get_slot(uint64_t key) {
     return &g_tab[i];
 }
 
-/* index of the first entry with base > p */
-static uint32_t upper(const gvec *v, uint64_t p) {
-    uint32_t lo = 0, hi = v->n;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (v->b[mid].base <= p) lo = mid + 1;
-        else hi = mid;
+/* index of the first entry with base > p (branchless: the compares of a
+ * binary search over a granule's blocks are unpredictable) */
+static inline uint32_t upper(const gvec *v, uint64_t p) {
+    const pi_block *b = v->b;
+    uint32_t n = v->n, lo = 0;
+    if (n == 0) return 0;
+    while (n > 1) {
+        uint32_t half = n / 2;
+        lo = b[lo + half].base <= p ? lo + half : lo;
+        n -= half;
     }
-    return lo;
+    return lo + (b[lo].base <= p);
 }
 
 static void vec_insert(gslot *s, const pi_block *blk) {
@@ -122,35 +168,37 @@ void pi_map_insert(uint64_t base, uint64_t size, uint64_t seq) {
     if (!base || !size) return;
     pi_block b = {base, size, seq};
     uint64_t g0 = base >> GRAN_SHIFT, g1 = (base + size - 1) >> GRAN_SHIFT;
-    pthread_rwlock_wrlock(&g_lock);
+    map_lock();
     for (uint64_t g = g0; g <= g1; g++) {
         gslot *s = get_slot(g + 1);
         if (s) vec_insert(s, &b);
     }
-    pthread_rwlock_unlock(&g_lock);
+    if (base < g_lo) g_lo = base;
+    if (base + size > g_hi) g_hi = base + size;
+    map_unlock();
 }
 
 int pi_map_remove(uint64_t base, pi_block *out) {
     pi_block b;
     int found = 0;
     if (!base) return 0;
-    pthread_rwlock_wrlock(&g_lock);
+    map_lock();
     gslot *s = find_slot((base >> GRAN_SHIFT) + 1);
     if (vec_remove(s, base, &b)) {
         found = 1;
         uint64_t g1 = (b.base + b.size - 1) >> GRAN_SHIFT;
         for (uint64_t g = (base >> GRAN_SHIFT) + 1; g <= g1; g++) vec_remove(find_slot(g + 1), base, NULL);
     }
-    pthread_rwlock_unlock(&g_lock);
+    map_unlock();
     if (found && out) *out = b;
     return found;
 }
 
-void pi_map_rdlock(void) { pthread_rwlock_rdlock(&g_lock); }
-void pi_map_unlock(void) { pthread_rwlock_unlock(&g_lock); }
+void pi_map_rdlock(void) { map_lock(); }
+void pi_map_unlock(void) { map_unlock(); }
 
-int pi_map_find_locked(uint64_t p, pi_block *out) {
-    if (p < 4096 || !g_tab) return 0;
+static inline int find(uint64_t p, pi_block *out) {
+    if (p < g_lo || p >= g_hi) return 0; /* also: empty map (g_lo > g_hi) */
     gslot *s = find_slot((p >> GRAN_SHIFT) + 1);
     if (!s || !s->v || !s->v->n) return 0;
     uint32_t at = upper(s->v, p);
@@ -163,14 +211,28 @@ int pi_map_find_locked(uint64_t p, pi_block *out) {
     return 0;
 }
 
-void pi_map_atfork_prepare(void) { pthread_rwlock_wrlock(&g_lock); }
-void pi_map_atfork_parent(void) { pthread_rwlock_unlock(&g_lock); }
+int pi_map_find_locked(uint64_t p, pi_block *out) { return find(p, out); }
+
+/* every 8-byte word (any alignment) of a parameter: the blocks it points into */
+void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *sc) {
+    pi_block b;
+    for (size_t i = 0; i < nwords; i++) {
+        uint64_t w;
+        memcpy(&w, &words[i], 8);
+        if (find(w, &b)) pi_scan_add(sc, &b, PI_ACC_LAUNCH);
+    }
+}
+
+void pi_map_atfork_prepare(void) { map_lock(); }
+void pi_map_atfork_parent(void) { map_unlock(); }
 void pi_map_atfork_child(void) {
     /* CUDA state does not survive fork: the child starts with no live blocks. */
     for (uint64_t i = 0; i < g_cap; i++) free(g_tab[i].v);
     free(g_tab);
     g_tab = NULL;
     g_cap = g_used = 0;
-    pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
-    memcpy(&g_lock, &fresh, sizeof fresh);
+    g_shift = 0;
+    g_lo = UINT64_MAX;
+    g_hi = 0;
+    atomic_store(&g_lock, 0);
 }

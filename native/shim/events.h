@@ -5,6 +5,9 @@
  *
  * A ring is a POSIX shared-memory object named
  *     /pyinterpose-<session>-<pid>-<start_ns>
+ * (or, when /dev/shm has no room, a file of that name in $PYINTERPOSE_RING_DIR), fully allocated
+ * (posix_fallocate) before it is mapped, so writing it can never SIGBUS.  A process that cannot get
+ * a ring writes $PYINTERPOSE_RING_DIR/unrecorded-<pid> (one line: why) and runs on unrecorded.
  * holding one pi_ring_header followed by `capacity` pi_event slots
  * (capacity is a power of two).  Producers take tickets with fetch_add on
  * `head`; ticket T owns slot T & (capacity-1) once T < tail + capacity.  A
@@ -20,7 +23,9 @@
 #include <stdint.h>
 
 #define PI_RING_MAGIC 0x31474e4952495950ULL /* "PYIRING1" little endian */
-#define PI_RING_VERSION 1
+#define PI_RING_VERSION 2
+#define PI_ATTACH_GRACE_NS 10000000000ULL /* 10 s for the drain to find a new ring */
+#define PI_MIN_RECORDS 4096             /* the smallest ring (256 KiB) */
 #define PI_SHM_PREFIX "/pyinterpose-"
 #define PI_STR_PAYLOAD 32 /* bytes of text in one PI_OP_STRDATA record (addr..aux) */
 
@@ -104,6 +109,12 @@ enum pi_access_flags {
     PI_ACC_TMA = 8      /* TMA descriptor built on the block */
 };
 
+enum pi_ring_flags {
+    PI_RING_FORKED = 1,      /* created in a fork() child (no exec) */
+    PI_RING_FILE = 2,        /* a file in the ring directory ($PYINTERPOSE_RING_DIR), not /dev/shm */
+    PI_RING_REDUCED = 4      /* smaller than asked: space, memory or the file-size limit */
+};
+
 typedef struct pi_ring_header {
     uint64_t magic;
     uint32_t version;
@@ -111,15 +122,24 @@ typedef struct pi_ring_header {
     uint64_t capacity;       /* records, power of two */
     int32_t  pid;
     int32_t  ppid;
-    int32_t  consumer_pid;   /* the drain; producers give up waiting if it is gone */
-    int32_t  flags;          /* 1 = created after fork() without exec */
+    int32_t  consumer_pid;   /* the drain's pid (informational: liveness is beat_ns/lease_ns) */
+    int32_t  flags;          /* enum pi_ring_flags */
     uint64_t start_ns;       /* CLOCK_MONOTONIC at ring creation */
     uint64_t closed;         /* set to 1 by the process's exit handler */
     uint64_t waits;          /* producer waits on a full ring (back-pressure) */
     uint64_t lost;           /* records that could not be written (consumer gone) */
     uint64_t unscanned_launches; /* launches whose parameter layout was unknown */
     char     exe[256];       /* /proc/self/exe at creation */
-    uint8_t  pad0[176];
+    /* drain liveness (version 2): the drain maps the ring, unlinks its name, sets `attached`, and
+     * stores CLOCK_MONOTONIC into beat_ns at least every lease_ns/10 from a thread of its own.  A
+     * producer waiting on a full ring gives up (counts what it cannot write as lost, never blocks the
+     * program again) when the beat is older than lease_ns, or when no drain attached within
+     * PI_ATTACH_GRACE_NS of the ring's creation (then it unlinks the ring itself). */
+    uint64_t attached;       /* 1 once the drain holds the mapping (the name is gone from the fs) */
+    uint64_t beat_ns;        /* the drain's last heartbeat, CLOCK_MONOTONIC */
+    uint64_t lease_ns;       /* a heartbeat older than this means the drain is gone */
+    uint64_t abandoned;      /* 1 when the producer stopped waiting for a silent drain */
+    uint8_t  pad0[144];
     uint64_t head;           /* next ticket (own cache line) */
     uint8_t  pad1[56];
     uint64_t tail;           /* consumed tickets (own cache line) */

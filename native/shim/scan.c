@@ -171,15 +171,6 @@ void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags) {
     }
 }
 
-void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *sc) {
-    pi_block b;
-    for (size_t i = 0; i < nwords; i++) {
-        uint64_t w;
-        memcpy(&w, &words[i], 8);
-        if (pi_map_find_locked(w, &b)) pi_scan_add(sc, &b, PI_ACC_LAUNCH);
-    }
-}
-
 static void scan_param(const char *p, uint32_t size, pi_scan *sc) {
     if (!p || size < 8) return;
     pi_scan_words((const uint64_t *)p, size / 8, sc);

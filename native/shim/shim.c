@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <dlfcn.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <stddef.h>
@@ -41,7 +44,8 @@ static volatile int g_state;            /* 0 = not initialised, 1 = active, 2 = 
 static int g_access = 1;
 static int g_forked;                    /* this process image started as a fork child */
 static char g_session[64];
-static uint64_t g_records = 1u << 18;   /* ring capacity, records */
+static uint64_t g_records = 1u << 18;   /* ring capacity asked for, records */
+static uint64_t g_capacity;             /* capacity of the ring this process got */
 static int g_consumer;
 static volatile pid_t g_ring_pid;       /* pid that owns the mapped ring */
 static pi_ring_header *g_ring;
@@ -88,9 +92,44 @@ static void atfork_child(void) {
     pi_t.tid = 0;
 }
 
+static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */
+static int g_ring_file;                 /* 1 = file-backed ring (path in g_ring_name) */
+static char g_ring_dir[256];            /* $PYINTERPOSE_RING_DIR: file-backed rings and status files */
+
+static void unlink_ring(void) {
+    if (!g_ring_name[0]) return;
+    if (g_ring_file) unlink(g_ring_name);
+    else shm_unlink(g_ring_name);
+    g_ring_name[0] = 0;
+}
+
+/* Is the drain alive?  Once it attached: its heartbeat changed within the last lease (measured on our own
+ * clock from when we first saw the current value, so a torn or skewed beat can only look alive); before
+ * that, a grace period from the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
+static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
+
+static int consumer_alive(pi_ring_header *h) {
+    uint64_t now = pi_now();
+    if (__atomic_load_n(&h->attached, __ATOMIC_ACQUIRE)) {
+        uint64_t beat = __atomic_load_n(&h->beat_ns, __ATOMIC_ACQUIRE);
+        uint64_t lease = __atomic_load_n(&h->lease_ns, __ATOMIC_RELAXED);
+        if (lease == 0) lease = 5000000000ull;
+        if (beat != __atomic_load_n(&g_seen_beat, __ATOMIC_RELAXED) || g_seen_at == 0) {
+            __atomic_store_n(&g_seen_beat, beat, __ATOMIC_RELAXED);
+            __atomic_store_n(&g_seen_at, now, __ATOMIC_RELAXED);
+            return 1;
+        }
+        return now - __atomic_load_n(&g_seen_at, __ATOMIC_RELAXED) < lease;
+    }
+    return now - h->start_ns < PI_ATTACH_GRACE_NS;
+}
+
 static void on_exit_close(void) {
-    if (g_ring && g_ring_pid == getpid())
+    if (g_ring && g_ring_pid == getpid()) {
         __atomic_store_n(&g_ring->closed, 1, __ATOMIC_RELEASE);
+        /* never attached and no drain any more: nothing else would remove the ring */
+        if (!__atomic_load_n(&g_ring->attached, __ATOMIC_ACQUIRE) && !consumer_alive(g_ring)) unlink_ring();
+    }
 }
 
 static void read_exe(char *buf, size_t n) {
@@ -98,36 +137,118 @@ static void read_exe(char *buf, size_t n) {
     buf[k > 0 ? k : 0] = 0;
 }
 
-/* Create this process's ring.  Called with g_init_lock held. */
+/* Tell `pyinterpose run` that this process is not recorded, and why (one line in the ring dir). */
+static void report_unrecorded(const char *why) {
+    if (!g_ring_dir[0]) return;
+    char path[400], line[1024], exe[256];
+    snprintf(path, sizeof path, "%s/unrecorded-%d", g_ring_dir, (int)getpid());
+    read_exe(exe, sizeof exe);
+    int n = snprintf(line, sizeof line, "%d %d %d %s\t%s\n", (int)getpid(), (int)getppid(), g_forked, why, exe);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
+/* Free bytes of the filesystem holding `dir` (UINT64_MAX when unknown). */
+static uint64_t free_bytes(const char *dir) {
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) return UINT64_MAX;
+    return (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+}
+
+/* Try to create a fully allocated ring of `records` records, in /dev/shm (dir == NULL) or as a file in
+ * `dir`.  Returns the mapping or NULL with errno set. */
+static void *make_ring(const char *dir, const char *base, uint64_t records, size_t *bytes_out) {
+    size_t bytes = sizeof(pi_ring_header) + records * sizeof(pi_event);
+    char name[512];
+    int fd;
+    if (dir) {
+        snprintf(name, sizeof name, "%s/%s", dir, base);
+        fd = open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    } else {
+        snprintf(name, sizeof name, "/%s", base);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) return NULL;
+    /* Allocate every byte now (size and blocks): a full tmpfs fails here with ENOSPC instead of a SIGBUS
+     * on some later write.  The drain maps a ring only once it is fully allocated. */
+    int err = posix_fallocate(fd, 0, (off_t)bytes);
+    void *m = MAP_FAILED;
+    if (err == 0) {
+        m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (m == MAP_FAILED) err = errno;
+    }
+    close(fd);
+    if (m == MAP_FAILED) {
+        if (dir) unlink(name);
+        else shm_unlink(name);
+        errno = err;
+        return NULL;
+    }
+    snprintf(g_ring_name, sizeof g_ring_name, "%s", name);
+    g_ring_file = dir != NULL;
+    *bytes_out = bytes;
+    return m;
+}
+
+/* Create this process's ring.  Called with g_init_lock held.  The ring takes at most a quarter of the
+ * free space where it lives (the program may need /dev/shm too) and never more than the file-size
+ * limit; it falls back to smaller rings, then to a file in the ring directory. */
 static int open_ring(void) {
     pid_t pid = getpid();
     uint64_t start = pi_now();
-    char name[128];
-    snprintf(name, sizeof name, PI_SHM_PREFIX "%s-%d-%llu", g_session, (int)pid,
-             (unsigned long long)start);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) return -1;
-    size_t bytes = sizeof(pi_ring_header) + g_records * sizeof(pi_event);
-    if (ftruncate(fd, (off_t)bytes) != 0) {
-        close(fd);
-        shm_unlink(name);
+    char base[160];
+    snprintf(base, sizeof base, PI_SHM_PREFIX "%s-%d-%llu", g_session, (int)pid, (unsigned long long)start);
+    struct rlimit rl;
+    uint64_t fsize_limit = UINT64_MAX;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) fsize_limit = (uint64_t)rl.rlim_cur;
+    const char *places[2] = {NULL, g_ring_dir[0] ? g_ring_dir : NULL};
+    char why[300] = "";
+    void *m = NULL;
+    size_t bytes = 0;
+    uint64_t records = 0;
+    int place = 0;
+    for (place = 0; place < 2 && !m; place++) {
+        const char *dir = places[place];
+        if (place == 1 && !dir) break;
+        uint64_t room = free_bytes(dir ? dir : "/dev/shm");
+        int last_err = 0;
+        uint64_t smallest = g_records < PI_MIN_RECORDS ? g_records : PI_MIN_RECORDS;
+        for (records = g_records; records >= smallest && !m; records >>= 1) {
+            uint64_t need = sizeof(pi_ring_header) + records * sizeof(pi_event);
+            if (need > fsize_limit) { last_err = EFBIG; continue; }  /* would raise SIGXFSZ */
+            if (room != UINT64_MAX && need > room / 4) { last_err = ENOSPC; continue; }
+            m = make_ring(dir, base, records, &bytes);
+            if (!m) {
+                last_err = errno;
+                if (last_err != ENOSPC && last_err != ENOMEM && last_err != EFBIG) break; /* EROFS, EACCES...*/
+            }
+        }
+        if (!m) {
+            size_t k = strlen(why);
+            snprintf(why + k, sizeof why - k, "%s%s: %s", k ? "; " : "", dir ? dir : "/dev/shm",
+                     last_err == EFBIG ? "the file-size limit (ulimit -f) is too small for a ring"
+                     : last_err == ENOSPC ? "no room for a ring" : strerror(last_err));
+        }
+    }
+    if (!m) {
+        report_unrecorded(why);
         return -1;
     }
-    /* populate now: no page faults on the recording path later */
-    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) {
-        shm_unlink(name);
-        return -1;
-    }
+    place--; /* the loop stepped past the place that worked */
     pi_ring_header *h = (pi_ring_header *)m;
+    uint64_t cap = (bytes - sizeof(pi_ring_header)) / sizeof(pi_event);
     h->version = PI_RING_VERSION;
     h->record_size = sizeof(pi_event);
-    h->capacity = g_records;
+    h->capacity = cap;
     h->pid = pid;
     h->ppid = getppid();
     h->consumer_pid = g_consumer;
-    h->flags = g_forked ? 1 : 0;
+    h->flags = (g_forked ? PI_RING_FORKED : 0) | (place == 1 ? PI_RING_FILE : 0) |
+               (cap < g_records ? PI_RING_REDUCED : 0);
     h->start_ns = start;
     read_exe(h->exe, sizeof h->exe);
     h->head = 1; /* tickets start at 1: a zeroed slot is never "committed" */
@@ -135,8 +256,10 @@ static int open_ring(void) {
     __atomic_store_n(&h->magic, PI_RING_MAGIC, __ATOMIC_RELEASE); /* published */
     g_ring = h;
     g_slots = (pi_event *)((char *)m + sizeof(pi_ring_header));
-    g_mask = g_records - 1;
+    g_mask = cap - 1;
+    g_capacity = cap;
     g_abandoned = 0;
+    g_seen_beat = g_seen_at = 0;
     g_ring_pid = pid;
     return 0;
 }
@@ -159,11 +282,33 @@ static void init_once(void) {
             g_records = p;
         }
     }
+    const char *d = getenv("PYINTERPOSE_RING_DIR");
+    if (d && strlen(d) < sizeof g_ring_dir) strcpy(g_ring_dir, d);
     const char *c = getenv("PYINTERPOSE_CONSUMER_PID");
     g_consumer = c ? atoi(c) : 0;
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(on_exit_close);
     g_state = 1;
+}
+
+/* fork() itself is interposed so that a child forked before the process's first CUDA call still
+ * knows it is a fork child (pthread_atfork handlers exist only once the shim initialised). */
+typedef pid_t (*fork_fn)(void);
+static fork_fn g_real_fork;
+
+__attribute__((visibility("default"))) pid_t fork(void) {
+    fork_fn f = __atomic_load_n(&g_real_fork, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = (fork_fn)pi_real_dlsym(RTLD_NEXT, "fork");
+        if (!f) {
+            errno = ENOSYS;
+            return -1;
+        }
+        __atomic_store_n(&g_real_fork, f, __ATOMIC_RELEASE);
+    }
+    pid_t p = f();
+    if (p == 0) g_forked = 1;
+    return p;
 }
 
 static void replay_strings(void);
@@ -187,22 +332,21 @@ int pi_active(void) {
 
 int pi_access_enabled(void) { return g_access; }
 
-static int consumer_gone(void) {
-    if (g_consumer <= 0) return 0;
-    return kill(g_consumer, 0) != 0 && errno == ESRCH;
-}
-
 int pi_reserve(uint64_t n, uint64_t *ticket) {
     pi_ring_header *h = g_ring;
     if (PI_UNLIKELY(g_abandoned)) {
         __atomic_fetch_add(&h->lost, n, __ATOMIC_RELAXED);
         return 0;
     }
+    uint64_t cap = g_capacity;
+    if (PI_UNLIKELY(n > cap)) { /* can never fit */
+        __atomic_fetch_add(&h->lost, n, __ATOMIC_RELAXED);
+        return 0;
+    }
     uint64_t t = __atomic_fetch_add(&h->head, n, __ATOMIC_ACQ_REL);
-    uint64_t cap = g_records;
     if (PI_UNLIKELY(t + n > __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE) + cap)) {
-        /* Back-pressure: wait for the drain.  Never silently drop; give up only
-         * if the consumer process no longer exists. */
+        /* Back-pressure: wait for the drain.  Never silently drop; give up only when the drain's
+         * heartbeat stopped (its lease ran out) or no drain ever attached. */
         __atomic_fetch_add(&h->waits, 1, __ATOMIC_RELAXED);
         uint64_t spins = 0;
         struct timespec ts = {0, 20000};
@@ -212,8 +356,12 @@ int pi_reserve(uint64_t n, uint64_t *ticket) {
                 continue;
             }
             nanosleep(&ts, NULL);
-            if ((spins & 4095) == 0 && consumer_gone()) {
-                g_abandoned = 1;
+            if ((spins & 63) == 0 && (g_abandoned || !consumer_alive(h))) {
+                if (!g_abandoned) {
+                    g_abandoned = 1;
+                    __atomic_store_n(&h->abandoned, 1, __ATOMIC_RELEASE);
+                    if (!__atomic_load_n(&h->attached, __ATOMIC_ACQUIRE)) unlink_ring();
+                }
                 __atomic_fetch_add(&h->lost, n, __ATOMIC_RELAXED);
                 return 0;
             }

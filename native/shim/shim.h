@@ -89,7 +89,7 @@ typedef struct pi_scan {
 } pi_scan;
 PI_HIDDEN void pi_scan_rt(const void *func, void **args, pi_scan *out);
 PI_HIDDEN void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *out);
-PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* rdlock held */
+PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* blockmap.c; map lock held */
 PI_HIDDEN void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
                                      uint64_t stream, uint64_t aux, const pi_scan *sc);
 /* every module/library unload: before the real call and after it (layout cache epochs) */

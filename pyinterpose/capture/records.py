@@ -66,6 +66,13 @@ def header_layout() -> dict[str, tuple[int, np.dtype]]:
     return {name: (f.offset, _numpy_type(f.type)) for name, f in t.fields}
 
 
+@functools.lru_cache(maxsize=None)
+def ring_version() -> int:
+    """PI_RING_VERSION of events.h: the header layout this drain understands."""
+    text = open(_contract_file("events.h")).read()
+    return int(re.search(r"#define PI_RING_VERSION (\d+)", text).group(1))
+
+
 def header_size() -> int:
     return _ffi().sizeof("pi_ring_header")
 

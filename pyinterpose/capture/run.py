@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import PyinterposeError
 from . import records
 from .drain import Drain
+from .ring import DEFAULT_LEASE_S
 
 NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native")
 SHIM = os.path.join(NATIVE, "libpyinterpose.so")
@@ -36,6 +37,24 @@ BLOCKS_KNOBS = {
 XLA_FLAG = "--xla_gpu_enable_command_buffer="
 VIEWS = ("blocks", "reserved")
 STACKS = ("python", "native", "none")  # --stacks: what the shim records per allocation (native/shim/site.c)
+
+
+def not_built_message(missing: str) -> str:
+    """Why a native piece is missing, and what helps."""
+    pkg = os.path.dirname(NATIVE)
+    src = os.path.dirname(pkg)
+    name = os.path.relpath(missing, pkg)
+    if os.path.exists(os.path.join(src, "pyproject.toml")) or os.path.exists(os.path.join(src, "setup.py")):
+        msg = f"pyinterpose is imported from the source tree {pkg}, which is not built ({name} is missing)"
+        try:
+            here = os.path.samefile(src, os.getcwd())
+        except OSError:
+            here = False
+        if here:
+            return msg + ("; `python -m` puts the current directory first: use the installed `pyinterpose` "
+                          "command, run from another directory, or build in place: python pyinterpose/_build.py")
+        return msg + ": build it in place with `python pyinterpose/_build.py` (or `pip install -e .`)"
+    return f"{name} is missing from the installed pyinterpose ({pkg}): reinstall it (pip install --force-reinstall)"
 
 
 def default_output(argv: list[str]) -> str:
@@ -130,26 +149,78 @@ def _terminal_foreground() -> bool:
         os.close(fd)
 
 
+CAPTURE_INCOMPLETE_EXIT = 3  # the program exited 0 but the capture did not record all of it
+
+
+def _nested_session(env: dict[str, str]) -> str | None:
+    """The session of an enclosing ``pyinterpose run`` (this run was started under one), if any."""
+    s = env.get("PYINTERPOSE_SESSION")
+    return s if s else None
+
+
+def _spawn(argv, env, cwd=None) -> int:
+    """Start the program, forward signals, wait; its exit status (128+N when killed by signal N)."""
+    with _SignalForwarder() as fwd:
+        try:
+            proc = subprocess.Popen(argv, env=env, cwd=cwd)
+        except OSError as e:
+            raise PyinterposeError(f"cannot start {argv[0]}: {e.strerror or e}", exit_code=127)
+        fwd.attach(proc)
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except KeyboardInterrupt:  # pragma: no cover (handler swallows SIGINT)
+                continue
+    return rc if rc >= 0 else 128 - rc
+
+
+def _make_ring_dir(session: str, ring_dir: str | None) -> str | None:
+    """A private directory for file-backed rings and the shim's "not recorded" notes."""
+    import tempfile
+
+    try:
+        return tempfile.mkdtemp(prefix=f"pyinterpose-{session}-", dir=ring_dir)
+    except OSError:
+        return None
+
+
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
-            env: dict[str, str] | None = None, stacks: str = "python") -> int:
+            env: dict[str, str] | None = None, stacks: str = "python", cwd: str | None = None,
+            force: bool = False, ring_dir: str | None = None) -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
-    (128+N when killed by signal N)."""
+    (128+N when killed by signal N), or CAPTURE_INCOMPLETE_EXIT when the program exited 0 but some
+    process was not recorded, events were lost or the trace could not be written."""
     if not argv:
         raise PyinterposeError("no command given: pyinterpose run [options] -- CMD ...")
     if view not in VIEWS:
         raise PyinterposeError(f"unknown view {view!r} (choose from {', '.join(VIEWS)})")
     if stacks not in STACKS:
         raise PyinterposeError(f"unknown --stacks {stacks!r} (choose from {', '.join(STACKS)})")
-    if not os.path.exists(SHIM):
-        raise PyinterposeError(f"the preload library is missing ({SHIM}): reinstall pyinterpose")
-    output = output or default_output(argv)
     child_env = dict(os.environ if env is None else env)
-    _resolve_program(argv, child_env)
+    if simulated_gpu:
+        child_env["LD_LIBRARY_PATH"] = ":".join(p for p in [SIMCUDA, child_env.get("LD_LIBRARY_PATH", "")] if p)
+    outer = _nested_session(child_env)
+    if outer:
+        # Under another `pyinterpose run`: the program's events go to the enclosing capture (its session,
+        # view and drain are already in the environment); this run writes no trace of its own.
+        _resolve_program(argv, child_env)
+        sys.stderr.write(f"pyinterpose: already inside `pyinterpose run` (session {outer}): the command is "
+                         f"recorded into the enclosing trace; {output or 'no separate trace'} is not written\n")
+        sys.stderr.flush()
+        return _spawn(argv, child_env, cwd)
+    if not os.path.exists(SHIM):
+        raise PyinterposeError(not_built_message(SHIM))
     try:
-        from ..trace.writer import TraceWriter
-    except ImportError as e:  # pragma: no cover
-        raise PyinterposeError(str(e))
+        from .. import _core  # noqa: F401  (the drain's C copy loop)
+    except ImportError:
+        raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE), "_core (cffi extension)")))
+    output = output or default_output(argv)
+    if os.path.exists(output) and not force:
+        raise PyinterposeError(f"-o {output}: file exists; pass -f to overwrite")
+    _resolve_program(argv, child_env)
+    from ..trace.writer import TraceWriter
 
     session = secrets.token_hex(6)
     # the user's own allocator settings, which --view blocks overrides (kept in both views)
@@ -164,14 +235,20 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env["PYINTERPOSE_STACKS"] = stacks
     if ring_records:
         child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
-    if simulated_gpu:
-        child_env["LD_LIBRARY_PATH"] = ":".join(p for p in [SIMCUDA, child_env.get("LD_LIBRARY_PATH", "")] if p)
+    rdir = _make_ring_dir(session, ring_dir)
+    if rdir:
+        child_env["PYINTERPOSE_RING_DIR"] = rdir
+    try:
+        lease_s = float(os.environ.get("PYINTERPOSE_LEASE_S", "") or DEFAULT_LEASE_S)
+    except ValueError:
+        lease_s = DEFAULT_LEASE_S
 
     nvml_info, sampler = _nvml_start()
     t0 = time.monotonic_ns()
     meta = {
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
-        "cwd": os.getcwd(), "view": view, "access": access, "stacks": stacks, "site_format": 1, "simulated_gpu": simulated_gpu,
+        "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
+        "site_format": 1, "simulated_gpu": simulated_gpu,
         "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
@@ -185,42 +262,83 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     except OSError as e:
         if sampler:
             sampler.stop()
+        _remove_dir(rdir)
+        _remove_file(output)
         raise PyinterposeError(f"cannot write trace {output}: {e.strerror or e}")
 
-    drain = Drain(session, writer)
+    drain = Drain(session, writer, ring_dir=rdir, lease_s=lease_s)
     drain.start()
     status = 0
     try:
-        with _SignalForwarder() as fwd:
-            try:
-                proc = subprocess.Popen(argv, env=child_env)
-            except OSError as e:
-                raise PyinterposeError(f"cannot start {argv[0]}: {e.strerror or e}", exit_code=127)
-            fwd.attach(proc)
-            while True:
-                try:
-                    rc = proc.wait()
-                    break
-                except KeyboardInterrupt:  # pragma: no cover (handler swallows SIGINT)
-                    continue
-        status = rc if rc >= 0 else 128 - rc
+        status = _spawn(argv, child_env, cwd)
     finally:
         procs = drain.finish()
-        nvml_rows = sampler.stop() if sampler else None
+        unrecorded = drain.unrecorded()
+        _remove_dir(rdir)
+        try:
+            nvml_rows = sampler.stop() if sampler else None
+        except Exception:  # noqa: BLE001 - NVML trouble never costs the trace
+            nvml_rows = None
         if nvml_rows is not None and len(nvml_rows):
             rows = nvml_rows.copy()
             rows["t"] = rows["t"] - t0
-            writer.nvml(list(rows.columns), rows.values.tolist())
+            drain._write(writer.nvml, list(rows.columns), rows.values.tolist())
         end = time.monotonic_ns()
         written = sum(p["written"] for p in procs)
         lost = sum(p["lost"] for p in procs)
-        writer.trailer({"exit_status": status, "end_ns": end, "duration_s": (end - t0) / 1e9,
-                        "processes": procs, "events_written": written, "events_lost": lost,
-                        "events_in_file": writer.events_written})
+        capture_error = drain.write_error or drain.error
+        trailer = {"exit_status": status, "end_ns": end, "duration_s": (end - t0) / 1e9,
+                   "processes": procs, "events_written": written, "events_lost": lost,
+                   "events_in_file": writer.events_written, "unrecorded": unrecorded}
+        if capture_error:
+            trailer["capture_error"] = capture_error
+        if drain.write_error:  # one more try: the trailer is small, and the partial chunk was cut off
+            drain.write_error = None
+            if not drain._write(writer.trailer, trailer):
+                capture_error = f"{capture_error}; no trailer"
+        else:
+            drain._write(writer.trailer, trailer)
+            if drain.write_error:
+                capture_error = drain.write_error
         writer.close()
     if not quiet:
         _print_done(output, procs, writer.events_written, status)
+    problems = _capture_problems(procs, unrecorded, capture_error)
+    if problems:
+        sys.stderr.write(f"pyinterpose: capture INCOMPLETE: {problems}; the trace {output} says so"
+                         + (f" (exit status {CAPTURE_INCOMPLETE_EXIT}: the program itself exited 0)"
+                            if status == 0 else "") + "\n")
+        sys.stderr.flush()
+    if problems and status == 0:
+        return CAPTURE_INCOMPLETE_EXIT
     return status
+
+
+def _capture_problems(procs: list[dict], unrecorded: list[dict], error: str | None) -> str:
+    """One line: what the capture missed ("" when it recorded everything)."""
+    parts = []
+    if unrecorded:
+        u = unrecorded[0]
+        parts.append(f"{len(unrecorded)} process{'es' if len(unrecorded) != 1 else ''} not recorded "
+                     f"(pid {u.get('pid')}: {u.get('reason')})")
+    lost = sum(p["lost"] for p in procs)
+    if lost:
+        parts.append(f"{lost} events lost")
+    if error:
+        parts.append(error)
+    return "; ".join(parts)
+
+
+def _remove_dir(path: str | None) -> None:
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _print_done(output: str, procs: list[dict], events: int, status: int) -> None:

@@ -1,17 +1,7 @@
 """``pyinterpose access FILE``: access intervals (ATI), the bandwidth filter and outliers (paper 1)."""
 from __future__ import annotations
 
-
-def _quantile_arg(text: str) -> float:
-    import argparse
-
-    try:
-        q = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= q <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (got {text})")
-    return q
+from . import _args as A
 
 
 def register(sub) -> None:
@@ -22,17 +12,17 @@ def register(sub) -> None:
                                    "size/BW_d2h + size/BW_h2d + latency), outliers (long ATI on large blocks) "
                                    "and their share of memory pressure, and stability across iterations.")
     p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
-    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+    p.add_argument("--bandwidth", type=A.bandwidth_gbps, metavar="GBPS",
                    help="host<->device bandwidth per direction, GB/s; default: a cached `pyinterpose "
                         "bandwidth` measurement for the trace's GPU, else NVML's link figure, else the "
                         "filter is skipped")
-    p.add_argument("--latency-us", type=float, metavar="X", help="fixed cost per transfer, microseconds")
-    p.add_argument("--ati-quantile", type=_quantile_arg, default=0.9, metavar="Q",
+    p.add_argument("--latency-us", type=A.latency_us, metavar="X", help="fixed cost per transfer, microseconds")
+    p.add_argument("--ati-quantile", type=A.fraction, default=0.9, metavar="Q",
                    help="outlier ATI threshold as a quantile of all ATIs (default 0.9)")
-    p.add_argument("--size-quantile", type=_quantile_arg, default=0.9, metavar="Q",
+    p.add_argument("--size-quantile", type=A.fraction, default=0.9, metavar="Q",
                    help="outlier size threshold as a quantile of block sizes (default 0.9)")
-    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="outliers listed (default 10)")
+    p.add_argument("--pid", type=A.count(), help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--top", type=A.count(), default=10, metavar="N", help="outliers listed (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -43,8 +33,6 @@ def run(args) -> int:
     from ..report.text import (console, fmt_bytes, fmt_ns, fmt_pct, load_trace, print_json, print_kv,
                                print_table)
 
-    if args.top < 0:
-        raise PyinterposeError(f"--top must be >= 0 (got {args.top})")
     trace = load_trace(args.trace, quiet=args.json)
     if args.pid is not None and args.pid not in trace.pids:
         raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
@@ -52,7 +40,7 @@ def run(args) -> int:
     r = analyze(trace, bandwidth=args.bandwidth, latency_us=args.latency_us, pid=args.pid,
                 ati_quantile=args.ati_quantile, size_quantile=args.size_quantile, top=args.top)
     if args.json:
-        print_json(r)
+        print_json(r, trace=trace)
         return 0
     con = console()
     q = r["ati_quantiles"] or {}

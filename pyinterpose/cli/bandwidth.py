@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..errors import PyinterposeError
+from . import _args as A
 
 
 def register(sub) -> None:
@@ -9,9 +10,9 @@ def register(sub) -> None:
                        description="Measure pinned-memory host-to-device and device-to-host bandwidth and "
                                    "small-copy latency through the CUDA runtime, and cache the result under "
                                    "~/.cache/pyinterpose keyed by GPU UUID so `pyinterpose swap` can use it.")
-    p.add_argument("--size", type=float, default=64, metavar="MiB", help="copy size in MiB (default 64)")
-    p.add_argument("--repeat", type=int, default=10, metavar="N", help="timed copies per direction (default 10)")
-    p.add_argument("--device", type=int, default=0, help="CUDA device ordinal (default 0)")
+    p.add_argument("--size", type=A.number(0.0, 1 << 20, lo_open=True), default=64, metavar="MiB", help="copy size in MiB (default 64)")
+    p.add_argument("--repeat", type=A.count(1, 1_000_000), default=10, metavar="N", help="timed copies per direction (default 10)")
+    p.add_argument("--device", type=A.count(0, 1 << 16), default=0, help="CUDA device ordinal (default 0)")
     p.add_argument("--simulated-gpu", action="store_true",
                    help="measure the simulated CUDA runtime (host memcpy speed, labelled simulated)")
     p.add_argument("--no-save", action="store_true", help="do not write the cache")
@@ -23,8 +24,6 @@ def run(args) -> int:
     from ..analysis.bandwidth import measure, save_measurement
     from ..report.text import console, print_json, print_kv
 
-    if not args.size > 0:
-        raise PyinterposeError("--size must be > 0 MiB")
     m = measure(size_bytes=int(args.size * (1 << 20)), repeat=args.repeat, simulated=args.simulated_gpu,
                 device=args.device)
     if not args.no_save:

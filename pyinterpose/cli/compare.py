@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ..errors import PyinterposeError
+from . import _args as A
 
 
 def register(sub) -> None:
@@ -14,14 +15,14 @@ def register(sub) -> None:
     p.add_argument("--labels", help="comma-separated labels, one per trace (default: file names)")
     p.add_argument("-o", "--output", help="also write a self-contained HTML page here")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the HTML file if it exists")
-    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+    p.add_argument("--bandwidth", type=A.bandwidth_gbps, metavar="GBPS",
                    help="host<->device bandwidth per direction in GB/s (default: measured/NVML)")
-    p.add_argument("--time-limit", type=float, default=2.0, metavar="S",
+    p.add_argument("--time-limit", type=A.time_limit_s, default=2.0, metavar="S",
                    help="time limit for the exact pool planner per trace, seconds (default 2)")
     p.add_argument("--no-pools", action="store_true", help="skip the pool strategies (faster)")
     p.add_argument("--no-swap", action="store_true", help="skip swap planning (faster)")
     p.add_argument("--json", action="store_true", help='print {"traces": [...]} as one JSON object')
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, outputs=(("output", "-o"),))
 
 
 def run(args) -> int:
@@ -35,8 +36,6 @@ def run(args) -> int:
               else [os.path.basename(p) for p in args.traces])
     if labels is not None and len(labels) != len(args.traces):
         raise PyinterposeError(f"--labels has {len(labels)} labels for {len(args.traces)} traces")
-    if args.output and os.path.exists(args.output) and not args.force:
-        raise PyinterposeError(f"{args.output} exists; pass -f to overwrite")
     traces = [load_trace(p, quiet=args.json) for p in args.traces]
     with progress("comparing", enabled=None if not args.json else False) as pr:
         cmp = compare(traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
@@ -46,9 +45,9 @@ def run(args) -> int:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(render_html(cmp))
         except OSError as e:
-            raise PyinterposeError(f"cannot write {args.output}: {e.strerror}")
+            raise PyinterposeError(f"cannot write {args.output}: {e.strerror or e}")
     if args.json:
-        print_json(cmp)
+        print_json(cmp, trace=traces)
         return 0
     print_table(cmp)
     from .summary import _fmt_bytes, print_call_sites

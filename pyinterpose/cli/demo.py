@@ -11,6 +11,7 @@ import sys
 import time
 
 from ..errors import PyinterposeError
+from . import _args as A
 
 FRAMEWORKS = ("torch", "jax", "tf")
 
@@ -25,7 +26,7 @@ def register(sub) -> None:
                    help="framework call path simtrain emulates (default torch)")
     p.add_argument("-o", "--output-dir", default="pyinterpose-demo",
                    help="directory for the trace and the report (default ./pyinterpose-demo)")
-    p.add_argument("--bandwidth", type=float, default=None, metavar="GBPS",
+    p.add_argument("--bandwidth", type=A.bandwidth_gbps, default=None, metavar="GBPS",
                    help="host<->device bandwidth for the swap analysis (default: measured/NVML, else 16 GB/s "
                         "assumed for the simulated GPU)")
     p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
@@ -49,27 +50,55 @@ def sample_traces() -> list[str]:
     return sorted(found, key=lambda p: os.path.basename(p) != DEFAULT_SAMPLE)
 
 
+def simtrain_command(framework: str) -> list[str]:
+    return [sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", framework]
+
+
 def capture_simulated(output: str, framework: str, quiet: bool = True) -> None:
+    """Capture simtrain on simcuda into ``output``; on failure nothing is left behind."""
     try:
         from ..capture.run import capture
     except ImportError as e:
         raise PyinterposeError(f"capture is not available in this build ({e})")
-    argv = [sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", framework]
-    rc = capture(argv, output, view="blocks", access=True, simulated_gpu=True, quiet=quiet)
+    import pyinterpose
+
+    output = os.path.abspath(output)
+    argv = simtrain_command(framework)
+    # The child must import this very pyinterpose, not a source tree that happens to be in the current
+    # directory (`python -m` puts the working directory first): it runs in the output folder with this
+    # package's parent first on PYTHONPATH.
+    env = dict(os.environ)
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(pyinterpose.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    try:
+        rc = capture(argv, output, view="blocks", access=True, simulated_gpu=True, quiet=quiet, env=env,
+                     cwd=os.path.dirname(output), force=True)
+    except BaseException:
+        _remove(output)
+        raise
     if rc != 0:
+        _remove(output)
         raise PyinterposeError(f"the simulated training run failed (exit status {rc}); "
-                               f"try: pyinterpose run --simulated-gpu -o {output} -- {' '.join(argv)}")
+                               f"try: pyinterpose run --simulated-gpu -o {output} -- "
+                               f"python -m pyinterpose.examples.simtrain --framework {framework}")
     if not os.path.exists(output):
         raise PyinterposeError(f"the capture wrote no trace at {output}")
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def run(args) -> int:
     from .. import load
     from ..report import html
-    from ..report.text import console, print_json, print_kv, progress
+    from ..report.text import console, print_json, print_kv, progress, warn_incomplete
 
     t_start = time.monotonic()
-    os.makedirs(args.output_dir, exist_ok=True)
+    A.check_output_dir(args.output_dir)
     con = console()
     if args.sample:
         samples = sample_traces()
@@ -86,6 +115,7 @@ def run(args) -> int:
             capture_simulated(trace_path, args.framework, quiet=True)
         source = f"simulated {args.framework} run"
     trace = load(trace_path)
+    warn_incomplete(trace)
     bandwidth = args.bandwidth
     assumed = False
     if bandwidth is None and not args.sample:
@@ -102,7 +132,8 @@ def run(args) -> int:
     elapsed = time.monotonic() - t_start
     if args.json:
         print_json({"source": source, "trace": trace_path, "report": report_path, "seconds": round(elapsed, 2),
-                    "bandwidth_assumed_gbps": bandwidth if assumed else None, "headlines": rep.headlines})
+                    "bandwidth_assumed_gbps": bandwidth if assumed else None, "headlines": rep.headlines},
+                   trace=trace)
         return 0
     print_kv(rep.facts, title=f"Summary ({source})", out=con)
     for s in rep.sections:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ..errors import PyinterposeError
+from . import _args as A
 from ..report.exports import FORMATS
 
 _EXT = {"perfetto": ".perfetto.json", "memory-viz": ".snapshot.pickle", "csv": ".blocks.csv",
@@ -25,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--format", required=True, choices=FORMATS, help="output format")
     p.add_argument("-o", "--output", help="output file (default: FILE with a format suffix)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
-    p.add_argument("--large", type=int, metavar="BYTES",
+    p.add_argument("--large", type=A.byte_count(), metavar="BYTES",
                    help="perfetto: allocations of at least BYTES get an instant (default: 1%% of the peak, >= 1 MiB)")
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     p.set_defaults(func=run)
@@ -36,17 +37,14 @@ def run(args) -> int:
     from ..report.text import console, load_trace, print_json
 
     out = args.output or (os.path.splitext(args.trace)[0] + _EXT[args.format])
-    if os.path.exists(out) and not args.force:
-        raise PyinterposeError(f"{out} exists; pass -f to overwrite")
-    if args.large is not None and args.large < 0:
-        raise PyinterposeError("--large must be >= 0 bytes")
+    A.check_output(out, args.force)
     trace = load_trace(args.trace, quiet=args.json)
     try:
         info = export(trace, args.format, out, large=args.large)
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
     if args.json:
-        print_json({"format": args.format, "output": out, **info})
+        print_json({"format": args.format, "output": out, **info}, trace=trace)
         return 0
     con = console()
     con.print(f"Wrote {args.format} export to {out}")

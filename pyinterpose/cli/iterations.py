@@ -1,6 +1,8 @@
 """``pyinterpose iterations FILE``: the training loop's period, steps and their durations."""
 from __future__ import annotations
 
+from . import _args as A
+
 
 def register(sub) -> None:
     p = sub.add_parser("iterations", help="find the training loop's iterations",
@@ -10,13 +12,13 @@ def register(sub) -> None:
                                    "pyinterpose.mark_step() override detection. With no loop the answer "
                                    "is source 'none', count 0.")
     p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
-    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--pid", type=A.count(), help="process to analyse (default: the one with most allocations)")
     p.add_argument("--no-markers", action="store_true", help="ignore markers, detect from allocations")
-    p.add_argument("--max-extra", type=int, metavar="N",
+    p.add_argument("--max-extra", type=A.count(), metavar="N",
                    help="extra allocations tolerated in one step (default: max(3, period/4))")
-    p.add_argument("--min-steps", type=int, default=3, metavar="N",
+    p.add_argument("--min-steps", type=A.count(2), default=3, metavar="N",
                    help="fewest repetitions that count as a loop (default 3)")
-    p.add_argument("--limit", type=int, default=20, metavar="N",
+    p.add_argument("--limit", type=A.count(), default=20, metavar="N",
                    help="iterations listed in the table (default 20; --json lists all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -27,10 +29,6 @@ def run(args) -> int:
     from ..errors import PyinterposeError
     from ..report.text import console, fmt_ns, fmt_pct, load_trace, print_json, print_kv, print_table
 
-    if args.min_steps < 2:
-        raise PyinterposeError(f"--min-steps must be >= 2 (got {args.min_steps})")
-    if args.max_extra is not None and args.max_extra < 0:
-        raise PyinterposeError(f"--max-extra must be >= 0 (got {args.max_extra})")
     trace = load_trace(args.trace, quiet=args.json)
     if args.pid is not None and args.pid not in trace.pids:
         raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
@@ -39,7 +37,7 @@ def run(args) -> int:
                          max_extra=args.max_extra)
     d = it.to_dict()
     if args.json:
-        print_json(d)
+        print_json(d, trace=trace)
         return 0
     con = console()
     if it.count == 0:

@@ -1,6 +1,8 @@
 """``pyinterpose plan --csv IN --capacity N -o OUT``: offsets for a MiniMalloc CSV."""
 from __future__ import annotations
 
+from . import _args as A
+
 NO_PLAN_EXIT = 3
 
 
@@ -14,13 +16,14 @@ def register(sub) -> None:
                                    "a valid plan, 3 when none fits within the capacity and time limit, "
                                    "2 on bad input.")
     p.add_argument("--csv", required=True, metavar="IN.csv", help="MiniMalloc CSV input")
-    p.add_argument("--capacity", required=True, type=int, metavar="N", help="memory capacity (bytes)")
+    p.add_argument("--capacity", required=True, type=A.byte_count(1), metavar="N", help="memory capacity (bytes)")
     p.add_argument("--strategy", default="optimal", choices=PLANNERS, help="planner (default optimal)")
-    p.add_argument("--time-limit", type=float, default=30.0, metavar="S",
+    p.add_argument("--time-limit", type=A.time_limit_s, default=30.0, metavar="S",
                    help="seconds for the optimal planner (default 30)")
     p.add_argument("-o", "--output", metavar="OUT.csv", help="where to write the plan")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, outputs=(("output", "-o"),))
 
 
 def run(args) -> int:
@@ -30,10 +33,7 @@ def run(args) -> int:
     from ..errors import PyinterposeError
     from ..report.text import console, fmt_bytes, print_json, print_kv
 
-    if args.capacity <= 0:
-        raise PyinterposeError(f"--capacity must be > 0 (got {args.capacity})")
-    if args.time_limit <= 0:
-        raise PyinterposeError(f"--time-limit must be > 0 (got {args.time_limit})")
+    A.check_input(args.csv, "--csv")
     df = read_minimalloc_csv(args.csv)
     prob = df.drop(columns=["offset"], errors="ignore")
     lb = load(*(prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size")))

@@ -1,6 +1,8 @@
 """``pyinterpose pools FILE``: every pool strategy against the lower bound."""
 from __future__ import annotations
 
+from . import _args as A
+
 
 def register(sub) -> None:
     from ..analysis.pools import DEFAULT_TIME_LIMIT, STRATEGIES
@@ -14,33 +16,30 @@ def register(sub) -> None:
     p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
     p.add_argument("--strategies", metavar="A,B,...", default=",".join(STRATEGIES),
                    help="comma-separated subset of: " + ", ".join(STRATEGIES))
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, metavar="S",
+    p.add_argument("--time-limit", type=A.time_limit_s, default=DEFAULT_TIME_LIMIT, metavar="S",
                    help=f"seconds for the optimal planner (default {DEFAULT_TIME_LIMIT:g})")
-    p.add_argument("--capacity", type=int, metavar="BYTES",
+    p.add_argument("--capacity", type=A.byte_count(1), metavar="BYTES",
                    help="device memory limit for the simulated allocators (default: none)")
     p.add_argument("--alloc-conf", metavar="CONF",
                    help="PyTorch allocator settings for the pytorch simulator, in PYTORCH_ALLOC_CONF syntax "
                         "(e.g. \"expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4\"); "
                         "default: your PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF as the trace recorded it, "
                         "else PyTorch's defaults; \"\" forces the defaults")
-    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--pid", type=A.count(), help="process to analyse (default: the one with most allocations)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ..analysis.pools import evaluate
-    from ..errors import PyinterposeError
     from ..report.text import console, fmt_bytes, load_trace, print_json, print_kv, print_table
 
-    if args.capacity is not None and args.capacity <= 0:
-        raise PyinterposeError(f"--capacity must be > 0 (got {args.capacity})")
     trace = load_trace(args.trace, quiet=args.json)
     allocator_options = None if args.alloc_conf is None else {"pytorch": args.alloc_conf}
     res = evaluate(trace, strategies=args.strategies, time_limit=args.time_limit, pid=args.pid,
                    capacity=args.capacity, allocator_options=allocator_options)
     if args.json:
-        print_json(res)
+        print_json(res, trace=trace)
         return 0
     con = console()
     it = res["iteration"]

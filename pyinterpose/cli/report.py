@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from ..errors import PyinterposeError
+from . import _args as A
 
 
 def register(sub) -> None:
@@ -15,11 +16,11 @@ def register(sub) -> None:
     p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
     p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
-    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+    p.add_argument("--bandwidth", type=A.bandwidth_gbps, metavar="GBPS",
                    help="host<->device bandwidth per direction in GB/s (default: measured/NVML)")
-    p.add_argument("--time-limit", type=float, default=5.0, metavar="S",
+    p.add_argument("--time-limit", type=A.time_limit_s, default=5.0, metavar="S",
                    help="time limit for the exact pool planner, seconds (default 5)")
-    p.add_argument("--top", type=int, default=15, help="rows in the largest-blocks table (default 15)")
+    p.add_argument("--top", type=A.count(1), default=15, help="rows in the largest-blocks table (default 15)")
     p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
     p.set_defaults(func=run)
 
@@ -34,10 +35,7 @@ def run(args) -> int:
     from ..report.text import console, load_trace, print_json, print_kv, progress
 
     out = args.output or default_output(args.trace)
-    if os.path.exists(out) and not args.force:
-        raise PyinterposeError(f"{out} exists; pass -o OUT or -f to overwrite")
-    if args.top < 1:
-        raise PyinterposeError("--top must be >= 1")
+    A.check_output(out, args.force)
     trace = load_trace(args.trace, quiet=args.json)
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)
@@ -45,10 +43,10 @@ def run(args) -> int:
         with open(out, "w", encoding="utf-8") as f:
             f.write(html.render(rep))
     except OSError as e:
-        raise PyinterposeError(f"cannot write {out}: {e.strerror}")
+        raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
     notes = [f"{s.title}: {n}" for s in rep.sections for n in s.notes if "not available" in n]
     if args.json:
-        print_json({"output": out, "headlines": rep.headlines, "not_available": notes})
+        print_json({"output": out, "headlines": rep.headlines, "not_available": notes}, trace=trace)
         return 0
     con = console()
     print_kv(rep.facts, title="Summary", out=con)

@@ -1,16 +1,24 @@
-"""pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] -- CMD ..."""
+"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--ring-dir DIR] -- CMD ..."""
 from __future__ import annotations
 
 import argparse
+import os
+
+from ..errors import PyinterposeError
+from . import _args as A
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "run", help="run a program under the profiler and write a trace",
         description="Run CMD with the CUDA interposer preloaded and write one trace file.",
-        usage="pyinterpose run [-o FILE] [--view blocks|reserved] [--no-access] [--simulated-gpu] "
-              "[--stacks python|native|none] -- CMD ...")
+        usage="pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] "
+              "[--stacks python|native|none] [--ring-dir DIR] -- CMD ...",
+        epilog="Exit status: the program's own (128+N when killed by signal N); 3 when the program exited 0 "
+               "but the capture is incomplete (a process could not be recorded, events were lost, or the "
+               "trace could not be written) -- one line on stderr says what.")
     p.add_argument("-o", "--output", metavar="FILE", help="trace file (default: pyinterpose-<prog>-<pid>.pit)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the trace file if it exists")
     p.add_argument("--view", choices=["blocks", "reserved"], default="blocks",
                    help="blocks: make each tensor its own CUDA allocation (framework knobs set and recorded); "
                         "reserved: leave the framework's allocator alone (default: blocks)")
@@ -21,10 +29,13 @@ def register(sub) -> None:
                    help="call stack recorded with each allocation: the thread's Python stack, the native "
                         "return-address chain, or none (the calling library is always recorded) "
                         "(default: python)")
-    p.add_argument("--ring-records", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--ring-dir", metavar="DIR",
+                   help="where rings go when /dev/shm has no room (default: $TMPDIR); a private folder is made "
+                        "and removed there")
+    p.add_argument("--ring-records", type=A.count(64, 1 << 30), default=None, help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the program and its arguments")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, outputs=(("output", "-o"),))
 
 
 def _run(args) -> int:
@@ -33,6 +44,8 @@ def _run(args) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
+    if args.ring_dir is not None and not os.path.isdir(args.ring_dir):
+        raise PyinterposeError(f"--ring-dir {args.ring_dir}: not a directory")
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
                    simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
-                   stacks=args.stacks)
+                   stacks=args.stacks, force=args.force, ring_dir=args.ring_dir)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 
 def register(sub) -> None:
@@ -22,13 +21,11 @@ def _fmt_bytes(n) -> str:
 
 
 def _run(args) -> int:
-    from .. import load
     from ..analysis.summary import summarize
+    from ..report.text import load_trace
 
-    trace = load(args.file)
+    trace = load_trace(args.file, quiet=args.json)
     s = summarize(trace)
-    for w in trace.warnings:
-        print(f"pyinterpose: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
         return 0
@@ -72,6 +69,8 @@ def _run(args) -> int:
     if s["graph_launches"]:
         con.print(f"{s['graph_launches']} CUDA graph launches: the kernels inside graph replays are not seen "
                   "(their accesses are missing from the access analysis)")
+    if not s["complete"]:
+        con.print(f"[bold red]INCOMPLETE trace[/bold red]: {s['incomplete_reason']}")
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
     print_call_sites(con, s["call_sites"], _fmt_bytes)

@@ -1,29 +1,9 @@
 """``pyinterpose swap FILE``: how far host swapping would lower the peak, and at what stall cost."""
 from __future__ import annotations
 
-import re
-
 from ..errors import PyinterposeError
-
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
-          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
-
-
-def parse_bytes(text: str) -> int:
-    """'1073741824', '1GiB', '512 MiB', '1.5GB' -> bytes."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise PyinterposeError(f"not a byte count: {text!r} (examples: 1073741824, 512MiB, 1.5GB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def _bytes_arg(text: str) -> int:
-    import argparse
-
-    try:
-        return parse_bytes(text)
-    except PyinterposeError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+from . import _args as A
+from ._args import parse_bytes  # noqa: F401  (the one byte-count parser)
 
 
 def register(sub) -> None:
@@ -36,20 +16,21 @@ def register(sub) -> None:
                                    "overhead (transfers hidden) or to a budget (stalls counted). PCIe is one "
                                    "channel per direction, latency + size / bandwidth per transfer.")
     p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
-    p.add_argument("--bandwidth", type=float, metavar="GBPS",
+    p.add_argument("--bandwidth", type=A.bandwidth_gbps, metavar="GBPS",
                    help="host<->device bandwidth per direction, GB/s (1e9 B/s); default: a cached "
                         "`pyinterpose bandwidth` measurement for the trace's GPU, else NVML's link figure")
-    p.add_argument("--latency-us", type=float, metavar="X", help="fixed cost per transfer, microseconds")
-    p.add_argument("--budget", type=_bytes_arg, metavar="BYTES",
+    p.add_argument("--latency-us", type=A.latency_us, metavar="X", help="fixed cost per transfer, microseconds")
+    p.add_argument("--budget", type=A.byte_count(), metavar="BYTES",
                    help="memory budget (e.g. 6GiB); default: half-way between the swap floor and the peak")
     p.add_argument("--strategy", action="append", choices=STRATEGIES, metavar="NAME",
                    help=f"strategy to run (repeatable; default all: {', '.join(STRATEGIES)})")
-    p.add_argument("--min-size", type=_bytes_arg, default=MIN_SIZE, metavar="BYTES",
+    p.add_argument("--min-size", type=A.byte_count(1), default=MIN_SIZE, metavar="BYTES",
                    help="smallest block considered (default 1MiB)")
-    p.add_argument("--pid", type=int, help="process to analyse (default: the one with most allocations)")
+    p.add_argument("--pid", type=A.count(), help="process to analyse (default: the one with most allocations)")
     p.add_argument("--schedule-csv", metavar="OUT", help="write every schedule, one row per swap (seconds)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the --schedule-csv file if it exists")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, outputs=(("schedule_csv", "--schedule-csv"),))
 
 
 def run(args) -> int:
@@ -64,10 +45,10 @@ def run(args) -> int:
         try:
             ev.schedule_table().to_csv(args.schedule_csv, index=False, float_format="%.9f")
         except OSError as e:
-            raise PyinterposeError(f"cannot write {args.schedule_csv}: {e.strerror}")
+            raise PyinterposeError(f"cannot write {args.schedule_csv}: {e.strerror or e}")
         d["schedule_csv"] = args.schedule_csv
     if args.json:
-        print_json(d)
+        print_json(d, trace=trace)
         return 0
     con = console()
     bw = d["bandwidth"]

@@ -18,8 +18,22 @@ NATIVE_ENV = "PYINTERPOSE_NATIVE_DIR"
 
 
 def native_dir() -> str:
-    return os.environ.get(NATIVE_ENV) or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native")
+    """$PYINTERPOSE_NATIVE_DIR, else this package's build; when this package is an unbuilt source tree
+    (``python -m`` run from a clone imports ./pyinterpose first), the build of an installed pyinterpose
+    found further down sys.path."""
+    env = os.environ.get(NATIVE_ENV)
+    if env:
+        return env
+    own = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native")
+    if os.path.exists(os.path.join(own, "libsimtrain.so")):
+        return own
+    import sys
+
+    for entry in sys.path:
+        cand = os.path.join(os.path.abspath(entry or os.curdir), "pyinterpose", "_native")
+        if cand != own and os.path.exists(os.path.join(cand, "libsimtrain.so")):
+            return cand
+    return own
 
 
 def simcuda_dir() -> str:

@@ -92,6 +92,10 @@ def _merge(parts: list[dict]) -> dict:
 def _child(lib, args, wfd: int) -> None:
     """In a forked child: run, send the truth (or the error) through the pipe, exit."""
     code = 0
+    try:  # end with the parent (Linux): an interrupted run leaves no worker behind
+        ctypes.CDLL(None, use_errno=True).prctl(1, 2, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGINT
+    except (OSError, AttributeError):
+        pass
     try:
         msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed)}
     except BaseException as e:  # noqa: BLE001 - reported to the parent
@@ -177,6 +181,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    # The loop runs in C: Python would see Ctrl-C/SIGINT only when it returns.  Like a C training loop,
+    # let SIGINT end the process at once (exit status 130 for `pyinterpose run`).
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         args = parse_args(argv)
         truth = run(args)

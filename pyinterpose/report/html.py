@@ -120,7 +120,7 @@ def _frame(obj: Any) -> pd.DataFrame | None:
 
 
 _ID_COLS = {"block_id", "pid", "device", "seq", "stream", "kernel", "tid"}
-_TIME_UNITS = ((1e9, "s", 3), (1e6, "ms", 2), (1e3, "µs", 1), (1.0, "ns", 0))
+_TIME_UNITS = ((1e9, "s", 3), (1e6, "ms", 2), (1e3, "us", 1), (1.0, "ns", 0))
 _BYTE_UNITS = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"), (1, "B"))
 
 
@@ -267,6 +267,8 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                  duration_ns=int(trace.duration_ns))
 
     sections: list[Section] = []
+    step(0.2, "pool strategies")
+    pl = analyses.pools(trace, strategies=strategies, time_limit=time_limit)
 
     # ---- memory over time
     s = Section("memory", "Memory over time",
@@ -295,12 +297,17 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             s.notes.append("no device allocations in this trace")
             return
         frags = []
+        rline = None if reserved_view else _reserved_line(trace, pl)
         if timeline.plotly_js() is not None:
             for k, tl in enumerate(tls):
                 p = timeline.payload(trace, tl.device, classes=classes, iterations=it.value if it.ok else None,
                                      reserved_view=reserved_view)
                 if p is not None:
+                    if rline is not None and len(tls) == 1:
+                        p["reserved_line"] = rline
                     frags.append(timeline.fragment(p, k))
+        if rline is not None:
+            s.facts.append(("reserved (dashed line)", f"{fmt_bytes(rline['y'])}: {rline['label']}"))
         if frags:
             s.html.extend(frags)
         else:
@@ -375,7 +382,6 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 "The same allocation requests replayed through simulated allocators (cudaMalloc, caching, BFC,"
                 " CNMeM) and offline planners; each bar is the memory the strategy needs divided by the lower"
                 " bound (the peak of live bytes). 1.0 means no fragmentation.")
-    pl = analyses.pools(trace, strategies=strategies, time_limit=time_limit)
     _safe(s, lambda: _pools_section(s, pl, heads))
     sections.append(s)
 
@@ -412,6 +418,24 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     step(1.0, "rendering")
     title = f"pyinterpose report: {os.path.basename(trace.path) if trace.path else 'trace'}"
     return Report(title=title, facts=facts, sections=sections, headlines=heads, warnings=list(trace.warnings))
+
+
+_FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
+
+
+def _reserved_line(trace: Trace, pl: analyses.Result) -> dict | None:
+    """In a blocks view, what the framework's own allocator would have reserved for these
+    requests: the peak of the pools analysis' replay through its simulator (PyTorch's
+    caching allocator, or BFC for JAX/TensorFlow), drawn as a dashed line."""
+    sim = _FRAMEWORK_ALLOCATOR.get(str(framework_of(trace)).lower())
+    if not pl.ok or sim is None:
+        return None
+    for r in pl.value.get("strategies", []):
+        if r.get("strategy") == sim and r.get("peak_bytes"):
+            return {"y": int(r["peak_bytes"]),
+                    "label": f"reserved by the {'PyTorch caching' if sim == 'pytorch' else 'BFC'} allocator,"
+                             f" simulated on these requests (peak)"}
+    return None
 
 
 def _lifetimes_section(s: Section, d: dict, heads: dict) -> None:

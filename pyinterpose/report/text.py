@@ -132,9 +132,26 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def print_json(obj: Any, stream=None) -> None:
-    """One JSON object on stdout (``--json``)."""
+def completeness(traces) -> dict:
+    """``{"complete": bool}`` plus ``"incomplete_reason"`` when false, for one trace or several."""
+    traces = [t for t in (traces if isinstance(traces, (list, tuple)) else [traces]) if t is not None]
+    reasons = []
+    for t in traces:
+        if not t.meta.get("complete", True):
+            why = t.meta.get("incomplete_reason") or "incomplete"
+            reasons.append(f"{t.path}: {why}" if len(traces) > 1 and t.path else why)
+    out: dict = {"complete": not reasons}
+    if reasons:
+        out["incomplete_reason"] = "; ".join(reasons)
+    return out
+
+
+def print_json(obj: Any, stream=None, trace=None) -> None:
+    """One JSON object on stdout (``--json``).  ``trace`` (one or a list): the object also says whether
+    the trace(s) it was computed from are complete (``complete``, ``incomplete_reason``)."""
     stream = stream or sys.stdout
+    if trace is not None and isinstance(obj, dict):
+        obj = {**obj, **completeness(trace)}
     stream.write(json.dumps(to_jsonable(obj), indent=None, separators=(",", ":")) + "\n")
     stream.flush()
 
@@ -185,7 +202,15 @@ def load_trace(path: str, quiet: bool = False):
     from ..errors import TraceError
 
     if not os.path.exists(path):
-        raise TraceError(f"no such trace file: {path}")
+        raise TraceError(f"no such trace file: {path} (no such file)")
     from .. import load
 
-    return load(path, progress=(not quiet) and is_tty(sys.stderr))
+    trace = load(path, progress=(not quiet) and is_tty(sys.stderr))
+    warn_incomplete(trace)
+    return trace
+
+
+def warn_incomplete(trace) -> None:
+    """Every command says on stderr when its trace is incomplete (one line per reason)."""
+    for w in trace.warnings:
+        print(f"pyinterpose: warning: {trace.path or 'trace'}: {w}", file=sys.stderr)

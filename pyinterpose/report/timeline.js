@@ -27,9 +27,15 @@
   function fmtNs(ns) {
     var a = Math.abs(ns);
     if (a < 1e3) return ns.toFixed(0) + ' ns';
-    if (a < 1e6) return (ns / 1e3).toFixed(1) + ' \u00b5s';
-    if (a < 1e9) return (ns / 1e6).toFixed(2) + ' ms';
-    return (ns / 1e9).toFixed(3) + ' s';
+    if (a < 1e6) return (ns / 1e3).toFixed(1) + ' us';
+    if (a < 1e9) return (ns / 1e6).toFixed(1) + ' ms';
+    return (ns / 1e9).toFixed(2) + ' s';
+  }
+  function fmtTick(ns, step) {
+    /* a time label precise enough to tell ticks ``step`` ns apart */
+    var a = Math.abs(ns), u = a >= 1e9 ? [1e9, 's'] : a >= 1e6 ? [1e6, 'ms'] : a >= 1e3 ? [1e3, 'us'] : [1, 'ns'];
+    var d = step > 0 ? Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / u[0])) + 1)) : 1;
+    return (ns / u[0]).toFixed(d) + ' ' + u[1];
   }
   function byteTicks(top) {
     /* ticks in binary units (MiB, GiB) at 1/2/5 x 10^k steps, about five of them */
@@ -200,10 +206,11 @@
   }
   Timeline.prototype.timeTicks = function (x0, x1) {
     var vals = [], text = [], n = this.model.n, t = this.model.t, k;
+    var lo = t[Math.max(0, Math.min(n - 1, Math.round(x0)))], hi = t[Math.max(0, Math.min(n - 1, Math.round(x1)))];
     for (k = 0; k <= 6; k++) {
       var e = Math.round(x0 + (x1 - x0) * k / 6);
       if (e < 0 || e >= n) continue;
-      vals.push(e); text.push(fmtNs(t[e]));
+      vals.push(e); text.push(fmtTick(t[e], (hi - lo) / 6));
     }
     return {vals: vals, text: text};
   };
@@ -249,6 +256,12 @@
       if (before >= 0 && nv.y[before] > ymax) ymax = nv.y[before];
       traces.push({x: nx, y: ny, type: 'scatter', mode: 'lines', line: {shape: 'hv', color: '#111', width: 1.5},
                    name: 'NVML used (reserved + CUDA context)', hoverinfo: 'skip'});
+    }
+    var rl = this.p.reserved_line;
+    if (rl) {
+      traces.push({x: [x0, x1], y: [rl.y, rl.y], type: 'scatter', mode: 'lines', hoverinfo: 'skip',
+                   line: {color: '#C44E52', width: 1.5, dash: 'dash'}, name: rl.label});
+      if (rl.y > ymax) ymax = rl.y;
     }
     traces.push({x: [x0, x1], y: [null, null], xaxis: 'x2', type: 'scatter', mode: 'lines', showlegend: false,
                  hoverinfo: 'skip'});

@@ -103,10 +103,8 @@ def read_file(path: str) -> RawTrace:
     del mm
     if rb is not None:
         raw.records, raw.events = rb.by_pid()
-    if raw.trailer is None and not warnings:
-        warnings.append("trace has no trailer: the capture did not finish (crash or kill); "
-                        "everything recorded before that is here")
     raw.warnings = warnings
+    raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
     return raw
 
 
@@ -168,6 +166,60 @@ def _parse(path: str, data: memoryview, size: int):
     if raw is None:
         raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
     return raw, warnings, rb
+
+
+def being_written(path: str) -> bool:
+    """True while ``pyinterpose run`` still has the file open for writing (it holds an exclusive flock)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def completeness(raw: RawTrace, path: str | None) -> tuple[bool, str]:
+    """(complete, reason): the trace holds every event of every process of the run, or why not.
+
+    Adds a warning for each reason that the chunk parser did not already report."""
+    reasons = []
+    if raw.warnings:
+        reasons.append(raw.warnings[0])
+    tr = raw.trailer
+    if tr is None:
+        if path and being_written(path):
+            why = "the trace is still being written (the capture is running): it holds what was recorded so far"
+        else:
+            why = ("trace has no trailer: the capture did not finish (crash, kill, or its disk filled); "
+                   "everything recorded before that is here")
+        reasons.append(why)
+        if not raw.warnings:
+            raw.warnings.append(why)
+    else:
+        extra = []
+        unrec = tr.get("unrecorded") or []
+        if unrec:
+            first = unrec[0]
+            extra.append(f"{len(unrec)} process{'es' if len(unrec) != 1 else ''} not recorded "
+                         f"(pid {first.get('pid')}: {first.get('reason', '?')})")
+        lost = int(tr.get("events_lost") or 0)
+        if lost:
+            extra.append(f"{lost} events lost")
+        if tr.get("capture_error"):
+            extra.append(f"capture error: {tr['capture_error']}")
+        for e in extra:
+            raw.warnings.append(e)
+        reasons += extra
+    return (not reasons), "; ".join(reasons)
 
 
 # --------------------------------------------------------------------------------------------

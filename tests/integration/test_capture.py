@@ -265,7 +265,8 @@ def test_run_missing_program(tmp_path):
 
 def test_run_unwritable_output(tmp_path):
     cp = run_cli("run", "-o", "/nonexistent-dir/x.pit", "--", "true")
-    assert "cannot write trace" in _one_line_error(cp)
+    assert "/nonexistent-dir does not exist" in _one_line_error(cp)
+    assert cp.returncode == 2
 
 
 def test_summary_on_bad_files(tmp_path, capture, cbuild):

@@ -45,3 +45,14 @@ def test_load_launch_unload_from_8_threads(capture, cbuild, tmp_path):
             owner[handle] = name
     # only a test if handles were in fact handed to other kernels
     assert reused > 100, reused
+
+
+def test_failed_allocations_record_the_request_not_garbage(capture, cbuild):
+    """A failed cudaMallocPitch leaves *pitch alone: the failure's size is w*h."""
+    path, cp = capture([cbuild("shim_failures")])
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    f = pyinterpose.load(path).failures.sort_values("seq")
+    assert f["api"].tolist() == ["cudaMallocPitch", "cudaMalloc"]
+    assert int(f["size"].iloc[0]) == truth["w"] * truth["h"]
+    assert int(f["size"].iloc[1]) == truth["size"]

@@ -125,3 +125,54 @@ def test_compare_two_frameworks(captured):
     assert [row["framework"] for row in rows] == ["torch", "jax"]
     assert all(row["peak_live_bytes"] > 0 and row["iterations"] >= 3 for row in rows)
     assert (d / "cmp.html").exists()
+
+
+# ---- issue 12 row 1: the README's commands from the clone root -----------------------------------------
+def _unbuilt_clone(tmp_path):
+    """A copy of the source tree without any build output (what `git clone` gives): run from its root,
+    `python -m` imports this copy first."""
+    import shutil
+
+    clone = tmp_path / "clone"
+    shutil.copytree(os.path.join(ROOT, "pyinterpose"), clone / "pyinterpose",
+                    ignore=shutil.ignore_patterns("_native", "_core*", "__pycache__", "*.so"))
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), clone / "pyproject.toml")
+    launcher = tmp_path / "bin" / "pyinterpose"  # like the installed console script: not in the clone
+    launcher.parent.mkdir()
+    launcher.write_text("import sys\nfrom pyinterpose.cli import main\nsys.exit(main())\n")
+    return clone, str(launcher)
+
+
+def _env_installed(tmp_path):
+    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                PYINTERPOSE_CACHE_DIR=str(tmp_path))
+
+
+@needs_native
+def test_demo_from_the_clone_root_uses_the_installed_build(tmp_path):
+    clone, launcher = _unbuilt_clone(tmp_path)
+    r = subprocess.run([sys.executable, launcher, "demo", "--json"], cwd=clone, env=_env_installed(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["complete"] is True
+    assert os.path.getsize(os.path.join(clone, d["trace"])) > 1000
+    # the command `demo` suggests when a capture fails works from here too
+    out = tmp_path / "try.pit"
+    r = subprocess.run([sys.executable, launcher, "run", "-q", "--simulated-gpu", "-o", str(out), "--", sys.executable,
+                        "-m", "pyinterpose.examples.simtrain", "--framework", "torch", "--steps", "3"],
+                       cwd=clone, env=_env_installed(tmp_path), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@needs_native
+def test_python_m_demo_in_an_unbuilt_clone_says_what_helps(tmp_path):
+    clone, _ = _unbuilt_clone(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "pyinterpose", "demo"], cwd=clone, env=_env_installed(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = [l for l in r.stderr.splitlines() if "error" in l]
+    assert len(line) == 1 and "not built" in line[0] and "reinstall" not in line[0]
+    assert "installed `pyinterpose` command" in line[0]
+    left = [f for _, _, fs in os.walk(clone / "pyinterpose-demo") for f in fs] if (clone / "pyinterpose-demo").exists() else []
+    assert left == []  # no empty trace left behind

@@ -135,6 +135,13 @@ def test_timeline_on_real_trace(tmp_path, name):
         if st["iters"] >= 2:
             # opens on one steady iteration: a small part of the run
             assert st["range"][1] - st["range"][0] < st["n"] / 3
+        if name == "torch-cnn-blocks.pit":
+            # the dashed reserved line: PyTorch's caching allocator simulated on the blocks view's requests
+            # equals what the native allocator reserved in the same program's reserved-view run
+            with open(os.path.join(GPU_TRACES, "torch-cnn-reserved.truth.json")) as f:
+                native = json.load(f)["pytorch_reported"]["max_memory_reserved"]
+            rl = b.eval("document.querySelector('.pit-tl').pitTimeline.p.reserved_line")
+            assert rl is not None and rl["y"] == native
         b.screenshot(os.path.join(out, f"{stem}-page.png"))
         b.element_screenshot(os.path.join(out, f"{stem}-timeline.png"), ".pit-tl")
 
@@ -184,3 +191,42 @@ def test_timeline_on_real_trace(tmp_path, name):
         assert b.console_errors() == []
         # offline: nothing but the file itself and inline data was requested
         assert [u for u in b.requests() if not u.startswith(("file:", "data:", "blob:"))] == []
+
+
+def test_timeline_hover_shows_call_site_and_owner(tmp_path, native, capture):
+    """A simtrain capture (with call sites): the block under the cursor reads out the owner
+    library and the Python call site the capture recorded for that block."""
+    import sys
+
+    from cdp import Browser
+
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--steps", "6"])
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    tr = pyinterpose.load(path)
+    if "stack_id" not in tr.blocks or not (tr.blocks["stack_id"] >= 0).any():
+        pytest.skip("this build records no call sites")
+    from pyinterpose.trace.stacks import call_site
+
+    page = tmp_path / "st.html"
+    page.write_text(html.render(html.build(tr, bandwidth=16, time_limit=1.0)), encoding="utf-8")
+    with Browser(str(tmp_path / "profile"), 1400, 1000) as b:
+        b.open(page.as_uri())
+        b.eval("window.pitTimelinesReady")
+        box = b.eval("(function(){var r=document.querySelector('.pit-tl-main .nsewdrag').getBoundingClientRect();"
+                     "return [r.left,r.top,r.width,r.height];})()")
+        bid = None
+        for fx in (0.5, 0.3, 0.7):
+            for fy in np.linspace(0.95, 0.1, 18):
+                b.mouse("mouseMoved", box[0] + box[2] * fx, box[1] + box[3] * float(fy))
+                b.eval("new Promise(function(r){requestAnimationFrame(function(){setTimeout(r,30)})})")
+                bid = b.eval("document.querySelector('.pit-tl-hover').getAttribute('data-block')")
+                if bid is not None:
+                    break
+            if bid is not None:
+                break
+        assert bid is not None
+        info = b.eval("document.querySelector('.pit-tl-hover').innerText")
+        assert b.console_errors() == []
+    row = tr.blocks[tr.blocks["block_id"] == int(bid)].iloc[0]
+    assert call_site(tr, int(row["stack_id"])) in info and "simtrain.py" in info
+    assert str(row["owner"]) in info

@@ -80,7 +80,7 @@ def test_plan_cli_exit_codes(tmp_path, capsys):
     assert not (tmp_path / "x.csv").exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no plan within capacity 11" in err[0]
-    assert main(["plan", "--csv", str(src), "--capacity", "12", "--strategy", "greedy-size", "-o", str(out)]) == 0
+    assert main(["plan", "--csv", str(src), "--capacity", "12", "--strategy", "greedy-size", "-o", str(out), "-f"]) == 0
     bad = tmp_path / "bad.csv"
     bad.write_text("id,lower,upper\n1,2,3\n")
     assert main(["plan", "--csv", str(bad), "--capacity", "12"]) == 2

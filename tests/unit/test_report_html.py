@@ -166,3 +166,19 @@ def test_cli_report_writes_file_and_json(fake_files, tmp_path, capsys):
 def test_cli_report_missing_file(fake_files, capsys):
     assert main(["report", "nope.pit", "-o", "x.html"]) == 2
     assert "no such trace file" in capsys.readouterr().err
+
+
+def test_timeline_reserved_line_is_the_framework_allocators_simulated_peak():
+    tr = training_trace(iterations=4, framework="torch")
+    rep = html.build(tr, time_limit=1.0)
+    mem = next(s for s in rep.sections if s.id == "memory")
+    p = json.loads(re.search(r'<script type="application/json" class="pit-tl-data">(.*?)</script>',
+                             mem.html[0]).group(1))
+    pools = analyses.pools(tr, time_limit=1.0).value
+    want = next(r["peak_bytes"] for r in pools["strategies"] if r["strategy"] == "pytorch")
+    assert p["reserved_line"]["y"] == want >= rep.headlines["peak_live_bytes"]
+    assert "PyTorch caching" in p["reserved_line"]["label"]
+    # a reserved view has no such line: its stacked area is the reserve itself
+    rv = html.build(training_trace(iterations=4, view="reserved"), time_limit=1.0)
+    mem = next(s for s in rv.sections if s.id == "memory")
+    assert '"reserved_line"' not in mem.html[0]

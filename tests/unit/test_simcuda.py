@@ -167,3 +167,10 @@ def test_library_abi(libs):
     for s in ("cudaMalloc@@libcudart.so.13", "cudaLaunchKernel_ptsz@@libcudart.so.13",
               "cudaGetDriverEntryPointByVersion@@libcudart.so.13", "simcudaRegisterFunction@@libcudart.so.13"):
         assert s in rts, s
+
+
+def test_modules_and_libraries_reuse_handles(libs, tmp_path):
+    exe = _cc(libs, tmp_path, "simcuda_modules.c", "simcuda_modules",
+              ["-L" + libs, "-l:libcuda.so.1", "-Wl,-rpath," + libs])
+    cp = _run(exe, str(tmp_path / "image.txt"))
+    assert cp.returncode == 0 and cp.stdout.strip() == "ok", cp.stdout + cp.stderr

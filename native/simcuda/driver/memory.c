@@ -97,6 +97,49 @@ static struct entry *find_managed(uint64_t p, size_t n)
     return NULL;
 }
 
+/* ---- freed buffers kept for the next allocation of the same size ----
+ * Device memory is host memory from malloc; handing multi-MiB buffers back
+ * to glibc on every free makes it trim and regrow its heap (or munmap and
+ * mmap) all the time, and every byte touched again is a page fault: a
+ * training loop then spends most of its time in the kernel (2.1 M page
+ * faults for 340 k events).  Like a real device allocator, simcuda keeps freed
+ * buffers (exact size, up to CACHE_BYTES in all) and hands them out again:
+ * the same addresses come back, as from cudaMalloc. */
+#define CACHE_MIN ((size_t)64 << 10)
+#define CACHE_BYTES ((size_t)1 << 30)
+#define CACHE_BUCKETS 1024
+static struct entry *g_cache[CACHE_BUCKETS]; /* entry->next chains; entry->size exact */
+static size_t g_cache_bytes;
+
+static size_t cache_bucket(size_t size) { return (size_t)((size * 0x9E3779B97F4A7C15ull) >> 54) & (CACHE_BUCKETS - 1); }
+
+/* caller holds the lock: a cached buffer of exactly `size` bytes, or NULL */
+static void *cache_take(size_t size)
+{
+    if (size < CACHE_MIN) return NULL;
+    for (struct entry **pp = &g_cache[cache_bucket(size)]; *pp; pp = &(*pp)->next) {
+        struct entry *e = *pp;
+        if (e->size != size) continue;
+        *pp = e->next;
+        g_cache_bytes -= size;
+        void *p = (void *)(uintptr_t)e->addr;
+        free(e);
+        return p;
+    }
+    return NULL;
+}
+
+/* caller holds the lock: keep e's buffer (1) or let the caller free it (0) */
+static int cache_put(struct entry *e)
+{
+    if (e->size < CACHE_MIN || e->size > CACHE_BYTES - g_cache_bytes) return 0;
+    size_t b = cache_bucket(e->size);
+    e->next = g_cache[b];
+    g_cache[b] = e;
+    g_cache_bytes += e->size;
+    return 1;
+}
+
 static int counts_against_capacity(enum sim_kind k) { return k == SK_DEVICE || k == SK_PITCH || k == SK_ASYNC; }
 
 HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind, int device,
@@ -114,8 +157,10 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
     }
     if (charge) g_used[device] += size;
     unlock();
-    void *p = NULL;
-    if (posix_memalign(&p, SIM_ALIGN, size) != 0) p = NULL;
+    lock();
+    void *p = cache_take(size);
+    unlock();
+    if (!p && posix_memalign(&p, SIM_ALIGN, size) != 0) p = NULL;
     lock();
     if (!p || (*e = (struct entry){(uint64_t)(uintptr_t)p, size, kind, device, pool, NULL},
                table_insert(e))) {
@@ -139,8 +184,13 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     if (e && counts_against_capacity(e->kind)) g_used[e->device] -= e->size;
     unlock();
     if (!e) return CUDA_ERROR_INVALID_VALUE;
-    free((void *)(uintptr_t)e->addr);
-    free(e);
+    lock();
+    int kept = cache_put(e);
+    unlock();
+    if (!kept) {
+        free((void *)(uintptr_t)e->addr);
+        free(e);
+    }
     return CUDA_SUCCESS;
 }
 

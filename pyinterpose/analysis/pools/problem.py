@@ -26,6 +26,16 @@ class InvalidPlanError(RuntimeError):
     """A planner produced an invalid plan: a bug, never a user error."""
 
 
+def _fits_int64(text: str) -> bool:
+    import decimal
+
+    try:
+        v = int(decimal.Decimal(text))
+    except (decimal.InvalidOperation, ValueError, OverflowError):
+        return False
+    return -(2**63) <= v < 2**63
+
+
 def read_minimalloc_csv(path: str) -> pd.DataFrame:
     """Read a MiniMalloc CSV (``id,lower,upper,size`` half-open; legacy ``buffer``,
     ``start``/``begin`` and inclusive ``end`` accepted; optional ``offset`` kept).
@@ -57,6 +67,12 @@ def read_minimalloc_csv(path: str) -> pd.DataFrame:
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise PyinterposeError(f"{path}: row {row + 2}: column {c!r} is not an integer: {df[c].iloc[row]!r}")
+        if vals.dtype != np.int64:  # uint64 or float: a value may not fit in 64-bit signed
+            big = ~df[c].str.strip().map(_fits_int64).to_numpy(bool)
+            if big.any():
+                row = int(np.flatnonzero(big)[0])
+                raise PyinterposeError(f"{path}: row {row + 2}: column {c!r} is out of range "
+                                       f"(at most 2**63-1): {df[c].iloc[row]!r}")
         out[c] = vals.astype(np.int64)
     if inclusive_end:
         out["upper"] += 1
