@@ -315,3 +315,16 @@ def test_trace_still_being_written_is_not_called_a_crash(tmp_path):
         w.close()
     d = _summary(path)
     assert d["complete"] is False and "did not finish" in d["incomplete_reason"]
+
+
+# ---- row 9: a read-only directory (root ignores mode bits: a read-only bind mount) -----------------------
+@needs_mountns
+def test_plan_into_a_read_only_directory_is_one_line(tmp_path):
+    src, ro = tmp_path / "in.csv", tmp_path / "ro"
+    src.write_text("id,lower,upper,size\na,0,2,8\n")
+    ro.mkdir()
+    cmd = " ".join(_q(a) for a in _cli_cmd("plan", "--csv", str(src), "--capacity", "100", "-o", str(ro / "o.csv")))
+    cp = _in_mountns(f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && {cmd}")
+    assert cp.returncode == 2 and "Traceback" not in cp.stderr, cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Read-only file system" in lines[0]
