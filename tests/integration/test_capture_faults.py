@@ -328,3 +328,19 @@ def test_plan_into_a_read_only_directory_is_one_line(tmp_path):
     assert cp.returncode == 2 and "Traceback" not in cp.stderr, cp.stderr
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and "Read-only file system" in lines[0]
+
+
+def test_trace_hits_the_file_size_limit_program_keeps_running_exit_3(tmp_path):
+    """Row 7 with `ulimit -f` (no mount namespace needed): the trace stops at the limit, the program runs to its
+    end, `run` exits 3 with one line and no traceback, no ring is left in /dev/shm."""
+    out, truth = str(tmp_path / "x.pit"), tmp_path / "truth.json"
+    cp = subprocess.run(_cli_cmd("run", "--simulated-gpu", "-o", out, "--", *SIMTRAIN, "--steps", "400",
+                                 "--truth", str(truth)),
+                        capture_output=True, text=True, env=_env(), timeout=300, preexec_fn=_limit_fsize(300 * 1024))
+    assert "Traceback" not in cp.stderr, cp.stderr
+    assert cp.returncode == 3, cp.stderr
+    assert json.loads(truth.read_text())["steps"] == 400
+    lines = [l for l in cp.stderr.splitlines() if "capture INCOMPLETE" in l]
+    assert len(lines) == 1 and "File too large" in lines[0]
+    assert _session_rings(read_file(out).meta["session"]) == []
+    assert _summary(out)["complete"] is False
