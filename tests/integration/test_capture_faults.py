@@ -266,12 +266,31 @@ def test_sigint_to_run_ends_the_program_promptly(tmp_path):
 
 # ---- row 4: an incomplete trace is never silent -----------------------------------------------------
 def _cut_trace(tmp_path) -> str:
+    """A real capture rewritten as 8 event chunks, then cut inside the 6th: a trace cut short that still holds
+    most of its events (as a crash or a full disk leaves it)."""
+    import numpy as np
+
+    from pyinterpose.trace.writer import TraceWriter
+
     out = str(tmp_path / "full.pit")
     cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", *SIMTRAIN, "--steps", "40")
     assert cp.returncode == 0, cp.stderr
-    data = open(out, "rb").read()
+    raw = read_file(out)
+    split = str(tmp_path / "split.pit")
+    w = TraceWriter(split, raw.meta)
+    for p in raw.processes:
+        w.process(p)
+    ends = []
+    for pid, parts in raw.events.items():
+        for chunk in np.array_split(np.concatenate(parts), 8):
+            w.events(pid, chunk)
+            ends.append(os.path.getsize(split))
+    w.trailer(raw.trailer)
+    w.close()
     cut = tmp_path / "half.pit"
-    cut.write_bytes(data[: len(data) // 2])
+    cut.write_bytes(open(split, "rb").read()[: (ends[4] + ends[5]) // 2])
+    part, full = pyinterpose.load(str(cut)), pyinterpose.load(out)
+    assert 0 < part.counts["alloc"] < full.counts["alloc"]
     return str(cut)
 
 
