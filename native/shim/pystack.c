@@ -47,6 +47,7 @@
  * the same addresses) and site.c replays the definitions into its new ring.
  */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,10 +139,22 @@ static int resolve(void) {
 static int ready(void) {
     int s = atomic_load_explicit(&g_state, memory_order_acquire);
     if (PI_UNLIKELY(s == 0)) {
-        int expect = 0;
-        if (!atomic_compare_exchange_strong(&g_init_lock, &expect, 1)) return 0; /* another thread resolves */
-        if (atomic_load(&g_state) == 0) atomic_store_explicit(&g_state, resolve(), memory_order_release);
-        atomic_store(&g_init_lock, 0);
+        /* one thread resolves; the others wait for it, boundedly: a child forked while
+         * another thread resolved would otherwise wait forever (then: off for good) */
+        for (long spin = 0;; spin++) {
+            int expect = 0;
+            if (atomic_compare_exchange_strong(&g_init_lock, &expect, 1)) {
+                if (atomic_load(&g_state) == 0) atomic_store_explicit(&g_state, resolve(), memory_order_release);
+                atomic_store(&g_init_lock, 0);
+                break;
+            }
+            if (atomic_load_explicit(&g_state, memory_order_acquire) != 0) break;
+            if (spin > 200000) {
+                atomic_store(&g_state, 2);
+                break;
+            }
+            sched_yield();
+        }
         s = atomic_load(&g_state);
     }
     if (s != 1) return 0;

@@ -202,24 +202,26 @@ static _Atomic uint32_t g_next_stack = 1;
 #define STACK_SLOTS (1u << 21)
 typedef struct stackslot { _Atomic uint64_t key; _Atomic uint32_t id; uint32_t pad; } stackslot;
 static stackslot *_Atomic g_stab;
-static _Atomic int g_tables_lock;
 
+/* Lock-free set-up: every racing thread maps its own tables and publishes them with
+ * CAS (losers unmap theirs), so nobody waits and a forked child can never inherit a
+ * held lock.  fdefs and nodes are published before stab, so stab != NULL implies all. */
 static int ensure_tables(void) {
     if (PI_LIKELY(atomic_load_explicit(&g_stab, memory_order_acquire) != NULL)) return 1;
-    int expect = 0; /* never wait: a child forked while another thread held this would wait forever */
-    if (!atomic_compare_exchange_strong(&g_tables_lock, &expect, 1)) return atomic_load(&g_stab) != NULL;
-    if (!atomic_load(&g_stab)) {
-        framedef *f = pi_site_table(sizeof(framedef) * MAX_FRAMES);
-        stacknode *n = pi_site_table(sizeof(stacknode) * MAX_STACKS);
-        stackslot *t = pi_site_table(sizeof(stackslot) * STACK_SLOTS);
-        if (f && n && t) {
-            atomic_store(&g_fdefs, f);
-            atomic_store(&g_nodes, n);
-            atomic_store_explicit(&g_stab, t, memory_order_release);
-        }
+    if (!atomic_load(&g_fdefs)) {
+        framedef *f = pi_site_table(sizeof(framedef) * MAX_FRAMES), *none = NULL;
+        if (!f) return 0;
+        if (!atomic_compare_exchange_strong(&g_fdefs, &none, f)) munmap(f, sizeof(framedef) * MAX_FRAMES);
     }
-    atomic_store(&g_tables_lock, 0);
-    return atomic_load(&g_stab) != NULL;
+    if (!atomic_load(&g_nodes)) {
+        stacknode *n = pi_site_table(sizeof(stacknode) * MAX_STACKS), *none = NULL;
+        if (!n) return 0;
+        if (!atomic_compare_exchange_strong(&g_nodes, &none, n)) munmap(n, sizeof(stacknode) * MAX_STACKS);
+    }
+    stackslot *t = pi_site_table(sizeof(stackslot) * STACK_SLOTS), *none = NULL;
+    if (!t) return 0;
+    if (!atomic_compare_exchange_strong(&g_stab, &none, t)) munmap(t, sizeof(stackslot) * STACK_SLOTS);
+    return 1;
 }
 
 static void emit_frame(uint32_t id, const framedef *d) {

@@ -102,6 +102,13 @@ class _Interner:
         return i
 
 
+def _lookup_strings(ids: np.ndarray, strings: dict[int, str]) -> np.ndarray:
+    """strings[id] for each id ("" when unknown), one dict lookup per distinct id."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    names = np.array([strings.get(int(u), "") for u in uniq], dtype=object)
+    return names[inv] if len(ids) else np.zeros(0, dtype=object)
+
+
 def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndarray, pids: list[int],
                strings: dict[int, dict[int, str]], site_format: int = SITE_FORMAT) -> Sites:
     """Frames, stacks and per-allocation call sites from the concatenated records."""
@@ -152,25 +159,34 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
                 if frame is None:
                     continue
                 smap[local] = it.stack(parent, frame)
-        # per-allocation sites
+        # per-allocation sites (vectorised: one lookup per distinct string / stack id)
         sidx = np.flatnonzero(pop == site)
         if len(sidx) == 0:
             continue
         flags = pev["flags"][sidx].astype(np.int64)
-        owner = [st.get(int(s), "") for s in pev["stream"][sidx]]
-        thread = [st.get(int(s), "") for s in pev["result"][sidx].astype(np.uint32)]
-        pys = pev["aux"][sidx].astype(np.int64)
-        nat = pev["size"][sidx].astype(np.int64)
-        stack_id = np.full(len(sidx), -1, dtype=np.int64)
-        for k in range(len(sidx)):
-            local = int(pys[k]) if flags[k] & SITE_PYTHON else int(nat[k]) if flags[k] & SITE_NATIVE else 0
-            if local:
-                stack_id[k] = smap.get(local, -1)
-            if stack_id[k] < 0 and flags[k] & (SITE_PYTHON | SITE_NATIVE):
-                label = BACKWARD if thread[k].startswith(AUTOGRAD_THREAD_PREFIX) else (
-                    NO_PYTHON if flags[k] & SITE_PYTHON else "<no native stack>")
-                f = it.frame(("native", "", label, 0, owner[k], "", 0))
-                stack_id[k] = it.stack(-1, f)
+        owner = _lookup_strings(pev["stream"][sidx].astype(np.int64), st)
+        thread = _lookup_strings(pev["result"][sidx].astype(np.uint32).astype(np.int64), st)
+        local = np.where(flags & SITE_PYTHON, pev["aux"][sidx].astype(np.int64),
+                         np.where(flags & SITE_NATIVE, pev["size"][sidx].astype(np.int64), 0))
+        keys = np.array(sorted(smap), dtype=np.int64)
+        vals = np.array([smap[k] for k in keys.tolist()], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(keys, local), len(keys) - 1)
+        stack_id = np.where((keys[pos] == local) & (local > 0), vals[pos], -1)
+        # no stack although one was requested: a one-frame stack naming why, with the owner
+        miss = np.flatnonzero((stack_id < 0) & ((flags & (SITE_PYTHON | SITE_NATIVE)) != 0))
+        if len(miss):
+            autograd = np.char.startswith(thread[miss].astype(str), AUTOGRAD_THREAD_PREFIX)
+            label = np.where(autograd, BACKWARD,
+                             np.where(flags[miss] & SITE_PYTHON, NO_PYTHON, "<no native stack>"))
+            ocode, onames = pd.factorize(pd.Series(owner[miss], dtype=object))
+            lcode, lnames = pd.factorize(pd.Series(label, dtype=object))
+            combo = lcode.astype(np.int64) * max(len(onames), 1) + ocode
+            uniq, inv = np.unique(combo, return_inverse=True)
+            u_ids = np.array([it.stack(-1, it.frame(("native", "", str(lnames[u // max(len(onames), 1)]), 0,
+                                                     str(onames[u % max(len(onames), 1)]), "", 0)))
+                              for u in uniq.tolist()], dtype=np.int64)
+            ids = u_ids[inv]
+            stack_id[miss] = ids
         per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32),
                                  "seq": pev["seq"][sidx].astype(np.int64) - 1,
                                  "owner": owner, "stack_id": stack_id,
@@ -227,15 +243,26 @@ def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
 
 
 # ---------------------------------------------------------------------------------- the API
+def _index(trace):
+    """(parent array, frame array, frame records), cached on the trace for these tables."""
+    key = (id(trace.stacks), id(trace.frames), len(trace.stacks), len(trace.frames))
+    got = getattr(trace, "_stack_index", None)
+    if got is None or got[0] != key:
+        got = (key, trace.stacks["parent_id"].to_numpy(np.int64), trace.stacks["frame_id"].to_numpy(np.int64),
+               trace.frames.to_dict("records"))
+        try:
+            trace._stack_index = got
+        except AttributeError:  # pragma: no cover - a frozen trace object
+            pass
+    return got[1:]
+
+
 def frames_of(trace, stack_id: int) -> list[dict]:
     """The frames of ``stack_id``, innermost first (each a dict of the frames table's columns)."""
-    stacks, frames = trace.stacks, trace.frames
+    if stack_id is None or stack_id < 0 or stack_id >= len(trace.stacks):
+        return []
+    parent, frame, recs = _index(trace)
     out = []
-    if stack_id is None or stack_id < 0 or stack_id >= len(stacks):
-        return out
-    parent = stacks["parent_id"].to_numpy()
-    frame = stacks["frame_id"].to_numpy()
-    recs = frames.to_dict("records")
     s = int(stack_id)
     guard = 0
     while s >= 0 and guard <= len(parent):

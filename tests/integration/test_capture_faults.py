@@ -86,13 +86,14 @@ def test_workers_forked_before_any_cuda_call_are_flagged_forked(tmp_path):
 
 # ---- rows 2 and 3: no room for a ring ----------------------------------------------------------------
 @needs_mountns
-def test_container_sized_dev_shm_no_sigbus_every_event_recorded(tmp_path):
-    """Row 2: 64 MiB /dev/shm (a container's default), 5 processes: smaller rings, nothing lost, no SIGBUS,
-    nothing left in /dev/shm."""
+def test_small_dev_shm_no_sigbus_every_event_recorded(tmp_path):
+    """Row 2 (a container's 64 MiB /dev/shm, scaled down so the test stays short): 5 processes whose rings
+    would touch ~12 MiB of a 4 MiB /dev/shm.  Before: SIGBUS.  Now: smaller, fully allocated rings, nothing
+    lost, nothing left in /dev/shm."""
     out, truth = tmp_path / "x.pit", tmp_path / "truth.json"
     cmd = " ".join(_q(a) for a in _cli_cmd("run", "-q", "--simulated-gpu", "-o", str(out), "--", "sh", "-c",
-                                            " ".join(SIMTRAIN) + f" --steps 300 --workers 4 --truth {truth}"))
-    cp = _in_mountns(f"mount -t tmpfs -o size=64m tmpfs /dev/shm && {cmd}; rc=$?; echo left=$(ls -A /dev/shm | wc -l); "
+                                            " ".join(SIMTRAIN) + f" --steps 400 --workers 4 --truth {truth}"))
+    cp = _in_mountns(f"mount -t tmpfs -o size=4m tmpfs /dev/shm && {cmd}; rc=$?; echo left=$(ls -A /dev/shm | wc -l); "
                      "exit $rc")
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert "left=0" in cp.stdout
@@ -160,7 +161,7 @@ def test_killed_run_never_stalls_the_program_and_leaves_no_ring(tmp_path, reap):
     succeeds) or reaped, the program finishes on its own, and its ring is already gone from /dev/shm."""
     out = str(tmp_path / "k.pit")
     p = subprocess.Popen(_cli_cmd("run", "-q", "--simulated-gpu", "--ring-records", "1024", "-o", out, "--",
-                                  *SIMTRAIN, "--steps", "800"),
+                                  *SIMTRAIN, "--steps", "3000"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(PYINTERPOSE_LEASE_S="1"))
     try:
         session, child, deadline = None, None, time.time() + 60
@@ -174,7 +175,8 @@ def test_killed_run_never_stalls_the_program_and_leaves_no_ring(tmp_path, reap):
                 continue
         assert session and child, "the capture did not start"
         time.sleep(1.5)  # the drain found and attached the ring
-        assert _session_rings(session) == []  # unlinked as soon as both sides hold it
+        rings_while_running = _session_rings(session)
+        assert open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
         os.kill(p.pid, signal.SIGKILL)
         if reap:
             p.wait()
@@ -189,6 +191,7 @@ def test_killed_run_never_stalls_the_program_and_leaves_no_ring(tmp_path, reap):
                 break
             time.sleep(0.2)
         assert state in ("Z", "gone"), "the program stalled after its drain died"
+        assert rings_while_running == []  # unlinked as soon as both sides held the ring
         assert _session_rings(session) == []
     finally:
         if p.poll() is None:
@@ -263,12 +266,31 @@ def test_sigint_to_run_ends_the_program_promptly(tmp_path):
 
 # ---- row 4: an incomplete trace is never silent -----------------------------------------------------
 def _cut_trace(tmp_path) -> str:
+    """A real capture rewritten as 8 event chunks, then cut inside the 6th: a trace cut short that still holds
+    most of its events (as a crash or a full disk leaves it)."""
+    import numpy as np
+
+    from pyinterpose.trace.writer import TraceWriter
+
     out = str(tmp_path / "full.pit")
     cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", *SIMTRAIN, "--steps", "40")
     assert cp.returncode == 0, cp.stderr
-    data = open(out, "rb").read()
+    raw = read_file(out)
+    split = str(tmp_path / "split.pit")
+    w = TraceWriter(split, raw.meta)
+    for p in raw.processes:
+        w.process(p)
+    ends = []
+    for pid, parts in raw.events.items():
+        for chunk in np.array_split(np.concatenate(parts), 8):
+            w.events(pid, chunk)
+            ends.append(os.path.getsize(split))
+    w.trailer(raw.trailer)
+    w.close()
     cut = tmp_path / "half.pit"
-    cut.write_bytes(data[: len(data) // 2])
+    cut.write_bytes(open(split, "rb").read()[: (ends[4] + ends[5]) // 2])
+    part, full = pyinterpose.load(str(cut)), pyinterpose.load(out)
+    assert 0 < part.counts["alloc"] < full.counts["alloc"]
     return str(cut)
 
 
@@ -315,3 +337,32 @@ def test_trace_still_being_written_is_not_called_a_crash(tmp_path):
         w.close()
     d = _summary(path)
     assert d["complete"] is False and "did not finish" in d["incomplete_reason"]
+
+
+# ---- row 9: a read-only directory (root ignores mode bits: a read-only bind mount) -----------------------
+@needs_mountns
+def test_plan_into_a_read_only_directory_is_one_line(tmp_path):
+    src, ro = tmp_path / "in.csv", tmp_path / "ro"
+    src.write_text("id,lower,upper,size\na,0,2,8\n")
+    ro.mkdir()
+    cmd = " ".join(_q(a) for a in _cli_cmd("plan", "--csv", str(src), "--capacity", "100", "-o", str(ro / "o.csv")))
+    cp = _in_mountns(f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && {cmd}")
+    assert cp.returncode == 2 and "Traceback" not in cp.stderr, cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Read-only file system" in lines[0]
+
+
+def test_trace_hits_the_file_size_limit_program_keeps_running_exit_3(tmp_path):
+    """Row 7 with `ulimit -f` (no mount namespace needed): the trace stops at the limit, the program runs to its
+    end, `run` exits 3 with one line and no traceback, no ring is left in /dev/shm."""
+    out, truth = str(tmp_path / "x.pit"), tmp_path / "truth.json"
+    cp = subprocess.run(_cli_cmd("run", "--simulated-gpu", "-o", out, "--", *SIMTRAIN, "--steps", "400",
+                                 "--truth", str(truth)),
+                        capture_output=True, text=True, env=_env(), timeout=300, preexec_fn=_limit_fsize(300 * 1024))
+    assert "Traceback" not in cp.stderr, cp.stderr
+    assert cp.returncode == 3, cp.stderr
+    assert json.loads(truth.read_text())["steps"] == 400
+    lines = [l for l in cp.stderr.splitlines() if "capture INCOMPLETE" in l]
+    assert len(lines) == 1 and "File too large" in lines[0]
+    assert _session_rings(read_file(out).meta["session"]) == []
+    assert _summary(out)["complete"] is False

@@ -217,3 +217,14 @@ def test_daemon_threads_allocating_through_interpreter_exit(capture):
         tr = pyinterpose.load(path)
         assert int(tr.processes["lost"].sum()) == 0
         assert (tr.blocks["stack_id"] >= 0).all()
+
+
+def test_depth_limit_keeps_the_innermost_frames(capture, helper):
+    path, cp = capture([sys.executable, WORKLOAD, helper], env={"PYINTERPOSE_STACK_DEPTH": "5"})
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    want = [t for t in truth["allocs"] if t["size"] == 10005][0]["frames"][:5]  # deep(40): 43 frames
+    sid = int(tr.blocks.loc[tr.blocks["size"] == 10005, "stack_id"].iloc[0])
+    got = [(f["function"], f["line"]) for f in S.frames_of(tr, sid)]
+    assert got == [tuple(x) for x in want]
