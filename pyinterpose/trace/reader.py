@@ -150,7 +150,9 @@ def _parse(path: str, data: memoryview, size: int):
             if ctype != fmt.META:
                 raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
             raw = RawTrace(meta=json.loads(bytes(payload)))
-            rb = _RecordBuffer(records.event_dtype(), 8 * size)
+            # compressed chunks inflate ~6x; capped so a huge file never asks for more address space
+            # than the machine would grant up front (the buffer grows by doubling, mremap: no copy)
+            rb = _RecordBuffer(records.event_dtype(), min(8 * size, 1 << 30))
             continue
         if ctype == fmt.EVENTS:
             pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
