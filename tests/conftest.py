@@ -60,6 +60,23 @@ def cbuild(tmp_path_factory, native, cc):
     return build
 
 
+# Real-GPU traces: the full shipped set beside the checkout, else the copies committed in samples/
+# (PYINTERPOSE_GPU_TRACES=DIR puts another directory first).
+GPU_TRACE_DIRS = [d for d in (os.environ.get("PYINTERPOSE_GPU_TRACES", ""),
+                              os.path.join(ROOT, "..", "shared", "data", "gpu-traces"),
+                              os.path.join(ROOT, "..", "..", "shared", "data", "gpu-traces"),
+                              os.path.join(ROOT, "samples")) if d]
+
+
+def gpu_trace(name: str) -> str:
+    """Path of a real-GPU trace (or its ``.truth.json``); skips the test with the reason when absent."""
+    for d in GPU_TRACE_DIRS:
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    pytest.skip(f"real-GPU trace {name} is neither in ../shared/data/gpu-traces/ nor in samples/")
+
+
 def run_cli(*args, env=None, timeout=300, input=None):
     """Run ``python -m pyinterpose ARGS``; returns CompletedProcess (text)."""
     e = dict(os.environ)

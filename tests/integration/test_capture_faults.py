@@ -19,7 +19,7 @@ import time
 import pytest
 
 import pyinterpose
-from conftest import ROOT, run_cli
+from conftest import ROOT, gpu_trace, run_cli
 from pyinterpose.trace.reader import read_file
 
 SIMTRAIN = [sys.executable, "-m", "pyinterpose.examples.simtrain"]
@@ -311,10 +311,7 @@ def test_cut_trace_every_command_warns_and_json_says_incomplete(tmp_path, args):
 
 
 def test_shipped_trace_cut_in_half_iterations_says_incomplete(tmp_path):
-    cands = [os.path.join(ROOT, *[".."] * k, "shared", "data", "gpu-traces", "torch-cnn-blocks.pit") for k in (1, 2)]
-    src = next((c for c in cands if os.path.exists(c)), cands[0])
-    if not os.path.exists(src):
-        pytest.skip("the shipped real-GPU traces (../shared/data/gpu-traces) are not on this machine")
+    src = gpu_trace("torch-cnn-blocks.pit")
     cut = tmp_path / "h.pit"
     cut.write_bytes(open(src, "rb").read()[:326453])
     cp = run_cli("iterations", str(cut), "--json")

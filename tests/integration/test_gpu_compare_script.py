@@ -13,8 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_compare.py")
-SRC = [os.environ.get("PYINTERPOSE_GPU_TRACES", ""), os.path.join(ROOT, "..", "shared", "data", "gpu-traces"),
-       os.path.join(ROOT, "samples")]
+from conftest import GPU_TRACE_DIRS as SRC  # noqa: E402
 NAMES = ["torch-cnn-blocks", "torch-cnn-reserved", "jax-attn-blocks", "jax-attn-reserved"]
 
 

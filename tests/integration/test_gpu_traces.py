@@ -18,18 +18,9 @@ from pyinterpose.analysis import owners
 from pyinterpose.analysis.iterations import find_iterations
 from pyinterpose.trace.model import peak_live_bytes
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DIRS = ([os.environ["PYINTERPOSE_GPU_TRACES"]] if os.environ.get("PYINTERPOSE_GPU_TRACES") else []) + [
-    os.path.join(ROOT, "..", "shared", "data", "gpu-traces"), os.path.join(ROOT, "samples")]
+from conftest import ROOT, gpu_trace as find
+
 _cache: dict[str, object] = {}
-
-
-def find(name: str) -> str:
-    for d in DIRS:
-        p = os.path.join(d, name)
-        if os.path.exists(p):
-            return p
-    pytest.skip(f"{name}: not in ../shared/data/gpu-traces/ nor samples/ (real-GPU trace not available)")
 
 
 def trace(name: str):

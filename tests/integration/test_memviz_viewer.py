@@ -16,13 +16,10 @@ from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import peak_live_bytes
 
 from cdp import CHROMIUM, Browser
+from conftest import gpu_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-GPU_TRACES = next((d for d in (os.environ.get("PYINTERPOSE_GPU_TRACES", ""),
-                                os.path.join(ROOT, "..", "shared", "data", "gpu-traces"),
-                                os.path.join(ROOT, "..", "..", "shared", "data", "gpu-traces")) if d and os.path.isdir(d)),
-                  os.path.join(ROOT, "..", "shared", "data", "gpu-traces"))
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed: headless viewer test skipped")
 
 
@@ -82,15 +79,13 @@ def test_viewer_reimplementation_fails_without_unknown(tmp_path):
 
 
 def _truth(name):
-    with open(os.path.join(GPU_TRACES, name.replace(".pit", ".truth.json"))) as f:
+    with open(gpu_trace(name.replace(".pit", ".truth.json"))) as f:
         return json.load(f)
 
 
 @pytest.mark.parametrize("name", ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit"])
 def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
-    src = os.path.join(GPU_TRACES, name)
-    if not os.path.exists(src):
-        pytest.skip(f"{src} not present (shipped real-GPU traces live in ../shared/data/gpu-traces)")
+    src = gpu_trace(name)
     tr = pyinterpose.load(src)
     truth = _truth(name)
     snap = _export(tr)

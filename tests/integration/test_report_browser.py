@@ -15,6 +15,8 @@ from pyinterpose.analysis.compare import compare
 from pyinterpose.report import compare_view, html
 from pyinterpose.report.synthetic import training_trace
 
+from conftest import gpu_trace
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
     "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install -y chromium): "
@@ -89,10 +91,6 @@ import pyinterpose  # noqa: E402
 from pyinterpose.trace.model import peak_live_bytes  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-GPU_TRACES = next((d for d in (os.environ.get("PYINTERPOSE_GPU_TRACES", ""),
-                                os.path.join(ROOT, "..", "shared", "data", "gpu-traces"),
-                                os.path.join(ROOT, "..", "..", "shared", "data", "gpu-traces")) if d and os.path.isdir(d)),
-                  os.path.join(ROOT, "..", "shared", "data", "gpu-traces"))
 REAL = ["torch-cnn-blocks.pit", "torch-transformer-reserved.pit", "jax-attn-blocks.pit", "loader-blocks.pit"]
 
 
@@ -112,9 +110,7 @@ STATE = """(function(){var r=document.querySelector('.pit-tl');var tl=r.pitTimel
 def test_timeline_on_real_trace(tmp_path, name):
     from cdp import Browser
 
-    src = os.path.join(GPU_TRACES, name)
-    if not os.path.exists(src):
-        pytest.skip(f"{src} not present (the shipped real-GPU traces live in ../shared/data/gpu-traces)")
+    src = gpu_trace(name)
     tr = pyinterpose.load(src)
     page = tmp_path / (name + ".html")
     page.write_text(html.render(html.build(tr, time_limit=1.0)), encoding="utf-8")
@@ -138,7 +134,7 @@ def test_timeline_on_real_trace(tmp_path, name):
         if name == "torch-cnn-blocks.pit":
             # the dashed reserved line: PyTorch's caching allocator simulated on the blocks view's requests
             # equals what the native allocator reserved in the same program's reserved-view run
-            with open(os.path.join(GPU_TRACES, "torch-cnn-reserved.truth.json")) as f:
+            with open(gpu_trace("torch-cnn-reserved.truth.json")) as f:
                 native = json.load(f)["pytorch_reported"]["max_memory_reserved"]
             rl = b.eval("document.querySelector('.pit-tl').pitTimeline.p.reserved_line")
             assert rl is not None and rl["y"] == native

@@ -13,7 +13,7 @@ import sysconfig
 import pytest
 
 import pyinterpose
-from conftest import ROOT, last_json_line, run_cli
+from conftest import ROOT, gpu_trace, last_json_line, run_cli
 from pyinterpose.trace import stacks as S
 
 WORKLOAD = os.path.join(ROOT, "tests", "py", "stacks_workload.py")
@@ -162,9 +162,7 @@ def test_eight_threads_with_stacks_lose_nothing(capture, helper):
 
 
 def test_old_traces_read_with_empty_tables():
-    path = os.path.join(ROOT, "..", "shared", "data", "gpu-traces", "torch-cnn-blocks.pit")
-    if not os.path.exists(path):
-        pytest.skip("shipped GPU traces not present")
+    path = gpu_trace("torch-cnn-blocks.pit")
     tr = pyinterpose.load(path)
     assert (tr.blocks["owner"] == "").all() and (tr.blocks["stack_id"] == -1).all()
     assert len(tr.frames) == 0 and len(tr.stacks) == 0

@@ -14,7 +14,7 @@ from pyinterpose.errors import PyinterposeError
 from pyinterpose.report import exports, memory_viz, perfetto
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import Trace
-from conftest import fake_trace_files
+from conftest import fake_trace_files, gpu_trace
 
 MiB = 1 << 20
 
@@ -164,15 +164,7 @@ def test_perfetto_validate_catches_broken_documents():
 
 
 def test_perfetto_export_of_real_trace_is_valid(tmp_path):
-    import os
-
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "gpu-traces",
-                       "torch-transformer-blocks.pit")
-    if not os.path.exists(src):
-        src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "shared", "data", "gpu-traces",
-                           "torch-transformer-blocks.pit")
-    if not os.path.exists(src):
-        pytest.skip("shipped real-GPU traces not present")
+    src = gpu_trace("torch-cnn-blocks.pit")
     import pyinterpose
 
     tr = pyinterpose.load(src)
