@@ -471,14 +471,19 @@ uint32_t pi_intern(const char *s) {
             if (!atomic_compare_exchange_strong(&e->hash, &zero, h)) {
                 if (zero != h) continue; /* someone else took the slot for another string */
             } else {
-                e->text = strdup(s);
+                __atomic_store_n(&e->text, strdup(s), __ATOMIC_RELEASE); /* NULL if out of memory */
             }
             cur = h;
         }
         if (cur != h) continue;
-        /* same hash: compare text once it is published */
-        while (!__atomic_load_n(&e->text, __ATOMIC_ACQUIRE)) sched_yield();
-        if (strcmp(e->text, s) != 0) continue;
+        /* same hash: compare text once it is published.  The wait is bounded: the
+         * publishing thread may not exist in this process (a fork between its CAS and its
+         * store) or its strdup may have failed; then the string is written uncached. */
+        const char *text;
+        unsigned spins = 0;
+        while (!(text = __atomic_load_n(&e->text, __ATOMIC_ACQUIRE)) && ++spins < 4096) sched_yield();
+        if (!text) return emit_string(s);
+        if (strcmp(text, s) != 0) continue;
         uint32_t id = atomic_load(&e->id);
         if (id) return id;
         uint32_t mine = emit_string(s);
