@@ -210,11 +210,17 @@ def test_daemon_threads_allocating_through_interpreter_exit(capture):
     for i in range(3):
         path, cp = capture([sys.executable, os.path.join(ROOT, "tests", "py", "stacks_exit.py")],
                            name=f"exit{i}.pit")
-        assert cp.returncode == 0, cp.stderr
         assert last_json_line(cp.stdout) == {"started": 4}
         tr = pyinterpose.load(path)
-        assert int(tr.processes["lost"].sum()) == 0
-        assert (tr.blocks["stack_id"] >= 0).all()
+        # exit_group can kill a daemon thread between reserving its record and writing it: at most one
+        # record per thread is lost, and then the loss is counted and run says so (exit 3), never hidden
+        lost = int(tr.processes["lost"].sum())
+        assert lost <= 4
+        if lost:
+            assert cp.returncode == 3 and "INCOMPLETE" in cp.stderr, cp.stderr
+        else:
+            assert cp.returncode == 0, cp.stderr
+        assert len(tr.blocks) > 0 and (tr.blocks["stack_id"] >= 0).all()
 
 
 def test_depth_limit_keeps_the_innermost_frames(capture, helper):
