@@ -44,14 +44,6 @@ static unsigned g_shift; /* 64 - log2(g_cap) */
 static uint64_t g_used;
 static uint64_t g_lo = UINT64_MAX, g_hi; /* span of all blocks ever listed */
 
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ volatile("yield")
-#else
-#define cpu_relax() ((void)0)
-#endif
-
 static inline void map_lock(void) {
     if (PI_LIKELY(!atomic_exchange_explicit(&g_lock, 1, memory_order_acquire))) return;
     unsigned spins = 0;

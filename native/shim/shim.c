@@ -28,14 +28,6 @@
 #include "shim.h"
 #include "site.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ volatile("yield")
-#else
-#define cpu_relax() ((void)0)
-#endif
-
 PI_TLS pi_tls pi_t;
 
 /* ---- process-wide state (the only global state of the project) ---- */

@@ -12,6 +12,15 @@
 #define PI_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PI_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* a pause inside spin-wait loops */
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ volatile("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
 enum pi_lib { PI_LIB_RT = 1, PI_LIB_DRV = 2 };
 
 /* API ids: line order of hooks.def, from 1. */
