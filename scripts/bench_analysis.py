@@ -107,7 +107,7 @@ def run_child(argv: list[str], timeout: float, stdout=subprocess.DEVNULL) -> dic
 
 
 def capture(path: str, framework: str, steps: int, timeout: float) -> dict:
-    argv = [sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-o", path, "--",
+    argv = [sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-f", "-o", path, "--",
             sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", framework,
             "--steps", str(steps)]
     return run_child(argv, timeout)
