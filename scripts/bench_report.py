@@ -7,7 +7,7 @@ headless Chromium ``--runs`` times, each with a fresh profile (no code cache: a
 first visit), and reports the file size and, per run, the milliseconds from
 navigation start until every timeline is drawn (``timelines_ms``) and the
 timeline script's own share (decode + model + first draw, ``script_ms``); ``script_start_ms``
-is when our script began, i.e. after the page and the inlined plotly.js were parsed.
+is when our script began, i.e. after the page and the inlined chart library (uPlot) were parsed.
 
 A ~1 M-event trace: ``pyinterpose run --simulated-gpu -o big.pit -- python -m
 pyinterpose.examples.simtrain --steps 1240 --layers 100`` (995,080 alloc/free events).

@@ -1,6 +1,6 @@
 """The self-contained HTML report (``pyinterpose report FILE -o report.html``).
 
-One file: inline CSS, figures as base64 PNG, one small inline script that marks
+One file: inline CSS, figures as base64 SVG, one small inline script that marks
 the page rendered (``<body data-render="ok">`` once every image decoded; the
 browser test reads it).  No external scripts, fonts, or stylesheets.
 
@@ -298,7 +298,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             return
         frags = []
         rline = None if reserved_view else _reserved_line(trace, pl)
-        if timeline.plotly_js() is not None:
+        if timeline.chart_js() is not None:
             for k, tl in enumerate(tls):
                 p = timeline.payload(trace, tl.device, classes=classes, iterations=it.value if it.ok else None,
                                      reserved_view=reserved_view)
@@ -311,8 +311,8 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         if frags:
             s.html.extend(frags)
         else:
-            s.notes.append("interactive timeline not available: the plotly package is not installed "
-                           "(pip install plotly); showing a static figure")
+            s.notes.append("interactive timeline not available: the uplot-python package is not installed "
+                           "(pip install uplot-python); showing a static figure")
             s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
         for tl in tls:
             s.facts.append((f"GPU {tl.device} peak live", f"{fmt_bytes(tl.peak)} at {fmt_ns(tl.peak_t)}"))
@@ -647,6 +647,18 @@ footer{color:#9ca3af;font-size:11px;padding:0 28px 20px}
 .pit-tl-info{color:#6b7280}
 .pit-tl-mini{border-top:1px dashed #e5e7eb}
 .pit-tl-hover{font-size:12px;min-height:150px;color:#374151}
+.pit-tl-main,.pit-tl-mini{position:relative}
+.pit-tl-legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:11px;color:#374151;margin:2px 0 4px 74px}
+.pit-tl-key i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
+.pit-tl-key i.line{height:0;border-top:2px solid;width:18px;vertical-align:3px}
+.pit-tl-key i.line.dash{border-top-style:dashed}
+.pit-tl-key i.band{background:rgba(0,0,0,0.08);border:1px solid #bbb}
+.pit-tl-key i.tick{width:2px;height:11px;background:#B45309;margin:0 6px 0 4px}
+.pit-tl-window{position:absolute;top:0;bottom:0;border:1.5px solid #C44E52;background:rgba(196,78,82,0.12);
+  cursor:grab;z-index:5}
+.pit-tl-mark{position:absolute;display:none;pointer-events:none;border:2px solid #000;background:rgba(0,0,0,0.15);
+  z-index:4}
+.pit-tl-help{font-size:11px;color:#6b7280;margin:2px 0 4px 74px}
 .pit-tl-none{color:#9ca3af}
 """
 
@@ -694,16 +706,18 @@ def render(rep: Report) -> str:
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     interactive = any(s.html for s in rep.sections)
-    libs = (f"<script>{timeline.plotly_js()}</script><script>{timeline.timeline_js()}</script>"
+    libs = (f"<script>{timeline.chart_js()}</script><script>{timeline.timeline_js()}</script>"
             if interactive else "")
+    css = _CSS + (timeline.chart_css() if interactive else "")
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{_esc(rep.title)}</title>"
-        f"<style>{_CSS}</style></head><body>"
+        f"<style>{css}</style></head><body>"
         f"<header><h1>{_esc(rep.title)}</h1><div class=\"sub\">pyinterpose {__version__} &middot; {now}</div></header>"
         f"<nav>{nav}</nav><main>{warns}<section id=\"summary\"><h2>Summary</h2>{_facts_html(rep.facts)}</section>"
         f"{''.join(parts)}</main>"
-        "<footer>Self-contained report: no network access needed. Figures are PNG images embedded in this file."
+        "<footer>Self-contained report: no network access needed. Figures are SVG images embedded in this file;"
+        " the memory timeline is drawn by uPlot (MIT), inlined."
         "</footer>"
         f"{libs}<script>{_SCRIPT}</script></body></html>\n"
     )

@@ -1,22 +1,27 @@
-/* pyinterpose memory timeline (written for pyinterpose; drawn with plotly.js).
+/* pyinterpose memory timeline (written for pyinterpose; drawn with uPlot).
  *
  * Reads the payload of report/timeline.py from <script class="pit-tl-data">, inflates
  * its typed arrays, and draws: the stacked live bytes (by lifetime class or by owner)
  * at a level of detail that follows the zoom (at most BINS bins across the view; each
  * bin keeps its peak and its last value, so no peak is lost; an exact step curve once
- * the view holds fewer events than that), NVML used memory, iteration bands under the
- * data, an event-index axis (bottom) and a time axis (top), a minimap of the whole run,
- * and a readout of the block under the cursor.
+ * the view holds fewer events than that), NVML used memory, the framework allocator's
+ * reserve, iteration bands under the data, an event-index axis (bottom) and a time axis
+ * (top), a minimap of the whole run, and a readout of the block under the cursor.
+ *
+ * uPlot (the ``uplot-python`` package's copy, inlined when the report is written) draws
+ * the axes, the stacked step areas and the drag-to-zoom selection; this script computes
+ * what to draw and adds wheel zoom, shift-drag pan, the minimap's window and the hover.
  */
 (function () {
   'use strict';
   var SCRIPT_START = performance.now();
-  var BINS = 1200, CHECK = 4096, NEVER = 0xFFFFFFFF;
+  var BINS = 1200, MINI_BINS = 600, CHECK = 4096, NEVER = 0xFFFFFFFF, HEIGHT = 420, MINI_HEIGHT = 80, YAXIS = 74;
   var PALETTE = ['#4C72B0', '#DD8452', '#55A868', '#C44E52', '#8172B3', '#937860', '#DA8BC3', '#8C8C8C',
                  '#CCB974', '#64B5CD', '#2F4B7C', '#A05195'];
   var CLASS_COLOURS = {persistent: '#4C72B0', cross_iteration: '#8172B3', per_iteration: '#DD8452',
                        transient: '#55A868', outside: '#BBBBBB', other: '#8C8C8C', live: '#4C72B0',
                        reserved: '#4C72B0'};
+  var NVML_COLOUR = '#111111', RESERVED_COLOUR = '#C44E52';
 
   function fmtBytes(n) {
     var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0, s = n < 0 ? '-' : '';
@@ -75,17 +80,18 @@
     var n = p.events, nb = p.blocks, i;
     this.p = p; this.n = n; this.nb = nb;
     var a = new Float64Array(nb), f = new Float64Array(nb), size = new Float64Array(nb);
-    var acc = 0, bid = new Float64Array(nb), bacc = 0;
+    var acc = 0, bid = new Float64Array(nb), bacc = 0, sizes = arrs.sizes, sidx = arrs.size_idx;
+    var la = arrs.a, life = arrs.life, dbid = arrs.bid;
     for (i = 0; i < nb; i++) {
-      acc += arrs.a[i]; a[i] = acc;
-      f[i] = arrs.life[i] === NEVER ? Infinity : acc + arrs.life[i];
-      size[i] = arrs.sizes[arrs.size_idx[i]];
-      bacc += arrs.bid[i]; bid[i] = bacc;
+      acc += la[i]; a[i] = acc;
+      f[i] = life[i] === NEVER ? Infinity : acc + life[i];
+      size[i] = sizes[sidx[i]];
+      bacc += dbid[i]; bid[i] = bacc;
     }
     this.a = a; this.f = f; this.size = size; this.bid = bid;
     this.cls = arrs.cls; this.own = arrs.own; this.api = arrs.api; this.site = arrs.site || null;
-    var t = new Float64Array(n), tq = p.tq, tt = 0;
-    for (i = 0; i < n; i++) { tt += arrs.t[i]; t[i] = tt * tq; }
+    var t = new Float64Array(n), tq = p.tq, tt = 0, dt = arrs.t;
+    for (i = 0; i < n; i++) { tt += dt[i]; t[i] = tt * tq; }
     this.t = t;                                       // ns since the first event
     var delta = new Float64Array(n), evb = new Int32Array(n);
     for (i = 0; i < nb; i++) {
@@ -120,40 +126,40 @@
     for (i = c * CHECK; i < e; i++) cur[m.evc[i]] += this.delta[i];
     return cur;
   };
-  Model.prototype.lod = function (m, x0, x1, bins) {
-    /* points to draw for events [x0, x1]: per bin the event where the total peaks and the
-       last event; every event when the range is short.  Returns {x: [...], g: [K][...]} with
-       the group values after each chosen event. */
+  Model.prototype.lod = function (m, r0, r1, bins) {
+    /* points to draw for the x range [r0, r1] (event indices, fractional at the edges): a
+       point at r0 (the state before the first event in view), then per bin the event where
+       the total peaks and the bin's last event, or every event when the range is short, and
+       a point at r1.  A point's values hold until the next point (a step curve).  Returns
+       {x: [...], g: [K][...]} with every group's live bytes after each point's event. */
     var n = this.n, K = m.K;
-    x0 = Math.max(0, Math.floor(x0)); x1 = Math.min(n - 1, Math.ceil(x1));
-    var cur = this.stateBefore(m, x0), xs = [], gs = [], k, e;
+    var e0 = Math.max(0, Math.ceil(r0)), e1 = Math.min(n - 1, Math.floor(r1));
+    var cur = this.stateBefore(m, Math.min(e0, n)), xs = [], gs = [], k, e;
     for (k = 0; k < K; k++) gs.push([]);
-    var span = x1 - x0 + 1, exact = span <= 2 * bins;
-    var tot = 0;
-    for (k = 0; k < K; k++) tot += cur[k];
-    if (x0 > 0) { xs.push(x0 - 1); for (k = 0; k < K; k++) gs[k].push(cur[k]); }
+    function push(x) { xs.push(x); for (k = 0; k < K; k++) gs[k].push(cur[k]); }
+    if (r0 < e0) push(r0);
+    var span = e1 - e0 + 1, exact = span <= 2 * bins, evc = m.evc, delta = this.delta;
     if (exact) {
-      for (e = x0; e <= x1; e++) {
-        cur[m.evc[e]] += this.delta[e];
-        xs.push(e); for (k = 0; k < K; k++) gs[k].push(cur[k]);
+      for (e = e0; e <= e1; e++) { cur[evc[e]] += delta[e]; push(e); }
+    } else {
+      var tot = 0, w = span / bins, bi, next, peakV, peakE, peakS = new Float64Array(K);
+      for (k = 0; k < K; k++) tot += cur[k];
+      e = e0;
+      for (bi = 0; bi < bins && e <= e1; bi++) {
+        next = Math.min(e1 + 1, Math.floor(e0 + (bi + 1) * w));
+        if (next <= e) continue;
+        peakV = -Infinity; peakE = -1;
+        for (; e < next; e++) {
+          var c = evc[e], d = delta[e];
+          cur[c] += d; tot += d;
+          if (tot > peakV) { peakV = tot; peakE = e; for (k = 0; k < K; k++) peakS[k] = cur[k]; }
+        }
+        if (peakE !== e - 1) { xs.push(peakE); for (k = 0; k < K; k++) gs[k].push(peakS[k]); }
+        push(e - 1);
       }
-      return {x: xs, g: gs, exact: true};
     }
-    var w = span / bins, bi, next, peakV, peakE, peakS = new Float64Array(K);
-    e = x0;
-    for (bi = 0; bi < bins && e <= x1; bi++) {
-      next = Math.min(x1 + 1, Math.floor(x0 + (bi + 1) * w));
-      if (next <= e) continue;
-      peakV = -Infinity; peakE = -1;
-      for (; e < next; e++) {
-        var c = m.evc[e], d = this.delta[e];
-        cur[c] += d; tot += d;
-        if (tot > peakV) { peakV = tot; peakE = e; for (k = 0; k < K; k++) peakS[k] = cur[k]; }
-      }
-      if (peakE !== e - 1) { xs.push(peakE); for (k = 0; k < K; k++) gs[k].push(peakS[k]); }
-      xs.push(e - 1); for (k = 0; k < K; k++) gs[k].push(cur[k]);
-    }
-    return {x: xs, g: gs, exact: false};
+    if (!xs.length || r1 > xs[xs.length - 1]) push(r1);
+    return {x: xs, g: gs, exact: exact};
   };
   Model.prototype.blockAt = function (m, e, y) {
     /* the block drawn at event e (after it) and height y: groups stack bottom-up in code
@@ -177,20 +183,26 @@
   };
   Model.prototype.describe = function (i) {
     var p = this.p, t = this.t, a = this.a[i], f = this.f[i];
-    var d = {
+    return {
       block: this.bid[i], size: this.size[i], api: p.names.api[this.api[i]] || '?',
       owner: p.names.own[this.own[i]] || '?', cls: p.names.cls[this.cls[i]] || '?',
       alloc_event: a, alloc_ns: t[a], free_event: f === Infinity ? null : f,
       free_ns: f === Infinity ? null : t[f],
       site: this.site && this.site[i] >= 0 ? p.names.site[this.site[i]] : null
     };
-    return d;
   };
 
   /* ---- the view ------------------------------------------------------------------- */
   function colourOf(mode, name, k) {
     if (mode === 'cls' && CLASS_COLOURS[name]) return CLASS_COLOURS[name];
     return PALETTE[k % PALETTE.length];
+  }
+  function stepped() { return uPlot.paths.stepped({align: 1}); }
+  function lastAtOrBefore(xs, x) {
+    /* index of the last xs[i] <= x (xs sorted), -1 if none */
+    var lo = 0, hi = xs.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (xs[mid] <= x) lo = mid + 1; else hi = mid; }
+    return lo - 1;
   }
 
   function Timeline(root, p, model) {
@@ -199,129 +211,220 @@
     this.miniEl = root.querySelector('.pit-tl-mini');
     this.hoverEl = root.querySelector('.pit-tl-hover');
     this.infoEl = root.querySelector('.pit-tl-info');
+    this.legendEl = root.querySelector('.pit-tl-legend');
     this.modeName = 'cls';
     this.range = p.initial.slice();
-    this.busy = false;
+    this.ymax = 1;
+    this.u = null; this.mini = null;
     this.lastLod = null;
+    this.win = document.createElement('div');
+    this.win.className = 'pit-tl-window';
   }
-  Timeline.prototype.timeTicks = function (x0, x1) {
-    var vals = [], text = [], n = this.model.n, t = this.model.t, k;
-    var lo = t[Math.max(0, Math.min(n - 1, Math.round(x0)))], hi = t[Math.max(0, Math.min(n - 1, Math.round(x1)))];
-    for (k = 0; k <= 6; k++) {
-      var e = Math.round(x0 + (x1 - x0) * k / 6);
-      if (e < 0 || e >= n) continue;
-      vals.push(e); text.push(fmtTick(t[e], (hi - lo) / 6));
-    }
-    return {vals: vals, text: text};
+  Timeline.prototype.width = function () {
+    return Math.max(320, Math.floor(this.root.getBoundingClientRect().width || 1000));
   };
-  Timeline.prototype.iterShapes = function (x0, x1) {
-    var it = this.p.iters, shapes = [], j, drawn = 0;
-    for (j = 0; j + 1 < it.length; j++) {
-      if (it[j + 1] < x0 || it[j] > x1) continue;
-      if (++drawn > 400) break;
-      shapes.push({type: 'rect', xref: 'x', yref: 'paper', x0: it[j] - 0.5, x1: it[j + 1] - 0.5, y0: 0, y1: 1,
-                   fillcolor: j % 2 ? 'rgba(0,0,0,0.045)' : 'rgba(0,0,0,0)', line: {width: 0}, layer: 'below'});
-      /* a boundary tick above the plot area: never over the data */
-      shapes.push({type: 'line', xref: 'x', yref: 'paper', x0: it[j] - 0.5, x1: it[j] - 0.5, y0: 1.0, y1: 1.04,
-                   line: {color: '#555', width: 1}});
-    }
-    return shapes;
-  };
-  Timeline.prototype.traces = function (x0, x1) {
-    var m = this.model.mode(this.modeName), lod = this.model.lod(m, x0, x1, BINS), traces = [], k, j;
-    var acc = new Float64Array(lod.x.length), ymax = 0;
-    var label = this.p.reserved_view ? ' (reserved)' : '';
-    for (k = 0; k < m.K; k++) {
-      var y = new Array(lod.x.length), any = false;
-      for (j = 0; j < lod.x.length; j++) { acc[j] += lod.g[k][j]; y[j] = acc[j]; if (lod.g[k][j] > 0) any = true; }
-      traces.push({x: lod.x, y: y, type: 'scatter', mode: 'lines', line: {shape: 'hv', width: 0.5,
-                   color: colourOf(this.modeName, m.names[k], k)}, fill: k === 0 ? 'tozeroy' : 'tonexty',
-                   fillcolor: colourOf(this.modeName, m.names[k], k), name: m.names[k] + label,
-                   hoverinfo: 'skip', legendgroup: 'g' + k, showlegend: true, visible: true,
-                   opacity: any ? 1 : 0.999});
-    }
-    for (j = 0; j < acc.length; j++) if (acc[j] > ymax) ymax = acc[j];
-    var nv = this.p.nvml;
-    if (nv.x.length) {
-      var nx = [], ny = [];
-      for (j = 0; j < nv.x.length; j++) {
-        if (nv.x[j] >= x0 - (x1 - x0) && nv.x[j] <= x1 + (x1 - x0)) { nx.push(nv.x[j]); ny.push(nv.y[j]); }
-      }
-      /* keep the samples just outside the view so the step line crosses it */
-      var before = -1, after = -1;
-      for (j = 0; j < nv.x.length; j++) { if (nv.x[j] < x0) before = j; else if (after < 0 && nv.x[j] > x1) after = j; }
-      if (before >= 0 && nx.indexOf(nv.x[before]) < 0) { nx.unshift(nv.x[before]); ny.unshift(nv.y[before]); }
-      if (after >= 0 && nx.indexOf(nv.x[after]) < 0) { nx.push(nv.x[after]); ny.push(nv.y[after]); }
-      for (j = 0; j < ny.length; j++) if (nx[j] >= x0 && nx[j] <= x1 && ny[j] > ymax) ymax = ny[j];
-      if (before >= 0 && nv.y[before] > ymax) ymax = nv.y[before];
-      traces.push({x: nx, y: ny, type: 'scatter', mode: 'lines', line: {shape: 'hv', color: '#111', width: 1.5},
-                   name: 'NVML used (reserved + CUDA context)', hoverinfo: 'skip'});
-    }
-    var rl = this.p.reserved_line;
+  Timeline.prototype.lines = function () {
+    /* the NVML and reserved step lines: [{name, colour, dash, x: [...], y: [...]}] */
+    var out = [], nv = this.p.nvml, rl = this.p.reserved_line;
+    if (nv && nv.x.length) out.push({name: 'NVML used (reserved + CUDA context)', colour: NVML_COLOUR, dash: null,
+                                     width: 1.5, x: nv.x, y: nv.y});
     if (rl) {
-      traces.push({x: [x0, x1], y: [rl.y, rl.y], type: 'scatter', mode: 'lines', hoverinfo: 'skip',
-                   line: {color: '#C44E52', width: 1.5, dash: 'dash'}, name: rl.label});
-      if (rl.y > ymax) ymax = rl.y;
+      var rx = rl.x || [-0.5], ry = rl.x ? rl.ys : [rl.y];
+      out.push({name: rl.label, colour: RESERVED_COLOUR, dash: [6, 4], width: 1.5, x: rx, y: ry});
     }
-    traces.push({x: [x0, x1], y: [null, null], xaxis: 'x2', type: 'scatter', mode: 'lines', showlegend: false,
-                 hoverinfo: 'skip'});
-    this.lastLod = lod;
-    return {traces: traces, ymax: ymax, exact: lod.exact, points: lod.x.length};
+    return out;
   };
-  Timeline.prototype.layout = function (x0, x1, ymax) {
-    var tk = this.timeTicks(x0, x1), yt = byteTicks(Math.max(1, ymax) * 1.06);
-    return {
-      margin: {l: 70, r: 10, t: 46, b: 40}, height: 420, showlegend: true,
-      legend: {orientation: 'h', x: 0, y: -0.16, font: {size: 11}},
-      xaxis: {range: [x0, x1], title: {text: 'event index (allocations and frees, in order)', standoff: 4},
-              zeroline: false, showgrid: false},
-      xaxis2: {overlaying: 'x', side: 'top', matches: 'x', tickvals: tk.vals, ticktext: tk.text,
-               tickmode: 'array', showgrid: false, zeroline: false, ticks: 'outside',
-               title: {text: 'time since the first allocation', font: {size: 11}, standoff: 2}},
-      yaxis: {range: [0, Math.max(1, ymax) * 1.06], title: {text: 'device memory'}, fixedrange: true,
-              tickmode: 'array', tickvals: yt.vals, ticktext: yt.text},
-      shapes: this.iterShapes(x0, x1).concat(this.hoverShape ? [this.hoverShape] : []),
-      dragmode: 'zoom', hovermode: false, uirevision: 'keep'
+  Timeline.prototype.frame = function (r0, r1, bins) {
+    /* uPlot's aligned data for [r0, r1]: x, the stacked series (cumulative, top group first),
+       then one column per line (NVML, reserved), each a step function carried forward */
+    var m = this.model.mode(this.modeName), lod = this.model.lod(m, r0, r1, bins), K = m.K, k, j;
+    var lines = this.lines(), xs = lod.x.slice(), L = lines.length;
+    /* the lines' own change points inside the view join the x axis */
+    lines.forEach(function (ln) {
+      for (var q = 0; q < ln.x.length; q++) if (ln.x[q] > r0 && ln.x[q] < r1) xs.push(ln.x[q]);
+    });
+    if (L) { xs.sort(function (u, v) { return u - v; }); }
+    var n = xs.length, cum = [], ymax = 0, src = 0;
+    for (k = 0; k < K; k++) cum.push(new Array(n));
+    for (j = 0; j < n; j++) {
+      while (src + 1 < lod.x.length && lod.x[src + 1] <= xs[j]) src++;
+      var acc = 0;
+      for (k = 0; k < K; k++) { acc += lod.g[k][src]; cum[k][j] = acc; }
+      if (acc > ymax) ymax = acc;
+    }
+    var data = [xs];
+    for (k = K - 1; k >= 0; k--) data.push(cum[k]);
+    lines.forEach(function (ln) {
+      var col = new Array(n);
+      for (j = 0; j < n; j++) {
+        var q = lastAtOrBefore(ln.x, xs[j]);
+        col[j] = q < 0 ? null : ln.y[q];
+        if (col[j] !== null && col[j] > ymax) ymax = col[j];
+      }
+      data.push(col);
+    });
+    return {data: data, m: m, lod: lod, ymax: ymax, lines: lines};
+  };
+  Timeline.prototype.seriesFor = function (m, lines, mini) {
+    var s = [{}], k, self = this;
+    for (k = m.K - 1; k >= 0; k--) {
+      var c = colourOf(this.modeName, m.names[k], k);
+      s.push({label: m.names[k], stroke: c, fill: c, width: mini ? 0 : 0.5, paths: stepped(),
+              points: {show: false}});
+    }
+    lines.forEach(function (ln) {
+      s.push({label: ln.name, stroke: ln.colour, width: ln.width, dash: ln.dash || undefined, paths: stepped(),
+              points: {show: false}, spanGaps: false, show: !mini});
+    });
+    return s;
+  };
+  Timeline.prototype.timeValues = function (u, splits) {
+    var t = this.model.t, n = this.model.n;
+    function at(e) { return t[Math.max(0, Math.min(n - 1, Math.round(e)))]; }
+    var step = splits.length > 1 ? Math.abs(at(splits[1]) - at(splits[0])) : 0;
+    return splits.map(function (e) { return e < -0.5 || e > n - 0.5 ? '' : fmtTick(at(e), step); });
+  };
+  Timeline.prototype.makeMain = function (fr) {
+    var self = this, model = this.model;
+    var opts = {
+      width: this.width(), height: HEIGHT, legend: {show: false},
+      scales: {x: {time: false, range: function () { return [self.range[0], self.range[1]]; }},
+               y: {range: function () { return [0, Math.max(1, self.ymax) * 1.06]; }}},
+      axes: [
+        {scale: 'x', side: 2, label: 'event index (allocations and frees, in order)', labelSize: 20,
+         grid: {show: false}, space: 70, values: function (u, splits) { return splits.map(function (v) {
+           return v < -0.5 || v > model.n - 0.5 ? '' : fmtInt(v); }); }},
+        {scale: 'x', side: 0, label: 'time since the first allocation', labelSize: 20, grid: {show: false},
+         space: 110, ticks: {size: 4},
+         values: function (u, splits) { return self.timeValues(u, splits); }},
+        {scale: 'y', side: 3, size: YAXIS, label: 'device memory', labelSize: 18,
+         splits: function () { return byteTicks(Math.max(1, self.ymax) * 1.06).vals; },
+         values: function (u, splits) { var bt = byteTicks(Math.max(1, self.ymax) * 1.06);
+           return splits.map(function (v) { var i = bt.vals.indexOf(v); return i < 0 ? '' : bt.text[i]; }); }}
+      ],
+      series: this.seriesFor(fr.m, fr.lines, false),
+      cursor: {drag: {x: true, y: false, setScale: false}, points: {show: false}, y: false},
+      hooks: {
+        drawClear: [function (u) { self.drawBands(u); }],
+        draw: [function (u) { self.drawTicks(u); }],
+        setSelect: [function (u) {
+          var sel = u.select;
+          if (sel.width < 3) return;
+          var a = u.posToVal(sel.left, 'x'), b = u.posToVal(sel.left + sel.width, 'x');
+          u.setSelect({left: 0, top: 0, width: 0, height: 0}, false);
+          self.setRange(a, b);
+        }]
+      }
     };
+    return new uPlot(opts, fr.data, this.mainEl);
+  };
+  Timeline.prototype.drawBands = function (u) {
+    /* alternate iterations as shaded bands, under the data */
+    var it = this.p.iters, ctx = u.ctx, x0 = this.range[0], x1 = this.range[1], j, drawn = 0;
+    var top = u.bbox.top, h = u.bbox.height, left = u.bbox.left, right = left + u.bbox.width;
+    ctx.save();
+    ctx.fillStyle = 'rgba(0,0,0,0.05)';
+    for (j = 1; j + 1 < it.length; j += 2) {
+      if (it[j + 1] < x0 || it[j] > x1) continue;
+      if (++drawn > 2000) break;
+      var a = Math.max(left, u.valToPos(it[j] - 0.5, 'x', true)), b = Math.min(right, u.valToPos(it[j + 1] - 0.5, 'x', true));
+      if (b > a) ctx.fillRect(a, top, Math.max(1, b - a), h);
+    }
+    ctx.restore();
+  };
+  Timeline.prototype.drawTicks = function (u) {
+    /* a boundary tick just above the plot area for each iteration: never over the data */
+    var it = this.p.iters, ctx = u.ctx, x0 = this.range[0], x1 = this.range[1], j, drawn = 0;
+    var top = u.bbox.top, pr = window.devicePixelRatio || 1;
+    ctx.save();
+    ctx.strokeStyle = '#B45309'; ctx.lineWidth = 2 * pr;
+    ctx.beginPath();
+    for (j = 0; j < it.length; j++) {
+      if (it[j] - 0.5 < x0 || it[j] - 0.5 > x1) continue;
+      if (++drawn > 4000) break;
+      var x = Math.round(u.valToPos(it[j] - 0.5, 'x', true)) + 0.5;
+      ctx.moveTo(x, top - 9 * pr); ctx.lineTo(x, top - 1);
+    }
+    ctx.stroke();
+    ctx.restore();
+  };
+  Timeline.prototype.legend = function (m, lines) {
+    var items = [], k;
+    for (k = 0; k < m.K; k++) {
+      var c = colourOf(this.modeName, m.names[k], k);
+      items.push('<span class="pit-tl-key"><i style="background:' + c + '"></i>' + esc(m.names[k]) +
+                 (this.p.reserved_view ? ' (reserved)' : '') + '</span>');
+    }
+    lines.forEach(function (ln) {
+      items.push('<span class="pit-tl-key"><i class="line' + (ln.dash ? ' dash' : '') + '" style="border-color:' +
+                 ln.colour + '"></i>' + esc(ln.name) + '</span>');
+    });
+    if (this.p.iters.length >= 2) {
+      items.push('<span class="pit-tl-key"><i class="band"></i>alternate iterations</span>');
+      items.push('<span class="pit-tl-key"><i class="tick"></i>iteration boundary (above the plot)</span>');
+    }
+    this.legendEl.innerHTML = items.join('');
   };
   Timeline.prototype.draw = function () {
-    var self = this, x0 = this.range[0], x1 = this.range[1];
-    var tr = this.traces(x0, x1);
-    this.ymax = tr.ymax;
+    var x0 = this.range[0], x1 = this.range[1];
+    var fr = this.frame(x0, x1, BINS);
+    this.ymax = fr.ymax;
+    this.lastLod = fr.lod;
+    this.frameData = fr.data;
+    this.stackSeries = fr.m.K;
     var span = Math.max(1, x1 - x0);
     this.infoEl.textContent = fmtInt(Math.min(this.model.n, span + 1)) + ' of ' + fmtInt(this.model.n) +
-      ' events in view \u00b7 ' + (tr.exact ? 'every event drawn' : fmtInt(tr.points) + ' points (each bin keeps its peak)');
+      ' events in view \u00b7 ' + (fr.lod.exact ? 'every event drawn' : fmtInt(fr.lod.x.length) +
+      ' points (each bin keeps its peak)');
     this.root.setAttribute('data-range', Math.round(x0) + ',' + Math.round(x1));
-    this.root.setAttribute('data-points', String(tr.points));
-    this.busy = true;
-    return Plotly.react(this.mainEl, tr.traces, this.layout(x0, x1, tr.ymax),
-                        {displaylogo: false, scrollZoom: true, responsive: true,
-                         modeBarButtonsToRemove: ['select2d', 'lasso2d', 'autoScale2d', 'toImage']})
-      .then(function () { self.busy = false; self.drawWindow(); });
+    this.root.setAttribute('data-points', String(fr.lod.x.length));
+    this.hideHover();
+    if (!this.u || this.u.series.length !== fr.data.length || this.uMode !== this.modeName) {
+      if (this.u) this.u.destroy();
+      this.u = this.makeMain(fr);
+      this.uMode = this.modeName;
+      this.bindMain();
+      this.legend(fr.m, fr.lines);
+    } else {
+      this.u.setData(fr.data);
+    }
+    this.drawWindow();
   };
   Timeline.prototype.drawMini = function () {
-    var m = this.model.mode(this.modeName), n = this.model.n;
-    var lod = this.model.lod(m, 0, n - 1, 600), traces = [], acc = new Float64Array(lod.x.length), k, j;
-    for (k = 0; k < m.K; k++) {
-      var y = new Array(lod.x.length);
-      for (j = 0; j < lod.x.length; j++) { acc[j] += lod.g[k][j]; y[j] = acc[j]; }
-      traces.push({x: lod.x, y: y, type: 'scatter', mode: 'lines', line: {shape: 'hv', width: 0},
-                   fill: k === 0 ? 'tozeroy' : 'tonexty', fillcolor: colourOf(this.modeName, m.names[k], k),
-                   hoverinfo: 'skip', showlegend: false});
-    }
-    var layout = {margin: {l: 70, r: 10, t: 4, b: 22}, height: 80, showlegend: false,
-                  xaxis: {range: [0, n - 1], fixedrange: false, showgrid: false, zeroline: false,
-                          tickfont: {size: 9}},
-                  yaxis: {fixedrange: true, showticklabels: false, showgrid: false, rangemode: 'tozero'},
-                  dragmode: 'zoom', hovermode: false, shapes: [this.windowShape()]};
-    return Plotly.react(this.miniEl, traces, layout, {displayModeBar: false, responsive: true});
-  };
-  Timeline.prototype.windowShape = function () {
-    return {type: 'rect', xref: 'x', yref: 'paper', x0: this.range[0], x1: this.range[1], y0: 0, y1: 1,
-            line: {color: '#C44E52', width: 1.5}, fillcolor: 'rgba(196,78,82,0.12)'};
+    var self = this, n = this.model.n;
+    var fr = this.frame(-0.5, n - 0.5, MINI_BINS);
+    var ymax = fr.ymax;
+    var opts = {
+      width: this.width(), height: MINI_HEIGHT, legend: {show: false},
+      scales: {x: {time: false, range: function () { return [-0.5, n - 0.5]; }},
+               y: {range: function () { return [0, Math.max(1, ymax) * 1.04]; }}},
+      axes: [{scale: 'x', side: 2, size: 22, grid: {show: false}, font: '9px sans-serif', ticks: {size: 4},
+              values: function (u, splits) { return splits.map(function (v) { return v < 0 ? '' : fmtInt(v); }); }},
+             {scale: 'y', side: 3, size: YAXIS, grid: {show: false}, ticks: {show: false},
+              values: function (u, splits) { return splits.map(function () { return ''; }); }}],
+      series: this.seriesFor(fr.m, [], true).concat(fr.lines.map(function () { return {show: false}; })),
+      cursor: {drag: {x: true, y: false, setScale: false}, points: {show: false}, y: false, x: false},
+      hooks: {setSelect: [function (u) {
+        var sel = u.select;
+        if (sel.width < 3) return;
+        var a = u.posToVal(sel.left, 'x'), b = u.posToVal(sel.left + sel.width, 'x');
+        u.setSelect({left: 0, top: 0, width: 0, height: 0}, false);
+        self.setRange(a, b);
+      }]}
+    };
+    if (this.mini) this.mini.destroy();
+    this.mini = new uPlot(opts, fr.data, this.miniEl);
+    this.miniMode = this.modeName;
+    this.drawWindow();
   };
   Timeline.prototype.drawWindow = function () {
-    if (this.miniEl && this.miniEl.layout) Plotly.relayout(this.miniEl, {shapes: [this.windowShape()]});
+    /* the red window in the minimap: where the main view is */
+    var mu = this.mini;
+    if (!mu) return;
+    if (this.win.parentNode !== mu.over) mu.over.appendChild(this.win);
+    var a = mu.valToPos(this.range[0], 'x'), b = mu.valToPos(this.range[1], 'x');
+    this.win.style.left = Math.max(0, a) + 'px';
+    this.win.style.width = Math.max(2, Math.min(mu.bbox.width / (window.devicePixelRatio || 1), b) - Math.max(0, a)) + 'px';
   };
   Timeline.prototype.setRange = function (x0, x1) {
     var n = this.model.n;
@@ -329,11 +432,18 @@
     x0 = Math.max(-0.5, x0); x1 = Math.min(n - 0.5, x1);
     if (x1 - x0 < 4) { var c = (x0 + x1) / 2; x0 = c - 2; x1 = c + 2; }
     this.range = [x0, x1];
-    this.hoverShape = null;
-    return this.draw();
+    this.draw();
+    return Promise.resolve();
   };
   Timeline.prototype.steady = function () {
     return this.setRange(this.p.initial[0], this.p.initial[1]);
+  };
+  Timeline.prototype.stackTop = function () {
+    /* the highest value the drawn stack reaches (the test's view of the drawing) */
+    var d = this.frameData, m = 0;
+    if (!d || this.stackSeries < 1) return 0;
+    d[1].forEach(function (v) { if (v > m) m = v; });
+    return m;
   };
   Timeline.prototype.hoverAt = function (e, y) {
     var m = this.model.mode(this.modeName), hit = this.model.blockAt(m, e, y);
@@ -342,8 +452,14 @@
     d.y0 = hit.y0; d.y1 = hit.y1; d.event = Math.round(e);
     return d;
   };
+  Timeline.prototype.hideHover = function () { if (this.mark) this.mark.style.display = 'none'; };
   Timeline.prototype.showHover = function (d) {
-    if (!d) { this.hoverEl.innerHTML = '<span class="pit-tl-none">no block under the cursor</span>'; return; }
+    if (!d) {
+      this.hoverEl.innerHTML = '<span class="pit-tl-none">no block under the cursor</span>';
+      this.hoverEl.removeAttribute('data-block');
+      this.hideHover();
+      return;
+    }
     var life = d.free_event === null ? 'never freed (live at the end of the trace)'
       : fmtNs(d.free_ns - d.alloc_ns) + ' (' + fmtInt(d.free_event - d.alloc_event) + ' events)';
     var rows = [['block', '#' + d.block], ['size', fmtBytes(d.size) + ' (' + fmtInt(d.size) + ' B)'],
@@ -355,53 +471,81 @@
       return '<tr><td>' + esc(r[0]) + '</td><td>' + esc(r[1]) + '</td></tr>';
     }).join('') + '</table>';
     this.hoverEl.setAttribute('data-block', String(d.block));
+    /* mark the block: a bar over its height at the event under the cursor */
+    var u = this.u;
+    if (!this.mark) { this.mark = document.createElement('div'); this.mark.className = 'pit-tl-mark'; }
+    if (this.mark.parentNode !== u.over) u.over.appendChild(this.mark);
+    var xa = u.valToPos(Math.max(d.alloc_event, this.range[0]), 'x');
+    var xb = u.valToPos(Math.min(d.free_event === null ? this.model.n - 0.5 : d.free_event, this.range[1]), 'x');
+    var ya = u.valToPos(d.y1, 'y'), yb = u.valToPos(d.y0, 'y');
+    this.mark.style.display = 'block';
+    this.mark.style.left = Math.min(xa, xb) + 'px';
+    this.mark.style.width = Math.max(2, Math.abs(xb - xa)) + 'px';
+    this.mark.style.top = ya + 'px';
+    this.mark.style.height = Math.max(2, yb - ya) + 'px';
   };
-  Timeline.prototype.pixelToData = function (ev) {
-    var fl = this.mainEl._fullLayout;
-    if (!fl || !fl.xaxis) return null;
-    var rect = this.mainEl.getBoundingClientRect(), sz = fl._size;
-    var px = ev.clientX - rect.left - sz.l, py = ev.clientY - rect.top - sz.t;
-    if (px < 0 || py < 0 || px > sz.w || py > sz.h) return null;
-    return {x: fl.xaxis.p2d(px), y: fl.yaxis.p2d(py)};
-  };
-  Timeline.prototype.bind = function () {
-    var self = this, pending = null;
-    this.mainEl.on('plotly_relayout', function (ev) {
-      if (self.busy) return;
-      var r0 = ev['xaxis.range[0]'], r1 = ev['xaxis.range[1]'];
-      if (ev['xaxis.range'] && ev['xaxis.range'].length) { r0 = ev['xaxis.range'][0]; r1 = ev['xaxis.range'][1]; }
-      if (ev['xaxis.autorange'] || ev['xaxis2.autorange']) { self.setRange(-0.5, self.model.n - 0.5); return; }
-      if (r0 === undefined || r1 === undefined) return;
-      self.setRange(+r0, +r1);
-    });
-    this.miniEl.on('plotly_relayout', function (ev) {
-      if (self.miniBusy) return;
-      var r0 = ev['xaxis.range[0]'], r1 = ev['xaxis.range[1]'];
-      if (r0 === undefined || r1 === undefined) return;
-      self.miniBusy = true;
-      Plotly.relayout(self.miniEl, {'xaxis.range': [0, self.model.n - 1]}).then(function () {
-        self.miniBusy = false;
-        self.setRange(+r0, +r1);
-      });
-    });
-    this.mainEl.addEventListener('mousemove', function (ev) {
-      if (pending) return;
+  Timeline.prototype.bindMain = function () {
+    var self = this, u = this.u, over = u.over, pending = null, panning = null;
+    over.addEventListener('mousemove', function (ev) {
+      if (panning || pending) return;
       pending = window.requestAnimationFrame(function () {
         pending = null;
-        var pt = self.pixelToData(ev);
-        if (!pt) return;
-        var d = self.hoverAt(pt.x, pt.y);
-        self.showHover(d);
-        var shape = d ? {type: 'line', xref: 'x', yref: 'y', x0: d.event, x1: d.event, y0: d.y0, y1: d.y1,
-                         line: {color: '#000', width: 4}} : null;
-        if (shape || self.hoverShape) {
-          self.hoverShape = shape;
-          self.busy = true;
-          Plotly.relayout(self.mainEl, {shapes: self.iterShapes(self.range[0], self.range[1]).concat(shape ? [shape] : [])})
-            .then(function () { self.busy = false; });
-        }
+        var r = over.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
+        if (px < 0 || py < 0 || px > r.width || py > r.height) return;
+        self.showHover(self.hoverAt(u.posToVal(px, 'x'), u.posToVal(py, 'y')));
       });
     });
+    over.addEventListener('mouseleave', function () { self.hideHover(); });
+    over.addEventListener('wheel', function (ev) {
+      /* wheel: zoom around the cursor; shift+wheel or a sideways wheel: pan */
+      ev.preventDefault();
+      var r = over.getBoundingClientRect(), at = u.posToVal(ev.clientX - r.left, 'x');
+      var x0 = self.range[0], x1 = self.range[1], span = x1 - x0;
+      if (ev.shiftKey || Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) {
+        var d = (ev.shiftKey ? ev.deltaY || ev.deltaX : ev.deltaX) / Math.max(1, r.width) * span;
+        var n = self.model.n;
+        d = Math.max(-0.5 - x0, Math.min(n - 0.5 - x1, d));
+        self.setRange(x0 + d, x1 + d);
+        return;
+      }
+      var f = Math.pow(1.0015, ev.deltaY);
+      self.setRange(at - (at - x0) * f, at + (x1 - at) * f);
+    }, {passive: false});
+    /* shift+drag: pan (plain drag selects a range to zoom into) */
+    over.addEventListener('mousedown', function (ev) {
+      if (!ev.shiftKey || ev.button !== 0) return;
+      ev.stopPropagation(); ev.preventDefault();
+      panning = {x: ev.clientX, r: self.range.slice(), w: over.getBoundingClientRect().width};
+      function move(e2) {
+        var span = panning.r[1] - panning.r[0], d = -(e2.clientX - panning.x) / panning.w * span, n = self.model.n;
+        d = Math.max(-0.5 - panning.r[0], Math.min(n - 0.5 - panning.r[1], d));
+        self.setRange(panning.r[0] + d, panning.r[1] + d);
+      }
+      function up() { panning = null; window.removeEventListener('mousemove', move); window.removeEventListener('mouseup', up); }
+      window.addEventListener('mousemove', move);
+      window.addEventListener('mouseup', up);
+    }, true);
+  };
+  Timeline.prototype.bindMini = function () {
+    /* drag the window to move the view; drag elsewhere in the minimap to choose a range */
+    var self = this;
+    this.win.addEventListener('mousedown', function (ev) {
+      if (ev.button !== 0 || !self.mini) return;
+      ev.stopPropagation(); ev.preventDefault();
+      var x = ev.clientX, r = self.range.slice(), scale = self.model.n / Math.max(1, self.mini.over.getBoundingClientRect().width);
+      function move(e2) {
+        var d = (e2.clientX - x) * scale, n = self.model.n;
+        d = Math.max(-0.5 - r[0], Math.min(n - 0.5 - r[1], d));
+        self.setRange(r[0] + d, r[1] + d);
+      }
+      function up() { window.removeEventListener('mousemove', move); window.removeEventListener('mouseup', up); }
+      window.addEventListener('mousemove', move);
+      window.addEventListener('mouseup', up);
+    });
+  };
+  Timeline.prototype.bind = function () {
+    var self = this;
+    this.bindMini();
     this.root.querySelectorAll('button[data-mode]').forEach(function (b) {
       b.addEventListener('click', function () {
         self.modeName = b.getAttribute('data-mode');
@@ -413,6 +557,15 @@
     this.root.querySelector('button[data-act="steady"]').addEventListener('click', function () { self.steady(); });
     this.root.querySelector('button[data-act="all"]').addEventListener('click', function () {
       self.setRange(-0.5, self.model.n - 0.5);
+    });
+    var last = this.width();
+    window.addEventListener('resize', function () {
+      var w = self.width();
+      if (w === last) return;
+      last = w;
+      if (self.u) self.u.setSize({width: w, height: HEIGHT});
+      if (self.mini) self.mini.setSize({width: w, height: MINI_HEIGHT});
+      self.drawWindow();
     });
   };
 
@@ -426,21 +579,21 @@
       var model = new Model(p, arrs), tl = new Timeline(root, p, model);
       root.pitTimeline = tl;
       if (p.iters.length < 2) root.querySelector('button[data-act="steady"]').disabled = true;
-      return tl.drawMini().then(function () { return tl.draw(); }).then(function () {
-        tl.bind();
-        root.setAttribute('data-timeline', 'ok');
-        root.setAttribute('data-mode', 'cls');
-        root.setAttribute('data-ms', String(Math.round(performance.now() - t0)));
-        return tl;
-      });
+      tl.draw();
+      tl.drawMini();
+      tl.bind();
+      root.setAttribute('data-timeline', 'ok');
+      root.setAttribute('data-mode', 'cls');
+      root.setAttribute('data-ms', String(Math.round(performance.now() - t0)));
+      return tl;
     });
   }
 
   window.pitTimelines = [];
   function startAll() {
     var roots = document.querySelectorAll('.pit-tl'), jobs = [];
-    if (typeof Plotly === 'undefined') {
-      roots.forEach(function (r) { r.setAttribute('data-timeline', 'no-plotly'); });
+    if (typeof uPlot === 'undefined') {
+      roots.forEach(function (r) { r.setAttribute('data-timeline', 'no-chart-library'); });
       return Promise.resolve();
     }
     roots.forEach(function (r) {
@@ -451,6 +604,9 @@
       }));
     });
     return Promise.all(jobs).then(function () {
+      /* uPlot draws on a microtask: wait for the frame that shows it */
+      return new Promise(function (res) { requestAnimationFrame(function () { res(); }); });
+    }).then(function () {
       document.body.setAttribute('data-timelines', 'ok');
       document.body.setAttribute('data-timelines-ms', String(Math.round(performance.now())));
       document.body.setAttribute('data-timelines-script-start-ms', String(Math.round(SCRIPT_START)));

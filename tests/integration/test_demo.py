@@ -44,11 +44,11 @@ def test_demo_captures_analyses_and_reports(tmp_path):
     assert h["access"]["intervals"] > 0
     assert d["bandwidth_assumed_gbps"] in (None, 16.0)
     page = open(report_path, encoding="utf-8").read()
-    from pyinterpose.report.timeline import plotly_js
+    from pyinterpose.report.timeline import chart_js
 
-    if plotly_js() is not None:  # inlined verbatim (its text names URLs it never loads)
-        assert page.count(plotly_js()) == 1 and 'class="pit-tl"' in page
-        page = page.replace(plotly_js(), "")
+    if chart_js() is not None:  # inlined verbatim (its text names URLs it never loads)
+        assert page.count(chart_js()) == 1 and 'class="pit-tl"' in page
+        page = page.replace(chart_js(), "")
     assert "https://" not in page and "http://" not in page
     assert len(re.findall(r'src="data:image/svg\+xml;base64,', page)) >= 4
     # the terminal form prints the summary and where the report went

@@ -100,6 +100,16 @@ def artifacts_dir(tmp_path) -> str:
     return d
 
 
+# the highest value of the stacked series uPlot was given to draw (series 1..K: the groups'
+# cumulative curves, top group first; the NVML and reserved lines follow them)
+STACK_TOP = """(function(){var tl=document.querySelector('.pit-tl').pitTimeline, u=tl.u, m=0, k, j;
+  for (k=1; k<=tl.stackSeries; k++) for (j=0; j<u.data[k].length; j++)
+    if (u.data[k][j]>m) m=u.data[k][j];
+  return m;})()"""
+OVER = ("(function(){document.querySelector('.pit-tl-main').scrollIntoView({block:'center'});"
+        "var r=document.querySelector('.pit-tl-main .u-over').getBoundingClientRect();"
+        "return [r.left,r.top,r.width,r.height];})()")
+
 STATE = """(function(){var r=document.querySelector('.pit-tl');var tl=r.pitTimeline;
  return {status:r.getAttribute('data-timeline'), range:tl.range.slice(), n:tl.model.n,
          points:+r.getAttribute('data-points'), ms:+r.getAttribute('data-ms'),
@@ -143,14 +153,11 @@ def test_timeline_on_real_trace(tmp_path, name):
 
         # the whole run keeps the exact peak (each LOD bin keeps its peak)
         b.eval("document.querySelector('.pit-tl').pitTimeline.setRange(-0.5, 1e12)")
-        top = b.eval("""(function(){var gd=document.querySelector('.pit-tl-main'), m=0;
-            gd.data.forEach(function(t){ if (t.fill && t.y) t.y.forEach(function(v){ if (v>m) m=v; }); });
-            return m;})()""")
+        top = b.eval(STACK_TOP)
         assert top == peak_live_bytes(db)
 
         # zoom with the mouse wheel over the plot: the visible range shrinks around the cursor
-        box = b.eval("(function(){var r=document.querySelector('.pit-tl-main .nsewdrag').getBoundingClientRect();"
-                     "return [r.left,r.top,r.width,r.height];})()")
+        box = b.eval(OVER)
         r0 = b.eval(STATE)["range"]
         b.mouse("mouseWheel", box[0] + box[2] * 0.5, box[1] + box[3] * 0.5, deltaX=0, deltaY=-600)
         for _ in range(50):
@@ -160,7 +167,32 @@ def test_timeline_on_real_trace(tmp_path, name):
             b.eval("new Promise(function(r){setTimeout(r,100)})")
         assert r1[1] - r1[0] < r0[1] - r0[0], (r0, r1)
 
+        # drag across the plot: the view becomes the dragged range
+        y = box[1] + box[3] * 0.5
+        b.mouse("mousePressed", box[0] + box[2] * 0.25, y, button="left", clickCount=1)
+        for fx in (0.35, 0.5, 0.65):
+            b.mouse("mouseMoved", box[0] + box[2] * fx, y, button="left")
+        b.mouse("mouseReleased", box[0] + box[2] * 0.65, y, button="left", clickCount=1)
+        r2 = b.eval(STATE)["range"]
+        w1 = r1[1] - r1[0]
+        assert abs((r2[1] - r2[0]) - 0.4 * w1) < 0.05 * w1 + 2, (r1, r2)
+        assert abs(r2[0] - (r1[0] + 0.25 * w1)) < 0.05 * w1 + 2, (r1, r2)
+
+        # drag the minimap's window: the view moves by the same number of events, keeping its width
+        win = b.eval("(function(){document.querySelector('.pit-tl-mini').scrollIntoView({block:'center'});"
+                     "var r=document.querySelector('.pit-tl-window').getBoundingClientRect();"
+                     "var m=document.querySelector('.pit-tl-mini .u-over').getBoundingClientRect();"
+                     "return [r.left+r.width/2, r.top+r.height/2, m.width];})()")
+        b.mouse("mousePressed", win[0], win[1], button="left", clickCount=1)
+        b.mouse("mouseMoved", win[0] - win[2] * 0.1, win[1], button="left")
+        b.mouse("mouseReleased", win[0] - win[2] * 0.1, win[1], button="left", clickCount=1)
+        r3 = b.eval(STATE)["range"]
+        assert abs((r3[1] - r3[0]) - (r2[1] - r2[0])) < 1e-6 * st["n"] + 1e-9, (r2, r3)
+        if r2[0] > 0.1 * st["n"]:
+            assert r3[0] < r2[0], (r2, r3)
+
         # hover: sweep the cursor up the plot at mid-width until a block is read out
+        box = b.eval(OVER)
         info = None
         for fy in np.linspace(0.97, 0.05, 24):
             b.mouse("mouseMoved", box[0] + box[2] * 0.5, box[1] + box[3] * float(fy))
@@ -180,9 +212,7 @@ def test_timeline_on_real_trace(tmp_path, name):
         # the owner stacking draws too, and still adds up to the same peak
         b.eval("document.querySelector('.pit-tl button[data-mode=own]').click()")
         b.eval("document.querySelector('.pit-tl').pitTimeline.setRange(-0.5, 1e12)")
-        top = b.eval("""(function(){var gd=document.querySelector('.pit-tl-main'), m=0;
-            gd.data.forEach(function(t){ if (t.fill && t.y) t.y.forEach(function(v){ if (v>m) m=v; }); });
-            return m;})()""")
+        top = b.eval(STACK_TOP)
         assert top == peak_live_bytes(db)
         assert b.console_errors() == []
         # offline: nothing but the file itself and inline data was requested
@@ -208,8 +238,7 @@ def test_timeline_hover_shows_call_site_and_owner(tmp_path, native, capture):
     with Browser(str(tmp_path / "profile"), 1400, 1000) as b:
         b.open(page.as_uri())
         b.eval("window.pitTimelinesReady")
-        box = b.eval("(function(){var r=document.querySelector('.pit-tl-main .nsewdrag').getBoundingClientRect();"
-                     "return [r.left,r.top,r.width,r.height];})()")
+        box = b.eval(OVER)
         bid = None
         for fx in (0.5, 0.3, 0.7):
             for fy in np.linspace(0.95, 0.1, 18):

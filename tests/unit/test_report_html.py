@@ -22,20 +22,20 @@ def _no_cached_bandwidth(monkeypatch, tmp_path):
 
 
 def images(page: str) -> list[bytes]:
-    from pyinterpose.report.timeline import plotly_js
+    from pyinterpose.report.timeline import chart_js
 
-    if plotly_js() is not None:
-        page = page.replace(plotly_js(), "")
+    if chart_js() is not None:
+        page = page.replace(chart_js(), "")
     return [base64.b64decode(m) for m in re.findall(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', page)]
 
 
 def assert_self_contained(page: str) -> None:
-    from pyinterpose.report.timeline import plotly_js
+    from pyinterpose.report.timeline import chart_js
 
     assert page.startswith("<!DOCTYPE html>")
-    lib = plotly_js()
+    lib = chart_js()
     if lib is not None and "<div class=\"pit-tl\"" in page:
-        # the charting library is inlined verbatim from the installed plotly package (its text
+        # the charting library is inlined verbatim from the installed uplot-python package (its text
         # names URLs, e.g. the SVG namespace, but loads nothing: the browser test checks requests)
         assert page.count(lib) == 1
         page = page.replace(lib, "")
