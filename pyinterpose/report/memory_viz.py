@@ -27,7 +27,9 @@ throws and leaves the page blank.  ``frames`` come from the trace's call sites
 addresses above ``VMM_BASE`` so that address keys stay unique.
 
 Written with pickle protocol 4 and built-in types only (dict/list/str/int/bool),
-addresses as ints below 2**63 (the JS unpickler's limits).
+addresses as ints below 2**63 (the JS unpickler's limits).  :func:`snapshot` builds the
+objects (tests, small traces); :func:`write_snapshot` streams the same pickle from the
+columns (report.pickle_stream) without building one Python object per entry.
 """
 from __future__ import annotations
 
@@ -54,77 +56,92 @@ def _addresses(b: pd.DataFrame) -> np.ndarray:
     return addr
 
 
+class _Columns:
+    """The per-block columns and the time-ordered event list shared by :func:`snapshot` and
+    :func:`write_snapshot`."""
+
+    def __init__(self, trace: Trace, classes: pd.Series | None):
+        b = _allocator_blocks(trace)
+        self.blocks = b
+        self.cat = None
+        self.live = np.zeros(0, np.int64)
+        if len(b) and int(b["address"].to_numpy(np.uint64).max()) >= 2 ** 63:
+            raise PyinterposeError("an address does not fit in a signed 64-bit int; memory_viz cannot read it")
+        ndev = int(b["device"].max()) + 1 if len(b) else 1
+        self.ndev = max(ndev, 1)
+        if len(b) == 0:
+            return
+        if (b["device"] < 0).any():
+            raise PyinterposeError("device blocks with an unknown device (-1) cannot be placed in a snapshot")
+        self.addr = _addresses(b)
+        self.size = b["size"].to_numpy(np.int64)
+        self.dev = b["device"].to_numpy(np.int64)
+        stream = b["stream"].to_numpy(np.uint64)
+        self.stream = (stream & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)  # JS-safe
+        self.freed = freed = b["freed"].to_numpy(bool)
+        if classes is not None:
+            self.cat = classes.reindex(b["block_id"].to_numpy()).astype(object).fillna("other").astype(str).to_numpy()
+        else:
+            self.cat = None
+        self.reserved_view = str(trace.meta.get("view", "")) == "reserved"
+        epoch = trace.meta.get("start_time")
+        self.epoch_us = int(round(float(epoch) * 1e6)) if isinstance(epoch, (int, float)) else 0
+        n = len(b)
+        rows = np.arange(n)
+        t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
+        is_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(n, bool)])
+        r = np.concatenate([rows[freed], rows])
+        order = np.lexsort((is_alloc, t))  # frees (False) before allocs at equal t
+        # the events in time order: block row, time, alloc (True) or free
+        self.ev_row, self.ev_t, self.ev_alloc = r[order], t[order], is_alloc[order]
+        live = np.flatnonzero(~freed)
+        self.live = live[np.argsort(self.addr[live], kind="stable")]
+
+    def segment(self, i: int, frames: list) -> dict[str, Any]:
+        """The final-state segment of the live block in row ``i``."""
+        sz = int(self.size[i])
+        if self.reserved_view:
+            blk = {"size": sz, "requested_size": 0, "state": "inactive", "frames": []}
+            used = 0
+        else:
+            blk = {"size": sz, "requested_size": sz, "state": "active_allocated", "frames": frames}
+            used = sz
+        return {"device": int(self.dev[i]), "address": int(self.addr[i]), "total_size": sz,
+                "stream": int(self.stream[i]), "segment_type": "large" if sz > (1 << 20) else "small",
+                "segment_pool_id": (0, 0), "allocated_size": used, "active_size": used,
+                "requested_size": used, "is_expandable": False, "frames": frames,
+                "blocks": [blk]}
+
+
 def snapshot(trace: Trace, classes: pd.Series | None = None) -> dict[str, Any]:
-    """The snapshot dict {"segments": [...], "device_traces": [[...], ...]}."""
-    b = _allocator_blocks(trace)
-    if len(b) and int(b["address"].to_numpy(np.uint64).max()) >= 2 ** 63:
-        raise PyinterposeError("an address does not fit in a signed 64-bit int; memory_viz cannot read it")
-    ndev = int(b["device"].max()) + 1 if len(b) else 1
-    ndev = max(ndev, 1)
-    device_traces: list[list[dict]] = [[] for _ in range(ndev)]
+    """The snapshot dict {"segments": [...], "device_traces": [[...], ...]} as Python objects
+    (:func:`write_snapshot` streams the same pickle without building them)."""
+    c = _Columns(trace, classes)
+    device_traces: list[list[dict]] = [[] for _ in range(c.ndev)]
     segments: list[dict] = []
-    if len(b) == 0:
+    if len(c.blocks) == 0:
         return {"segments": segments, "device_traces": device_traces}
-    if (b["device"] < 0).any():
-        raise PyinterposeError("device blocks with an unknown device (-1) cannot be placed in a snapshot")
-
-    addr = _addresses(b)
-    size = b["size"].to_numpy(np.int64)
-    dev = b["device"].to_numpy(np.int64)
-    stream = b["stream"].to_numpy(np.uint64)
-    stream = (stream & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)  # JS-safe
-    freed = b["freed"].to_numpy(bool)
-    if classes is not None:
-        cat = classes.reindex(b["block_id"].to_numpy()).astype(object).fillna("other").astype(str).to_numpy()
-    else:
-        cat = None
-
-    reserved_view = str(trace.meta.get("view", "")) == "reserved"
-    epoch = trace.meta.get("start_time")
-    epoch_us = int(round(float(epoch) * 1e6)) if isinstance(epoch, (int, float)) else 0
-    frames = _frames(trace, b)
-
-    n = len(b)
-    rows = np.arange(n)
-    t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
-    is_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(n, bool)])
-    r = np.concatenate([rows[freed], rows])
-    order = np.lexsort((is_alloc, t))  # frees (False) before allocs at equal t
-
-    for ev in order.tolist():
-        i = int(r[ev])
+    addr, size, stream, dev, cat = c.addr, c.size, c.stream, c.dev, c.cat
+    frames = _frames(trace, c.blocks)
+    for i, t, is_alloc in zip(c.ev_row.tolist(), c.ev_t.tolist(), c.ev_alloc.tolist()):
         d = int(dev[i])
         common = {"addr": int(addr[i]), "size": int(size[i]), "stream": int(stream[i]),
-                  "time_us": epoch_us + int(t[ev] // 1000), "frames": frames[i]}
+                  "time_us": c.epoch_us + int(t // 1000), "frames": frames[i]}
         seg_ev = dict(common, category="unknown")
-        if is_alloc[ev]:
+        if is_alloc:
             device_traces[d].append(dict(seg_ev, action="segment_alloc"))
-            if not reserved_view:
+            if not c.reserved_view:
                 blk = dict(common, action="alloc")
                 if cat is not None:
                     blk["category"] = cat[i]
                 device_traces[d].append(blk)
         else:
-            if not reserved_view:
+            if not c.reserved_view:
                 device_traces[d].append(dict(common, action="free_requested"))
                 device_traces[d].append(dict(common, action="free_completed"))
             device_traces[d].append(dict(seg_ev, action="segment_free"))
-
-    live = np.flatnonzero(~freed)
-    live = live[np.argsort(addr[live], kind="stable")]
-    for i in live.tolist():
-        sz = int(size[i])
-        if reserved_view:
-            blk = {"size": sz, "requested_size": 0, "state": "inactive", "frames": []}
-            used = 0
-        else:
-            blk = {"size": sz, "requested_size": sz, "state": "active_allocated", "frames": frames[i]}
-            used = sz
-        segments.append({"device": int(dev[i]), "address": int(addr[i]), "total_size": sz,
-                         "stream": int(stream[i]), "segment_type": "large" if sz > (1 << 20) else "small",
-                         "segment_pool_id": (0, 0), "allocated_size": used, "active_size": used,
-                         "requested_size": used, "is_expandable": False, "frames": frames[i],
-                         "blocks": [blk]})
+    for i in c.live.tolist():
+        segments.append(c.segment(i, frames[i]))
     return {"segments": segments, "device_traces": device_traces}
 
 
@@ -145,43 +162,124 @@ def _allocator_blocks(trace: Trace) -> pd.DataFrame:
     return b[keep]
 
 
-def _frames(trace: Trace, b: pd.DataFrame) -> list[list[dict]]:
-    """Per block, its call stack as the viewer's frames ({filename, line, name}),
-    innermost first; [] when the trace has no call sites (or no stacks API)."""
+def _stack_frames(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.ndarray]:
+    """The distinct call stacks of the blocks as the viewer's frames ({filename, line, name},
+    innermost first) and, per block, the index of its stack in that list; index 0 is the empty
+    stack ([]: no call site, or no stacks in the trace or in this build)."""
     empty: list[dict] = []
-    out = [empty] * len(b)
+    none = np.zeros(len(b), np.int64)
     if "stack_id" not in b.columns:
-        return out
+        return [empty], none
     sid = b["stack_id"].to_numpy(np.int64)
     if not (sid >= 0).any():
-        return out
+        return [empty], none
     try:
         from ..trace.stacks import frames_of  # type: ignore[import-not-found]
     except Exception:  # noqa: BLE001 - no stacks API in this build
-        return out
-    cache: dict[int, list[dict]] = {}
-    for j, s in enumerate(sid.tolist()):
+        return [empty], none
+    uniq, inv = np.unique(sid, return_inverse=True)
+    stacks = [empty]
+    for s in uniq.tolist():
         if s < 0:
             continue
-        if s not in cache:
-            try:
-                fr = frames_of(trace, int(s))
-            except Exception:  # noqa: BLE001
-                fr = []
-            cache[s] = [{"filename": str(f.get("filename") or f.get("object") or "??"),
-                         "line": int(f.get("line") or 0),
-                         "name": str(f.get("function") or "??")} for f in fr]
-        out[j] = cache[s]
-    return out
+        try:
+            fr = frames_of(trace, int(s))
+        except Exception:  # noqa: BLE001
+            fr = []
+        stacks.append([{"filename": str(f.get("filename") or f.get("object") or "??"),
+                        "line": int(f.get("line") or 0),
+                        "name": str(f.get("function") or "??")} for f in fr])
+    first = int(np.searchsorted(uniq, 0))      # uniq[:first] are the negative ids
+    idx = np.where(sid >= 0, inv.reshape(-1) - first + 1, 0)
+    return stacks, idx
+
+
+def _frames(trace: Trace, b: pd.DataFrame) -> list[list[dict]]:
+    """Per block, its call stack as the viewer's frames (blocks with the same stack share one list)."""
+    stacks, idx = _stack_frames(trace, b)
+    return [stacks[j] for j in idx.tolist()]
+
+
+_KEYS = ("addr", "size", "stream", "time_us", "frames", "category", "action")
+_ACTIONS = ("segment_alloc", "alloc", "free_requested", "free_completed", "segment_free")
 
 
 def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, int]:
-    snap = snapshot(trace, classes=classes)
+    """Write the snapshot pickle of :func:`snapshot` to ``path`` without building it: the
+    device traces (five dicts per block) are written from the columns in chunks
+    (:func:`pyinterpose.report.pickle_stream.write_rows`).
+
+    Layout: the top-level dict's items are ``"segments"`` -> a *prelude* list (every key, action,
+    category and frames list the rows refer to, each memoized once), then ``"segments"`` again ->
+    the real final segments, which replaces the prelude (a dict keeps the last value of a
+    repeated key, in Python's unpickler and in the viewer's), then ``"device_traces"``."""
+    from . import pickle_stream as P
+
+    c = _Columns(trace, classes)
+    b = c.blocks
+    stacks, fidx = _stack_frames(trace, b) if len(b) else ([[]], np.zeros(0, np.int64))
+    if c.cat is not None and len(b):
+        cat_codes, cat_names = pd.factorize(c.cat)
+        cat_names = [str(x) for x in cat_names]
+    else:
+        cat_codes, cat_names = np.zeros(len(b), np.int64), []
+    entries = 0
     with open(path, "wb") as f:
-        pickle.dump(snap, f, protocol=4)
-    return {"segments": len(snap["segments"]),
-            "trace_entries": sum(len(d) for d in snap["device_traces"]),
-            "blocks": len(_allocator_blocks(trace)), "device_blocks": len(trace.device_blocks)}
+        ps = P.PickleStream(f)
+        ps.begin()
+        ps.write(P.EMPTY_DICT + P.MARK)
+        ps.obj("segments")
+        ps.obj(list(_KEYS) + list(_ACTIONS) + ["unknown"] + cat_names + stacks)   # the prelude
+        ps.obj("segments")
+        ps.obj([c.segment(i, stacks[fidx[i]]) for i in c.live.tolist()] if len(b) else [])
+        ps.obj("device_traces")
+        ps.write(P.EMPTY_LIST)
+        for d0 in range(0, c.ndev, P.BATCH):
+            ps.write(P.MARK)
+            for d in range(d0, min(c.ndev, d0 + P.BATCH)):
+                ps.write(P.EMPTY_LIST)
+                if len(b):
+                    entries += _write_device(ps, c, d, stacks, fidx, cat_codes, cat_names)
+            ps.write(P.APPENDS)
+        ps.write(P.SETITEMS)
+        ps.end()
+    return {"segments": int(len(c.live)) if len(b) else 0, "trace_entries": entries,
+            "blocks": len(b), "device_blocks": len(trace.device_blocks)}
+
+
+def _write_device(ps, c: _Columns, d: int, stacks, fidx: np.ndarray, cat_codes, cat_names) -> int:
+    """Append device ``d``'s trace entries (the list is open); returns how many."""
+    from .pickle_stream import Const, Int, Ref, write_rows
+
+    sel = c.dev[c.ev_row] == d
+    if not sel.any():
+        return 0
+    rows = c.ev_row[sel]
+    k = {name: ps.str_index(name) for name in _KEYS + _ACTIONS + ("unknown",)}
+    frame_memo = np.array([ps.list_index(s) for s in stacks], np.int64)
+    common = [(k["addr"], Int("addr")), (k["size"], Int("size")), (k["stream"], Int("stream")),
+              (k["time_us"], Int("time_us")), (k["frames"], Ref("frames"))]
+
+    def seg(action):
+        return common + [(k["category"], Const(k["unknown"])), (k["action"], Const(k[action]))]
+
+    alloc = common + [(k["action"], Const(k["alloc"]))]
+    columns = {"addr": c.addr[rows], "size": c.size[rows], "stream": c.stream[rows],
+               "time_us": c.epoch_us + c.ev_t[sel] // 1000, "frames": frame_memo[fidx[rows]]}
+    ref_widths = {"frames": 1 if frame_memo.max() < 256 else 4}
+    if c.cat is not None:
+        cat_memo = np.array([ps.str_index(x) for x in cat_names], np.int64)
+        alloc = alloc + [(k["category"], Ref("cat"))]
+        columns["cat"] = cat_memo[np.asarray(cat_codes)[rows]]
+        ref_widths["cat"] = 1 if cat_memo.max() < 256 else 4
+    if c.reserved_view:
+        shapes = [[seg("segment_alloc")], [seg("segment_free")]]
+    else:
+        shapes = [[seg("segment_alloc"), alloc],
+                  [common + [(k["action"], Const(k["free_requested"]))],
+                   common + [(k["action"], Const(k["free_completed"]))], seg("segment_free")]]
+    kind = np.where(c.ev_alloc[sel], 0, 1)
+    return write_rows(ps, shapes, kind, columns, ref_widths)
 
 
 def check_consistency(snap: dict[str, Any]) -> None:
