@@ -30,8 +30,10 @@ def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame
 
 
 def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, Any]:
+    from .csv_fast import write_csv_frame
+
     b = blocks_table(trace, classes)
-    b.to_csv(path, index=False)
+    write_csv_frame(b, path)   # the text of b.to_csv(path, index=False), at numpy speed
     return {"rows": len(b), "columns": list(b.columns)}
 
 

@@ -134,6 +134,39 @@ def _grouped_counters(trace: Trace, name: str, groups, max_points: int) -> list[
     return out
 
 
+def _launch_blocks(trace: Trace, la) -> tuple[list[list[int]], list[int]]:
+    """Per launch row of ``la`` (unique (pid, seq)), the block ids its accesses name (in the
+    accesses' order) and their total size (0 for an id not in the blocks table)."""
+    import pandas as pd
+
+    n = len(la)
+    acc = trace.accesses
+    if n == 0 or len(acc) == 0:
+        return [[] for _ in range(n)], [0] * n
+    op = acc["op"]
+    is_launch = (op == "launch").to_numpy(bool) if isinstance(op.dtype, pd.CategoricalDtype) \
+        else (op.astype(str) == "launch").to_numpy(bool)
+    a = pd.DataFrame({"pid": acc["pid"].to_numpy()[is_launch], "seq": acc["seq"].to_numpy()[is_launch],
+                      "block_id": acc["block_id"].to_numpy()[is_launch]})
+    keys = pd.DataFrame({"pid": la["pid"].to_numpy(), "seq": la["seq"].to_numpy(), "li": np.arange(n)})
+    a = a.merge(keys, on=["pid", "seq"], how="inner")     # keeps the accesses' order
+    li = a["li"].to_numpy(np.int64)
+    o = np.argsort(li, kind="stable")
+    bid = a["block_id"].to_numpy(np.int64)[o]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(li, minlength=n))])
+    blocks = trace.blocks
+    ids = blocks["block_id"].to_numpy(np.int64)
+    sz = blocks["size"].to_numpy(np.int64)
+    srt = np.argsort(ids, kind="stable")
+    pos = np.clip(np.searchsorted(ids[srt], bid), 0, max(len(ids) - 1, 0))
+    bsz = np.where((len(ids) > 0) & (ids[srt][pos] == bid), sz[srt][pos], 0) if len(ids) else np.zeros(len(bid), np.int64)
+    csum = np.concatenate([[0], np.cumsum(bsz)])
+    total = (csum[bounds[1:]] - csum[bounds[:-1]]).tolist()
+    bl = bid.tolist()
+    bo = bounds.tolist()
+    return [bl[bo[i]:bo[i + 1]] for i in range(n)], total
+
+
 def _kernel_tracks(trace: Trace, max_kernels: int) -> tuple[list[dict[str, Any]], set[int]]:
     """A thread track per (device, stream) with an instant per kernel launch and the
     blocks it touches in args (from the accesses joined on pid and seq)."""
@@ -141,19 +174,12 @@ def _kernel_tracks(trace: Trace, max_kernels: int) -> tuple[list[dict[str, Any]]
     if len(la) == 0:
         return [], set()
     la = la.sort_values("t", kind="stable").head(max_kernels)
-    acc = trace.accesses
-    touched: dict[tuple[int, int], list[int]] = {}
-    if len(acc):
-        a = acc[acc["op"].astype(str) == "launch"][["pid", "seq", "block_id"]]
-        a = a.merge(la[["pid", "seq"]], on=["pid", "seq"], how="inner")
-        for (pid, seq), g in a.groupby(["pid", "seq"], sort=False):
-            touched[(int(pid), int(seq))] = g["block_id"].astype(int).tolist()
-    sizes = dict(zip(trace.blocks["block_id"].astype(int).tolist(), trace.blocks["size"].astype(int).tolist()))
+    touched, nbytes = _launch_blocks(trace, la)
     names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
     out: list[dict[str, Any]] = []
     tracks: dict[tuple[int, int], int] = {}
-    for (pid, seq, t, dev, stream), name in zip(
-            la[["pid", "seq", "t", "device", "stream"]].itertuples(index=False, name=None), names):
+    for j, ((pid, seq, t, dev, stream), name) in enumerate(zip(
+            zip(*(la[c].tolist() for c in ("pid", "seq", "t", "device", "stream"))), names)):
         dev = int(dev)
         if dev < 0:
             continue
@@ -163,11 +189,9 @@ def _kernel_tracks(trace: Trace, max_kernels: int) -> tuple[list[dict[str, Any]]
             label = "default stream" if int(stream) == 0 else f"stream {int(stream):#x}"
             out.append({"name": "thread_name", "ph": "M", "pid": GPU_PID_BASE + dev, "tid": tracks[key],
                         "args": {"name": f"{label} (kernel launches)"}})
-        blocks = touched.get((int(pid), int(seq)), [])
         out.append({"name": name or "kernel", "cat": "kernel", "ph": "i", "s": "t", "pid": GPU_PID_BASE + dev,
                     "tid": tracks[key], "ts": _us(t),
-                    "args": {"blocks": blocks, "bytes": int(sum(sizes.get(b, 0) for b in blocks)),
-                             "pid": int(pid), "seq": int(seq)}})
+                    "args": {"blocks": touched[j], "bytes": nbytes[j], "pid": int(pid), "seq": int(seq)}})
     return out, {d for d, _ in tracks}
 
 
