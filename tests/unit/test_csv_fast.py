@@ -26,7 +26,8 @@ def test_edge_values(tmp_path, chunk):
     df = pd.DataFrame({
         "i64": np.r_[[0, -1, 9, 10, -10, np.iinfo(np.int64).min, np.iinfo(np.int64).max],
                      rng.integers(-10 ** 12, 10 ** 12, n - 7)].astype(np.int64),
-        "u64": np.r_[[0, 2 ** 64 - 1, 10 ** 19, 10 ** 19 - 1], rng.integers(0, 2 ** 62, n - 4)].astype(np.uint64),
+        "u64": np.concatenate([np.array([0, 2 ** 64 - 1, 10 ** 19, 10 ** 19 - 1], np.uint64),
+                               rng.integers(0, 2 ** 62, n - 4).astype(np.uint64)]),
         "i16": rng.integers(-300, 300, n).astype(np.int16),
         "u8": rng.integers(0, 255, n).astype(np.uint8),
         "flag": rng.random(n) < 0.5,
