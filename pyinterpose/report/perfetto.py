@@ -262,12 +262,154 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
+# ---- the same document as JSON text, written from the columns ------------------------------------
+# chrome_trace() builds the document as Python objects (tests, validate()); the export writes its
+# json.dumps(..., separators=(",", ":")) text directly: every event is one %-formatted string from
+# column values (no per-event dict, no encoder), byte for byte what json.dumps gives for the dict.
+
+_FRAC = [("%03d" % r).rstrip("0") or "0" for r in range(1000)]
+
+
+def _us_text(ns: int) -> str:
+    """``repr(_us(ns))``: for |ns| < 10**15, us = ns / 1000 has at most 15 significant digits, so the
+    double nearest it is exactly what round(.., 3) returns and its shortest repr is that decimal."""
+    if -10 ** 15 < ns < 10 ** 15:
+        q, r = divmod(abs(ns), 1000)
+        return ("-" if ns < 0 else "") + f"{q}.{_FRAC[r]}"
+    return repr(_us(ns))
+
+
+def _js(x) -> str:
+    return json.dumps(x)
+
+
+def _key(k) -> str:
+    """A dict key as json.dumps writes it (non-str keys converted as json does)."""
+    return json.dumps({k: 0}, separators=(",", ":"))[1:-3]
+
+
+class _Doc:
+    """The events' JSON texts in document order, and the count per phase."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.counts: dict[str, int] = {}
+
+    def add(self, ph: str, texts: list[str]) -> None:
+        if texts:
+            self.parts.extend(texts)
+            self.counts[ph] = self.counts.get(ph, 0) + len(texts)
+
+
+def _counter_texts(name: str, pid: int, t: np.ndarray, series: dict) -> list[str]:
+    head = '{"name":%s,"ph":"C","pid":%d,"ts":' % (_js(name), pid)
+    keys = [_key(k) for k in series]
+    cols = [np.asarray(v).tolist() for v in series.values()]
+    ts = [_us_text(x) for x in np.asarray(t).tolist()]
+    if len(keys) == 1:
+        fmt = head + '%s,"args":{' + keys[0] + ':%d}}'
+        return [fmt % tv for tv in zip(ts, cols[0])]
+    fmt = head + '%s,"args":{' + ",".join(k + ":%d" for k in keys) + "}}"
+    return [fmt % row for row in zip(ts, *cols)]
+
+
+def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
+                      max_points: int = 200_000, max_instants: int = 20_000, classes=None,
+                      max_kernels: int = 200_000) -> tuple[str, dict[str, int]]:
+    """``json.dumps(chrome_trace(...), separators=(",", ":"))`` built from the columns, and the
+    number of events per phase."""
+    doc = _Doc()
+    reserved_view = str(trace.meta.get("view", "")) == "reserved"
+    series = "reserved_bytes" if reserved_view else "live_bytes"
+    devices = set()
+    for tl in memory_timeline(trace, max_points=max_points):
+        devices.add(tl.device)
+        doc.add("C", _counter_texts("memory", GPU_PID_BASE + tl.device, tl.t, {series: tl.total}))
+    for dev, (t, used) in reserved_curves(trace).items():
+        devices.add(dev)
+        doc.add("C", _counter_texts("memory", GPU_PID_BASE + dev, t, {"nvml_used_bytes": used}))
+    for name, groups in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace))):
+        if groups is None:
+            continue
+        for tl in memory_timeline(trace, classes=groups, max_points=max_points):
+            doc.add("C", _counter_texts(name, GPU_PID_BASE + tl.device, tl.t, tl.series))
+    kdev = _kernel_texts(trace, max_kernels, doc)
+    devices |= kdev
+    for dev in sorted(devices):
+        pid = GPU_PID_BASE + dev
+        doc.add("M", ['{"name":"process_name","ph":"M","pid":%d,"args":{"name":%s}}' % (pid, _js(f"GPU {dev}")),
+                      '{"name":"process_sort_index","ph":"M","pid":%d,"args":{"sort_index":%d}}' % (pid, dev)])
+    exes = dict(zip(trace.processes["pid"].astype(int).tolist(), trace.processes["exe"].astype(str).tolist()))
+    for pid in trace.pids:
+        name = exes.get(pid) or "process"
+        pid = int(pid)
+        doc.add("M", ['{"name":"process_name","ph":"M","pid":%d,"args":{"name":%s}}' % (pid, _js(f"{name} (pid {pid})")),
+                      '{"name":"thread_name","ph":"M","pid":%d,"tid":0,"args":{"name":"iterations"}}' % pid,
+                      '{"name":"thread_name","ph":"M","pid":%d,"tid":1,"args":{"name":"large allocations"}}' % pid])
+    if iterations is not None and getattr(iterations, "count", 0) > 0:
+        bt = np.asarray(iterations.boundaries_t, dtype=np.int64).tolist()
+        ipid = int(iterations.pid) if iterations.pid is not None else int(trace.main_pid or 0)
+        doc.add("X", ['{"name":"iteration %d","cat":"iteration","ph":"X","pid":%d,"tid":0,"ts":%s,"dur":%s,'
+                      '"args":{"index":%d}}' % (i, ipid, _us_text(bt[i]), _us_text(bt[i + 1] - bt[i]), i)
+                      for i in range(len(bt) - 1)])
+    large = default_large_threshold(trace) if large is None else int(large)
+    b = trace.device_blocks
+    big = b[b["size"] >= large].sort_values(["size", "t_alloc"], ascending=[False, True]).head(max_instants)
+    big = big.sort_values("t_alloc")
+    doc.add("i", ['{"name":%s,"cat":"allocation","ph":"i","s":"t","pid":%d,"tid":1,"ts":%s,'
+                  '"args":{"block_id":%d,"size":%d,"api":%s,"kind":%s,"device":%d}}'
+                  % (_js(f"{api} {_mib(size)}"), pid, _us_text(t), bid, size, _js(api), _js(kind), dev)
+                  for bid, pid, t, size, api, kind, dev in zip(
+                      big["block_id"].tolist(), big["pid"].tolist(), big["t_alloc"].tolist(), big["size"].tolist(),
+                      big["api"].astype(str).tolist(), big["kind"].astype(str).tolist(), big["device"].tolist())])
+    meta = {k: trace.meta[k] for k in ("view", "framework", "command", "host") if k in trace.meta}
+    other = {"generator": "pyinterpose", "large_threshold_bytes": large, **{k: str(v) for k, v in meta.items()}}
+    text = ('{"traceEvents":[' + ",".join(doc.parts) + '],"displayTimeUnit":"ms","otherData":'
+            + json.dumps(other, separators=(",", ":"), allow_nan=False) + "}")
+    return text, doc.counts
+
+
+def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc) -> set[int]:
+    """The texts of _kernel_tracks (its track metadata counted as M, its instants as i)."""
+    la = trace.launches
+    if len(la) == 0:
+        return set()
+    la = la.sort_values("t", kind="stable").head(max_kernels)
+    touched, nbytes = _launch_blocks(trace, la)
+    names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
+    name_text: dict[str, str] = {}
+    out: list[str] = []
+    nmeta = 0
+    tracks: dict[tuple[int, int], int] = {}
+    fmt = ('{"name":%s,"cat":"kernel","ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s,'
+           '"args":{"blocks":[%s],"bytes":%d,"pid":%d,"seq":%d}}')
+    for j, ((pid, seq, t, dev, stream), name) in enumerate(zip(
+            zip(*(la[c].tolist() for c in ("pid", "seq", "t", "device", "stream"))), names)):
+        if dev < 0:
+            continue
+        key = (dev, stream)
+        tid = tracks.get(key)
+        if tid is None:
+            tid = tracks[key] = 1 + sum(1 for d, _ in tracks if d == dev)
+            label = "default stream" if int(stream) == 0 else f"stream {int(stream):#x}"
+            out.append('{"name":"thread_name","ph":"M","pid":%d,"tid":%d,"args":{"name":%s}}'
+                       % (GPU_PID_BASE + dev, tid, _js(f"{label} (kernel launches)")))
+            nmeta += 1
+        nt = name_text.get(name)
+        if nt is None:
+            nt = name_text[name] = _js(name or "kernel")
+        out.append(fmt % (nt, GPU_PID_BASE + dev, tid, _us_text(t), ",".join(map(str, touched[j])), nbytes[j], pid, seq))
+    doc.parts.extend(out)
+    if nmeta:
+        doc.counts["M"] = doc.counts.get("M", 0) + nmeta
+    if len(out) > nmeta:
+        doc.counts["i"] = doc.counts.get("i", 0) + len(out) - nmeta
+    return {d for d, _ in tracks}
+
+
 def write_chrome_trace(trace: Trace, path: str, iterations=None, **kw) -> dict[str, int]:
     """Write the Chrome-trace JSON to ``path``; returns counts of events by phase."""
-    doc = chrome_trace(trace, iterations=iterations, **kw)
+    text, counts = chrome_trace_json(trace, iterations=iterations, **kw)
     with open(path, "w") as f:
-        f.write(json.dumps(doc, separators=(",", ":"), allow_nan=False))   # dumps: the C encoder (dump streams in Python)
-    counts: dict[str, int] = {}
-    for e in doc["traceEvents"]:
-        counts[e["ph"]] = counts.get(e["ph"], 0) + 1
+        f.write(text)
     return counts
