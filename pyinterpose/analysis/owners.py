@@ -141,10 +141,19 @@ def allocator_mask(trace: Trace) -> np.ndarray:
         return np.zeros(0, bool)
     fw = framework(trace)
     if _has_owners(b) and fw in _ALLOCATOR_OBJECTS:
-        own = b["owner"].astype(str).str.lower()
-        hit = np.zeros(len(b), bool)
+        col = b["owner"]
+        if isinstance(col.dtype, pd.CategoricalDtype):   # test each distinct owner once, then map rows
+            vals = pd.Series(list(col.cat.categories) + [np.nan], dtype=object)
+            codes = col.cat.codes.to_numpy(np.int64)
+            codes = np.where(codes < 0, len(vals) - 1, codes)
+        else:
+            vals, codes = col, None
+        own = vals.astype(str).str.lower()
+        hit = np.zeros(len(own), bool)
         for p in _ALLOCATOR_OBJECTS[fw]:
-            hit |= own.str.contains(p, regex=False).to_numpy()
+            hit |= own.str.contains(p, regex=False).to_numpy(bool, na_value=False)
+        if codes is not None:
+            hit = hit[codes]
         if hit.any():
             return hit & b["counts_device"].to_numpy(bool)
     return _api_rule(trace, fw)[0]

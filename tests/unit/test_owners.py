@@ -123,3 +123,26 @@ def test_compare_shows_bytes_per_owner(monkeypatch, tmp_path):
     lines = {row[0]: row[1:] for row in rows}
     assert lines["owner: cuMemAlloc_v2 (peak)"] == ["100.0 MiB (1 blocks)"] * 2
     assert lines["owner: cudaMallocAsync (peak)"] == ["12.0 MiB (20 blocks, allocator)"] * 2
+
+
+def test_allocator_mask_categorical_owners_tested_per_category():
+    """allocator_mask tests each distinct owner once: same answer as testing every row (missing owners,
+    mixed case, categorical and object columns)."""
+    from pyinterpose.analysis.owners import _ALLOCATOR_OBJECTS, allocator_mask
+    from pyinterpose.report.synthetic import training_trace as _tt
+
+    tr = _tt(iterations=3)
+    rng = np.random.default_rng(5)
+    names = np.array(["libc10_cuda.so", "LIBC10_CUDA.so.2", "libtorch_cuda.so", "python", ""], dtype=object)
+    own = names[rng.integers(0, len(names), len(tr.blocks))]
+    own[::7] = None
+    tr.meta["framework"] = "pytorch"
+    for col in (pd.Categorical(own), pd.Series(own, dtype=object)):
+        tr.blocks["owner"] = col
+        low = tr.blocks["owner"].astype(str).str.lower()
+        want = np.zeros(len(low), bool)
+        for p in _ALLOCATOR_OBJECTS["pytorch"]:
+            want |= low.str.contains(p, regex=False).to_numpy(bool, na_value=False)
+        want &= tr.blocks["counts_device"].to_numpy(bool)
+        assert want.any()
+        assert (allocator_mask(tr) == want).all()
