@@ -7,8 +7,11 @@ events), caches them in ``--cache DIR``, then runs each command as a child
 process and reads its wall time and peak RSS (``os.wait4`` rusage of that
 child alone).  Prints one JSON object.
 
-    python scripts/bench_analysis.py [--events 1000000,10000000] [--framework torch]
+    python scripts/bench_analysis.py [--events 1000000,10000000] [--framework torch[,jax]]
         [--cache DIR] [--commands load,summary,...] [--timeout S] [--out FILE]
+
+With one framework the JSON holds ``traces`` (per event count) and ``growth``; with several
+(``--framework torch,jax``) it holds ``frameworks: {name: {traces, growth}}`` and ``all_ok`` over all.
 
 Targets (issue 15, 2-core development machine, 10 M events): load <= 5 s; every
 analysis command <= 10 s (swap: all strategies, both modes); report and exports
@@ -20,9 +23,11 @@ machine measures the other tenants too.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -149,16 +154,44 @@ def time_command(name: str, trace: str, outdir: str, timeout: float) -> dict:
         out = os.path.join(outdir, os.path.basename(trace) + "." + name)
         full = [sys.executable, "-m", "pyinterpose"] + [a.format(trace=trace, out=out) for a in argv]
     r = run_child(full, timeout)
+    if argv is not None:   # the outputs (a 10 M memory-viz pickle is ~300 MB) are not kept
+        for f in glob.glob(out + "*"):
+            os.remove(f)
     r["target_s"] = target
     r["ok"] = bool(r.get("rc") == 0 and r["wall_s"] <= target and r["rss_mb"] <= RSS_TARGET_MB)
     return r
 
 
+def run_framework(fw: str, sizes: list[int], names: list[str], cache: str, outdir: str, timeout: float) -> dict:
+    """Build (or reuse) the traces of one simtrain call path and time every command on each."""
+    out: dict = {"traces": {}}
+    for n in sizes:
+        path, info = build(cache, fw, n, timeout)
+        cmds = {}
+        for name in names:
+            cmds[name] = time_command(name, path, outdir, timeout)
+            print(f"# {fw} {n} {name}: {cmds[name]}", file=sys.stderr, flush=True)
+        out["traces"][str(n)] = {"trace": info, "commands": cmds}
+    if len(sizes) >= 2:
+        lo, hi = str(sizes[0]), str(sizes[-1])
+        scale = sizes[-1] / sizes[0]
+        growth = {}
+        for name in names:
+            a, b = out["traces"][lo]["commands"][name], out["traces"][hi]["commands"][name]
+            g = b["wall_s"] / max(a["wall_s"], 0.01)
+            gc = b.get("cpu_s", 0) / max(a.get("cpu_s", 0), 0.01)
+            growth[name] = {"x": round(g, 1), "x_cpu": round(gc, 1), "ok": bool(g <= GROWTH_TARGET * scale / 10)}
+        out["growth"] = growth
+    out["all_ok"] = all(c["ok"] for t in out["traces"].values() for c in t["commands"].values()) and \
+        all(g["ok"] for g in out.get("growth", {}).values())
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", default="1000000,10000000", help="comma-separated event counts")
-    ap.add_argument("--framework", default="torch", choices=["torch", "jax", "tf"],
-                    help="simtrain call path of the traces (default torch)")
+    ap.add_argument("--framework", default="torch",
+                    help="simtrain call path(s) of the traces, comma-separated from torch, jax, tf (default torch)")
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "pyinterpose-bench"),
                     help="directory holding the built traces (reused when present)")
     ap.add_argument("--commands", default=",".join(COMMANDS), help="comma-separated subset of: "
@@ -171,31 +204,27 @@ def main() -> int:
     if bad:
         print(f"bench_analysis: unknown command(s) {', '.join(bad)}", file=sys.stderr)
         return 2
+    frameworks = [f for f in args.framework.split(",") if f]
+    bad = [f for f in frameworks if f not in ("torch", "jax", "tf")]
+    if bad or not frameworks:
+        print(f"bench_analysis: unknown framework(s) {', '.join(bad) or '(none)'} (torch, jax, tf)", file=sys.stderr)
+        return 2
     sizes = [int(float(x)) for x in args.events.split(",") if x]
     os.makedirs(args.cache, exist_ok=True)
     outdir = tempfile.mkdtemp(prefix="bench-analysis-out-")
-    res = {"benchmark": "analysis", "machine": machine(), "framework": args.framework,
+    res = {"benchmark": "analysis", "machine": machine(),
            "targets": {"load_s": 5, "command_s": 10, "report_export_s": 15, "rss_mb": RSS_TARGET_MB,
-                       "growth_per_10x": GROWTH_TARGET},
-           "traces": {}}
-    for n in sizes:
-        path, info = build(args.cache, args.framework, n, args.timeout)
-        cmds = {}
-        for name in names:
-            cmds[name] = time_command(name, path, outdir, args.timeout)
-            print(f"# {n} {name}: {cmds[name]}", file=sys.stderr, flush=True)
-        res["traces"][str(n)] = {"trace": info, "commands": cmds}
-    if len(sizes) >= 2:
-        lo, hi = str(sizes[0]), str(sizes[-1])
-        scale = sizes[-1] / sizes[0]
-        growth = {}
-        for name in names:
-            a, b = res["traces"][lo]["commands"][name], res["traces"][hi]["commands"][name]
-            g = b["wall_s"] / max(a["wall_s"], 0.01)
-            growth[name] = {"x": round(g, 1), "ok": bool(g <= GROWTH_TARGET * scale / 10)}
-        res["growth"] = growth
-    res["all_ok"] = all(c["ok"] for t in res["traces"].values() for c in t["commands"].values()) and \
-        all(g["ok"] for g in res.get("growth", {}).values())
+                       "growth_per_10x": GROWTH_TARGET}}
+    runs = {}
+    for fw in frameworks:
+        runs[fw] = run_framework(fw, sizes, names, args.cache, outdir, args.timeout)
+    if len(frameworks) == 1:
+        res["framework"] = frameworks[0]
+        res.update(runs[frameworks[0]])
+    else:
+        res["frameworks"] = runs
+    res["all_ok"] = all(r["all_ok"] for r in runs.values())
+    shutil.rmtree(outdir, ignore_errors=True)
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:
