@@ -1,7 +1,7 @@
 """Build every native piece of pyinterpose.
 
 * ``ffibuilder`` — the cffi extension ``pyinterpose._core`` (ring drain, the
-  exact planner's search loop and the swap scheduler's greedy loop).  Used by setup.py's ``cffi_modules``.
+  exact planner's search loop, the swap scheduler's greedy loop and the simulated allocators).  Used by setup.py's ``cffi_modules``.
 * ``build_native(outdir)`` — plain shared libraries that must *not* be Python
   extensions: the preload shim ``libpyinterpose.so`` (no NEEDED on libcudart,
   libcuda or libpython), the simulated CUDA runtime/driver
@@ -103,8 +103,8 @@ def _make_ffibuilder(absolute: bool = False):
 
     ffi = FFI()
     cdefs = [os.path.join(NATIVE, "capture", "drain.h"), os.path.join(NATIVE, "planner", "planner.h"),
-             os.path.join(NATIVE, "swap", "swap.h")]
-    sources = _sources("capture") + _sources("planner") + _sources("swap")
+             os.path.join(NATIVE, "swap", "swap.h"), os.path.join(NATIVE, "allocsim", "allocsim.h")]
+    sources = _sources("capture") + _sources("planner") + _sources("swap") + _sources("allocsim")
     headers = []
     for h in cdefs:
         if os.path.exists(h):

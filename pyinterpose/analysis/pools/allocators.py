@@ -981,33 +981,191 @@ def _simulate_cudamalloc(req: pd.DataFrame, capacity):
             "oom_at": oom}
 
 
-def simulate(req: pd.DataFrame, allocator: str, capacity: int | None = None, **options) -> dict:
-    """Replay ``req`` (see :func:`pyinterpose.analysis.pools.requests`) through one allocator.
+# -- native replay (native/allocsim) ----------------------------------------------------
+#
+# The simulators above are the reference: native/allocsim/allocsim.c replays the same
+# request stream with the same decisions in one C call (no GIL), and
+# tests/unit/test_pools_allocsim.py checks that both give the same results on random
+# request streams with every option and on the real GPU traces.  Inputs the C model does
+# not take exactly (sizes above 32 TiB, options that are not plain integers, 64-bit
+# overflow, an unknown option) run the reference instead.
+
+_OPTIONS = {
+    "pytorch": ("expandable_segments", "max_split_size", "max_non_split_rounding", "large_segment_size",
+                "roundup_power2_divisions"),
+    "bfc": ("allow_growth", "max_internal_fragmentation"),
+    "cnmem": ("initial_bytes", "streams", "steal"),
+}
+
+
+class _NotNative(Exception):
+    """This input is replayed by the Python reference."""
+
+
+class RequestArrays:
+    """A request stream as the columns the native replay reads (built once, replayed by
+    several allocators)."""
+
+    def __init__(self, req: pd.DataFrame):
+        self.req = req
+        self.n = len(req)
+        op = req["op"].to_numpy()
+        self.is_alloc = np.ascontiguousarray(op == "alloc", dtype=np.uint8) if self.n else np.zeros(0, np.uint8)
+        self.error = None
+        try:
+            self.bid = _int_column(req["block_id"])
+            self.size = _int_column(req["size"])
+            stream = req["stream"].to_numpy()
+            if stream.dtype.kind == "u":
+                self.stream, self.signed = np.ascontiguousarray(stream, np.uint64), 0
+            else:
+                self.stream, self.signed = _int_column(req["stream"]).view(np.uint64), 1
+        except _NotNative as e:
+            self.error = str(e)
+
+    def ops(self) -> list:
+        """(is_alloc, block_id, size, stream) tuples for the Python reference."""
+        req = self.req
+        return list(zip((req["op"].to_numpy() == "alloc").tolist(), req["block_id"].tolist(),
+                        req["size"].tolist(), req["stream"].tolist()))
+
+
+def _int_column(col: pd.Series) -> np.ndarray:
+    a = col.to_numpy()
+    if a.dtype.kind == "i":
+        return np.ascontiguousarray(a, np.int64)
+    if a.dtype.kind == "u":
+        if len(a) and int(a.max()) >= 1 << 63:
+            raise _NotNative("values beyond int64")
+        return np.ascontiguousarray(a, np.int64)
+    if a.dtype.kind == "b":
+        return np.ascontiguousarray(a, np.int64)
+    try:
+        if not all(isinstance(v, (int, np.integer)) for v in a.tolist()):
+            raise _NotNative("not integers")
+        return np.ascontiguousarray(np.asarray(a.tolist(), dtype=np.int64))
+    except OverflowError:
+        raise _NotNative("values beyond int64") from None
+
+
+def _opt_int(v, name: str) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise _NotNative(f"{name} is not an integer")
+    v = int(v)
+    if not 0 <= v < 1 << 62:
+        raise _NotNative(f"{name} out of range")
+    return v
+
+
+def _lib():
+    try:
+        from ..._core import ffi, lib
+        lib.pi_as_pytorch  # noqa: B018 - a build without the allocators
+    except (ImportError, AttributeError):
+        return None, None
+    return ffi, lib
+
+
+def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dict) -> dict | None:
+    """The native replay of one allocator; None when the Python reference must run."""
+    ffi, lib = _lib()
+    if lib is None or arrs.error is not None:
+        return None
+    try:
+        if any(k not in _OPTIONS[allocator] for k in options):
+            return None  # the reference reports the bad option
+        cap = -1 if capacity is None else _opt_int(capacity, "capacity")
+        res = ffi.new("pi_as_result *")
+        n = arrs.n
+        p8 = ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data)
+        pb = ffi.cast("int64_t *", arrs.bid.ctypes.data)
+        ps = ffi.cast("int64_t *", arrs.size.ctypes.data)
+        pst = ffi.cast("uint64_t *", arrs.stream.ctypes.data)
+        details: dict = {}
+        if allocator == "pytorch":
+            mss = options.get("max_split_size")
+            mss = _opt_int(mss, "max_split_size") if mss else 0
+            divs = options.get("roundup_power2_divisions", 0)
+            if isinstance(divs, (list, tuple)):
+                divs = [0] * _ROUNDUP_INTERVALS if not divs else list(divs)
+                if len(divs) != _ROUNDUP_INTERVALS:
+                    return None
+                divs = [_opt_int(d or 0, "roundup_power2_divisions") for d in divs]
+            else:
+                divs = [_opt_int(divs or 0, "roundup_power2_divisions")] * _ROUNDUP_INTERVALS
+            mnsr = _opt_int(options.get("max_non_split_rounding", kLargeBuffer), "max_non_split_rounding")
+            lss = options.get("large_segment_size", kLargeBuffer)
+            expandable = bool(options.get("expandable_segments", False))
+            rc = lib.pi_as_pytorch(n, p8, pb, ps, pst, arrs.signed, cap, mss, ffi.new("int64_t[16]", divs),
+                                   mnsr, _opt_int(lss, "large_segment_size"), 1 if expandable else 0, res)
+            if expandable:
+                d = res.details
+                details = {"segment_maps": int(d[0]), "pages_mapped": int(d[1]), "pages_unmapped": int(d[2]),
+                           "ranges": int(d[3]), "ranges_released": int(d[4]),
+                           "page_bytes": {"small": kSmallBuffer, "large": lss}}
+        elif allocator == "bfc":
+            mif = _opt_int(options.get("max_internal_fragmentation", 128 * MiB), "max_internal_fragmentation")
+            rc = lib.pi_as_bfc(n, p8, pb, ps, cap, 1 if options.get("allow_growth", True) else 0, mif, res)
+        else:
+            init = _opt_int(options.get("initial_bytes", 0), "initial_bytes")
+            if init and capacity is not None and _round_up(init, 512) > capacity:
+                return None  # the reference reports it
+            streams = options.get("streams")
+            rc = lib.pi_as_cnmem(n, p8, pb, ps, pst, cap, init, -1 if streams is None else (1 if streams else 0),
+                                 1 if options.get("steal", True) else 0, res)
+            if rc == 0:
+                d = res.details
+                details = {"streams": bool(d[0]), "child_managers": int(d[1]), "borrowed": int(d[2]),
+                           "steals": int(d[3])}
+    except _NotNative:
+        return None
+    if rc == -1:
+        raise MemoryError(f"{allocator} simulator: out of memory")
+    if rc != 0:
+        return None
+    return {"peak_reserved_bytes": int(res.peak_reserved), "backing_allocations": int(res.backing),
+            "peak_allocated_bytes": int(res.peak_allocated),
+            "oom_at": None if res.oom_at < 0 else int(res.oom_at), "details": details}
+
+
+def _simulate_python(arrs: RequestArrays, allocator: str, capacity, options: dict) -> dict:
+    """The reference simulators (see the module docstring)."""
+    fn = {"pytorch": _simulate_pytorch, "bfc": _simulate_bfc, "cnmem": _simulate_cnmem}[allocator]
+    try:
+        h, oom = fn(arrs.ops(), capacity, **options)
+    except TypeError as e:
+        raise PyinterposeError(f"{allocator}: bad option ({e})")
+    return {"peak_reserved_bytes": int(h.peak_reserved), "backing_allocations": int(h.backing),
+            "peak_allocated_bytes": int(h.peak_allocated), "oom_at": oom,
+            "details": dict(getattr(h, "details", {}) or {})}
+
+
+def simulate(req, allocator: str, capacity: int | None = None, *, reference: bool = False,
+             **options) -> dict:
+    """Replay ``req`` (see :func:`pyinterpose.analysis.pools.requests`, or its
+    :class:`RequestArrays`) through one allocator.
 
     Returns {"allocator", "peak_reserved_bytes", "backing_allocations",
     "peak_allocated_bytes", "oom_at" (request index or None), "seconds", "options",
     "details"}.  Options: ``pytorch``: expandable_segments, max_split_size,
     max_non_split_rounding, large_segment_size, roundup_power2_divisions (see
     :func:`parse_alloc_conf`); ``bfc``: allow_growth, max_internal_fragmentation;
-    ``cnmem``: initial_bytes, streams (None = auto), steal."""
+    ``cnmem``: initial_bytes, streams (None = auto), steal.  The replay runs in C
+    (native/allocsim); ``reference=True`` runs the Python reference simulators instead
+    (same results, ~50x slower)."""
     if allocator not in ALLOCATORS:
         raise PyinterposeError(f"unknown allocator {allocator!r} (choose from {', '.join(ALLOCATORS)})")
     t0 = time.perf_counter()
+    arrs = req if isinstance(req, RequestArrays) else None
     if allocator == "cudamalloc":
         if options:
             raise PyinterposeError(f"cudamalloc: bad option ({', '.join(options)}): it takes none")
-        out = _simulate_cudamalloc(req, capacity)
+        out = _simulate_cudamalloc(arrs.req if arrs is not None else req, capacity)
         out["details"] = {}
     else:
-        ops = list(zip((req["op"].to_numpy() == "alloc").tolist(), req["block_id"].tolist(),
-                       req["size"].tolist(), req["stream"].tolist()))
-        fn = {"pytorch": _simulate_pytorch, "bfc": _simulate_bfc, "cnmem": _simulate_cnmem}[allocator]
-        try:
-            h, oom = fn(ops, capacity, **options)
-        except TypeError as e:
-            raise PyinterposeError(f"{allocator}: bad option ({e})")
-        out = {"peak_reserved_bytes": int(h.peak_reserved), "backing_allocations": int(h.backing),
-               "peak_allocated_bytes": int(h.peak_allocated), "oom_at": oom,
-               "details": dict(getattr(h, "details", {}) or {})}
+        arrs = arrs if arrs is not None else RequestArrays(req)
+        out = None if reference else _simulate_native(arrs, allocator, capacity, options)
+        if out is None:
+            out = _simulate_python(arrs, allocator, capacity, options)
     out.update(allocator=allocator, seconds=time.perf_counter() - t0, options=dict(options))
     return out

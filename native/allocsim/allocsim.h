@@ -1,0 +1,55 @@
+/*
+ * allocsim.h — the simulated allocators of pyinterpose.analysis.pools.allocators in C.
+ *
+ * One call replays a whole request stream (n requests in order: is_alloc[i],
+ * block id, size in bytes, stream) through one allocator and returns what the
+ * Python simulators return.  The rules are those of the Python simulators,
+ * whose module docstring is the specification (PyTorch's caching allocator with
+ * classic or expandable segments, TF/XLA BFC, NVIDIA CNMeM); the Python code
+ * stays as the reference and tests/unit/test_pools_allocsim.py compares the two
+ * on random request streams and on the real GPU traces.
+ *
+ * Conventions: capacity < 0 means none.  Block ids: a free of an id that is not
+ * live is ignored; an alloc of an id that is live replaces it (the older block
+ * stays allocated), as the Python dicts do.  Streams are compared by value
+ * (unsigned, or signed when streams_signed != 0) where their order matters.
+ *
+ * Every function returns 0, -1 when out of memory, or -2 when the input leaves
+ * the range the C model handles exactly (a 64-bit overflow, a broken
+ * invariant); the caller then runs the Python reference instead.
+ */
+#ifndef PYINTERPOSE_ALLOCSIM_H
+#define PYINTERPOSE_ALLOCSIM_H
+#include <stdint.h>
+
+/* BEGIN CDEF */
+typedef struct {
+    int64_t peak_reserved;   /* most bytes held from the device at once */
+    int64_t backing;         /* device allocations made (see the Python docstring) */
+    int64_t peak_allocated;  /* most bytes handed to requests, rounding included */
+    int64_t oom_at;          /* request index where the replay stopped, or -1 */
+    /* pytorch expandable: segment_maps, pages_mapped, pages_unmapped, ranges, ranges_released
+     * cnmem: streams (0/1), child_managers, borrowed, steals */
+    int64_t details[8];
+} pi_as_result;
+
+/* PyTorch caching allocator.  max_split_size: 0 = unset; divisions[16]: the
+ * roundup_power2_divisions value of each [2^k, 2^(k+1)) MiB interval. */
+int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
+                  const uint64_t *stream, int streams_signed, int64_t capacity,
+                  int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
+                  int64_t large_segment_size, int expandable_segments, pi_as_result *out);
+
+/* TF/XLA BFC allocator. */
+int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
+              int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
+              pi_as_result *out);
+
+/* NVIDIA CNMeM.  streams: 1 on, 0 off, -1 auto (on when the allocations use
+ * more than one stream). */
+int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
+                const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
+                int steal, pi_as_result *out);
+/* END CDEF */
+
+#endif

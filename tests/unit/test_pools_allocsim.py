@@ -1,0 +1,183 @@
+"""The native allocator replay (native/allocsim) against the Python reference simulators
+(``simulate(..., reference=True)``): identical results — peak reserved and allocated bytes,
+backing allocations, where an OOM stops the replay, every detail — on random request streams
+with every option, with and without a capacity, and on the real GPU traces."""
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import gpu_trace
+from pyinterpose.analysis.pools import requests
+from pyinterpose.analysis.pools.allocators import RequestArrays, _lib, _simulate_native, simulate
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+pytestmark = pytest.mark.skipif(_lib()[1] is None, reason="pyinterpose._core is not built with native/allocsim")
+
+PYTORCH_OPTIONS = [
+    {},
+    {"expandable_segments": True},
+    {"max_split_size": 40 * MiB},
+    {"max_split_size": 64 * MiB, "max_non_split_rounding": 24 * MiB},
+    {"roundup_power2_divisions": 4},
+    {"roundup_power2_divisions": [1, 2, 4, 8, 0, 0, 16, 1, 2, 2, 4, 4, 8, 8, 16, 16]},
+    {"large_segment_size": 32 * MiB},
+    {"expandable_segments": True, "max_split_size": 40 * MiB},
+    {"expandable_segments": True, "roundup_power2_divisions": 8, "large_segment_size": 12 * MiB},
+    {"expandable_segments": True, "max_split_size": 24 * MiB, "max_non_split_rounding": 30 * MiB},
+]
+BFC_OPTIONS = [{}, {"allow_growth": False}, {"max_internal_fragmentation": 1 * MiB},
+               {"allow_growth": False, "max_internal_fragmentation": 4 * MiB}]
+CNMEM_OPTIONS = [{}, {"streams": True}, {"streams": False}, {"steal": False}, {"initial_bytes": 48 * MiB},
+                 {"streams": True, "initial_bytes": 5 * MiB + 3}]
+CASES = ([("pytorch", o) for o in PYTORCH_OPTIONS] + [("bfc", o) for o in BFC_OPTIONS]
+         + [("cnmem", o) for o in CNMEM_OPTIONS])
+
+
+def _size(rng: random.Random) -> int:
+    k = rng.random()
+    if k < 0.45:
+        return rng.randint(0, 1 * MiB + 4 * KiB)          # small pool and its edge
+    if k < 0.75:
+        return rng.randint(1 * MiB, 12 * MiB)             # large pool, below and above kMinLargeAlloc
+    if k < 0.85:
+        return 1 << rng.randint(8, 27)                    # powers of two (round_size's exact case)
+    if k < 0.97:
+        return rng.randint(12 * MiB, 90 * MiB)            # oversize blocks around max_split_size
+    return rng.randint(90 * MiB, 300 * MiB)
+
+
+def random_stream(seed: int, n: int = 700) -> pd.DataFrame:
+    """Allocs and frees in a random order; some blocks never freed, a few frees of ids
+    that are not live and a few allocations reusing a live id (the dict semantics)."""
+    rng = random.Random(seed)
+    streams = rng.choice([[0], [0], [7], [0, 7], [0, 7, 13], [5, 9], [1 << 63 | 5, 3]])
+    live: dict = {}
+    rows = []
+    next_id = rng.randint(0, 3) * 1_000_000_007   # sometimes ids far from 0 (the hashed path)
+    p_free = rng.uniform(0.35, 0.6)
+    for k in range(n):
+        r = rng.random()
+        if live and r < p_free:
+            bid = rng.choice(list(live))
+            size, st = live.pop(bid)
+            rows.append((k, "free", bid, size, st))
+        elif r < p_free + 0.01:
+            rows.append((k, "free", next_id + 10 ** 9, 4096, streams[0]))   # never allocated
+        else:
+            if live and rng.random() < 0.005:
+                bid = rng.choice(list(live))                               # reused while live
+            else:
+                bid = next_id
+                next_id += 1
+            size, st = _size(rng), rng.choice(streams)
+            live[bid] = (size, st)
+            rows.append((k, "alloc", bid, size, st))
+    df = pd.DataFrame(rows, columns=["seq", "op", "block_id", "size", "stream"])
+    if any(s >= 1 << 63 for s in streams):
+        df["stream"] = df["stream"].astype(np.uint64)
+    return df
+
+
+def _peak_live(req: pd.DataFrame) -> int:
+    sizes = np.where(req["op"] == "alloc", 1, -1) * req["size"].to_numpy(np.int64)
+    return int(np.cumsum(sizes).max())
+
+
+def _same(req, allocator, capacity=None, native=True, **opts):
+    """The native result (which must exist when ``native``) equals the reference's."""
+    arrs = RequestArrays(req)
+    c = simulate(arrs, allocator, capacity, **opts)
+    p = simulate(arrs, allocator, capacity, reference=True, **opts)
+    for r in (c, p):
+        r.pop("seconds")
+    assert c == p, (allocator, capacity, opts)
+    if native:
+        n = _simulate_native(arrs, allocator, capacity, opts)
+        assert n is not None, "the native replay declined this input"
+        assert {**n, "allocator": allocator, "options": opts} == c
+    return c
+
+
+@pytest.mark.parametrize("allocator,opts", CASES, ids=[f"{a}-{i}" for i, (a, _) in enumerate(CASES)])
+def test_native_replay_equals_the_reference_on_random_streams(allocator, opts):
+    ooms = 0
+    for seed in range(24):
+        req = random_stream(seed * 31 + len(allocator))
+        peak = _peak_live(req)
+        rng = random.Random(seed)
+        for capacity in (None, int(peak * rng.uniform(0.8, 1.1)), int(peak * rng.uniform(1.2, 2.5))):
+            r = _same(req, allocator, capacity, **opts)
+            ooms += r["oom_at"] is not None
+    assert ooms > 0   # the capacity paths (release of cached blocks, OOM, stealing) were exercised
+
+
+def test_the_options_reach_the_native_replay():
+    """Every option changes the result on some stream, with or without a capacity (the
+    comparison above is not vacuous)."""
+    reqs = [r for r in (random_stream(seed, 1500) for seed in range(40)) if r["stream"].nunique() > 1][:6]
+    key = ("peak_reserved_bytes", "backing_allocations", "peak_allocated_bytes", "oom_at", "details")
+    for allocator, opts in CASES:
+        if not opts:
+            continue
+        other = {"streams": not opts["streams"]} if "streams" in opts else {}   # auto is one of them
+        changed = False
+        for req in reqs:
+            for c in (None, 0.85, 0.95, 1.05):
+                c = None if c is None else int(_peak_live(req) * c)
+                base, r = simulate(req, allocator, c, **other), simulate(req, allocator, c, **opts)
+                changed |= any(r[k] != base[k] for k in key)
+        assert changed, (allocator, opts)
+
+
+def test_cnmem_stealing_and_expandable_release_happen_in_the_random_streams():
+    steals = unmapped = released = 0
+    for seed in range(40):
+        req = random_stream(seed)
+        peak = _peak_live(req)
+        cap = int(peak * random.Random(seed).uniform(0.8, 1.1))
+        steals += _same(req, "cnmem", cap, streams=True)["details"]["steals"]
+        d = _same(req, "pytorch", cap, expandable_segments=True)["details"]
+        unmapped += d["pages_unmapped"]
+        released += d["ranges_released"]
+    assert steals > 0 and unmapped > 0 and released > 0
+
+
+def test_inputs_outside_the_native_range_run_the_reference():
+    """Sizes beyond int64 (an object column) or beyond the C model's 32 TiB: the same
+    results, from the reference."""
+    for big in (1 << 70, 1 << 50):
+        req = random_stream(2, 200)
+        req["size"] = req["size"].astype(object)
+        first = int(np.flatnonzero(req["op"] == "alloc")[0])
+        bid = req.loc[first, "block_id"]
+        req.loc[req["block_id"] == bid, "size"] = big
+        for a in ("pytorch", "bfc", "cnmem"):
+            r = _same(req, a, native=False)
+            assert r["peak_reserved_bytes"] >= big
+            assert _simulate_native(RequestArrays(req), a, None, {}) is None
+
+
+GPU_TRACES = ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit", "torch-transformer-blocks.pit",
+              "torch-transformer-reserved.pit", "jax-attn-blocks.pit", "jax-attn-reserved.pit",
+              "graphs-blocks.pit", "loader-blocks.pit"]
+
+
+@pytest.mark.parametrize("name", GPU_TRACES)
+def test_native_replay_equals_the_reference_on_gpu_traces(name):
+    import pyinterpose
+
+    tr = pyinterpose.load(gpu_trace(name))
+    for only in (True, False):
+        req = requests(tr, allocator_only=only)
+        if len(req) == 0:
+            continue
+        for allocator, opts in CASES:
+            _same(req, allocator, **opts)
+        peak = _peak_live(req)
+        for allocator, opts in (("pytorch", {}), ("pytorch", {"expandable_segments": True}),
+                                ("pytorch", {"max_split_size": 40 * MiB}), ("bfc", {}), ("cnmem", {"streams": True})):
+            _same(req, allocator, int(peak * 1.05), **opts)
