@@ -63,7 +63,9 @@ def framework(trace: Trace) -> str:
         return {"torch": "pytorch", "tf": "tensorflow"}.get(fw, fw)
     b = trace.blocks
     if "owner" in b and len(b):
-        objs = " ".join(str(o).lower() for o in pd.unique(b["owner"].astype(str)) if o)
+        used = b["owner"].cat.remove_unused_categories().cat.categories \
+            if isinstance(b["owner"].dtype, pd.CategoricalDtype) else pd.unique(b["owner"].astype(str))
+        objs = " ".join(str(o).lower() for o in used if str(o))
         for name, prefixes in _ALLOCATOR_OBJECTS.items():
             if any(p in objs for p in prefixes):
                 return name
@@ -79,7 +81,7 @@ def framework(trace: Trace) -> str:
             return name
     apis = set(trace.counts.get("by_api", {}))
     if not apis and len(b):
-        apis = set(b["api"].astype(str).unique())
+        apis = set(str(a) for a in b["api"].unique())
     if apis & {"cudaMallocAsync", "cudaMalloc"} and not apis & {"cuMemAllocFromPoolAsync"}:
         return "pytorch"
     if "cuMemAllocFromPoolAsync" in apis:
@@ -89,8 +91,19 @@ def framework(trace: Trace) -> str:
     return "unknown"
 
 
+def _str_rows(col: pd.Series, pred) -> np.ndarray:
+    """bool per row: ``pred(str(value))``, evaluated once per distinct value (the string
+    columns are categorical: no per-row Python strings)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()
+        vals = np.array([bool(pred(str(c))) for c in col.cat.categories] + [bool(pred("nan"))], bool)
+        return vals[codes]   # code -1 (missing) -> the last entry, as astype(str) gives "nan"
+    codes, uniq = pd.factorize(col.astype(str))
+    return np.array([bool(pred(u)) for u in uniq], bool)[codes] if len(uniq) else np.zeros(len(col), bool)
+
+
 def _has_owners(b: pd.DataFrame) -> bool:
-    return "owner" in b and bool((b["owner"].astype(str) != "").any())
+    return "owner" in b and bool(_str_rows(b["owner"], lambda s: s != "").any())
 
 
 def block_owners(trace: Trace) -> pd.Series:
@@ -116,21 +129,23 @@ def _api_rule(trace: Trace, fw: str) -> tuple[np.ndarray, str]:
 
 def _api_rule_of(trace: Trace, fw: str) -> tuple[np.ndarray, str]:
     b = trace.blocks
-    api = b["api"].astype(str).to_numpy()
-    kind = b["kind"].astype(str).to_numpy()
+
+    def api_in(*names):
+        return _str_rows(b["api"], lambda s: s in names)
+
     dev = b["counts_device"].to_numpy(bool)
     view = str(trace.meta.get("view", "blocks"))
-    vmm = np.isin(kind, ("vmm", "vmm_create"))
+    vmm = _str_rows(b["kind"], lambda s: s in ("vmm", "vmm_create"))
     if fw == "pytorch":
         if view == "reserved":
-            return dev & ((api == "cudaMalloc") | vmm), "cudaMalloc segments + VMM pages (expandable segments)"
-        return dev & np.isin(api, _ASYNC_APIS), "cudaMallocAsync (one per tensor)"
+            return dev & (api_in("cudaMalloc") | vmm), "cudaMalloc segments + VMM pages (expandable segments)"
+        return dev & api_in(*_ASYNC_APIS), "cudaMallocAsync (one per tensor)"
     if fw in ("jax", "tensorflow"):
-        if fw == "tensorflow" and view != "reserved" and (api == "cuMemAllocFromPoolAsync").any():
-            return dev & (api == "cuMemAllocFromPoolAsync"), "cuMemAllocFromPoolAsync (one per tensor)"
+        if fw == "tensorflow" and view != "reserved" and api_in("cuMemAllocFromPoolAsync").any():
+            return dev & api_in("cuMemAllocFromPoolAsync"), "cuMemAllocFromPoolAsync (one per tensor)"
         if (dev & vmm).any():
             return dev & vmm, "VMM buffers (cuMemAddressReserve + cuMemCreate + cuMemMap)"
-        return dev & (api == "cuMemAlloc_v2"), "cuMemAlloc_v2"
+        return dev & api_in("cuMemAlloc_v2"), "cuMemAlloc_v2"
     return dev.copy(), "every device block (framework unknown)"
 
 
@@ -141,19 +156,8 @@ def allocator_mask(trace: Trace) -> np.ndarray:
         return np.zeros(0, bool)
     fw = framework(trace)
     if _has_owners(b) and fw in _ALLOCATOR_OBJECTS:
-        col = b["owner"]
-        if isinstance(col.dtype, pd.CategoricalDtype):   # test each distinct owner once, then map rows
-            vals = pd.Series(list(col.cat.categories) + [np.nan], dtype=object)
-            codes = col.cat.codes.to_numpy(np.int64)
-            codes = np.where(codes < 0, len(vals) - 1, codes)
-        else:
-            vals, codes = col, None
-        own = vals.astype(str).str.lower()
-        hit = np.zeros(len(own), bool)
-        for p in _ALLOCATOR_OBJECTS[fw]:
-            hit |= own.str.contains(p, regex=False).to_numpy(bool, na_value=False)
-        if codes is not None:
-            hit = hit[codes]
+        prefixes = _ALLOCATOR_OBJECTS[fw]
+        hit = _str_rows(b["owner"], lambda s: any(p in s.lower() for p in prefixes))
         if hit.any():
             return hit & b["counts_device"].to_numpy(bool)
     return _api_rule(trace, fw)[0]

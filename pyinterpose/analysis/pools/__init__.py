@@ -43,14 +43,16 @@ the second (each result says which in ``bound``).
 """
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
 from ...trace.model import Trace
-from .allocators import ALLOCATORS, pytorch_options, simulate
+from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
 from .planners import PLANNERS, plan
 from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
                       write_minimalloc_csv)
@@ -71,16 +73,76 @@ def _pid(trace: Trace, pid: int | None) -> int | None:
     return trace.main_pid
 
 
-def _device_blocks(trace: Trace, pid: int | None, allocator_only: bool = False) -> pd.DataFrame:
+_BLOCK_COLUMNS = ("block_id", "size", "stream", "seq_alloc", "seq_free", "t_alloc", "t_free", "freed")
+
+
+def _device_mask(trace: Trace, pid: int | None, allocator_only: bool = False,
+                 allocator: np.ndarray | None = None) -> np.ndarray:
+    """bool per row of ``trace.blocks``: the process's device blocks (the framework
+    allocator's only, with ``allocator_only``; ``allocator``: that mask, when known)."""
     b = trace.blocks
     if allocator_only:
-        from ..owners import allocator_mask
-        b = b[allocator_mask(trace)]
+        if allocator is None:
+            from ..owners import allocator_mask
+            allocator = allocator_mask(trace)
+        m = np.asarray(allocator, bool).copy()
     else:
-        b = b[b["counts_device"]]
-    if pid is not None:
-        b = b[b["pid"] == pid]
-    return b
+        m = b["counts_device"].to_numpy(bool).copy()
+    if pid is not None and len(b):
+        m &= b["pid"].to_numpy() == pid
+    return m
+
+
+def _device_blocks(trace: Trace, pid: int | None, allocator_only: bool = False) -> pd.DataFrame:
+    return trace.blocks[_device_mask(trace, pid, allocator_only)]
+
+
+def _block_columns(trace: Trace, mask: np.ndarray) -> dict:
+    """The columns of the masked blocks that the request stream and the steady problem
+    read, as numpy arrays (no DataFrame row selection)."""
+    b = trace.blocks
+    out = {}
+    for c in _BLOCK_COLUMNS:
+        a = b[c].to_numpy()
+        out[c] = a[mask] if len(a) else a
+    return out
+
+
+def _request_columns(cols: dict) -> dict:
+    """The request stream (one alloc per block, one free per freed block, in sequence
+    order; a free first if it shares its seq with an alloc) as numpy columns: seq, t,
+    is_alloc (bool), block_id, size, stream."""
+    freed = cols["freed"].astype(bool)
+    sa = cols["seq_alloc"].astype(np.int64, copy=False)
+    sf = cols["seq_free"][freed].astype(np.int64, copy=False)
+    n_a = len(sa)
+    # two sorted runs (timsort finds the allocations already in order), then their merge
+    oa = np.argsort(sa, kind="stable")
+    of = np.argsort(sf, kind="stable")
+    runs = np.concatenate([sa[oa], sf[of]])
+    m = np.argsort(runs, kind="stable")
+    seq = runs[m]
+    order = np.concatenate([oa, of + n_a])[m]
+    op = np.concatenate([np.ones(n_a, np.int8), np.zeros(len(sf), np.int8)])
+    if len(seq) > 1 and not (seq[1:] != seq[:-1]).all():   # equal seqs: the exact order of lexsort
+        seq_all = np.concatenate([sa, sf])
+        order = np.lexsort((op, seq_all))
+        seq = seq_all[order]
+
+    def both(c, dtype):
+        return np.concatenate([cols[c[0]].astype(dtype, copy=False),
+                               cols[c[1]][freed].astype(dtype, copy=False)])[order]
+
+    return {"seq": seq, "t": both(("t_alloc", "t_free"), np.int64), "is_alloc": op[order] == 1,
+            "block_id": both(("block_id", "block_id"), np.int64), "size": both(("size", "size"), np.int64),
+            "stream": both(("stream", "stream"), np.uint64)}
+
+
+def _request_frame(r: dict) -> pd.DataFrame:
+    return pd.DataFrame({
+        "seq": r["seq"], "t": r["t"], "op": np.where(r["is_alloc"], "alloc", "free"),
+        "block_id": r["block_id"], "size": r["size"], "stream": r["stream"],
+    })
 
 
 def requests(trace: Trace, pid: int | None = None, allocator_only: bool = False) -> pd.DataFrame:
@@ -90,20 +152,8 @@ def requests(trace: Trace, pid: int | None = None, allocator_only: bool = False)
 
     Columns: seq, t, op ("alloc"|"free"), block_id, size, stream.  Blocks never freed
     have no free row."""
-    b = _device_blocks(trace, _pid(trace, pid), allocator_only)
-    freed = b[b["freed"]]
-    seq = np.concatenate([b["seq_alloc"].to_numpy(np.int64), freed["seq_free"].to_numpy(np.int64)])
-    t = np.concatenate([b["t_alloc"].to_numpy(np.int64), freed["t_free"].to_numpy(np.int64)])
-    op = np.concatenate([np.ones(len(b), np.int8), np.zeros(len(freed), np.int8)])
-    bid = np.concatenate([b["block_id"].to_numpy(np.int64), freed["block_id"].to_numpy(np.int64)])
-    size = np.concatenate([b["size"].to_numpy(np.int64), freed["size"].to_numpy(np.int64)])
-    stream = np.concatenate([b["stream"].to_numpy(np.uint64), freed["stream"].to_numpy(np.uint64)])
-    order = np.lexsort((op, seq))  # a free and an alloc never share a seq; frees first if they do
-    return pd.DataFrame({
-        "seq": seq[order], "t": t[order],
-        "op": np.where(op[order] == 1, "alloc", "free"),
-        "block_id": bid[order], "size": size[order], "stream": stream[order],
-    })
+    cols = _block_columns(trace, _device_mask(trace, _pid(trace, pid), allocator_only))
+    return _request_frame(_request_columns(cols))
 
 
 def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict]:
@@ -111,21 +161,27 @@ def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict
         from ..iterations import find_iterations
     except ImportError:  # pragma: no cover - iterations module missing in this checkout
         find_iterations = None
-    b = _device_blocks(trace, pid)
-    whole = (int(b["seq_alloc"].min()) if len(b) else 0,
-             int(max(b["seq_alloc"].max(), b["seq_free"].max())) + 1 if len(b) else 0)
+
+    def whole() -> tuple[int, int]:
+        m = _device_mask(trace, pid)
+        if not m.any():
+            return 0, 0
+        sa = trace.blocks["seq_alloc"].to_numpy()[m]
+        sf = trace.blocks["seq_free"].to_numpy()[m]
+        return int(sa.min()), int(max(sa.max(), sf.max())) + 1
+
     if find_iterations is None:
-        return whole, {"source": "none", "reason": "iteration detection not available"}
+        return whole(), {"source": "none", "reason": "iteration detection not available"}
     it = find_iterations(trace, pid)
     if it.count == 0:
-        return whole, {"source": it.source, "reason": getattr(it, "reason", "") or "no loop found"}
+        return whole(), {"source": it.source, "reason": getattr(it, "reason", "") or "no loop found"}
     lo, hi = it.steady_window()
     return (int(lo), int(hi)), {"source": it.source, "count": int(it.count),
                                 "period_allocs": int(it.period_allocs)}
 
 
 def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int] | None = None,
-                   allocator_only: bool = False) -> pd.DataFrame:
+                   allocator_only: bool = False, _cols: dict | None = None) -> pd.DataFrame:
     """One steady iteration as a DSA problem (see the module docstring).
 
     Columns: id (= block_id), lower, upper, size, block_id, crossing.  ``df.attrs``
@@ -140,25 +196,25 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     lo, hi = int(window[0]), int(window[1])
     if hi <= lo:
         raise PyinterposeError(f"empty window [{lo}, {hi})")
-    b = _device_blocks(trace, pid, allocator_only)
-    req = requests(trace, pid, allocator_only)
-    ev = req["seq"].to_numpy(np.int64)
-    ev = ev[(ev >= lo) & (ev < hi)]
+    cols = _cols if _cols is not None else _block_columns(trace, _device_mask(trace, pid, allocator_only))
+    sa = cols["seq_alloc"].astype(np.int64, copy=False)
+    sf = cols["seq_free"].astype(np.int64, copy=False)
+    freed = cols["freed"].astype(bool, copy=False)
+    # the request stream's sequence numbers inside the window: event k is time k
+    ev = np.sort(np.concatenate([sa[(sa >= lo) & (sa < hi)], sf[freed & (sf >= lo) & (sf < hi)]]))
     E = len(ev)
-    sa = b["seq_alloc"].to_numpy(np.int64)
-    sf = b["seq_free"].to_numpy(np.int64)
-    freed = b["freed"].to_numpy(bool)
     alive = (sa < hi) & (~freed | (sf >= lo))
-    b, sa, sf, freed = b[alive], sa[alive], sf[alive], freed[alive]
+    sa, sf, freed = sa[alive], sf[alive], freed[alive]
+    bid, size = cols["block_id"][alive].astype(np.int64), cols["size"][alive].astype(np.int64)
     before = sa < lo
     after = ~freed | (sf >= hi)
     lower = np.where(before, 0, np.searchsorted(ev, sa))
     upper = np.where(after, E, np.searchsorted(ev, sf))
     crossing = np.select([before & after, before, after & ~freed, after], ["through", "in", "kept", "out"],
                          "inner")
-    df = pd.DataFrame({"id": b["block_id"].to_numpy(np.int64), "lower": lower.astype(np.int64),
-                       "upper": upper.astype(np.int64), "size": b["size"].to_numpy(np.int64),
-                       "block_id": b["block_id"].to_numpy(np.int64), "crossing": crossing})
+    df = pd.DataFrame({"id": bid, "lower": lower.astype(np.int64),
+                       "upper": upper.astype(np.int64), "size": size,
+                       "block_id": bid.copy(), "crossing": crossing})
     df = df[df["upper"] > df["lower"]].reset_index(drop=True)
     df.attrs.update(window=(lo, hi), events=E, pid=pid, iteration=info)
     return df
@@ -199,19 +255,36 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
         raise PyinterposeError(f"options for unknown allocator {bad[0]!r} (choose from {', '.join(ALLOCATORS)})")
     pytorch_opts, pytorch_conf = pytorch_options(trace.meta, allocator_options.get("pytorch"))
     pid = _pid(trace, pid)
-    from ..owners import allocator_info
-    req = requests(trace, pid, allocator_only=True)
-    sizes = np.where(req["op"].to_numpy() == "alloc", 1, -1) * req["size"].to_numpy(np.int64)
+    from ..owners import allocator_info, allocator_mask
+    cols = _block_columns(trace, _device_mask(trace, pid, True, allocator_mask(trace)))
+    rq = _request_columns(cols)
+    n_req = len(rq["seq"])
+    sizes = np.where(rq["is_alloc"], rq["size"], -rq["size"])
     whole = int(np.cumsum(sizes).max()) if len(sizes) else 0
+    del sizes
+    arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
+                                    lambda: _request_frame(rq))
     info = allocator_info(_pid_view(trace, pid))
-    prob = steady_problem(trace, pid, window, allocator_only=True)
+    prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
+    del cols
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
     bound = load(lower, upper, size)
+    # the simulators run in C without the GIL: replay them side by side
+    sims = {}
+    names = [n for n in strategies if n in ALLOCATORS]
+    if names:
+        def sim(name):
+            opts = pytorch_opts if name == "pytorch" else dict(allocator_options.get(name) or {})
+            return simulate(arrs, name, capacity=capacity, **opts)
+        if len(names) > 1 and (os.cpu_count() or 1) > 1:
+            with ThreadPoolExecutor(min(len(names), os.cpu_count() or 1)) as ex:
+                sims = dict(zip(names, ex.map(sim, names)))
+        else:
+            sims = {n: sim(n) for n in names}
     out_rows = []
     for name in strategies:
         if name in ALLOCATORS:
-            opts = pytorch_opts if name == "pytorch" else dict(allocator_options.get(name) or {})
-            r = simulate(req, name, capacity=capacity, **opts)
+            r = sims[name]
             row = _row(name, r["peak_reserved_bytes"], whole, r["seconds"], "whole_run")
             row["backing_allocations"] = r["backing_allocations"]
             row["peak_allocated_bytes"] = r["peak_allocated_bytes"]
@@ -239,7 +312,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
                       "blocks": int(len(prob)),
                       "crossing": {k: int(v) for k, v in prob["crossing"].value_counts().items()},
                       **attrs["iteration"]},
-        "requests": int(len(req)),
+        "requests": n_req,
         "allocator": {k: v for k, v in info.items() if k != "outside"},
         "outside_allocator": info["outside"],
         "strategies": out_rows,

@@ -965,13 +965,13 @@ def _round_up_arr(x, m):
     return -(-np.asarray(x, np.int64) // m) * m
 
 
-def _simulate_cudamalloc(req: pd.DataFrame, capacity):
-    is_alloc = req["op"].to_numpy() == "alloc"
-    rounded = cudamalloc_size(req["size"].to_numpy(np.int64))
-    delta = np.where(is_alloc, rounded, -rounded)
-    live = np.cumsum(delta)
+def _simulate_cudamalloc(is_alloc: np.ndarray, size: np.ndarray, capacity):
+    is_alloc = np.asarray(is_alloc, bool)
+    size = np.asarray(size, np.int64)
+    rounded = cudamalloc_size(size)
+    live = np.cumsum(np.where(is_alloc, rounded, -rounded))
     peak = int(live.max()) if len(live) else 0
-    raw = np.cumsum(np.where(is_alloc, 1, -1) * req["size"].to_numpy(np.int64))
+    raw = np.cumsum(np.where(is_alloc, size, -size))
     oom = None
     if capacity is not None and peak > capacity:
         oom = int(np.argmax(live > capacity))
@@ -1004,14 +1004,17 @@ class _NotNative(Exception):
 
 class RequestArrays:
     """A request stream as the columns the native replay reads (built once, replayed by
-    several allocators)."""
+    several allocators): is_alloc (uint8), block_id, size (int64), stream (uint64, or
+    int64 when ``signed``)."""
 
-    def __init__(self, req: pd.DataFrame):
-        self.req = req
-        self.n = len(req)
-        op = req["op"].to_numpy()
-        self.is_alloc = np.ascontiguousarray(op == "alloc", dtype=np.uint8) if self.n else np.zeros(0, np.uint8)
+    def __init__(self, req: pd.DataFrame | None):
+        self._req = req
+        self._make_req = None
         self.error = None
+        if req is None:
+            return
+        self.n = len(req)
+        self.is_alloc = np.ascontiguousarray(req["op"].to_numpy() == "alloc", dtype=np.uint8)
         try:
             self.bid = _int_column(req["block_id"])
             self.size = _int_column(req["size"])
@@ -1022,6 +1025,25 @@ class RequestArrays:
                 self.stream, self.signed = _int_column(req["stream"]).view(np.uint64), 1
         except _NotNative as e:
             self.error = str(e)
+
+    @classmethod
+    def of_columns(cls, is_alloc, block_id, size, stream, make_req) -> "RequestArrays":
+        """From numpy columns (stream unsigned); ``make_req()`` builds the request table
+        only if the Python reference needs it."""
+        self = cls(None)
+        self.n = len(is_alloc)
+        self.is_alloc = np.ascontiguousarray(is_alloc, dtype=np.uint8)
+        self.bid = np.ascontiguousarray(block_id, np.int64)
+        self.size = np.ascontiguousarray(size, np.int64)
+        self.stream, self.signed = np.ascontiguousarray(stream, np.uint64), 0
+        self._make_req = make_req
+        return self
+
+    @property
+    def req(self) -> pd.DataFrame:
+        if self._req is None:
+            self._req = self._make_req()
+        return self._req
 
     def ops(self) -> list:
         """(is_alloc, block_id, size, stream) tuples for the Python reference."""
@@ -1160,7 +1182,11 @@ def simulate(req, allocator: str, capacity: int | None = None, *, reference: boo
     if allocator == "cudamalloc":
         if options:
             raise PyinterposeError(f"cudamalloc: bad option ({', '.join(options)}): it takes none")
-        out = _simulate_cudamalloc(arrs.req if arrs is not None else req, capacity)
+        if arrs is None or arrs.error is not None:
+            req = arrs.req if arrs is not None else req
+            out = _simulate_cudamalloc(req["op"].to_numpy() == "alloc", req["size"].to_numpy(np.int64), capacity)
+        else:
+            out = _simulate_cudamalloc(arrs.is_alloc.astype(bool), arrs.size, capacity)
         out["details"] = {}
     else:
         arrs = arrs if arrs is not None else RequestArrays(req)
