@@ -163,13 +163,15 @@ def allocator_mask(trace: Trace) -> np.ndarray:
     return _api_rule(trace, fw)[0]
 
 
-def allocator_info(trace: Trace) -> dict:
-    """What was taken as the framework allocator, for the JSON outputs."""
+def allocator_info(trace: Trace, mask: np.ndarray | None = None) -> dict:
+    """What was taken as the framework allocator, for the JSON outputs (``mask``: the
+    :func:`allocator_mask` of ``trace`` when the caller has it)."""
     fw = framework(trace)
-    m = allocator_mask(trace)
+    m = allocator_mask(trace) if mask is None else np.asarray(mask, bool)
+    src = "owners" if _has_owners(trace.blocks) and fw in _ALLOCATOR_OBJECTS else "api"
     b = trace.blocks
+    b = b[[c for c in ("counts_device", "freed", "t_alloc", "t_free", "size") if c in b]]  # what is read below
     dev = b["counts_device"].to_numpy(bool)
-    src = "owners" if _has_owners(b) and fw in _ALLOCATOR_OBJECTS else "api"
     out = {"framework": fw, "view": trace.meta.get("view"), "source": src,
            "rule": _api_rule(trace, fw)[1] if src == "api" else f"owner is {fw}'s allocator",
            "blocks": int(m.sum()), "bytes": int(b["size"].to_numpy()[m].sum()),

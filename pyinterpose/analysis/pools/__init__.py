@@ -256,7 +256,8 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     pytorch_opts, pytorch_conf = pytorch_options(trace.meta, allocator_options.get("pytorch"))
     pid = _pid(trace, pid)
     from ..owners import allocator_info, allocator_mask
-    cols = _block_columns(trace, _device_mask(trace, pid, True, allocator_mask(trace)))
+    amask = allocator_mask(trace)
+    cols = _block_columns(trace, _device_mask(trace, pid, True, amask))
     rq = _request_columns(cols)
     n_req = len(rq["seq"])
     sizes = np.where(rq["is_alloc"], rq["size"], -rq["size"])
@@ -264,7 +265,8 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     del sizes
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
                                     lambda: _request_frame(rq))
-    info = allocator_info(_pid_view(trace, pid))
+    view = _pid_view(trace, pid)
+    info = allocator_info(view, amask if view is trace else None)
     prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
     del cols
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
