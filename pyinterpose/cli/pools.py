@@ -17,7 +17,8 @@ def register(sub) -> None:
     p.add_argument("--strategies", metavar="A,B,...", default=",".join(STRATEGIES),
                    help="comma-separated subset of: " + ", ".join(STRATEGIES))
     p.add_argument("--time-limit", type=A.time_limit_s, default=DEFAULT_TIME_LIMIT, metavar="S",
-                   help=f"seconds for the optimal planner (default {DEFAULT_TIME_LIMIT:g})")
+                   help=f"seconds for the optimal planner's search; it stops earlier once its result is "
+                        f"proven optimal (default {DEFAULT_TIME_LIMIT:g})")
     p.add_argument("--capacity", type=A.byte_count(1), metavar="BYTES",
                    help="device memory limit for the simulated allocators (default: none)")
     p.add_argument("--alloc-conf", metavar="CONF",
