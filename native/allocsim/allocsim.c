@@ -460,6 +460,59 @@ static void result_init(pi_as_result *out)
     out->oom_at = -1;
 }
 
+/* ------------------------------------------------------------------ cudaMalloc */
+
+/* _simulate_cudamalloc: prefix sums of the rounded sizes (numpy's wrapping int64
+ * arithmetic, hence unsigned sums) */
+int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, int64_t capacity,
+                     pi_as_result *out)
+{
+    result_init(out);
+    uint64_t live = 0, raw = 0;
+    int64_t peak = INT64_MIN, peak_raw = INT64_MIN, peak_before = INT64_MIN, allocs = 0, allocs_before = 0;
+    int64_t oom = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (size[i] > MAX_SIZE || size[i] < -MAX_SIZE)
+            return -ERR_RANGE;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = size[i];
+        int64_t r = s >= kRoundLarge ? (int64_t)(((uint64_t)s + kRoundLarge - 1) / kRoundLarge * kRoundLarge)
+                                     : round_up(s < 1 ? 1 : s, 512);
+        if (is_alloc[i]) {
+            live += (uint64_t)r;
+            raw += (uint64_t)s;
+            allocs++;
+        } else {
+            live -= (uint64_t)r;
+            raw -= (uint64_t)s;
+        }
+        if ((int64_t)live > peak)
+            peak = (int64_t)live;
+        if ((int64_t)raw > peak_raw)
+            peak_raw = (int64_t)raw;
+        if (oom < 0 && capacity >= 0 && (int64_t)live > capacity) {
+            oom = i;   /* the first request over the capacity: what came before counts */
+            peak_before = i ? peak_before : INT64_MIN;
+            allocs_before = allocs - (is_alloc[i] ? 1 : 0);
+        }
+        if (oom < 0)
+            peak_before = peak;
+    }
+    if (n == 0)
+        peak = peak_raw = 0;
+    if (oom >= 0) {
+        out->peak_reserved = oom ? peak_before : 0;
+        out->backing = allocs_before;
+    } else {
+        out->peak_reserved = peak;
+        out->backing = allocs;
+    }
+    out->peak_allocated = out->peak_reserved;
+    out->oom_at = oom;
+    out->details[0] = peak_raw;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ _Heap */
 
 typedef struct {

@@ -33,6 +33,11 @@ typedef struct {
     int64_t details[8];
 } pi_as_result;
 
+/* cudaMalloc per request (below 2 MiB: 512 B rounding; from 2 MiB: whole 2 MiB pages).
+ * details[0] = peak requested bytes (unrounded; over the whole stream). */
+int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, int64_t capacity,
+                     pi_as_result *out);
+
 /* PyTorch caching allocator.  max_split_size: 0 = unset; divisions[16]: the
  * roundup_power2_divisions value of each [2^k, 2^(k+1)) MiB interval. */
 int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import gpu_trace
 from pyinterpose.analysis.pools import requests
-from pyinterpose.analysis.pools.allocators import RequestArrays, _lib, _simulate_native, simulate
+from pyinterpose.analysis.pools.allocators import (RequestArrays, _cudamalloc_native, _lib, _simulate_native,
+                                                   simulate)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -33,7 +34,7 @@ BFC_OPTIONS = [{}, {"allow_growth": False}, {"max_internal_fragmentation": 1 * M
                {"allow_growth": False, "max_internal_fragmentation": 4 * MiB}]
 CNMEM_OPTIONS = [{}, {"streams": True}, {"streams": False}, {"steal": False}, {"initial_bytes": 48 * MiB},
                  {"streams": True, "initial_bytes": 5 * MiB + 3}]
-CASES = ([("pytorch", o) for o in PYTORCH_OPTIONS] + [("bfc", o) for o in BFC_OPTIONS]
+CASES = ([("cudamalloc", {})] + [("pytorch", o) for o in PYTORCH_OPTIONS] + [("bfc", o) for o in BFC_OPTIONS]
          + [("cnmem", o) for o in CNMEM_OPTIONS])
 
 
@@ -96,9 +97,10 @@ def _same(req, allocator, capacity=None, native=True, **opts):
         r.pop("seconds")
     assert c == p, (allocator, capacity, opts)
     if native:
-        n = _simulate_native(arrs, allocator, capacity, opts)
+        n = (_cudamalloc_native(arrs, capacity) if allocator == "cudamalloc"
+             else _simulate_native(arrs, allocator, capacity, opts))
         assert n is not None, "the native replay declined this input"
-        assert {**n, "allocator": allocator, "options": opts} == c
+        assert {"details": {}, **n, "allocator": allocator, "options": opts} == c
     return c
 
 
@@ -155,10 +157,11 @@ def test_inputs_outside_the_native_range_run_the_reference():
         first = int(np.flatnonzero(req["op"] == "alloc")[0])
         bid = req.loc[first, "block_id"]
         req.loc[req["block_id"] == bid, "size"] = big
-        for a in ("pytorch", "bfc", "cnmem"):
+        for a in ("cudamalloc", "pytorch", "bfc", "cnmem") if big < 1 << 63 else ("pytorch", "bfc", "cnmem"):
             r = _same(req, a, native=False)
             assert r["peak_reserved_bytes"] >= big
-            assert _simulate_native(RequestArrays(req), a, None, {}) is None
+            arrs = RequestArrays(req)
+            assert (_cudamalloc_native(arrs, None) if a == "cudamalloc" else _simulate_native(arrs, a, None, {})) is None
 
 
 GPU_TRACES = ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit", "torch-transformer-blocks.pit",

@@ -1150,6 +1150,24 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
             "oom_at": None if res.oom_at < 0 else int(res.oom_at), "details": details}
 
 
+def _cudamalloc_native(arrs: RequestArrays, capacity) -> dict | None:
+    ffi, lib = _lib()
+    if lib is None or arrs.error is not None or not hasattr(lib, "pi_as_cudamalloc"):
+        return None
+    try:
+        cap = -1 if capacity is None else _opt_int(capacity, "capacity")
+    except _NotNative:
+        return None
+    res = ffi.new("pi_as_result *")
+    rc = lib.pi_as_cudamalloc(arrs.n, ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data),
+                              ffi.cast("int64_t *", arrs.size.ctypes.data), cap, res)
+    if rc != 0:
+        return None
+    return {"peak_reserved_bytes": int(res.peak_reserved), "backing_allocations": int(res.backing),
+            "peak_allocated_bytes": int(res.peak_allocated), "peak_requested_bytes": int(res.details[0]),
+            "oom_at": None if res.oom_at < 0 else int(res.oom_at)}
+
+
 def _simulate_python(arrs: RequestArrays, allocator: str, capacity, options: dict) -> dict:
     """The reference simulators (see the module docstring)."""
     fn = {"pytorch": _simulate_pytorch, "bfc": _simulate_bfc, "cnmem": _simulate_cnmem}[allocator]
@@ -1182,11 +1200,11 @@ def simulate(req, allocator: str, capacity: int | None = None, *, reference: boo
     if allocator == "cudamalloc":
         if options:
             raise PyinterposeError(f"cudamalloc: bad option ({', '.join(options)}): it takes none")
-        if arrs is None or arrs.error is not None:
-            req = arrs.req if arrs is not None else req
-            out = _simulate_cudamalloc(req["op"].to_numpy() == "alloc", req["size"].to_numpy(np.int64), capacity)
-        else:
-            out = _simulate_cudamalloc(arrs.is_alloc.astype(bool), arrs.size, capacity)
+        arrs = arrs if arrs is not None else RequestArrays(req)
+        out = None if reference else _cudamalloc_native(arrs, capacity)
+        if out is None:
+            out = _simulate_cudamalloc(arrs.req["op"].to_numpy() == "alloc",
+                                       arrs.req["size"].to_numpy(np.int64), capacity)
         out["details"] = {}
     else:
         arrs = arrs if arrs is not None else RequestArrays(req)
