@@ -98,8 +98,8 @@ def _str_rows(col: pd.Series, pred) -> np.ndarray:
         codes = col.cat.codes.to_numpy()
         vals = np.array([bool(pred(str(c))) for c in col.cat.categories] + [bool(pred("nan"))], bool)
         return vals[codes]   # code -1 (missing) -> the last entry, as astype(str) gives "nan"
-    codes, uniq = pd.factorize(col.astype(str))
-    return np.array([bool(pred(u)) for u in uniq], bool)[codes] if len(uniq) else np.zeros(len(col), bool)
+    codes, uniq = pd.factorize(col.astype(str))   # missing values: code -1 -> "nan" as above
+    return np.array([bool(pred(str(u))) for u in uniq] + [bool(pred("nan"))], bool)[codes]
 
 
 def _has_owners(b: pd.DataFrame) -> bool:
