@@ -401,79 +401,85 @@ static int64_t gallop_bound(const double *a, int64_t n, double x, int64_t hint, 
 }
 
 typedef struct {
-    int64_t idx, lo, hi;
+    int64_t pos, lo, hi;
     double t[7];
 } taken_swap;
 
-int64_t pi_swap_schedule(int64_t n_steps, const double *steps_t, const int64_t *live,
-                         int64_t n, const double *start, const double *end, const int64_t *size,
-                         const double *t_out, const double *t_in, const int64_t *lo_iv,
-                         const int64_t *hi_iv, int64_t n_order, const int64_t *order,
-                         int budget_mode, int64_t target, int64_t *out_idx, double *out_t) {
+int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
+                         int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
+                         int budget_mode, int64_t target, int64_t *out_pos, double *out_t) {
     curve cv = {0};
     channel d2h = {0}, h2d = {0};
     char *used = calloc((size_t)(n > 0 ? n : 1), 1);
     taken_swap *tk = malloc(sizeof(taken_swap) * (size_t)(n > 0 ? n : 1));
     int64_t ntk = 0, kept = -1;
-    if (!used || !tk || curve_init(&cv, n_steps, live) || channel_init(&d2h, n) || channel_init(&h2d, n))
+    if (!used || !tk || curve_init(&cv, n_hot, hot_live) || channel_init(&d2h, n) || channel_init(&h2d, n))
         goto out;
     int nph = budget_mode ? 2 : 1;
-    int64_t ns = n_steps + 1;   /* entries of steps_t */
     for (int ph = 0; ph < nph; ph++) {
-        for (int64_t k = 0; k < n_order; k++) {
-            int64_t i = order[k];
+        /* the hiding pass visits only the candidates that can hide (hide_pos, in order; NULL: all) */
+        int64_t nk = (ph == 0 && hide_pos) ? n_hide : n;
+        for (int64_t k = 0; k < nk; k++) {
+            int64_t i = (ph == 0 && hide_pos) ? hide_pos[k] : k;
+            const pi_swap_cand *c = &cand[i];
             if (curve_max_all(&cv) <= target) break;
             if (used[i]) continue;
             /* a swap that hides needs start <= end - t_in - t_out (the earliest swap-out is at the
              * previous access); tested first, it rejects without touching any structure */
-            if (ph == 0 && !(start[i] <= end[i] - t_in[i] - t_out[i])) continue;
+            if (ph == 0 && !(c->start <= c->end - c->t_in - c->t_out)) continue;
             /* with target 0 this never rejects in the hiding pass: the away window's steps lie
-             * inside [lo_iv, hi_iv), so the check on them below implies it */
-            if ((ph == 1 || target > 0) && curve_max(&cv, lo_iv[i], hi_iv[i]) <= target) continue;
+             * inside [lo, hi), so the check on them below implies it */
+            if ((ph == 1 || target > 0) && curve_max(&cv, c->lo, c->hi) <= target) continue;
+            int64_t k1 = -1, k2 = -1;
+            if (budget_mode) {
+                k1 = curve_above(&cv, c->lo, c->hi, target, 0);
+                k2 = curve_above(&cv, c->lo, c->hi, target, 1);
+            }
+            if (budget_mode && ph == 0) {
+                /* a hiding swap must cover every over-budget step of its interval; its away window
+                 * starts at or after start + t_out and ends by end - t_in (see below), so test
+                 * those bounds before touching the links (the same test as after, on a superset) */
+                int64_t lo_min = gallop_bound(hot_t, n_hot, c->start + c->t_out, c->lo, 0);
+                int64_t hi_max = gallop_bound(hot_end, n_hot, c->end - c->t_in, c->hi, 1);
+                if (lo_min > k1 || hi_max <= k2) continue;
+            }
             double os = 0, oe, is = 0, f, r, stall;
             if (ph == 0) {
-                if (!channel_earliest(&d2h, start[i], t_out[i], end[i] - t_in[i] - t_out[i], &os)) continue;
-                oe = os + t_out[i];
-                if (!channel_latest(&h2d, end[i], t_in[i], oe, &is)) continue;
+                if (!channel_earliest(&d2h, c->start, c->t_out, c->end - c->t_in - c->t_out, &os)) continue;
+                oe = os + c->t_out;
+                if (!channel_latest(&h2d, c->end, c->t_in, oe, &is)) continue;
                 f = oe;
                 r = is;
                 stall = 0.0;
             } else {
-                channel_earliest(&d2h, start[i], t_out[i], INFINITY, &os);
-                oe = os + t_out[i];
-                int64_t k1 = curve_above(&cv, lo_iv[i], hi_iv[i], target, 0);
-                int64_t k2 = curve_above(&cv, lo_iv[i], hi_iv[i], target, 1);
-                double first_over = steps_t[k1], last_over_end = steps_t[k2 + 1];
+                channel_earliest(&d2h, c->start, c->t_out, INFINITY, &os);
+                oe = os + c->t_out;
+                double first_over = hot_t[k1], last_over_end = hot_end[k2];
                 f = first_over < oe ? first_over : oe;
                 stall = oe - f;
                 double need = last_over_end > oe ? last_over_end : oe;
-                if (!channel_latest(&h2d, end[i], t_in[i], need, &is))
-                    channel_earliest(&h2d, need, t_in[i], INFINITY, &is);
-                r = end[i] < is ? end[i] : is;
-                double late = is + t_in[i] - end[i];
+                if (!channel_latest(&h2d, c->end, c->t_in, need, &is))
+                    channel_earliest(&h2d, need, c->t_in, INFINITY, &is);
+                r = c->end < is ? c->end : is;
+                double late = is + c->t_in - c->end;
                 stall += late > 0.0 ? late : 0.0;
             }
             if (r <= f) continue;
-            int64_t lo = gallop_bound(steps_t, ns, f, lo_iv[i], 0);
-            if (lo > n_steps) lo = n_steps;
-            int64_t hi = gallop_bound(steps_t, ns, r, hi_iv[i] + 1, 1) - 1;
-            if (hi > n_steps) hi = n_steps;
+            /* the hot steps lying inside the away window [f, r) */
+            int64_t lo = gallop_bound(hot_t, n_hot, f, c->lo, 0);
+            int64_t hi = gallop_bound(hot_end, n_hot, r, c->hi, 1);
             if (hi < lo) hi = lo;
             if (curve_max(&cv, lo, hi) <= target) continue;
-            if (budget_mode && ph == 0) {
-                int64_t k1 = curve_above(&cv, lo_iv[i], hi_iv[i], target, 0);
-                int64_t k2 = curve_above(&cv, lo_iv[i], hi_iv[i], target, 1);
-                if (lo > k1 || hi <= k2) continue;
-            }
-            curve_add(&cv, lo, hi, -size[i]);
+            if (budget_mode && ph == 0 && (lo > k1 || hi <= k2)) continue;
+            curve_add(&cv, lo, hi, -c->size);
             channel_add(&d2h, os, oe);
-            channel_add(&h2d, is, is + t_in[i]);
+            channel_add(&h2d, is, is + c->t_in);
             used[i] = 1;
             taken_swap *t = &tk[ntk++];
-            t->idx = i;
+            t->pos = i;
             t->lo = lo;
             t->hi = hi;
-            double v[7] = {os, oe, f, r, is, is + t_in[i], stall};
+            double v[7] = {os, oe, f, r, is, is + c->t_in, stall};
             memcpy(t->t, v, sizeof v);
         }
     }
@@ -482,9 +488,9 @@ int64_t pi_swap_schedule(int64_t n_steps, const double *steps_t, const int64_t *
     if (target > limit) limit = target;
     char *keep = used;   /* reuse: one flag per taken swap */
     for (int64_t j = ntk - 1; j >= 0; j--) {
-        curve_add(&cv, tk[j].lo, tk[j].hi, size[tk[j].idx]);
+        curve_add(&cv, tk[j].lo, tk[j].hi, cand[tk[j].pos].size);
         if (curve_max_all(&cv) > limit) {
-            curve_add(&cv, tk[j].lo, tk[j].hi, -size[tk[j].idx]);
+            curve_add(&cv, tk[j].lo, tk[j].hi, -cand[tk[j].pos].size);
             keep[j] = 1;
         } else {
             keep[j] = 0;
@@ -493,7 +499,7 @@ int64_t pi_swap_schedule(int64_t n_steps, const double *steps_t, const int64_t *
     kept = 0;
     for (int64_t j = 0; j < ntk; j++) {
         if (!keep[j]) continue;
-        out_idx[kept] = tk[j].idx;
+        out_pos[kept] = tk[j].pos;
         memcpy(out_t + 7 * kept, tk[j].t, sizeof tk[j].t);
         kept++;
     }

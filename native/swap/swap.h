@@ -6,7 +6,8 @@
  * its own independent checker; C only runs the greedy loop of
  * ``swap.schedule()`` on two data structures:
  *
- *  - the live-bytes curve: a segment tree over the steps with range add,
+ *  - the live-bytes curve: a segment tree over the steps that stand above the
+ *    target (the others never matter: swaps only lower the curve) with range add,
  *    range max and "first / last step above a threshold in a range", each
  *    O(log n);
  *  - each PCIe direction's busy time: a treap of disjoint busy runs (touching
@@ -24,23 +25,30 @@
 #include <stdint.h>
 
 /* BEGIN CDEF */
+/* One candidate interval, as the scheduler reads it (48 bytes; packed in visiting order). */
+typedef struct {
+    double start, end, t_out, t_in;   /* previous access, next access, transfer times (ns) */
+    int64_t size;                     /* bytes */
+    int32_t lo, hi;                   /* hot steps [lo, hi) lying inside [start, end) */
+} pi_swap_cand;
+
 /* Greedy swap schedule.
- *   n_steps: steps of the live-bytes curve; steps_t[n_steps + 1] (float64 of the
- *            int64 step times), live[n_steps].
- *   n: candidates; start, end, t_out, t_in (ns, float64), size (bytes),
- *      lo_iv/hi_iv: step range [lo, hi) lying inside each candidate's interval.
- *   order[n_order]: candidate indices in priority order.
+ *   n_hot: the "hot" steps of the live-bytes curve (value > target; the others can never
+ *          stand above the target, since swaps only lower the curve); per hot step k:
+ *          hot_t[k] its start, hot_end[k] its end (float64 of the int64 step times),
+ *          hot_live[k] its live bytes.
+ *   cand[n]: the candidates in priority order (those that can never help removed).
+ *   hide_pos[n_hide]: positions in cand, increasing, of the candidates whose transfers can
+ *          hide (start <= end - t_in - t_out), visited by the hiding pass; NULL: all of them.
  *   budget_mode: 0 no-overhead, 1 budget (two phases: hiding swaps, then stalls).
  *   target: bytes the peak should not exceed (0 = as low as possible).
  * Output (capacity n each): for every swap kept, in acceptance order,
- *   out_idx (candidate index), out_t[7 * k ...] = out_start, out_end, free_t,
+ *   out_pos (position in cand), out_t[7 * k ...] = out_start, out_end, free_t,
  *   realloc_t, in_start, in_end, stall.
  * Returns the number of swaps kept, or -1 when out of memory. */
-int64_t pi_swap_schedule(int64_t n_steps, const double *steps_t, const int64_t *live,
-                         int64_t n, const double *start, const double *end, const int64_t *size,
-                         const double *t_out, const double *t_in, const int64_t *lo_iv,
-                         const int64_t *hi_iv, int64_t n_order, const int64_t *order,
-                         int budget_mode, int64_t target, int64_t *out_idx, double *out_t);
+int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
+                         int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
+                         int budget_mode, int64_t target, int64_t *out_pos, double *out_t);
 /* END CDEF */
 
 #endif

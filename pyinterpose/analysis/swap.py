@@ -75,6 +75,9 @@ class SwapProblem:
     span_ns: int               # length of the analysed run
     pid: int | None = None
     notes: list = field(default_factory=list)
+    lo_iv: np.ndarray | None = None   # int64 steps [lo_iv, hi_iv) lying inside each candidate's interval
+    hi_iv: np.ndarray | None = None
+    memo: dict = field(default_factory=dict, repr=False, compare=False)   # derived arrays (scores, orders)
 
     @property
     def default_budget(self) -> int:
@@ -93,20 +96,24 @@ def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(steps_t, live, events_t, events_d) of the blocks' live device bytes."""
-    freed = blocks[blocks["freed"]]
-    t = np.concatenate([freed["t_free"].to_numpy(np.int64), blocks["t_alloc"].to_numpy(np.int64)])
-    d = np.concatenate([-freed["size"].to_numpy(np.int64), blocks["size"].to_numpy(np.int64)])
-    order = np.lexsort((d, t))
-    t, d = t[order], d[order]
+    """(steps_t, live, events_t, events_d) of the blocks' live device bytes; the events in time order."""
+    freed = blocks["freed"].to_numpy(bool)
+    size = blocks["size"].to_numpy(np.int64)
+    t = np.concatenate([blocks["t_free"].to_numpy(np.int64)[freed], blocks["t_alloc"].to_numpy(np.int64)])
+    d = np.concatenate([-size[freed], size])
     if len(t) == 0:
         return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), t, d
+    order = np.argsort(t, kind="stable")     # the value after an instant does not depend on the order inside it
+    t, d = t[order], d[order]
     cum = np.cumsum(d)
     last = np.ones(len(t), dtype=bool)
     last[:-1] = t[1:] != t[:-1]          # value after the last event at each instant
     ut, live = t[last], cum[last]
     steps_t = np.append(ut, max(int(t_end), int(ut[-1])))
     return steps_t, live, t, d
+
+
+EXACT_T = float(1 << 53)   # times below this convert to float64 exactly
 
 
 def _exact_peak(events_t, events_d, sched: pd.DataFrame | None = None) -> int:
@@ -123,6 +130,41 @@ def _exact_peak(events_t, events_d, sched: pd.DataFrame | None = None) -> int:
     return int(max(0, np.cumsum(d[order]).max()))
 
 
+def _peak_after(problem: SwapProblem, sched: pd.DataFrame) -> int:
+    """:func:`_exact_peak` of the problem's events with ``sched``'s away windows, from the step
+    function instead of a sort of every event.
+
+    The running sum over events sorted by (time, delta) peaks at the end of some instant: inside
+    one instant the frees come first, so the sum falls and then rises to its value after the
+    instant.  So the exact peak is max(0, value after each instant), the instants being the
+    steps' starts and the away windows' ends, merged by float64 time as the sort did."""
+    live = problem.live
+    if len(problem.events_t) == 0 or not len(live) or float(problem.steps_t[-1]) >= EXACT_T:
+        return _exact_peak(problem.events_t, problem.events_d, sched)
+    if sched is None or len(sched) == 0:
+        return int(max(0, int(live.max())))
+    size = sched["size"].to_numpy(np.int64)
+    ts = np.concatenate([sched["free_t"].to_numpy(np.float64), sched["realloc_t"].to_numpy(np.float64)])
+    ds = np.concatenate([-size, size])
+    o = np.argsort(ts, kind="stable")
+    ts, cs = ts[o], np.cumsum(ds[o])
+    ut = _steps_f(problem)[:-1]
+    # after each step's instant: its live bytes + the windows' deltas up to it
+    at_steps = live + np.concatenate([[0], cs])[np.searchsorted(ts, ut, side="right")]
+    # after each window end's instant: the live bytes of the last step starting by it + the deltas up to it
+    kb = np.searchsorted(ut, ts, side="right") - 1
+    at_sched = np.where(kb >= 0, live[np.maximum(kb, 0)], 0) + cs[np.searchsorted(ts, ts, side="right") - 1]
+    return int(max(0, int(at_steps.max()), int(at_sched.max())))
+
+
+def _steps_f(problem: SwapProblem) -> np.ndarray:
+    """The step times as float64 (the scheduler's clock), computed once per problem."""
+    m = problem.memo
+    if "steps_f" not in m:
+        m["steps_f"] = np.ascontiguousarray(problem.steps_t, dtype=np.float64)
+    return m["steps_f"]
+
+
 def _iteration_labels(trace, pid, start_t: np.ndarray) -> tuple[np.ndarray, str]:
     try:
         from .iterations import find_iterations
@@ -137,6 +179,13 @@ def _iteration_labels(trace, pid, start_t: np.ndarray) -> tuple[np.ndarray, str]
     return lab.astype(np.int64), f"{it.count} iterations ({it.source})"
 
 
+def _kind_is(kind: pd.Series, name: str) -> np.ndarray:
+    """kind == name, without turning a categorical column into strings first."""
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        return (kind == name).to_numpy(bool)
+    return (kind.astype(str) == name).to_numpy(bool)
+
+
 def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Bandwidth,
                    min_size: int = MIN_SIZE, t_end: int | None = None,
                    iteration: np.ndarray | None = None) -> SwapProblem:
@@ -149,7 +198,7 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     if min_size < 0:
         raise PyinterposeError(f"--min-size must be >= 0 (got {min_size})")
     if "counts_device" in blocks:
-        blocks = blocks[blocks["counts_device"]]
+        blocks = blocks[blocks["counts_device"].to_numpy(bool)]
     ends = [int(t_end)] if t_end is not None else []
     if len(blocks):
         ends += [int(blocks["t_alloc"].max()), int(blocks["t_free"].max())]
@@ -159,37 +208,45 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
 
     iv = intervals
-    keep = np.ones(len(iv), dtype=bool)
+    iv_size = iv["size"].to_numpy(np.int64)
+    iv_start = iv["start_t"].to_numpy(np.int64)
+    iv_end = iv["end_t"].to_numpy(np.int64)
+    iv_bid = iv["block_id"].to_numpy(np.int64)
+    keep = (iv_size >= max(1, min_size)) & (iv_end > iv_start)
     if "kind" in iv:
-        keep &= (iv["kind"].astype(str) == SWAP_INTERVAL_KIND).to_numpy()
-    keep &= (iv["size"].to_numpy(np.int64) >= max(1, min_size))
-    keep &= (iv["end_t"].to_numpy(np.int64) > iv["start_t"].to_numpy(np.int64))
-    keep &= iv["block_id"].isin(blocks["block_id"]).to_numpy()
+        keep &= _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
+    keep &= np.isin(iv_bid, blocks["block_id"].to_numpy(np.int64))
     lab = np.full(len(iv), -1, np.int64) if iteration is None else np.asarray(iteration, np.int64)
     c = pd.DataFrame({
-        "block_id": iv["block_id"].to_numpy(np.int64)[keep],
-        "size": iv["size"].to_numpy(np.int64)[keep],
-        "start_t": iv["start_t"].to_numpy(np.int64)[keep],
-        "end_t": iv["end_t"].to_numpy(np.int64)[keep],
+        "block_id": iv_bid[keep],
+        "size": iv_size[keep],
+        "start_t": iv_start[keep],
+        "end_t": iv_end[keep],
         "iteration": lab[keep],
     })
-    c["ati_ns"] = c["end_t"] - c["start_t"]
-    size = c["size"].to_numpy(np.float64)
+    start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
+    c["ati_ns"] = end - start
+    size = size_i.astype(np.float64)
     c["t_out_ns"] = bandwidth.d2h_seconds(size) * 1e9
     c["t_in_ns"] = bandwidth.h2d_seconds(size) * 1e9
-    c["doa_ns"] = c["ati_ns"] - c["t_out_ns"] - c["t_in_ns"]
+    c["doa_ns"] = c["ati_ns"].to_numpy() - c["t_out_ns"].to_numpy() - c["t_in_ns"].to_numpy()
 
     peak = int(live.max()) if len(live) else 0
-    lo, hi = _steps_inside(steps_t, c["start_t"].to_numpy(), c["end_t"].to_numpy())
+    lo, hi = _steps_inside(steps_t, start, end)
+    if len(steps_t) and float(max(abs(int(steps_t[0])), abs(int(steps_t[-1])))) < EXACT_T:
+        lo_f, hi_f = lo, hi     # int64 times convert to float64 exactly: the scheduler's ranges are these
+    else:
+        lo_f, hi_f = _steps_inside(steps_t.astype(np.float64), start.astype(np.float64), end.astype(np.float64))
     is_peak = np.concatenate([[0], np.cumsum(live == peak)]) if len(live) else np.zeros(1, np.int64)
     c["straddles_peak"] = (is_peak[hi] - is_peak[lo]) > 0
     cover = np.zeros(len(live) + 1, np.int64)
-    np.add.at(cover, lo, c["size"].to_numpy(np.int64))
-    np.add.at(cover, hi, -c["size"].to_numpy(np.int64))
+    np.add.at(cover, lo, size_i)
+    np.add.at(cover, hi, -size_i)
     floor = int(max(0, (live - np.cumsum(cover)[:-1]).max())) if len(live) else 0
     span = int(steps_t[-1] - steps_t[0]) if len(steps_t) else 0
     return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, events_d=ev_d,
-                       candidates=c.reset_index(drop=True), peak_before=peak, floor=floor, span_ns=span)
+                       candidates=c, peak_before=peak, floor=floor, span_ns=span,
+                       lo_iv=lo_f, hi_iv=hi_f)
 
 
 def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
@@ -199,11 +256,12 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
         raise PyinterposeError("the trace has no allocations: nothing to swap")
-    blocks = trace.blocks[trace.blocks["pid"] == pid]
+    blocks = trace.blocks[trace.blocks["pid"].to_numpy() == pid]
     if len(blocks) == 0:
         raise PyinterposeError(f"process {pid} has no allocations in this trace")
     iv = access_intervals(trace, pid=pid)
-    iv = iv[(iv["kind"].astype(str) == SWAP_INTERVAL_KIND).to_numpy()]
+    between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
+    iv = pd.DataFrame({k: iv[k].to_numpy()[between] for k in ("block_id", "size", "start_t", "end_t")})
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
     p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=trace.end_ns, iteration=lab)
     p.pid = pid
@@ -211,6 +269,19 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     if len(trace.accesses) == 0:
         p.notes.append("the trace has no access events (captured with --no-access?): no candidates")
     return p
+
+
+def problem_for(trace, bandwidth: Bandwidth | float | None = None, min_size: int = MIN_SIZE, pid: int | None = None,
+            latency_us: float | None = None) -> SwapProblem:
+    """:func:`prepare` with the bandwidth resolved as :func:`analyse` does, prepared once per trace
+    (kept by ``Trace.derived`` when the trace has it): pass it as ``problem=`` to :func:`evaluate`,
+    :func:`analyse` and :func:`pareto` to share it."""
+    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    derived = getattr(trace, "derived", None)
+    if derived is None:
+        return prepare(trace, bw, min_size=min_size, pid=pid)
+    return derived(("swap.prepare", bw, int(min_size), None if pid is None else int(pid)),
+                   lambda: prepare(trace, bw, min_size=min_size, pid=pid))
 
 
 # ---- scores ----------------------------------------------------------------------------
@@ -251,8 +322,7 @@ def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     if strategy == "wdoa":
         return wdoa(problem, budget)
     if strategy == "vote":
-        ranks = [pd.Series(scores(problem, s, budget)).rank(ascending=False, method="min").to_numpy()
-                 for s in ("doa", "aoa", "wdoa")]
+        ranks = [_rank_desc_min(_scores(problem, s, budget)) for s in ("doa", "aoa", "wdoa")]
         return -np.sum(ranks, axis=0)
     if strategy == "size":
         return size
@@ -261,13 +331,62 @@ def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
 
 
+def _rank_desc_min(x: np.ndarray) -> np.ndarray:
+    """``pd.Series(x).rank(ascending=False, method="min")`` (float64 ranks, 1 = largest; ties take
+    the lowest rank) by one sort."""
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    if n == 0 or np.isnan(x).any():
+        return pd.Series(x).rank(ascending=False, method="min").to_numpy()
+    o = np.argsort(-x, kind="stable")
+    v = x[o]
+    first = np.ones(n, dtype=bool)
+    first[1:] = v[1:] != v[:-1]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    r = np.empty(n, np.float64)
+    r[o] = group_start + 1
+    return r
+
+
+def _scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
+    """:func:`scores`, kept per problem (read-only; WDOA and vote per budget)."""
+    key = ("scores", strategy, int(budget) if strategy in ("wdoa", "vote") else None)
+    m = problem.memo
+    if key not in m:
+        v = np.asarray(scores(problem, strategy, budget))
+        v.flags.writeable = False
+        m[key] = v
+    return m[key]
+
+
 def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
-    """Candidate indices in swap order: peak-straddling first, then by score, then DOA."""
+    """Candidate indices in swap order: peak-straddling first, then by score, then DOA
+    (then block, then start: ``np.lexsort((start_t, block_id, -doa_ns, -score, ~straddles_peak))``).
+
+    The tie-breaking order (DOA, block, start) is the same for every strategy and is sorted once
+    per problem; each strategy then needs one stable sort of its score over it."""
     c = problem.candidates
-    s = scores(problem, strategy, budget)
-    keys = (c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy(), -s,
-            ~c["straddles_peak"].to_numpy())
-    return np.lexsort(keys)
+    if strategy not in STRATEGIES:
+        raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    s = _scores(problem, strategy, budget)
+    m = problem.memo
+    if "tie_order" not in m:
+        m["tie_order"] = np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy()))
+    base = m["tie_order"]
+    by_score = base[np.argsort(-s[base], kind="stable")]
+    strad = c["straddles_peak"].to_numpy(bool)[by_score]
+    return np.concatenate([by_score[strad], by_score[~strad]])
+
+
+def _order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
+    """:func:`order`, kept per problem (read-only): both modes of a strategy share it."""
+    key = ("order", strategy, int(budget))
+    m = problem.memo
+    if key not in m:
+        o = order(problem, strategy, budget)
+        o.flags.writeable = False
+        m[key] = o
+    return m[key]
 
 
 def candidate_table(problem: SwapProblem, budget: int | None = None) -> pd.DataFrame:
@@ -313,6 +432,67 @@ class SwapResult:
         }
 
 
+CAND_DTYPE = np.dtype([("start", np.float64), ("end", np.float64), ("t_out", np.float64), ("t_in", np.float64),
+                       ("size", np.int64), ("lo", np.int32), ("hi", np.int32)])   # = pi_swap_cand
+
+
+def _iv_steps(problem: SwapProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Steps [lo, hi) lying inside each candidate's interval, on the scheduler's float64 clock."""
+    if problem.lo_iv is None or problem.hi_iv is None:
+        c = problem.candidates
+        problem.lo_iv, problem.hi_iv = _steps_inside(_steps_f(problem), c["start_t"].to_numpy(np.float64),
+                                                     c["end_t"].to_numpy(np.float64))
+    return problem.lo_iv, problem.hi_iv
+
+
+def _cand_arrays(problem: SwapProblem) -> dict:
+    """The candidates' columns as the scheduler reads them (float64 times), once per problem."""
+    m = problem.memo
+    if "cand_arrays" not in m:
+        c = problem.candidates
+        a = {"start": c["start_t"].to_numpy(np.float64), "end": c["end_t"].to_numpy(np.float64),
+             "t_out": c["t_out_ns"].to_numpy(np.float64), "t_in": c["t_in_ns"].to_numpy(np.float64),
+             "size": c["size"].to_numpy(np.int64)}
+        a["hides"] = a["start"] <= a["end"] - a["t_in"] - a["t_out"]   # the C loop's own test, same expression
+        m["cand_arrays"] = a
+    return m["cand_arrays"]
+
+
+def hiding_floor(problem: SwapProblem) -> int:
+    """A lower bound on the peak any ``no-overhead`` schedule reaches: the live bytes minus, on
+    each step, every candidate that can hide and whose latest possible away window
+    [start + t_out, end - t_in] covers the step (the greedy takes a subset of those swaps, each
+    away for at most that window)."""
+    m = problem.memo
+    if "hiding_floor" not in m:
+        a = _cand_arrays(problem)
+        live = problem.live
+        if not len(live):
+            m["hiding_floor"] = 0
+        else:
+            h = a["hides"]
+            st = _steps_f(problem)
+            n = len(live)
+            lo = np.minimum(np.searchsorted(st, a["start"][h] + a["t_out"][h], side="left"), n)
+            hi = np.clip(np.searchsorted(st, a["end"][h] - a["t_in"][h], side="right") - 1, lo, n)
+            cover = np.zeros(n + 1, np.int64)
+            np.add.at(cover, lo, a["size"][h])
+            np.add.at(cover, hi, -a["size"][h])
+            m["hiding_floor"] = int((live - np.cumsum(cover)[:-1]).max())
+    return m["hiding_floor"]
+
+
+def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.DataFrame:
+    c = problem.candidates
+    a = _cand_arrays(problem)
+    return pd.DataFrame({
+        "block_id": c["block_id"].to_numpy(np.int64)[i], "size": a["size"][i],
+        "iteration": c["iteration"].to_numpy(np.int64)[i], "prev_access": a["start"][i],
+        "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
+        "in_start": t[:, 4], "in_end": t[:, 5], "next_access": a["end"][i], "stall": t[:, 6],
+    }, columns=SCHEDULE_COLUMNS)
+
+
 def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int | None = None) -> pd.DataFrame:
     """Greedy schedule in ``idx_order``; returns the schedule table (ns, SCHEDULE_COLUMNS).
 
@@ -330,7 +510,18 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     The loop runs in C (``native/swap/swap.c``): a segment tree over the steps
     (range add, range max, first/last step above the target) and, per link
     direction, a treap of busy runs with the widest gap per subtree, all
-    O(log n) per query."""
+    O(log n) per query.
+
+    What the loop would only skip is removed before it (the schedule is the same):
+
+    * steps whose live bytes are at most the target: swaps only lower the curve, so such a
+      step never stands above the target and every decision ("max over a range > target",
+      "first/last step above the target") reads only the others (the "hot" steps);
+    * candidates with no hot step inside their interval: every away window lies inside the
+      interval, so they never lower a hot step;
+    * in ``no-overhead``, candidates that cannot hide (start > end - t_in - t_out), and the
+      whole loop when :func:`hiding_floor` is the peak: the swaps taken cannot lower some peak
+      step, the peak reached is the peak, and the last pass drops every swap."""
     if mode not in MODES:
         raise PyinterposeError(f"unknown swap mode {mode!r} (choose from {', '.join(MODES)})")
     if mode == "budget" and budget is None:
@@ -339,40 +530,61 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
 
     target = 0 if budget is None else int(budget)
     c = problem.candidates
-    st = np.ascontiguousarray(problem.steps_t, dtype=np.float64)
-    live = np.ascontiguousarray(problem.live, dtype=np.int64)
-    start = np.ascontiguousarray(c["start_t"].to_numpy(np.float64))
-    end = np.ascontiguousarray(c["end_t"].to_numpy(np.float64))
-    size = np.ascontiguousarray(c["size"].to_numpy(np.int64))
-    t_out = np.ascontiguousarray(c["t_out_ns"].to_numpy(np.float64))
-    t_in = np.ascontiguousarray(c["t_in_ns"].to_numpy(np.float64))
-    lo_iv, hi_iv = _steps_inside(problem.steps_t, start, end)
-    lo_iv, hi_iv = np.ascontiguousarray(lo_iv, np.int64), np.ascontiguousarray(hi_iv, np.int64)
-    idx = np.ascontiguousarray(np.asarray(idx_order, dtype=np.int64))
-    if len(idx) and (idx.min() < 0 or idx.max() >= len(c)):
-        raise PyinterposeError("swap order refers to a candidate that does not exist")
     n = len(c)
-    out_idx = np.zeros(max(n, 1), np.int64)
-    out_t = np.zeros((max(n, 1), 7), np.float64)
+    idx = np.asarray(idx_order, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= n):
+        raise PyinterposeError("swap order refers to a candidate that does not exist")
+    if len(idx) and np.bincount(idx, minlength=n).max() > 1:    # a candidate is visited once, at its first place
+        _, first = np.unique(idx, return_index=True)
+        idx = idx[np.sort(first)]
+    empty = _schedule_frame(problem, np.zeros(0, np.int64), np.zeros((0, 7)))
+    live = problem.live
+    if not len(live) or target >= int(live.max()) or not len(idx):
+        return empty                              # the loop stops before its first candidate
+    if mode == "no-overhead" and hiding_floor(problem) >= int(live.max()):
+        return empty
+    if len(live) >= 2 ** 31 - 1:
+        raise PyinterposeError(f"too many steps for the swap scheduler ({len(live)})")
+    a = _cand_arrays(problem)
+    lo_iv, hi_iv = _iv_steps(problem)
+    hot = live > target
+    hot_before = np.zeros(len(live) + 1, np.int64)
+    np.cumsum(hot, out=hot_before[1:])
+    sel = idx[hot_before[hi_iv[idx]] > hot_before[lo_iv[idx]]]
+    if mode == "no-overhead":
+        sel = sel[a["hides"][sel]]
+    cand = np.empty(len(sel), dtype=CAND_DTYPE)
+    for k in ("start", "end", "t_out", "t_in", "size"):
+        cand[k] = a[k][sel]
+    cand["lo"] = hot_before[lo_iv[sel]]
+    cand["hi"] = hot_before[hi_iv[sel]]
+    hide_pos = None
+    if mode == "budget":
+        hide_pos = np.flatnonzero(a["hides"][sel]).astype(np.int64)
+        n_hide = len(hide_pos)
+        if not n_hide:
+            hide_pos = np.zeros(1, np.int64)     # a valid pointer; none of it is read
+    hot_k = np.flatnonzero(hot)
+    st = _steps_f(problem)
+    hot_t = np.ascontiguousarray(st[hot_k])
+    hot_end = np.ascontiguousarray(st[hot_k + 1])
+    hot_live = np.ascontiguousarray(live[hot_k], dtype=np.int64)
+    m = len(sel)
+    out_pos = np.zeros(max(m, 1), np.int64)
+    out_t = np.zeros((max(m, 1), 7), np.float64)
 
-    def ptr(kind, a):
-        return ffi.cast(kind, a.ctypes.data)
+    def ptr(kind, arr):
+        return ffi.cast(kind, arr.ctypes.data)
 
-    kept = lib.pi_swap_schedule(len(live), ptr("double *", st), ptr("int64_t *", live), n,
-                                ptr("double *", start), ptr("double *", end), ptr("int64_t *", size),
-                                ptr("double *", t_out), ptr("double *", t_in), ptr("int64_t *", lo_iv),
-                                ptr("int64_t *", hi_iv), len(idx), ptr("int64_t *", idx),
-                                1 if mode == "budget" else 0, target, ptr("int64_t *", out_idx),
+    kept = lib.pi_swap_schedule(len(hot_k), ptr("double *", hot_t), ptr("double *", hot_end),
+                                ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand),
+                                0 if hide_pos is None else n_hide,
+                                ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
+                                1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
                                 ptr("double *", out_t))
     if kept < 0:
         raise MemoryError("swap scheduler: out of memory")
-    i, t = out_idx[:kept], out_t[:kept]
-    return pd.DataFrame({
-        "block_id": c["block_id"].to_numpy(np.int64)[i], "size": size[i],
-        "iteration": c["iteration"].to_numpy(np.int64)[i], "prev_access": start[i],
-        "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
-        "in_start": t[:, 4], "in_end": t[:, 5], "next_access": end[i], "stall": t[:, 6],
-    }, columns=SCHEDULE_COLUMNS)
+    return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept])
 
 
 def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | None = None,
@@ -435,7 +647,7 @@ def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | Non
 def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
     """Order by ``strategy``, schedule in ``mode``, validate, measure the exact peak."""
     score_budget = problem.default_budget if budget is None else int(budget)
-    sched = schedule(problem, order(problem, strategy, score_budget), mode,
+    sched = schedule(problem, _order(problem, strategy, score_budget), mode,
                      budget if mode == "no-overhead" else score_budget)
     problems = validate_schedule(sched, mode, problem.bandwidth)
     if problems:
@@ -443,7 +655,7 @@ def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | N
     return SwapResult(strategy=strategy, mode=mode,
                       budget=score_budget if mode == "budget" else budget,
                       peak_before=problem.peak_before,
-                      peak_after=_exact_peak(problem.events_t, problem.events_d, sched),
+                      peak_after=_peak_after(problem, sched),
                       stall_ns=float(sched["stall"].sum()) if len(sched) else 0.0,
                       span_ns=problem.span_ns, schedule=sched)
 
@@ -501,17 +713,19 @@ def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
 
 def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
             strategies=None, modes=MODES, min_size: int = MIN_SIZE, pid: int | None = None,
-            latency_us: float | None = None) -> SwapEvaluation:
+            latency_us: float | None = None, problem: SwapProblem | None = None) -> SwapEvaluation:
     """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
-    :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML)."""
-    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML).
+    ``problem``: a prepared problem (:func:`problem_for`) to use instead of preparing one
+    (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with)."""
     strategies = list(strategies or STRATEGIES)
     for s in strategies:
         if s not in STRATEGIES:
             raise PyinterposeError(f"unknown swap strategy {s!r} (choose from {', '.join(STRATEGIES)})")
     if budget is not None and budget < 0:
         raise PyinterposeError(f"--budget must be >= 0 bytes (got {budget})")
-    problem = prepare(trace, bw, min_size=min_size, pid=pid)
+    if problem is None:
+        problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
     if budget is None:
         b, src = problem.default_budget, "default: half-way between the swap floor and the peak"
     else:
@@ -524,30 +738,41 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
 def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
     """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
     and the C scheduler releases the GIL, so they share the machine's cores (two threads at
-    most: each holds its own copy of the curve and the links)."""
+    most: each holds its own copy of the curve and the links).  What the runs share (the
+    orders, one per strategy and scoring budget, for both modes) is computed first."""
+    keys = list(dict.fromkeys((s, problem.default_budget if b is None else int(b)) for s, _, b in runs))
     workers = min(2, os.cpu_count() or 1, len(runs))
+    if any(m == "no-overhead" for _, m, _ in runs):
+        hiding_floor(problem)
     if workers <= 1:
+        for k in keys:
+            _order(problem, *k)
         return [run_strategy(problem, *r) for r in runs]
     with ThreadPoolExecutor(max_workers=workers) as ex:
+        for s in ("doa", "aoa"):     # shared by every vote order: computed once, before the threads
+            if any(k[0] == "vote" for k in keys):
+                _scores(problem, s, 0)
+        list(ex.map(lambda k: _order(problem, *k), keys))
         return list(ex.map(lambda r: run_strategy(problem, *r), runs))
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
              strategies=None, min_size: int = MIN_SIZE, pid: int | None = None,
-             latency_us: float | None = None) -> dict:
-    """The ``pyinterpose swap --json`` object for ``trace``."""
+             latency_us: float | None = None, problem: SwapProblem | None = None) -> dict:
+    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``: see :func:`analyse`)."""
     return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies,
-                   min_size=min_size, pid=pid, latency_us=latency_us).as_dict()
+                   min_size=min_size, pid=pid, latency_us=latency_us, problem=problem).as_dict()
 
 
 def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "vote",
            budgets=None, n: int = 8, min_size: int = MIN_SIZE, pid: int | None = None,
-           latency_us: float | None = None) -> list[dict]:
+           latency_us: float | None = None, problem: SwapProblem | None = None) -> list[dict]:
     """Budget sweep (budget mode): peak reached vs stall overhead, one point per budget.
 
-    ``budgets`` default: ``n`` budgets evenly from the swap floor to the peak."""
-    bw = _bandwidth_arg(trace, bandwidth, latency_us)
-    problem = prepare(trace, bw, min_size=min_size, pid=pid)
+    ``budgets`` default: ``n`` budgets evenly from the swap floor to the peak.
+    ``problem``: a prepared problem (see :func:`analyse`)."""
+    if problem is None:
+        problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
     if budgets is None:
         budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
     out = []
