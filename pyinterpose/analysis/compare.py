@@ -21,13 +21,20 @@
 * sizes: ``blocks``, ``size`` quantiles, ``small_fraction`` (blocks < 1 MiB);
 * ``fragmentation``: {strategy: pool size / lower bound} from the pools analysis;
 * ``ati``: ATI quantiles and the share of intervals the bandwidth filter removes;
-* ``swap``: peak before/after the best no-overhead swap plan and the floor;
+* ``swap``: peak before/after the best no-overhead swap plan and the floor (only the
+  ``no-overhead`` schedules run, all six strategies: what a side-by-side needs is how far
+  each trace's peak drops *for free*; the budget mode's stall trade-off is the single-trace
+  ``swap`` command's and the report's Pareto curve);
 * ``call_sites``: the top 5 call sites by bytes live at the peak and by allocation
   count (``pyinterpose.trace.stacks.top_call_sites_json``; empty lists without stacks);
 * ``notes``: why a part is missing ("not available: ...").
 
 Each analysis is called through the same guarded adapter the report uses, so a
 missing analysis leaves ``None`` and a note instead of failing the comparison.
+
+:func:`compare_files` is the ``pyinterpose compare`` path: it loads one trace at a time
+and lets it go once its row is made (a row is plain JSON values), so memory holds one
+trace, not all of them; a file named twice is loaded and analysed once.
 """
 from __future__ import annotations
 
@@ -174,7 +181,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     else:
         notes.append(f"ati: {acc.note}")
     if swap:
-        ev = analyses.swap(trace, bandwidth=bandwidth)
+        ev = analyses.swap(trace, bandwidth=bandwidth, modes=("no-overhead",))
         if ev.ok:
             d = ev.value
             no = [r for r in d.get("strategies", []) if r.get("mode") == "no-overhead"]
@@ -206,6 +213,52 @@ def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, bandwi
         rows.append(trace_row(t, lab, bandwidth=bandwidth, time_limit=time_limit, pools=pools, swap=swap))
     _dedupe_labels(rows)
     return {"traces": rows}
+
+
+def _file_key(path: str):
+    """Identity of a trace file: the same file under two names is one file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.abspath(path))
+    return ("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def compare_files(paths: Sequence[str], labels: Sequence[str] | None = None, bandwidth: float | None = None,
+                  time_limit: float = 2.0, pools: bool = True, swap: bool = True, progress=None,
+                  load=None) -> tuple[dict[str, Any], list]:
+    """:func:`compare` of trace files, one loaded at a time: ``(result, sources)``.
+
+    ``load(path)``: the loader (default :func:`pyinterpose.load`).  Each trace is released once
+    its row is made; a file named twice (same device and inode) gets a copy of its row.
+    ``sources``: per distinct file, an object with the trace's ``path`` and ``meta`` (for the
+    completeness fields of ``--json``)."""
+    import copy
+    from types import SimpleNamespace
+
+    if load is None:
+        from .. import load
+    labels = list(labels) if labels else [None] * len(paths)
+    if len(labels) != len(paths):
+        from ..errors import PyinterposeError
+        raise PyinterposeError(f"{len(labels)} labels for {len(paths)} traces")
+    rows, done, sources = [], {}, []
+    for i, (path, lab) in enumerate(zip(paths, labels)):
+        key = _file_key(path)
+        if key in done:
+            row = copy.deepcopy(done[key])
+            row["label"] = lab or row["label"]
+        else:
+            if progress is not None:
+                progress.update(i / max(len(paths), 1), f"analysing {lab or path}")
+            trace = load(path)
+            row = trace_row(trace, lab, bandwidth=bandwidth, time_limit=time_limit, pools=pools, swap=swap)
+            sources.append(SimpleNamespace(path=trace.path, meta=dict(trace.meta)))
+            del trace            # its tables go before the next trace is loaded
+            done[key] = row
+        rows.append(row)
+    _dedupe_labels(rows)
+    return {"traces": rows}, sources
 
 
 def _dedupe_labels(rows: list[dict]) -> None:

@@ -716,9 +716,13 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
             latency_us: float | None = None, problem: SwapProblem | None = None) -> SwapEvaluation:
     """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
     :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML).
+    ``modes``: the modes to run (default both), each for every strategy.
     ``problem``: a prepared problem (:func:`problem_for`) to use instead of preparing one
     (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with)."""
     strategies = list(strategies or STRATEGIES)
+    for m in modes:
+        if m not in MODES:
+            raise PyinterposeError(f"unknown swap mode {m!r} (choose from {', '.join(MODES)})")
     for s in strategies:
         if s not in STRATEGIES:
             raise PyinterposeError(f"unknown swap strategy {s!r} (choose from {', '.join(STRATEGIES)})")
@@ -758,9 +762,9 @@ def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
              strategies=None, min_size: int = MIN_SIZE, pid: int | None = None,
-             latency_us: float | None = None, problem: SwapProblem | None = None) -> dict:
-    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``: see :func:`analyse`)."""
-    return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies,
+             latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES) -> dict:
+    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``: see :func:`analyse`)."""
+    return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies, modes=modes,
                    min_size=min_size, pid=pid, latency_us=latency_us, problem=problem).as_dict()
 
 

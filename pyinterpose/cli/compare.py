@@ -26,7 +26,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..analysis.compare import compare
+    from ..analysis.compare import compare_files
     from ..report.compare_view import print_table, render_html
     from ..report.text import load_trace, print_json, progress
 
@@ -36,10 +36,10 @@ def run(args) -> int:
               else [os.path.basename(p) for p in args.traces])
     if labels is not None and len(labels) != len(args.traces):
         raise PyinterposeError(f"--labels has {len(labels)} labels for {len(args.traces)} traces")
-    traces = [load_trace(p, quiet=args.json) for p in args.traces]
     with progress("comparing", enabled=None if not args.json else False) as pr:
-        cmp = compare(traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
-                      pools=not args.no_pools, swap=not args.no_swap, progress=pr)
+        cmp, traces = compare_files(args.traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
+                                    pools=not args.no_pools, swap=not args.no_swap, progress=pr,
+                                    load=lambda p: load_trace(p, quiet=args.json))
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -391,8 +391,10 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 "Blocks copied to host memory between two accesses and copied back before the next one lower"
                 " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
                 " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
-    ev = analyses.swap(trace, bandwidth=bandwidth)
-    sw = analyses.swap_pareto(trace, bandwidth=bandwidth) if ev.ok else ev
+    sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
+    kw = {"problem": sp.value} if sp.ok else {}
+    ev = analyses.swap(trace, bandwidth=bandwidth, **kw)
+    sw = analyses.swap_pareto(trace, bandwidth=bandwidth, **kw) if ev.ok else ev
     _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.end_ns)))
     sections.append(s)
 

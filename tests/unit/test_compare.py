@@ -107,3 +107,45 @@ def test_cli_compare(fake_files, tmp_path, capsys):
     assert "at least two" in capsys.readouterr().err
     assert main(["compare", "a.pit", "b.pit", "--labels", "one"]) == 2
     assert "labels" in capsys.readouterr().err
+
+
+def test_compare_files_loads_one_at_a_time_and_a_repeated_file_once(tmp_path):
+    import weakref
+
+    from pyinterpose.analysis.compare import compare_files
+
+    pa, pb = tmp_path / "a.pit", tmp_path / "b.pit"
+    pa.write_bytes(b"a")
+    pb.write_bytes(b"b")
+    (tmp_path / "same.pit").symlink_to(pa)
+    make = {str(pa): lambda: training_trace(iterations=4), str(pb): lambda: training_trace(iterations=4, framework="jax")}
+    loaded, alive = [], []
+
+    def load(path):
+        alive.append(any(r() is not None for r in loaded))   # is an earlier trace still held?
+        t = make[path]()
+        loaded.append(weakref.ref(t))
+        return t
+
+    paths = [str(pa), str(pb), str(tmp_path / "same.pit")]
+    cmp, sources = compare_files(paths, ["A", "B", "A again"], bandwidth=16, pools=False, load=load)
+    assert [r["label"] for r in cmp["traces"]] == ["A", "B", "A again"]
+    assert len(loaded) == 2 and alive == [False, False]       # same.pit is a.pit: loaded once
+    want = compare([make[str(pa)](), make[str(pb)]()], ["A", "B"], bandwidth=16, pools=False)["traces"]
+    ra, rb, rc = cmp["traces"]
+    for got, exp in ((ra, want[0]), (rb, want[1]), ({**rc, "label": "A"}, want[0])):
+        assert {k: v for k, v in got.items() if k != "path"} == {k: v for k, v in exp.items() if k != "path"}
+    assert [s.meta.get("framework") for s in sources] == ["torch", "jax"]
+
+
+def test_compare_swap_is_the_best_no_overhead_plan():
+    from pyinterpose.analysis import swap as swap_mod
+
+    t = training_trace(iterations=6)
+    row = trace_row(t, bandwidth=16, pools=False)
+    d = swap_mod.evaluate(t, bandwidth=16)
+    no = [r for r in d["strategies"] if r["mode"] == "no-overhead"]
+    best = min(no, key=lambda r: r["peak_after"])
+    assert row["swap"] == {"peak_before": d["peak_before"], "floor": d["floor"],
+                           "best_no_overhead_peak": best["peak_after"],
+                           "best_no_overhead_strategy": best["strategy"], "reduction": best["reduction"]}

@@ -306,3 +306,32 @@ def test_budget_mode_prefers_swaps_that_hide():
     # a tighter budget needs A as well, and then its stalls are counted
     r = swap.run_strategy(p, "size", "budget", 11 * M)
     assert r.peak_after <= 11 * M and r.stall_ns == pytest.approx(6 * MS)
+
+
+def test_one_prepared_problem_serves_evaluate_and_pareto(monkeypatch):
+    tr = _trace()
+    calls = []
+    real = swap.prepare
+    monkeypatch.setattr(swap, "prepare", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = swap.problem_for(tr, bandwidth=1.0, latency_us=0)
+    d = swap.evaluate(tr, problem=p)
+    pts = swap.pareto(tr, problem=p, budgets=[13 * M, 7 * M])
+    assert len(calls) == 1
+    assert d == swap.evaluate(tr, bandwidth=1.0, latency_us=0)
+    assert pts == swap.pareto(tr, bandwidth=1.0, latency_us=0, budgets=[13 * M, 7 * M])
+    only = swap.evaluate(tr, problem=p, modes=("no-overhead",))
+    assert only["strategies"] == [r for r in d["strategies"] if r["mode"] == "no-overhead"]
+    with pytest.raises(PyinterposeError, match="mode"):
+        swap.evaluate(tr, problem=p, modes=("bogus",))
+
+
+def test_report_prepares_the_swap_problem_once(monkeypatch):
+    from pyinterpose.report import html
+    from pyinterpose.report.synthetic import training_trace
+
+    calls = []
+    real = swap.prepare
+    monkeypatch.setattr(swap, "prepare", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rep = html.build(training_trace(iterations=6, step_ns=200_000), bandwidth=16)
+    assert len(calls) == 1
+    assert "swap_pareto" in rep.headlines and "swap" in rep.headlines

@@ -258,3 +258,110 @@ def test_empty_and_order_checks():
     assert len(e) == 0 and list(e.columns) == swap.SCHEDULE_COLUMNS
     with pytest.raises(swap.PyinterposeError):
         swap.schedule(p, np.array([len(p.candidates)]), "no-overhead")
+
+
+# ---- what swap.schedule() removes before the loop, the shared orders and the exact peak --------
+
+def reference_order(problem, strategy, budget):
+    """swap.order() as it was: one lexsort of every key, pandas ranks for the vote."""
+    c = problem.candidates
+    if strategy == "vote":
+        ranks = [pd.Series(swap.scores(problem, s, budget)).rank(ascending=False, method="min").to_numpy()
+                 for s in ("doa", "aoa", "wdoa")]
+        s = -np.sum(ranks, axis=0)
+    else:
+        s = swap.scores(problem, strategy, budget)
+    keys = (c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy(), -s,
+            ~c["straddles_peak"].to_numpy())
+    return np.lexsort(keys)
+
+
+def _check_problem(p, budgets, modes=(("no-overhead", None), ("no-overhead", "b"), ("budget", "b"))):
+    """C schedules == the Python loop, orders == the old lexsort, exact peak == the full sort;
+    returns the number of swaps seen."""
+    swaps = 0
+    for s in swap.STRATEGIES:
+        for b in budgets:
+            idx = swap.order(p, s, b)
+            assert np.array_equal(idx, reference_order(p, s, b)), (s, b)
+            for mode, target in modes:
+                target = b if target == "b" else target
+                want = reference_schedule(p, idx, mode, target)
+                got = swap.schedule(p, idx, mode, target)
+                _same(got, want)
+                assert swap._peak_after(p, got) == swap._exact_peak(p.events_t, p.events_d, got)
+                swaps += len(got)
+    return swaps
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_orders_and_exact_peak_on_random_instances(seed):
+    rng = np.random.default_rng(50 + seed)
+    n_blocks, horizon, max_ivs, gbps = CASES[seed % len(CASES)]
+    p = _problem(rng, n_blocks, horizon, max_ivs, Bandwidth(1e9 * gbps, 1e9 * gbps, 1e-6, "r"))
+    # ties on purpose: equal sizes and equal scores must keep the old tie-breaking
+    assert _check_problem(p, sorted({p.floor, p.default_budget})) > 0
+
+
+def test_duplicate_candidates_in_an_order_are_visited_once():
+    rng = np.random.default_rng(11)
+    p = _problem(rng, 80, 2000, 8, Bandwidth(3e8, 3e8, 0.0, "t"))
+    idx = swap.order(p, "doa", p.default_budget)
+    twice = np.concatenate([idx, idx[::-1]])
+    for mode, target in (("no-overhead", None), ("budget", p.default_budget)):
+        _same(swap.schedule(p, twice, mode, target), reference_schedule(p, twice, mode, target))
+
+
+def test_no_overhead_that_cannot_lower_the_peak_is_empty():
+    # the peak step [40, 41) ms is covered by no interval that can hide, so the hiding floor is
+    # the peak and the loop is skipped (the Python loop would take swaps, then drop them all)
+    from test_swap import _blocks, _iv, BW as BW1
+    # (A's [38, 43) covers it but is too short to hide 4 + 4 ms of transfers)
+    p = swap.prepare_tables(_blocks([(0, 4, 0, 100), (1, 4, 0, 100), (2, 10, 40, 41)]),
+                            _iv([(0, 4, 10, 30), (0, 4, 38, 43), (0, 4, 50, 90), (1, 4, 10, 30),
+                                 (1, 4, 50, 90)]), BW1, min_size=1)
+    assert swap.hiding_floor(p) == p.peak_before == 18 * 1_000_000 and p.floor == 14 * 1_000_000
+    assert len(reference_schedule(p, swap.order(p, "doa", p.floor), "no-overhead", None)) == 0
+    for s in swap.STRATEGIES:
+        idx = swap.order(p, s, p.default_budget)
+        for target in (None, p.default_budget):
+            want = reference_schedule(p, idx, "no-overhead", target)
+            assert len(want) == 0
+            _same(swap.schedule(p, idx, "no-overhead", target), want)
+    # budget mode still swaps (with stalls)
+    assert len(swap.schedule(p, swap.order(p, "size", p.floor), "budget", p.floor)) > 0
+
+
+GPU_CASES = [  # (trace, GB/s, min_size, budgets): rich schedules in both modes; sparse and dense links
+    ("torch-transformer-blocks.pit", 25, swap.MIN_SIZE, "default,floor"),
+    ("torch-transformer-blocks.pit", 2, swap.MIN_SIZE, "default"),
+    ("torch-transformer-blocks.pit", 200, 1, "floor"), ("torch-cnn-blocks.pit", 25, swap.MIN_SIZE, "default"),
+    ("jax-attn-blocks.pit", 2, 1, "default"),
+    ("loader-blocks.pit", 2, 1, "default,floor"), ("torch-cnn-reserved.pit", 25, swap.MIN_SIZE, "default")]
+
+
+@pytest.mark.parametrize("name,gbps,min_size,budgets", GPU_CASES)
+def test_same_schedules_on_real_gpu_traces(name, gbps, min_size, budgets):
+    from conftest import gpu_trace
+    import pyinterpose
+
+    tr = pyinterpose.load(gpu_trace(name))
+    p = swap.prepare(tr, Bandwidth(gbps * 1e9, gbps * 1e9, 10e-6, "test"), min_size=min_size)
+    b = {"default": p.default_budget, "floor": p.floor}
+    swaps = _check_problem(p, [b[k] for k in budgets.split(",")], modes=(("no-overhead", None), ("budget", "b")))
+    if name.endswith("blocks.pit") and not name.startswith(("jax", "loader")):
+        assert swaps > 100
+
+
+def test_same_schedules_on_a_bench_trace():
+    """The 1 M-event simtrain trace of scripts/bench_analysis.py (set PYINTERPOSE_SWAP_CHECK_TRACE
+    to its path; skipped otherwise: the Python loop takes a few minutes on it)."""
+    import os
+    import pyinterpose
+
+    path = os.environ.get("PYINTERPOSE_SWAP_CHECK_TRACE")
+    if not path:
+        pytest.skip("set PYINTERPOSE_SWAP_CHECK_TRACE to a large trace to compare the C loop with the Python one")
+    tr = pyinterpose.load(path)
+    p = swap.prepare(tr, Bandwidth(25e9, 25e9, 10e-6, "test"))
+    assert _check_problem(p, [p.default_budget], modes=(("no-overhead", None), ("budget", "b"))) > 0
