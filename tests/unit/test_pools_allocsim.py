@@ -184,3 +184,23 @@ def test_native_replay_equals_the_reference_on_gpu_traces(name):
         for allocator, opts in (("pytorch", {}), ("pytorch", {"expandable_segments": True}),
                                 ("pytorch", {"max_split_size": 40 * MiB}), ("bfc", {}), ("cnmem", {"streams": True})):
             _same(req, allocator, int(peak * 1.05), **opts)
+
+
+def test_evaluate_runs_the_reference_for_options_the_native_replay_does_not_take():
+    """A non-integer option value: evaluate's row comes from the reference simulator (built
+    from the request table made on demand), equal to replaying requests() directly."""
+    from pyinterpose.analysis.pools import evaluate
+    from pyinterpose.analysis.pools.generate import training_trace
+
+    tr, _ = training_trace(iterations=3, layers=20, seed=2)
+    opts = {"max_internal_fragmentation": 1.5 * MiB}
+    res = evaluate(tr, strategies="bfc,pytorch", allocator_options={"bfc": opts}, time_limit=1)
+    req = requests(tr, allocator_only=True)
+    assert _simulate_native(RequestArrays(req), "bfc", None, opts) is None
+    ref = simulate(req, "bfc", reference=True, **opts)
+    row = res["strategies"][0]
+    assert row["strategy"] == "bfc" and row["options"] == opts
+    assert (row["peak_bytes"], row["backing_allocations"], row["peak_allocated_bytes"]) == \
+        (ref["peak_reserved_bytes"], ref["backing_allocations"], ref["peak_allocated_bytes"])
+    nat = simulate(req, "pytorch")
+    assert res["strategies"][1]["peak_bytes"] == nat["peak_reserved_bytes"]

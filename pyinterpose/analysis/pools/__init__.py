@@ -112,10 +112,10 @@ def _block_columns(trace: Trace, mask: np.ndarray) -> dict:
     return out
 
 
-def _request_columns(cols: dict) -> dict:
+def _request_columns(cols: dict, times: bool = True) -> dict:
     """The request stream (one alloc per block, one free per freed block, in sequence
-    order; a free first if it shares its seq with an alloc) as numpy columns: seq, t,
-    is_alloc (bool), block_id, size, stream."""
+    order; a free first if it shares its seq with an alloc) as numpy columns: seq, t
+    (unless not ``times``), is_alloc (bool), block_id, size, stream."""
     freed = cols["freed"].astype(bool)
     sa = cols["seq_alloc"].astype(np.int64, copy=False)
     sf = cols["seq_free"][freed].astype(np.int64, copy=False)
@@ -137,9 +137,11 @@ def _request_columns(cols: dict) -> dict:
         return np.concatenate([cols[c[0]].astype(dtype, copy=False),
                                cols[c[1]][freed].astype(dtype, copy=False)])[order]
 
-    return {"seq": seq, "t": both(("t_alloc", "t_free"), np.int64), "is_alloc": op[order] == 1,
-            "block_id": both(("block_id", "block_id"), np.int64), "size": both(("size", "size"), np.int64),
-            "stream": both(("stream", "stream"), np.uint64)}
+    out = {"seq": seq, "is_alloc": op[order] == 1, "block_id": both(("block_id", "block_id"), np.int64),
+           "size": both(("size", "size"), np.int64), "stream": both(("stream", "stream"), np.uint64)}
+    if times:
+        out["t"] = both(("t_alloc", "t_free"), np.int64)
+    return out
 
 
 def _request_frame(r: dict) -> pd.DataFrame:
@@ -262,17 +264,16 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     from ..owners import allocator_info, allocator_mask
     amask = allocator_mask(trace)
     cols = _block_columns(trace, _device_mask(trace, pid, True, amask))
-    rq = _request_columns(cols)
+    rq = _request_columns(cols, times=False)
     n_req = len(rq["seq"])
     sizes = np.where(rq["is_alloc"], rq["size"], -rq["size"])
     whole = int(np.cumsum(sizes).max()) if len(sizes) else 0
     del sizes
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
-                                    lambda: _request_frame(rq))
+                                    lambda: _request_frame(_request_columns(cols)))
     view = _pid_view(trace, pid)
     info = allocator_info(view, amask if view is trace else None)
     prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
-    del cols
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
     bound = load(lower, upper, size)
     # the simulators run in C without the GIL: replay them side by side
