@@ -7,7 +7,9 @@ headless Chromium ``--runs`` times, each with a fresh profile (no code cache: a
 first visit), and reports the file size and, per run, the milliseconds from
 navigation start until every timeline is drawn (``timelines_ms``) and the
 timeline script's own share (decode + model + first draw, ``script_ms``); ``script_start_ms``
-is when our script began, i.e. after the page and the inlined chart library (uPlot) were parsed.
+is when our script began, i.e. after the page and the inlined chart library (uPlot) were parsed;
+``dom_interactive_ms`` when the whole page was parsed; ``phases_ms`` splits our script per
+timeline into JSON parse, inflate, model, main view and minimap.
 
 A ~1 M-event trace: ``pyinterpose run --simulated-gpu -o big.pit -- python -m
 pyinterpose.examples.simtrain --steps 1240 --layers 100`` (995,080 alloc/free events).
@@ -54,6 +56,9 @@ def main() -> int:
             b.eval("window.pitTimelinesReady", timeout=120)
             r = b.eval("""({total: +document.body.getAttribute('data-timelines-ms'),
                 start: +document.body.getAttribute('data-timelines-script-start-ms'),
+                dom: Math.round(performance.getEntriesByType('navigation')[0].domInteractive),
+                phases: Array.prototype.map.call(document.querySelectorAll('.pit-tl'),
+                                                 function(e){return JSON.parse(e.getAttribute('data-phases'));}),
                 script: Array.prototype.map.call(document.querySelectorAll('.pit-tl'),
                                                  function(e){return +e.getAttribute('data-ms');}),
                 events: Array.prototype.map.call(document.querySelectorAll('.pit-tl'),
@@ -70,6 +75,8 @@ def main() -> int:
         "timelines_ms_median": statistics.median(r["total"] for r in runs) if runs else None,
         "script_ms": [r["script"] for r in runs],
         "script_start_ms": [r["start"] for r in runs],
+        "dom_interactive_ms": [r["dom"] for r in runs],
+        "phases_ms": [r["phases"] for r in runs],
         "cpus": os.cpu_count(), "loadavg_1min": load,
     }))
     return 0

@@ -146,6 +146,11 @@ def largest_blocks(trace: Trace, n: int = 15, classes: pd.Series | None = None) 
     if len(b) == 0:
         return pd.DataFrame(columns=["block_id", "pid", "device", "api", "kind", "size", "t_alloc",
                                      "lifetime_ns", "freed", "class"])
+    if len(b) > 4 * n:
+        # only the blocks at least as large as the n-th largest can make the list: sort those
+        size = b["size"].to_numpy(np.int64)
+        kth = np.partition(size, len(size) - n)[len(size) - n]
+        b = b[size >= kth]
     top = b.sort_values(["size", "t_alloc"], ascending=[False, True], kind="stable").head(n)
     out = top[["block_id", "pid", "device", "api", "kind", "size", "t_alloc", "freed"]].copy()
     out["api"] = out["api"].astype(str)

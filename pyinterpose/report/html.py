@@ -245,8 +245,23 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     classes = cls.value
     life = analyses.lifetimes_summary(trace, iters=it.value)
 
+    # ---- the interactive timeline's data, one payload per device (None: no chart library, so
+    # the static figure instead); a single device's peak comes with it
+    payloads = None
+    if timeline.chart_js() is not None and len(b):
+        step(0.17, "timeline")
+        try:
+            payloads = {int(d): timeline.payload(trace, int(d), classes=classes,
+                                                 iterations=it.value if it.ok else None, reserved_view=reserved_view)
+                        for d in sorted(b["device"].unique())}
+        except Exception:  # noqa: BLE001 - the memory section reports the failure itself
+            payloads = None
+
     # ---- header facts
-    peak = data.peak_of(trace)
+    if payloads and len(payloads) == 1 and next(iter(payloads.values())) is not None:
+        peak = next(iter(payloads.values()))["stats"]["peak_bytes"]
+    else:
+        peak = data.peak_of(trace)
     nv = trace.nvml
     facts = [
         ("trace", os.path.basename(trace.path) if trace.path else "(in memory)"),
@@ -290,37 +305,39 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         s.notes.append(f"iteration boundaries {it.note}")
 
     def _mem():
-        tls = data.memory_timeline(trace, classes=classes)
-        bt = it.value.boundaries_t if it.ok and getattr(it.value, "count", 0) else None
         rc = data.reserved_curves(trace)
-        if not tls and not rc:
+        if not len(b) and not rc:
             s.notes.append("no device allocations in this trace")
             return
         frags = []
         rline = None if reserved_view else _reserved_line(trace, pl)
-        if timeline.chart_js() is not None:
-            for k, tl in enumerate(tls):
-                p = timeline.payload(trace, tl.device, classes=classes, iterations=it.value if it.ok else None,
-                                     reserved_view=reserved_view)
-                if p is not None:
-                    if rline is not None and len(tls) == 1:
-                        p["reserved_line"] = rline
-                    frags.append(timeline.fragment(p, k))
+        if payloads is not None:
+            # (device, peak, peak time, bytes live at the end) from the payloads
+            peaks = [(d, p["stats"]["peak_bytes"], p["stats"]["peak_t_ns"], p["stats"]["end_bytes"])
+                     for d, p in payloads.items() if p is not None]
+            for k, p in enumerate(p for p in payloads.values() if p is not None):
+                if rline is not None and len(payloads) == 1:
+                    p["reserved_line"] = rline
+                frags.append(timeline.fragment(p, k))
+        else:
+            tls = data.memory_timeline(trace, classes=classes)
+            peaks = [(tl.device, tl.peak, tl.peak_t, int(tl.total[-1]) if len(tl.total) else 0) for tl in tls]
+            bt = it.value.boundaries_t if it.ok and getattr(it.value, "count", 0) else None
+            if len(b):
+                why = ("the uplot-python package is not installed (pip install uplot-python)"
+                       if timeline.chart_js() is None else "its data could not be prepared")
+                s.notes.append(f"interactive timeline not available: {why}; showing a static figure")
+            s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
         if rline is not None:
             s.facts.append(("reserved (dashed line)", f"{fmt_bytes(rline['y'])}: {rline['label']}"))
         if frags:
             s.html.extend(frags)
-        else:
-            s.notes.append("interactive timeline not available: the uplot-python package is not installed "
-                           "(pip install uplot-python); showing a static figure")
-            s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
-        for tl in tls:
-            s.facts.append((f"GPU {tl.device} peak live", f"{fmt_bytes(tl.peak)} at {fmt_ns(tl.peak_t)}"))
-            bd = b[b["device"] == tl.device]
+        for dev, pk, pk_t, end in peaks:
+            s.facts.append((f"GPU {dev} peak live", f"{fmt_bytes(pk)} at {fmt_ns(pk_t)}"))
+            bd = b[b["device"] == dev]
             left = bd[~bd["freed"]]
-            end = int(tl.total[-1]) if len(tl.total) else 0
             what = "segments still reserved" if reserved_view else "blocks never freed"
-            s.facts.append((f"GPU {tl.device} {what}",
+            s.facts.append((f"GPU {dev} {what}",
                             f"{len(left):,} ({fmt_bytes(int(left['size'].sum()))}): where the area ends"
                             + (" (the allocator keeps its segments until the process exits)"
                                if reserved_view and len(left) else "")))

@@ -570,21 +570,31 @@
   };
 
   function start(root) {
-    var t0 = performance.now();
+    /* phases (ms, for scripts/bench_report.py): parse the JSON, inflate the arrays, build the
+       model, draw the main view, draw the minimap */
+    var t0 = performance.now(), ph = {}, tp = t0;
+    function lap(name) { var t = performance.now(); ph[name] = Math.round(t - tp); tp = t; }
     var p = JSON.parse(root.querySelector('script.pit-tl-data').textContent);
+    lap('json');
     var names = Object.keys(p.arrays);
     return Promise.all(names.map(function (k) { return inflate(p.arrays[k]); })).then(function (list) {
+      lap('inflate');
       var arrs = {};
       names.forEach(function (k, i) { arrs[k] = list[i]; });
       var model = new Model(p, arrs), tl = new Timeline(root, p, model);
+      model.mode('cls');
+      lap('model');
       root.pitTimeline = tl;
       if (p.iters.length < 2) root.querySelector('button[data-act="steady"]').disabled = true;
       tl.draw();
+      lap('main');
       tl.drawMini();
       tl.bind();
+      lap('minimap');
       root.setAttribute('data-timeline', 'ok');
       root.setAttribute('data-mode', 'cls');
       root.setAttribute('data-ms', String(Math.round(performance.now() - t0)));
+      root.setAttribute('data-phases', JSON.stringify(ph));
       return tl;
     });
   }

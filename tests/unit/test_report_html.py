@@ -5,6 +5,8 @@ import base64
 import json
 import re
 
+import numpy as np
+
 import pytest
 
 from pyinterpose.cli import main
@@ -182,3 +184,31 @@ def test_timeline_reserved_line_is_the_framework_allocators_simulated_peak():
     rv = html.build(training_trace(iterations=4, view="reserved"), time_limit=1.0)
     mem = next(s for s in rv.sections if s.id == "memory")
     assert '"reserved_line"' not in mem.html[0]
+
+
+def test_without_the_chart_library_the_timeline_is_a_static_figure_with_the_same_facts(monkeypatch):
+    tr = training_trace(iterations=4)
+    with_lib = next(s for s in html.build(tr).sections if s.id == "memory")
+    from pyinterpose.report import timeline
+
+    monkeypatch.setattr(timeline, "chart_js", lambda: None)
+    rep = html.build(tr)
+    mem = next(s for s in rep.sections if s.id == "memory")
+    assert not mem.html and len(mem.figures) == 1
+    assert any("uplot-python" in n for n in mem.notes)
+    # peak and what is left at the end: the same facts from the static path's own computation
+    assert [f for f in mem.facts if f[0].startswith("GPU")] == [f for f in with_lib.facts if f[0].startswith("GPU")]
+    assert 'class="pit-tl' not in html.render(rep)
+
+
+def test_timeline_payload_peak_and_end_match_the_live_bytes_curve():
+    from pyinterpose.report import timeline
+    from pyinterpose.trace.model import live_bytes_curve
+
+    for tr in (training_trace(iterations=5), training_trace(iterations=3, view="reserved")):
+        for dev in sorted(tr.device_blocks["device"].unique()):
+            st = timeline.payload(tr, int(dev))["stats"]
+            db = tr.device_blocks[tr.device_blocks["device"] == dev]
+            t, live = live_bytes_curve(db)
+            assert st["peak_bytes"] == int(live.max()) and st["end_bytes"] == int(live[-1])
+            assert st["peak_t_ns"] == int(t[int(np.argmax(live))])
