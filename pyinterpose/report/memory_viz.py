@@ -63,7 +63,7 @@ class _Columns:
     def __init__(self, trace: Trace, classes: pd.Series | None):
         b = _allocator_blocks(trace)
         self.blocks = b
-        self.cat = None
+        self.classes = None
         self.live = np.zeros(0, np.int64)
         if len(b) and int(b["address"].to_numpy(np.uint64).max()) >= 2 ** 63:
             raise PyinterposeError("an address does not fit in a signed 64-bit int; memory_viz cannot read it")
@@ -79,10 +79,7 @@ class _Columns:
         stream = b["stream"].to_numpy(np.uint64)
         self.stream = (stream & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)  # JS-safe
         self.freed = freed = b["freed"].to_numpy(bool)
-        if classes is not None:
-            self.cat = classes.reindex(b["block_id"].to_numpy()).astype(object).fillna("other").astype(str).to_numpy()
-        else:
-            self.cat = None
+        self.classes = classes
         self.reserved_view = str(trace.meta.get("view", "")) == "reserved"
         epoch = trace.meta.get("start_time")
         self.epoch_us = int(round(float(epoch) * 1e6)) if isinstance(epoch, (int, float)) else 0
@@ -96,6 +93,19 @@ class _Columns:
         self.ev_row, self.ev_t, self.ev_alloc = r[order], t[order], is_alloc[order]
         live = np.flatnonzero(~freed)
         self.live = live[np.argsort(self.addr[live], kind="stable")]
+
+    def categories(self) -> np.ndarray | None:
+        """Per block, its class name ("other" when it has none); None without classes."""
+        if self.classes is None:
+            return None
+        return self.classes.reindex(self.blocks["block_id"].to_numpy()).astype(object).fillna("other").astype(str).to_numpy()
+
+    def category_codes(self) -> tuple[np.ndarray, list[str]]:
+        """The same as codes into a list of names (equal names may repeat), without a string per block."""
+        cls = self.classes.reindex(self.blocks["block_id"].to_numpy())
+        codes, uniq = pd.factorize(cls, use_na_sentinel=True)
+        names = [str(u) for u in pd.Series(uniq, dtype=object)] + ["other"]
+        return np.where(codes < 0, len(names) - 1, codes).astype(np.int64), names
 
     def segment(self, i: int, frames: list) -> dict[str, Any]:
         """The final-state segment of the live block in row ``i``."""
@@ -121,7 +131,7 @@ def snapshot(trace: Trace, classes: pd.Series | None = None) -> dict[str, Any]:
     segments: list[dict] = []
     if len(c.blocks) == 0:
         return {"segments": segments, "device_traces": device_traces}
-    addr, size, stream, dev, cat = c.addr, c.size, c.stream, c.dev, c.cat
+    addr, size, stream, dev, cat = c.addr, c.size, c.stream, c.dev, c.categories()
     frames = _frames(trace, c.blocks)
     for i, t, is_alloc in zip(c.ev_row.tolist(), c.ev_t.tolist(), c.ev_alloc.tolist()):
         d = int(dev[i])
@@ -218,9 +228,8 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
     c = _Columns(trace, classes)
     b = c.blocks
     stacks, fidx = _stack_frames(trace, b) if len(b) else ([[]], np.zeros(0, np.int64))
-    if c.cat is not None and len(b):
-        cat_codes, cat_names = pd.factorize(c.cat)
-        cat_names = [str(x) for x in cat_names]
+    if c.classes is not None and len(b):
+        cat_codes, cat_names = c.category_codes()
     else:
         cat_codes, cat_names = np.zeros(len(b), np.int64), []
     entries = 0
@@ -267,7 +276,7 @@ def _write_device(ps, c: _Columns, d: int, stacks, fidx: np.ndarray, cat_codes, 
     columns = {"addr": c.addr[rows], "size": c.size[rows], "stream": c.stream[rows],
                "time_us": c.epoch_us + c.ev_t[sel] // 1000, "frames": frame_memo[fidx[rows]]}
     ref_widths = {"frames": 1 if frame_memo.max() < 256 else 4}
-    if c.cat is not None:
+    if c.classes is not None:
         cat_memo = np.array([ps.str_index(x) for x in cat_names], np.int64)
         alloc = alloc + [(k["category"], Ref("cat"))]
         columns["cat"] = cat_memo[np.asarray(cat_codes)[rows]]
