@@ -15,7 +15,7 @@ import io
 import numpy as np
 import pandas as pd
 
-_POW10 = [np.uint64(10) ** np.uint64(k) for k in range(20)]
+_POW10_ARR = np.array([10 ** k for k in range(20)], np.uint64)
 
 
 def _quote(values: list[str]) -> list[bytes]:
@@ -69,68 +69,94 @@ def _column_plan(s: pd.Series):
     return None
 
 
+_DIGITS4 = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), np.uint8).reshape(10000, 4)
+
+
 def _int_field(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decimal text of each value, right-aligned in a byte matrix, and its length."""
     m = len(v)
     if v.dtype.kind == "u":
-        neg = np.zeros(m, bool)
+        neg = None
         a = v.astype(np.uint64)
     else:
         v = v.astype(np.int64)
-        neg = v < 0
         a = v.view(np.uint64).copy()
-        a[neg] = ~a[neg] + np.uint64(1)      # |v| without overflow at INT64_MIN
+        neg = v < 0
+        if neg.any():
+            a[neg] = ~a[neg] + np.uint64(1)      # |v| without overflow at INT64_MIN
+        else:
+            neg = None
     top = int(a.max()) if m else 0
     nd = max(1, len(str(top)))
-    w = nd + 1
-    mat = np.full((m, w), ord("0"), np.uint8)
+    groups = (nd + 3) // 4
+    w = groups * 4 + (neg is not None)
+    mat = np.empty((m, w), np.uint8)
     x = a.copy()
-    for k in range(nd):
-        mat[:, w - 1 - k] = (x % np.uint64(10)).astype(np.uint8) + ord("0")
-        x //= np.uint64(10)
-    length = np.ones(m, np.int64)
-    for k in range(1, nd):
-        length += a >= _POW10[k]
-    if neg.any():
+    for g in range(groups):             # four digits per division
+        r = (x % np.uint64(10000)).astype(np.intp)
+        mat[:, w - 4 * (g + 1):w - 4 * g] = _DIGITS4[r]
+        if g < groups - 1:
+            x //= np.uint64(10000)
+    length = np.maximum(np.searchsorted(_POW10_ARR, a, side="right"), 1)   # digits: count of 10**k <= a
+    if neg is not None:
         rows = np.flatnonzero(neg)
         mat[rows, w - 1 - length[rows]] = ord("-")
         length = length + neg
     return mat, length
 
 
-def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15) -> None:
-    """Write ``df`` to ``path`` exactly as ``df.to_csv(path, index=False)`` would."""
+_KEEP: dict[tuple[int, bool], np.ndarray] = {}
+
+
+def _keep_table(w: int, right: bool) -> np.ndarray:
+    """Row L: which of a field's w bytes hold its text of length L (right- or left-aligned)."""
+    t = _KEEP.get((w, right))
+    if t is None:
+        cols = np.arange(w)
+        lens = np.arange(w + 1)[:, None]
+        t = _KEEP[(w, right)] = (cols[None, :] >= w - lens) if right else (cols[None, :] < lens)
+    return t
+
+
+def _format_rows(plans, r0: int, r1: int) -> bytes:
+    """The CSV text of rows [r0, r1)."""
+    m = r1 - r0
+    fields = []
+    for p in plans:
+        if p[0] == "int":
+            mat, length = _int_field(p[1][r0:r1])
+            fields.append((mat, length, True))
+        else:
+            codes, tab = p[1][r0:r1], p[2]
+            fields.append((tab.mat[codes], tab.len[codes], False))
+    ncol = len(fields)
+    W = sum(mat.shape[1] for mat, _, _ in fields) + ncol
+    M = np.empty((m, W), np.uint8)
+    K = np.empty((m, W), bool)
+    off = 0
+    for j, (mat, length, right) in enumerate(fields):
+        w = mat.shape[1]
+        M[:, off:off + w] = mat
+        K[:, off:off + w] = _keep_table(w, right)[length]
+        off += w
+        M[:, off] = ord(",") if j < ncol - 1 else ord("\n")
+        K[:, off] = True
+        off += 1
+    return M[K].tobytes()
+
+
+def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15, threads: int = 2) -> None:
+    """Write ``df`` to ``path`` exactly as ``df.to_csv(path, index=False)`` would.  Chunks of rows
+    are formatted on ``threads`` threads (report.chunks) and written in order."""
+    from .chunks import in_order
+
     plans = [_column_plan(df[c]) for c in df.columns] if df.columns.is_unique else [None]
     if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in df.columns):
         df.to_csv(path, index=False)
         return
     header = b",".join(_quote([str(c) for c in df.columns])) + b"\n"
     n = len(df)
-    ncol = len(plans)
     with open(path, "wb") as f:
         f.write(header)
-        for r0 in range(0, n, chunk):
-            r1 = min(n, r0 + chunk)
-            m = r1 - r0
-            fields = []
-            for p in plans:
-                if p[0] == "int":
-                    mat, length = _int_field(p[1][r0:r1])
-                    fields.append((mat, length, True))
-                else:
-                    codes, tab = p[1][r0:r1], p[2]
-                    fields.append((tab.mat[codes], tab.len[codes], False))
-            W = sum(mat.shape[1] for mat, _, _ in fields) + ncol
-            M = np.empty((m, W), np.uint8)
-            K = np.empty((m, W), bool)
-            off = 0
-            for j, (mat, length, right) in enumerate(fields):
-                w = mat.shape[1]
-                M[:, off:off + w] = mat
-                cols = np.arange(w)
-                K[:, off:off + w] = (cols[None, :] >= (w - length)[:, None]) if right else (cols[None, :] < length[:, None])
-                off += w
-                M[:, off] = ord(",") if j < ncol - 1 else ord("\n")
-                K[:, off] = True
-                off += 1
-            f.write(M[K].tobytes())
+        for text in in_order(lambda r0: _format_rows(plans, r0, min(n, r0 + chunk)), range(0, n, chunk), threads):
+            f.write(text)

@@ -210,7 +210,7 @@ def _layout(shape: Shape, widths: dict[str, int]) -> tuple[bytes, list[tuple[int
 
 
 def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, columns: dict[str, np.ndarray],
-               ref_widths: dict[str, int], chunk: int = 1 << 16) -> int:
+               ref_widths: dict[str, int], chunk: int = 1 << 16, threads: int = 2) -> int:
     """Append to the list being written (``EMPTY_LIST`` already written) one row per element of
     ``kind``, in order: row ``j`` is the dicts of ``shapes[kind[j]]`` with its ``Int``/``Ref`` fields
     taken from ``columns[name][j]`` (int64).  ``ref_widths`` gives, per Ref column, 1 (BINGET:
@@ -220,14 +220,18 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
     Each chunk of rows is built as a byte matrix, one row per row, from its shape's template
     (with MARK before and APPENDS after, kept only at batch boundaries), the holes filled by
     strided copies of the columns' little-endian bytes; a mask keeps each row's own length and
-    the boolean selection concatenates the rows in order."""
+    the boolean selection concatenates the rows in order.  Chunks are built on ``threads``
+    threads (report.chunks) and written in order."""
+    from .chunks import in_order
+
     kind = np.asarray(kind, np.int64)
     n = len(kind)
     per_row = [len(s) for s in shapes]
     rows_per_batch = max(1, BATCH // max(per_row))
     int_cols = sorted({v.name for s in shapes for fields in s for _, v in fields if isinstance(v, Int)})
     total_items = int(np.bincount(kind, minlength=len(shapes)) @ np.asarray(per_row, np.int64)) if n else 0
-    for c0 in range(0, n, chunk):
+
+    def build(c0: int) -> bytes:
         c1 = min(n, c0 + chunk)
         k = kind[c0:c1]
         m = c1 - c0
@@ -263,5 +267,8 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
                     M[:, 1 + off:1 + off + w] = cb[:, :w]
                 else:
                     M[rows, 1 + off:1 + off + w] = cb[rows, :w]
-        ps.write(M[mask[code]].tobytes())
+        return M[mask[code]].tobytes()
+
+    for text in in_order(build, range(0, n, chunk), threads):
+        ps.write(text)
     return total_items
