@@ -76,6 +76,20 @@ def _class_rank(name: str) -> int:
     return CLASS_ORDER.index(name) if name in CLASS_ORDER else len(CLASS_ORDER) - 1
 
 
+def _class_codes(classes: pd.Series, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(names_of_blocks, return_inverse=True)`` where a block's name is ``str`` of its
+    class, "other" without one; the distinct values are found by hashing, only they are sorted."""
+    codes0, uniq = pd.factorize(classes.reindex(block_ids), use_na_sentinel=True)
+    labels = np.array([str(u) for u in pd.Series(uniq, dtype=object)] + ["other"], dtype=object)
+    codes0 = np.where(codes0 < 0, len(labels) - 1, codes0)
+    used = np.zeros(len(labels), bool)
+    used[codes0] = True                      # "other" only when some block has no class
+    names, inv = np.unique(labels[used], return_inverse=True)
+    remap = np.full(len(labels), -1, np.int64)
+    remap[np.flatnonzero(used)] = inv.reshape(-1)
+    return names, remap[codes0]
+
+
 def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: int = 4000,
                     device: int | None = None) -> list[Timeline]:
     """One :class:`Timeline` per device (or only ``device``).
@@ -102,9 +116,7 @@ def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: 
         if classes is None:
             tl.series["live"] = total[keep]
         else:
-            cls = classes.reindex(bd["block_id"].to_numpy()).astype(object)
-            cls = cls.where(cls.notna(), "other").astype(str).to_numpy()
-            names, codes = np.unique(cls, return_inverse=True)
+            names, codes = _class_codes(classes, bd["block_id"].to_numpy())
             ev_code = codes[r]
             # bottom of the stack first: long-lived classes, then short-lived ones
             for k in sorted(range(len(names)), key=lambda k: (_class_rank(str(names[k])), str(names[k]))):

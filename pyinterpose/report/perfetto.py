@@ -301,11 +301,23 @@ class _Doc:
             self.counts[ph] = self.counts.get(ph, 0) + len(texts)
 
 
+def _us_texts(t: np.ndarray) -> list[str]:
+    """[_us_text(x) for x in t], the common case (every |x| < 10**15) with whole-array divmod."""
+    t = np.asarray(t, np.int64)
+    if len(t) == 0 or int(np.abs(t).max()) >= 10 ** 15:
+        return [_us_text(x) for x in t.tolist()]
+    q, r = np.divmod(np.abs(t), 1000)
+    frac = _FRAC
+    if (t >= 0).all():
+        return [f"{a}.{frac[b]}" for a, b in zip(q.tolist(), r.tolist())]
+    return [f"{s}{a}.{frac[b]}" for s, a, b in zip(np.where(t < 0, "-", "").tolist(), q.tolist(), r.tolist())]
+
+
 def _counter_texts(name: str, pid: int, t: np.ndarray, series: dict) -> list[str]:
     head = '{"name":%s,"ph":"C","pid":%d,"ts":' % (_js(name), pid)
     keys = [_key(k) for k in series]
     cols = [np.asarray(v).tolist() for v in series.values()]
-    ts = [_us_text(x) for x in np.asarray(t).tolist()]
+    ts = _us_texts(t)
     if len(keys) == 1:
         fmt = head + '%s,"args":{' + keys[0] + ':%d}}'
         return [fmt % tv for tv in zip(ts, cols[0])]
@@ -383,6 +395,7 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc) -> set[int]:
     tracks: dict[tuple[int, int], int] = {}
     fmt = ('{"name":%s,"cat":"kernel","ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s,'
            '"args":{"blocks":[%s],"bytes":%d,"pid":%d,"seq":%d}}')
+    ts_text = _us_texts(la["t"].to_numpy(np.int64))
     for j, ((pid, seq, t, dev, stream), name) in enumerate(zip(
             zip(*(la[c].tolist() for c in ("pid", "seq", "t", "device", "stream"))), names)):
         if dev < 0:
@@ -398,7 +411,7 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc) -> set[int]:
         nt = name_text.get(name)
         if nt is None:
             nt = name_text[name] = _js(name or "kernel")
-        out.append(fmt % (nt, GPU_PID_BASE + dev, tid, _us_text(t), ",".join(map(str, touched[j])), nbytes[j], pid, seq))
+        out.append(fmt % (nt, GPU_PID_BASE + dev, tid, ts_text[j], ",".join(map(str, touched[j])), nbytes[j], pid, seq))
     doc.parts.extend(out)
     if nmeta:
         doc.counts["M"] = doc.counts.get("M", 0) + nmeta

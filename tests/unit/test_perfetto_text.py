@@ -52,3 +52,10 @@ def test_text_equals_objects_real_traces(name, tmp_path):
     it = analyses.iterations(tr).value
     cl = analyses.block_classes(tr, iters=it).value
     same_text(tr, tmp_path, iterations=it, classes=cl)
+
+
+def test_us_texts_vectorised():
+    rng = np.random.default_rng(4)
+    for t in (rng.integers(0, 10 ** 12, 5000), rng.integers(-(10 ** 12), 10 ** 12, 5000),
+              np.array([0, -1, 10 ** 15, -5]), np.zeros(0, np.int64)):
+        assert perfetto._us_texts(t) == [repr(perfetto._us(int(x))) for x in t]
