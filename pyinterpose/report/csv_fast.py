@@ -145,7 +145,7 @@ def _format_rows(plans, r0: int, r1: int) -> bytes:
     return M[K].tobytes()
 
 
-def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15, threads: int = 2) -> None:
+def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15, threads: int = 1) -> None:
     """Write ``df`` to ``path`` exactly as ``df.to_csv(path, index=False)`` would.  Chunks of rows
     are formatted on ``threads`` threads (report.chunks) and written in order."""
     from .chunks import in_order

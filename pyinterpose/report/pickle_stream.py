@@ -210,7 +210,7 @@ def _layout(shape: Shape, widths: dict[str, int]) -> tuple[bytes, list[tuple[int
 
 
 def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, columns: dict[str, np.ndarray],
-               ref_widths: dict[str, int], chunk: int = 1 << 16, threads: int = 2) -> int:
+               ref_widths: dict[str, int], chunk: int = 1 << 16, threads: int = 1) -> int:
     """Append to the list being written (``EMPTY_LIST`` already written) one row per element of
     ``kind``, in order: row ``j`` is the dicts of ``shapes[kind[j]]`` with its ``Int``/``Ref`` fields
     taken from ``columns[name][j]`` (int64).  ``ref_widths`` gives, per Ref column, 1 (BINGET:

@@ -128,7 +128,7 @@ def test_write_rows_equals_objects(chunk):
     shapes = [[[(ix["x"], P.Int("a")), (ix["y"], P.Const(ix["k299"]))]],
               [[(ix["x"], P.Int("b")), (ix["k5"], P.Ref("r"))], [(ix["z"], P.Int("c"))], [(ix["k0"], P.Int("a"))]]]
     ps.write(P.EMPTY_LIST)
-    items = P.write_rows(ps, shapes, kind, cols, {"r": 4}, chunk=chunk)
+    items = P.write_rows(ps, shapes, kind, cols, {"r": 4}, chunk=chunk, threads=2 if chunk == 7 else 1)
     ps.write(P.APPENDS)
     ps.end()
     raw = f.getvalue()
