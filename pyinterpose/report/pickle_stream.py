@@ -179,10 +179,15 @@ def _int_width(col: np.ndarray) -> int:
         return 2
     if lo >= -(1 << 31) and hi < (1 << 31):
         return 4
-    return 8
+    for n in (5, 6, 7):                  # LONG1 of n bytes (two's complement, sign included)
+        if lo >= -(1 << (8 * n - 1)) and hi < (1 << (8 * n - 1)):
+            return 10 + n
+    return 18
 
 
-_INT_PREFIX = {1: BININT1, 2: BININT2, 4: BININT, 8: LONG1 + b"\x08"}
+# width code -> (opcode prefix, bytes in the hole): 1, 2, 4 = BININT1/BININT2/BININT; 10 + n = LONG1 of n bytes
+_INT_PREFIX = {1: (BININT1, 1), 2: (BININT2, 2), 4: (BININT, 4),
+               **{10 + n: (LONG1 + bytes((n,)), n) for n in (5, 6, 7, 8)}}
 
 
 def _layout(shape: Shape, widths: dict[str, int]) -> tuple[bytes, list[tuple[int, str, int]]]:
@@ -196,8 +201,8 @@ def _layout(shape: Shape, widths: dict[str, int]) -> tuple[bytes, list[tuple[int
             if isinstance(val, Const):
                 out += ref_bytes(val.index)
             elif isinstance(val, Int):
-                w = widths[val.name]
-                out += _INT_PREFIX[w]
+                prefix, w = _INT_PREFIX[widths[val.name]]
+                out += prefix
                 holes.append((len(out), val.name, w))
                 out += bytes(w)
             else:  # Ref
