@@ -384,8 +384,13 @@ static int prep(prep_t *p, int64_t n, const int64_t *bid, const uint64_t *stream
             hm_free(&h);
             return -ERR_NOMEM;
         }
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++) {
             p->slot[i] = hm_id(&h, bid[i]);
+            if (p->slot[i] < 0) {
+                hm_free(&h);
+                return -ERR_NOMEM;
+            }
+        }
         p->nslots = h.count;
         hm_free(&h);
     }
