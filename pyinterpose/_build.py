@@ -103,8 +103,9 @@ def _make_ffibuilder(absolute: bool = False):
 
     ffi = FFI()
     cdefs = [os.path.join(NATIVE, "capture", "drain.h"), os.path.join(NATIVE, "planner", "planner.h"),
-             os.path.join(NATIVE, "swap", "swap.h"), os.path.join(NATIVE, "allocsim", "allocsim.h")]
-    sources = _sources("capture") + _sources("planner") + _sources("swap") + _sources("allocsim")
+             os.path.join(NATIVE, "swap", "swap.h"), os.path.join(NATIVE, "allocsim", "allocsim.h"),
+             os.path.join(NATIVE, "reader", "reader.h")]
+    sources = _sources("capture") + _sources("planner") + _sources("swap") + _sources("allocsim") + _sources("reader")
     headers = []
     for h in cdefs:
         if os.path.exists(h):

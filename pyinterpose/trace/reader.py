@@ -88,7 +88,23 @@ class _RecordBuffer:
 def read_file(path: str) -> RawTrace:
     """Parse the chunks in one pass over a read-only mapping of the file: each EVENTS
     chunk is checked and inflated straight into one record buffer, so neither the file
-    nor a list of chunk arrays is ever held in memory beside the records."""
+    nor a list of chunk arrays is ever held in memory beside the records.  (``load``
+    does not keep the records: it streams them through the native record pass.)"""
+    rb = None
+
+    def sink(size):
+        nonlocal rb
+        rb = _RecordBuffer(records.event_dtype(), min(8 * size, 1 << 30))
+        return rb.append
+
+    raw = _read(path, sink, threads=False)
+    if rb is not None:
+        raw.records, raw.events = rb.by_pid()
+    raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
+    return raw
+
+
+def _map(path: str):
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -99,64 +115,137 @@ def read_file(path: str) -> RawTrace:
             raise TraceError(f"{path}: cannot read ({e})")
     # the mapping goes away with the last view of it (never closed by hand: a view held by a
     # traceback would turn a clear TraceError into a BufferError)
-    raw, warnings, rb = _parse(path, memoryview(mm), size)
-    del mm
-    if rb is not None:
-        raw.records, raw.events = rb.by_pid()
-    raw.warnings = warnings
-    raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
-    return raw
+    return memoryview(mm), size
 
 
-def _parse(path: str, data: memoryview, size: int):
+def _scan(path: str, data: memoryview, size: int) -> tuple[list, str | None]:
+    """The chunks of the file, (type, payload start, length, crc, flags) each, up to the first
+    one that is cut short or not a chunk; and the warning saying so (None: none)."""
     if size < fmt.HEADER.size or data[:8] != fmt.MAGIC:
         raise TraceError(f"{path}: not a pyinterpose trace (bad magic)")
     _, version, _ = fmt.HEADER.unpack_from(data, 0)
     if version > fmt.VERSION:
         raise TraceError(f"{path}: trace format version {version} is newer than this pyinterpose "
                          f"understands ({fmt.VERSION}); upgrade pyinterpose")
-    raw = None
-    rb = None
+    chunks = []
     pos = fmt.HEADER.size
-    warnings = []
+    unpack, head, cmagic = fmt.CHUNK.unpack_from, fmt.CHUNK.size, fmt.CHUNK_MAGIC
     while pos < size:
-        if pos + fmt.CHUNK.size > size:
-            warnings.append(f"trace cut short at byte {pos} (partial chunk header): read up to the last "
+        if pos + head > size:
+            return chunks, (f"trace cut short at byte {pos} (partial chunk header): read up to the last "
                             "complete chunk")
-            break
-        magic, ctype, length, crc, flags = fmt.CHUNK.unpack_from(data, pos)
-        if magic != fmt.CHUNK_MAGIC:
-            warnings.append(f"corrupt chunk at byte {pos}: read up to the last complete chunk")
-            break
-        start = pos + fmt.CHUNK.size
+        magic, ctype, length, crc, flags = unpack(data, pos)
+        if magic != cmagic:
+            return chunks, f"corrupt chunk at byte {pos}: read up to the last complete chunk"
+        start = pos + head
         if start + length > size:
-            warnings.append(f"trace cut short at byte {pos} (partial {fmt.CHUNK_NAMES.get(ctype, ctype)} "
+            return chunks, (f"trace cut short at byte {pos} (partial {fmt.CHUNK_NAMES.get(ctype, ctype)} "
                             "chunk): read up to the last complete chunk")
-            break
-        payload = data[start:start + length]
+        chunks.append((ctype, start, length, crc, flags))
         pos = start + length
+    return chunks, None
+
+
+def _inflate(data: memoryview, batch: list) -> tuple[list, str | None]:
+    """Check and inflate a run of chunks: ([(type, payload)], the warning of the first bad one or None).
+    Runs on worker threads (zlib releases the GIL)."""
+    out = []
+    for ctype, start, length, crc, flags in batch:
+        payload = data[start:start + length]
         if zlib.crc32(payload) != crc:
-            warnings.append(f"checksum mismatch in chunk at byte {start - fmt.CHUNK.size}: "
-                            "read up to the last good chunk")
-            break
+            return out, (f"checksum mismatch in chunk at byte {start - fmt.CHUNK.size}: "
+                         "read up to the last good chunk")
         if flags & fmt.FLAG_ZLIB:
             try:
                 payload = zlib.decompress(payload)
             except zlib.error:
-                warnings.append(f"corrupt compressed chunk at byte {start - fmt.CHUNK.size}: "
-                                "read up to the last good chunk")
+                return out, (f"corrupt compressed chunk at byte {start - fmt.CHUNK.size}: "
+                             "read up to the last good chunk")
+        if ctype == fmt.EVENTS and (len(payload) < fmt.EVENTS_HEAD.size or len(payload) < fmt.EVENTS_HEAD.size
+                                    + fmt.EVENTS_HEAD.unpack_from(payload, 0)[1] * RECORD_SIZE):
+            return out, (f"corrupt events chunk at byte {start - fmt.CHUNK.size} (fewer records than it says): "
+                         "read up to the last good chunk")
+        out.append((ctype, payload))
+    return out, None
+
+
+RECORD_SIZE = 64          # struct pi_event (checked against the dtype at first use)
+_BATCH_BYTES = 1 << 20    # compressed bytes a worker inflates at a time
+
+
+def _batches(chunks: list):
+    batch, nbytes = [], 0
+    for c in chunks:
+        batch.append(c)
+        nbytes += c[2]
+        if nbytes >= _BATCH_BYTES:
+            yield batch
+            batch, nbytes = [], 0
+    if batch:
+        yield batch
+
+
+def _inflated(data: memoryview, chunks: list, threads: bool):
+    """(type, payload) of each chunk in file order, then (None, warning) at the first bad one.
+    With ``threads``, runs of chunks are checked and inflated on two worker threads while the
+    caller consumes the previous ones."""
+    if not threads or len(chunks) < 64 or (os.cpu_count() or 1) < 2:
+        for batch in _batches(chunks):
+            out, bad = _inflate(data, batch)
+            yield from out
+            if bad:
+                yield None, bad
+                return
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pyinterpose-inflate")
+    pending: deque = deque()
+    try:
+        it = iter(_batches(chunks))
+        for batch in it:
+            pending.append(pool.submit(_inflate, data, batch))
+            if len(pending) >= 4:
                 break
+        while pending:
+            out, bad = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(_inflate, data, nxt))
+            yield from out
+            del out
+            if bad:
+                yield None, bad
+                return
+    finally:
+        for f in pending:
+            f.cancel()
+        pool.shutdown(wait=True)
+
+
+def _read(path: str, sink, threads: bool) -> RawTrace:
+    """Every chunk of the file in order: JSON chunks into a RawTrace, the records of each EVENTS
+    chunk to ``feed(pid, payload, count)`` where ``feed = sink(file size)`` (called once the
+    metadata chunk is read).  Stops at the first bad chunk, with a warning."""
+    data, size = _map(path)
+    chunks, scan_warning = _scan(path, data, size)
+    raw = None
+    feed = None
+    warnings = []
+    for ctype, payload in _inflated(data, chunks, threads):
+        if ctype is None:
+            warnings.append(payload)
+            break
         if raw is None:
             if ctype != fmt.META:
                 raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
             raw = RawTrace(meta=json.loads(bytes(payload)))
-            # compressed chunks inflate ~6x; capped so a huge file never asks for more address space
-            # than the machine would grant up front (the buffer grows by doubling, mremap: no copy)
-            rb = _RecordBuffer(records.event_dtype(), min(8 * size, 1 << 30))
+            feed = sink(size)
             continue
         if ctype == fmt.EVENTS:
             pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
-            rb.append(int(np.int32(np.uint32(pid))), payload, count)
+            feed(int(np.int32(np.uint32(pid))), payload, count)
         elif ctype == fmt.PROCESS:
             raw.processes.append(json.loads(bytes(payload)))
         elif ctype == fmt.NVML:
@@ -165,9 +254,14 @@ def _parse(path: str, data: memoryview, size: int):
             raw.trailer = json.loads(bytes(payload))
         # unknown chunk types from newer minor writers are skipped
         del payload
+    else:
+        if scan_warning:
+            warnings.append(scan_warning)
+    del data
     if raw is None:
         raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
-    return raw, warnings, rb
+    raw.warnings = warnings
+    return raw
 
 
 def being_written(path: str) -> bool:
@@ -239,49 +333,111 @@ def _strings(ev: np.ndarray, op: np.ndarray) -> dict[int, str]:
     return out
 
 
-def _family(kind: np.ndarray) -> np.ndarray:
-    fam = np.zeros(len(kind), dtype=np.int64)  # device-like kinds share one address space
-    fam[kind == 6] = 1
-    fam[kind == 7] = 2
-    fam[kind == 8] = 3
-    fam[kind == 9] = 4
-    return fam
+class _Split:
+    """The native record pass (native/reader): records are fed chunk by chunk, in file order; the
+    tables it keeps come back as numpy arrays over its own buffers (no copy)."""
+
+    def __init__(self):
+        from .._core import ffi, lib
+
+        if records.event_dtype().itemsize != RECORD_SIZE:
+            raise TraceError(f"record size {records.event_dtype().itemsize} != {RECORD_SIZE}")
+        self.ffi, self.lib = ffi, lib
+        s = lib.pi_split_new()
+        if s == ffi.NULL:
+            raise MemoryError("cannot allocate the reader's state")
+        self.s = ffi.gc(s, lib.pi_split_free)
+
+    def feed(self, pid: int, payload, count: int) -> None:
+        if count and self.lib.pi_split_feed(self.s, self.ffi.from_buffer(payload) + fmt.EVENTS_HEAD.size,
+                                            count, pid) < 0:
+            raise MemoryError("out of memory reading the trace")
+
+    def feed_records(self, pid: int, recs: np.ndarray) -> None:
+        if len(recs) and self.lib.pi_split_feed(self.s, self.ffi.from_buffer(np.ascontiguousarray(recs)),
+                                                len(recs), pid) < 0:
+            raise MemoryError("out of memory reading the trace")
+
+    def _take(self, owner, name: str, n: int, dtype) -> np.ndarray:
+        """The C buffer ``owner.name`` as an array of n items; numpy owns it from now on."""
+        dtype = np.dtype(dtype)
+        p = getattr(owner, name)
+        if n == 0 or p == self.ffi.NULL:
+            return np.zeros(0, dtype)
+        setattr(owner, name, self.ffi.NULL)
+        g = self.ffi.gc(p, self.lib.pi_free)
+        return np.frombuffer(self.ffi.buffer(g, n * dtype.itemsize), dtype)
+
+    def table(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(records, pid) of one of the record tables."""
+        t = getattr(self.s, name)
+        n = int(t.n)
+        out = (self._take(t, "rec", n, records.event_dtype()), self._take(t, "pid", n, np.int32))
+        t.n = t.cap = 0
+        return out
+
+
+_CTYPES = {"<i4": "int32_t[]", "<i8": "int64_t[]", "|i1": "int8_t[]"}
+
+
+def _by_pid(pid: np.ndarray, *cols):
+    """cols reordered by pid, file order within a pid (only needed when processes' chunks interleave)."""
+    order = np.argsort(pid, kind="stable")
+    return (pid[order],) + tuple(c[order] for c in cols)
 
 
 def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
+    """The tables of a trace read whole by :func:`read_file` (``load`` streams instead)."""
+    sp = _Split()
+    for p in sorted(raw.events):
+        for recs in raw.events[p]:
+            sp.feed_records(p, recs)
+    return _build(sp, raw, path)
+
+
+def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
+    lib, ffi, s = sp.lib, sp.ffi, sp.s
+    if lib.pi_split_finish(s) < 0:
+        raise MemoryError("out of memory reading the trace")
     meta = raw.meta
     apis = np.array(meta.get("apis") or records.api_names(), dtype=object)
     kinds = {int(k): v for k, v in (meta.get("kinds") or records.kinds()).items()}
-    pids = sorted(raw.events)
-    parts = [np.concatenate(raw.events[p]) if len(raw.events[p]) > 1 else raw.events[p][0] for p in pids]
-    dtype = records.event_dtype()
-    if raw.records is not None and sum(len(p) for p in parts) == len(raw.records):
-        ev = raw.records                      # read_file already laid the pids out in one array
-    else:
-        ev = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    pid = np.repeat(np.array(pids, dtype=np.int32), [len(p) for p in parts]) if parts else np.zeros(0, np.int32)
-    n = len(ev)
-    # columns are views into the records (no copies) except op and t; gathers cast their rows
-    op = ev["op"].astype(np.uint8) if n and int(ev["op"].max()) < 256 else ev["op"].astype(np.int64)
-    seq = ev["seq"].view(np.int64)
-    t_ns = ev["t_ns"].view(np.int64)
-    t0 = int(meta.get("t0_ns") or (t_ns.min() if n else 0))
-    t = t_ns - t0
-    res = ev["result"]
-    api = ev["api"]
-    addr = ev["addr"]
-    size = ev["size"].view(np.int64)
-    aux = ev["aux"]
-    flags = ev["flags"]
     O = records.OP
-    end_t = int(t.max()) if n else 0
+    n = int(s.n_events)
+    t0 = int(meta.get("t0_ns") or (int(s.t_min) if n else 0))
+    end_t = int(s.t_max) - t0 if n else 0
+    interleaved = bool(s.interleaved)
 
-    # strings per process, then one global kernel-name list
+    def ptr(a):
+        return ffi.from_buffer(_CTYPES.get(a.dtype.str, "char[]"), a)
+
+    npid = int(s.n_pids)
+    pp_pid = np.frombuffer(ffi.buffer(s.pp_pid, 4 * npid), np.int32).copy() if npid else np.zeros(0, np.int32)
+    pp_last = np.frombuffer(ffi.buffer(s.pp_last_seq, 8 * npid), np.int64).copy() if npid \
+        else np.zeros(0, np.int64)
+    pids = sorted(pp_pid.tolist())
+    op_count = list(s.op_count)
+    op_ok = list(s.op_ok)
+
+    def col(ev, name):
+        c = ev[name]
+        return c.view(np.int64) if name in ("seq", "t_ns", "size") else c
+
+    def tcol(ev):
+        return ev["t_ns"].view(np.int64) - t0
+
+    # ---- side records: strings, markers, call sites (STRDATA follow their STRING/FRAME) ----
+    side, side_pid = sp.table("side")
+    if interleaved:
+        side_pid, side = _by_pid(side_pid, side)
+    side_op = side["op"].astype(np.uint8) if len(side) and int(side["op"].max()) < 256 else side["op"].astype(np.int64)
+    side_off = np.searchsorted(side_pid, np.array(pids + [np.iinfo(np.int32).max], dtype=np.int64))
+    if len(pids):
+        side_off[-1] = len(side)
     strings = {}
-    offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]) if parts else np.zeros(1, np.int64)
     for i, p in enumerate(pids):
-        lo, hi = offsets[i], offsets[i + 1]
-        strings[p] = _strings(ev[lo:hi], op[lo:hi])
+        lo, hi = side_off[i], side_off[i + 1]
+        strings[p] = _strings(side[lo:hi], side_op[lo:hi])
 
     api_categories = pd.Index([a if a else "<none>" for a in apis])
 
@@ -292,68 +448,69 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
         """names[codes] as a Categorical without hashing strings row by row."""
         return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64), pd.Index(names))
 
-    # ---- blocks: pair allocations with frees per (pid, address family, key) ----
-    am = (op == O.ALLOC) & (res == 0)
-    fm = (op == O.FREE) & (res == 0) & ((addr != 0) | (flags == 8))
-    ai, fi = np.flatnonzero(am), np.flatnonzero(fm)
-    kind_a, kind_f = flags[ai], flags[fi]
-    key_a = np.where(kind_a == 8, aux[ai], addr[ai]).astype(np.uint64)
-    key_f = np.where(kind_f == 8, aux[fi], addr[fi]).astype(np.uint64)
-    rows = np.concatenate([ai, fi])
-    is_free = np.concatenate([np.zeros(len(ai), bool), np.ones(len(fi), bool)])
-    g_pid = pid[rows]
-    g_fam = _family(np.concatenate([kind_a, kind_f]))
-    g_key = np.concatenate([key_a, key_f])
-    g_seq = seq[rows]
-    order = np.lexsort((g_seq, g_key, g_fam, g_pid))
-    rows, is_free, g_pid, g_fam, g_key = rows[order], is_free[order], g_pid[order], g_fam[order], g_key[order]
-    same_next = np.zeros(len(rows), bool)
-    if len(rows) > 1:
-        same_next[:-1] = (g_pid[:-1] == g_pid[1:]) & (g_fam[:-1] == g_fam[1:]) & (g_key[:-1] == g_key[1:])
-    nxt_free = np.zeros(len(rows), bool)
-    nxt_free[:-1] = is_free[1:]
-    alloc_pos = np.flatnonzero(~is_free)
-    matched = same_next[alloc_pos] & nxt_free[alloc_pos]
-    superseded = same_next[alloc_pos] & ~nxt_free[alloc_pos]
-    prev_alloc = np.zeros(len(rows), bool)
-    prev_alloc[1:] = same_next[:-1] & ~is_free[:-1]
-    unmatched_free = int(np.count_nonzero(is_free & ~prev_alloc))
-    a_rows = rows[alloc_pos]
-    next_rows = rows[np.minimum(alloc_pos + 1, len(rows) - 1)] if len(rows) else a_rows
-    last_seq = {p: int(seq[offsets[i + 1] - 1]) + 1 for i, p in enumerate(pids) if offsets[i + 1] > offsets[i]}
-    t_free = np.where(matched | superseded, t[next_rows], end_t)
-    seq_free = np.where(matched | superseded, seq[next_rows],
-                        pd.Series(pid[a_rows]).map(last_seq).fillna(0).to_numpy(np.int64))
+    # ---- blocks: the pass paired allocations with frees per (pid, address family, key), in seq order ----
+    A, a_pid = sp.table("alloc")
+    na = len(A)
+    status = sp._take(s, "al_status", na, np.int8)
+    end_tns = sp._take(s, "al_end_t", na, np.int64)
+    end_seq = sp._take(s, "al_end_seq", na, np.int64)
+    # blocks in (t_alloc, pid, seq_alloc) order, stable; rows of A (file order) -> pid order -> block order
+    perm = np.argsort(a_pid, kind="stable") if interleaved else None
+    if perm is not None:
+        a_pid, A, status, end_tns, end_seq = a_pid[perm], A[perm], status[perm], end_tns[perm], end_seq[perm]
+    t_alloc = tcol(A)
+    seq_alloc = col(A, "seq")
+    if na > 1:   # allocations come in almost that order: check before sorting
+        dt, dp, ds = np.diff(t_alloc), np.diff(a_pid), np.diff(seq_alloc)
+        in_order = bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0))))))
+        del dt, dp, ds
+    else:
+        in_order = True
+    bo = None if in_order else np.lexsort((seq_alloc, a_pid, t_alloc))
+    row_block = np.arange(na, dtype=np.int64)
+    if bo is not None or perm is not None:
+        src = perm if bo is None else (bo if perm is None else perm[bo])
+        row_block[src] = np.arange(na, dtype=np.int64)
+    matched = status == 1
+    ended = status > 0
+
+    def by_block(x):
+        return x if bo is None else x[bo]
+
+    last_seq = pp_last[np.argsort(pp_pid)] + 1
+    pid_rank = np.searchsorted(np.sort(pp_pid), a_pid) if na else np.zeros(0, np.int64)
+    seq_free = np.where(ended, end_seq, last_seq[pid_rank] if na else 0)
     kind_names = [kinds.get(k, f"kind{k}") for k in range(16)]
-    bk = flags[a_rows]
+    bk = by_block(A["flags"])
+    aux_a = by_block(A["aux"])
     blocks = pd.DataFrame({
-        "pid": pid[a_rows], "device": ev["device"][a_rows], "api": api_name(api[a_rows]),
+        "pid": by_block(a_pid), "device": by_block(A["device"]), "api": api_name(by_block(A["api"])),
         "kind": categorical(np.clip(bk, 0, 15), kind_names),
-        "address": addr[a_rows], "size": size[a_rows],
-        "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux[a_rows], 0).astype(np.uint64),
-        "t_alloc": t[a_rows], "t_free": t_free, "seq_alloc": seq[a_rows], "seq_free": seq_free,
-        "freed": matched, "stream": ev["stream"][a_rows],
+        "address": by_block(A["addr"]), "size": by_block(col(A, "size")),
+        "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64),
+        "t_alloc": by_block(t_alloc), "t_free": by_block(np.where(ended, end_tns - t0, end_t)),
+        "seq_alloc": by_block(seq_alloc), "seq_free": by_block(seq_free),
+        "freed": by_block(matched), "stream": by_block(A["stream"]),
     }, copy=False)
+    never_freed = int((~matched).sum())
+    del A, status, end_tns, end_seq, ended, t_alloc, seq_alloc, seq_free, aux_a, bk, pid_rank
     kind_cat = blocks["kind"].cat
     blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
-    blocks = blocks.sort_values(["t_alloc", "pid", "seq_alloc"], kind="stable").reset_index(drop=True)
     blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
     blocks = conform(blocks, BLOCK_COLUMNS)
-    sites = site_tables.read_sites(ev, pid, op, offsets, pids, strings,  # owners, frames, stacks
+    sites = site_tables.read_sites(side, side_pid, side_op, side_off, pids, strings,  # owners, frames, stacks
                                    int(meta.get("site_format") or site_tables.SITE_FORMAT))
     site_tables.attach_blocks(blocks, sites)
 
-    never_freed = int((~matched).sum())
-    # drop the pairing's intermediates now (the peak of a 10 M-event load is set by what is alive here)
-    del rows, is_free, g_pid, g_fam, g_key, g_seq, order, same_next, nxt_free, alloc_pos, matched, superseded
-    del prev_alloc, a_rows, next_rows, t_free, seq_free, key_a, key_f, kind_a, kind_f, ai, fi, bk
-
     # ---- kernels ----
+    L, l_pid = sp.table("launch")
+    l_op = L["op"]
+    l_aux = L["aux"]
     kernels: list[str] = []
     kindex: dict[tuple[int, int], int] = {}
     name_index: dict[str, int] = {}
-    lm = (op == O.LAUNCH)
-    lkey = np.unique((pid[lm].astype(np.int64) << 32) | aux[lm].astype(np.int64))   # (pid, string id)
+    lm = l_op == O.LAUNCH
+    lkey = np.unique((l_pid[lm].astype(np.int64) << 32) | l_aux[lm].astype(np.int64))   # (pid, string id)
     for p, sid in zip((lkey >> 32).tolist(), (lkey & 0xFFFFFFFF).tolist()):
         name = strings.get(p, {}).get(sid, "<unknown kernel>")
         if name not in name_index:
@@ -367,95 +524,90 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     kcomb_sorted = kcomb[korder_k]
     kvals = np.array([kindex[tuple(k)] for k in kkeys.tolist()], dtype=np.int32)[korder_k] if len(kkeys) \
         else np.zeros(0, np.int32)
-
-    def kernel_ids_at(rows):
-        """Global kernel index of the LAUNCH records at ``rows`` (-1 if unknown)."""
-        if len(kcomb_sorted) == 0:
-            return np.full(len(rows), -1, dtype=np.int32)
-        q = (pid[rows].astype(np.int64) << 32) | aux[rows].astype(np.int64)
+    kid = np.full(len(L), -1, dtype=np.int32)        # kernel of each launch row (-1: graph or unknown)
+    if len(kcomb_sorted) and lm.any():
+        q = (l_pid[lm].astype(np.int64) << 32) | l_aux[lm].astype(np.int64)
         pos = np.minimum(np.searchsorted(kcomb_sorted, q), len(kcomb_sorted) - 1)
-        return np.where(kcomb_sorted[pos] == q, kvals[pos], -1).astype(np.int32)
+        kid[lm] = np.where(kcomb_sorted[pos] == q, kvals[pos], -1)
+        del q, pos
 
-    def kernel_ids(mask):
-        return kernel_ids_at(np.flatnonzero(mask))
-
-    launch_rows = np.flatnonzero(lm)
-    launch_kid = kernel_ids_at(launch_rows)          # once per launch; accesses gather from it
-
-    # ---- accesses: each ACCESS record follows its LAUNCH/COPY/MEMSET/TENSORMAP ----
-    acc = op == O.ACCESS
-    xi = np.flatnonzero(acc)
-    non_acc = np.flatnonzero(~acc)
-    # the record each ACCESS follows: the last non-ACCESS record before it (0 if none)
-    before = np.cumsum(~acc)[xi] - 1
-    owner_xi = np.where(before >= 0, non_acc[np.maximum(before, 0)] if len(non_acc) else 0, 0)
-    del non_acc
-    bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
-    korder = np.argsort(bkey, kind="stable")
-    skey = bkey[korder]
-    qkey = pid[xi].astype(np.int64) << 40 | aux[xi].astype(np.int64)
-    pos = np.searchsorted(skey, qkey)
-    pos_c = np.minimum(pos, max(len(skey) - 1, 0))
-    ok = (pos < len(skey)) & (skey[pos_c] == qkey) if len(skey) else np.zeros(len(xi), bool)
-    xi_ok = xi[ok]
-    own = owner_xi[ok]
-    own_op = op[own]
+    # ---- accesses: each ACCESS record belongs to the record it follows (in C: its owner) ----
+    n_access_records = int(s.a_n)
+    n_acc = np.zeros(len(L), np.int32)
+    b_pid = np.ascontiguousarray(blocks["pid"].to_numpy(np.int32))
+    b_seq = np.ascontiguousarray(blocks["seq_alloc"].to_numpy(np.int64))
+    b_id = np.ascontiguousarray(blocks["block_id"].to_numpy(np.int64))
+    kept = lib.pi_resolve_access(s, ptr(row_block), ptr(b_pid), ptr(b_seq), ptr(b_id), len(blocks), ptr(kid),
+                                 len(L), ptr(n_acc), t0)
+    del b_pid, b_seq, b_id, row_block
+    if kept < 0:
+        raise MemoryError("out of memory resolving accesses")
+    x_block = sp._take(s, "a_ref", kept, np.int64)
+    x_pid = sp._take(s, "a_pid", kept, np.int32)
+    x_seq = sp._take(s, "a_seq", kept, np.int64)
+    x_t = sp._take(s, "a_t", kept, np.int64)
+    x_kernel = sp._take(s, "a_launch", kept, np.int32)
+    x_op = sp._take(s, "a_op", kept, np.uint8)
+    x_flags = sp._take(s, "a_flags", kept, np.uint16)
+    s.a_n = s.a_cap = 0
+    if interleaved:
+        x_pid, x_block, x_seq, x_t, x_kernel, x_op, x_flags = _by_pid(x_pid, x_block, x_seq, x_t, x_kernel, x_op,
+                                                                      x_flags)
     op_names = {O.LAUNCH: "launch", O.COPY: "copy", O.MEMSET: "memset", O.TENSORMAP: "tensormap"}
-    kern_at = np.full(n, -1, dtype=np.int32)        # kernel of each LAUNCH record, -1 elsewhere
-    kern_at[launch_rows] = launch_kid
-    kern_of_owner = kern_at[own]
-    del kern_at
     accesses = pd.DataFrame({
-        "block_id": blocks["block_id"].to_numpy()[korder[pos_c[ok]]] if len(skey) else np.zeros(0, np.int64),
-        "pid": pid[xi_ok], "seq": seq[own], "t": t[own], "kernel": kern_of_owner,
-        "op": categorical(np.clip(own_op, 0, 15), [op_names.get(o, f"op{o}") for o in range(16)]),
-        "flags": flags[xi_ok].astype(np.uint16, copy=False),
+        "block_id": x_block, "pid": x_pid, "seq": x_seq, "t": x_t, "kernel": x_kernel,
+        "op": pd.Categorical.from_codes(x_op.view(np.int8), pd.Index([op_names.get(o, f"op{o}")
+                                                                     for o in range(16)])),
+        "flags": x_flags,
     }, copy=False)
     accesses = conform(accesses, ACCESS_COLUMNS)
-
-    unresolved_access = int(len(xi) - len(xi_ok))
-    del xi, before, owner_xi, qkey, pos, pos_c, ok, xi_ok, korder, skey, bkey, own_op, kern_of_owner
+    unresolved_access = n_access_records - int(kept)
+    del x_block, x_pid, x_seq, x_t, x_kernel, x_op, x_flags
 
     # ---- launches ----
-    lmask = (op == O.LAUNCH) | (op == O.GRAPH_LAUNCH)
-    li = np.flatnonzero(lmask)
-    # accesses per launch: own is sorted (records in order), so count by binary search
-    n_acc = np.searchsorted(own, li, side="right") - np.searchsorted(own, li, side="left")
-    del own
-    kid = np.full(len(li), -1, dtype=np.int32)
-    kid[op[li] == O.LAUNCH] = launch_kid
+    if interleaved:
+        l_pid, L, kid, n_acc = _by_pid(l_pid, L, kid, n_acc)
     kn = list(dict.fromkeys(kernels + ["<graph>"]))
     launches = pd.DataFrame({
-        "pid": pid[li], "tid": ev["tid"][li].astype(np.int64), "seq": seq[li], "t": t[li],
-        "device": ev["device"][li], "stream": ev["stream"][li], "api": api_name(api[li]), "kernel": kid,
+        "pid": l_pid, "tid": L["tid"].astype(np.int64), "seq": col(L, "seq"), "t": tcol(L),
+        "device": L["device"], "stream": L["stream"], "api": api_name(L["api"]), "kernel": kid,
         "kernel_name": categorical(np.where(kid >= 0, kid, len(kernels)), kn),
-        "n_access": n_acc.astype(np.int32), "graph": op[li] == O.GRAPH_LAUNCH,
+        "n_access": n_acc, "graph": L["op"] == O.GRAPH_LAUNCH,
     }, copy=False)
     launches = conform(launches, LAUNCH_COLUMNS)
+    del L, l_pid, kid, n_acc, l_op, l_aux, lm
 
     # ---- copies, hints, failures, markers ----
-    ci = np.flatnonzero(((op == O.COPY) | (op == O.MEMSET)) & (res == 0))
+    C, c_pid = sp.table("copy")
+    if interleaved:
+        c_pid, C = _by_pid(c_pid, C)
+    c_copy = C["op"] == O.COPY
     copies = conform(pd.DataFrame({
-        "pid": pid[ci], "seq": seq[ci], "t": t[ci], "api": api_name(api[ci]),
-        "op": categorical(np.where(op[ci] == O.COPY, 0, 1), ["copy", "memset"]), "dst": addr[ci],
-        "src": np.where(op[ci] == O.COPY, aux[ci], 0).astype(np.uint64), "size": size[ci],
-        "stream": ev["stream"][ci]}), COPY_COLUMNS)
-    hi = np.flatnonzero(((op == O.ADVISE) | (op == O.PREFETCH)) & (res == 0))
+        "pid": c_pid, "seq": col(C, "seq"), "t": tcol(C), "api": api_name(C["api"]),
+        "op": categorical(np.where(c_copy, 0, 1), ["copy", "memset"]), "dst": C["addr"],
+        "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": col(C, "size"),
+        "stream": C["stream"]}), COPY_COLUMNS)
+    H, h_pid = sp.table("hint")
+    if interleaved:
+        h_pid, H = _by_pid(h_pid, H)
     hints = conform(pd.DataFrame({
-        "pid": pid[hi], "seq": seq[hi], "t": t[hi], "api": api_name(api[hi]),
-        "op": categorical(np.where(op[hi] == O.ADVISE, 0, 1), ["advise", "prefetch"]), "address": addr[hi],
-        "size": size[hi], "value": aux[hi].astype(np.int64)}), HINT_COLUMNS)
-    call_ops = np.isin(op, [O.ALLOC, O.FREE, O.LAUNCH, O.COPY, O.MEMSET, O.ADVISE, O.PREFETCH,
-                            O.GRAPH_LAUNCH, O.TENSORMAP])
-    fail = np.flatnonzero(call_ops & (res != 0))
+        "pid": h_pid, "seq": col(H, "seq"), "t": tcol(H), "api": api_name(H["api"]),
+        "op": categorical(np.where(H["op"] == O.ADVISE, 0, 1), ["advise", "prefetch"]), "address": H["addr"],
+        "size": col(H, "size"), "value": H["aux"].astype(np.int64)}), HINT_COLUMNS)
+    X, x_pid = sp.table("fail")
+    if interleaved:
+        x_pid, X = _by_pid(x_pid, X)
     opname = np.array([{v: k for k, v in records.ops().items()}.get(o, str(o)) for o in range(16)], dtype=object)
     failures = conform(pd.DataFrame({
-        "pid": pid[fail], "seq": seq[fail], "t": t[fail], "api": api_name(api[fail]),
-        "op": pd.Categorical(opname[op[fail]]), "size": size[fail], "result": res[fail]}), FAILURE_COLUMNS)
-    mi = np.flatnonzero(op == O.MARKER)
+        "pid": x_pid, "seq": col(X, "seq"), "t": tcol(X), "api": api_name(X["api"]),
+        "op": pd.Categorical(opname[X["op"].astype(np.uint8)]), "size": col(X, "size"),
+        "result": X["result"]}), FAILURE_COLUMNS)
+    mi = np.flatnonzero(side_op == O.MARKER)
     markers = conform(pd.DataFrame({
-        "pid": pid[mi], "seq": seq[mi], "t": t[mi],
-        "label": [strings.get(int(p), {}).get(int(s), "") for p, s in zip(pid[mi], aux[mi])]}), MARKER_COLUMNS)
+        "pid": side_pid[mi], "seq": col(side, "seq")[mi], "t": tcol(side)[mi],
+        "label": [strings.get(int(p), {}).get(int(sid), "") for p, sid in zip(side_pid[mi], side["aux"][mi])]}),
+        MARKER_COLUMNS)
+    del side, side_pid, side_op
 
     # ---- processes ----
     counters = {}
@@ -478,16 +630,15 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
         nvml = empty_table(NVML_COLUMNS)
 
     counts = {
-        "events": n, "alloc": int(am.sum()), "free": int(fm.sum()), "access": int(len(accesses)),
-        "launch": int((op == O.LAUNCH).sum()), "graph_launch": int((op == O.GRAPH_LAUNCH).sum()),
-        "copy": int(((op == O.COPY) & (res == 0)).sum()), "memset": int(((op == O.MEMSET) & (res == 0)).sum()),
-        "advise": int(((op == O.ADVISE) & (res == 0)).sum()),
-        "prefetch": int(((op == O.PREFETCH) & (res == 0)).sum()), "marker": int(len(markers)),
-        "failure": int(len(failures)), "unmatched_free": unmatched_free,
+        "events": n, "alloc": na, "free": int(s.n_free), "access": int(len(accesses)),
+        "launch": int(op_count[O.LAUNCH]), "graph_launch": int(op_count[O.GRAPH_LAUNCH]),
+        "copy": int(op_ok[O.COPY]), "memset": int(op_ok[O.MEMSET]),
+        "advise": int(op_ok[O.ADVISE]), "prefetch": int(op_ok[O.PREFETCH]), "marker": int(len(markers)),
+        "failure": int(len(failures)), "unmatched_free": int(s.unmatched_free),
         "unresolved_access": unresolved_access, "never_freed": never_freed,
     }
-    by_api_counts = np.bincount(api[call_ops], minlength=len(apis)) if n else np.zeros(len(apis), np.int64)
-    counts["by_api"] = {str(apis[i]): int(c) for i, c in enumerate(by_api_counts) if c and i < len(apis)}
+    by_api = s.api_count
+    counts["by_api"] = {str(apis[i]): int(by_api[i]) for i in range(min(len(apis), 65536)) if by_api[i]}
     meta = dict(meta)
     meta["trailer"] = raw.trailer
     meta["capture_notes"] = sites.notes
@@ -499,6 +650,11 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
 
 
 def load(path: str, progress: bool = False) -> Trace:
+    """Read a trace file into its tables: chunks are checked and inflated on two threads and
+    streamed through the native record pass, so the records are never all in memory at once."""
     if os.path.isdir(path):
         raise TraceError(f"{path}: is a directory, not a trace file")
-    return build_trace(read_file(path), path=path)
+    sp = _Split()
+    raw = _read(path, lambda size: sp.feed, threads=True)
+    raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
+    return _build(sp, raw, path)

@@ -1,0 +1,96 @@
+/*
+ * reader.h — the trace reader's record pass (pyinterpose.trace.reader).
+ *
+ * Python finds the chunks of a trace file, checks and inflates them (on
+ * threads: zlib releases the GIL; this C links no zlib) and hands the records
+ * of every EVENTS chunk, in file order, to pi_split_feed.  One pass over the
+ * records splits them by op into what the tables need, so the whole record
+ * stream is never held in memory:
+ *
+ *  - whole records (64 bytes, struct pi_event) with their pid for the rarer
+ *    ops: successful allocations, launches (and graph launches), successful copies/memsets and
+ *    advise/prefetch hints, failed calls, and the "side" records (strings and
+ *    their text, markers, call sites, frames, stacks, notes);
+ *  - the accesses (the most numerous records) as narrow columns, each with
+ *    the seq, time, op and launch row of the record it follows (its owner);
+ *  - counts per op, per API, the time range and each process's last seq.
+ *
+ * In the same pass allocations are paired with frees (a hash map of the live
+ * blocks per (pid, address family, key): a free ends the live allocation of
+ * its key, an allocation of a key still live supersedes it) and each access
+ * finds its block among the live ones (hash map per (pid, seq of the ALLOC)):
+ * both maps hold only the live blocks, so they stay small and in cache.  Seq
+ * order is file order for the drain's traces; when not, pi_split_finish pairs
+ * again after sorting by seq.  pi_resolve_access then gives each access its
+ * block id (the rare access to a block no longer live: by a full map), drops
+ * the unresolved ones and counts the accesses of each launch.  Tables are in file order; Python
+ * regroups them by pid when processes' chunks interleave.
+ */
+#ifndef PYINTERPOSE_READER_H
+#define PYINTERPOSE_READER_H
+#include <stdint.h>
+
+/* BEGIN CDEF */
+typedef struct pi_rtab {        /* whole records of one kind, file order */
+    void *rec;                  /* n * 64 bytes (struct pi_event) */
+    int32_t *pid;
+    int64_t n, cap;
+} pi_rtab;
+
+typedef struct pi_split {
+    pi_rtab alloc, launch, copy, hint, fail, side;
+    /* per allocation (row of `alloc`): how it ended (0 never freed, 1 freed, 2 superseded by another
+     * allocation of the same key) and the t_ns and seq of the event that ended it */
+    int8_t *al_status;
+    int64_t *al_end_t, *al_end_seq;
+    int64_t unmatched_free;     /* frees that ended no allocation */
+    int64_t n_free;             /* successful frees with a key */
+    /* accesses: one row per ACCESS record */
+    int32_t *a_pid;
+    int64_t *a_ref;             /* the ALLOC's seq (record aux); block id after resolve */
+    uint16_t *a_flags;
+    int64_t *a_seq;             /* seq of the owner (the last non-ACCESS record of the pid) */
+    int64_t *a_t;               /* owner's t_ns (t_ns - t0 after resolve) */
+    uint8_t *a_op;              /* owner's op, clipped to 0..15 */
+    int32_t *a_launch;          /* owner's row in `launch` (-1: not a launch); kernel after resolve */
+    int32_t *a_row;             /* row in `alloc` of the block, when it was live at the access; else -1 */
+    int64_t a_n, a_cap, a_pending;
+    int64_t n_events;
+    int64_t t_min, t_max;       /* of t_ns as int64 */
+    int64_t op_count[64];       /* records per op (op >= 63 counted in 63) */
+    int64_t op_ok[64];          /* ... whose result is 0 */
+    int64_t api_count[65536];   /* call records (alloc, free, launch, ...) per API id */
+    int32_t interleaved;        /* a chunk of a smaller pid came after a larger one */
+    int32_t seq_disorder;       /* a pid's seq did not grow in file order: pair again in seq order */
+    int32_t last_pid;
+    int32_t oom;
+    int64_t n_pids, cap_pids;   /* per process state, in order of first appearance */
+    int32_t *pp_pid;
+    int64_t *pp_last_seq;       /* seq of its last record */
+    int64_t *pp_count;          /* its records */
+    int64_t *pp_own_seq, *pp_own_t, *pp_own_launch;
+    int32_t *pp_own_op;         /* -1: no record yet */
+    void *internal;             /* hash maps of the live blocks, the frees */
+} pi_split;
+
+pi_split *pi_split_new(void);
+/* Split n records (64 bytes each, any alignment) of process pid.  0, or -1 when out of memory. */
+int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid);
+/* After the last feed: pair allocations with frees again in seq order if the file's order was not
+ * that (seq_disorder), drop the pass's hash maps and give each table its exact size.  0 or -1 (memory). */
+int pi_split_finish(pi_split *s);
+/* Free the split and every buffer still attached to it (Python takes a buffer by NULLing its pointer). */
+void pi_split_free(pi_split *s);
+void pi_free(void *p);
+
+/* Resolve the accesses of s in place to block ids: through a_row and row_block (alloc row -> block
+ * id) when the block was live at the access, else by (pid, seq of the ALLOC) among the blocks
+ * bpid/bseq/bid (nb rows; the smallest id wins on a duplicate key).  Drops the accesses of no block
+ * (kept rows keep their order), a_t -= t0, a_launch -> launch_kernel[a_launch] (or -1) and
+ * n_access[row]++ per kept access of a launch row.  Returns the accesses kept, or -1 (memory). */
+int64_t pi_resolve_access(pi_split *s, const int64_t *row_block, const int32_t *bpid, const int64_t *bseq,
+                          const int64_t *bid, int64_t nb, const int32_t *launch_kernel, int64_t n_launch,
+                          int32_t *n_access, int64_t t0);
+/* END CDEF */
+
+#endif
