@@ -146,6 +146,18 @@ def _scan(path: str, data: memoryview, size: int) -> tuple[list, str | None]:
     return chunks, None
 
 
+def _inflate_zlib(payload) -> bytes:
+    """zlib.decompress(payload), less the Adler-32 check of the inflated bytes (the chunk's CRC-32
+    already vouches for the stored ones): the zlib header is checked by hand, the deflate stream
+    inflated raw.  A third faster on 640 MB of records."""
+    if len(payload) < 2:
+        raise zlib.error("no zlib header")
+    cmf, flg = payload[0], payload[1]
+    if cmf & 0x0F != 8 or cmf >> 4 > 7 or (cmf * 256 + flg) % 31 or flg & 0x20:
+        raise zlib.error("bad zlib header")
+    return zlib.decompress(payload[2:], -15)
+
+
 def _inflate(data: memoryview, batch: list) -> tuple[list, str | None]:
     """Check and inflate a run of chunks: ([(type, payload)], the warning of the first bad one or None).
     Runs on worker threads (zlib releases the GIL)."""
@@ -157,7 +169,7 @@ def _inflate(data: memoryview, batch: list) -> tuple[list, str | None]:
                          "read up to the last good chunk")
         if flags & fmt.FLAG_ZLIB:
             try:
-                payload = zlib.decompress(payload)
+                payload = _inflate_zlib(payload)
             except zlib.error:
                 return out, (f"corrupt compressed chunk at byte {start - fmt.CHUNK.size}: "
                              "read up to the last good chunk")
@@ -497,6 +509,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     kind_cat = blocks["kind"].cat
     blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
     blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
+    blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
     blocks = conform(blocks, BLOCK_COLUMNS)
     sites = site_tables.read_sites(side, side_pid, side_op, side_off, pids, strings,  # owners, frames, stacks
                                    int(meta.get("site_format") or site_tables.SITE_FORMAT))

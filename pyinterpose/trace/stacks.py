@@ -62,9 +62,11 @@ def empty_stacks() -> pd.DataFrame:
 class Sites:
     frames: pd.DataFrame = field(default_factory=empty_frames)
     stacks: pd.DataFrame = field(default_factory=empty_stacks)
-    # one row per SITE record: pid, seq (of its ALLOC), owner, stack_id, caller, thread
+    # one row per SITE record: pid, seq (of its ALLOC), owner, stack_id, caller, thread (owner and
+    # thread: codes into names.names)
     per_alloc: pd.DataFrame | None = None
     notes: list = field(default_factory=list)
+    names: "_Names | None" = None
 
 
 def _texts(raw_rows: np.ndarray, ev: np.ndarray, idx: np.ndarray) -> list[bytes]:
@@ -102,11 +104,43 @@ class _Interner:
         return i
 
 
-def _lookup_strings(ids: np.ndarray, strings: dict[int, str]) -> np.ndarray:
-    """strings[id] for each id ("" when unknown), one dict lookup per distinct id."""
-    uniq, inv = np.unique(ids, return_inverse=True)
-    names = np.array([strings.get(int(u), "") for u in uniq], dtype=object)
-    return names[inv] if len(ids) else np.zeros(0, dtype=object)
+class _Names:
+    """Global codes for the strings of every process (owner and thread names)."""
+
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def codes(self, ids: np.ndarray, strings: dict[int, str]) -> np.ndarray:
+        """The code of strings[id] ("" when unknown) for each id: one dict lookup per distinct id."""
+        if len(ids) == 0:
+            return np.zeros(0, np.int32)
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo >= 0 and hi < 4 * len(ids) + 4096:       # small ids (the shim's): a dense table
+            present = np.flatnonzero(np.bincount(ids, minlength=hi + 1))
+            lut = np.zeros(hi + 1, np.int32)
+            lut[present] = [self._code(strings.get(int(u), "")) for u in present.tolist()]
+            return lut[ids]
+        uniq, inv = np.unique(ids, return_inverse=True)
+        return np.array([self._code(strings.get(int(u), "")) for u in uniq.tolist()], np.int32)[inv]
+
+    def _code(self, name: str) -> int:
+        c = self.index.get(name)
+        if c is None:
+            c = self.index[name] = len(self.names)
+            self.names.append(name)
+        return c
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        """names[codes] ("" where code < 0) as the Categorical pandas would make of those strings
+        (categories sorted), without hashing a string per row."""
+        used = np.flatnonzero(np.bincount(codes + 1, minlength=len(self.names) + 1))
+        values = sorted({self.names[u - 1] if u else "" for u in used.tolist()})
+        where = {v: i for i, v in enumerate(values)}
+        lut = np.zeros(len(self.names) + 1, np.int32)
+        for u in used.tolist():
+            lut[u] = where[self.names[u - 1] if u else ""]
+        return pd.Categorical.from_codes(lut[codes + 1], pd.Index(values))
 
 
 def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndarray, pids: list[int],
@@ -121,6 +155,7 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
         return Sites()
     raw_rows = ev.view(np.uint8).reshape(len(ev), ev.dtype.itemsize)
     it = _Interner()
+    names = _Names()
     notes = []
     per = []
     for i, p in enumerate(pids):
@@ -164,8 +199,8 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
         if len(sidx) == 0:
             continue
         flags = pev["flags"][sidx].astype(np.int64)
-        owner = _lookup_strings(pev["stream"][sidx].astype(np.int64), st)
-        thread = _lookup_strings(pev["result"][sidx].astype(np.uint32).astype(np.int64), st)
+        owner = names.codes(pev["stream"][sidx].astype(np.int64), st)
+        thread = names.codes(pev["result"][sidx].astype(np.uint32).astype(np.int64), st)
         local = np.where(flags & SITE_PYTHON, pev["aux"][sidx].astype(np.int64),
                          np.where(flags & SITE_NATIVE, pev["size"][sidx].astype(np.int64), 0))
         keys = np.array(sorted(smap), dtype=np.int64)
@@ -175,10 +210,11 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
         # no stack although one was requested: a one-frame stack naming why, with the owner
         miss = np.flatnonzero((stack_id < 0) & ((flags & (SITE_PYTHON | SITE_NATIVE)) != 0))
         if len(miss):
-            autograd = np.char.startswith(thread[miss].astype(str), AUTOGRAD_THREAD_PREFIX)
+            text = np.array(names.names + [""], dtype=object)
+            autograd = np.char.startswith(text[thread[miss]].astype(str), AUTOGRAD_THREAD_PREFIX)
             label = np.where(autograd, BACKWARD,
                              np.where(flags[miss] & SITE_PYTHON, NO_PYTHON, "<no native stack>"))
-            ocode, onames = pd.factorize(pd.Series(owner[miss], dtype=object))
+            ocode, onames = pd.factorize(pd.Series(text[owner[miss]], dtype=object))
             lcode, lnames = pd.factorize(pd.Series(label, dtype=object))
             combo = lcode.astype(np.int64) * max(len(onames), 1) + ocode
             uniq, inv = np.unique(combo, return_inverse=True)
@@ -189,7 +225,7 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
             stack_id[miss] = ids
         per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32),
                                  "seq": pev["seq"][sidx].astype(np.int64) - 1,
-                                 "owner": owner, "stack_id": stack_id,
+                                 "owner": owner, "stack_id": stack_id,  # owner, thread: codes into names
                                  "caller": pev["addr"][sidx].astype(np.uint64), "thread": thread,
                                  "site_flags": flags.astype(np.uint16)}))
     frames = _frames_table(it.frames)
@@ -197,7 +233,7 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
                            "parent_id": np.array([s[0] for s in it.stacks], dtype=np.int64),
                            "frame_id": np.array([s[1] for s in it.stacks], dtype=np.int64)})
     return Sites(frames=frames, stacks=stacks if len(stacks) else empty_stacks(),
-                 per_alloc=pd.concat(per, ignore_index=True) if per else None, notes=notes)
+                 per_alloc=pd.concat(per, ignore_index=True) if per else None, notes=notes, names=names)
 
 
 def _frames_table(frames: list[tuple]) -> pd.DataFrame:
@@ -219,27 +255,28 @@ def _frames_table(frames: list[tuple]) -> pd.DataFrame:
 def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
     n = len(blocks)
-    owner = np.full(n, "", dtype=object)
+    owner = np.full(n, -1, dtype=np.int32)
     stack_id = np.full(n, -1, dtype=np.int64)
     caller = np.zeros(n, dtype=np.uint64)
-    thread = np.full(n, "", dtype=object)
+    thread = np.full(n, -1, dtype=np.int32)
     pa = sites.per_alloc
+    names = sites.names or _Names()
     if pa is not None and len(pa) and n:
         bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
         skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        order = np.argsort(skey)
+        order = np.argsort(skey, kind="stable")
         sk = skey[order]
         pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
         ok = sk[pos] == bkey
         src = order[pos[ok]]
-        owner[ok] = pa["owner"].to_numpy(object)[src]
+        owner[ok] = pa["owner"].to_numpy(np.int32)[src]
         stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
         caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
-        thread[ok] = pa["thread"].to_numpy(object)[src]
-    blocks["owner"] = pd.Categorical(owner)
+        thread[ok] = pa["thread"].to_numpy(np.int32)[src]
+    blocks["owner"] = names.categorical(owner)
     blocks["stack_id"] = stack_id
     blocks["caller"] = caller
-    blocks["thread"] = pd.Categorical(thread)
+    blocks["thread"] = names.categorical(thread)
 
 
 # ---------------------------------------------------------------------------------- the API

@@ -3,11 +3,14 @@ the slow reference that tests/unit/test_reader_native.py compares the native rec
 Not used by pyinterpose itself."""
 from __future__ import annotations
 
+import os
+import types
+
 import numpy as np
 import pandas as pd
 
 from pyinterpose.capture import records
-from pyinterpose.trace import stacks as site_tables
+from pyinterpose.trace import stacks as _stacks
 from pyinterpose.trace import vmm
 from pyinterpose.trace.model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
                                      HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS,
@@ -286,3 +289,171 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
                frames=sites.frames, stacks=sites.stacks)
     return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+
+
+# ---- pyinterpose/trace/stacks.py's read_sites / attach_blocks as they were (same commit range) ----
+Sites, empty_stacks, _frames_table = _stacks.Sites, _stacks.empty_stacks, _stacks._frames_table  # unchanged
+SITE_FORMAT, SITE_PYTHON, SITE_NATIVE = _stacks.SITE_FORMAT, _stacks.SITE_PYTHON, _stacks.SITE_NATIVE
+NO_PYTHON, BACKWARD, AUTOGRAD_THREAD_PREFIX = _stacks.NO_PYTHON, _stacks.BACKWARD, _stacks.AUTOGRAD_THREAD_PREFIX
+
+
+def _texts(raw_rows: np.ndarray, ev: np.ndarray, idx: np.ndarray) -> list[bytes]:
+    """Text that follows each record at ``idx`` (size = length, then STRDATA records)."""
+    out = []
+    for i in idx:
+        n = int(ev["size"][i])
+        k = -(-n // records.STR_PAYLOAD)
+        out.append(raw_rows[i + 1:i + 1 + k, 16:48].tobytes()[:n])
+    return out
+
+
+class _Interner:
+    """Global dense ids for frames and stack nodes, merged by content."""
+
+    def __init__(self):
+        self.frame_index: dict[tuple, int] = {}
+        self.frames: list[tuple] = []     # (kind, filename, function, line, object, path, offset)
+        self.stack_index: dict[tuple[int, int], int] = {}
+        self.stacks: list[tuple[int, int]] = []  # (parent, frame)
+
+    def frame(self, key: tuple) -> int:
+        i = self.frame_index.get(key)
+        if i is None:
+            i = self.frame_index[key] = len(self.frames)
+            self.frames.append(key)
+        return i
+
+    def stack(self, parent: int, frame: int) -> int:
+        k = (parent, frame)
+        i = self.stack_index.get(k)
+        if i is None:
+            i = self.stack_index[k] = len(self.stacks)
+            self.stacks.append(k)
+        return i
+
+
+def _lookup_strings(ids: np.ndarray, strings: dict[int, str]) -> np.ndarray:
+    """strings[id] for each id ("" when unknown), one dict lookup per distinct id."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    names = np.array([strings.get(int(u), "") for u in uniq], dtype=object)
+    return names[inv] if len(ids) else np.zeros(0, dtype=object)
+
+
+def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndarray, pids: list[int],
+               strings: dict[int, dict[int, str]], site_format: int = SITE_FORMAT) -> Sites:
+    """Frames, stacks and per-allocation call sites from the concatenated records."""
+    if site_format > SITE_FORMAT:
+        return Sites(notes=[{"pid": 0, "note": f"call sites skipped: site format {site_format} is newer than "
+                                               f"this pyinterpose understands ({SITE_FORMAT})"}])
+    O = records.OP
+    site = getattr(O, "SITE", None)
+    if site is None or len(ev) == 0 or not np.any((op == site) | (op == O.NOTE)):
+        return Sites()
+    raw_rows = ev.view(np.uint8).reshape(len(ev), ev.dtype.itemsize)
+    it = _Interner()
+    notes = []
+    per = []
+    for i, p in enumerate(pids):
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        pop = op[lo:hi]
+        pev = ev[lo:hi]
+        prow = raw_rows[lo:hi]
+        st = strings.get(p, {})
+        for j in np.flatnonzero(pop == O.NOTE):
+            notes.append({"pid": int(p), "note": st.get(int(pev["aux"][j]), "")})
+        # frames: local id -> global id
+        fidx = np.flatnonzero(pop == O.FRAME)
+        fmap: dict[int, int] = {}
+        for j, text in zip(fidx, _texts(prow, pev, fidx)):
+            kind = int(pev["flags"][j])
+            if kind == 1:
+                fname, _, func = text.partition(b"\0")
+                key = ("python", fname.decode(errors="replace"), func.decode(errors="replace"),
+                       int(np.int64(pev["addr"][j])), "", "", 0)
+            else:
+                path = text.decode(errors="replace")
+                key = ("native", "", "", 0, os.path.basename(path), path, int(pev["stream"][j]))
+            fmap[int(pev["aux"][j])] = it.frame(key)
+        # stack nodes in id order (a parent always has a smaller id than its children)
+        sidx = np.flatnonzero(pop == O.STACK)
+        smap: dict[int, int] = {0: -1}
+        if len(sidx):
+            ids = pev["aux"][sidx].astype(np.int64)
+            order = np.argsort(ids, kind="stable")
+            for j in sidx[order]:
+                local = int(pev["aux"][j])
+                if local in smap:
+                    continue
+                parent = smap.get(int(pev["addr"][j]), -1)
+                frame = fmap.get(int(pev["size"][j]))
+                if frame is None:
+                    continue
+                smap[local] = it.stack(parent, frame)
+        # per-allocation sites (vectorised: one lookup per distinct string / stack id)
+        sidx = np.flatnonzero(pop == site)
+        if len(sidx) == 0:
+            continue
+        flags = pev["flags"][sidx].astype(np.int64)
+        owner = _lookup_strings(pev["stream"][sidx].astype(np.int64), st)
+        thread = _lookup_strings(pev["result"][sidx].astype(np.uint32).astype(np.int64), st)
+        local = np.where(flags & SITE_PYTHON, pev["aux"][sidx].astype(np.int64),
+                         np.where(flags & SITE_NATIVE, pev["size"][sidx].astype(np.int64), 0))
+        keys = np.array(sorted(smap), dtype=np.int64)
+        vals = np.array([smap[k] for k in keys.tolist()], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(keys, local), len(keys) - 1)
+        stack_id = np.where((keys[pos] == local) & (local > 0), vals[pos], -1)
+        # no stack although one was requested: a one-frame stack naming why, with the owner
+        miss = np.flatnonzero((stack_id < 0) & ((flags & (SITE_PYTHON | SITE_NATIVE)) != 0))
+        if len(miss):
+            autograd = np.char.startswith(thread[miss].astype(str), AUTOGRAD_THREAD_PREFIX)
+            label = np.where(autograd, BACKWARD,
+                             np.where(flags[miss] & SITE_PYTHON, NO_PYTHON, "<no native stack>"))
+            ocode, onames = pd.factorize(pd.Series(owner[miss], dtype=object))
+            lcode, lnames = pd.factorize(pd.Series(label, dtype=object))
+            combo = lcode.astype(np.int64) * max(len(onames), 1) + ocode
+            uniq, inv = np.unique(combo, return_inverse=True)
+            u_ids = np.array([it.stack(-1, it.frame(("native", "", str(lnames[u // max(len(onames), 1)]), 0,
+                                                     str(onames[u % max(len(onames), 1)]), "", 0)))
+                              for u in uniq.tolist()], dtype=np.int64)
+            ids = u_ids[inv]
+            stack_id[miss] = ids
+        per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32),
+                                 "seq": pev["seq"][sidx].astype(np.int64) - 1,
+                                 "owner": owner, "stack_id": stack_id,
+                                 "caller": pev["addr"][sidx].astype(np.uint64), "thread": thread,
+                                 "site_flags": flags.astype(np.uint16)}))
+    frames = _frames_table(it.frames)
+    stacks = pd.DataFrame({"stack_id": np.arange(len(it.stacks), dtype=np.int64),
+                           "parent_id": np.array([s[0] for s in it.stacks], dtype=np.int64),
+                           "frame_id": np.array([s[1] for s in it.stacks], dtype=np.int64)})
+    return Sites(frames=frames, stacks=stacks if len(stacks) else empty_stacks(),
+                 per_alloc=pd.concat(per, ignore_index=True) if per else None, notes=notes)
+
+
+def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
+    """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
+    n = len(blocks)
+    owner = np.full(n, "", dtype=object)
+    stack_id = np.full(n, -1, dtype=np.int64)
+    caller = np.zeros(n, dtype=np.uint64)
+    thread = np.full(n, "", dtype=object)
+    pa = sites.per_alloc
+    if pa is not None and len(pa) and n:
+        bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
+        skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
+        order = np.argsort(skey)
+        sk = skey[order]
+        pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
+        ok = sk[pos] == bkey
+        src = order[pos[ok]]
+        owner[ok] = pa["owner"].to_numpy(object)[src]
+        stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
+        caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
+        thread[ok] = pa["thread"].to_numpy(object)[src]
+    blocks["owner"] = pd.Categorical(owner)
+    blocks["stack_id"] = stack_id
+    blocks["caller"] = caller
+    blocks["thread"] = pd.Categorical(thread)
+
+
+site_tables = types.SimpleNamespace(read_sites=read_sites, attach_blocks=attach_blocks, SITE_FORMAT=SITE_FORMAT)
