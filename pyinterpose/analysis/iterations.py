@@ -99,12 +99,14 @@ class Iterations:
         if self.reason:
             out["reason"] = self.reason
         if per_iteration:
+            c = self.count
+            b, bt = self.boundaries.tolist(), self.boundaries_t.tolist()
+            ex = [bool(x) for x in self.exact[:c].tolist()] if len(self.exact) else [True] * c
+            xa = [int(x) for x in self.extras[:c].tolist()] if len(self.extras) else [0] * c
             out["iterations"] = [
-                {"index": i, "start_seq": int(self.boundaries[i]), "end_seq": int(self.boundaries[i + 1]),
-                 "start_t": int(self.boundaries_t[i]), "duration_ns": int(d[i]),
-                 "exact": bool(self.exact[i]) if len(self.exact) else True,
-                 "extra_allocs": int(self.extras[i]) if len(self.extras) else 0}
-                for i in range(self.count)]
+                {"index": i, "start_seq": int(b[i]), "end_seq": int(b[i + 1]), "start_t": int(bt[i]),
+                 "duration_ns": int(di), "exact": e, "extra_allocs": x}
+                for i, di, e, x in zip(range(c), d.tolist(), ex, xa)]
         return out
 
 
@@ -132,21 +134,36 @@ class _Signature:
     seq_range: tuple[int, int]
 
 
+_BLOCK_COLUMNS = ["block_id", "seq_alloc", "t_alloc", "size", "freed", "seq_free", "t_free"]
+
+
 def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
-    b = trace.blocks[trace.blocks["pid"] == pid]
-    dev = b[b["counts_device"]]
-    return dev if len(dev) else b
+    """The process's device blocks (all its blocks when none is a device block), with the
+    columns used here."""
+    b = trace.blocks
+    in_pid = b["pid"].to_numpy() == pid
+    dev = in_pid & b["counts_device"].to_numpy(bool)
+    m = dev if dev.any() else in_pid
+    cols = b[_BLOCK_COLUMNS]
+    return cols if m.all() else cols[m]
 
 
 def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
-    b = blocks.sort_values(["seq_alloc", "block_id"], kind="stable")
-    n = len(b)
-    seq_a = b["seq_alloc"].to_numpy(np.int64)
-    t_a = b["t_alloc"].to_numpy(np.int64)
-    size = b["size"].to_numpy(np.int64)
-    freed = b["freed"].to_numpy(bool)
-    seq_f = b["seq_free"].to_numpy(np.int64)
-    t_f = b["t_free"].to_numpy(np.int64)
+    seq_a = blocks["seq_alloc"].to_numpy(np.int64)
+    bid = blocks["block_id"].to_numpy(np.int64)
+    n = len(seq_a)
+    ds = np.diff(seq_a)
+    if n > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
+        o = np.lexsort((bid, seq_a))
+    else:
+        o = slice(None)
+    del ds
+    seq_a = seq_a[o]
+    t_a = blocks["t_alloc"].to_numpy(np.int64)[o]
+    size = blocks["size"].to_numpy(np.int64)[o]
+    freed = blocks["freed"].to_numpy(bool)[o]
+    seq_f = blocks["seq_free"].to_numpy(np.int64)[o]
+    t_f = blocks["t_free"].to_numpy(np.int64)[o]
     # alloc/free events in seq order (frees before allocs at equal seq)
     fidx = np.flatnonzero(freed)
     ev_seq = np.concatenate([seq_a, seq_f[fidx]])
@@ -427,12 +444,23 @@ def find_iterations(trace: Trace, pid: int | None = None, *, use_markers: bool =
                     max_extra: int | None = None) -> Iterations:
     """Find the training loop's iterations in one process (default: the one with the most
     allocations).  See the module docstring for the method; ``max_extra`` (default
-    ``max(3, period // 4)``) is how many unpredictable extra allocations a step may hold."""
+    ``max(3, period // 4)``) is how many unpredictable extra allocations a step may hold.
+
+    Computed once per trace and arguments (``Trace.derived``): every analysis that needs the
+    iterations shares one result, which must not be modified."""
     if pid is None:
         pid = trace.main_pid
     if pid is None:
         return _none(None, (0, 0), "the trace has no processes")
     pid = int(pid)
+    key = ("iterations", pid, bool(use_markers), int(min_steps), float(min_score), float(tolerance),
+           None if max_extra is None else int(max_extra))
+    return trace.derived(key, lambda: _find(trace, pid, use_markers, min_steps, min_score, tolerance,
+                                            max_extra))
+
+
+def _find(trace: Trace, pid: int, use_markers: bool, min_steps: int, min_score: float, tolerance: float,
+          max_extra: int | None) -> Iterations:
     seq_range = _seq_range(trace, pid)
     if use_markers:
         it = _from_markers(trace, pid, seq_range)

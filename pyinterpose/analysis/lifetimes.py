@@ -33,11 +33,31 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 
 def _event_positions(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Index of each block's alloc and free among its process's alloc/free events."""
+    """Index of each block's alloc and free among its process's alloc/free events, in
+    (pid, seq) order, frees first at an equal seq (ties in block order)."""
     n = len(b)
     pid = b["pid"].to_numpy(np.int64)
     sa = b["seq_alloc"].to_numpy(np.int64)
     sf = b["seq_free"].to_numpy(np.int64)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if pid.min() < 0 or pid.max() >= 1 << 23 or min(sa.min(), sf.min()) < 0 or max(sa.max(), sf.max()) >= 1 << 40:
+        return _event_positions_lexsort(pid, sa, sf)
+    # each kind sorted by (pid, seq) (stable, nearly in order already), then merged
+    ka, kf = pid << 40 | sa, pid << 40 | sf
+    oa, of = np.argsort(ka, kind="stable"), np.argsort(kf, kind="stable")
+    ka_s, kf_s = ka[oa], kf[of]
+    rank = np.empty(2 * n, np.int64)
+    rank[oa] = np.searchsorted(kf_s, ka_s, side="right") + np.arange(n)
+    rank[n + of] = np.searchsorted(ka_s, kf_s, side="left") + np.arange(n)
+    # rank within the process: minus the events of smaller pids
+    upid, cnt = np.unique(pid, return_counts=True)
+    first = np.concatenate([[0], np.cumsum(2 * cnt)[:-1]])[np.searchsorted(upid, pid)]
+    return rank[:n] - first, rank[n:] - first
+
+
+def _event_positions_lexsort(pid, sa, sf) -> tuple[np.ndarray, np.ndarray]:
+    n = len(pid)
     ev_pid = np.concatenate([pid, pid])
     ev_seq = np.concatenate([sa, sf])
     ev_kind = np.concatenate([np.ones(n, np.int8), np.zeros(n, np.int8)])  # frees first at equal seq
@@ -60,13 +80,17 @@ def classify(trace: Trace, iters: Iterations | None = None, pid: int | None = No
         iters = find_iterations(trace, pid)
     if pid is None:
         pid = iters.pid
-    b = trace.blocks
-    if pid is not None:
-        b = b[b["pid"] == pid]
-    b = b.sort_values("block_id").reset_index(drop=True)
     cols = ["block_id", "pid", "size", "kind", "api", "counts_device", "t_alloc", "t_free",
             "seq_alloc", "seq_free", "freed"]
-    out = b[cols].copy()
+    out = trace.blocks[cols]                     # a copy of these columns only
+    if pid is not None:
+        m = out["pid"].to_numpy() == pid
+        if not m.all():
+            out = out[m]
+    bid = out["block_id"].to_numpy()
+    if len(bid) > 1 and not (np.diff(bid) > 0).all():
+        out = out.sort_values("block_id")
+    out = out.reset_index(drop=True)
     sa = out["seq_alloc"].to_numpy(np.int64)
     sf = out["seq_free"].to_numpy(np.int64)
     freed = out["freed"].to_numpy(bool)
@@ -85,25 +109,26 @@ def classify(trace: Trace, iters: Iterations | None = None, pid: int | None = No
         phase[k] = (sa[k] - B[ia[k]]) / np.maximum(B[ia[k] + 1] - B[ia[k]], 1)
     out["phase"] = phase
 
-    cls = np.empty(len(out), dtype=object)
+    code = CLASSES.index
+    cls = np.empty(len(out), dtype=np.int8)
     if iters.count:
         B = iters.boundaries
         c = iters.count
         overlaps = (sa < B[c]) & (sf > B[0])
         persistent = overlaps & (sa < B[1]) & (~freed | (sf >= B[c]))
         same = (ia >= 0) & (ia == ifr)
-        cls[:] = "cross_iteration"
-        cls[same] = "per_iteration"
-        cls[persistent] = "persistent"
-        cls[~overlaps] = "outside"
+        cls[:] = code("cross_iteration")
+        cls[same] = code("per_iteration")
+        cls[persistent] = code("persistent")
+        cls[~overlaps] = code("outside")
     else:
         lo, hi = iters.seq_range if iters.seq_range != (0, 0) else (
             (int(sa.min()), int(sf.max())) if len(sa) else (0, 0))
         span = max(hi - lo, 1)
         long_lived = ~freed | ((sf - sa) >= 0.9 * span)
-        cls[:] = "transient"
-        cls[long_lived] = "persistent"
-    out["class"] = pd.Categorical(cls, categories=CLASSES)
+        cls[:] = code("transient")
+        cls[long_lived] = code("persistent")
+    out["class"] = pd.Categorical.from_codes(cls, categories=CLASSES)
     return out
 
 

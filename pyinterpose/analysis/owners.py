@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace, peak_live_bytes
+from ..trace.model import Trace, peak_live_bytes_of
 
 FRAMEWORKS = ("pytorch", "jax", "tensorflow")
 
@@ -100,6 +100,20 @@ def _str_rows(col: pd.Series, pred) -> np.ndarray:
         return vals[codes]   # code -1 (missing) -> the last entry, as astype(str) gives "nan"
     codes, uniq = pd.factorize(col.astype(str))   # missing values: code -1 -> "nan" as above
     return np.array([bool(pred(str(u))) for u in uniq] + [bool(pred("nan"))], bool)[codes]
+
+
+def _text(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) with ``col.astype(str) == names[codes]`` row by row, computed per distinct
+    value (missing values read "nan", as astype(str) gives)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy().astype(np.int64)
+        names = [str(x) for x in col.cat.categories]
+    else:
+        codes, uniq = pd.factorize(col.astype(str))
+        codes, names = codes.astype(np.int64), [str(u) for u in uniq]
+    if (codes < 0).any():
+        codes = np.where(codes < 0, len(names), codes)
+    return codes, np.array(names + ["nan"], dtype=object)
 
 
 def _has_owners(b: pd.DataFrame) -> bool:
@@ -175,9 +189,9 @@ def allocator_info(trace: Trace, mask: np.ndarray | None = None) -> dict:
     out = {"framework": fw, "view": trace.meta.get("view"), "source": src,
            "rule": _api_rule(trace, fw)[1] if src == "api" else f"owner is {fw}'s allocator",
            "blocks": int(m.sum()), "bytes": int(b["size"].to_numpy()[m].sum()),
-           "peak_live_bytes": peak_live_bytes(b[m]),
+           "peak_live_bytes": peak_live_bytes_of(trace, m),
            "outside": {"blocks": int((dev & ~m).sum()), "bytes": int(b["size"].to_numpy()[dev & ~m].sum()),
-                       "peak_live_bytes": peak_live_bytes(b[dev & ~m])}}
+                       "peak_live_bytes": peak_live_bytes_of(trace, dev & ~m)}}
     return out
 
 
@@ -191,16 +205,24 @@ def bytes_by_owner(trace: Trace) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in
                              zip(cols, ["object", "int64", "int64", "int64", "bool"])})
     dev = b["counts_device"].to_numpy(bool)
-    own = block_owners(trace).to_numpy()
+    # block_owners() as codes: the recorded owner, else the API (one string per distinct value)
+    api_codes, api_names = _text(b["api"])
+    if _has_owners(b):
+        own_codes, own_names = _text(b["owner"])
+        names = list(dict.fromkeys(list(own_names) + list(api_names)))
+        where = {n: i for i, n in enumerate(names)}
+        own_lab = np.array([where[n] for n in own_names], np.int64)
+        api_lab = np.array([where[n] for n in api_names], np.int64)
+        label = np.where((own_names != "")[own_codes], own_lab[own_codes], api_lab[api_codes])
+    else:
+        names, label = list(api_names), api_codes
     alloc = allocator_mask(trace)
+    size = b["size"].to_numpy(np.int64)
     rows = []
-    d = b[dev]
-    o, a = own[dev], alloc[dev]
-    for name in pd.unique(o):
-        sel = o == name
-        sub = d[sel]
-        rows.append({"owner": str(name), "blocks": int(sel.sum()), "bytes": int(sub["size"].sum()),
-                     "peak_live_bytes": int(peak_live_bytes(sub)), "is_allocator": bool(a[sel].any())})
+    for code in pd.unique(label[dev]).tolist():
+        sel = dev & (label == code)
+        rows.append({"owner": str(names[code]), "blocks": int(sel.sum()), "bytes": int(size[sel].sum()),
+                     "peak_live_bytes": peak_live_bytes_of(trace, sel), "is_allocator": bool(alloc[sel].any())})
     out = pd.DataFrame(rows, columns=cols)
     if len(out) == 0:
         return bytes_by_owner(Trace.from_tables())

@@ -1,28 +1,31 @@
 """What a trace holds, in one dict: counts, processes, peak live bytes, loss."""
 from __future__ import annotations
 
-from ..trace.model import Trace, peak_live_bytes
+import numpy as np
+
+from ..trace.model import Trace, peak_live_bytes_of
 from .owners import allocator_info, bytes_by_owner
 from ..trace.stacks import top_call_sites_json
 
 
 def summarize(trace: Trace) -> dict:
     b = trace.blocks
-    dev = b[b["counts_device"]]
+    b_pid = b["pid"].to_numpy()
+    l_pid = trace.launches["pid"].to_numpy()
     tr = trace.meta.get("trailer") or {}
     lost = int(trace.processes["lost"].clip(lower=0).sum()) if len(trace.processes) else 0
     per_pid = []
     for pid in trace.pids:
-        pb = dev[dev["pid"] == pid]
+        in_pid = b_pid == pid
         row = trace.processes[trace.processes["pid"] == pid]
         per_pid.append({
             "pid": int(pid),
             "ppid": int(row["ppid"].iloc[0]) if len(row) else None,
             "exe": str(row["exe"].iloc[0]) if len(row) else "",
             "forked": bool(row["forked"].iloc[0]) if len(row) else False,
-            "allocs": int((b["pid"] == pid).sum()),
-            "launches": int((trace.launches["pid"] == pid).sum()),
-            "peak_live_bytes": peak_live_bytes(pb),
+            "allocs": int(np.count_nonzero(in_pid)),
+            "launches": int(np.count_nonzero(l_pid == pid)),
+            "peak_live_bytes": peak_live_bytes_of(trace, in_pid),
             "lost_events": int(row["lost"].clip(lower=0).sum()) if len(row) else 0,
         })
     counts = {k: v for k, v in trace.counts.items() if k != "by_api"}
@@ -49,7 +52,7 @@ def summarize(trace: Trace) -> dict:
         "by_api": dict(sorted(trace.counts.get("by_api", {}).items())),
         "kinds": kinds,
         "bytes_allocated": int(b["size"].sum()),
-        "peak_live_bytes": peak_live_bytes(dev),
+        "peak_live_bytes": peak_live_bytes_of(trace),
         "framework": info["framework"],
         "allocator": {k: v for k, v in info.items() if k not in ("outside", "framework")},
         "outside_allocator": info["outside"],

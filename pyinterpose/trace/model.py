@@ -162,6 +162,10 @@ def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
     return df
 
 
+_DERIVED_FROM = ("blocks", "accesses", "launches", "copies", "markers", "processes", "reservations")
+_TABLES_KEY = ("model", "tables")   # the tables the memo was computed from
+
+
 @dataclass
 class Trace:
     blocks: pd.DataFrame
@@ -181,6 +185,22 @@ class Trace:
     reservations: pd.DataFrame = field(default_factory=lambda: empty_table(RESERVATION_COLUMNS))
     frames: pd.DataFrame = field(default_factory=lambda: _stacks().empty_frames())
     stacks: pd.DataFrame = field(default_factory=lambda: _stacks().empty_stacks())
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, key, compute):
+        """``compute()``, computed once per ``key`` on this trace (a derived table: iterations,
+        access intervals, ...).  ``key`` is hashable and starts with the computing module's name,
+        e.g. ``("iterations", pid, ...)``.  A trace is immutable once loaded; a table replaced
+        afterwards (``trace.blocks = ...``) drops what was derived before.  The value is shared:
+        callers must not modify it in place."""
+        memo = self._derived
+        seen = memo.get(_TABLES_KEY)
+        if seen is None or any(t is not getattr(self, n) for t, n in zip(seen, _DERIVED_FROM)):
+            memo.clear()
+            memo[_TABLES_KEY] = tuple(getattr(self, n) for n in _DERIVED_FROM)
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
 
     @classmethod
     def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,
@@ -249,6 +269,34 @@ class Trace:
                 f"{len(self.launches)} launches, {len(self.processes)} processes")
 
 
+def event_order(t: np.ndarray, d: np.ndarray, n_free: int) -> np.ndarray:
+    """``np.lexsort((d, t))`` of alloc/free events whose first ``n_free`` are frees (d <= 0) and
+    the rest allocations (d >= 0): time order, frees first at an equal time — the same order up to
+    events with equal (t, d), which are interchangeable.  Sorts each kind (usually almost in order
+    already: cheap) and merges them, instead of sorting them together."""
+    t, d = np.asarray(t), np.asarray(d)
+    tf, df, ta, da = t[:n_free], d[:n_free], t[n_free:], d[n_free:]
+    if (df > 0).any() or (da < 0).any():
+        return np.lexsort((d, t))
+    of, oa = _by_t_then_d(tf, df), _by_t_then_d(ta, da)
+    tfs, tas = tf[of], ta[oa]
+    order = np.empty(len(t), np.int64)
+    order[np.searchsorted(tas, tfs, side="left") + np.arange(len(tfs))] = of
+    order[np.searchsorted(tfs, tas, side="right") + np.arange(len(tas))] = oa + n_free
+    return order
+
+
+def _by_t_then_d(t: np.ndarray, d: np.ndarray) -> np.ndarray:
+    o = np.argsort(t, kind="stable")
+    ts = t[o]
+    tie = ts[1:] == ts[:-1]
+    if tie.any():
+        ds = d[o]
+        if (ds[1:][tie] < ds[:-1][tie]).any():
+            return np.lexsort((d, t))
+    return o
+
+
 def live_bytes_curve(blocks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Step curve of live device bytes over time: (t_ns, live_bytes) after each event.
 
@@ -257,13 +305,40 @@ def live_bytes_curve(blocks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     b = blocks[blocks["counts_device"]] if "counts_device" in blocks else blocks
     if len(b) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    freed = b[b["freed"]]
-    t = np.concatenate([freed["t_free"].to_numpy(np.int64), b["t_alloc"].to_numpy(np.int64)])
-    d = np.concatenate([-freed["size"].to_numpy(np.int64), b["size"].to_numpy(np.int64)])
-    order = np.lexsort((d, t))  # at equal t, negative deltas first
+    freed = b["freed"].to_numpy(bool)
+    size = b["size"].to_numpy(np.int64)
+    t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
+    d = np.concatenate([-size[freed], size])
+    order = event_order(t, d, int(freed.sum()))  # at equal t, negative deltas first
     return t[order], np.cumsum(d[order])
 
 
 def peak_live_bytes(blocks: pd.DataFrame) -> int:
     _, live = live_bytes_curve(blocks)
     return int(live.max()) if len(live) else 0
+
+
+def live_events(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t, delta, block row) of the allocation and free of every device block of ``trace.blocks``,
+    in :func:`live_bytes_curve`'s order (computed once per trace): ``cumsum(delta)`` is the live
+    device bytes curve, and ``cumsum(delta * mask[row])`` that of any subset of the blocks."""
+    def compute():
+        b = trace.blocks
+        rows = np.flatnonzero(b["counts_device"].to_numpy(bool))
+        freed = b["freed"].to_numpy(bool)[rows]
+        fr = rows[freed]
+        size = b["size"].to_numpy(np.int64)
+        t = np.concatenate([b["t_free"].to_numpy(np.int64)[fr], b["t_alloc"].to_numpy(np.int64)[rows]])
+        d = np.concatenate([-size[fr], size[rows]])
+        r = np.concatenate([fr, rows])
+        order = event_order(t, d, len(fr))
+        return t[order], d[order], r[order]
+    return trace.derived(("model", "live_events"), compute)
+
+
+def peak_live_bytes_of(trace: Trace, mask: np.ndarray | None = None) -> int:
+    """``peak_live_bytes(trace.blocks[mask])`` without sorting again: over the trace's live events."""
+    _, d, r = live_events(trace)
+    if mask is not None:
+        d = d * np.asarray(mask, bool)[r]
+    return int(max(int(np.cumsum(d).max()), 0)) if len(d) else 0

@@ -340,7 +340,7 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     Columns: call_site, stack_id (the stack of the site's largest block), owner (most
     common), blocks, bytes (allocated in total), peak_live_bytes (live at the instant of
     the trace's peak of live device bytes), frames (the stack, innermost first, as text)."""
-    from .model import live_bytes_curve
+    from .model import live_events
 
     if by not in ("peak", "count"):
         raise ValueError(f"by must be 'peak' or 'count', not {by!r}")
@@ -348,24 +348,38 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     b = trace.blocks
     if "stack_id" not in b or len(b) == 0 or not (b["stack_id"] >= 0).any():
         return pd.DataFrame({c: [] for c in cols})
-    b = b[b["counts_device"] & (b["stack_id"] >= 0)] if by == "peak" else b[b["stack_id"] >= 0]
-    if len(b) == 0:
+    sid_all = b["stack_id"].to_numpy(np.int64)
+    sel = (sid_all >= 0) & (b["counts_device"].to_numpy(bool) if by == "peak" else True)
+    rows = np.flatnonzero(sel)
+    if len(rows) == 0:
         return pd.DataFrame({c: [] for c in cols})
+    # call sites and owners as codes (one string per distinct stack / owner, not per block)
     texts = _call_site_texts(trace)
-    site = texts[b["stack_id"].to_numpy(np.int64)]
-    t, live = live_bytes_curve(trace.blocks)
-    live_at_peak = np.zeros(len(b), dtype=bool)
-    if len(live):
+    site_code, site_names = pd.factorize(pd.Series(texts, dtype=object), use_na_sentinel=False)
+    sid = sid_all[rows]
+    owner = b["owner"]
+    if isinstance(owner.dtype, pd.CategoricalDtype):
+        own_code = owner.cat.codes.to_numpy().astype(np.int64)[rows]
+        own_names = np.array([str(x) for x in owner.cat.categories] + [str(np.nan)], dtype=object)
+    else:
+        own_code, own_names = pd.factorize(owner.astype(str).to_numpy()[rows], use_na_sentinel=False)
+        own_names = np.array(list(own_names) + [""], dtype=object)
+    t, d, r = live_events(trace)
+    live_at_peak = np.zeros(len(rows), dtype=bool)
+    if len(d):
+        live = np.cumsum(d)
         tp = int(t[int(np.argmax(live))])
-        ta, tf = b["t_alloc"].to_numpy(np.int64), b["t_free"].to_numpy(np.int64)
-        live_at_peak = (ta <= tp) & (~b["freed"].to_numpy(bool) | (tf > tp))
-    df = pd.DataFrame({"call_site": site, "stack_id": b["stack_id"].to_numpy(np.int64),
-                       "owner": b["owner"].astype(str).to_numpy(), "size": b["size"].to_numpy(np.int64),
-                       "peak": np.where(live_at_peak, b["size"].to_numpy(np.int64), 0)})
-    g = df.groupby("call_site", sort=False)
+        ta, tf = b["t_alloc"].to_numpy(np.int64)[rows], b["t_free"].to_numpy(np.int64)[rows]
+        live_at_peak = (ta <= tp) & (~b["freed"].to_numpy(bool)[rows] | (tf > tp))
+    size = b["size"].to_numpy(np.int64)[rows]
+    df = pd.DataFrame({"site": site_code[sid], "stack_id": sid, "owner": own_code, "size": size,
+                       "peak": np.where(live_at_peak, size, 0)})
+    g = df.groupby("site", sort=False)
     out = pd.DataFrame({"blocks": g.size(), "bytes": g["size"].sum(), "peak_live_bytes": g["peak"].sum(),
                         "owner": g["owner"].agg(lambda s: s.value_counts().index[0]),
                         "stack_id": df.loc[g["size"].idxmax().to_numpy(), "stack_id"].to_numpy()})
+    out["owner"] = own_names[np.where(out["owner"].to_numpy() < 0, len(own_names) - 1, out["owner"].to_numpy())]
+    out.index = pd.Index(np.asarray(site_names, dtype=object)[out.index.to_numpy()], name="call_site")
     out = out.reset_index()
     key = ["peak_live_bytes", "bytes"] if by == "peak" else ["blocks", "bytes"]
     out = out.sort_values(key + ["call_site"], ascending=[False, False, True]).head(n)

@@ -1,0 +1,76 @@
+"""Trace.derived: a derived table is computed once per trace and key, and forgotten when a table of
+the trace is replaced; find_iterations and the live-bytes events go through it; the merged event
+order and the masked peaks equal the sorting ones."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pyinterpose.analysis.iterations import find_iterations
+from pyinterpose.trace.model import (Trace, event_order, live_bytes_curve, live_events, peak_live_bytes,
+                                     peak_live_bytes_of)
+
+
+def _loop_trace(steps: int = 12) -> Trace:
+    rows, seq, t = [], 1, 0
+    for _ in range(steps):
+        for size in (1 << 20, 3 << 20, 2 << 20):
+            rows.append({"pid": 1, "size": size, "t_alloc": t, "t_free": t + 5, "seq_alloc": seq, "seq_free": seq + 1,
+                         "kind": "device", "api": "cudaMalloc", "address": 0x1000 * seq, "freed": True})
+            seq += 2
+            t += 10
+    return Trace.from_tables(blocks=pd.DataFrame(rows))
+
+
+def test_computed_once_per_key():
+    tr = _loop_trace()
+    calls = []
+    assert tr.derived(("test", 1), lambda: calls.append(1) or "a") == "a"
+    assert tr.derived(("test", 1), lambda: calls.append(1) or "b") == "a"
+    assert tr.derived(("test", 2), lambda: calls.append(1) or "c") == "c"
+    assert len(calls) == 2
+
+
+def test_replacing_a_table_forgets():
+    tr = _loop_trace()
+    assert tr.derived(("test",), lambda: len(tr.blocks)) == 36
+    tr.blocks = tr.blocks.iloc[:6].reset_index(drop=True)
+    assert tr.derived(("test",), lambda: len(tr.blocks)) == 6
+
+
+def test_find_iterations_is_shared():
+    tr = _loop_trace()
+    it = find_iterations(tr)
+    assert it.count >= 10 and it.period_allocs == 3
+    assert find_iterations(tr) is it
+    assert find_iterations(tr, tr.main_pid) is it
+    assert find_iterations(tr, min_steps=4) is not it          # other arguments, other result
+
+
+def test_event_order_is_lexsort():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        nf, na = int(rng.integers(0, 40)), int(rng.integers(0, 40))
+        t = np.concatenate([rng.integers(0, 15, nf), np.sort(rng.integers(0, 15, na))])
+        d = np.concatenate([-rng.integers(0, 4, nf), rng.integers(0, 4, na)])
+        o1, o2 = np.lexsort((d, t)), event_order(t, d, nf)
+        assert sorted(o2.tolist()) == list(range(nf + na))
+        assert (t[o1] == t[o2]).all() and (d[o1] == d[o2]).all()
+
+
+def test_masked_peaks_equal_sorted_ones():
+    rng = np.random.default_rng(3)
+    n = 300
+    ta = np.sort(rng.integers(0, 1000, n))
+    tr = Trace.from_tables(blocks=pd.DataFrame({
+        "pid": rng.integers(1, 4, n), "size": rng.integers(1, 1 << 20, n), "t_alloc": ta,
+        "t_free": ta + rng.integers(0, 300, n), "seq_alloc": np.arange(n), "seq_free": np.arange(n) + 5,
+        "kind": rng.choice(["device", "host"], n), "api": "cudaMalloc", "freed": rng.random(n) < 0.9}))
+    b = tr.blocks
+    t, d, _ = live_events(tr)
+    ct, cl = live_bytes_curve(b)
+    assert (t == ct).all() and (np.cumsum(d) == cl).all()
+    assert peak_live_bytes_of(tr) == peak_live_bytes(b)
+    for p in (1, 2, 3):
+        m = (b["pid"] == p).to_numpy()
+        assert peak_live_bytes_of(tr, m) == peak_live_bytes(b[m])
