@@ -46,86 +46,115 @@ def access_intervals(trace: Trace, pid: int | None = None) -> pd.DataFrame:
     (the block's ``kind``/``api``), freed, counts_device.  Rows are ordered by
     (block_id, start_seq).  Accesses outside the block's [seq_alloc, seq_free] window
     or naming unknown blocks are ignored.
+
+    Computed once per trace and process (``Trace.derived``): the table is shared, callers
+    must not modify it in place.
     """
-    b = _select_blocks(trace, pid).sort_values("block_id", kind="stable")
-    bid = b["block_id"].to_numpy(np.int64)
-    nb = len(bid)
-    seq_alloc = b["seq_alloc"].to_numpy(np.int64)
-    seq_free = b["seq_free"].to_numpy(np.int64)
-    t_alloc = b["t_alloc"].to_numpy(np.int64)
-    t_free = b["t_free"].to_numpy(np.int64)
+    key = ("access.intervals", None if pid is None else int(pid))
+    return trace.derived(key, lambda: _intervals(trace, pid))
+
+
+def _block_rows(trace: Trace, pid: int | None) -> np.ndarray:
+    """Rows of ``trace.blocks`` of the process (all with ``pid`` None), in block_id order."""
+    b = trace.blocks
+    rows = np.flatnonzero(b["pid"].to_numpy() == pid) if pid is not None else np.arange(len(b))
+    bid = b["block_id"].to_numpy(np.int64)[rows]
+    if len(bid) > 1 and not (np.diff(bid) > 0).all():
+        rows = rows[np.argsort(bid, kind="stable")]
+    return rows
+
+
+def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
+    b = trace.blocks
+    rows = _block_rows(trace, pid)
+    nb = len(rows)
+    all_bid = b["block_id"].to_numpy(np.int64)
+    bid = all_bid[rows]
+    seq_alloc = b["seq_alloc"].to_numpy(np.int64)[rows]
+    seq_free = b["seq_free"].to_numpy(np.int64)[rows]
 
     a = trace.accesses
     a_bid = a["block_id"].to_numpy(np.int64)
-    a_seq = a["seq"].to_numpy(np.int64)
-    a_t = a["t"].to_numpy(np.int64)
     if nb and len(a_bid):
-        row = np.searchsorted(bid, a_bid)
-        row_c = np.minimum(row, nb - 1)
-        ok = (row < nb) & (bid[row_c] == a_bid)
-        row = row_c[ok]
-        a_seq, a_t = a_seq[ok], a_t[ok]
-        inside = (a_seq >= seq_alloc[row]) & (a_seq <= seq_free[row])
-        row, a_seq, a_t = row[inside], a_seq[inside], a_t[inside]
-        # sort by (block row, seq); skip the sort when already in order (common case)
-        key_sorted = len(row) < 2 or bool(np.all(
-            (np.diff(row) > 0) | ((np.diff(row) == 0) & (np.diff(a_seq) >= 0))))
-        if not key_sorted:
-            order = np.lexsort((a_seq, row))
-            row, a_seq, a_t = row[order], a_seq[order], a_t[order]
+        # block row of each access: a direct table when block ids are small (the reader's: dense)
+        hi = int(bid[-1]) if len(bid) else -1
+        if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + len(a_bid)) + 1024:
+            lut = np.full(hi + 2, -1, dtype=np.int32)
+            lut[bid] = np.arange(nb, dtype=np.int32)
+            row = lut[np.clip(a_bid, -1, hi + 1)]
+        else:
+            pos = np.searchsorted(bid, a_bid)
+            pos_c = np.minimum(pos, nb - 1)
+            row = np.where((pos < nb) & (bid[pos_c] == a_bid), pos_c, -1).astype(np.int32)
+        a_seq = a["seq"].to_numpy(np.int64)
+        ok = row >= 0
+        r_ok = np.where(ok, row, 0)
+        ok &= (a_seq >= seq_alloc[r_ok]) & (a_seq <= seq_free[r_ok])
+        del r_ok
+        keep = np.flatnonzero(ok)
+        del ok
+        row, a_seq = row[keep], a_seq[keep]
+        a_t = a["t"].to_numpy(np.int64)[keep]
+        del keep
+        # sort by (block row, seq); skip what is already in order
+        if len(row) > 1:
+            dr = np.diff(row)
+            if not ((dr > 0) | ((dr == 0) & (np.diff(a_seq) >= 0))).all():
+                if (np.diff(a_seq) >= 0).all():     # in seq order (one process's accesses): by row
+                    order = np.argsort(row, kind="stable")
+                else:
+                    order = np.lexsort((a_seq, row))
+                row, a_seq, a_t = row[order], a_seq[order], a_t[order]
+                del order
+            del dr
         # one touch per (block, seq): a launch naming a block twice is one access
         if len(row) > 1:
-            keep = np.ones(len(row), dtype=bool)
-            keep[1:] = (row[1:] != row[:-1]) | (a_seq[1:] != a_seq[:-1])
-            row, a_seq, a_t = row[keep], a_seq[keep], a_t[keep]
+            dup = np.flatnonzero((row[1:] == row[:-1]) & (a_seq[1:] == a_seq[:-1]))
+            if len(dup):
+                keep = np.ones(len(row), dtype=bool)
+                keep[dup + 1] = False
+                row, a_seq, a_t = row[keep], a_seq[keep], a_t[keep]
     else:
-        row = np.zeros(0, dtype=np.int64)
+        row = np.zeros(0, dtype=np.int32)
         a_seq = np.zeros(0, dtype=np.int64)
         a_t = np.zeros(0, dtype=np.int64)
 
-    # points per block: alloc, accesses..., free  -> intervals between neighbours
+    # block j's intervals: [alloc, acc_1 .. acc_k] -> [acc_1 .. acc_k, free], k = cnt[j];
+    # they start at i_start[j] = (accesses of earlier blocks) + j, so the k-th access (sorted) of
+    # block r starts interval k + r + 1 and ends interval k + r
     cnt = np.bincount(row, minlength=nb).astype(np.int64) if nb else np.zeros(0, np.int64)
-    npts = cnt + 2
-    p_start = np.cumsum(npts) - npts                      # offset of each block's alloc point
-    total = int(npts.sum())
-    pt_seq = np.empty(total, dtype=np.int64)
-    pt_t = np.empty(total, dtype=np.int64)
-    pt_seq[p_start] = seq_alloc
-    pt_t[p_start] = t_alloc
-    p_end = p_start + cnt + 1
-    pt_seq[p_end] = seq_free
-    pt_t[p_end] = t_free
-    if len(row):
-        acc_start = np.cumsum(cnt) - cnt                  # offset of each block's first access
-        within = np.arange(len(row), dtype=np.int64) - acc_start[row]
-        pos = p_start[row] + 1 + within
-        pt_seq[pos] = a_seq
-        pt_t[pos] = a_t
-    is_start = np.ones(total, dtype=bool)
-    is_start[p_end] = False                               # a block's free point starts nothing
-    s_idx = np.flatnonzero(is_start)
-    e_idx = s_idx + 1
-    rows_of_interval = np.repeat(np.arange(nb, dtype=np.int64), cnt + 1)
-
+    m = len(row) + nb
+    i_start = np.cumsum(cnt + 1) - (cnt + 1)
+    i_last = i_start + cnt
+    acc_pos = np.arange(len(row), dtype=np.int64) + row + 1
+    start_seq = np.empty(m, np.int64)
+    end_seq = np.empty(m, np.int64)
+    start_seq[i_start] = seq_alloc
+    end_seq[i_last] = seq_free
+    start_seq[acc_pos] = a_seq
+    end_seq[acc_pos - 1] = a_seq
+    del a_seq
+    start_t = np.empty(m, np.int64)
+    end_t = np.empty(m, np.int64)
+    start_t[i_start] = b["t_alloc"].to_numpy(np.int64)[rows]
+    end_t[i_last] = b["t_free"].to_numpy(np.int64)[rows]
+    start_t[acc_pos] = a_t
+    end_t[acc_pos - 1] = a_t
+    del a_t, acc_pos, row
     # kind codes: 0 alloc_to_first, 1 between, 2 last_to_free, 3 unaccessed
-    first_of_block = np.zeros(len(s_idx), dtype=bool)
-    last_of_block = np.zeros(len(s_idx), dtype=bool)
-    if nb:
-        i_start = np.cumsum(cnt + 1) - (cnt + 1)
-        first_of_block[i_start] = True
-        last_of_block[i_start + cnt] = True
-    code = np.where(first_of_block & last_of_block, 3,
-                    np.where(first_of_block, 0, np.where(last_of_block, 2, 1))).astype(np.int8)
-
-    start_t, end_t = pt_t[s_idx], pt_t[e_idx]
+    code = np.ones(m, dtype=np.int8)
+    code[i_start] = 0
+    code[i_last] = 2
+    code[i_start[cnt == 0]] = 3
+    rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
     out = pd.DataFrame({
-        "block_id": bid[rows_of_interval],
+        "block_id": all_bid[rows_of_interval],
         "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32),
         "size": b["size"].to_numpy(np.int64)[rows_of_interval],
         "start_t": start_t,
         "end_t": end_t,
-        "start_seq": pt_seq[s_idx],
-        "end_seq": pt_seq[e_idx],
+        "start_seq": start_seq,
+        "end_seq": end_seq,
         "ati_ns": end_t - start_t,
         "kind": pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
         "block_kind": _take_category(b["kind"], rows_of_interval),
@@ -193,6 +222,22 @@ def _member(q: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return out
 
 
+def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
+    """(time, bytes) of the peak of live bytes of the blocks in ``mask`` (the first time it is
+    reached; (0, 0) for none): ``live_bytes_curve(trace.blocks[mask])`` without sorting again."""
+    from ..trace.model import live_bytes_curve, live_events
+
+    t, d, r = live_events(trace)
+    if len(d):
+        live = np.cumsum(d * mask[r])
+        i = int(np.argmax(live))
+        if live[i] > 0 and mask[r[i]]:
+            return int(t[i]), int(live[i])
+    t, live = live_bytes_curve(trace.blocks[mask])
+    i = int(np.argmax(live)) if len(live) else 0
+    return (int(t[i]), int(live[i])) if len(live) else (0, 0)
+
+
 def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dict[str, Any] | None:
     """Share of blocks allocated inside regular steps whose size, relative position (n-th
     allocation of that size in the step) and access count repeat exactly in the next step
@@ -202,9 +247,16 @@ def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dic
     c = classes[(classes["iter_alloc"] >= 0) & classes["counts_device"]]
     if len(c) == 0:
         return None
-    n_int = intervals.groupby("block_id", observed=True).size()
+    ib = intervals["block_id"].to_numpy(np.int64)     # intervals per block (ordered by block)
+    if len(ib) and (np.diff(ib) >= 0).all():
+        first = np.flatnonzero(np.diff(ib, prepend=ib[0] - 1))
+        ub, n_int = ib[first], np.diff(np.append(first, len(ib)))
+    else:
+        ub, n_int = np.unique(ib, return_counts=True)
     c = c.sort_values("seq_alloc")
-    acc = n_int.reindex(c["block_id"]).fillna(1).to_numpy(np.int64) - 1
+    cb = c["block_id"].to_numpy(np.int64)
+    k = np.minimum(np.searchsorted(ub, cb), max(len(ub) - 1, 0))
+    acc = (np.where((k < len(ub)) & (ub[k] == cb), n_int[k], 1) if len(ub) else np.ones(len(cb), np.int64)) - 1
     key = pd.DataFrame({
         "block_id": c["block_id"].to_numpy(), "it": c["iter_alloc"].to_numpy(np.int64),
         "size": c["size"].to_numpy(np.int64), "acc": acc,
@@ -243,7 +295,6 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     ``size_quantile`` of all block sizes."""
     from .iterations import find_iterations
     from .lifetimes import classify
-    from ..trace.model import live_bytes_curve
 
     for name, q in (("ati_quantile", ati_quantile), ("size_quantile", size_quantile)):
         if not 0.0 <= q <= 1.0:
@@ -252,27 +303,35 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         iters = find_iterations(trace, pid)
     if pid is None:
         pid = iters.pid
-    iv = access_intervals(trace, pid)
-    iv = iv[iv["counts_device"]].reset_index(drop=True)
-    blocks = trace.blocks[(trace.blocks["pid"] == pid) & trace.blocks["counts_device"]] \
-        if pid is not None else trace.device_blocks
-    ati = iv["ati_ns"].to_numpy(np.int64)
-    size = iv["size"].to_numpy(np.int64)
-    bid = iv["block_id"].to_numpy(np.int64)
-    kcode = iv["kind"].cat.codes.to_numpy()
+    iv_all = access_intervals(trace, pid)     # shared: the device rows' columns are taken, not the table
+    dev_iv = iv_all["counts_device"].to_numpy(bool)
+    sel = None if dev_iv.all() else np.flatnonzero(dev_iv)
+    del dev_iv
+
+    def col(name: str, dtype=None) -> np.ndarray:
+        x = iv_all[name].cat.codes.to_numpy() if dtype is None else iv_all[name].to_numpy(dtype)
+        return x if sel is None else x[sel]
+    in_blocks = trace.blocks["counts_device"].to_numpy(bool)      # the process's device blocks
+    if pid is not None:
+        in_blocks = in_blocks & (trace.blocks["pid"].to_numpy() == pid)
+    block_size = trace.blocks["size"].to_numpy(np.int64)[in_blocks]
+    ati = col("ati_ns", np.int64)
+    size = col("size", np.int64)
+    bid = col("block_id", np.int64)
+    kcode = col("kind")
     masks = {k: kcode == i for i, k in enumerate(INTERVAL_KINDS)}
-    n_blocks = int(len(blocks))
+    n_blocks = int(len(block_size))
     # intervals are ordered by block: one segment per block
     seg = np.flatnonzero(np.diff(bid, prepend=bid[0] - 1 if len(bid) else 0)) if len(bid) else np.zeros(0, np.int64)
     seg_size = size[seg].astype(np.float64)
 
     def per_block_any(mask: np.ndarray) -> np.ndarray:
         return np.logical_or.reduceat(mask, seg) if len(seg) else np.zeros(0, bool)
-    block_bytes = float(blocks["size"].sum())
+    block_bytes = float(block_size.sum())
     out: dict[str, Any] = {
         "pid": pid,
         "iterations": {"source": iters.source, "count": iters.count},
-        "intervals": int(len(iv)),
+        "intervals": int(len(ati)),
         "blocks": n_blocks,
         "accessed_blocks": int(per_block_any(~masks["unaccessed"]).sum()),
         "accesses": int(masks["between"].sum() + masks["alloc_to_first"].sum()),
@@ -305,21 +364,20 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
 
     # outliers and their share of memory pressure
     out["outliers"] = None
-    if len(iv):
+    if len(ati):
         ati_thr = float(np.quantile(ati, ati_quantile))
-        size_thr = float(np.quantile(blocks["size"].to_numpy(np.int64), size_quantile))
+        size_thr = float(np.quantile(block_size, size_quantile))
         is_out = (ati >= ati_thr) & (size >= size_thr)
-        t_curve, live = live_bytes_curve(blocks)
-        ip = int(np.argmax(live)) if len(live) else 0
-        t_peak = int(t_curve[ip]) if len(live) else 0
-        peak_bytes = int(live[ip]) if len(live) else 0
+        t_peak, peak_bytes = _peak(trace, in_blocks)
         # pressure window: the regular step holding the peak, else the whole process
         if iters.count and iters.boundaries_t[0] <= t_peak < iters.boundaries_t[-1]:
             k = int(np.searchsorted(iters.boundaries_t, t_peak, side="right") - 1)
             lo, hi, wname = int(iters.boundaries_t[k]), int(iters.boundaries_t[k + 1]), f"iteration {k}"
         else:
-            lo, hi, wname = int(iv["start_t"].min()), int(iv["end_t"].max()), "whole trace"
-        st, en = iv["start_t"].to_numpy(np.int64), iv["end_t"].to_numpy(np.int64)
+            lo, hi, wname = None, None, "whole trace"
+        st, en = col("start_t", np.int64), col("end_t", np.int64)
+        if lo is None:
+            lo, hi = int(st.min()), int(en.max())
         area = size.astype(np.float64) * _overlap(st, en, lo, hi)
         at_peak = (st <= t_peak) & (en > t_peak)
         ob = per_block_any(is_out)
@@ -339,7 +397,8 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
                      "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
         }
 
-    out["stability"] = stability(iv, classify(trace, iters, pid), iters.count) if iters.count else None
+    out["stability"] = stability(pd.DataFrame({"block_id": bid}, copy=False), classify(trace, iters, pid),
+                                 iters.count) if iters.count else None
     # kernels inside CUDA graph replays are not recorded one by one: their accesses are missing
     la = trace.launches
     g = int(la.loc[la["pid"] == pid, "graph"].sum()) if pid is not None and len(la) else int(la["graph"].sum())

@@ -164,15 +164,20 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     freed = blocks["freed"].to_numpy(bool)[o]
     seq_f = blocks["seq_free"].to_numpy(np.int64)[o]
     t_f = blocks["t_free"].to_numpy(np.int64)[o]
-    # alloc/free events in seq order (frees before allocs at equal seq)
+    # alloc/free events in seq order (frees before allocs at equal seq, each kind in its order):
+    # the allocations are in seq order already, the frees sorted, then both merged
     fidx = np.flatnonzero(freed)
-    ev_seq = np.concatenate([seq_a, seq_f[fidx]])
     ev_t = np.concatenate([t_a, t_f[fidx]])
-    ev_kind = np.concatenate([np.ones(n, np.int8), np.zeros(len(fidx), np.int8)])
     ev_delta = np.concatenate([size, -size[fidx]])
-    order = np.lexsort((ev_kind, ev_seq))
-    pos = np.empty(len(order), dtype=np.int64)
-    pos[order] = np.arange(len(order))
+    fs = seq_f[fidx]
+    fo = np.argsort(fs, kind="stable")
+    fs = fs[fo]
+    pos = np.empty(n + len(fidx), dtype=np.int64)
+    pos[:n] = np.searchsorted(fs, seq_a, side="right") + np.arange(n)
+    pos[n + fo] = np.searchsorted(seq_a, fs, side="left") + np.arange(len(fidx))
+    del fs, fo
+    order = np.empty(len(pos), dtype=np.int64)
+    order[pos] = np.arange(len(pos))
     alloc_pos = pos[:n]
     life = np.full(n, -1, dtype=np.int64)
     life[fidx] = pos[n:] - alloc_pos[fidx]
