@@ -91,6 +91,21 @@ void pi_free(void *p);
 int64_t pi_resolve_access(pi_split *s, const int64_t *row_block, const int32_t *bpid, const int64_t *bseq,
                           const int64_t *bid, int64_t nb, const int32_t *launch_kernel, int64_t n_launch,
                           int32_t *n_access, int64_t t0);
+
+/* Access intervals (pyinterpose.analysis.access), step 1.  nb blocks (seq_alloc, seq_free); na accesses
+ * with their block row (-1: none), seq and t.  Keeps the accesses inside their block's
+ * [seq_alloc, seq_free], groups them by block (stable), orders each block's by seq (stable) and keeps
+ * the first of equal seqs: writes cnt[nb] (accesses kept per block) and, block after block, their
+ * seq and t in out_seq/out_t (room for na).  Returns the accesses kept, or -1 (memory). */
+int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t na,
+                          const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
+                          int64_t *out_seq, int64_t *out_t);
+/* Step 2: the intervals [alloc, touches...] -> [touches..., free] of every block, block after block
+ * (m = touches + nb rows): start/end seq and t, and the kind code (0 alloc_to_first, 1 between,
+ * 2 last_to_free, 3 unaccessed). */
+void pi_access_intervals(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, const int64_t *t_alloc,
+                         const int64_t *t_free, const int64_t *cnt, const int64_t *seq, const int64_t *t,
+                         int64_t *start_seq, int64_t *end_seq, int64_t *start_t, int64_t *end_t, int8_t *code);
 /* END CDEF */
 
 #endif

@@ -75,6 +75,8 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
 
     a = trace.accesses
     a_bid = a["block_id"].to_numpy(np.int64)
+    seq_alloc = np.ascontiguousarray(seq_alloc)
+    seq_free = np.ascontiguousarray(seq_free)
     if nb and len(a_bid):
         # block row of each access: a direct table when block ids are small (the reader's: dense)
         hi = int(bid[-1]) if len(bid) else -1
@@ -86,66 +88,34 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
             pos = np.searchsorted(bid, a_bid)
             pos_c = np.minimum(pos, nb - 1)
             row = np.where((pos < nb) & (bid[pos_c] == a_bid), pos_c, -1).astype(np.int32)
-        a_seq = a["seq"].to_numpy(np.int64)
-        ok = row >= 0
-        r_ok = np.where(ok, row, 0)
-        ok &= (a_seq >= seq_alloc[r_ok]) & (a_seq <= seq_free[r_ok])
-        del r_ok
-        keep = np.flatnonzero(ok)
-        del ok
-        row, a_seq = row[keep], a_seq[keep]
-        a_t = a["t"].to_numpy(np.int64)[keep]
-        del keep
-        # sort by (block row, seq); skip what is already in order
-        if len(row) > 1:
-            dr = np.diff(row)
-            if not ((dr > 0) | ((dr == 0) & (np.diff(a_seq) >= 0))).all():
-                if (np.diff(a_seq) >= 0).all():     # in seq order (one process's accesses): by row
-                    order = np.argsort(row, kind="stable")
-                else:
-                    order = np.lexsort((a_seq, row))
-                row, a_seq, a_t = row[order], a_seq[order], a_t[order]
-                del order
-            del dr
-        # one touch per (block, seq): a launch naming a block twice is one access
-        if len(row) > 1:
-            dup = np.flatnonzero((row[1:] == row[:-1]) & (a_seq[1:] == a_seq[:-1]))
-            if len(dup):
-                keep = np.ones(len(row), dtype=bool)
-                keep[dup + 1] = False
-                row, a_seq, a_t = row[keep], a_seq[keep], a_t[keep]
     else:
-        row = np.zeros(0, dtype=np.int32)
-        a_seq = np.zeros(0, dtype=np.int64)
-        a_t = np.zeros(0, dtype=np.int64)
+        row = np.full(len(a_bid), -1, np.int32)
+    # touches per block (C: grouped, in seq order, one per seq), then the intervals between them
+    from .._core import ffi, lib
 
-    # block j's intervals: [alloc, acc_1 .. acc_k] -> [acc_1 .. acc_k, free], k = cnt[j];
-    # they start at i_start[j] = (accesses of earlier blocks) + j, so the k-th access (sorted) of
-    # block r starts interval k + r + 1 and ends interval k + r
-    cnt = np.bincount(row, minlength=nb).astype(np.int64) if nb else np.zeros(0, np.int64)
-    m = len(row) + nb
-    i_start = np.cumsum(cnt + 1) - (cnt + 1)
-    i_last = i_start + cnt
-    acc_pos = np.arange(len(row), dtype=np.int64) + row + 1
-    start_seq = np.empty(m, np.int64)
-    end_seq = np.empty(m, np.int64)
-    start_seq[i_start] = seq_alloc
-    end_seq[i_last] = seq_free
-    start_seq[acc_pos] = a_seq
-    end_seq[acc_pos - 1] = a_seq
-    del a_seq
-    start_t = np.empty(m, np.int64)
-    end_t = np.empty(m, np.int64)
-    start_t[i_start] = b["t_alloc"].to_numpy(np.int64)[rows]
-    end_t[i_last] = b["t_free"].to_numpy(np.int64)[rows]
-    start_t[acc_pos] = a_t
-    end_t[acc_pos - 1] = a_t
-    del a_t, acc_pos, row
-    # kind codes: 0 alloc_to_first, 1 between, 2 last_to_free, 3 unaccessed
-    code = np.ones(m, dtype=np.int8)
-    code[i_start] = 0
-    code[i_last] = 2
-    code[i_start[cnt == 0]] = 3
+    def ptr(x):
+        return ffi.from_buffer({"<i8": "int64_t[]", "<i4": "int32_t[]", "|i1": "int8_t[]"}[x.dtype.str], x)
+
+    t_alloc = np.ascontiguousarray(b["t_alloc"].to_numpy(np.int64)[rows])
+    t_free = np.ascontiguousarray(b["t_free"].to_numpy(np.int64)[rows])
+    cnt = np.zeros(nb, np.int64)
+    touch_seq = np.empty(len(a_bid), np.int64)
+    touch_t = np.empty(len(a_bid), np.int64)
+    n_touch = lib.pi_access_touches(nb, ptr(seq_alloc), ptr(seq_free), len(a_bid), ptr(row),
+                                    ptr(np.ascontiguousarray(a["seq"].to_numpy(np.int64))),
+                                    ptr(np.ascontiguousarray(a["t"].to_numpy(np.int64))), ptr(cnt),
+                                    ptr(touch_seq), ptr(touch_t))
+    if n_touch < 0:
+        raise MemoryError("out of memory building access intervals")
+    del row
+    m = int(n_touch) + nb
+    start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
+    start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
+    code = np.empty(m, np.int8)
+    lib.pi_access_intervals(nb, ptr(seq_alloc), ptr(seq_free), ptr(t_alloc), ptr(t_free), ptr(cnt),
+                            ptr(touch_seq), ptr(touch_t), ptr(start_seq), ptr(end_seq), ptr(start_t), ptr(end_t),
+                            ptr(code))
+    del touch_seq, touch_t, t_alloc, t_free
     rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
     out = pd.DataFrame({
         "block_id": all_bid[rows_of_interval],
@@ -206,7 +176,9 @@ def _share(part: float, whole: float) -> float | None:
 
 
 def _overlap(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    return np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None)
+    ov = np.minimum(end, hi)
+    ov -= np.maximum(start, lo)
+    return np.clip(ov, 0, None, out=ov)
 
 
 def _member(q: np.ndarray, ref: np.ndarray) -> np.ndarray:

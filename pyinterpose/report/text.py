@@ -102,10 +102,17 @@ def print_kv(pairs: Iterable[tuple[str, Any]], title: str | None = None,
 
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy/pandas scalars, arrays and frames into plain JSON types."""
+    t = type(obj)       # the plain types first, by exact type (millions of calls on big outputs)
+    if t is str or t is bool or t is int or obj is None:
+        return obj
+    if t is dict:
+        return {k if type(k) is str else str(k): to_jsonable(v) for k, v in obj.items()}
+    if t is list:
+        return [to_jsonable(x) for x in obj]
     import numpy as np
     import pandas as pd
 
-    if obj is None or isinstance(obj, (bool, str)):
+    if isinstance(obj, (bool, str)):
         return obj
     if isinstance(obj, (int,)):
         return int(obj)
