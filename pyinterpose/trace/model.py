@@ -164,6 +164,7 @@ def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
 
 _DERIVED_FROM = ("blocks", "accesses", "launches", "copies", "markers", "processes", "reservations")
 _TABLES_KEY = ("model", "tables")   # the tables the memo was computed from
+_OWNER_KEY = ("model", "owner")     # id() of the trace the memo belongs to
 
 
 @dataclass
@@ -194,9 +195,12 @@ class Trace:
         afterwards (``trace.blocks = ...``) drops what was derived before.  The value is shared:
         callers must not modify it in place."""
         memo = self._derived
+        if memo.get(_OWNER_KEY, id(self)) != id(self):     # a copy.copy() of a trace: a memo of its own
+            memo = self._derived = {}
         seen = memo.get(_TABLES_KEY)
         if seen is None or any(t is not getattr(self, n) for t, n in zip(seen, _DERIVED_FROM)):
             memo.clear()
+            memo[_OWNER_KEY] = id(self)
             memo[_TABLES_KEY] = tuple(getattr(self, n) for n in _DERIVED_FROM)
         if key not in memo:
             memo[key] = compute()

@@ -74,3 +74,14 @@ def test_masked_peaks_equal_sorted_ones():
     for p in (1, 2, 3):
         m = (b["pid"] == p).to_numpy()
         assert peak_live_bytes_of(tr, m) == peak_live_bytes(b[m])
+
+
+def test_a_shallow_copy_has_its_own_memo():
+    import copy
+
+    tr = _loop_trace()
+    it = find_iterations(tr)
+    view = copy.copy(tr)
+    view.blocks = tr.blocks.iloc[:9].reset_index(drop=True)
+    assert find_iterations(view) is not it
+    assert find_iterations(tr) is it            # the original's memo was left alone
