@@ -7,360 +7,433 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEG_INF_BYTES (INT64_MIN / 4)
+/* ---- live-bytes curve: a 64-ary tree with range add / range max --------------------------
+ *
+ * Level 0 holds the steps' values; a node of level l >= 1 covers 64 nodes of level l - 1
+ * (64^l steps) and keeps m = max over its children's m, plus its own pending add lz (an add
+ * that covers the whole node stops there).  The root is the single node of level H.  The
+ * ranges the scheduler asks about are mostly a few dozen steps: one or two leaf blocks, read
+ * and written as contiguous runs of 64 values, and a path of H nodes above them — far fewer
+ * cache misses than a binary tree's 2 log2 n scattered nodes. */
 
-/* ---- live-bytes curve: segment tree with range add / range max ------------------------ */
+#define FSH 6
+#define FAN (1 << FSH)
+#define MAXH 12
 
 typedef struct {
-    int64_t n, size;      /* steps, leaves (power of two) */
-    int height;           /* log2(size) */
-    int64_t *mx;          /* [2 * size]: max of the node's range, its own pending add included */
-    int64_t *lz;          /* [size]: add pending on an internal node's children */
+    int64_t n;
+    int H;                 /* levels above the steps; the root is the one node of level H */
+    int64_t cnt[MAXH + 1]; /* nodes per level */
+    int64_t *m[MAXH + 1];  /* m[0]: the steps' values; m[l]: max of the node's range, its own lz included */
+    int64_t *lz[MAXH + 1]; /* lz[l], l >= 1: add pending on the node's whole range */
 } curve;
 
 static int curve_init(curve *c, int64_t n, const int64_t *live) {
-    int64_t size = 1;
-    int height = 0;
-    while (size < n) {
-        size <<= 1;
-        height++;
-    }
-    c->height = height;
+    memset(c, 0, sizeof *c);
     c->n = n;
-    c->size = size;
-    c->mx = malloc(sizeof(int64_t) * 2 * size);
-    c->lz = calloc(size, sizeof(int64_t));
-    if (!c->mx || !c->lz) return -1;
-    for (int64_t i = 0; i < size; i++) c->mx[size + i] = i < n ? live[i] : NEG_INF_BYTES;
-    for (int64_t i = size - 1; i >= 1; i--)
-        c->mx[i] = c->mx[2 * i] > c->mx[2 * i + 1] ? c->mx[2 * i] : c->mx[2 * i + 1];
+    if (n == 0) return 0;
+    c->cnt[0] = n;
+    c->m[0] = malloc(sizeof(int64_t) * (size_t)n);
+    if (!c->m[0]) return -1;
+    memcpy(c->m[0], live, sizeof(int64_t) * (size_t)n);
+    int l = 0;
+    do {
+        l++;
+        if (l > MAXH) return -1;
+        int64_t k = (c->cnt[l - 1] + FAN - 1) >> FSH;
+        c->cnt[l] = k;
+        c->m[l] = malloc(sizeof(int64_t) * (size_t)k);
+        c->lz[l] = calloc((size_t)k, sizeof(int64_t));
+        if (!c->m[l] || !c->lz[l]) return -1;
+        for (int64_t x = 0; x < k; x++) {
+            int64_t a = x << FSH, b = a + FAN < c->cnt[l - 1] ? a + FAN : c->cnt[l - 1];
+            int64_t mx = INT64_MIN;
+            for (int64_t i = a; i < b; i++) if (c->m[l - 1][i] > mx) mx = c->m[l - 1][i];
+            c->m[l][x] = mx;
+        }
+    } while (c->cnt[l] > 1);
+    c->H = l;
     return 0;
 }
 
 static void curve_free(curve *c) {
-    free(c->mx);
-    free(c->lz);
-}
-
-/* Bottom-up range add and range max (the non-recursive lazy segment tree: mx[p] is the max
- * of p's range with p's own pending add included; lz[p] is what p's children still miss). */
-static inline void apply_add(curve *c, int64_t p, int64_t d) {
-    c->mx[p] += d;
-    if (p < c->size) c->lz[p] += d;
-}
-
-static void rebuild_up(curve *c, int64_t p) {
-    while (p > 1) {
-        p >>= 1;
-        int64_t a = c->mx[2 * p], b = c->mx[2 * p + 1];
-        c->mx[p] = (a > b ? a : b) + c->lz[p];
+    for (int l = 0; l <= MAXH; l++) {
+        free(c->m[l]);
+        free(c->lz[l]);
     }
 }
 
-static void push_down(curve *c, int64_t p) {
-    for (int s = c->height; s > 0; s--) {
-        int64_t i = p >> s;
-        if (c->lz[i]) {
-            apply_add(c, 2 * i, c->lz[i]);
-            apply_add(c, 2 * i + 1, c->lz[i]);
-            c->lz[i] = 0;
-        }
+static inline void recompute(curve *c, int l, int64_t x) {
+    int64_t a = x << FSH, e = c->cnt[l - 1], b = a + FAN < e ? a + FAN : e;
+    const int64_t *ch = c->m[l - 1];
+    int64_t mx = INT64_MIN;
+    for (int64_t i = a; i < b; i++) mx = ch[i] > mx ? ch[i] : mx;
+    c->m[l][x] = mx + c->lz[l][x];
+}
+
+/* add d to the steps [lo, hi) under node x of level l (the range meets the node) */
+static void add_rec(curve *c, int l, int64_t x, int64_t lo, int64_t hi, int64_t d) {
+    int sh = FSH * l;
+    int64_t a = x << sh, b = (x + 1) << sh;
+    if (b > c->n) b = c->n;
+    if (lo <= a && b <= hi) {
+        c->m[l][x] += d;
+        c->lz[l][x] += d;
+        return;
     }
+    if (l == 1) {
+        int64_t i0 = lo > a ? lo : a, i1 = hi < b ? hi : b;
+        int64_t *v = c->m[0];
+        for (int64_t i = i0; i < i1; i++) v[i] += d;
+    } else {
+        int csh = sh - FSH;
+        int64_t c0 = (lo > a ? lo : a) >> csh, c1 = ((hi < b ? hi : b) - 1) >> csh;
+        for (int64_t y = c0; y <= c1; y++) add_rec(c, l - 1, y, lo, hi, d);
+    }
+    recompute(c, l, x);
 }
 
 static void curve_add(curve *c, int64_t lo, int64_t hi, int64_t d) {
     if (hi <= lo) return;
-    int64_t l = lo + c->size, r = hi + c->size, l0 = l, r0 = r - 1;
-    for (; l < r; l >>= 1, r >>= 1) {
-        if (l & 1) apply_add(c, l++, d);
-        if (r & 1) apply_add(c, --r, d);
+    add_rec(c, c->H, 0, lo, hi, d);
+}
+
+/* max over the steps [lo, hi) under node x of level l, without the lz of x's ancestors */
+static int64_t max_rec(const curve *c, int l, int64_t x, int64_t lo, int64_t hi) {
+    int sh = FSH * l;
+    int64_t a = x << sh, b = (x + 1) << sh;
+    if (b > c->n) b = c->n;
+    if (lo <= a && b <= hi) return c->m[l][x];
+    int64_t mx = INT64_MIN;
+    if (l == 1) {
+        int64_t i0 = lo > a ? lo : a, i1 = hi < b ? hi : b;
+        const int64_t *v = c->m[0];
+        for (int64_t i = i0; i < i1; i++) mx = v[i] > mx ? v[i] : mx;
+    } else {
+        int csh = sh - FSH;
+        int64_t c0 = (lo > a ? lo : a) >> csh, c1 = ((hi < b ? hi : b) - 1) >> csh;
+        for (int64_t y = c0; y <= c1; y++) {
+            int64_t v = max_rec(c, l - 1, y, lo, hi);
+            if (v > mx) mx = v;
+        }
     }
-    rebuild_up(c, l0);
-    rebuild_up(c, r0);
+    return mx + c->lz[l][x];
 }
 
 /* max over steps [lo, hi); INT64_MIN when empty */
-static int64_t curve_max(curve *c, int64_t lo, int64_t hi) {
+static int64_t curve_max(const curve *c, int64_t lo, int64_t hi) {
     if (hi <= lo) return INT64_MIN;
-    int64_t l = lo + c->size, r = hi + c->size;
-    push_down(c, l);
-    push_down(c, r - 1);
-    int64_t m = INT64_MIN;
-    for (; l < r; l >>= 1, r >>= 1) {
-        if (l & 1) { if (c->mx[l] > m) m = c->mx[l]; l++; }
-        if (r & 1) { --r; if (c->mx[r] > m) m = c->mx[r]; }
-    }
-    return m;
+    return max_rec(c, c->H, 0, lo, hi);
 }
 
-static int64_t curve_max_all(const curve *c) { return c->n ? c->mx[1] : 0; }
+static int64_t curve_max_all(const curve *c) { return c->n ? c->m[c->H][0] : 0; }
 
-/* first (dir 0) or last (dir 1) step in [lo, hi) whose value exceeds thr; -1 if none.
- * acc: pending adds of the ancestors. */
-static int64_t above_rec(const curve *c, int64_t node, int64_t nl, int64_t nr, int64_t lo, int64_t hi,
-                         int64_t thr, int64_t acc, int dir) {
-    if (hi <= nl || nr <= lo || c->mx[node] + acc <= thr) return -1;
-    if (nr - nl == 1) return nl;
-    int64_t mid = (nl + nr) / 2, a2 = acc + c->lz[node];
-    int64_t first = dir ? 2 * node + 1 : 2 * node, second = dir ? 2 * node : 2 * node + 1;
-    int64_t fl = dir ? mid : nl, fr = dir ? nr : mid, sl = dir ? nl : mid, sr = dir ? mid : nr;
-    int64_t k = above_rec(c, first, fl, fr, lo, hi, thr, a2, dir);
-    return k >= 0 ? k : above_rec(c, second, sl, sr, lo, hi, thr, a2, dir);
+/* first (dir 0) or last (dir 1) step in [lo, hi) under node x whose value exceeds thr; -1 if
+ * none.  acc: pending adds of x's ancestors. */
+static int64_t above_rec(const curve *c, int l, int64_t x, int64_t lo, int64_t hi, int64_t thr, int64_t acc,
+                         int dir) {
+    int sh = FSH * l;
+    int64_t a = x << sh, b = (x + 1) << sh;
+    if (b > c->n) b = c->n;
+    if (lo <= a && b <= hi && c->m[l][x] + acc <= thr) return -1;
+    acc += c->lz[l][x];
+    int64_t i0 = lo > a ? lo : a, i1 = hi < b ? hi : b;
+    if (l == 1) {
+        const int64_t *v = c->m[0];
+        if (!dir) {
+            for (int64_t i = i0; i < i1; i++) if (v[i] + acc > thr) return i;
+        } else {
+            for (int64_t i = i1 - 1; i >= i0; i--) if (v[i] + acc > thr) return i;
+        }
+        return -1;
+    }
+    int csh = sh - FSH;
+    int64_t c0 = i0 >> csh, c1 = (i1 - 1) >> csh;
+    if (!dir) {
+        for (int64_t y = c0; y <= c1; y++) {
+            int64_t k = above_rec(c, l - 1, y, lo, hi, thr, acc, dir);
+            if (k >= 0) return k;
+        }
+    } else {
+        for (int64_t y = c1; y >= c0; y--) {
+            int64_t k = above_rec(c, l - 1, y, lo, hi, thr, acc, dir);
+            if (k >= 0) return k;
+        }
+    }
+    return -1;
 }
 
 static int64_t curve_above(const curve *c, int64_t lo, int64_t hi, int64_t thr, int dir) {
     if (hi <= lo) return -1;
-    return above_rec(c, 1, 0, c->size, lo, hi, thr, 0, dir);
+    return above_rec(c, c->H, 0, lo, hi, thr, 0, dir);
 }
 
-/* ---- one transfer direction: treap of disjoint busy runs ------------------------------ */
+/* ---- one transfer direction: disjoint busy runs in sorted blocks ------------------------
+ *
+ * The runs, sorted by start (so by end too: they are disjoint), live in blocks of at most
+ * BCAP runs; the blocks are in time order and the channel keeps, per block, its first start,
+ * last end and widest gap between its consecutive runs in arrays of their own.  A search
+ * bisects those arrays, then the block; a walk over busy runs steps over a whole block when
+ * its widest gap is clearly too narrow.  Everything a query touches is a few contiguous
+ * arrays: far fewer cache misses than a tree of nodes.  The searches and the merging are the
+ * Python reference's list walks (kept in tests/unit/test_swap_native.py), step for step. */
 
 #define MERGE_NS 1e-3
-#define NIL (-1)
+#define BCAP 128
 
 typedef struct {
-    double s, e;            /* the run [s, e) */
-    double first_s, last_s, last_e; /* of the subtree */
-    double maxgap;          /* widest gap between consecutive runs inside the subtree (-inf: none) */
-    uint32_t prio;
-    int32_t l, r;
-} run;
+    int32_t n;
+    double s[BCAP], e[BCAP];
+} rblock;
 
 typedef struct {
-    run *t;
-    int32_t root, free_head, used, cap;
-    uint64_t rng;
+    rblock **b;          /* blocks in time order */
+    double *fs, *le, *mg;/* per block: first start, last end, widest inner gap (-inf: none) */
+    int32_t nb, cap;
 } channel;
 
-static int channel_init(channel *ch, int64_t cap) {
-    ch->cap = (int32_t)(cap + 4);
-    ch->t = malloc(sizeof(run) * (size_t)ch->cap);
-    ch->root = NIL;
-    ch->free_head = NIL;
-    ch->used = 0;
-    ch->rng = 0x9E3779B97F4A7C15ull;
-    return ch->t ? 0 : -1;
+static int channel_init(channel *ch, int64_t n_runs) {
+    (void)n_runs;
+    ch->cap = 16;
+    ch->nb = 0;
+    ch->b = malloc(sizeof(rblock *) * (size_t)ch->cap);
+    ch->fs = malloc(sizeof(double) * (size_t)ch->cap);
+    ch->le = malloc(sizeof(double) * (size_t)ch->cap);
+    ch->mg = malloc(sizeof(double) * (size_t)ch->cap);
+    return ch->b && ch->fs && ch->le && ch->mg ? 0 : -1;
 }
 
-static void channel_free(channel *ch) { free(ch->t); }
-
-static void pull(channel *ch, int32_t x) {
-    run *n = &ch->t[x];
-    n->first_s = n->s;
-    n->last_s = n->s;
-    n->last_e = n->e;
-    n->maxgap = -INFINITY;
-    if (n->l != NIL) {
-        run *a = &ch->t[n->l];
-        n->first_s = a->first_s;
-        double g = n->s - a->last_e;
-        n->maxgap = a->maxgap > g ? a->maxgap : g;
-    }
-    if (n->r != NIL) {
-        run *b = &ch->t[n->r];
-        n->last_s = b->last_s;
-        n->last_e = b->last_e;
-        double g = b->first_s - n->e;
-        if (g > n->maxgap) n->maxgap = g;
-        if (b->maxgap > n->maxgap) n->maxgap = b->maxgap;
-    }
+static void channel_free(channel *ch) {
+    for (int32_t k = 0; k < ch->nb; k++) free(ch->b[k]);
+    free(ch->b);
+    free(ch->fs);
+    free(ch->le);
+    free(ch->mg);
 }
 
-static int32_t t_merge(channel *ch, int32_t a, int32_t b) {
-    if (a == NIL) return b;
-    if (b == NIL) return a;
-    if (ch->t[a].prio > ch->t[b].prio) {
-        ch->t[a].r = t_merge(ch, ch->t[a].r, b);
-        pull(ch, a);
-        return a;
+/* recompute block k's summary */
+static void summarise(channel *ch, int32_t k) {
+    rblock *b = ch->b[k];
+    ch->fs[k] = b->s[0];
+    ch->le[k] = b->e[b->n - 1];
+    double g = -INFINITY;
+    for (int32_t j = 1; j < b->n; j++) {
+        double d = b->s[j] - b->e[j - 1];
+        if (d > g) g = d;
     }
-    ch->t[b].l = t_merge(ch, a, ch->t[b].l);
-    pull(ch, b);
-    return b;
+    ch->mg[k] = g;
 }
 
-/* L: runs with s < key, R: s >= key */
-static void t_split(channel *ch, int32_t x, double key, int32_t *L, int32_t *R) {
-    if (x == NIL) {
-        *L = *R = NIL;
-        return;
+/* make room for a block at position k (its pointer set by the caller); 0 or -1 */
+static int insert_block(channel *ch, int32_t k, rblock *nb) {
+    if (ch->nb == ch->cap) {
+        int32_t cap = ch->cap * 2;
+        rblock **b = realloc(ch->b, sizeof(rblock *) * (size_t)cap);
+        if (b) ch->b = b;
+        double *fs = realloc(ch->fs, sizeof(double) * (size_t)cap);
+        if (fs) ch->fs = fs;
+        double *le = realloc(ch->le, sizeof(double) * (size_t)cap);
+        if (le) ch->le = le;
+        double *mg = realloc(ch->mg, sizeof(double) * (size_t)cap);
+        if (mg) ch->mg = mg;
+        if (!b || !fs || !le || !mg) return -1;
+        ch->cap = cap;
     }
-    if (ch->t[x].s < key) {
-        t_split(ch, ch->t[x].r, key, &ch->t[x].r, R);
-        pull(ch, x);
-        *L = x;
-    } else {
-        t_split(ch, ch->t[x].l, key, L, &ch->t[x].l);
-        pull(ch, x);
-        *R = x;
-    }
+    size_t m = (size_t)(ch->nb - k);
+    memmove(ch->b + k + 1, ch->b + k, m * sizeof *ch->b);
+    memmove(ch->fs + k + 1, ch->fs + k, m * sizeof *ch->fs);
+    memmove(ch->le + k + 1, ch->le + k, m * sizeof *ch->le);
+    memmove(ch->mg + k + 1, ch->mg + k, m * sizeof *ch->mg);
+    ch->b[k] = nb;
+    ch->nb++;
+    return 0;
 }
 
-static int32_t new_run(channel *ch, double s, double e) {
-    int32_t x;
-    if (ch->free_head != NIL) {
-        x = ch->free_head;
-        ch->free_head = ch->t[x].l;
-    } else {
-        x = ch->used++;
-    }
-    ch->rng ^= ch->rng << 13;
-    ch->rng ^= ch->rng >> 7;
-    ch->rng ^= ch->rng << 17;
-    run *n = &ch->t[x];
-    n->s = s;
-    n->e = e;
-    n->prio = (uint32_t)(ch->rng >> 32);
-    n->l = n->r = NIL;
-    pull(ch, x);
-    return x;
+static void remove_block(channel *ch, int32_t k) {
+    free(ch->b[k]);
+    size_t m = (size_t)(ch->nb - k - 1);
+    memmove(ch->b + k, ch->b + k + 1, m * sizeof *ch->b);
+    memmove(ch->fs + k, ch->fs + k + 1, m * sizeof *ch->fs);
+    memmove(ch->le + k, ch->le + k + 1, m * sizeof *ch->le);
+    memmove(ch->mg + k, ch->mg + k + 1, m * sizeof *ch->mg);
+    ch->nb--;
 }
 
-static void drop_run(channel *ch, int32_t x) {
-    ch->t[x].l = ch->free_head;
-    ch->free_head = x;
+/* first index in a[0, n) with a[i] > x (upper) or a[i] >= x */
+static int32_t bisect(const double *a, int32_t n, double x, int upper) {
+    int32_t lo = 0, hi = n;
+    while (lo < hi) {
+        int32_t m = lo + (hi - lo) / 2;
+        if (upper ? a[m] <= x : a[m] < x) lo = m + 1; else hi = m;
+    }
+    return lo;
 }
 
-/* remove the leftmost run of subtree x; returns the new subtree, *out = the run removed */
-static int32_t pop_min(channel *ch, int32_t x, int32_t *out) {
-    if (ch->t[x].l == NIL) {
-        *out = x;
-        return ch->t[x].r;
-    }
-    ch->t[x].l = pop_min(ch, ch->t[x].l, out);
-    pull(ch, x);
-    return x;
-}
-
-static int32_t pop_max(channel *ch, int32_t x, int32_t *out) {
-    if (ch->t[x].r == NIL) {
-        *out = x;
-        return ch->t[x].l;
-    }
-    ch->t[x].r = pop_max(ch, ch->t[x].r, out);
-    pull(ch, x);
-    return x;
-}
-
-/* busy over [s, e): merges with a run that ends within MERGE_NS before s and swallows the
- * runs that start within MERGE_NS after the new end (as the Python reference) */
-static void channel_add(channel *ch, double s, double e) {
-    int32_t L, R, p;
-    t_split(ch, ch->root, s, &L, &R);
-    double cs = s, ce = e;
-    if (L != NIL) {
-        L = pop_max(ch, L, &p);
-        if (ch->t[p].e >= s - MERGE_NS) {
-            cs = ch->t[p].s;
-            ce = ch->t[p].e > e ? ch->t[p].e : e;
-            drop_run(ch, p);
-        } else {
-            ch->t[p].l = ch->t[p].r = NIL;
-            pull(ch, p);
-            L = t_merge(ch, L, p);
-        }
-    }
-    while (R != NIL) {
-        int32_t m = R;
-        while (ch->t[m].l != NIL) m = ch->t[m].l;
-        if (!(ch->t[m].s <= ce + MERGE_NS)) break;
-        R = pop_min(ch, R, &p);
-        if (ch->t[p].e > ce) ce = ch->t[p].e;
-        drop_run(ch, p);
-    }
-    int32_t x = new_run(ch, cs, ce);
-    ch->root = t_merge(ch, t_merge(ch, L, x), R);
-}
-
-/* Slack on the gap pruning: a subtree is skipped only when its widest gap is clearly too
- * narrow, so the exact per-run tests below decide every answer. */
+/* Slack on the gap pruning: a block is stepped over only when its widest gap is clearly too
+ * narrow, so the exact per-run tests decide every answer. */
 static double slack(double a, double b) { return 1e-9 * (fabs(a) + fabs(b)) + 1e-6; }
 
-typedef struct {
-    double t, dur, s;
-    int started, found;
-} fwd_state;
-
-/* in-order walk over the runs that end after t, as _Channel.earliest */
-static void fwd(channel *ch, int32_t x, fwd_state *st) {
-    if (x == NIL || st->found) return;
-    run *n = &ch->t[x];
-    if (!st->started) {
-        if (n->last_e <= st->t) return;   /* every run here ends by t */
-    } else if (!(st->s + st->dur <= n->first_s) && n->maxgap < st->dur - slack(st->dur, n->last_e)) {
-        st->s = n->last_e;                 /* no gap here fits */
-        return;
-    }
-    fwd(ch, n->l, st);
-    if (st->found) return;
-    if (!st->started) {
-        if (n->e > st->t) {
-            st->started = 1;
-            if (st->t + st->dur <= n->s) {
-                st->s = st->t;
-                st->found = 1;
-                return;
-            }
-            st->s = n->e;
-        }
-    } else {
-        if (st->s + st->dur <= n->s) {
-            st->found = 1;
-            return;
-        }
-        st->s = n->e;
-    }
-    fwd(ch, n->r, st);
-}
-
-/* earliest s >= t with [s, s + dur) free; returns 0 (and nothing) when that s > limit */
+/* earliest s >= t with [s, s + dur) free; returns 0 (and nothing) when that s > limit.
+ * As _Channel.earliest: from the first run ending after t, s = t; while s <= limit and the
+ * run starts before s + dur: s = max(s, its end), next run. */
 static int channel_earliest(channel *ch, double t, double dur, double limit, double *out) {
-    fwd_state st = {t, dur, t, 0, 0};
-    fwd(ch, ch->root, &st);
-    double s = st.started ? st.s : t;
+    double s = t;
+    int32_t k = bisect(ch->le, ch->nb, t, 1);        /* first block with a run ending after t */
+    if (k < ch->nb) {
+        rblock *b = ch->b[k];
+        int32_t j = bisect(b->e, b->n, t, 1);
+        for (;;) {
+            if (!(s <= limit)) break;
+            if (s + dur <= b->s[j]) break;
+            if (b->e[j] > s) s = b->e[j];
+            if (++j == b->n) {
+                /* next block: its first run exactly, then the rest at once when no gap fits */
+                for (;;) {
+                    if (++k == ch->nb) goto done;
+                    b = ch->b[k];
+                    if (!(s <= limit)) goto done;
+                    if (s + dur <= b->s[0]) goto done;
+                    if (b->e[0] > s) s = b->e[0];
+                    if (b->n > 1 && !(ch->mg[k] < dur - slack(dur, ch->le[k]))) {
+                        j = 1;
+                        break;
+                    }
+                    if (ch->le[k] > s) s = ch->le[k];   /* every run of the block, in turn */
+                }
+            }
+        }
+    }
+done:
     if (!(s <= limit)) return 0;
     *out = s;
     return 1;
 }
 
-typedef struct {
-    double deadline, dur, s;
-    int found;
-} bwd_state;
-
-/* reverse in-order walk over the runs that start before the deadline, as _Channel.latest */
-static void bwd(channel *ch, int32_t x, bwd_state *st) {
-    if (x == NIL || st->found) return;
-    run *n = &ch->t[x];
-    if (n->first_s >= st->deadline) return;        /* every run here starts at or after it */
-    if (n->s >= st->deadline) {                    /* only the left subtree is before it */
-        bwd(ch, n->l, st);
-        return;
+/* latest s with s + dur <= deadline, s >= not_before and [s, s + dur) free.
+ * As _Channel.latest: s = deadline - dur; from the last run starting before the deadline,
+ * while s >= not_before: done if the run ends by s, else s = min(s, its start - dur). */
+static int channel_latest(channel *ch, double deadline, double dur, double not_before, double *out) {
+    double s = deadline - dur;
+    int32_t k = bisect(ch->fs, ch->nb, deadline, 0) - 1;   /* last block with a run starting before */
+    if (k >= 0) {
+        rblock *b = ch->b[k];
+        int32_t j = bisect(b->s, b->n, deadline, 0) - 1;
+        for (;;) {
+            if (!(s >= not_before)) return 0;
+            if (b->e[j] <= s) break;
+            double m = b->s[j] - dur;
+            if (m < s) s = m;
+            if (--j < 0) {
+                for (;;) {
+                    if (--k < 0) goto done;
+                    b = ch->b[k];
+                    j = b->n - 1;
+                    if (!(s >= not_before)) return 0;
+                    if (b->e[j] <= s) goto done;
+                    m = b->s[j] - dur;
+                    if (m < s) s = m;
+                    if (b->n > 1 && !(ch->mg[k] < dur - slack(dur, ch->fs[k]))) {
+                        j--;
+                        break;
+                    }
+                    m = ch->fs[k] - dur;                /* every run of the block, in turn */
+                    if (m < s) s = m;
+                }
+            }
+        }
     }
-    /* the whole subtree lies before the deadline: skip it if nothing fits */
-    if (n->last_s < st->deadline && !(n->last_e <= st->s) && n->maxgap < st->dur - slack(st->dur, n->first_s)) {
-        double m = n->first_s - st->dur;
-        if (m < st->s) st->s = m;
-        return;
-    }
-    bwd(ch, n->r, st);
-    if (st->found) return;
-    if (n->e <= st->s) {
-        st->found = 1;
-        return;
-    }
-    double m = n->s - st->dur;
-    if (m < st->s) st->s = m;
-    bwd(ch, n->l, st);
+done:
+    if (!(s >= not_before)) return 0;
+    *out = s;
+    return 1;
 }
 
-/* latest s with s + dur <= deadline, s >= not_before and [s, s + dur) free */
-static int channel_latest(channel *ch, double deadline, double dur, double not_before, double *out) {
-    bwd_state st = {deadline, dur, deadline - dur, 0};
-    bwd(ch, ch->root, &st);
-    if (!(st.s >= not_before)) return 0;
-    *out = st.s;
-    return 1;
+/* delete run j of block k (the block goes when it empties); summaries updated */
+static void delete_run(channel *ch, int32_t k, int32_t j) {
+    rblock *b = ch->b[k];
+    memmove(b->s + j, b->s + j + 1, (size_t)(b->n - j - 1) * sizeof(double));
+    memmove(b->e + j, b->e + j + 1, (size_t)(b->n - j - 1) * sizeof(double));
+    if (--b->n == 0) remove_block(ch, k);
+    else summarise(ch, k);
+}
+
+/* busy over [s, e): as _Channel.add, merges with a run that ends within MERGE_NS before s
+ * and swallows the runs that start within MERGE_NS after the new end.  0 or -1 (memory). */
+static int channel_add(channel *ch, double s, double e) {
+    if (ch->nb == 0) {
+        rblock *nb = malloc(sizeof(rblock));
+        if (!nb || insert_block(ch, 0, nb)) { free(nb); return -1; }
+        nb->n = 1;
+        nb->s[0] = s;
+        nb->e[0] = e;
+        summarise(ch, 0);
+        return 0;
+    }
+    /* position of the first run with start >= s: block k, index j (j may be b->n) */
+    int32_t k = bisect(ch->fs, ch->nb, s, 0) - 1;
+    int32_t j;
+    if (k < 0) {
+        k = 0;
+        j = 0;
+    } else {
+        j = bisect(ch->b[k]->s, ch->b[k]->n, s, 0);
+    }
+    /* the run before it */
+    int32_t pk = k, pj = j - 1;
+    if (pj < 0) {
+        pk = k - 1;
+        pj = pk >= 0 ? ch->b[pk]->n - 1 : -1;
+    }
+    int32_t ck, cj;   /* the run that now holds [s, e) */
+    if (pk >= 0 && ch->b[pk]->e[pj] >= s - MERGE_NS) {
+        rblock *b = ch->b[pk];
+        if (e > b->e[pj]) b->e[pj] = e;
+        ck = pk;
+        cj = pj;
+        summarise(ch, ck);
+    } else {
+        rblock *b = ch->b[k];
+        if (b->n == BCAP) {               /* split the full block in two halves */
+            rblock *nb = malloc(sizeof(rblock));
+            if (!nb || insert_block(ch, k + 1, nb)) { free(nb); return -1; }
+            int32_t h = BCAP / 2;
+            nb->n = BCAP - h;
+            memcpy(nb->s, b->s + h, (size_t)nb->n * sizeof(double));
+            memcpy(nb->e, b->e + h, (size_t)nb->n * sizeof(double));
+            b->n = h;
+            summarise(ch, k);
+            summarise(ch, k + 1);
+            if (j > h) {
+                k++;
+                j -= h;
+                b = nb;
+            }
+        }
+        memmove(b->s + j + 1, b->s + j, (size_t)(b->n - j) * sizeof(double));
+        memmove(b->e + j + 1, b->e + j, (size_t)(b->n - j) * sizeof(double));
+        b->s[j] = s;
+        b->e[j] = e;
+        b->n++;
+        summarise(ch, k);
+        ck = k;
+        cj = j;
+    }
+    /* swallow the runs that start within MERGE_NS after its end */
+    for (;;) {
+        rblock *b = ch->b[ck];
+        int32_t nk = ck, nj = cj + 1;
+        if (nj == b->n) {
+            nk = ck + 1;
+            nj = 0;
+            if (nk == ch->nb) break;
+        }
+        rblock *c = ch->b[nk];
+        if (!(c->s[nj] <= b->e[cj] + MERGE_NS)) break;
+        if (c->e[nj] > b->e[cj]) b->e[cj] = c->e[nj];
+        summarise(ch, ck);
+        delete_run(ch, nk, nj);     /* nk > ck or nj > cj: (ck, cj) stays where it is */
+    }
+    return 0;
 }
 
 /* ---- the greedy loop ------------------------------------------------------------------ */
@@ -429,11 +502,15 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
             if (ph == 0 && !(c->start <= c->end - c->t_in - c->t_out)) continue;
             /* with target 0 this never rejects in the hiding pass: the away window's steps lie
              * inside [lo, hi), so the check on them below implies it */
-            if ((ph == 1 || target > 0) && curve_max(&cv, c->lo, c->hi) <= target) continue;
             int64_t k1 = -1, k2 = -1;
             if (budget_mode) {
+                /* the first and last steps above the target in the interval; none: the check on
+                 * the range max below (or, with target 0 in the hiding pass, the cover test) skips it */
                 k1 = curve_above(&cv, c->lo, c->hi, target, 0);
+                if (k1 < 0) continue;
                 k2 = curve_above(&cv, c->lo, c->hi, target, 1);
+            } else if (target > 0 && curve_max(&cv, c->lo, c->hi) <= target) {
+                continue;
             }
             if (budget_mode && ph == 0) {
                 /* a hiding swap must cover every over-budget step of its interval; its away window
@@ -472,8 +549,10 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
             if (curve_max(&cv, lo, hi) <= target) continue;
             if (budget_mode && ph == 0 && (lo > k1 || hi <= k2)) continue;
             curve_add(&cv, lo, hi, -c->size);
-            channel_add(&d2h, os, oe);
-            channel_add(&h2d, is, is + c->t_in);
+            if (channel_add(&d2h, os, oe) || channel_add(&h2d, is, is + c->t_in)) {
+                ntk = -1;
+                goto out;
+            }
             used[i] = 1;
             taken_swap *t = &tk[ntk++];
             t->pos = i;
@@ -488,11 +567,13 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
     if (target > limit) limit = target;
     char *keep = used;   /* reuse: one flag per taken swap */
     for (int64_t j = ntk - 1; j >= 0; j--) {
-        curve_add(&cv, tk[j].lo, tk[j].hi, cand[tk[j].pos].size);
-        if (curve_max_all(&cv) > limit) {
-            curve_add(&cv, tk[j].lo, tk[j].hi, -cand[tk[j].pos].size);
+        /* giving the swap up would lift the peak above the limit: the curve stays at most the
+         * limit outside the window, so that is "window max + size > limit" (no add and undo) */
+        int64_t sz = cand[tk[j].pos].size;
+        if (tk[j].hi > tk[j].lo && curve_max(&cv, tk[j].lo, tk[j].hi) + sz > limit) {
             keep[j] = 1;
         } else {
+            curve_add(&cv, tk[j].lo, tk[j].hi, sz);
             keep[j] = 0;
         }
     }

@@ -6,15 +6,15 @@
  * its own independent checker; C only runs the greedy loop of
  * ``swap.schedule()`` on two data structures:
  *
- *  - the live-bytes curve: a segment tree over the steps that stand above the
- *    target (the others never matter: swaps only lower the curve) with range add,
- *    range max and "first / last step above a threshold in a range", each
- *    O(log n);
- *  - each PCIe direction's busy time: a treap of disjoint busy runs (touching
- *    transfers merge) whose subtrees carry their first start, last end and the
- *    widest gap between consecutive runs, so "earliest start >= t with
- *    [s, s + dur) free" and "latest start with s + dur <= deadline" are
- *    O(log n) descents instead of walks over the runs.
+ *  - the live-bytes curve over the steps that stand above the target (the
+ *    others never matter: swaps only lower the curve): a 64-ary tree with range
+ *    add, range max and "first / last step above a threshold in a range" (each
+ *    query reads a few contiguous blocks of 64 values and one path of nodes);
+ *  - each PCIe direction's busy time: disjoint busy runs (touching transfers
+ *    merge) in sorted blocks of at most 128, with each block's first start, last
+ *    end and widest gap between its runs, so "earliest start >= t with
+ *    [s, s + dur) free" and "latest start with s + dur <= deadline" bisect the
+ *    blocks and walk the runs, stepping over a block when no gap in it fits.
  *
  * The decisions and the floating-point expressions are exactly those of the
  * Python reference (kept in tests/unit/test_swap_native.py), so the schedules

@@ -149,8 +149,11 @@ def _peak_after(problem: SwapProblem, sched: pd.DataFrame) -> int:
     o = np.argsort(ts, kind="stable")
     ts, cs = ts[o], np.cumsum(ds[o])
     ut = _steps_f(problem)[:-1]
-    # after each step's instant: its live bytes + the windows' deltas up to it
-    at_steps = live + np.concatenate([[0], cs])[np.searchsorted(ts, ut, side="right")]
+    # after each step's instant: its live bytes + the windows' deltas up to it (a window end
+    # counts from the first step starting at or after it)
+    delta = np.zeros(len(ut) + 1, np.int64)
+    np.add.at(delta, np.searchsorted(ut, ts, side="left"), ds[o])
+    at_steps = live + np.cumsum(delta[:-1])
     # after each window end's instant: the live bytes of the last step starting by it + the deltas up to it
     kb = np.searchsorted(ut, ts, side="right") - 1
     at_sched = np.where(kb >= 0, live[np.maximum(kb, 0)], 0) + cs[np.searchsorted(ts, ts, side="right") - 1]
@@ -338,7 +341,7 @@ def _rank_desc_min(x: np.ndarray) -> np.ndarray:
     n = len(x)
     if n == 0 or np.isnan(x).any():
         return pd.Series(x).rank(ascending=False, method="min").to_numpy()
-    o = np.argsort(-x, kind="stable")
+    o = np.argsort(-x)          # ties share their group's first rank whatever their order
     v = x[o]
     first = np.ones(n, dtype=bool)
     first[1:] = v[1:] != v[:-1]
@@ -482,6 +485,36 @@ def hiding_floor(problem: SwapProblem) -> int:
     return m["hiding_floor"]
 
 
+def _pack(problem: SwapProblem, target: int) -> dict:
+    """What the scheduler reads at ``target``: the hot steps (live bytes > target: start, end,
+    value) and every candidate as a ``pi_swap_cand`` record (its interval's hot steps [lo, hi)),
+    with ``has_hot`` (lo < hi).  :func:`_run_all` keeps it in ``problem.memo`` while several runs
+    share a target."""
+    live = problem.live
+    hot = live > target
+    hot_k = np.flatnonzero(hot)
+    hot_before = np.zeros(len(live) + 1, np.int64)
+    np.cumsum(hot, out=hot_before[1:])
+    lo_iv, hi_iv = _iv_steps(problem)
+    a = _cand_arrays(problem)
+    rec = np.empty(len(lo_iv), dtype=CAND_DTYPE)
+    for k in ("start", "end", "t_out", "t_in", "size"):
+        rec[k] = a[k]
+    rec["lo"] = np.take(hot_before, lo_iv)
+    rec["hi"] = np.take(hot_before, hi_iv)
+    st = _steps_f(problem)
+    return {"rec": rec, "has_hot": rec["hi"] > rec["lo"], "hot_t": np.take(st, hot_k),
+            "hot_end": np.take(st, hot_k + 1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
+
+
+def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
+    """Whether :func:`schedule` runs its loop at ``target`` (else it knows the schedule is empty)."""
+    live = problem.live
+    if not len(live) or target >= int(live.max()) or not len(problem.candidates):
+        return False
+    return not (mode == "no-overhead" and hiding_floor(problem) >= int(live.max()))
+
+
 def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.DataFrame:
     c = problem.candidates
     a = _cand_arrays(problem)
@@ -507,10 +540,10 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     swap is taken when its away window lowers a step above the target.  Then the
     swaps the reached peak does not need are dropped, lowest priority first.
 
-    The loop runs in C (``native/swap/swap.c``): a segment tree over the steps
-    (range add, range max, first/last step above the target) and, per link
-    direction, a treap of busy runs with the widest gap per subtree, all
-    O(log n) per query.
+    The loop runs in C (``native/swap/swap.c``): a 64-ary tree over the steps (range
+    add, range max, first/last step above the target; a few contiguous blocks of 64
+    values per query) and, per link direction, the busy runs in sorted blocks with the
+    widest gap per block (bisect, then walk runs, stepping over blocks no gap of which fits).
 
     What the loop would only skip is removed before it (the schedule is the same):
 
@@ -537,38 +570,24 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     if len(idx) and np.bincount(idx, minlength=n).max() > 1:    # a candidate is visited once, at its first place
         _, first = np.unique(idx, return_index=True)
         idx = idx[np.sort(first)]
-    empty = _schedule_frame(problem, np.zeros(0, np.int64), np.zeros((0, 7)))
     live = problem.live
-    if not len(live) or target >= int(live.max()) or not len(idx):
-        return empty                              # the loop stops before its first candidate
-    if mode == "no-overhead" and hiding_floor(problem) >= int(live.max()):
-        return empty
+    if not len(idx) or not _loops(problem, mode, target):
+        return _schedule_frame(problem, np.zeros(0, np.int64), np.zeros((0, 7)))
     if len(live) >= 2 ** 31 - 1:
         raise PyinterposeError(f"too many steps for the swap scheduler ({len(live)})")
-    a = _cand_arrays(problem)
-    lo_iv, hi_iv = _iv_steps(problem)
-    hot = live > target
-    hot_before = np.zeros(len(live) + 1, np.int64)
-    np.cumsum(hot, out=hot_before[1:])
-    sel = idx[hot_before[hi_iv[idx]] > hot_before[lo_iv[idx]]]
+    pk = problem.memo.get(("packed", target)) or _pack(problem, target)
+    hides = _cand_arrays(problem)["hides"]
+    sel = idx[pk["has_hot"][idx]]
     if mode == "no-overhead":
-        sel = sel[a["hides"][sel]]
-    cand = np.empty(len(sel), dtype=CAND_DTYPE)
-    for k in ("start", "end", "t_out", "t_in", "size"):
-        cand[k] = a[k][sel]
-    cand["lo"] = hot_before[lo_iv[sel]]
-    cand["hi"] = hot_before[hi_iv[sel]]
+        sel = sel[hides[sel]]
+    cand = np.take(pk["rec"], sel)
     hide_pos = None
     if mode == "budget":
-        hide_pos = np.flatnonzero(a["hides"][sel]).astype(np.int64)
+        hide_pos = np.flatnonzero(hides[sel]).astype(np.int64)
         n_hide = len(hide_pos)
         if not n_hide:
             hide_pos = np.zeros(1, np.int64)     # a valid pointer; none of it is read
-    hot_k = np.flatnonzero(hot)
-    st = _steps_f(problem)
-    hot_t = np.ascontiguousarray(st[hot_k])
-    hot_end = np.ascontiguousarray(st[hot_k + 1])
-    hot_live = np.ascontiguousarray(live[hot_k], dtype=np.int64)
+    hot_t, hot_end, hot_live = pk["hot_t"], pk["hot_end"], pk["hot_live"]
     m = len(sel)
     out_pos = np.zeros(max(m, 1), np.int64)
     out_t = np.zeros((max(m, 1), 7), np.float64)
@@ -576,7 +595,7 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     def ptr(kind, arr):
         return ffi.cast(kind, arr.ctypes.data)
 
-    kept = lib.pi_swap_schedule(len(hot_k), ptr("double *", hot_t), ptr("double *", hot_end),
+    kept = lib.pi_swap_schedule(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
                                 ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand),
                                 0 if hide_pos is None else n_hide,
                                 ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
@@ -742,22 +761,33 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
 def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
     """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
     and the C scheduler releases the GIL, so they share the machine's cores (two threads at
-    most: each holds its own copy of the curve and the links).  What the runs share (the
-    orders, one per strategy and scoring budget, for both modes) is computed first."""
+    most: each holds its own copy of the curve and the links).  What the runs share is made
+    first: the orders (one per strategy and scoring budget, for both modes) and the
+    scheduler's packed view of a target that several runs schedule at."""
     keys = list(dict.fromkeys((s, problem.default_budget if b is None else int(b)) for s, _, b in runs))
+    targets = [(m, problem.default_budget if m == "budget" and b is None else (0 if b is None else int(b)))
+               for _, m, b in runs]
+    looping = [t for m, t in targets if _loops(problem, m, t)]
+    shared = [t for t in dict.fromkeys(looping) if looping.count(t) > 1]
     workers = min(2, os.cpu_count() or 1, len(runs))
-    if any(m == "no-overhead" for _, m, _ in runs):
-        hiding_floor(problem)
-    if workers <= 1:
-        for k in keys:
-            _order(problem, *k)
-        return [run_strategy(problem, *r) for r in runs]
-    with ThreadPoolExecutor(max_workers=workers) as ex:
-        for s in ("doa", "aoa"):     # shared by every vote order: computed once, before the threads
-            if any(k[0] == "vote" for k in keys):
-                _scores(problem, s, 0)
-        list(ex.map(lambda k: _order(problem, *k), keys))
-        return list(ex.map(lambda r: run_strategy(problem, *r), runs))
+    if any(k[0] == "vote" for k in keys):
+        for s in ("doa", "aoa"):     # in every vote order: computed once, before the threads
+            _scores(problem, s, 0)
+    try:
+        if workers <= 1:
+            for k in keys:
+                _order(problem, *k)
+            for t in shared:
+                problem.memo[("packed", t)] = _pack(problem, t)
+            return [run_strategy(problem, *r) for r in runs]
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            list(ex.map(lambda k: _order(problem, *k), keys))
+            for t, pk in zip(shared, ex.map(lambda t: _pack(problem, t), shared)):
+                problem.memo[("packed", t)] = pk
+            return list(ex.map(lambda r: run_strategy(problem, *r), runs))
+    finally:
+        for t in shared:
+            problem.memo.pop(("packed", t), None)
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
