@@ -298,19 +298,37 @@ def wdoa(problem: SwapProblem, budget: int) -> np.ndarray:
     over_peak = problem.peak_before - budget
     if over_peak <= 0 or len(c) == 0:
         return np.where(doa < 0, doa, 0.0)
-    st = problem.steps_t.astype(np.float64)
+    st = _steps_f(problem)
     g = np.maximum(problem.live - budget, 0).astype(np.float64)          # overload per step
     cum = np.concatenate([[0.0], np.cumsum(g * np.diff(st))])           # integral up to st[k]
 
-    def integral(x):
-        k = np.clip(np.searchsorted(st, x, side="right") - 1, 0, len(g) - 1)
-        val = cum[k] + g[k] * (np.minimum(x, st[-1]) - st[k])
-        return np.where(x < st[0], 0.0, np.where(x >= st[-1], cum[-1], val))
+    def integral(pt):
+        k, dx, before, after = pt
+        val = cum[k] + g[k] * dx
+        return np.where(before, 0.0, np.where(after, cum[-1], val))
 
-    a = c["start_t"].to_numpy(np.float64) + c["t_out_ns"].to_numpy(np.float64)
-    b = c["end_t"].to_numpy(np.float64) - c["t_in_ns"].to_numpy(np.float64)
-    w = (integral(b) - integral(np.minimum(a, b))) / over_peak
+    pa, pb = _wdoa_points(problem)
+    w = (integral(pb) - integral(pa)) / over_peak
     return np.where(doa < 0, doa, w)
+
+
+def _wdoa_points(problem: SwapProblem):
+    """Where each absence window's ends fall on the steps (budget-independent, kept per problem):
+    per end x, (step k holding x, x - start of step k, x before the first step, x after the last)."""
+    m = problem.memo
+    if "wdoa_points" not in m:
+        c = problem.candidates
+        st = _steps_f(problem)
+        n = len(problem.live)
+        a = c["start_t"].to_numpy(np.float64) + c["t_out_ns"].to_numpy(np.float64)
+        b = c["end_t"].to_numpy(np.float64) - c["t_in_ns"].to_numpy(np.float64)
+
+        def points(x):
+            k = np.clip(np.searchsorted(st, x, side="right") - 1, 0, n - 1)
+            return k, np.minimum(x, st[-1]) - st[k], x < st[0], x >= st[-1]
+
+        m["wdoa_points"] = (points(np.minimum(a, b)), points(b))
+    return m["wdoa_points"]
 
 
 def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
@@ -325,7 +343,7 @@ def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     if strategy == "wdoa":
         return wdoa(problem, budget)
     if strategy == "vote":
-        ranks = [_rank_desc_min(_scores(problem, s, budget)) for s in ("doa", "aoa", "wdoa")]
+        ranks = [_rank(problem, s, budget) for s in ("doa", "aoa", "wdoa")]
         return -np.sum(ranks, axis=0)
     if strategy == "size":
         return size
@@ -349,6 +367,19 @@ def _rank_desc_min(x: np.ndarray) -> np.ndarray:
     r = np.empty(n, np.float64)
     r[o] = group_start + 1
     return r
+
+
+def _rank(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
+    """:func:`_rank_desc_min` of a strategy's scores, kept per problem for the budget-independent ones."""
+    if strategy == "wdoa":
+        return _rank_desc_min(_scores(problem, strategy, budget))
+    key = ("rank", strategy)
+    m = problem.memo
+    if key not in m:
+        r = _rank_desc_min(_scores(problem, strategy, budget))
+        r.flags.writeable = False
+        m[key] = r
+    return m[key]
 
 
 def _scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
@@ -772,7 +803,8 @@ def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
     workers = min(2, os.cpu_count() or 1, len(runs))
     if any(k[0] == "vote" for k in keys):
         for s in ("doa", "aoa"):     # in every vote order: computed once, before the threads
-            _scores(problem, s, 0)
+            _rank(problem, s, 0)
+        _wdoa_points(problem)
     try:
         if workers <= 1:
             for k in keys:

@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from .. import __version__
-from . import plots
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio
+
+# matplotlib (through .plots) is imported by the figures only: `compare --json` and the terminal
+# table never draw, and importing it costs more than a small comparison itself
 
 
 def _g(d: dict | None, *path, default=None):
@@ -92,6 +93,9 @@ def print_table(cmp: dict[str, Any], out=None) -> None:
 
 
 def _bars_png(cmp: dict[str, Any]) -> str:
+    from matplotlib.figure import Figure
+
+    from . import plots
     rows = cmp["traces"]
     labels = [r["label"] for r in rows]
     peak = np.array([r["peak_live_bytes"] or 0 for r in rows], dtype=np.float64)
@@ -113,6 +117,9 @@ def _bars_png(cmp: dict[str, Any]) -> str:
 
 
 def _frag_png(cmp: dict[str, Any]) -> str | None:
+    from matplotlib.figure import Figure
+
+    from . import plots
     rows = cmp["traces"]
     strategies: list[str] = []
     for r in rows:
@@ -140,6 +147,7 @@ def _frag_png(cmp: dict[str, Any]) -> str | None:
 
 
 def render_html(cmp: dict[str, Any]) -> str:
+    from . import plots
     from .html import _CSS, _SCRIPT, _esc, _table_html
 
     cols, rows = metric_rows(cmp)

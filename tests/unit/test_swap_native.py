@@ -262,13 +262,37 @@ def test_empty_and_order_checks():
 
 # ---- what swap.schedule() removes before the loop, the shared orders and the exact peak --------
 
+def reference_wdoa(problem, budget):
+    """swap.wdoa() as it was: the window ends searched on the steps for every budget."""
+    c = problem.candidates
+    doa = c["doa_ns"].to_numpy(np.float64)
+    over_peak = problem.peak_before - budget
+    if over_peak <= 0 or len(c) == 0:
+        return np.where(doa < 0, doa, 0.0)
+    st = problem.steps_t.astype(np.float64)
+    g = np.maximum(problem.live - budget, 0).astype(np.float64)
+    cum = np.concatenate([[0.0], np.cumsum(g * np.diff(st))])
+
+    def integral(x):
+        k = np.clip(np.searchsorted(st, x, side="right") - 1, 0, len(g) - 1)
+        val = cum[k] + g[k] * (np.minimum(x, st[-1]) - st[k])
+        return np.where(x < st[0], 0.0, np.where(x >= st[-1], cum[-1], val))
+
+    a = c["start_t"].to_numpy(np.float64) + c["t_out_ns"].to_numpy(np.float64)
+    b = c["end_t"].to_numpy(np.float64) - c["t_in_ns"].to_numpy(np.float64)
+    w = (integral(b) - integral(np.minimum(a, b))) / over_peak
+    return np.where(doa < 0, doa, w)
+
+
 def reference_order(problem, strategy, budget):
     """swap.order() as it was: one lexsort of every key, pandas ranks for the vote."""
     c = problem.candidates
     if strategy == "vote":
-        ranks = [pd.Series(swap.scores(problem, s, budget)).rank(ascending=False, method="min").to_numpy()
-                 for s in ("doa", "aoa", "wdoa")]
+        ranks = [pd.Series(reference_wdoa(problem, budget) if s == "wdoa" else swap.scores(problem, s, budget))
+                 .rank(ascending=False, method="min").to_numpy() for s in ("doa", "aoa", "wdoa")]
         s = -np.sum(ranks, axis=0)
+    elif strategy == "wdoa":
+        s = reference_wdoa(problem, budget)
     else:
         s = swap.scores(problem, strategy, budget)
     keys = (c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy(), -s,
@@ -284,6 +308,8 @@ def _check_problem(p, budgets, modes=(("no-overhead", None), ("no-overhead", "b"
         for b in budgets:
             idx = swap.order(p, s, b)
             assert np.array_equal(idx, reference_order(p, s, b)), (s, b)
+            if s == "wdoa":
+                assert np.array_equal(swap.wdoa(p, b), reference_wdoa(p, b))
             for mode, target in modes:
                 target = b if target == "b" else target
                 want = reference_schedule(p, idx, mode, target)
