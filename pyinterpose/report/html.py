@@ -675,8 +675,9 @@ footer{color:#9ca3af;font-size:11px;padding:0 28px 20px}
 .pit-tl-key i.tick{width:2px;height:11px;background:#B45309;margin:0 6px 0 4px}
 .pit-tl-window{position:absolute;top:0;bottom:0;border:1.5px solid #C44E52;background:rgba(196,78,82,0.12);
   cursor:grab;z-index:5}
-.pit-tl-mark{position:absolute;display:none;pointer-events:none;border:2px solid #000;background:rgba(0,0,0,0.15);
-  z-index:4}
+.pit-tl-mark{position:absolute;display:none;pointer-events:none;width:6px;background:#000;z-index:4;
+  box-shadow:0 0 0 1px #fff}
+.pit-tl-life{position:absolute;display:none;pointer-events:none;bottom:0;height:5px;background:#000;z-index:4}
 .pit-tl-help{font-size:11px;color:#6b7280;margin:2px 0 4px 74px}
 .pit-tl-none{color:#9ca3af}
 """

@@ -452,7 +452,9 @@
     d.y0 = hit.y0; d.y1 = hit.y1; d.event = Math.round(e);
     return d;
   };
-  Timeline.prototype.hideHover = function () { if (this.mark) this.mark.style.display = 'none'; };
+  Timeline.prototype.hideHover = function () {
+    if (this.mark) { this.mark.style.display = 'none'; this.life.style.display = 'none'; }
+  };
   Timeline.prototype.showHover = function (d) {
     if (!d) {
       this.hoverEl.innerHTML = '<span class="pit-tl-none">no block under the cursor</span>';
@@ -471,18 +473,26 @@
       return '<tr><td>' + esc(r[0]) + '</td><td>' + esc(r[1]) + '</td></tr>';
     }).join('') + '</table>';
     this.hoverEl.setAttribute('data-block', String(d.block));
-    /* mark the block: a bar over its height at the event under the cursor */
+    /* mark the block: a bar over its height at the event under the cursor, and its lifetime
+       (allocation to free) as a strip along the bottom of the plot */
     var u = this.u;
-    if (!this.mark) { this.mark = document.createElement('div'); this.mark.className = 'pit-tl-mark'; }
-    if (this.mark.parentNode !== u.over) u.over.appendChild(this.mark);
-    var xa = u.valToPos(Math.max(d.alloc_event, this.range[0]), 'x');
-    var xb = u.valToPos(Math.min(d.free_event === null ? this.model.n - 0.5 : d.free_event, this.range[1]), 'x');
-    var ya = u.valToPos(d.y1, 'y'), yb = u.valToPos(d.y0, 'y');
+    if (!this.mark) {
+      this.mark = document.createElement('div'); this.mark.className = 'pit-tl-mark';
+      this.life = document.createElement('div'); this.life.className = 'pit-tl-life';
+    }
+    if (this.mark.parentNode !== u.over) { u.over.appendChild(this.mark); u.over.appendChild(this.life); }
+    var xe = u.valToPos(d.event, 'x'), ya = u.valToPos(d.y1, 'y'), yb = u.valToPos(d.y0, 'y');
+    var h = Math.max(4, yb - ya);
     this.mark.style.display = 'block';
-    this.mark.style.left = Math.min(xa, xb) + 'px';
-    this.mark.style.width = Math.max(2, Math.abs(xb - xa)) + 'px';
-    this.mark.style.top = ya + 'px';
-    this.mark.style.height = Math.max(2, yb - ya) + 'px';
+    this.mark.style.left = (xe - 3) + 'px';
+    this.mark.style.top = ((ya + yb) / 2 - h / 2) + 'px';
+    this.mark.style.height = h + 'px';
+    var w = u.over.getBoundingClientRect().width;
+    var xa = Math.max(0, u.valToPos(d.alloc_event, 'x'));
+    var xb = Math.min(w, u.valToPos(d.free_event === null ? this.model.n - 0.5 : d.free_event, 'x'));
+    this.life.style.display = 'block';
+    this.life.style.left = xa + 'px';
+    this.life.style.width = Math.max(2, xb - xa) + 'px';
   };
   Timeline.prototype.bindMain = function () {
     var self = this, u = this.u, over = u.over, pending = null, panning = null;
