@@ -38,14 +38,47 @@ def _colour(name: str, i: int) -> str:
     return CLASS_COLOURS.get(name, PALETTE[i % len(PALETTE)])
 
 
-def _png(fig: Figure) -> str:
+def _png(fig: Figure, tight: bool = True) -> str:
+    """The figure as base64 SVG; ``tight``: crop to what is drawn (one more draw: the
+    report's own figures lay themselves out with :func:`_layout` and pass False)."""
     import matplotlib
 
     FigureCanvasSVG(fig)
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "pyinterpose"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+        fig.savefig(buf, format="svg", bbox_inches="tight" if tight else None, metadata={"Date": None})
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _legend_width_in(ax) -> float:
+    """Inches a legend drawn outside the axes on the right needs (estimated from its
+    labels at font size 8: handle, padding and about 0.055 in per character)."""
+    leg = ax.get_legend()
+    if leg is None or leg.get_bbox_to_anchor() is None or not leg.get_texts():
+        return 0.0
+    anchor = getattr(leg, "_bbox_to_anchor", None)
+    if anchor is None:
+        return 0.0
+    return 0.8 + 0.055 * max(len(t.get_text()) for t in leg.get_texts())
+
+
+def _layout(fig: Figure, left: float = 0.8, right: float = 0.2, bottom: float = 0.6, top: float = 0.35,
+            wspace: float = 0.0, hspace: float = 0.0, outside: Sequence = ()) -> None:
+    """Fixed margins in inches instead of tight_layout and bbox_inches="tight" (each of
+    which draws the whole figure once more: together they tripled the cost of a figure).
+    ``outside``: axes whose legend sits right of them; the figure widens to hold it.
+    ``wspace``/``hspace``: the gaps between panels, in inches."""
+    w, h = fig.get_size_inches()
+    leg = max([_legend_width_in(ax) for ax in outside] + [0.0])
+    if leg:
+        w += leg
+        fig.set_size_inches(w, h)
+    ncols = max([ax.get_subplotspec().get_gridspec().ncols for ax in fig.axes if ax.get_subplotspec()] + [1])
+    nrows = max([ax.get_subplotspec().get_gridspec().nrows for ax in fig.axes if ax.get_subplotspec()] + [1])
+    aw = (w - left - right - leg - wspace * (ncols - 1)) / ncols
+    ah = (h - top - bottom - hspace * (nrows - 1)) / nrows
+    fig.subplots_adjust(left=left / w, right=1 - (right + leg) / w, bottom=bottom / h, top=1 - top / h,
+                        wspace=wspace / max(aw, 0.1), hspace=hspace / max(ah, 0.1))
 
 
 def _byte_unit(vmax: float) -> tuple[float, str]:
@@ -112,8 +145,8 @@ def memory_over_time_png(timelines: Sequence[Timeline], reserved: dict[int, tupl
         ax.margins(x=0)
         ax.set_ylim(bottom=0)
         _legend_outside(ax)
-    fig.tight_layout()
-    return _png(fig)
+    _layout(fig, left=0.7, bottom=0.55, top=0.45, hspace=0.85, outside=axes)
+    return _png(fig, tight=False)
 
 
 def size_histogram_png(hist: pd.DataFrame) -> str:
@@ -132,8 +165,8 @@ def size_histogram_png(hist: pd.DataFrame) -> str:
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
         ax.set_title(title + (f" ({bunit})" if bunit else ""), loc="left", fontsize=10)
         ax.set_xlabel("block size (bin lower bound, bins are [2^k, 2^(k+1)))")
-    fig.tight_layout()
-    return _png(fig)
+    _layout(fig, left=0.6, bottom=0.95, top=0.4, wspace=0.7)
+    return _png(fig, tight=False)
 
 
 def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float | np.ndarray | None,
@@ -170,8 +203,8 @@ def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float 
     ax.set_xlabel("access time interval (log scale)")
     ax.set_ylabel(bunit)
     _legend_outside(ax)
-    fig.tight_layout()
-    return _png(fig)
+    _layout(fig, left=0.8, bottom=0.6, top=0.15, outside=[ax])
+    return _png(fig, tight=False)
 
 
 def pools_png(names: Sequence[str], ratios: Sequence[float], bound_label: str,
@@ -214,8 +247,8 @@ def pools_png(names: Sequence[str], ratios: Sequence[float], bound_label: str,
         ax.set_xlim(0, xmax)
         ax.set_xlabel("pool size / lower bound", fontsize=8)
         _legend_outside(ax)
-    fig.tight_layout()
-    return _png(fig)
+    _layout(fig, left=1.5, bottom=0.5, top=0.3, hspace=0.8, outside=fig.axes)
+    return _png(fig, tight=False)
 
 
 def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | None,
@@ -260,5 +293,5 @@ def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | 
     ax.set_ylabel(f"peak live ({bunit})")
     ax.set_ylim(bottom=0)
     _legend_outside(ax)
-    fig.tight_layout()
-    return _png(fig)
+    _layout(fig, left=0.8, bottom=0.6, top=0.15, outside=[ax])
+    return _png(fig, tight=False)
