@@ -235,7 +235,10 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     """Run the analyses and assemble every section of the report."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
     heads: dict[str, Any] = {}
-    b = trace.device_blocks
+    # the device blocks' few columns used here (not a copy of every column of millions of blocks)
+    _bl = trace.blocks
+    b = _bl.loc[_bl["counts_device"].to_numpy(bool) if "counts_device" in _bl else slice(None),
+                ["device", "freed", "size"]]
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
 
     step(0.05, "iterations")

@@ -168,8 +168,14 @@ def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterations=None,
             reserved_view: bool = False) -> dict[str, Any] | None:
     """The JSON-able payload for one device (None when the device has no blocks)."""
-    b = trace.device_blocks
-    b = b[b["device"] == device]
+    bl = trace.blocks
+    mask = bl["device"].to_numpy() == device
+    if "counts_device" in bl:
+        mask &= bl["counts_device"].to_numpy(bool)
+    # only the columns used here (a copy of every column of millions of blocks costs hundreds of MB)
+    cols = [c for c in ("block_id", "device", "freed", "t_alloc", "t_free", "size", "api", "owner", "stack_id")
+            if c in bl.columns]
+    b = bl.loc[mask, cols]
     if len(b) == 0:
         return None
     freed = b["freed"].to_numpy(bool)
