@@ -194,6 +194,28 @@ def _member(q: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return out
 
 
+def _segments(sorted_ids: np.ndarray) -> np.ndarray:
+    """Start of each run of equal values (of an array ordered by value)."""
+    if len(sorted_ids) == 0:
+        return np.zeros(0, np.int64)
+    return np.concatenate([[0], np.flatnonzero(sorted_ids[1:] != sorted_ids[:-1]) + 1])
+
+
+def _cumcount(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``groupby([a, b]).cumcount()``: the rank of each row among the earlier rows with the same (a, b)."""
+    n = len(a)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((b, a))                           # stable: equal keys keep their order
+    sa, sb = a[order], b[order]
+    new = np.ones(n, bool)
+    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    out = np.empty(n, np.int64)
+    out[order] = np.arange(n) - start
+    return out
+
+
 def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
     """(time, bytes) of the peak of live bytes of the blocks in ``mask`` (the first time it is
     reached; (0, 0) for none): ``live_bytes_curve(trace.blocks[mask])`` without sorting again."""
@@ -220,8 +242,8 @@ def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dic
     if len(c) == 0:
         return None
     ib = intervals["block_id"].to_numpy(np.int64)     # intervals per block (ordered by block)
-    if len(ib) and (np.diff(ib) >= 0).all():
-        first = np.flatnonzero(np.diff(ib, prepend=ib[0] - 1))
+    if len(ib) < 2 or (ib[1:] >= ib[:-1]).all():
+        first = _segments(ib)
         ub, n_int = ib[first], np.diff(np.append(first, len(ib)))
     else:
         ub, n_int = np.unique(ib, return_counts=True)
@@ -233,8 +255,8 @@ def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dic
         "block_id": c["block_id"].to_numpy(), "it": c["iter_alloc"].to_numpy(np.int64),
         "size": c["size"].to_numpy(np.int64), "acc": acc,
     })
-    nth = key.groupby(["it", "size"]).cumcount().to_numpy(np.int64)
     it = key["it"].to_numpy(np.int64)
+    nth = _cumcount(it, key["size"].to_numpy(np.int64))
     nb = np.where(it + 1 < count, it + 1, it - 1)
     sizes_i = key["size"].to_numpy(np.int64)
 
@@ -277,12 +299,18 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         pid = iters.pid
     iv_all = access_intervals(trace, pid)     # shared: the device rows' columns are taken, not the table
     dev_iv = iv_all["counts_device"].to_numpy(bool)
-    sel = None if dev_iv.all() else np.flatnonzero(dev_iv)
-    del dev_iv
+    runs = None
+    if not dev_iv.all():                      # the device rows: a few long runs (one per host block gap)
+        edge = np.flatnonzero(dev_iv[1:] != dev_iv[:-1]) + 1
+        bounds = np.concatenate([[0], edge, [len(dev_iv)]])
+        if len(bounds) <= 512:
+            runs = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if dev_iv[lo]]
 
     def col(name: str, dtype=None) -> np.ndarray:
         x = iv_all[name].cat.codes.to_numpy() if dtype is None else iv_all[name].to_numpy(dtype)
-        return x if sel is None else x[sel]
+        if runs is None:
+            return x if dev_iv.all() else x[dev_iv]
+        return np.concatenate([x[lo:hi] for lo, hi in runs]) if runs else x[:0].copy()
     in_blocks = trace.blocks["counts_device"].to_numpy(bool)      # the process's device blocks
     if pid is not None:
         in_blocks = in_blocks & (trace.blocks["pid"].to_numpy() == pid)
@@ -294,7 +322,7 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     masks = {k: kcode == i for i, k in enumerate(INTERVAL_KINDS)}
     n_blocks = int(len(block_size))
     # intervals are ordered by block: one segment per block
-    seg = np.flatnonzero(np.diff(bid, prepend=bid[0] - 1 if len(bid) else 0)) if len(bid) else np.zeros(0, np.int64)
+    seg = _segments(bid)
     seg_size = size[seg].astype(np.float64)
 
     def per_block_any(mask: np.ndarray) -> np.ndarray:
@@ -368,6 +396,8 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
             "top": [{"block_id": int(bid[i]), "size": int(size[i]), "ati_ns": int(ati[i]),
                      "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
         }
+        del st, en, area, at_peak, is_out, ob
+    ati = size = kcode = masks = hides = seg = seg_size = None      # free them before the classes are built
 
     out["stability"] = stability(pd.DataFrame({"block_id": bid}, copy=False), classify(trace, iters, pid),
                                  iters.count) if iters.count else None
