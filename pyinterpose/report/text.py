@@ -100,6 +100,9 @@ def print_kv(pairs: Iterable[tuple[str, Any]], title: str | None = None,
     print_table(list(pairs), ["", ""], title=title, right=[], out=out, show_header=False)
 
 
+_PLAIN = frozenset({int, str, bool, type(None)})
+
+
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy/pandas scalars, arrays and frames into plain JSON types."""
     t = type(obj)       # the plain types first, by exact type (millions of calls on big outputs)
@@ -108,6 +111,9 @@ def to_jsonable(obj: Any) -> Any:
     if t is dict:
         return {k if type(k) is str else str(k): to_jsonable(v) for k, v in obj.items()}
     if t is list:
+        if all(type(x) is dict for x in obj) and all(type(k) is str and type(v) in _PLAIN
+                                                     for x in obj for k, v in x.items()):
+            return obj          # rows of plain values (e.g. 51 k iterations): nothing to convert
         return [to_jsonable(x) for x in obj]
     import numpy as np
     import pandas as pd
