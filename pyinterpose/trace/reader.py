@@ -245,6 +245,7 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
     raw = None
     feed = None
     warnings = []
+    unpack_events = fmt.EVENTS_HEAD.unpack_from
     for ctype, payload in _inflated(data, chunks, threads):
         if ctype is None:
             warnings.append(payload)
@@ -256,8 +257,8 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
             feed = sink(size)
             continue
         if ctype == fmt.EVENTS:
-            pid, count = fmt.EVENTS_HEAD.unpack_from(payload, 0)
-            feed(int(np.int32(np.uint32(pid))), payload, count)
+            pid, count = unpack_events(payload, 0)
+            feed(pid - (1 << 32) if pid >= 1 << 31 else pid, payload, count)   # the u32 pid as int32
         elif ctype == fmt.PROCESS:
             raw.processes.append(json.loads(bytes(payload)))
         elif ctype == fmt.NVML:

@@ -264,11 +264,14 @@ def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     if pa is not None and len(pa) and n:
         bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
         skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        order = np.argsort(skey, kind="stable")
-        sk = skey[order]
-        pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
-        ok = sk[pos] == bkey
-        src = order[pos[ok]]
+        if len(skey) == n and (skey == bkey).all() and (n < 2 or (skey[1:] > skey[:-1]).all()):
+            ok, src = np.ones(n, bool), np.arange(n)      # one site per block, in the blocks' order
+        else:
+            order = np.argsort(skey, kind="stable")
+            sk = skey[order]
+            pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
+            ok = sk[pos] == bkey
+            src = order[pos[ok]]
         owner[ok] = pa["owner"].to_numpy(np.int32)[src]
         stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
         caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
