@@ -351,8 +351,15 @@ class _Split:
     tables it keeps come back as numpy arrays over its own buffers (no copy)."""
 
     def __init__(self):
-        from .._core import ffi, lib
+        try:
+            from .._core import ffi, lib
+            lib.pi_split_new      # a _core built before the reader's C pass has none
+        except (ImportError, AttributeError):
+            from ..capture.run import NATIVE, not_built_message
+            from ..errors import PyinterposeError
 
+            raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE),
+                                                                  "_core (cffi extension, with the trace reader)")))
         if records.event_dtype().itemsize != RECORD_SIZE:
             raise TraceError(f"record size {records.event_dtype().itemsize} != {RECORD_SIZE}")
         self.ffi, self.lib = ffi, lib
