@@ -32,8 +32,13 @@ def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame
 def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, Any]:
     from .csv_fast import write_csv_frame
 
-    b = blocks_table(trace, classes)
-    write_csv_frame(b, path)   # the text of b.to_csv(path, index=False), at numpy speed
+    # the text of blocks_table(trace, classes).to_csv(path, index=False), at numpy speed: the
+    # categorical columns (and the classes, as one) are written from their codes, so no string
+    # per row is made (a category's text is its str, a missing value an empty field, as there)
+    b = trace.blocks
+    if classes is not None:
+        b = b.assign(**{"class": pd.Categorical(classes.reindex(b["block_id"].to_numpy()))})
+    write_csv_frame(b, path)
     return {"rows": len(b), "columns": list(b.columns)}
 
 

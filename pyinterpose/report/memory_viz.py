@@ -61,7 +61,7 @@ class _Columns:
     :func:`write_snapshot`."""
 
     def __init__(self, trace: Trace, classes: pd.Series | None):
-        b = _allocator_blocks(trace)
+        b = _allocator_blocks(trace, _COLUMNS)
         self.blocks = b
         self.classes = None
         self.live = np.zeros(0, np.int64)
@@ -88,7 +88,11 @@ class _Columns:
         t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
         is_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(n, bool)])
         r = np.concatenate([rows[freed], rows])
-        order = np.lexsort((is_alloc, t))  # frees (False) before allocs at equal t
+        # frees (False) before allocs at equal t; one int64 key sorts faster than a lexsort
+        if len(t) and -(1 << 61) < int(t.min()) and int(t.max()) < (1 << 61):
+            order = np.argsort(t * 2 + is_alloc, kind="stable")
+        else:
+            order = np.lexsort((is_alloc, t))
         # the events in time order: block row, time, alloc (True) or free
         self.ev_row, self.ev_t, self.ev_alloc = r[order], t[order], is_alloc[order]
         live = np.flatnonzero(~freed)
@@ -155,11 +159,16 @@ def snapshot(trace: Trace, classes: pd.Series | None = None) -> dict[str, Any]:
     return {"segments": segments, "device_traces": device_traces}
 
 
-def _allocator_blocks(trace: Trace) -> pd.DataFrame:
+_COLUMNS = ("block_id", "address", "size", "device", "stream", "freed", "t_alloc", "t_free", "stack_id")
+
+
+def _allocator_blocks(trace: Trace, columns=None) -> pd.DataFrame:
     """The device blocks a PyTorch snapshot would hold: those of the framework's allocator
     (``pyinterpose.analysis.owners.allocator_mask``) when that analysis is present and finds
-    them; else every device block."""
+    them; else every device block.  ``columns``: only those (the ones present) are kept."""
     b = trace.device_blocks
+    if columns is not None:
+        b = b[[c for c in columns if c in b.columns]]
     try:
         from ..analysis.owners import allocator_mask  # type: ignore[import-not-found]
 
