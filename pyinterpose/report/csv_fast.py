@@ -72,9 +72,8 @@ def _column_plan(s: pd.Series):
 _DIGITS4 = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), np.uint8).reshape(10000, 4)
 
 
-def _int_field(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decimal text of each value, right-aligned in a byte matrix, and its length."""
-    m = len(v)
+def _int_plan(v: np.ndarray):
+    """|v| as uint64, the negative rows (or None), the digit count of the largest and the field width."""
     if v.dtype.kind == "u":
         neg = None
         a = v.astype(np.uint64)
@@ -86,23 +85,26 @@ def _int_field(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             a[neg] = ~a[neg] + np.uint64(1)      # |v| without overflow at INT64_MIN
         else:
             neg = None
-    top = int(a.max()) if m else 0
+    top = int(a.max()) if len(a) else 0
     nd = max(1, len(str(top)))
+    return a, neg, nd, (nd + 3) // 4 * 4 + (neg is not None)
+
+
+def _int_field(a: np.ndarray, neg, nd: int, out: np.ndarray) -> np.ndarray:
+    """Write the decimal text of each value right-aligned into ``out`` (rows x width); its length."""
+    w = out.shape[1]
     groups = (nd + 3) // 4
-    w = groups * 4 + (neg is not None)
-    mat = np.empty((m, w), np.uint8)
-    x = a.copy()
+    x = a.copy() if groups > 1 else a
     for g in range(groups):             # four digits per division
-        r = (x % np.uint64(10000)).astype(np.intp)
-        mat[:, w - 4 * (g + 1):w - 4 * g] = _DIGITS4[r]
+        out[:, w - 4 * (g + 1):w - 4 * g] = _DIGITS4[(x % np.uint64(10000)).astype(np.intp)]
         if g < groups - 1:
             x //= np.uint64(10000)
     length = np.maximum(np.searchsorted(_POW10_ARR, a, side="right"), 1)   # digits: count of 10**k <= a
     if neg is not None:
         rows = np.flatnonzero(neg)
-        mat[rows, w - 1 - length[rows]] = ord("-")
+        out[rows, w - 1 - length[rows]] = ord("-")
         length = length + neg
-    return mat, length
+    return length
 
 
 _KEEP: dict[tuple[int, bool], np.ndarray] = {}
@@ -119,24 +121,28 @@ def _keep_table(w: int, right: bool) -> np.ndarray:
 
 
 def _format_rows(plans, r0: int, r1: int) -> bytes:
-    """The CSV text of rows [r0, r1)."""
+    """The CSV text of rows [r0, r1): every field written in place into one byte matrix (a row
+    per row), a mask of the bytes each field's text takes, one boolean selection."""
     m = r1 - r0
-    fields = []
+    cols = []
     for p in plans:
         if p[0] == "int":
-            mat, length = _int_field(p[1][r0:r1])
-            fields.append((mat, length, True))
+            a, neg, nd, w = _int_plan(p[1][r0:r1])
+            cols.append((w, True, (a, neg, nd)))
         else:
-            codes, tab = p[1][r0:r1], p[2]
-            fields.append((tab.mat[codes], tab.len[codes], False))
-    ncol = len(fields)
-    W = sum(mat.shape[1] for mat, _, _ in fields) + ncol
+            cols.append((p[2].width, False, p))
+    ncol = len(cols)
+    W = sum(w for w, _, _ in cols) + ncol
     M = np.empty((m, W), np.uint8)
     K = np.empty((m, W), bool)
     off = 0
-    for j, (mat, length, right) in enumerate(fields):
-        w = mat.shape[1]
-        M[:, off:off + w] = mat
+    for j, (w, right, arg) in enumerate(cols):
+        if right:
+            length = _int_field(*arg, out=M[:, off:off + w])
+        else:
+            codes, tab = arg[1][r0:r1], arg[2]
+            M[:, off:off + w] = tab.mat[codes]
+            length = tab.len[codes]
         K[:, off:off + w] = _keep_table(w, right)[length]
         off += w
         M[:, off] = ord(",") if j < ncol - 1 else ord("\n")
