@@ -54,6 +54,7 @@ MODES = ("no-overhead", "budget")
 MIN_SIZE = 1 << 20
 SWAP_INTERVAL_KIND = "between"   # access -> access intervals of access_intervals()
 
+BLOCK_COLUMNS = ["block_id", "size", "t_alloc", "t_free", "freed", "counts_device"]   # what prepare reads
 SCHEDULE_COLUMNS = ["block_id", "size", "iteration", "prev_access", "out_start", "out_end", "free_t",
                     "realloc_t", "in_start", "in_end", "next_access", "stall"]
 
@@ -226,7 +227,7 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
         "start_t": iv_start[keep],
         "end_t": iv_end[keep],
         "iteration": lab[keep],
-    })
+    }, copy=False)
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
     c["ati_ns"] = end - start
     size = size_i.astype(np.float64)
@@ -259,12 +260,15 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
         raise PyinterposeError("the trace has no allocations: nothing to swap")
-    blocks = trace.blocks[trace.blocks["pid"].to_numpy() == pid]
+    tb = trace.blocks
+    mine = tb["pid"].to_numpy() == pid
+    # only the columns prepare_tables reads, selected without copying the whole table
+    blocks = pd.DataFrame({k: tb[k].to_numpy()[mine] for k in BLOCK_COLUMNS if k in tb}, copy=False)
     if len(blocks) == 0:
         raise PyinterposeError(f"process {pid} has no allocations in this trace")
     iv = access_intervals(trace, pid=pid)
     between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
-    iv = pd.DataFrame({k: iv[k].to_numpy()[between] for k in ("block_id", "size", "start_t", "end_t")})
+    iv = pd.DataFrame({k: iv[k].to_numpy()[between] for k in ("block_id", "size", "start_t", "end_t")}, copy=False)
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
     p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=trace.end_ns, iteration=lab)
     p.pid = pid
