@@ -318,8 +318,19 @@
     };
     return new uPlot(opts, fr.data, this.mainEl);
   };
+  Timeline.prototype.itersInView = function () {
+    /* how many iteration boundaries fall inside the view */
+    var it = this.p.iters;
+    return lastAtOrBefore(it, this.range[1] + 0.5) - lastAtOrBefore(it, this.range[0] + 0.5);
+  };
+  Timeline.prototype.itersShown = function (u) {
+    /* bands and ticks only while each iteration is at least 4 pixels wide: denser, they would
+       be a solid bar (zoom in to see them) */
+    return this.itersInView() <= u.bbox.width / (window.devicePixelRatio || 1) / 4;
+  };
   Timeline.prototype.drawBands = function (u) {
     /* alternate iterations as shaded bands, under the data */
+    if (!this.itersShown(u)) return;
     var it = this.p.iters, ctx = u.ctx, x0 = this.range[0], x1 = this.range[1], j, drawn = 0;
     var top = u.bbox.top, h = u.bbox.height, left = u.bbox.left, right = left + u.bbox.width;
     ctx.save();
@@ -334,6 +345,7 @@
   };
   Timeline.prototype.drawTicks = function (u) {
     /* a boundary tick just above the plot area for each iteration: never over the data */
+    if (!this.itersShown(u)) return;
     var it = this.p.iters, ctx = u.ctx, x0 = this.range[0], x1 = this.range[1], j, drawn = 0;
     var top = u.bbox.top, pr = window.devicePixelRatio || 1;
     ctx.save();
@@ -373,9 +385,11 @@
     this.frameData = fr.data;
     this.stackSeries = fr.m.K;
     var span = Math.max(1, x1 - x0);
+    var nit = this.itersInView(), dense = this.u ? !this.itersShown(this.u) : nit > 250;
     this.infoEl.textContent = fmtInt(Math.min(this.model.n, span + 1)) + ' of ' + fmtInt(this.model.n) +
       ' events in view \u00b7 ' + (fr.lod.exact ? 'every event drawn' : fmtInt(fr.lod.x.length) +
-      ' points (each bin keeps its peak)');
+      ' points (each bin keeps its peak)') + (this.p.iters.length >= 2 ? ' \u00b7 ' + fmtInt(Math.max(0, nit)) +
+      ' iteration boundaries in view' + (dense ? ' (too dense to mark: zoom in)' : '') : '');
     this.root.setAttribute('data-range', Math.round(x0) + ',' + Math.round(x1));
     this.root.setAttribute('data-points', String(fr.lod.x.length));
     this.hideHover();
