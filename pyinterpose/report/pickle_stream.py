@@ -264,14 +264,22 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
         code = k * 4 + start * 2 + end
         M = tmpl[code]
         for s, (t, holes) in enumerate(lay):
-            rows = np.flatnonzero(k == s) if len(shapes) > 1 else slice(None)
-            for off, name, w in holes:
-                col = np.ascontiguousarray(columns[name][c0:c1], dtype="<i8")
-                cb = col.view(np.uint8).reshape(m, 8)
-                if isinstance(rows, slice):
-                    M[:, 1 + off:1 + off + w] = cb[:, :w]
-                else:
-                    M[rows, 1 + off:1 + off + w] = cb[rows, :w]
+            if len(shapes) > 1:
+                rows = np.flatnonzero(k == s)
+                if len(rows) == 0:
+                    continue
+                # this shape's rows as a dense matrix: holes filled by strided copies of the
+                # gathered columns, then the rows put back in one scatter
+                L = 2 + len(t)
+                sub = M[rows, :L]
+                for off, name, w in holes:
+                    col = np.ascontiguousarray(columns[name][c0:c1][rows], dtype="<i8")
+                    sub[:, 1 + off:1 + off + w] = col.view(np.uint8).reshape(len(rows), 8)[:, :w]
+                M[rows, :L] = sub
+            else:
+                for off, name, w in holes:
+                    col = np.ascontiguousarray(columns[name][c0:c1], dtype="<i8")
+                    M[:, 1 + off:1 + off + w] = col.view(np.uint8).reshape(m, 8)[:, :w]
         return M[mask[code]].tobytes()
 
     for text in in_order(build, range(0, n, chunk), threads):
