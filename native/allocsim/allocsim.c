@@ -465,12 +465,28 @@ static void result_init(pi_as_result *out)
     out->oom_at = -1;
 }
 
+/* the reserved curve after a stop at request ``from`` (< n): that request keeps the
+ * most reserved while it was tried, the unplayed ones what stays reserved */
+static void fill_after(int64_t *reserved_after, int64_t from, int64_t n, int64_t step_peak, int64_t v)
+{
+    if (reserved_after && from < n) {
+        reserved_after[from] = step_peak > v ? step_peak : v;
+        for (int64_t k = from + 1; k < n; k++)
+            reserved_after[k] = v;
+    }
+}
+/* the for-loop step that records the most bytes reserved during request i (the heap
+ * ``H``'s step_peak, then restarted at what stays reserved); runs after ``continue``
+ * too, not after ``break`` */
+#define REC_STEP(H) (reserved_after ? (void)(reserved_after[i] = (H).step_peak) : (void)0), \
+                    (H).step_peak = (H).reserved, i++
+
 /* ------------------------------------------------------------------ cudaMalloc */
 
 /* _simulate_cudamalloc: prefix sums of the rounded sizes (numpy's wrapping int64
  * arithmetic, hence unsigned sums) */
 int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, int64_t capacity,
-                     pi_as_result *out)
+                     int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
     uint64_t live = 0, raw = 0;
@@ -502,6 +518,8 @@ int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, in
         }
         if (oom < 0)
             peak_before = peak;
+        if (reserved_after)
+            reserved_after[i] = oom < 0 ? (int64_t)live : i ? reserved_after[i - 1] : 0;
     }
     if (n == 0)
         peak = peak_raw = 0;
@@ -526,6 +544,7 @@ typedef struct {
     int32_t nkeys;
     int64_t capacity;     /* < 0: none */
     int64_t reserved, peak_reserved, allocated, peak_allocated, backing, next_addr;
+    int64_t step_peak;   /* most reserved during the current request (the reserved curve) */
     int64_t *seg_size;    /* classic segments by id (= backing count at creation); -1 released */
     int32_t *seg_first;
     int64_t seg_cap;
@@ -607,6 +626,8 @@ static int32_t h_new_segment(heap_t *h, int32_t key, int64_t size)
     h->reserved += size;
     if (h->reserved > h->peak_reserved)
         h->peak_reserved = h->reserved;
+    if (h->reserved > h->step_peak)
+        h->step_peak = h->reserved;
     h_insert(h, b);
     return b;
 }
@@ -750,7 +771,8 @@ static int pt_release_available(heap_t *h, int32_t key, int64_t rs, int64_t mss,
 
 static int pt_classic(int64_t n, const uint8_t *is_alloc, const int64_t *size, prep_t *p,
                       int64_t capacity, int64_t max_split_size, const int64_t *divs,
-                      int64_t mnsr, int64_t large_segment_size, pi_as_result *out)
+                      int64_t mnsr, int64_t large_segment_size, int64_t *reserved_after,
+                      pi_as_result *out)
 {
     heap_t hh, *h = &hh;
     vec_t tmp = {0};
@@ -760,8 +782,9 @@ static int pt_classic(int64_t n, const uint8_t *is_alloc, const int64_t *size, p
     }
     arena_t *A = HA;
     int64_t mss = max_split_size ? max_split_size : INT64_C(1) << 62;
-    int64_t oom = -1;
-    for (int64_t i = 0; i < n && !A->err; i++) {
+    int64_t oom = -1, i = 0;
+    h->step_peak = h->reserved;
+    for (; i < n && !A->err; REC_STEP(*h)) {
         if (!is_alloc[i]) {
             h_release(h, p->slot[i]);
             continue;
@@ -798,6 +821,7 @@ static int pt_classic(int64_t n, const uint8_t *is_alloc, const int64_t *size, p
         h_take(h, b, rs, split, p->slot[i], 1);
     }
     int err = A->err;
+    fill_after(reserved_after, i, n, h->step_peak, h->reserved);
     out->peak_reserved = h->peak_reserved;
     out->backing = h->backing;
     out->peak_allocated = h->peak_allocated;
@@ -975,6 +999,8 @@ static int32_t e_map_block(exp_t *e, int32_t u, int64_t size)
     e->h.reserved += mapped;
     if (e->h.reserved > e->h.peak_reserved)
         e->h.peak_reserved = e->h.reserved;
+    if (e->h.reserved > e->h.step_peak)
+        e->h.step_peak = e->h.reserved;
     e->pages_mapped += npg;
     e->segment_maps++;
     e_rm_u(e, u);
@@ -1119,7 +1145,7 @@ static void e_release(exp_t *e, int64_t slot)
 static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size, prep_t *p,
                          int streams_signed, int64_t capacity, int64_t max_split_size,
                          const int64_t *divs, int64_t mnsr, int64_t large_segment_size,
-                         pi_as_result *out)
+                         int64_t *reserved_after, pi_as_result *out)
 {
     exp_t ee, *e = &ee;
     memset(e, 0, sizeof(*e));
@@ -1184,8 +1210,9 @@ static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size
     e->large_page = large_segment_size;
     arena_t *A = &e->h.A;
     int64_t mss = max_split_size ? max_split_size : INT64_C(1) << 62;
-    int64_t oom = -1;
-    for (int64_t i = 0; i < n && !A->err; i++) {
+    int64_t oom = -1, i = 0;
+    e->h.step_peak = e->h.reserved;
+    for (; i < n && !A->err; REC_STEP(e->h)) {
         if (!is_alloc[i]) {
             e_release(e, p->slot[i]);
             continue;
@@ -1212,6 +1239,7 @@ static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size
         e_take(e, b, rs, p->slot[i]);
     }
     int err = A->err;
+    fill_after(reserved_after, i, n, e->h.step_peak, e->h.reserved);
     out->peak_reserved = e->h.peak_reserved;
     out->backing = e->pages_mapped;
     out->peak_allocated = e->h.peak_allocated;
@@ -1233,7 +1261,8 @@ static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size
 int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
                   const uint64_t *stream, int streams_signed, int64_t capacity,
                   int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
-                  int64_t large_segment_size, int expandable_segments, pi_as_result *out)
+                  int64_t large_segment_size, int expandable_segments,
+                  int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
     if (check_sizes(n, size) < 0 || capacity > MAX_BYTES || max_split_size < 0 ||
@@ -1248,10 +1277,10 @@ int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const 
     if (rc == 0) {
         if (expandable_segments)
             rc = pt_expandable(n, is_alloc, size, &p, streams_signed, capacity, max_split_size, divisions,
-                               max_non_split_rounding, large_segment_size, out);
+                               max_non_split_rounding, large_segment_size, reserved_after, out);
         else
             rc = pt_classic(n, is_alloc, size, &p, capacity, max_split_size, divisions,
-                            max_non_split_rounding, large_segment_size, out);
+                            max_non_split_rounding, large_segment_size, reserved_after, out);
     }
     prep_free(&p);
     return rc;
@@ -1261,7 +1290,7 @@ int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const 
 
 int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
               int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
-              pi_as_result *out)
+              int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
     if (check_sizes(n, size) < 0 || capacity > MAX_BYTES)
@@ -1281,8 +1310,9 @@ int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int6
     int64_t region = 2 * MiB;
     if (!allow_growth)
         h_new_segment(h, 0, capacity / 256 * 256);
-    int64_t oom = -1;
-    for (int64_t i = 0; i < n && !A->err; i++) {
+    int64_t oom = -1, i = 0;
+    h->step_peak = h->reserved;
+    for (; i < n && !A->err; REC_STEP(*h)) {
         if (!is_alloc[i]) {
             h_release(h, p.slot[i]);
             continue;
@@ -1322,6 +1352,7 @@ int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int6
         h_take(h, b, rs, split, p.slot[i], 1);
     }
     int err = A->err;
+    fill_after(reserved_after, i, n, h->step_peak, h->reserved);
     out->peak_reserved = h->peak_reserved;
     out->backing = h->backing;
     out->peak_allocated = h->peak_allocated;
@@ -1452,7 +1483,7 @@ static int32_t cn_steal(cn_t *c, int32_t key, int64_t rs)
 
 int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
                 const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
-                int steal, pi_as_result *out)
+                int steal, int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
     if (check_sizes(n, size) < 0 || capacity > MAX_BYTES || initial_bytes < 0 || initial_bytes > MAX_BYTES)
@@ -1493,8 +1524,9 @@ int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const in
         if (h_new_segment(&c->h, ROOT, round_up(initial_bytes, 512)) < 0 && !A->err)
             A->err = ERR_RANGE;   /* the caller checks the capacity first */
     }
-    int64_t allocated = 0, peak_allocated = 0, oom = -1;
-    for (int64_t i = 0; i < n && !A->err; i++) {
+    int64_t allocated = 0, peak_allocated = 0, oom = -1, i = 0;
+    c->h.step_peak = c->h.reserved;
+    for (; i < n && !A->err; REC_STEP(c->h)) {
         int64_t slot = p.slot[i];
         if (!is_alloc[i]) {
             if (p.live[slot] >= 0) {
@@ -1535,6 +1567,7 @@ int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const in
             peak_allocated = allocated;
     }
     int err = A->err;
+    fill_after(reserved_after, i, n, c->h.step_peak, c->h.reserved);
     out->peak_reserved = c->h.peak_reserved;
     out->backing = c->h.backing;
     out->peak_allocated = peak_allocated;

@@ -14,6 +14,14 @@
  * stays allocated), as the Python dicts do.  Streams are compared by value
  * (unsigned, or signed when streams_signed != 0) where their order matters.
  *
+ * reserved_after: NULL, or n int64 that receive the allocator's reserved curve:
+ * the most bytes reserved from the device while each request was served — the
+ * bytes reserved after it, except where the request grew and then released cached
+ * memory to retry (then the high point within it) — so that its maximum is
+ * peak_reserved.  cudaMalloc: the live rounded bytes.  After an out-of-memory stop
+ * at request k, entry k holds the most reserved while k was tried and k+1..n-1 what
+ * stays reserved.
+ *
  * Every function returns 0, -1 when out of memory, or -2 when the input leaves
  * the range the C model handles exactly (a 64-bit overflow, a broken
  * invariant); the caller then runs the Python reference instead.
@@ -36,25 +44,26 @@ typedef struct {
 /* cudaMalloc per request (below 2 MiB: 512 B rounding; from 2 MiB: whole 2 MiB pages).
  * details[0] = peak requested bytes (unrounded; over the whole stream). */
 int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, int64_t capacity,
-                     pi_as_result *out);
+                     int64_t *reserved_after, pi_as_result *out);
 
 /* PyTorch caching allocator.  max_split_size: 0 = unset; divisions[16]: the
  * roundup_power2_divisions value of each [2^k, 2^(k+1)) MiB interval. */
 int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
                   const uint64_t *stream, int streams_signed, int64_t capacity,
                   int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
-                  int64_t large_segment_size, int expandable_segments, pi_as_result *out);
+                  int64_t large_segment_size, int expandable_segments,
+                  int64_t *reserved_after, pi_as_result *out);
 
 /* TF/XLA BFC allocator. */
 int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
               int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
-              pi_as_result *out);
+              int64_t *reserved_after, pi_as_result *out);
 
 /* NVIDIA CNMeM.  streams: 1 on, 0 off, -1 auto (on when the allocations use
  * more than one stream). */
 int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
                 const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
-                int steal, pi_as_result *out);
+                int steal, int64_t *reserved_after, pi_as_result *out);
 /* END CDEF */
 
 #endif

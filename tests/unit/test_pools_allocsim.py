@@ -92,21 +92,31 @@ def _same(req, allocator, capacity=None, native=True, **opts):
     """The native result (which must exist when ``native``) equals the reference's."""
     arrs = RequestArrays(req)
     c = simulate(arrs, allocator, capacity, **opts)
-    p = simulate(arrs, allocator, capacity, reference=True, **opts)
-    for r in (c, p):
+    cs = simulate(arrs, allocator, capacity, series=True, **opts)
+    p = simulate(arrs, allocator, capacity, reference=True, series=True, **opts)
+    for r in (c, cs, p):
         r.pop("seconds")
-    assert c == p, (allocator, capacity, opts)
+    # the reserved curve: the same from C and from the reference, one value per request,
+    # its maximum is the peak, and asking for it changes nothing else
+    curve, ref_curve = cs.pop("reserved_after"), p.pop("reserved_after")
+    assert (curve.dtype == np.int64 or curve.dtype == object and not native) and len(curve) == len(req)
+    assert np.array_equal(curve, ref_curve), (allocator, capacity, opts, int(np.argmax(curve != ref_curve)))
+    assert int(curve.max(initial=0)) == c["peak_reserved_bytes"], (allocator, capacity, opts)
+    assert allocator == "cudamalloc" or (curve >= 0).all()   # (cudamalloc counts frees of unseen blocks)
+    assert cs == c and c == p, (allocator, capacity, opts)
+    c["reserved_after"] = curve
     if native:
         n = (_cudamalloc_native(arrs, capacity) if allocator == "cudamalloc"
              else _simulate_native(arrs, allocator, capacity, opts))
         assert n is not None, "the native replay declined this input"
-        assert {"details": {}, **n, "allocator": allocator, "options": opts} == c
+        assert {"details": {}, **n, "allocator": allocator, "options": opts} == {k: v for k, v in c.items()
+                                                                                  if k != "reserved_after"}
     return c
 
 
 @pytest.mark.parametrize("allocator,opts", CASES, ids=[f"{a}-{i}" for i, (a, _) in enumerate(CASES)])
 def test_native_replay_equals_the_reference_on_random_streams(allocator, opts):
-    ooms = 0
+    ooms = falls = 0
     for seed in range(24):
         req = random_stream(seed * 31 + len(allocator))
         peak = _peak_live(req)
@@ -114,7 +124,10 @@ def test_native_replay_equals_the_reference_on_random_streams(allocator, opts):
         for capacity in (None, int(peak * rng.uniform(0.8, 1.1)), int(peak * rng.uniform(1.2, 2.5))):
             r = _same(req, allocator, capacity, **opts)
             ooms += r["oom_at"] is not None
+            falls += bool((np.diff(r["reserved_after"]) < 0).any())
     assert ooms > 0   # the capacity paths (release of cached blocks, OOM, stealing) were exercised
+    if allocator in ("cudamalloc", "pytorch"):
+        assert falls > 0   # the curve is not a running maximum: releases show
 
 
 def test_the_options_reach_the_native_replay():

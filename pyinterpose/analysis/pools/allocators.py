@@ -174,6 +174,7 @@ class _Heap:
         self.free_lists: dict = {}
         self.reserved = 0
         self.peak_reserved = 0
+        self.step_peak = 0   # most reserved during the current request (the reserved curve)
         self.allocated = 0
         self.peak_allocated = 0
         self.backing = 0
@@ -209,6 +210,7 @@ class _Heap:
         self.segments[seg] = [size, key, b]
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self.step_peak = max(self.step_peak, self.reserved)
         self._insert(b)
         return b
 
@@ -492,13 +494,29 @@ def _pytorch_round(size: int, divisions) -> int:
     return _round_up(size, kMinBlockSize)
 
 
+def _recording(ops, series: list | None, h):
+    """``ops``, appending to ``series`` the most bytes ``h`` (a _Heap or _Expandable)
+    reserved during each request the replay finished (a request it stopped at is not
+    recorded: see _simulate_python)."""
+    if series is None:
+        yield from ops
+        return
+    for k, op in enumerate(ops):
+        if k:
+            series.append(h.step_peak)
+        h.step_peak = h.reserved
+        yield op
+    series.append(h.step_peak)
+
+
 def _simulate_pytorch(ops, capacity, max_split_size=None, roundup_power2_divisions=0,
                       max_non_split_rounding=kLargeBuffer, large_segment_size=kLargeBuffer,
-                      expandable_segments=False):
+                      expandable_segments=False, series=None):
     if expandable_segments:
         return _simulate_pytorch_expandable(ops, capacity, max_split_size, roundup_power2_divisions,
-                                            max_non_split_rounding, large_segment_size)
+                                            max_non_split_rounding, large_segment_size, series)
     h = _Heap(capacity)
+    ops = _recording(ops, series, h)
     mss = max_split_size if max_split_size else 1 << 62
     for i, (is_alloc, bid, size, stream) in enumerate(ops):
         if not is_alloc:
@@ -576,7 +594,7 @@ class _Expandable:
         self.large_page = large_segment_size
         self.free: dict = {}      # (pool, stream) -> sorted [(size, addr, block)] of mapped free blocks
         self.unmapped: dict = {}  # (pool, stream) -> sorted [(addr, block)]
-        self.reserved = self.peak_reserved = 0
+        self.reserved = self.peak_reserved = self.step_peak = 0
         self.allocated = self.peak_allocated = 0
         self.pages_mapped = self.pages_unmapped = self.segment_maps = 0
         self.ranges = self.ranges_released = 0
@@ -685,6 +703,7 @@ class _Expandable:
         mapped = n * seg.page
         self.reserved += mapped
         self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self.step_peak = max(self.step_peak, self.reserved)
         self.pages_mapped += n
         self.segment_maps += 1
         self._rm_u(u)
@@ -771,8 +790,9 @@ class _Expandable:
 
 
 def _simulate_pytorch_expandable(ops, capacity, max_split_size, roundup_power2_divisions,
-                                 max_non_split_rounding, large_segment_size):
+                                 max_non_split_rounding, large_segment_size, series=None):
     e = _Expandable(capacity, large_segment_size)
+    ops = _recording(ops, series, e)
     mss = max_split_size if max_split_size else 1 << 62
     oom = None
     for i, (is_alloc, bid, size, stream) in enumerate(ops):
@@ -799,8 +819,9 @@ def _simulate_pytorch_expandable(ops, capacity, max_split_size, roundup_power2_d
     return e, oom
 
 
-def _simulate_bfc(ops, capacity, allow_growth=True, max_internal_fragmentation=128 * MiB):
+def _simulate_bfc(ops, capacity, allow_growth=True, max_internal_fragmentation=128 * MiB, series=None):
     h = _Heap(capacity)
+    ops = _recording(ops, series, h)
     if not allow_growth and capacity is None:
         allow_growth = True
     region = 2 * MiB
@@ -833,7 +854,7 @@ def _simulate_bfc(ops, capacity, allow_growth=True, max_internal_fragmentation=1
 
 # -- CNMeM --------------------------------------------------------------------------------
 
-def _simulate_cnmem(ops, capacity, initial_bytes=0, streams=None, steal=True):
+def _simulate_cnmem(ops, capacity, initial_bytes=0, streams=None, steal=True, series=None):
     """CNMeM with a root manager (key 0) and one child manager per non-NULL stream
     (keys 1, 2, ... in registration order); see the module docstring."""
     ROOT = 0
@@ -843,6 +864,7 @@ def _simulate_cnmem(ops, capacity, initial_bytes=0, streams=None, steal=True):
     if initial_bytes:
         if h.new_segment(ROOT, _round_up(initial_bytes, 512)) is None:
             raise PyinterposeError(f"cnmem: initial_bytes {initial_bytes} exceed the capacity {capacity}")
+    ops = _recording(ops, series, h)
     children: dict = {}   # stream -> key
     lent: dict = {}       # addr -> root block lent to a child (allocated in the root)
     allocated = peak_allocated = 0
@@ -965,7 +987,7 @@ def _round_up_arr(x, m):
     return -(-np.asarray(x, np.int64) // m) * m
 
 
-def _simulate_cudamalloc(is_alloc: np.ndarray, size: np.ndarray, capacity):
+def _simulate_cudamalloc(is_alloc: np.ndarray, size: np.ndarray, capacity, series: bool = False):
     is_alloc = np.asarray(is_alloc, bool)
     size = np.asarray(size, np.int64)
     rounded = cudamalloc_size(size)
@@ -976,7 +998,12 @@ def _simulate_cudamalloc(is_alloc: np.ndarray, size: np.ndarray, capacity):
     if capacity is not None and peak > capacity:
         oom = int(np.argmax(live > capacity))
         peak = int(live[:oom].max()) if oom else 0
-    return {"peak_reserved_bytes": peak, "backing_allocations": int(is_alloc.sum() if oom is None else is_alloc[:oom].sum()),
+    extra = {}
+    if series:
+        extra["reserved_after"] = live.copy()
+        if oom is not None:
+            extra["reserved_after"][oom:] = live[oom - 1] if oom else 0
+    return {**extra, "peak_reserved_bytes": peak, "backing_allocations": int(is_alloc.sum() if oom is None else is_alloc[:oom].sum()),
             "peak_allocated_bytes": peak, "peak_requested_bytes": int(raw.max()) if len(raw) else 0,
             "oom_at": oom}
 
@@ -1088,7 +1115,8 @@ def _lib():
     return ffi, lib
 
 
-def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dict) -> dict | None:
+def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dict,
+                     series: bool = False) -> dict | None:
     """The native replay of one allocator; None when the Python reference must run."""
     ffi, lib = _lib()
     if lib is None or arrs.error is not None:
@@ -1104,6 +1132,8 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
         ps = ffi.cast("int64_t *", arrs.size.ctypes.data)
         pst = ffi.cast("uint64_t *", arrs.stream.ctypes.data)
         details: dict = {}
+        curve = np.empty(n if series else 0, np.int64)
+        pr = ffi.cast("int64_t *", curve.ctypes.data) if series else ffi.NULL
         if allocator == "pytorch":
             mss = options.get("max_split_size")
             mss = _opt_int(mss, "max_split_size") if mss else 0
@@ -1119,7 +1149,7 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
             lss = options.get("large_segment_size", kLargeBuffer)
             expandable = bool(options.get("expandable_segments", False))
             rc = lib.pi_as_pytorch(n, p8, pb, ps, pst, arrs.signed, cap, mss, ffi.new("int64_t[16]", divs),
-                                   mnsr, _opt_int(lss, "large_segment_size"), 1 if expandable else 0, res)
+                                   mnsr, _opt_int(lss, "large_segment_size"), 1 if expandable else 0, pr, res)
             if expandable:
                 d = res.details
                 details = {"segment_maps": int(d[0]), "pages_mapped": int(d[1]), "pages_unmapped": int(d[2]),
@@ -1127,14 +1157,14 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
                            "page_bytes": {"small": kSmallBuffer, "large": lss}}
         elif allocator == "bfc":
             mif = _opt_int(options.get("max_internal_fragmentation", 128 * MiB), "max_internal_fragmentation")
-            rc = lib.pi_as_bfc(n, p8, pb, ps, cap, 1 if options.get("allow_growth", True) else 0, mif, res)
+            rc = lib.pi_as_bfc(n, p8, pb, ps, cap, 1 if options.get("allow_growth", True) else 0, mif, pr, res)
         else:
             init = _opt_int(options.get("initial_bytes", 0), "initial_bytes")
             if init and capacity is not None and _round_up(init, 512) > capacity:
                 return None  # the reference reports it
             streams = options.get("streams")
             rc = lib.pi_as_cnmem(n, p8, pb, ps, pst, cap, init, -1 if streams is None else (1 if streams else 0),
-                                 1 if options.get("steal", True) else 0, res)
+                                 1 if options.get("steal", True) else 0, pr, res)
             if rc == 0:
                 d = res.details
                 details = {"streams": bool(d[0]), "child_managers": int(d[1]), "borrowed": int(d[2]),
@@ -1147,10 +1177,11 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
         return None
     return {"peak_reserved_bytes": int(res.peak_reserved), "backing_allocations": int(res.backing),
             "peak_allocated_bytes": int(res.peak_allocated),
-            "oom_at": None if res.oom_at < 0 else int(res.oom_at), "details": details}
+            "oom_at": None if res.oom_at < 0 else int(res.oom_at), "details": details,
+            **({"reserved_after": curve} if series else {})}
 
 
-def _cudamalloc_native(arrs: RequestArrays, capacity) -> dict | None:
+def _cudamalloc_native(arrs: RequestArrays, capacity, series: bool = False) -> dict | None:
     ffi, lib = _lib()
     if lib is None or arrs.error is not None or not hasattr(lib, "pi_as_cudamalloc"):
         return None
@@ -1159,29 +1190,44 @@ def _cudamalloc_native(arrs: RequestArrays, capacity) -> dict | None:
     except _NotNative:
         return None
     res = ffi.new("pi_as_result *")
+    curve = np.empty(arrs.n if series else 0, np.int64)
     rc = lib.pi_as_cudamalloc(arrs.n, ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data),
-                              ffi.cast("int64_t *", arrs.size.ctypes.data), cap, res)
+                              ffi.cast("int64_t *", arrs.size.ctypes.data), cap,
+                              ffi.cast("int64_t *", curve.ctypes.data) if series else ffi.NULL, res)
     if rc != 0:
         return None
-    return {"peak_reserved_bytes": int(res.peak_reserved), "backing_allocations": int(res.backing),
+    return {**({"reserved_after": curve} if series else {}), "peak_reserved_bytes": int(res.peak_reserved), "backing_allocations": int(res.backing),
             "peak_allocated_bytes": int(res.peak_allocated), "peak_requested_bytes": int(res.details[0]),
             "oom_at": None if res.oom_at < 0 else int(res.oom_at)}
 
 
-def _simulate_python(arrs: RequestArrays, allocator: str, capacity, options: dict) -> dict:
+def _simulate_python(arrs: RequestArrays, allocator: str, capacity, options: dict,
+                     series: bool = False) -> dict:
     """The reference simulators (see the module docstring)."""
     fn = {"pytorch": _simulate_pytorch, "bfc": _simulate_bfc, "cnmem": _simulate_cnmem}[allocator]
+    if "series" in options:
+        raise PyinterposeError(f"{allocator}: bad option (series)")
+    curve: list | None = [] if series else None
     try:
-        h, oom = fn(arrs.ops(), capacity, **options)
+        h, oom = fn(arrs.ops(), capacity, **options, **({"series": curve} if series else {}))
     except TypeError as e:
         raise PyinterposeError(f"{allocator}: bad option ({e})")
-    return {"peak_reserved_bytes": int(h.peak_reserved), "backing_allocations": int(h.backing),
+    extra = {}
+    if series:
+        n = len(arrs.req)
+        if len(curve) < n:   # stopped at request len(curve): its high point, then what stays
+            curve += [max(h.step_peak, h.reserved)] + [h.reserved] * (n - len(curve) - 1)
+        try:
+            extra["reserved_after"] = np.asarray(curve, np.int64)
+        except OverflowError:   # sizes beyond int64 (Python ints)
+            extra["reserved_after"] = np.asarray(curve, object)
+    return {**extra, "peak_reserved_bytes": int(h.peak_reserved), "backing_allocations": int(h.backing),
             "peak_allocated_bytes": int(h.peak_allocated), "oom_at": oom,
             "details": dict(getattr(h, "details", {}) or {})}
 
 
 def simulate(req, allocator: str, capacity: int | None = None, *, reference: bool = False,
-             **options) -> dict:
+             series: bool = False, **options) -> dict:
     """Replay ``req`` (see :func:`pyinterpose.analysis.pools.requests`, or its
     :class:`RequestArrays`) through one allocator.
 
@@ -1192,7 +1238,12 @@ def simulate(req, allocator: str, capacity: int | None = None, *, reference: boo
     :func:`parse_alloc_conf`); ``bfc``: allow_growth, max_internal_fragmentation;
     ``cnmem``: initial_bytes, streams (None = auto), steal.  The replay runs in C
     (native/allocsim); ``reference=True`` runs the Python reference simulators instead
-    (same results, ~50x slower)."""
+    (same results, ~50x slower).  ``series=True`` adds "reserved_after": an int64 array,
+    one per request, of the allocator's reserved curve: the bytes reserved from the device
+    after each request, except where the request grew and then released cached memory to
+    retry (then the high point within it), so that its maximum is peak_reserved_bytes
+    (cudamalloc: the live rounded bytes; after an out-of-memory stop at k, entry k is the
+    high point while k was tried and k+1.. what stays reserved)."""
     if allocator not in ALLOCATORS:
         raise PyinterposeError(f"unknown allocator {allocator!r} (choose from {', '.join(ALLOCATORS)})")
     t0 = time.perf_counter()
@@ -1201,15 +1252,15 @@ def simulate(req, allocator: str, capacity: int | None = None, *, reference: boo
         if options:
             raise PyinterposeError(f"cudamalloc: bad option ({', '.join(options)}): it takes none")
         arrs = arrs if arrs is not None else RequestArrays(req)
-        out = None if reference else _cudamalloc_native(arrs, capacity)
+        out = None if reference else _cudamalloc_native(arrs, capacity, series)
         if out is None:
             out = _simulate_cudamalloc(arrs.req["op"].to_numpy() == "alloc",
-                                       arrs.req["size"].to_numpy(np.int64), capacity)
+                                       arrs.req["size"].to_numpy(np.int64), capacity, series)
         out["details"] = {}
     else:
         arrs = arrs if arrs is not None else RequestArrays(req)
-        out = None if reference else _simulate_native(arrs, allocator, capacity, options)
+        out = None if reference else _simulate_native(arrs, allocator, capacity, options, series)
         if out is None:
-            out = _simulate_python(arrs, allocator, capacity, options)
+            out = _simulate_python(arrs, allocator, capacity, options, series)
     out.update(allocator=allocator, seconds=time.perf_counter() - t0, options=dict(options))
     return out
