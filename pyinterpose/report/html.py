@@ -253,10 +253,13 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     payloads = None
     if timeline.chart_js() is not None and len(b):
         step(0.17, "timeline")
+        rcurve = None if reserved_view else _reserved_curve(trace)
         try:
             payloads = {int(d): timeline.payload(trace, int(d), classes=classes,
-                                                 iterations=it.value if it.ok else None, reserved_view=reserved_view)
+                                                 iterations=it.value if it.ok else None, reserved_view=reserved_view,
+                                                 reserved=rcurve)
                         for d in sorted(b["device"].unique())}
+            del rcurve
         except Exception:  # noqa: BLE001 - the memory section reports the failure itself
             payloads = None
 
@@ -319,8 +322,10 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             peaks = [(d, p["stats"]["peak_bytes"], p["stats"]["peak_t_ns"], p["stats"]["end_bytes"])
                      for d, p in payloads.items() if p is not None]
             for k, p in enumerate(p for p in payloads.values() if p is not None):
+                curve = p.pop("reserved_line", None)
                 if rline is not None and len(payloads) == 1:
-                    p["reserved_line"] = rline
+                    # the curve when it maps onto the events (its maximum is the peak), else flat
+                    p["reserved_line"] = {**rline, **(curve or {})}
                 frags.append(timeline.fragment(p, k))
         else:
             tls = data.memory_timeline(trace, classes=classes)
@@ -332,7 +337,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 s.notes.append(f"interactive timeline not available: {why}; showing a static figure")
             s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
         if rline is not None:
-            s.facts.append(("reserved (dashed line)", f"{fmt_bytes(rline['y'])}: {rline['label']}"))
+            s.facts.append(("reserved (dashed line)", f"peak {fmt_bytes(rline['y'])}: {rline['label']}"))
         if frags:
             s.html.extend(frags)
         for dev, pk, pk_t, end in peaks:
@@ -445,10 +450,25 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
 
 
+def _reserved_curve(trace: Trace) -> dict | None:
+    """In a blocks view, the framework's own allocator replayed on its requests with the
+    bytes reserved after each (see :func:`pyinterpose.analysis.pools.reserved_curve`);
+    None when the framework is unknown or the replay fails (the line is then flat)."""
+    sim = _FRAMEWORK_ALLOCATOR.get(str(framework_of(trace)).lower())
+    if sim is None:
+        return None
+    try:
+        from ..analysis.pools import reserved_curve
+        return reserved_curve(trace, sim)
+    except Exception:  # noqa: BLE001 - the flat line at the pools analysis' peak stays
+        return None
+
+
 def _reserved_line(trace: Trace, pl: analyses.Result) -> dict | None:
     """In a blocks view, what the framework's own allocator would have reserved for these
-    requests: the peak of the pools analysis' replay through its simulator (PyTorch's
-    caching allocator, or BFC for JAX/TensorFlow), drawn as a dashed line."""
+    requests (PyTorch's caching allocator, or BFC for JAX/TensorFlow): ``y`` the peak of
+    the pools analysis' replay; the timeline draws the reserved bytes after each request
+    (its payload's ``x``/``ys``), else a flat dashed line at ``y``."""
     sim = _FRAMEWORK_ALLOCATOR.get(str(framework_of(trace)).lower())
     if not pl.ok or sim is None:
         return None
@@ -456,7 +476,7 @@ def _reserved_line(trace: Trace, pl: analyses.Result) -> dict | None:
         if r.get("strategy") == sim and r.get("peak_bytes"):
             return {"y": int(r["peak_bytes"]),
                     "label": f"reserved by the {'PyTorch caching' if sim == 'pytorch' else 'BFC'} allocator,"
-                             f" simulated on these requests (peak)"}
+                             f" simulated on these requests"}
     return None
 
 

@@ -239,9 +239,12 @@
        then one column per line (NVML, reserved), each a step function carried forward */
     var m = this.model.mode(this.modeName), lod = this.model.lod(m, r0, r1, bins), K = m.K, k, j;
     var lines = this.lines(), xs = lod.x.slice(), L = lines.length;
-    /* the lines' own change points inside the view join the x axis */
+    /* the lines' own change points inside the view join the x axis, unless there are more
+       of them than points for the stacks (then each x keeps the line's peak until the next) */
     lines.forEach(function (ln) {
-      for (var q = 0; q < ln.x.length; q++) if (ln.x[q] > r0 && ln.x[q] < r1) xs.push(ln.x[q]);
+      var q0 = lastAtOrBefore(ln.x, r0) + 1, q1 = lastAtOrBefore(ln.x, r1);
+      if (q1 - q0 + 1 > 2 * bins) return;
+      for (var q = q0; q <= q1; q++) if (ln.x[q] > r0 && ln.x[q] < r1) xs.push(ln.x[q]);
     });
     if (L) { xs.sort(function (u, v) { return u - v; }); }
     var n = xs.length, cum = [], ymax = 0, src = 0;
@@ -255,11 +258,14 @@
     var data = [xs];
     for (k = K - 1; k >= 0; k--) data.push(cum[k]);
     lines.forEach(function (ln) {
-      var col = new Array(n);
+      /* a step line: at each x its value there, or its peak until the next x (level of detail) */
+      var col = new Array(n), q = n ? lastAtOrBefore(ln.x, xs[0]) : -1, nx = ln.x.length;
       for (j = 0; j < n; j++) {
-        var q = lastAtOrBefore(ln.x, xs[j]);
-        col[j] = q < 0 ? null : ln.y[q];
-        if (col[j] !== null && col[j] > ymax) ymax = col[j];
+        while (q + 1 < nx && ln.x[q + 1] <= xs[j]) q++;
+        var v = q < 0 ? null : ln.y[q], end = j + 1 < n ? xs[j + 1] : r1, r = q;
+        while (r + 1 < nx && ln.x[r + 1] < end) { r++; if (v === null || ln.y[r] > v) v = ln.y[r]; }
+        col[j] = v;
+        if (v !== null && v > ymax) ymax = v;
       }
       data.push(col);
     });

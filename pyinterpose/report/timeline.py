@@ -166,8 +166,11 @@ def _sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterations=None,
-            reserved_view: bool = False) -> dict[str, Any] | None:
-    """The JSON-able payload for one device (None when the device has no blocks)."""
+            reserved_view: bool = False, reserved: dict | None = None) -> dict[str, Any] | None:
+    """The JSON-able payload for one device (None when the device has no blocks).
+    ``reserved``: a simulated allocator's reserved curve
+    (:func:`pyinterpose.analysis.pools.reserved_curve`), placed on the event axis as
+    ``reserved_line`` {"x", "ys"}."""
     bl = trace.blocks
     mask = bl["device"].to_numpy() == device
     if "counts_device" in bl:
@@ -287,8 +290,13 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
             x = np.clip(j - 0.5, -0.5, n - 0.5)
             nvml = {"x": [round(float(v), 2) for v in x], "y": g["used_bytes"].astype(np.int64).tolist()}
 
+    extra = {}
+    if reserved is not None:
+        rl = _reserved_steps(b["block_id"].to_numpy(np.int64), a_ev, f_ev, reserved)
+        if rl is not None:
+            extra["reserved_line"] = rl
     start_epoch = trace.meta.get("start_time")
-    return {
+    return {**extra,
         "device": int(device), "events": int(n), "blocks": int(nb), "tq": tq,
         "t0_ns": int(t[0]) if n else 0,
         "start_epoch_s": float(start_epoch) if isinstance(start_epoch, (int, float)) else None,
@@ -300,6 +308,30 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         "initial": initial,
         "stats": stats,
     }
+
+
+def _reserved_steps(block_id: np.ndarray, a_ev: np.ndarray, f_ev: np.ndarray, reserved: dict) -> dict | None:
+    """The reserved curve as a step line on the event axis: each request's value from the
+    event of its block's allocation or free on; only the points where it changes."""
+    v = np.asarray(reserved["bytes"], np.int64)
+    if not len(v):
+        return None
+    keep = np.ones(len(v), bool)
+    keep[1:] = v[1:] != v[:-1]
+    idx = np.flatnonzero(keep)
+    pos = pd.Index(block_id).get_indexer(np.asarray(reserved["block_id"], np.int64)[idx])
+    ok = pos >= 0
+    idx, pos = idx[ok], pos[ok]
+    ev = np.where(np.asarray(reserved["is_alloc"], bool)[idx], a_ev[pos], f_ev[pos])
+    ok = ev >= 0
+    idx, ev = idx[ok], ev[ok]
+    if not len(ev):
+        return None
+    o = np.argsort(ev, kind="stable")
+    ev, val = ev[o], v[idx[o]]
+    last = np.ones(len(ev), bool)      # at one event, the last request's value
+    last[:-1] = ev[1:] != ev[:-1]
+    return {"x": ev[last].tolist(), "ys": val[last].tolist()}
 
 
 def fragment(p: dict[str, Any], idx: int) -> str:

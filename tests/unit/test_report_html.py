@@ -178,12 +178,59 @@ def test_timeline_reserved_line_is_the_framework_allocators_simulated_peak():
                              mem.html[0]).group(1))
     pools = analyses.pools(tr, time_limit=1.0).value
     want = next(r["peak_bytes"] for r in pools["strategies"] if r["strategy"] == "pytorch")
-    assert p["reserved_line"]["y"] == want >= rep.headlines["peak_live_bytes"]
-    assert "PyTorch caching" in p["reserved_line"]["label"]
+    rl = p["reserved_line"]
+    assert rl["y"] == want >= rep.headlines["peak_live_bytes"]
+    assert "PyTorch caching" in rl["label"] and "(peak)" not in rl["label"]
+    # a curve on the event axis, stepping up to the simulated peak (not a flat line)
+    assert len(rl["x"]) == len(rl["ys"]) > 1 and rl["x"] == sorted(set(rl["x"]))
+    assert 0 <= rl["x"][0] and rl["x"][-1] < p["events"]
+    assert max(rl["ys"]) == want and min(rl["ys"]) < want
     # a reserved view has no such line: its stacked area is the reserve itself
     rv = html.build(training_trace(iterations=4, view="reserved"), time_limit=1.0)
     mem = next(s for s in rv.sections if s.id == "memory")
     assert '"reserved_line"' not in mem.html[0]
+
+
+def _events_live(tr, device, mask):
+    """Bytes live after each timeline event of ``device`` (timeline.payload's order: by
+    time, frees first) counting only the blocks in ``mask`` (a bool per trace.blocks row)."""
+    bl = tr.blocks
+    m = bl["counts_device"].to_numpy(bool) & (bl["device"].to_numpy() == device)
+    b = bl[m]
+    sel = np.asarray(mask, bool)[m]
+    fr = b["freed"].to_numpy(bool)
+    t = np.concatenate([b["t_free"].to_numpy(np.int64)[fr], b["t_alloc"].to_numpy(np.int64)])
+    is_alloc = np.concatenate([np.zeros(int(fr.sum()), bool), np.ones(len(b), bool)])
+    size = np.concatenate([b["size"].to_numpy(np.int64)[fr], b["size"].to_numpy(np.int64)])
+    size = size * np.concatenate([sel[fr], sel])
+    o = np.argsort(t * 2 + is_alloc, kind="stable")
+    return np.cumsum(np.where(is_alloc[o], size[o], -size[o]))
+
+
+def test_reserved_curve_on_a_real_trace_peaks_at_pytorchs_own_max_reserved():
+    """torch-cnn-blocks: the simulated caching allocator's curve peaks at what PyTorch's own
+    allocator reported (max_memory_reserved, same program, reserved view), and never drops
+    below the bytes its blocks hold at the same event."""
+    import pyinterpose
+    from conftest import gpu_trace
+    from pyinterpose.analysis.owners import allocator_mask
+    from pyinterpose.analysis.pools import reserved_curve
+    from pyinterpose.report import timeline
+
+    tr = pyinterpose.load(gpu_trace("torch-cnn-blocks.pit"))
+    with open(gpu_trace("torch-cnn-reserved.truth.json")) as f:
+        native = json.load(f)["pytorch_reported"]["max_memory_reserved"]
+    dev = int(tr.device_blocks["device"].iloc[0])
+    p = timeline.payload(tr, dev, reserved=reserved_curve(tr, "pytorch"))
+    x, ys = np.asarray(p["reserved_line"]["x"]), np.asarray(p["reserved_line"]["ys"])
+    assert ys.max() == native and len(ys) > 10
+    live = _events_live(tr, dev, allocator_mask(tr))
+    q = np.searchsorted(x, np.arange(len(live)), side="right") - 1
+    assert (live[q < 0] == 0).all()          # nothing of the allocator is live before the curve starts
+    assert (ys[q[q >= 0]] >= live[q >= 0]).all()
+    # control: counting every device block (cuBLAS' cuMemAlloc workspaces too), the stack rises above it
+    every = _events_live(tr, dev, np.ones(len(tr.blocks), bool))
+    assert (ys[q[q >= 0]] < every[q >= 0]).any()
 
 
 def test_without_the_chart_library_the_timeline_is_a_static_figure_with_the_same_facts(monkeypatch):

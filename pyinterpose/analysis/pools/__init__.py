@@ -65,7 +65,7 @@ STRATEGIES = ALLOCATORS + PLANNERS
 DEFAULT_TIME_LIMIT = 3.0
 
 __all__ = ["requests", "steady_problem", "evaluate", "read_minimalloc_csv", "write_minimalloc_csv",
-           "validate_plan", "load", "plan", "simulate", "STRATEGIES", "ALLOCATORS", "PLANNERS",
+           "validate_plan", "load", "plan", "simulate", "reserved_curve", "STRATEGIES", "ALLOCATORS", "PLANNERS",
            "InvalidPlanError", "components"]
 
 
@@ -231,6 +231,24 @@ def _row(name: str, peak: int, bound: int, seconds: float, bound_name: str) -> d
             "ratio_to_bound": (peak / bound) if bound else None,
             "fragmentation": ((peak - bound) / peak) if peak else 0.0,
             "bound": bound_name, "seconds": round(seconds, 6)}
+
+
+def reserved_curve(trace: Trace, allocator: str, pid: int | None = None) -> dict:
+    """The reserved curve of one simulated allocator on the framework allocator's request
+    stream of ``pid`` (default: the main process), as :func:`evaluate` replays it (the
+    same requests and options, no capacity): {"block_id", "is_alloc", "bytes"}, one entry
+    per request (``bytes``: see ``simulate(..., series=True)``; its maximum is the
+    allocator row's ``peak_bytes``)."""
+    if allocator not in ALLOCATORS:
+        raise PyinterposeError(f"unknown allocator {allocator!r} (choose from {', '.join(ALLOCATORS)})")
+    opts = pytorch_options(trace.meta, None)[0] if allocator == "pytorch" else {}
+    from ..owners import allocator_mask
+    cols = _block_columns(trace, _device_mask(trace, _pid(trace, pid), True, allocator_mask(trace)))
+    rq = _request_columns(cols, times=False)
+    arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
+                                    lambda: _request_frame(_request_columns(cols)))
+    r = simulate(arrs, allocator, series=True, **opts)
+    return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "bytes": r["reserved_after"]}
 
 
 def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
