@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--large", type=A.byte_count(), metavar="BYTES",
                    help="perfetto: allocations of at least BYTES get an instant (default: 1%% of the peak, >= 1 MiB)")
+    p.add_argument("--pid", type=A.count(), help="memory-viz, minimalloc: the process to export (default: the main "
+                                           "process; a snapshot holds one process)")
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     p.set_defaults(func=run)
 
@@ -40,7 +42,7 @@ def run(args) -> int:
     A.check_output(out, args.force)
     trace = load_trace(args.trace, quiet=args.json)
     try:
-        info = export(trace, args.format, out, large=args.large)
+        info = export(trace, args.format, out, large=args.large, pid=args.pid)
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
     if args.json:
@@ -48,5 +50,10 @@ def run(args) -> int:
         return 0
     con = console()
     con.print(f"Wrote {args.format} export to {out}")
+    if info.get("other_processes"):
+        others = info["other_processes"]
+        con.print(f"  process {info['pid']} only: a snapshot holds one process; the trace has device memory in "
+                  f"{len(others)} other process(es) ({', '.join(map(str, others[:8]))}"
+                  f"{', ...' if len(others) > 8 else ''}): export them with --pid")
     con.print("  " + _NEXT[args.format].format(out=out))
     return 0

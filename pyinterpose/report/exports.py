@@ -42,18 +42,53 @@ def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict
     return {"rows": len(b), "columns": list(b.columns)}
 
 
-def write_minimalloc(trace: Trace, path: str) -> dict[str, Any]:
+def write_minimalloc(trace: Trace, path: str, pid: int | None = None) -> dict[str, Any]:
     try:
         from ..analysis.pools import steady_problem, write_minimalloc_csv
     except ImportError as e:
         raise PyinterposeError(f"minimalloc export needs the pools analysis, not available here ({e})")
-    df = steady_problem(trace)
+    df = steady_problem(trace, pid)
     write_minimalloc_csv(df, path)
     return {"buffers": int(len(df))}
 
 
-def export(trace: Trace, fmt: str, path: str, large: int | None = None) -> dict[str, Any]:
-    """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict."""
+def snapshot_process(trace: Trace, pid: int | None = None) -> tuple[Trace, int | None, list[int]]:
+    """The one process a memory-viz snapshot holds: ``(view, pid, other pids with device blocks)``.
+
+    A PyTorch snapshot describes one process's allocator; two processes on one GPU each have
+    their own address space and can hand out the same addresses, which one snapshot cannot
+    tell apart (its replay breaks).  ``pid`` None: the trace's only process with device blocks,
+    else its main process (:attr:`Trace.main_pid`; the one with most device bytes when that
+    has none).  ``view`` is ``trace`` itself when nothing is left out."""
+    b = trace.blocks
+    dev = b["counts_device"].to_numpy(bool)
+    dev_pids = b["pid"].to_numpy()[dev]
+    with_device = sorted(int(p) for p in pd.unique(dev_pids))
+    if pid is not None:
+        if pid not in trace.pids:
+            raise PyinterposeError(f"no process {pid} in the trace (processes: "
+                                   f"{', '.join(str(p) for p in trace.pids) or 'none'})")
+    elif len(with_device) <= 1:
+        return trace, (with_device[0] if with_device else None), []
+    else:
+        pid = trace.main_pid
+        if pid not in with_device:
+            sizes = b.loc[dev].groupby("pid", observed=True)["size"].sum()
+            pid = int(sizes.idxmax())
+    others = [p for p in with_device if p != pid]
+    if not others and (b["pid"].to_numpy() == pid).all():
+        return trace, pid, []
+    import copy
+    view = copy.copy(trace)
+    view.blocks = b[b["pid"].to_numpy() == pid]
+    return view, pid, others
+
+
+def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None) -> dict[str, Any]:
+    """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict.
+
+    ``pid``: memory-viz and minimalloc describe one process (default: see
+    :func:`snapshot_process` and ``steady_problem``); perfetto and csv hold every process."""
     if fmt == "perfetto":
         from .perfetto import write_chrome_trace
 
@@ -64,11 +99,12 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None) -> dict[
     if fmt == "memory-viz":
         from .memory_viz import write_snapshot
 
+        view, pid, others = snapshot_process(trace, pid)
         cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
-        return write_snapshot(trace, path, classes=cl.value)
+        return {**write_snapshot(view, path, classes=cl.value), "pid": pid, "other_processes": others}
     if fmt == "csv":
         cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
         return write_csv(trace, path, classes=cl.value)
     if fmt == "minimalloc":
-        return write_minimalloc(trace, path)
+        return write_minimalloc(trace, path, pid)
     raise PyinterposeError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
