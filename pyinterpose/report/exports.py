@@ -75,13 +75,7 @@ def snapshot_process(trace: Trace, pid: int | None = None) -> tuple[Trace, int |
         if pid not in with_device:
             sizes = b.loc[dev].groupby("pid", observed=True)["size"].sum()
             pid = int(sizes.idxmax())
-    others = [p for p in with_device if p != pid]
-    if not others and (b["pid"].to_numpy() == pid).all():
-        return trace, pid, []
-    import copy
-    view = copy.copy(trace)
-    view.blocks = b[b["pid"].to_numpy() == pid]
-    return view, pid, others
+    return trace.process_view(pid), pid, [p for p in with_device if p != pid]
 
 
 def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None) -> dict[str, Any]:

@@ -206,6 +206,17 @@ class Trace:
             memo[key] = compute()
         return memo[key]
 
+    def process_view(self, pid: int | None) -> "Trace":
+        """This trace restricted to one process's blocks (a shallow copy, with a memo of its
+        own); the trace itself when ``pid`` is None or every block is that process's."""
+        mine = self.blocks["pid"].to_numpy() == pid
+        if pid is None or mine.all():
+            return self
+        import copy
+        view = copy.copy(self)
+        view.blocks = self.blocks[mine]
+        return view
+
     @classmethod
     def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,
                     failures=None, markers=None, processes=None, nvml=None, kernels=None,

@@ -289,7 +289,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     del sizes
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
                                     lambda: _request_frame(_request_columns(cols)))
-    view = _pid_view(trace, pid)
+    view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)
     prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
@@ -342,13 +342,3 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
         "outside_allocator": info["outside"],
         "strategies": out_rows,
     }
-
-
-def _pid_view(trace: Trace, pid: int | None) -> Trace:
-    """``trace`` restricted to one process's blocks (for per-process allocator figures)."""
-    if pid is None or (trace.blocks["pid"] == pid).all():
-        return trace
-    import copy
-    t = copy.copy(trace)
-    t.blocks = trace.blocks[trace.blocks["pid"] == pid]
-    return t
