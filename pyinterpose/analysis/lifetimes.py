@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace, live_bytes_curve
+from ..trace.model import Trace, live_bytes_curve, live_events
 from .iterations import Iterations, find_iterations
 
 CLASSES = ["persistent", "per_iteration", "cross_iteration", "outside", "transient"]
@@ -75,11 +75,23 @@ def classify(trace: Trace, iters: Iterations | None = None, pid: int | None = No
     main process): block_id, pid, size, kind, api, counts_device, t/seq alloc/free, freed,
     life_ns, life_seq, life_events, iter_alloc, iter_free (index of the regular step holding
     the alloc/free, -1 outside), phase (position of the alloc inside its step, 0..1, NaN
-    outside) and ``class`` (see the module docstring)."""
+    outside) and ``class`` (see the module docstring).
+
+    Computed once per trace, process and ``iters`` (kept by ``Trace.derived``): the report,
+    the summary and the access analysis share it, so callers must not modify it in place."""
     if iters is None:
         iters = find_iterations(trace, pid)
     if pid is None:
         pid = iters.pid
+    derived = getattr(trace, "derived", None)
+    if derived is None:
+        return _classify(trace, iters, pid)
+    # the key holds id(iters) and the value holds iters itself, so the id cannot be reused
+    # by another Iterations while this entry lives
+    return derived(("lifetimes.classify", pid, id(iters)), lambda: (iters, _classify(trace, iters, pid)))[1]
+
+
+def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
     cols = ["block_id", "pid", "size", "kind", "api", "counts_device", "t_alloc", "t_free",
             "seq_alloc", "seq_free", "freed"]
     out = trace.blocks[cols]                     # a copy of these columns only
@@ -158,10 +170,11 @@ def live_at(blocks: pd.DataFrame, t: int) -> pd.DataFrame:
     return blocks[(blocks["t_alloc"] <= t) & ((blocks["t_free"] > t) | ~blocks["freed"])]
 
 
-def peak(classes: pd.DataFrame, top: int = 10) -> dict[str, Any]:
-    """Peak live device bytes of the classified blocks and what is live then."""
+def peak(classes: pd.DataFrame, top: int = 10, curve: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+    """Peak live device bytes of the classified blocks and what is live then.  ``curve``: their
+    ``live_bytes_curve`` when the caller has it."""
     dev = classes[classes["counts_device"]]
-    t, live = live_bytes_curve(dev)
+    t, live = live_bytes_curve(dev) if curve is None else curve
     if len(live) == 0:
         return {"bytes": 0, "t": None, "by_class": {}, "top_blocks": [], "blocks": 0}
     i = int(np.argmax(live))
@@ -180,9 +193,11 @@ def peak(classes: pd.DataFrame, top: int = 10) -> dict[str, Any]:
     }
 
 
-def per_iteration_peaks(blocks: pd.DataFrame, boundaries_t: np.ndarray) -> np.ndarray:
-    """Max live bytes inside each [boundaries_t[k], boundaries_t[k+1]) (0 when no event)."""
-    tt, live = live_bytes_curve(blocks)
+def per_iteration_peaks(blocks: pd.DataFrame, boundaries_t: np.ndarray,
+                        curve: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Max live bytes inside each [boundaries_t[k], boundaries_t[k+1]) (0 when no event).
+    ``curve``: ``live_bytes_curve(blocks)`` when the caller has it."""
+    tt, live = live_bytes_curve(blocks) if curve is None else curve
     nk = len(boundaries_t) - 1
     out = np.zeros(max(nk, 0), np.int64)
     if nk <= 0 or len(tt) == 0:
@@ -203,37 +218,59 @@ def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = Non
     if iters is None:
         iters = find_iterations(trace, pid)
     c = classify(trace, iters, pid)
-    dev = c[c["counts_device"]]
+    on = c["counts_device"].to_numpy(bool)
+    size = c["size"].to_numpy(np.int64)[on]
+    life_ns = c["life_ns"].to_numpy(np.int64)[on]
+    life_events = c["life_events"].to_numpy(np.int64)[on]
+    cls = c["class"].cat.codes.to_numpy()[on]
     per_class = {}
-    for name in CLASSES:
-        g = dev[dev["class"] == name]
-        if len(g) == 0:
+    for k, name in enumerate(c["class"].cat.categories):
+        g = cls == k
+        if not g.any():
             continue
         per_class[name] = {
-            "blocks": int(len(g)), "bytes": int(g["size"].sum()),
-            "life_ns": _quantiles(g["life_ns"].to_numpy(np.int64)),
-            "life_events": _quantiles(g["life_events"].to_numpy(np.int64)),
-            "size": _quantiles(g["size"].to_numpy(np.int64)),
+            "blocks": int(g.sum()), "bytes": int(size[g].sum()),
+            "life_ns": _quantiles(life_ns[g]),
+            "life_events": _quantiles(life_events[g]),
+            "size": _quantiles(size[g]),
         }
-    pk = peak(c, top=top)
+    per_class = {name: per_class[name] for name in CLASSES if name in per_class}
+    curve = _live_curve(trace, c)
+    pk = peak(c, top=top, curve=curve)
     steady_peak = None
     if iters.count:
         lo, hi = iters.boundaries[0], iters.boundaries[-1]
-        per_it = per_iteration_peaks(dev, iters.boundaries_t)
+        per_it = per_iteration_peaks(None, iters.boundaries_t, curve=curve)
         steady_peak = {"per_iteration_max": int(max(per_it)), "per_iteration_min": int(min(per_it)),
                        "seq_range": [int(lo), int(hi)]}
+    freed = c["freed"].to_numpy(bool)[on]
     return {
         "pid": iters.pid,
         "iterations": {"source": iters.source, "count": iters.count, "period_allocs": iters.period_allocs},
-        "blocks": int(len(dev)),
-        "bytes_allocated": int(dev["size"].sum()),
-        "never_freed": int((~dev["freed"]).sum()),
+        "blocks": int(on.sum()),
+        "bytes_allocated": int(size.sum()),
+        "never_freed": int((~freed).sum()),
         "classes": per_class,
-        "sizes": {"quantiles": _quantiles(dev["size"].to_numpy(np.int64)),
-                  "histogram": size_histogram(dev["size"].to_numpy(np.int64))},
-        "lifetime_ns": _quantiles(dev["life_ns"].to_numpy(np.int64)),
-        "lifetime_events": _quantiles(dev["life_events"].to_numpy(np.int64)),
+        "sizes": {"quantiles": _quantiles(size),
+                  "histogram": size_histogram(size)},
+        "lifetime_ns": _quantiles(life_ns),
+        "lifetime_events": _quantiles(life_events),
         "peak": pk,
         "steady_peak": steady_peak,
-        "other_blocks": int(len(c) - len(dev)),
+        "other_blocks": int(len(c) - on.sum()),
     }
+
+
+def _live_curve(trace: Trace, classes: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``live_bytes_curve`` of the classified blocks (device blocks of one process), taken from the
+    trace's live events (sorted once per trace) instead of sorting them again."""
+    b = trace.blocks
+    if not len(classes):
+        return live_bytes_curve(classes)
+    pid = classes["pid"].iloc[0]
+    mine = b["pid"].to_numpy() == pid
+    if int((mine & b["counts_device"].to_numpy(bool)).sum()) != int(classes["counts_device"].sum()):
+        return live_bytes_curve(classes)       # not the trace's blocks of one process
+    t, d, r = live_events(trace)
+    keep = mine[r]
+    return t[keep], np.cumsum(d[keep])

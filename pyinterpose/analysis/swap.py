@@ -806,9 +806,7 @@ def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
     shared = [t for t in dict.fromkeys(looping) if looping.count(t) > 1]
     workers = min(2, os.cpu_count() or 1, len(runs))
     if any(k[0] == "vote" for k in keys):
-        for s in ("doa", "aoa"):     # in every vote order: computed once, before the threads
-            _rank(problem, s, 0)
-        _wdoa_points(problem)
+        _prime_votes(problem)
     try:
         if workers <= 1:
             for k in keys:
@@ -824,6 +822,13 @@ def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
     finally:
         for t in shared:
             problem.memo.pop(("packed", t), None)
+
+
+def _prime_votes(problem: SwapProblem) -> None:
+    """What every budget's vote order shares, computed once before threads ask for it."""
+    for s in ("doa", "aoa"):
+        _rank(problem, s, 0)
+    _wdoa_points(problem)
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
@@ -845,11 +850,32 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
         problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
     if budgets is None:
         budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
-    out = []
-    results = _run_all(problem, [(strategy, "budget", int(b)) for b in budgets])
-    for b, r in zip(budgets, results):
-        d = r.as_dict()
-        out.append({"budget": int(b), "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
-                    "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"],
-                    "strategy": strategy})
-    return out
+    budgets = [int(b) for b in budgets]
+    if strategy not in STRATEGIES:
+        raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+
+    def point(b: int) -> dict:
+        # one budget's order, scores and schedule are let go once its point is made (at 10 M
+        # events ~50 MB a budget), except the default budget's, which the other runs share
+        d = run_strategy(problem, strategy, "budget", b).as_dict()
+        if b != problem.default_budget:
+            _forget_budget(problem, b)
+        return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
+                "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"], "strategy": strategy}
+
+    if strategy == "vote":
+        _prime_votes(problem)
+    workers = min(2, os.cpu_count() or 1, len(budgets))
+    if workers <= 1:
+        return [point(b) for b in budgets]
+    with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
+        return list(ex.map(point, budgets))
+
+
+def _forget_budget(problem: SwapProblem, budget: int) -> None:
+    """Drop what ``problem.memo`` keeps for one scoring budget (its orders and WDOA/vote scores)."""
+    m = problem.memo
+    # list(m) copies the keys at once (the other worker thread may add its own meanwhile)
+    for key in [k for k in list(m) if isinstance(k, tuple) and len(k) == 3 and k[0] in ("order", "scores")
+                and k[2] == budget]:
+        m.pop(key, None)

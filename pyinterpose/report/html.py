@@ -400,6 +400,11 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
     _safe(s, lambda: _access_section(s, trace, acc, heads))
     sections.append(s)
+    # the swap problem is the access intervals' last user: prepared now, the intervals (hundreds
+    # of MB at 10 M events) are let go before the schedules run
+    step(0.45, "swap planning")
+    sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
+    trace.forget("access.intervals")
 
     # ---- pools
     step(0.5, "pool strategies")
@@ -416,7 +421,6 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 "Blocks copied to host memory between two accesses and copied back before the next one lower"
                 " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
                 " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
-    sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
     kw = {"problem": sp.value} if sp.ok else {}
     ev = analyses.swap(trace, bandwidth=bandwidth, **kw)
     sw = analyses.swap_pareto(trace, bandwidth=bandwidth, **kw) if ev.ok else ev
@@ -510,7 +514,9 @@ def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict)
     from ..analysis import access as _access
 
     iv = _access.access_intervals(trace, d.get("pid"))
-    iv = iv[iv["counts_device"] & (iv["kind"].astype(str) == "between")]
+    sel = iv["counts_device"].to_numpy(bool) & (iv["kind"].cat.codes.to_numpy()
+                                                == iv["kind"].cat.categories.get_loc("between"))
+    iv = pd.DataFrame({k: iv[k].to_numpy()[sel] for k in ("size", "ati_ns")}, copy=False)  # the two it plots
     bw = None
     if d.get("bandwidth"):
         from ..analysis.bandwidth import Bandwidth

@@ -206,6 +206,12 @@ class Trace:
             memo[key] = compute()
         return memo[key]
 
+    def forget(self, module: str) -> None:
+        """Drop what ``module`` derived from this trace (the keys starting with that name), to
+        give its memory back once no later step needs it; asked again, it is computed again."""
+        for k in [k for k in self._derived if isinstance(k, tuple) and k and k[0] == module]:
+            del self._derived[k]
+
     def process_view(self, pid: int | None) -> "Trace":
         """This trace restricted to one process's blocks (a shallow copy, with a memo of its
         own); the trace itself when ``pid`` is None or every block is that process's."""

@@ -20,7 +20,15 @@ libc.mallinfo.restype = MallInfo
 if sys.argv[1] == "1":
     from pyinterpose.cli import keep_freed_memory
     assert keep_freed_memory()
+elif sys.argv[1] == "thresholds":            # the two thresholds only, without one arena
+    assert libc.mallopt(-3, 1 << 30) == 1 and libc.mallopt(-1, (1 << 31) - 1) == 1
 n = 256 << 20                  # above glibc's largest dynamic mmap threshold (32 MiB)
+if sys.argv[2] == "thread":    # made and freed by a worker thread; mallinfo reads the main arena
+    import threading
+    t = threading.Thread(target=lambda: np.ones(n, np.uint8).sum())
+    t.start(); t.join()
+    print(json.dumps({"heap_free_after": libc.mallinfo().fordblks}))
+    sys.exit(0)
 a = np.ones(n, np.uint8)
 live = libc.mallinfo()
 del a
@@ -29,9 +37,9 @@ print(json.dumps({"mmapped_live": live.hblkhd, "heap_free_after": freed.fordblks
 """
 
 
-def _info(tuned: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CODE, "1" if tuned else "0"], capture_output=True, text=True,
-                         check=True)
+def _info(tuned, where: str = "main") -> dict:
+    mode = tuned if isinstance(tuned, str) else ("1" if tuned else "0")
+    out = subprocess.run([sys.executable, "-c", CODE, mode, where], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -43,3 +51,13 @@ def test_large_arrays_come_from_the_heap_and_stay_there_when_freed():
     assert untuned["mmapped_live"] >= n and untuned["heap_free_after"] < n // 2
     # tuned: served from the heap, and its bytes are still there (free) for the next array
     assert tuned["mmapped_live"] < n // 2 and tuned["heap_free_after"] >= n
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")
+def test_memory_a_worker_thread_frees_stays_for_the_main_thread():
+    n = 256 << 20
+    # control: with the thresholds alone, a thread's large array lives in an arena of its own
+    # (mapped and unmapped again): none of it is left in the main heap
+    assert _info("thresholds", "thread")["heap_free_after"] < n // 2
+    # one arena: the thread's array came from the main heap and stays there once freed
+    assert _info(True, "thread")["heap_free_after"] >= n
