@@ -14,6 +14,7 @@ import datetime as _dt
 import html as _html
 import math
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -243,7 +244,23 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
     step(0.05, "iterations")
     it = analyses.iterations(trace)
-    step(0.15, "lifetimes")
+
+    # ---- the access analysis and the swap problem first: the access intervals they share
+    # (hundreds of MB at 10 M events) are let go before anything else is built. The swap
+    # schedules then run on a worker thread (the C scheduler releases the GIL) while this
+    # thread builds the other sections; their section is written when it comes to it.
+    step(0.1, "access intervals")
+    acc_s = Section("access", "Access time intervals (ATI)",
+                    "The time between consecutive uses of a block by kernels or copies. An interval can hide a"
+                    " swap to host memory only if it is longer than the bandwidth filter: size/BW(d2h) +"
+                    " size/BW(h2d) + latency. Intervals right of the red line are swap opportunities.")
+    acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
+    _safe(acc_s, lambda: _access_section(acc_s, trace, acc, heads))
+    step(0.2, "swap planning")
+    sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
+    trace.forget("access.intervals")
+    swap_job = _in_background(lambda: _swap_results(trace, bandwidth, sp))
+    step(0.3, "lifetimes")
     cls = analyses.block_classes(trace, iters=it.value)
     classes = cls.value
     life = analyses.lifetimes_summary(trace, iters=it.value)
@@ -252,7 +269,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     # the static figure instead); a single device's peak comes with it
     payloads = None
     if timeline.chart_js() is not None and len(b):
-        step(0.17, "timeline")
+        step(0.35, "timeline")
         rcurve = None if reserved_view else _reserved_curve(trace)
         try:
             payloads = {int(d): timeline.payload(trace, int(d), classes=classes,
@@ -288,7 +305,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                  duration_ns=int(trace.duration_ns))
 
     sections: list[Section] = []
-    step(0.2, "pool strategies")
+    step(0.45, "pool strategies")
     pl = analyses.pools(trace, strategies=strategies, time_limit=time_limit)
 
     # ---- memory over time
@@ -391,20 +408,8 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     _safe(s, _sizes)
     sections.append(s)
 
-    # ---- access / ATI
-    step(0.3, "access intervals")
-    s = Section("access", "Access time intervals (ATI)",
-                "The time between consecutive uses of a block by kernels or copies. An interval can hide a swap"
-                " to host memory only if it is longer than the bandwidth filter: size/BW(d2h) + size/BW(h2d) +"
-                " latency. Intervals right of the red line are swap opportunities.")
-    acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
-    _safe(s, lambda: _access_section(s, trace, acc, heads))
-    sections.append(s)
-    # the swap problem is the access intervals' last user: prepared now, the intervals (hundreds
-    # of MB at 10 M events) are let go before the schedules run
-    step(0.45, "swap planning")
-    sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
-    trace.forget("access.intervals")
+    # ---- access / ATI (analysed first, above)
+    sections.append(acc_s)
 
     # ---- pools
     step(0.5, "pool strategies")
@@ -416,14 +421,12 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     sections.append(s)
 
     # ---- swap
-    step(0.75, "swap planning")
+    step(0.75, "swap schedules")
     s = Section("swap", "Host-swap potential (Pareto curve)",
                 "Blocks copied to host memory between two accesses and copied back before the next one lower"
                 " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
                 " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
-    kw = {"problem": sp.value} if sp.ok else {}
-    ev = analyses.swap(trace, bandwidth=bandwidth, **kw)
-    sw = analyses.swap_pareto(trace, bandwidth=bandwidth, **kw) if ev.ok else ev
+    ev, sw = swap_job.result()
     _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.end_ns)))
     sections.append(s)
 
@@ -452,6 +455,23 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
+
+
+def _swap_results(trace: Trace, bandwidth, sp: analyses.Result) -> tuple[analyses.Result, analyses.Result]:
+    """The swap evaluation (every strategy, both modes) and the Pareto sweep, on one prepared problem."""
+    kw = {"problem": sp.value} if sp.ok else {}
+    ev = analyses.swap(trace, bandwidth=bandwidth, **kw)
+    sw = analyses.swap_pareto(trace, bandwidth=bandwidth, **kw) if ev.ok else ev
+    return ev, sw
+
+
+def _in_background(fn: Callable[[], Any]) -> Future:
+    """``fn()`` on a worker thread; ``.result()`` waits for it."""
+    ex = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-report")
+    try:
+        return ex.submit(fn)
+    finally:
+        ex.shutdown(wait=False)      # the submitted call still runs; no thread is left behind
 
 
 def _reserved_curve(trace: Trace) -> dict | None:

@@ -85,3 +85,50 @@ def test_a_shallow_copy_has_its_own_memo():
     view.blocks = tr.blocks.iloc[:9].reset_index(drop=True)
     assert find_iterations(view) is not it
     assert find_iterations(tr) is it            # the original's memo was left alone
+
+
+def test_forget_drops_one_module_only():
+    tr = _loop_trace()
+    calls = []
+    tr.derived(("access.intervals", 1), lambda: calls.append("iv") or "iv")
+    it = find_iterations(tr)
+    tr.forget("access.intervals")
+    assert find_iterations(tr) is it                      # another module's result is kept
+    assert tr.derived(("access.intervals", 1), lambda: calls.append("iv") or "iv2") == "iv2"
+    assert calls == ["iv", "iv"]                          # computed again once asked again
+
+
+def test_classify_is_shared_per_iterations():
+    from pyinterpose.analysis.lifetimes import classify, summary
+
+    tr = _loop_trace()
+    it = find_iterations(tr)
+    c = classify(tr, it)
+    assert classify(tr, it) is c and classify(tr) is c     # the report, summary and access share it
+    other = find_iterations(tr, min_steps=4)
+    assert other is not it and classify(tr, other) is not c
+    # and it is what a fresh trace computes
+    fresh = _loop_trace()
+    pd.testing.assert_frame_equal(classify(fresh, find_iterations(fresh)), c)
+    assert summary(tr, it) == summary(fresh, find_iterations(fresh))
+
+
+def test_summary_curve_from_the_live_events_equals_the_sorted_one():
+    """lifetimes.summary takes the process's curve from the trace's live events: its peak and
+    per-iteration peaks equal those of the blocks' own sorted curve, per process, host blocks mixed in."""
+    from pyinterpose.analysis.lifetimes import _live_curve, classify
+
+    rng = np.random.default_rng(5)
+    n = 400
+    ta = np.sort(rng.integers(0, 5000, n))
+    tr = Trace.from_tables(blocks=pd.DataFrame({
+        "pid": rng.integers(1, 3, n), "size": rng.integers(1, 1 << 20, n), "t_alloc": ta,
+        "t_free": ta + rng.integers(0, 900, n), "seq_alloc": np.arange(n) * 2, "seq_free": np.arange(n) * 2 + 7,
+        "kind": rng.choice(["device", "host"], n, p=[0.8, 0.2]), "api": "cudaMalloc",
+        "freed": rng.random(n) < 0.9}))
+    for pid in (1, 2):
+        it = find_iterations(tr, pid)
+        c = classify(tr, it, pid)
+        t1, l1 = _live_curve(tr, c)
+        t2, l2 = live_bytes_curve(c)
+        assert len(t1) == len(t2) and (t1 == t2).all() and (l1 == l2).all()
