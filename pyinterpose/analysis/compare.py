@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..trace.model import Trace, peak_live_bytes
+from ..trace.model import Trace, peak_live_bytes_of
 
 SMALL = 1 << 20
 KNOWN_FRAMEWORKS = ("torch", "jax", "tensorflow", "tf", "cupy")
@@ -116,7 +116,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     view = str(trace.meta.get("view", "unknown"))
     from .owners import allocator_info, bytes_by_owner
 
-    peak = peak_live_bytes(trace.blocks)
+    peak = peak_live_bytes_of(trace)     # over the trace's live events, shared with the access analysis
     nv = trace.nvml
     info = allocator_info(trace)
     fw = info["framework"]
