@@ -411,7 +411,22 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     if "tie_order" not in m:
         m["tie_order"] = np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy()))
     base = m["tie_order"]
-    by_score = base[np.argsort(-s[base], kind="stable")]
+    neg = -s[base]
+    n = len(base)
+    if n and np.isfinite(neg).all():
+        lo, hi = float(neg.min()), float(neg.max())
+        span = hi - lo + 1.0
+        if 2.0 * span * n < 2.0 ** 62 and (neg == np.rint(neg)).all():
+            # whole-number scores in a small range (the vote's rank sums): (not straddling, score,
+            # place in the tie order) packed into one distinct int64 key, and one unstable sort
+            # (faster than the stable float sort) gives the same order
+            strad = c["straddles_peak"].to_numpy(bool)[base]
+            key = (neg - lo).astype(np.int64)
+            key += (~strad).astype(np.int64) * int(span)
+            key *= n
+            key += np.arange(n, dtype=np.int64)
+            return base[np.argsort(key)]
+    by_score = base[np.argsort(neg, kind="stable")]
     strad = c["straddles_peak"].to_numpy(bool)[by_score]
     return np.concatenate([by_score[strad], by_score[~strad]])
 
