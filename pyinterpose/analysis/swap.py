@@ -668,11 +668,13 @@ def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | Non
     p: list[str] = []
     if len(sched) == 0:
         return p
-    s = sched.reset_index(drop=True)
+    s = {k: sched[k].to_numpy() for k in ("block_id", "prev_access", "out_start", "out_end", "in_start", "in_end",
+                                          "free_t", "realloc_t", "next_access", "stall", "size")}
+    bid = s["block_id"]
 
     def bad(mask, msg):
         for i in np.flatnonzero(np.asarray(mask)):
-            p.append(f"swap {i} (block {int(s.at[i, 'block_id'])}): {msg}")
+            p.append(f"swap {i} (block {int(bid[i])}): {msg}")
 
     bad(s["out_start"] < s["prev_access"] - tol_ns, "swap-out starts before the previous access")
     bad(s["out_end"] < s["out_start"], "swap-out ends before it starts")
@@ -688,7 +690,7 @@ def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | Non
     bad(late_in + early_free > s["stall"] + tol_ns, "block used or freed while in transfer, stall not counted")
     bad(s["stall"] < -tol_ns, "negative stall")
     if bandwidth is not None:
-        size = s["size"].to_numpy(np.float64)
+        size = s["size"].astype(np.float64)
         want_out = bandwidth.d2h_seconds(size) * 1e9
         want_in = bandwidth.h2d_seconds(size) * 1e9
         bad(np.abs((s["out_end"] - s["out_start"]) - want_out) > tol_ns + 1e-9 * want_out,
@@ -696,15 +698,15 @@ def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | Non
         bad(np.abs((s["in_end"] - s["in_start"]) - want_in) > tol_ns + 1e-9 * want_in,
             "swap-in duration differs from latency + size / bandwidth")
     for a, b, name in (("out_start", "out_end", "device-to-host"), ("in_start", "in_end", "host-to-device")):
-        o = s.sort_values([a, b], kind="stable")
-        st, en = o[a].to_numpy(), o[b].to_numpy()
+        o = np.lexsort((s[b], s[a]))            # by start, then end (stable)
+        st, en = s[a][o], s[b][o]
         for k in np.flatnonzero(st[1:] < en[:-1] - tol_ns):
-            p.append(f"{name} transfers overlap: blocks {int(o['block_id'].iloc[k])} and "
-                     f"{int(o['block_id'].iloc[k + 1])}")
-    o = s.sort_values(["block_id", "free_t"], kind="stable")
-    same = o["block_id"].to_numpy()[1:] == o["block_id"].to_numpy()[:-1]
-    for k in np.flatnonzero(same & (o["free_t"].to_numpy()[1:] < o["realloc_t"].to_numpy()[:-1] - tol_ns)):
-        p.append(f"block {int(o['block_id'].iloc[k])} is swapped out twice at once")
+            p.append(f"{name} transfers overlap: blocks {int(bid[o[k]])} and {int(bid[o[k + 1]])}")
+    o = np.lexsort((s["free_t"], bid))          # by block, then free time (stable)
+    ob = bid[o]
+    same = ob[1:] == ob[:-1]
+    for k in np.flatnonzero(same & (s["free_t"][o][1:] < s["realloc_t"][o][:-1] - tol_ns)):
+        p.append(f"block {int(ob[k])} is swapped out twice at once")
     if mode == "no-overhead":
         bad(s["stall"] > tol_ns, "stall in no-overhead mode")
         bad(s["in_end"] > s["next_access"] + tol_ns, "swap-in ends after the next access")
