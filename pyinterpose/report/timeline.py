@@ -143,9 +143,19 @@ def _sites(trace: Trace, stack_id: np.ndarray) -> tuple[np.ndarray, list[str]]:
 
 def _codes(values, order: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """(code per value, names): names sorted (or in ``order`` first), codes index them.
-    Hash-based (pandas.factorize), so O(n) on millions of strings."""
-    inv, uniq = pd.factorize(pd.Series(values, copy=False).astype(str), sort=False)
-    names = [str(x) for x in uniq]
+    Hash-based (pandas.factorize), so O(n) on millions of strings: the codes of a categorical,
+    or the strings themselves, without converting every value to a string first."""
+    if isinstance(values, pd.Categorical):
+        inv, used = pd.factorize(values.codes, sort=False)       # the categories that occur
+        cats = values.categories
+        names = [str(cats[c]) if c >= 0 else "nan" for c in used]
+    elif isinstance(values, np.ndarray) and values.dtype == object and pd.api.types.infer_dtype(
+            values, skipna=False) == "string":
+        inv, uniq = pd.factorize(values, sort=False)
+        names = [str(x) for x in uniq]
+    else:
+        inv, uniq = pd.factorize(pd.Series(values, copy=False).astype(str), sort=False)
+        names = [str(x) for x in uniq]
     key = (lambda k: (order.index(names[k]) if names[k] in order else len(order), names[k])) if order is not None \
         else (lambda k: names[k])
     rank = sorted(range(len(names)), key=key)
@@ -236,7 +246,8 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         remap[keep] = np.arange(len(keep))
         own_names = [own_names[k] for k in keep] + ["other owners"]
         own_code = remap[own_code]
-    api_code, api_names = _codes(b["api"].to_numpy()[order])
+    api = b["api"].array
+    api_code, api_names = _codes(api.take(order) if isinstance(api, pd.Categorical) else api.to_numpy()[order])
     if "stack_id" in b.columns:
         site_code, site_names = _sites(trace, b["stack_id"].to_numpy(np.int64)[order])
     else:
