@@ -175,45 +175,88 @@ def _share(part: float, whole: float) -> float | None:
     return float(part) / float(whole) if whole else None
 
 
-def _overlap(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    ov = np.minimum(end, hi)
-    ov -= np.maximum(start, lo)
-    return np.clip(ov, 0, None, out=ov)
+def _quantile_summary(x: np.ndarray, extra: tuple[float, ...] = ()) -> tuple[dict[str, float] | None, list[float]]:
+    """``lifetimes._quantiles(x)`` (same values, same keys) and the quantiles ``extra`` of ``x``,
+    from one partition of ``x`` *in place* (``x`` is a scratch copy owned by the caller)."""
+    if len(x) == 0:
+        return None, []
+    stats = dict(min=float(x.min()), max=float(x.max()), mean=float(x.mean()))   # the mean before reordering
+    q = np.quantile(x, QUANTILES + tuple(extra), overwrite_input=True)
+    d = {f"p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)}
+    d.update(stats)
+    return d, [float(v) for v in q[len(QUANTILES):]]
 
 
-def _member(q: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """q[i] in ref, by sorting (numpy's isin is slow on millions of uint64)."""
-    if len(ref) == 0:
-        return np.zeros(len(q), bool)
-    r = np.sort(ref)
-    order = np.argsort(q)
-    qs = q[order]                           # sorted queries: cache-friendly search
-    i = np.minimum(np.searchsorted(r, qs), len(r) - 1)
-    out = np.empty(len(q), bool)
-    out[order] = r[i] == qs
-    return out
+def _device_parts(dev: np.ndarray) -> list[slice] | None:
+    """The rows of an intervals table with ``dev`` true as a few slices (the runs between host
+    blocks), or None when they are too scattered (then the rows are copied through the mask)."""
+    if len(dev) == 0 or dev.all():
+        return [slice(0, len(dev))]
+    edge = np.flatnonzero(dev[1:] != dev[:-1]) + 1
+    if len(edge) > 1024:
+        return None
+    bounds = [0, *edge.tolist(), len(dev)]
+    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if dev[lo]]
 
 
-def _segments(sorted_ids: np.ndarray) -> np.ndarray:
-    """Start of each run of equal values (of an array ordered by value)."""
-    if len(sorted_ids) == 0:
-        return np.zeros(0, np.int64)
-    return np.concatenate([[0], np.flatnonzero(sorted_ids[1:] != sorted_ids[:-1]) + 1])
+class _Rows:
+    """One column of the device rows of an intervals table, in table order, without copying it:
+    a list of contiguous parts (views of the table's column); row ``i`` is ``parts[k][i - offs[k]]``."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = parts
+        self.offs = np.cumsum([0] + [len(p) for p in parts])
+
+    def __len__(self) -> int:
+        return int(self.offs[-1])
+
+    def chunks(self, step: int = 1 << 20):
+        """(part, local slice, device-row slice) over all rows, at most ``step`` rows each."""
+        for k, p in enumerate(self.parts):
+            o = int(self.offs[k])
+            for a in range(0, len(p), step):
+                b = min(a + step, len(p))
+                yield p, slice(a, b), slice(o + a, o + b)
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        """Values at sorted device-row indices ``idx``."""
+        if len(self.parts) == 1:
+            return self.parts[0][idx]
+        cut = np.searchsorted(idx, self.offs)
+        return np.concatenate([p[idx[cut[k]:cut[k + 1]] - self.offs[k]] for k, p in enumerate(self.parts)])
+
+    def at(self, i: int):
+        k = int(np.searchsorted(self.offs, i, side="right") - 1)
+        return self.parts[k][i - self.offs[k]]
+
+    def copy(self) -> np.ndarray:
+        return self.parts[0].copy() if len(self.parts) == 1 else np.concatenate(self.parts)
+
+    def where(self, mask: np.ndarray) -> np.ndarray:
+        """The rows with ``mask`` (over device rows) true, in order (a copy)."""
+        return np.concatenate([p[mask[s]] for p, _, s in self.chunks(len(mask) + 1)] or [self.parts[0][:0]])
+
+    def segment_starts(self) -> np.ndarray:
+        """Start of each run of equal values (``_segments`` of the concatenated column)."""
+        out, last = [], None
+        for k, p in enumerate(self.parts):
+            if len(p) == 0:
+                continue
+            s = np.flatnonzero(p[1:] != p[:-1]) + 1
+            if last is None or p[0] != last:
+                s = np.concatenate([[0], s])
+            out.append(s + self.offs[k])
+            last = p[-1]
+        return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
 
 
-def _cumcount(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``groupby([a, b]).cumcount()``: the rank of each row among the earlier rows with the same (a, b)."""
-    n = len(a)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((b, a))                           # stable: equal keys keep their order
-    sa, sb = a[order], b[order]
-    new = np.ones(n, bool)
-    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
-    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    out = np.empty(n, np.int64)
-    out[order] = np.arange(n) - start
-    return out
+def _top_order(key: np.ndarray, top: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")[:top]`` without sorting all of ``key`` (no NaN in key)."""
+    if top < 0 or len(key) <= 4 * top + 64:
+        return np.argsort(key, kind="stable")[:top]
+    kth = np.partition(key, top - 1)[top - 1]
+    cand = np.flatnonzero(key <= kth)              # the first `top`, and any ties at the last value
+    return cand[np.argsort(key[cand], kind="stable")[:top]]
 
 
 def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
@@ -235,46 +278,93 @@ def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
 def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dict[str, Any] | None:
     """Share of blocks allocated inside regular steps whose size, relative position (n-th
     allocation of that size in the step) and access count repeat exactly in the next step
-    (the previous one for the last step)."""
+    (the previous one for the last step).  ``intervals``: the device rows of the access
+    intervals (its ``block_id`` column); ``classes``: :func:`~.lifetimes.classify`."""
     if count < 2:
         return None
-    c = classes[(classes["iter_alloc"] >= 0) & classes["counts_device"]]
-    if len(c) == 0:
+    ib = intervals["block_id"].to_numpy(np.int64)
+    first = _Rows([ib]).segment_starts()
+    keep = (classes["iter_alloc"].to_numpy(np.int64) >= 0) & classes["counts_device"].to_numpy(bool)
+    cols = [classes[c].to_numpy(np.int64)[keep] for c in ("block_id", "seq_alloc", "iter_alloc", "size")]
+    return _stability(ib[first], np.diff(np.append(first, len(ib))), ib, *cols, count)
+
+
+_PACKED_KEY_LIMIT = 1 << 62     # step * (max size + 1) + size fits an int64 below this
+
+
+def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.ndarray, it: np.ndarray,
+               size: np.ndarray, count: int, acc: np.ndarray | None = None) -> dict[str, Any] | None:
+    """:func:`stability` of the blocks (``cb``: block ids, ``sa``: seq_alloc, ``it``: step of the
+    allocation, ``size``) of the regular steps, from the intervals per block: ``n_int[j]`` intervals
+    of block ``ub[j]`` (``ib``: the intervals' block ids, or a callable giving them, read only
+    when ``ub`` is not increasing); ``acc``: the accesses of each block when the caller knows them
+    (its intervals - 1).
+
+    Exact, by a join on (step, size, rank) rather than by 64-bit hashes of those tuples."""
+    if count < 2 or len(cb) == 0:
         return None
-    ib = intervals["block_id"].to_numpy(np.int64)     # intervals per block (ordered by block)
-    if len(ib) < 2 or (ib[1:] >= ib[:-1]).all():
-        first = _segments(ib)
-        ub, n_int = ib[first], np.diff(np.append(first, len(ib)))
-    else:
-        ub, n_int = np.unique(ib, return_counts=True)
-    c = c.sort_values("seq_alloc")
-    cb = c["block_id"].to_numpy(np.int64)
-    k = np.minimum(np.searchsorted(ub, cb), max(len(ub) - 1, 0))
-    acc = (np.where((k < len(ub)) & (ub[k] == cb), n_int[k], 1) if len(ub) else np.ones(len(cb), np.int64)) - 1
-    key = pd.DataFrame({
-        "block_id": c["block_id"].to_numpy(), "it": c["iter_alloc"].to_numpy(np.int64),
-        "size": c["size"].to_numpy(np.int64), "acc": acc,
-    })
-    it = key["it"].to_numpy(np.int64)
-    nth = _cumcount(it, key["size"].to_numpy(np.int64))
-    nb = np.where(it + 1 < count, it + 1, it - 1)
-    sizes_i = key["size"].to_numpy(np.int64)
-
-    def h(*cols):   # 64-bit hash of a tuple of int columns
-        z = np.zeros(len(cols[0]), np.uint64)
-        for c in cols:
-            z = _mix64(z ^ c.astype(np.uint64))
-        return z
-
-    hit = _member(h(nb, sizes_i, nth, acc), h(it, sizes_i, nth, acc))
-    pos_hit = _member(h(nb, sizes_i, nth), h(it, sizes_i, nth))
-    sizes = sizes_i.astype(np.float64)
+    if acc is None:
+        if len(ub) > 1 and not (ub[1:] > ub[:-1]).all():       # intervals not ordered by block
+            ub, n_int = np.unique(ib() if callable(ib) else ib, return_counts=True)
+        if len(ub):
+            k = np.minimum(np.searchsorted(ub, cb), len(ub) - 1)
+            acc = np.where(ub[k] == cb, n_int[k], 1) - 1          # accesses of each block
+            del k
+        else:
+            acc = np.zeros(len(cb), np.int64)
+    if len(sa) > 1 and not (sa[1:] > sa[:-1]).all():       # in allocation order (as pandas sorts)
+        o = pd.Series(sa).sort_values().index.to_numpy()
+        cb, it, size, acc = cb[o], it[o], size[o], acc[o]
+    n = len(cb)
+    nb = np.where(it + 1 < count, it + 1, it - 1)                  # the step compared with
+    # (step, size) as one int64 key; a block's partner is the block of the same rank among the
+    # blocks of its size in step nb (rank: allocation order within (step, size))
+    span, skey = int(size.max()) + 1, size
+    if size.min() < 0 or (max(int(it.max()), int(nb.max()), 0) + 1) * span >= _PACKED_KEY_LIMIT:
+        skey = np.unique(size, return_inverse=True)[1].astype(np.int64)
+        span = int(skey.max()) + 1
+    key = it * span
+    key += skey
+    q = nb * span
+    q += skey
+    del nb
+    o = np.argsort(key, kind="stable")
+    ks = key[o]
+    del key
+    first = np.ones(n, bool)
+    np.not_equal(ks[1:], ks[:-1], out=first[1:])
+    rank = np.arange(n)
+    start = np.where(first, rank, 0)
+    del first
+    np.maximum.accumulate(start, out=start)
+    rank -= start                                      # rank within its group, in sorted order
+    del start
+    partner = np.searchsorted(ks, q)
+    partner[o] += rank                                 # + own rank (o maps sorted -> original)
+    del rank
+    np.minimum(partner, n - 1, out=partner)
+    pos_hit = ks[partner] == q
+    del ks, q
+    hit = acc[o[partner]] == acc
+    hit &= pos_hit
+    del partner, o, acc
+    sizes = size.astype(np.float64)
     return {
-        "blocks": int(len(key)),
-        "stable_blocks": _share(hit.sum(), len(key)),
+        "blocks": int(n),
+        "stable_blocks": _share(hit.sum(), n),
         "stable_bytes": _share(sizes[hit].sum(), sizes.sum()),
-        "same_size_and_position": _share(pos_hit.sum(), len(key)),
+        "same_size_and_position": _share(pos_hit.sum(), n),
     }
+
+
+def _repeat_rows(vals: np.ndarray, seg: np.ndarray, s: slice) -> np.ndarray:
+    """``np.repeat(vals, segment lengths)[s]``: the value of each row's segment (``seg``: the
+    segment starts, from 0) for the rows of ``s``, without the rows outside it."""
+    j0 = int(np.searchsorted(seg, s.start, side="right")) - 1
+    j1 = int(np.searchsorted(seg, s.stop, side="left"))
+    b = np.append(seg[j0:j1], s.stop)
+    b[0] = s.start
+    return np.repeat(vals[j0:j1], np.diff(b))
 
 
 def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pid: int | None = None,
@@ -288,7 +378,6 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     Outliers: intervals with ATI >= the ``ati_quantile`` of all ATIs and block size >= the
     ``size_quantile`` of all block sizes."""
     from .iterations import find_iterations
-    from .lifetimes import classify
 
     for name, q in (("ati_quantile", ati_quantile), ("size_quantile", size_quantile)):
         if not 0.0 <= q <= 1.0:
@@ -297,115 +386,177 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         iters = find_iterations(trace, pid)
     if pid is None:
         pid = iters.pid
-    iv_all = access_intervals(trace, pid)     # shared: the device rows' columns are taken, not the table
-    dev_iv = iv_all["counts_device"].to_numpy(bool)
-    runs = None
-    if not dev_iv.all():                      # the device rows: a few long runs (one per host block gap)
-        edge = np.flatnonzero(dev_iv[1:] != dev_iv[:-1]) + 1
-        bounds = np.concatenate([[0], edge, [len(dev_iv)]])
-        if len(bounds) <= 512:
-            runs = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if dev_iv[lo]]
-
-    def col(name: str, dtype=None) -> np.ndarray:
-        x = iv_all[name].cat.codes.to_numpy() if dtype is None else iv_all[name].to_numpy(dtype)
-        if runs is None:
-            return x if dev_iv.all() else x[dev_iv]
-        return np.concatenate([x[lo:hi] for lo, hi in runs]) if runs else x[:0].copy()
-    in_blocks = trace.blocks["counts_device"].to_numpy(bool)      # the process's device blocks
+    bw, note = resolve_link(trace, bandwidth, latency_us, cache_path)
+    b = trace.blocks
+    in_blocks = b["counts_device"].to_numpy(bool)      # the process's device blocks
     if pid is not None:
-        in_blocks = in_blocks & (trace.blocks["pid"].to_numpy() == pid)
-    block_size = trace.blocks["size"].to_numpy(np.int64)[in_blocks]
-    ati = col("ati_ns", np.int64)
-    size = col("size", np.int64)
-    bid = col("block_id", np.int64)
-    kcode = col("kind")
-    masks = {k: kcode == i for i, k in enumerate(INTERVAL_KINDS)}
+        in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
+    block_size = b["size"].to_numpy(np.int64)[in_blocks]
     n_blocks = int(len(block_size))
-    # intervals are ordered by block: one segment per block
-    seg = _segments(bid)
-    seg_size = size[seg].astype(np.float64)
-
-    def per_block_any(mask: np.ndarray) -> np.ndarray:
-        return np.logical_or.reduceat(mask, seg) if len(seg) else np.zeros(0, bool)
     block_bytes = float(block_size.sum())
+    # The device rows of the shared intervals table are read in place (views of its columns, one
+    # per run between host blocks): nothing row-sized is copied but the ATIs partitioned for the
+    # quantiles; per-row work runs in chunks, per-block values come from one segment per block.
+    iv_all = access_intervals(trace, pid)
+    dev = iv_all["counts_device"].to_numpy(bool)
+    sl = _device_parts(dev)
+
+    def rows(name: str, dtype=None) -> _Rows:
+        x = iv_all[name].cat.codes.to_numpy() if dtype is None else iv_all[name].to_numpy(dtype)
+        return _Rows([x[dev]] if sl is None else [x[s] for s in sl] or [x[:0]])
+    ati, size, bid = rows("ati_ns", np.int64), rows("size", np.int64), rows("block_id", np.int64)
+    n = len(ati)
+    peak = _peak(trace, in_blocks) if n else None     # first: live_events' temporaries while little is held
+    kcode = rows("kind")
+    kcode = kcode.parts[0] if len(kcode.parts) == 1 else kcode.copy()     # int8, one byte a row
+    n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
+    kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if n_kind[i]]
+    ati_q, (ati_thr,) = _quantile_summary(ati.copy(), (ati_quantile,)) if n else (None, (None,))
     out: dict[str, Any] = {
         "pid": pid,
         "iterations": {"source": iters.source, "count": iters.count},
-        "intervals": int(len(ati)),
+        "intervals": n,
         "blocks": n_blocks,
-        "accessed_blocks": int(per_block_any(~masks["unaccessed"]).sum()),
-        "accesses": int(masks["between"].sum() + masks["alloc_to_first"].sum()),
-        "ati_quantiles": _quantiles(ati),
-        "ati_by_kind": {k: {"intervals": int(m.sum()), "quantiles": _quantiles(ati[m])}
-                        for k, m in masks.items() if m.any()},
+        "accessed_blocks": None,
+        "accesses": n_kind[INTERVAL_KINDS.index("between")] + n_kind[INTERVAL_KINDS.index("alloc_to_first")],
+        "ati_quantiles": ati_q,
+        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": _quantile_summary(ati.where(kcode == i))[0]}
+                        for i, k in kinds},
     }
+    seg = bid.segment_starts()                                 # intervals are ordered by block
+    seg_size_i = size.take(seg)
+    seg_size = seg_size_i.astype(np.float64)
 
-    # bandwidth filter
-    bw, note = resolve_link(trace, bandwidth, latency_us, cache_path)
+    def per_block_any(mask: np.ndarray) -> np.ndarray:
+        return np.logical_or.reduceat(mask, seg) if len(seg) else np.zeros(0, bool)
+    unacc = INTERVAL_KINDS.index("unaccessed")
+    uniform = len(seg) == n_blocks     # one segment a block (no two adjacent blocks share an id)
+    if uniform:                        # a block unaccessed has one row, of that kind
+        out["accessed_blocks"] = n_blocks - n_kind[unacc]
+    else:
+        out["accessed_blocks"] = int(per_block_any(kcode != unacc).sum())
+
+    # bandwidth filter: an interval hides a swap of its block if ATI >= the block's swap cost
     out["bandwidth"] = None if bw is None else {
         "h2d_bytes_per_s": bw.h2d_bytes_per_s, "d2h_bytes_per_s": bw.d2h_bytes_per_s,
         "latency_s": bw.latency_s, "source": bw.source}
     out["bandwidth_note"] = note
     hides = None
     if bw is not None:
-        hides = ati >= swap_cost_ns(size, bw)
+        cost = swap_cost_ns(seg_size_i, bw)                   # per block (a function of the size)
+        hides = np.empty(n, bool)
+        for (p, ls, s), (p_sz, _, _) in zip(ati.chunks(), size.chunks()):
+            np.greater_equal(p[ls], _repeat_rows(cost, seg, s) if uniform else swap_cost_ns(p_sz[ls], bw),
+                             out=hides[s])
+        del cost
+        n_hides = int(np.count_nonzero(hides))
         sw = per_block_any(hides)
         sw_bytes = float(seg_size[sw].sum())
         out["filtered_fraction"] = {
-            "intervals": _share((~hides).sum(), len(hides)),
+            "intervals": _share(n - n_hides, n),
             "blocks": _share(n_blocks - int(sw.sum()), n_blocks),
             "bytes": _share(block_bytes - sw_bytes, block_bytes),
         }
-        out["filtered_by_kind"] = {k: _share((~hides[m]).sum(), m.sum()) for k, m in masks.items() if m.any()}
-        out["swappable"] = {"intervals": int(hides.sum()), "blocks": int(sw.sum()),
-                            "bytes": int(sw_bytes)}
+        out["filtered_by_kind"] = {k: _share(n_kind[i] - int(np.count_nonzero((kcode == i) & hides)), n_kind[i])
+                                   for i, k in kinds}
+        out["swappable"] = {"intervals": n_hides, "blocks": int(sw.sum()), "bytes": int(sw_bytes)}
+        del sw
     else:
         out["filtered_fraction"] = None
 
     # outliers and their share of memory pressure
     out["outliers"] = None
-    if len(ati):
-        ati_thr = float(np.quantile(ati, ati_quantile))
+    if n:
         size_thr = float(np.quantile(block_size, size_quantile))
-        is_out = (ati >= ati_thr) & (size >= size_thr)
-        t_peak, peak_bytes = _peak(trace, in_blocks)
+        big = seg_size_i >= size_thr
+        is_out = np.empty(n, bool)
+        for (p, ls, s), (p_sz, _, _) in zip(ati.chunks(), size.chunks()):
+            np.greater_equal(p[ls], ati_thr, out=is_out[s])
+            is_out[s] &= _repeat_rows(big, seg, s) if uniform else p_sz[ls] >= size_thr
+        del big
+        t_peak, peak_bytes = peak
         # pressure window: the regular step holding the peak, else the whole process
         if iters.count and iters.boundaries_t[0] <= t_peak < iters.boundaries_t[-1]:
             k = int(np.searchsorted(iters.boundaries_t, t_peak, side="right") - 1)
             lo, hi, wname = int(iters.boundaries_t[k]), int(iters.boundaries_t[k + 1]), f"iteration {k}"
         else:
             lo, hi, wname = None, None, "whole trace"
-        st, en = col("start_t", np.int64), col("end_t", np.int64)
+        st, en = rows("start_t", np.int64), rows("end_t", np.int64)
         if lo is None:
-            lo, hi = int(st.min()), int(en.max())
-        area = size.astype(np.float64) * _overlap(st, en, lo, hi)
-        at_peak = (st <= t_peak) & (en > t_peak)
+            lo, hi = min(int(p.min()) for p in st.parts), max(int(p.max()) for p in en.parts)
+        # area = size * overlap with the window (bytes x ns), float64 a row, summed as one array:
+        # the same floats as before
+        area = np.empty(n, np.float64)
+        peak_out = 0
+        for (p_st, ls, s), (p_en, _, _), (p_sz, _, _) in zip(st.chunks(), en.chunks(), size.chunks()):
+            ov = np.minimum(p_en[ls], hi)
+            ov -= np.maximum(p_st[ls], lo)
+            np.clip(ov, 0, None, out=ov)
+            np.multiply(p_sz[ls], ov, out=area[s], dtype=np.float64)
+            at_peak = p_st[ls] <= t_peak
+            at_peak &= p_en[ls] > t_peak
+            at_peak &= is_out[s]
+            peak_out += int(p_sz[ls][at_peak].sum())
+        del ov, at_peak
+        area_all = area.sum()
+        area_out = area[is_out].sum()
+        del area
         ob = per_block_any(is_out)
-        order = np.argsort(-(size[is_out].astype(np.float64) * ati[is_out]), kind="stable")[:top]
-        sel = np.flatnonzero(is_out)[order]
+        sel = np.flatnonzero(is_out)
+        sel = sel[_top_order(-(size.take(sel).astype(np.float64) * ati.take(sel)), top)]
         out["outliers"] = {
             "ati_threshold_ns": ati_thr, "size_threshold_bytes": size_thr,
             "ati_quantile": ati_quantile, "size_quantile": size_quantile,
-            "intervals": int(is_out.sum()), "blocks": int(ob.sum()),
+            "intervals": int(np.count_nonzero(is_out)), "blocks": int(ob.sum()),
             "bytes": int(seg_size[ob].sum()),
-            "swappable_intervals": None if hides is None else int((is_out & hides).sum()),
+            "swappable_intervals": None if hides is None else int(np.count_nonzero(is_out & hides)),
             "peak_bytes": peak_bytes, "peak_t": t_peak,
-            "share_of_peak_bytes": _share(size[is_out & at_peak].sum(), peak_bytes),
+            "share_of_peak_bytes": _share(peak_out, peak_bytes),
             "pressure_window": {"name": wname, "start_t": lo, "end_t": hi},
-            "share_of_pressure": _share(area[is_out].sum(), area.sum()),
-            "top": [{"block_id": int(bid[i]), "size": int(size[i]), "ati_ns": int(ati[i]),
-                     "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
+            "share_of_pressure": _share(area_out, area_all),
+            "top": [{"block_id": int(bid.at(i)), "size": int(size.at(i)), "ati_ns": int(ati.at(i)),
+                     "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st.at(i)), "end_t": int(en.at(i))}
+                    for i in sel],
         }
-        del st, en, area, at_peak, is_out, ob
-    ati = size = kcode = masks = hides = seg = seg_size = None      # free them before the classes are built
+        del is_out, ob
+    del kcode, hides, seg_size, seg_size_i, block_size
 
-    out["stability"] = stability(pd.DataFrame({"block_id": bid}, copy=False), classify(trace, iters, pid),
-                                 iters.count) if iters.count else None
+    out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
     # kernels inside CUDA graph replays are not recorded one by one: their accesses are missing
     la = trace.launches
-    g = int(la.loc[la["pid"] == pid, "graph"].sum()) if pid is not None and len(la) else int(la["graph"].sum())
+    if pid is not None and len(la):
+        g = int(la["graph"].to_numpy()[la["pid"].to_numpy() == pid].sum())
+    else:
+        g = int(la["graph"].sum())
     out["graph_launches"] = g
     out["notes"] = [] if not g else [
         f"{g} CUDA graph launches: the kernels inside graph replays are not seen, so their accesses are "
         "missing here (ATIs across a replay are too long, blocks used only inside graphs look untouched)"]
     return out
+
+
+def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int) -> dict[str, Any] | None:
+    """:func:`stability` of the process's device blocks: the columns of :func:`~.lifetimes.classify`
+    it reads (the step of each allocation is ``iters.iteration_of(seq_alloc)``) taken from the
+    blocks table directly; through classify itself when block ids repeat (its own order then)."""
+    from .lifetimes import classify
+
+    if iters.count < 2:
+        return None
+    ub, n_int = bid.take(seg), np.diff(np.append(seg, n))
+    b = trace.blocks
+    r = _block_rows(trace, pid)
+    if len(r) > 1 and not (np.diff(b["block_id"].to_numpy(np.int64)[r]) > 0).all():
+        c = classify(trace, iters, pid)
+        keep = (c["iter_alloc"].to_numpy(np.int64) >= 0) & c["counts_device"].to_numpy(bool)
+        cols = [c[k].to_numpy(np.int64)[keep] for k in ("block_id", "seq_alloc", "iter_alloc", "size")]
+        return _stability(ub, n_int, bid.copy, *cols, iters.count)
+    r = r[b["counts_device"].to_numpy(bool)[r]]
+    ia = iters.iteration_of(b["seq_alloc"].to_numpy(np.int64)[r])
+    keep = ia >= 0
+    acc = None
+    if len(ub) == len(r) and np.array_equal(ub, b["block_id"].to_numpy(np.int64)[r]):
+        acc = n_int[keep] - 1                          # one segment a block, in the same order
+    r = r[keep]
+    cols = [b[k].to_numpy(np.int64)[r] for k in ("block_id", "seq_alloc")]
+    return _stability(ub, n_int, bid.copy, *cols, ia[keep], b["size"].to_numpy(np.int64)[r], iters.count, acc)
