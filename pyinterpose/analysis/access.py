@@ -119,7 +119,7 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
     rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
     out = pd.DataFrame({
         "block_id": all_bid[rows_of_interval],
-        "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32),
+        "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
         "size": b["size"].to_numpy(np.int64)[rows_of_interval],
         "start_t": start_t,
         "end_t": end_t,
