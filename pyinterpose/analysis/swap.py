@@ -784,12 +784,15 @@ def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
 
 def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
             strategies=None, modes=MODES, min_size: int = MIN_SIZE, pid: int | None = None,
-            latency_us: float | None = None, problem: SwapProblem | None = None) -> SwapEvaluation:
+            latency_us: float | None = None, problem: SwapProblem | None = None,
+            schedules: bool = True) -> SwapEvaluation:
     """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
     :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML).
     ``modes``: the modes to run (default both), each for every strategy.
     ``problem``: a prepared problem (:func:`problem_for`) to use instead of preparing one
-    (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with)."""
+    (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with).
+    ``schedules=False``: each result keeps only its swaps' sizes (what ``as_dict`` reads), not
+    the whole schedule (at 10 M events ~20 MB a run)."""
     strategies = list(strategies or STRATEGIES)
     for m in modes:
         if m not in MODES:
@@ -806,11 +809,11 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
     else:
         b, src = int(budget), "given"
     runs = [(s, m, b if (m == "budget" or budget is not None) else None) for s in strategies for m in modes]
-    results = _run_all(problem, runs)
+    results = _run_all(problem, runs, schedules=schedules)
     return SwapEvaluation(problem, b, src, results)
 
 
-def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
+def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) -> list[SwapResult]:
     """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
     and the C scheduler releases the GIL, so they share the machine's cores (two threads at
     most: each holds its own copy of the curve and the links).  What the runs share is made
@@ -822,6 +825,13 @@ def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
     looping = [t for m, t in targets if _loops(problem, m, t)]
     shared = [t for t in dict.fromkeys(looping) if looping.count(t) > 1]
     workers = min(2, os.cpu_count() or 1, len(runs))
+
+    def run(r: tuple) -> SwapResult:
+        res = run_strategy(problem, *r)
+        if not schedules:
+            res.schedule = res.schedule[["size"]]
+        return res
+
     if any(k[0] == "vote" for k in keys):
         _prime_votes(problem)
     try:
@@ -830,12 +840,12 @@ def _run_all(problem: SwapProblem, runs: list[tuple]) -> list[SwapResult]:
                 _order(problem, *k)
             for t in shared:
                 problem.memo[("packed", t)] = _pack(problem, t)
-            return [run_strategy(problem, *r) for r in runs]
+            return [run(r) for r in runs]
         with ThreadPoolExecutor(max_workers=workers) as ex:
             list(ex.map(lambda k: _order(problem, *k), keys))
             for t, pk in zip(shared, ex.map(lambda t: _pack(problem, t), shared)):
                 problem.memo[("packed", t)] = pk
-            return list(ex.map(lambda r: run_strategy(problem, *r), runs))
+            return list(ex.map(run, runs))
     finally:
         for t in shared:
             problem.memo.pop(("packed", t), None)
@@ -853,7 +863,8 @@ def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | No
              latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES) -> dict:
     """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``: see :func:`analyse`)."""
     return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies, modes=modes,
-                   min_size=min_size, pid=pid, latency_us=latency_us, problem=problem).as_dict()
+                   min_size=min_size, pid=pid, latency_us=latency_us, problem=problem,
+                   schedules=False).as_dict()
 
 
 def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "vote",

@@ -39,7 +39,8 @@ def run(args) -> int:
 
     trace = load_trace(args.trace, quiet=args.json)
     ev = analyse(trace, bandwidth=args.bandwidth, budget=args.budget, strategies=args.strategy,
-                 min_size=args.min_size, pid=args.pid, latency_us=args.latency_us)
+                 min_size=args.min_size, pid=args.pid, latency_us=args.latency_us,
+                 schedules=bool(args.schedule_csv))     # whole schedules only when they are written
     d = ev.as_dict()
     if args.schedule_csv:
         try:
