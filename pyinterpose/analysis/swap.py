@@ -39,7 +39,9 @@ exactly with the swap windows as extra free/alloc events.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -876,28 +878,109 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     ``problem``: a prepared problem (see :func:`analyse`)."""
     if problem is None:
         problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
-    if budgets is None:
-        budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
-    budgets = [int(b) for b in budgets]
+    budgets = _pareto_budgets(problem, budgets, n)
     if strategy not in STRATEGIES:
         raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
-
-    def point(b: int) -> dict:
-        # one budget's order, scores and schedule are let go once its point is made (at 10 M
-        # events ~50 MB a budget), except the default budget's, which the other runs share
-        d = run_strategy(problem, strategy, "budget", b).as_dict()
-        if b != problem.default_budget:
-            _forget_budget(problem, b)
-        return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
-                "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"], "strategy": strategy}
-
     if strategy == "vote":
         _prime_votes(problem)
     workers = min(2, os.cpu_count() or 1, len(budgets))
     if workers <= 1:
-        return [point(b) for b in budgets]
+        return [_pareto_point(problem, strategy, b) for b in budgets]
     with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
-        return list(ex.map(point, budgets))
+        return list(ex.map(lambda b: _pareto_point(problem, strategy, b), budgets))
+
+
+def _pareto_budgets(problem: SwapProblem, budgets, n: int) -> list[int]:
+    if budgets is None:
+        budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
+    return [int(b) for b in budgets]
+
+
+def _pareto_point(problem: SwapProblem, strategy: str, b: int) -> dict:
+    """One point of :func:`pareto`.  The budget's order, scores and schedule are let go once the
+    point is made (at 10 M events ~50 MB a budget), except the default budget's, which the
+    other runs share."""
+    d = run_strategy(problem, strategy, "budget", b).as_dict()
+    if b != problem.default_budget:
+        _forget_budget(problem, b)
+    return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
+            "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"], "strategy": strategy}
+
+
+class SwapWork:
+    """:func:`evaluate` (every strategy, both modes, at the default budget) and :func:`pareto`
+    (``strategy`` at ``n`` budgets) on one prepared problem, as one list of tasks that any
+    number of threads work through by calling :meth:`work` — the caller's own thread
+    included, once it has nothing else to do, so the machine's cores stay busy without more
+    threads than cores.  :meth:`results` gives what ``evaluate`` and ``pareto`` return (the
+    same values: every run is deterministic)."""
+
+    def __init__(self, problem: SwapProblem, strategy: str = "vote", budgets=None, n: int = 8):
+        if strategy not in STRATEGIES:
+            raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+        self.problem, self.strategy = problem, strategy
+        self.budgets = _pareto_budgets(problem, budgets, n)
+        b = problem.default_budget
+        # a task per strategy (its order, then both modes: the order is made once) and per
+        # budget of the sweep, the heavier (lower) budgets first
+        self._tasks = [("evaluate", s) for s in STRATEGIES] + \
+            [("pareto", k) for k in np.argsort(self.budgets, kind="stable").tolist()]
+        self._eval: dict[str, list[SwapResult]] = {}
+        self._points: list[dict | None] = [None] * len(self.budgets)
+        self._next = itertools.count()          # next(count) is atomic: each task is taken once
+        self._done = threading.Semaphore(0)
+        self._errors: list[BaseException] = []
+        self._primed = threading.Lock()
+        self._is_primed = False
+        self._budget = b
+
+    def _prime(self) -> None:
+        with self._primed:       # what every vote order and the default target's runs share, once
+            if not self._is_primed:
+                _prime_votes(self.problem)
+                for mode, t in (("budget", self._budget), ("no-overhead", 0)):   # each shared by six runs
+                    if _loops(self.problem, mode, t):
+                        self.problem.memo[("packed", t)] = _pack(self.problem, t)
+                self._is_primed = True
+
+    def work(self) -> None:
+        """Run tasks until none is left (returns at once when every task is taken)."""
+        p = self.problem
+        while True:
+            i = next(self._next)
+            if i >= len(self._tasks):
+                return
+            kind, arg = self._tasks[i]
+            try:
+                self._prime()
+                if kind == "evaluate":
+                    self._eval[arg] = [self._slim(run_strategy(p, arg, m, self._budget if m == "budget" else None))
+                                       for m in MODES]
+                else:
+                    self._points[arg] = _pareto_point(p, self.strategy, self.budgets[arg])
+            except BaseException as e:  # noqa: BLE001 - given back by results()
+                self._errors.append(e)
+            finally:
+                self._done.release()
+
+    @staticmethod
+    def _slim(r: SwapResult) -> SwapResult:
+        r.schedule = r.schedule[["size"]]
+        return r
+
+    def results(self) -> tuple[dict, list[dict]]:
+        """(``evaluate``'s object, ``pareto``'s points), once every task has run; the first
+        error of any task is raised here."""
+        self.work()
+        for _ in self._tasks:
+            self._done.acquire()
+        for t in (self._budget, 0):
+            self.problem.memo.pop(("packed", t), None)
+        if self._errors:
+            raise self._errors[0]
+        res = [r for s in STRATEGIES for r in self._eval[s]]
+        ev = SwapEvaluation(self.problem, self._budget, "default: half-way between the swap floor and the peak", res)
+        return ev.as_dict(), list(self._points)
 
 
 def _forget_budget(problem: SwapProblem, budget: int) -> None:

@@ -87,3 +87,25 @@ def swap(trace: Trace, **kw) -> Result:
 
 def swap_pareto(trace: Trace, **kw) -> Result:
     return _call("swap", "pareto", trace, **kw)
+
+
+def swap_work(problem) -> Result:
+    """:class:`pyinterpose.analysis.swap.SwapWork` on a prepared problem: the swap evaluation and
+    the Pareto sweep as one list of tasks that threads work through."""
+    return _call("swap", "SwapWork", problem)
+
+
+def swap_work_results(work: Result) -> tuple[Result, Result]:
+    """(the evaluation, the Pareto points) of a :func:`swap_work`, each a Result: a failure
+    becomes the note of both, as :func:`_call` would make it."""
+    if not work.ok:
+        return work, work
+    try:
+        ev, points = work.value.results()
+    except PyinterposeError as e:
+        r = Result(None, f"not available: {e}")
+        return r, r
+    except Exception as e:  # an analysis bug must not take the whole report down
+        r = Result(None, f"not available: swap failed ({type(e).__name__}: {e})")
+        return r, r
+    return Result(ev, ""), Result(points, "")

@@ -259,7 +259,11 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     step(0.2, "swap planning")
     sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
     trace.forget("access.intervals")
-    swap_job = _in_background(lambda: _swap_results(trace, bandwidth, sp))
+    # the swap evaluation and the Pareto sweep: one list of tasks, worked through by a worker
+    # thread now and by this thread too once its own sections are built (two busy threads,
+    # the C scheduler releasing the GIL, and never more runs at once than that)
+    work = analyses.swap_work(sp.value) if sp.ok else sp
+    worker = _in_background(work.value.work) if work.ok else None
     step(0.3, "lifetimes")
     cls = analyses.block_classes(trace, iters=it.value)
     classes = cls.value
@@ -426,7 +430,9 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 "Blocks copied to host memory between two accesses and copied back before the next one lower"
                 " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
                 " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
-    ev, sw = swap_job.result()
+    ev, sw = analyses.swap_work_results(work)     # this thread takes the tasks left, then waits
+    if worker is not None:
+        worker.result()
     _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.end_ns)))
     sections.append(s)
 
@@ -455,14 +461,6 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
-
-
-def _swap_results(trace: Trace, bandwidth, sp: analyses.Result) -> tuple[analyses.Result, analyses.Result]:
-    """The swap evaluation (every strategy, both modes) and the Pareto sweep, on one prepared problem."""
-    kw = {"problem": sp.value} if sp.ok else {}
-    ev = analyses.swap(trace, bandwidth=bandwidth, **kw)
-    sw = analyses.swap_pareto(trace, bandwidth=bandwidth, **kw) if ev.ok else ev
-    return ev, sw
 
 
 def _in_background(fn: Callable[[], Any]) -> Future:

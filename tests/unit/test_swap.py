@@ -335,3 +335,55 @@ def test_report_prepares_the_swap_problem_once(monkeypatch):
     rep = html.build(training_trace(iterations=6, step_ns=200_000), bandwidth=16)
     assert len(calls) == 1
     assert "swap_pareto" in rep.headlines and "swap" in rep.headlines
+
+
+# ---- the report's shared task list -------------------------------------------------------
+
+def _work_threads(problem, n_threads: int, **kw):
+    import threading
+
+    w = swap.SwapWork(problem, **kw)
+    ts = [threading.Thread(target=w.work) for _ in range(n_threads - 1)]
+    for t in ts:
+        t.start()
+    out = w.results()                 # the caller's thread works too, then waits
+    for t in ts:
+        t.join()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_swap_work_gives_what_evaluate_and_pareto_give(seed):
+    """SwapWork (the report's one task list for the evaluation and the Pareto sweep) gives what
+    evaluate() and pareto() give, whatever the number of threads working through it."""
+    rng = np.random.default_rng(100 + seed)
+    p = _random_problem(rng, n_blocks=60)
+    want = (swap.evaluate(None, problem=p), swap.pareto(None, problem=p))
+    for n in (1, 2, 3):
+        q = _random_problem(np.random.default_rng(100 + seed), n_blocks=60)   # a fresh memo each time
+        assert _work_threads(q, n) == want
+
+
+def test_swap_work_on_gpu_traces():
+    import glob
+    import os
+
+    import pyinterpose
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "samples")
+    paths = [x for x in sorted(glob.glob(os.path.join(root, "*-blocks.pit")))]
+    assert paths
+    for path in paths:
+        tr = pyinterpose.load(path)
+        try:
+            p = swap.problem_for(tr, 16.0)
+        except PyinterposeError:
+            continue
+        want = (swap.evaluate(tr, 16.0, problem=p), swap.pareto(tr, 16.0, problem=p))
+        tr2 = pyinterpose.load(path)
+        assert _work_threads(swap.problem_for(tr2, 16.0), 2) == want, path
+
+
+def test_swap_work_raises_an_unknown_strategy():
+    with pytest.raises(PyinterposeError):
+        swap.SwapWork(_random_problem(np.random.default_rng(1)), strategy="nope")
