@@ -99,6 +99,7 @@ static void unlink_ring(void) {
  * clock from when we first saw the current value, so a torn or skewed beat can only look alive); before
  * that, a grace period from the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
 static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
+static uint64_t g_suspect_at;            /* when a producer first found that heartbeat older than the lease */
 
 static int consumer_alive(pi_ring_header *h) {
     uint64_t now = pi_now();
@@ -109,9 +110,21 @@ static int consumer_alive(pi_ring_header *h) {
         if (beat != __atomic_load_n(&g_seen_beat, __ATOMIC_RELAXED) || g_seen_at == 0) {
             __atomic_store_n(&g_seen_beat, beat, __ATOMIC_RELAXED);
             __atomic_store_n(&g_seen_at, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&g_suspect_at, 0, __ATOMIC_RELAXED);
             return 1;
         }
-        return now - __atomic_load_n(&g_seen_at, __ATOMIC_RELAXED) < lease;
+        if (now - __atomic_load_n(&g_seen_at, __ATOMIC_RELAXED) < lease) return 1;
+        /* Older than the lease.  A pause of the whole process or machine (SIGSTOP, a descheduled VM)
+         * stops the drain's heartbeat and these producers alike while the clock runs on, so on
+         * resuming the beat looks stale.  Confirm over a grace period this producer itself runs
+         * through, in which a live drain beats several times (every lease / 20). */
+        uint64_t grace = lease / 4 > 200000000ull ? lease / 4 : 200000000ull;
+        uint64_t sus = __atomic_load_n(&g_suspect_at, __ATOMIC_RELAXED);
+        if (sus == 0) {
+            __atomic_compare_exchange_n(&g_suspect_at, &sus, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+            return 1;
+        }
+        return now - sus < grace;
     }
     return now - h->start_ns < PI_ATTACH_GRACE_NS;
 }
@@ -251,7 +264,7 @@ static int open_ring(void) {
     g_mask = cap - 1;
     g_capacity = cap;
     g_abandoned = 0;
-    g_seen_beat = g_seen_at = 0;
+    g_seen_beat = g_seen_at = g_suspect_at = 0;
     g_ring_pid = pid;
     return 0;
 }

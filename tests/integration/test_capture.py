@@ -297,3 +297,32 @@ def test_truncated_trace_reads_up_to_last_complete_chunk(tmp_path, capture, cbui
     assert 0 < part.counts["events"] < full.counts["events"]
     cp = run_cli("summary", str(cut), "--json")
     assert cp.returncode == 0 and "warning" in cp.stderr and "Traceback" not in cp.stderr
+
+
+@pytest.mark.slow
+def test_a_pause_of_the_whole_run_is_not_a_dead_drain(tmp_path, cbuild):
+    """A stop of every process of the run (a VM descheduled, SIGSTOP, a suspended laptop) stops
+    the drain's heartbeat and the blocked producers alike, but the clock runs on: on resuming,
+    the producers saw a heartbeat older than the lease and gave the drain up (1.4 M events lost
+    once in CI).  They must wait to see the heartbeat stay still while they themselves run."""
+    out = str(tmp_path / "p.pit")
+    env = dict(os.environ, PYINTERPOSE_LEASE_S="1")
+    proc = subprocess.Popen([sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-o", out,
+                             "--ring-records", "4096", "--", cbuild("shim_workload"), "stress", "200000", "8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        time.sleep(2.0)                              # producers running, blocked on the small ring
+        assert proc.poll() is None
+        os.killpg(proc.pid, signal.SIGSTOP)
+        time.sleep(2.5)                              # longer than the lease
+        os.killpg(proc.pid, signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr
+    truth = last_json_line(stdout)
+    tr = pyinterpose.load(out)
+    assert tr.counts["alloc"] == truth["allocs"] == 8 * 200001
+    assert tr.counts["free"] == truth["frees"]
