@@ -299,6 +299,21 @@ def test_truncated_trace_reads_up_to_last_complete_chunk(tmp_path, capture, cbui
     assert cp.returncode == 0 and "warning" in cp.stderr and "Traceback" not in cp.stderr
 
 
+def _process_group(pgid):
+    """The pids of a process group (Linux /proc)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:
+                pids.append(int(name))
+    return pids
+
+
 @pytest.mark.slow
 def test_a_pause_of_the_whole_run_is_not_a_dead_drain(tmp_path, cbuild):
     """A stop of every process of the run (a VM descheduled, SIGSTOP, a suspended laptop) stops
@@ -307,15 +322,29 @@ def test_a_pause_of_the_whole_run_is_not_a_dead_drain(tmp_path, cbuild):
     once in CI).  They must wait to see the heartbeat stay still while they themselves run."""
     out = str(tmp_path / "p.pit")
     env = dict(os.environ, PYINTERPOSE_LEASE_S="1")
+    n = 200000
     proc = subprocess.Popen([sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-o", out,
-                             "--ring-records", "4096", "--", cbuild("shim_workload"), "stress", "200000", "8"],
+                             "--ring-records", "4096", "--", cbuild("shim_workload"), "stress", str(n), "8"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
-        time.sleep(2.0)                              # producers running, blocked on the small ring
-        assert proc.poll() is None
+        # stop it once the drain has written a first part of the trace (not after a fixed sleep: on
+        # an idle machine a short run was over before the stop came); the producers are then running,
+        # blocked on the small ring
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if os.path.exists(out) and os.path.getsize(out) > (1 << 20):
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the workload ended before it could be stopped"
         os.killpg(proc.pid, signal.SIGSTOP)
         time.sleep(2.5)                              # longer than the lease
+        # resume the workload first and the drain (`run` itself) 50 ms later, as a scheduler may
+        # after a pause: the producers then surely look at the heartbeat before it beats again
+        for pid in _process_group(proc.pid):
+            if pid != proc.pid:
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGCONT)
         stdout, stderr = proc.communicate(timeout=600)
     finally:
@@ -324,5 +353,5 @@ def test_a_pause_of_the_whole_run_is_not_a_dead_drain(tmp_path, cbuild):
     assert proc.returncode == 0, stderr
     truth = last_json_line(stdout)
     tr = pyinterpose.load(out)
-    assert tr.counts["alloc"] == truth["allocs"] == 8 * 200001
+    assert tr.counts["alloc"] == truth["allocs"] == 8 * (n + 1)
     assert tr.counts["free"] == truth["frees"]
