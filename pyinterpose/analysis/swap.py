@@ -304,6 +304,13 @@ def wdoa(problem: SwapProblem, budget: int) -> np.ndarray:
     over_peak = problem.peak_before - budget
     if over_peak <= 0 or len(c) == 0:
         return np.where(doa < 0, doa, 0.0)
+    return np.where(doa < 0, doa, _absence_overload(problem, budget, *_wdoa_points(problem)))
+
+
+def _absence_overload(problem: SwapProblem, budget: int, pa, pb) -> np.ndarray:
+    """WDOA's value from the window ends' points ``pa``, ``pb`` (of :func:`_wdoa_points`, or a
+    subset of them): integral of max(0, live - budget) over [a, b] / (peak - budget), for
+    budget < peak.  Never negative (the integral only grows along the steps)."""
     st = _steps_f(problem)
     g = np.maximum(problem.live - budget, 0).astype(np.float64)          # overload per step
     cum = np.concatenate([[0.0], np.cumsum(g * np.diff(st))])           # integral up to st[k]
@@ -313,9 +320,7 @@ def wdoa(problem: SwapProblem, budget: int) -> np.ndarray:
         val = cum[k] + g[k] * dx
         return np.where(before, 0.0, np.where(after, cum[-1], val))
 
-    pa, pb = _wdoa_points(problem)
-    w = (integral(pb) - integral(pa)) / over_peak
-    return np.where(doa < 0, doa, w)
+    return (integral(pb) - integral(pa)) / (problem.peak_before - budget)
 
 
 def _wdoa_points(problem: SwapProblem):
@@ -408,11 +413,12 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     c = problem.candidates
     if strategy not in STRATEGIES:
         raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    if strategy == "vote":
+        fast = _vote_order(problem, budget)
+        if fast is not None:
+            return fast
     s = _scores(problem, strategy, budget)
-    m = problem.memo
-    if "tie_order" not in m:
-        m["tie_order"] = np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy()))
-    base = m["tie_order"]
+    base = _tie_order(problem)
     neg = -s[base]
     n = len(base)
     if n and np.isfinite(neg).all():
@@ -431,6 +437,80 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     by_score = base[np.argsort(neg, kind="stable")]
     strad = c["straddles_peak"].to_numpy(bool)[by_score]
     return np.concatenate([by_score[strad], by_score[~strad]])
+
+
+def _tie_order(problem: SwapProblem) -> np.ndarray:
+    """The candidates by -DOA, then block, then start (every strategy's tie-breaking), once per problem."""
+    m = problem.memo
+    if "tie_order" not in m:
+        c = problem.candidates
+        m["tie_order"] = np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy()))
+    return m["tie_order"]
+
+
+def _vote_fixed(problem: SwapProblem) -> dict | None:
+    """What the vote order shares across budgets (once per problem; None: use the general path).
+
+    The vote's score is the sum of three ranks (DOA, AOA, WDOA at the budget). Only WDOA
+    depends on the budget, and only for the candidates that can hide (DOA >= 0): the others
+    score their own negative DOA, below every hideable one's WDOA (>= 0). So a candidate that
+    cannot hide has a rank sum of its DOA and AOA ranks + (the number that can hide + its
+    rank among those that cannot), the same at every budget, and its place among the others
+    like it is fixed: they are sorted once here, by one distinct int64 key per candidate
+    (not straddling the peak, rank sum, place in the tie order) that orders exactly as
+    :func:`order`'s sort. At 10 M events that is 1.03 M of 1.08 M candidates."""
+    m = problem.memo
+    if "vote_fixed" in m:
+        return m["vote_fixed"]
+    c = problem.candidates
+    n = len(c)
+    doa = c["doa_ns"].to_numpy(np.float64)
+    big = 3 * n + 1                     # above every rank sum (each rank <= n)
+    if n == 0 or np.isnan(doa).any() or 2.0 * big * n + n >= 2.0 ** 62:
+        m["vote_fixed"] = None
+        return None
+    base = _tie_order(problem)
+    place = np.empty(n, np.int64)
+    place[base] = np.arange(n, dtype=np.int64)
+    ranks = _rank(problem, "doa", 0) + _rank(problem, "aoa", 0)           # budget-independent
+    hides = doa >= 0
+    fi, vi = np.flatnonzero(~hides), np.flatnonzero(hides)
+    not_strad = (~c["straddles_peak"].to_numpy(bool)).astype(np.int64)
+
+    def key(idx, rank_sum):
+        k = not_strad[idx] * big
+        k += rank_sum.astype(np.int64)
+        k *= n
+        k += place[idx]
+        return k
+
+    kf = key(fi, ranks[fi] + len(vi) + _rank_desc_min(doa[fi]))
+    o = np.argsort(kf)
+    pa, pb = _wdoa_points(problem)
+    sub = (lambda pt: tuple(np.ascontiguousarray(x[vi]) for x in pt))
+    m["vote_fixed"] = fixed = {"idx": fi[o], "key": kf[o], "var": vi, "var_ranks": ranks[vi],
+                               "points": (sub(pa), sub(pb)), "key_of": key}
+    return fixed
+
+
+def _vote_order(problem: SwapProblem, budget: int) -> np.ndarray | None:
+    """:func:`order` for the vote at ``budget`` from :func:`_vote_fixed`: WDOA and its rank for
+    the candidates that can hide only, their keys sorted, merged into the fixed ones."""
+    fixed = _vote_fixed(problem)
+    if fixed is None:
+        return None
+    vi = fixed["var"]
+    if problem.peak_before - budget > 0 and len(vi):
+        w = _absence_overload(problem, budget, *fixed["points"])
+        if not (w >= 0).all():          # NaN or a negative value: the general path decides
+            return None
+    else:
+        w = np.zeros(len(vi))
+    kv = fixed["key_of"](vi, fixed["var_ranks"] + _rank_desc_min(w))
+    o = np.argsort(kv)
+    # every key is distinct (it holds the place in the tie order): insert each hideable
+    # candidate before the first fixed one with a larger key
+    return np.insert(fixed["idx"], np.searchsorted(fixed["key"], kv[o]), vi[o])
 
 
 def _order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
@@ -858,6 +938,7 @@ def _prime_votes(problem: SwapProblem) -> None:
     for s in ("doa", "aoa"):
         _rank(problem, s, 0)
     _wdoa_points(problem)
+    _vote_fixed(problem)
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,

@@ -329,6 +329,42 @@ def test_orders_and_exact_peak_on_random_instances(seed):
     assert _check_problem(p, sorted({p.floor, p.default_budget})) > 0
 
 
+def _vote_budgets(p):
+    return sorted({0, p.floor - 1, p.floor, p.default_budget, p.peak_before - 1, p.peak_before, p.peak_before + 5,
+                   *np.linspace(p.floor, p.peak_before, 8).astype(np.int64).tolist()})
+
+
+@pytest.mark.parametrize("seed,gbps", [(0, 1.0), (1, 0.3), (2, 2.0), (3, 1e-4), (4, 1e4), (5, 0.05)])
+def test_vote_order_across_budgets(seed, gbps):
+    """The vote order (fixed part sorted once, the hideable candidates merged in per budget)
+    equals the old lexsort with pandas ranks at every Pareto budget, below the floor and at
+    or above the peak; with nothing that can hide (1e-4 GB/s) and everything (1e4 GB/s)."""
+    rng = np.random.default_rng(300 + seed)
+    p = _problem(rng, 120, 3000, 8, Bandwidth(1e9 * gbps, 1e9 * gbps, 0.0, "r"), max_size=3)   # equal scores
+    hides = (p.candidates["doa_ns"] >= 0).to_numpy()
+    for b in _vote_budgets(p):
+        got = swap.order(p, "vote", b)
+        assert swap._vote_order(p, b) is not None      # the per-budget merge, not the general path
+        assert np.array_equal(got, reference_order(p, "vote", b)), b
+    if gbps == 1e-4:
+        assert not hides.any()
+    if gbps == 1e4:
+        assert hides.all()
+
+
+@pytest.mark.parametrize("name", ["torch-transformer-blocks.pit", "jax-attn-blocks.pit", "loader-blocks.pit"])
+def test_vote_order_across_budgets_on_gpu_traces(name):
+    from conftest import gpu_trace
+    import pyinterpose
+
+    tr = pyinterpose.load(gpu_trace(name))
+    p = swap.prepare(tr, Bandwidth(25e9, 25e9, 10e-6, "test"), min_size=1)
+    assert 0 < int((p.candidates["doa_ns"] >= 0).sum()) < len(p.candidates)
+    for b in _vote_budgets(p):
+        assert swap._vote_order(p, b) is not None
+        assert np.array_equal(swap.order(p, "vote", b), reference_order(p, "vote", b)), b
+
+
 def test_duplicate_candidates_in_an_order_are_visited_once():
     rng = np.random.default_rng(11)
     p = _problem(rng, 80, 2000, 8, Bandwidth(3e8, 3e8, 0.0, "t"))
