@@ -6,6 +6,7 @@ which adds its parser and sets ``func`` to a callable ``(args) -> int``.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 
@@ -68,7 +69,26 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1) == 1 and ok)
 
 
+def _import_numpy_without_blas_threads() -> None:
+    """Import numpy with OpenBLAS on one thread, then put the environment back.
+
+    No analysis calls BLAS, but OpenBLAS starts a server thread per core at import, which
+    spins for a while: CPU taken from the analysis on a small machine. The variable is read
+    once, when the library loads, and is removed again at once so that the program that
+    ``run`` starts inherits the user's own environment."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _import_numpy_without_blas_threads()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

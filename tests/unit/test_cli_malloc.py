@@ -61,3 +61,30 @@ def test_memory_a_worker_thread_frees_stays_for_the_main_thread():
     assert _info("thresholds", "thread")["heap_free_after"] < n // 2
     # one arena: the thread's array came from the main heap and stays there once freed
     assert _info(True, "thread")["heap_free_after"] >= n
+
+
+BLAS_CODE = r"""
+import json, os, sys
+if sys.argv[1] == "1":
+    from pyinterpose.cli import _import_numpy_without_blas_threads
+    _import_numpy_without_blas_threads()
+import numpy
+print(json.dumps({"threads": len(os.listdir("/proc/self/task")), "env": os.environ.get("OPENBLAS_NUM_THREADS")}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_the_cli_starts_no_blas_threads_and_leaves_the_environment_as_it_was():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+
+    def info(flag):
+        cp = subprocess.run([sys.executable, "-c", BLAS_CODE, flag], capture_output=True, text=True, env=env,
+                            check=True)
+        return json.loads(cp.stdout)
+
+    plain, cli = info("0"), info("1")
+    assert cli == {"threads": 1, "env": None}        # the program `run` starts sees the user's environment
+    if (os.cpu_count() or 1) > 1:
+        assert plain["threads"] > 1                  # control: numpy alone starts OpenBLAS threads here
