@@ -471,6 +471,14 @@ oom:
     return -1;
 }
 
+int pi_split_feed_many(pi_split *s, void *const *records, const int64_t *n, const int32_t *pid, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++)
+        if (pi_split_feed(s, records[i], n[i], pid[i]) < 0)
+            return -1;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ pairing in seq order */
 typedef struct {
     int64_t seq;

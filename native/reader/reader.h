@@ -76,6 +76,9 @@ typedef struct pi_split {
 pi_split *pi_split_new(void);
 /* Split n records (64 bytes each, any alignment) of process pid.  0, or -1 when out of memory. */
 int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid);
+/* pi_split_feed of k runs of records in turn (run i: n[i] records at records[i], of process pid[i]):
+ * one call for many chunks.  0, or -1 when out of memory. */
+int pi_split_feed_many(pi_split *s, void *const *records, const int64_t *n, const int32_t *pid, int64_t k);
 /* After the last feed: pair allocations with frees again in seq order if the file's order was not
  * that (seq_disorder), drop the pass's hash maps and give each table its exact size.  0 or -1 (memory). */
 int pi_split_finish(pi_split *s);

@@ -51,10 +51,15 @@ def _reference(path: str):
     return reader_reference.build_trace(reader.read_file(path), path=path)
 
 
+@pytest.mark.parametrize("feed_run", [None, 3], ids=["runs-256", "runs-3"])
 @pytest.mark.parametrize("path", _traces(), ids=os.path.basename)
-def test_same_tables_as_the_numpy_reader(path):
+def test_same_tables_as_the_numpy_reader(path, feed_run, monkeypatch):
+    """(runs-3: the chunks go to the C pass three at a time, so runs end inside every trace,
+    between processes' chunks too)"""
     if not os.path.exists(path):
         pytest.skip(f"{path} not here")
+    if feed_run:
+        monkeypatch.setattr(reader._Split, "FEED_RUN", feed_run)
     new = pyinterpose.load(path)
     assert len(new.blocks)
     assert_same(new, _reference(path))
@@ -157,6 +162,7 @@ def test_many_chunks_on_threads(tmp_path, monkeypatch):
     """Enough chunks that they are inflated on worker threads, a few per batch; one bad chunk in the
     middle stops there."""
     monkeypatch.setattr(reader, "_BATCH_BYTES", 2000)
+    monkeypatch.setattr(reader._Split, "FEED_RUN", 7)       # runs to the C pass end inside batches
     parts = _synthetic()
     pid, recs = 7, np.concatenate([parts[0][1], parts[2][1]])
     p = tmp_path / "many.pit"
