@@ -244,9 +244,29 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
     step(0.05, "iterations")
     it = analyses.iterations(trace)
+    cls = analyses.block_classes(trace, iters=it.value)
+    classes = cls.value
 
-    # ---- the access analysis and the swap problem first: the access intervals they share
-    # (hundreds of MB at 10 M events) are let go before anything else is built. The swap
+    # ---- the interactive timeline's data (one payload per device; None: no chart library, so
+    # the static figure instead) and the pool strategies read only the blocks, the iterations
+    # and the classes: built on a side thread while this one analyses the accesses
+    def _timeline_payloads():
+        if timeline.chart_js() is None or not len(b):
+            return None
+        rcurve = None if reserved_view else _reserved_curve(trace)
+        try:
+            return {int(d): timeline.payload(trace, int(d), classes=classes,
+                                             iterations=it.value if it.ok else None, reserved_view=reserved_view,
+                                             reserved=rcurve)
+                    for d in sorted(b["device"].unique())}
+        except Exception:  # noqa: BLE001 - the memory section reports the failure itself
+            return None
+
+    side = _in_background(lambda: (_timeline_payloads(),
+                                   analyses.pools(trace, strategies=strategies, time_limit=time_limit)))
+
+    # ---- meanwhile the access analysis and the swap problem: the access intervals they share
+    # (hundreds of MB at 10 M events) are let go before the other sections are built. The swap
     # schedules then run on a worker thread (the C scheduler releases the GIL) while this
     # thread builds the other sections; their section is written when it comes to it.
     step(0.1, "access intervals")
@@ -265,24 +285,9 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     work = analyses.swap_work(sp.value) if sp.ok else sp
     worker = _in_background(work.value.work) if work.ok else None
     step(0.3, "lifetimes")
-    cls = analyses.block_classes(trace, iters=it.value)
-    classes = cls.value
     life = analyses.lifetimes_summary(trace, iters=it.value)
-
-    # ---- the interactive timeline's data, one payload per device (None: no chart library, so
-    # the static figure instead); a single device's peak comes with it
-    payloads = None
-    if timeline.chart_js() is not None and len(b):
-        step(0.35, "timeline")
-        rcurve = None if reserved_view else _reserved_curve(trace)
-        try:
-            payloads = {int(d): timeline.payload(trace, int(d), classes=classes,
-                                                 iterations=it.value if it.ok else None, reserved_view=reserved_view,
-                                                 reserved=rcurve)
-                        for d in sorted(b["device"].unique())}
-            del rcurve
-        except Exception:  # noqa: BLE001 - the memory section reports the failure itself
-            payloads = None
+    step(0.35, "timeline")
+    payloads, pl = side.result()
 
     # ---- header facts
     if payloads and len(payloads) == 1 and next(iter(payloads.values())) is not None:
@@ -309,8 +314,6 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                  duration_ns=int(trace.duration_ns))
 
     sections: list[Section] = []
-    step(0.45, "pool strategies")
-    pl = analyses.pools(trace, strategies=strategies, time_limit=time_limit)
 
     # ---- memory over time
     s = Section("memory", "Memory over time",

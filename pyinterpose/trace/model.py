@@ -86,6 +86,8 @@ Iterations contract (pyinterpose.analysis.iterations.find_iterations):
 """
 from __future__ import annotations
 
+import threading
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +167,7 @@ def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
 _DERIVED_FROM = ("blocks", "accesses", "launches", "copies", "markers", "processes", "reservations")
 _TABLES_KEY = ("model", "tables")   # the tables the memo was computed from
 _OWNER_KEY = ("model", "owner")     # id() of the trace the memo belongs to
+_LOCKS_KEY = ("model", "locks")     # {key: lock} of the keys being or once computed
 
 
 @dataclass
@@ -202,15 +205,22 @@ class Trace:
             memo.clear()
             memo[_OWNER_KEY] = id(self)
             memo[_TABLES_KEY] = tuple(getattr(self, n) for n in _DERIVED_FROM)
-        if key not in memo:
-            memo[key] = compute()
+        if key in memo:
+            return memo[key]
+        # threads (the report's side and swap threads) asking for one key compute it once: the
+        # first computes, the others wait for its value (a lock per key: a computation that asks
+        # for other keys never waits on itself, as their dependencies are never circular)
+        lock = memo.setdefault(_LOCKS_KEY, {}).setdefault(key, threading.Lock())   # atomic setdefault
+        with lock:
+            if key not in memo:
+                memo[key] = compute()
         return memo[key]
 
     def forget(self, module: str) -> None:
         """Drop what ``module`` derived from this trace (the keys starting with that name), to
         give its memory back once no later step needs it; asked again, it is computed again."""
-        for k in [k for k in self._derived if isinstance(k, tuple) and k and k[0] == module]:
-            del self._derived[k]
+        for k in [k for k in list(self._derived) if isinstance(k, tuple) and k and k[0] == module]:
+            self._derived.pop(k, None)
 
     def process_view(self, pid: int | None) -> "Trace":
         """This trace restricted to one process's blocks (a shallow copy, with a memo of its

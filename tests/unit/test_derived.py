@@ -31,6 +31,48 @@ def test_computed_once_per_key():
     assert len(calls) == 2
 
 
+def test_threads_asking_for_one_key_compute_it_once():
+    """The report builds the timeline and the pools on a side thread while its own thread
+    analyses the accesses: a key both ask for is computed once, the second waits for it; a key
+    that asks for another one, and forget() while another thread adds keys, work too."""
+    import threading
+    import time
+
+    tr = _loop_trace()
+    calls, started = [], threading.Event()
+
+    def slow():
+        calls.append(threading.current_thread().name)
+        started.set()
+        time.sleep(0.3)
+        return tr.derived(("test", "inner"), lambda: calls.append("inner") or 7) + 1
+
+    got = {}
+    threads = [threading.Thread(target=lambda n=n: got.__setitem__(n, tr.derived(("test", "outer"), slow)), name=n)
+               for n in ("a", "b", "c")]
+    threads[0].start()
+    started.wait(5)
+    for t in threads[1:]:
+        t.start()
+    stop = threading.Event()
+
+    def churn():                     # keys added and forgotten meanwhile
+        k = 0
+        while not stop.is_set():
+            tr.derived(("churn", k), lambda: k)
+            k += 1
+    c = threading.Thread(target=churn)
+    c.start()
+    for _ in range(200):
+        tr.forget("churn")
+    for t in threads:
+        t.join(10)
+    stop.set()
+    c.join(10)
+    assert got == {"a": 8, "b": 8, "c": 8}
+    assert calls == ["a", "inner"]             # computed once, by the first thread
+
+
 def test_replacing_a_table_forgets():
     tr = _loop_trace()
     assert tr.derived(("test",), lambda: len(tr.blocks)) == 36
