@@ -106,19 +106,42 @@ def _fragmentation(value: Any) -> dict[str, float] | None:
     return None
 
 
+def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any]:
+    """What a row reads from the blocks alone (peak, owners, the pools analysis, call sites):
+    :func:`trace_row` computes it on a side thread beside the access and swap analyses."""
+    from ..report import analyses
+    from ..trace.stacks import top_call_sites_json
+    from .owners import allocator_info, bytes_by_owner
+
+    out: dict[str, Any] = {"peak": peak_live_bytes_of(trace),   # over the live events, shared with access
+                           "info": allocator_info(trace), "by_owner": bytes_by_owner(trace).to_dict("records")}
+    out["pools"] = analyses.pools(trace, time_limit=time_limit) if pools else None
+    out["call_sites"] = top_call_sites_json(trace, n=5)
+    return out
+
+
 def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = None,
               time_limit: float = 2.0, pools: bool = True, swap: bool = True) -> dict[str, Any]:
     """One comparison row for ``trace`` (see the module docstring)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from ..report import analyses
 
     notes: list[str] = []
+    # the blocks-only figures on a side thread while this one finds the iterations, the access
+    # intervals and the swap plans (numpy and the C passes release the GIL; Trace.derived
+    # computes what both ask for once)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-compare") as ex:
+        side = ex.submit(_memory_facts, trace, pools, time_limit)
+        it = analyses.iterations(trace)
+        acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
+        ev = analyses.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        facts = side.result()
     b = trace.device_blocks
     view = str(trace.meta.get("view", "unknown"))
-    from .owners import allocator_info, bytes_by_owner
-
-    peak = peak_live_bytes_of(trace)     # over the trace's live events, shared with the access analysis
+    peak = facts["peak"]
     nv = trace.nvml
-    info = allocator_info(trace)
+    info = facts["info"]
     fw = info["framework"]
     sim = "pytorch" if fw == "pytorch" else ("bfc" if fw in ("jax", "tensorflow") else None)
     if view == "reserved":
@@ -140,7 +163,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "reserved_over_live": (float(reserved) / peak) if reserved is not None and peak else None,
         "nvml_used_bytes": int(nv.groupby("t")["used_bytes"].sum().max()) if len(nv) else None,
         "duration_ns": int(trace.duration_ns),
-        "by_owner": bytes_by_owner(trace).to_dict("records"),
+        "by_owner": facts["by_owner"],
         "allocator_peak_bytes": int(info["peak_live_bytes"]),
         "outside_allocator_bytes": int(info["outside"]["peak_live_bytes"]),
         "size": _quantiles(sizes),
@@ -148,7 +171,6 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "iterations": None, "allocs_per_iteration": None, "bytes_per_iteration": None,
         "fragmentation": None, "ati": None, "swap": None,
     }
-    it = analyses.iterations(trace)
     if it.ok:
         v = it.value
         row["iterations"] = int(v.count)
@@ -159,7 +181,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     else:
         notes.append(f"iterations: {it.note}")
     if pools:
-        pl = analyses.pools(trace, time_limit=time_limit)
+        pl = facts["pools"]
         if pl.ok:
             row["fragmentation"] = _fragmentation(pl.value)
             sim_peak = next((r.get("peak_bytes") for r in (pl.value or {}).get("strategies", [])
@@ -171,7 +193,6 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
                 notes.append(f"fragmentation: unrecognised pools result {type(pl.value).__name__}")
         else:
             notes.append(f"fragmentation: {pl.note}")
-    acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
     if acc.ok:
         d = acc.value
         ff = d.get("filtered_fraction") or {}
@@ -180,8 +201,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
                       "swappable_bytes": (d.get("swappable") or {}).get("bytes")}
     else:
         notes.append(f"ati: {acc.note}")
-    if swap:
-        ev = analyses.swap(trace, bandwidth=bandwidth, modes=("no-overhead",))
+    if ev is not None:
         if ev.ok:
             d = ev.value
             no = [r for r in d.get("strategies", []) if r.get("mode") == "no-overhead"]
@@ -192,9 +212,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
                            "reduction": None if best is None else best.get("reduction")}
         else:
             notes.append(f"swap: {ev.note}")
-    from ..trace.stacks import top_call_sites_json
-
-    row["call_sites"] = top_call_sites_json(trace, n=5)
+    row["call_sites"] = facts["call_sites"]
     row["notes"] = notes
     return row
 
