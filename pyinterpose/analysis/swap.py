@@ -940,9 +940,15 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 
 
 def _prime_votes(problem: SwapProblem) -> None:
-    """What every budget's vote order shares, computed once before threads ask for it."""
-    for s in ("doa", "aoa"):
-        _rank(problem, s, 0)
+    """What every budget's vote order shares, computed once before threads ask for it: the
+    three sorts it starts from side by side (numpy's sorts release the GIL), then the rest."""
+    parts = [lambda: _rank(problem, "doa", 0), lambda: _rank(problem, "aoa", 0), lambda: _tie_order(problem)]
+    if (os.cpu_count() or 1) > 1 and len(problem.candidates) >= 100_000:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pyinterpose-swap") as ex:
+            list(ex.map(lambda f: f(), parts))
+    else:
+        for f in parts:
+            f()
     _wdoa_points(problem)
     _vote_fixed(problem)
 
