@@ -268,9 +268,23 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     blocks = pd.DataFrame({k: tb[k].to_numpy()[mine] for k in BLOCK_COLUMNS if k in tb}, copy=False)
     if len(blocks) == 0:
         raise PyinterposeError(f"process {pid} has no allocations in this trace")
-    iv = access_intervals(trace, pid=pid)
-    between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
-    iv = pd.DataFrame({k: iv[k].to_numpy()[between] for k in ("block_id", "size", "start_t", "end_t")}, copy=False)
+    # the iterations (for the candidates' labels) on a side thread while the access intervals
+    # are found: neither needs the other, and numpy and the C pass release the GIL. Both are
+    # kept by Trace.derived: where an analysis found them already, that part returns at once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .iterations import find_iterations
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
+        found = ex.submit(find_iterations, trace, pid=pid)
+        iv = access_intervals(trace, pid=pid)
+        between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
+        iv = pd.DataFrame({k: iv[k].to_numpy()[between] for k in ("block_id", "size", "start_t", "end_t")},
+                          copy=False)
+        try:
+            found.result()
+        except PyinterposeError:
+            pass                      # _iteration_labels says why, in the problem's notes
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
     p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=trace.end_ns, iteration=lab)
     p.pid = pid
