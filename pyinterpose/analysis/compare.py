@@ -108,11 +108,18 @@ def _fragmentation(value: Any) -> dict[str, float] | None:
 
 def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any]:
     """What a row reads from the blocks alone (peak, owners, the pools analysis, call sites):
-    :func:`trace_row` computes it on a side thread beside the access and swap analyses."""
+    :func:`trace_row` computes it on a side thread beside the access and swap analyses, after
+    the main process's access intervals (kept by ``Trace.derived`` for those analyses)."""
     from ..report import analyses
     from ..trace.stacks import top_call_sites_json
     from .owners import allocator_info, bytes_by_owner
 
+    if trace.main_pid is not None:    # first the access intervals, while the iterations are found
+        try:
+            from .access import access_intervals
+            access_intervals(trace, trace.main_pid)
+        except Exception:  # noqa: BLE001 - the access analysis reports it when it asks again
+            pass
     out: dict[str, Any] = {"peak": peak_live_bytes_of(trace),   # over the live events, shared with access
                            "info": allocator_info(trace), "by_owner": bytes_by_owner(trace).to_dict("records")}
     out["pools"] = analyses.pools(trace, time_limit=time_limit) if pools else None

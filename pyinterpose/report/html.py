@@ -243,6 +243,9 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
 
     step(0.05, "iterations")
+    # the access intervals (the access analysis' and the swap problem's first and longest
+    # part) need no iterations: found on a side thread while this one finds the iterations
+    intervals = _in_background(lambda: _prefetch_intervals(trace))
     it = analyses.iterations(trace)
     cls = analyses.block_classes(trace, iters=it.value)
     classes = cls.value
@@ -288,6 +291,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     life = analyses.lifetimes_summary(trace, iters=it.value)
     step(0.35, "timeline")
     payloads, pl = side.result()
+    intervals.result()
 
     # ---- header facts
     if payloads and len(payloads) == 1 and next(iter(payloads.values())) is not None:
@@ -473,6 +477,18 @@ def _in_background(fn: Callable[[], Any]) -> Future:
         return ex.submit(fn)
     finally:
         ex.shutdown(wait=False)      # the submitted call still runs; no thread is left behind
+
+
+def _prefetch_intervals(trace: Trace) -> None:
+    """The main process's access intervals into the trace's derived tables, where the access
+    analysis and the swap problem read them (a failure is theirs to report)."""
+    if trace.main_pid is None:
+        return
+    try:
+        from ..analysis.access import access_intervals
+        access_intervals(trace, trace.main_pid)
+    except Exception:  # noqa: BLE001 - the access section reports it when it asks again
+        pass
 
 
 def _reserved_curve(trace: Trace) -> dict | None:
