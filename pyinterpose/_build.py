@@ -91,7 +91,8 @@ def build_native(outdir: str, verbose: bool = False, only: list[str] | None = No
 
 
 def _cdef_block(path: str) -> str:
-    text = open(path).read()
+    with open(path) as f:
+        text = f.read()
     m = re.search(r"/\* BEGIN CDEF \*/(.*)/\* END CDEF \*/", text, re.S)
     return m.group(1) if m else text
 

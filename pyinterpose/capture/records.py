@@ -29,7 +29,8 @@ def _contract_file(name: str) -> str:
 def _ffi():
     from cffi import FFI
 
-    text = open(_contract_file("events.h")).read()
+    with open(_contract_file("events.h")) as f:
+        text = f.read()
     cdef = re.search(r"/\* BEGIN CDEF \*/(.*)/\* END CDEF \*/", text, re.S).group(1)
     ffi = FFI()
     ffi.cdef(cdef)
@@ -69,7 +70,8 @@ def header_layout() -> dict[str, tuple[int, np.dtype]]:
 @functools.lru_cache(maxsize=None)
 def ring_version() -> int:
     """PI_RING_VERSION of events.h: the header layout this drain understands."""
-    text = open(_contract_file("events.h")).read()
+    with open(_contract_file("events.h")) as f:
+        text = f.read()
     return int(re.search(r"#define PI_RING_VERSION (\d+)", text).group(1))
 
 
