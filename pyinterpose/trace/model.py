@@ -57,13 +57,28 @@ expandable segments, the segment's peak size)
 
 ``launches`` — one row per kernel launch (and graph launch)
     pid, tid, seq, t, device, stream, api: category, kernel: int32,
-    kernel_name: category, n_access: int32, graph: bool
+    kernel_name: category, n_access: int32, graph: bool,
+    dev_start, dev_end: int64   when the kernel ran on the GPU (device clock, CUPTI), aligned to
+                         the trace's clock (ns since the start of the run); -1 when the trace has no
+                         device time for it.  A graph launch: its first replayed node's start and
+                         its last node's end (each node is a row of ``gpu_activity``).
 
-``copies`` — cudaMemcpy*/cudaMemset*: pid, seq, t, api, op (copy|memset), dst, src, size, stream
+``copies`` — cudaMemcpy*/cudaMemset*: pid, seq, t, api, op (copy|memset), dst, src, size, stream,
+    dev_start, dev_end (int64, as in ``launches``; -1 = no device time)
+``gpu_activity`` — one row per device activity record (CUPTI kernel, memcpy, memset), on the
+    trace's clock: pid, seq (int64: the LAUNCH/GRAPH_LAUNCH/COPY/MEMSET event it belongs to, via the
+    external correlation id; -1 when none matched), kind (category: kernel|memcpy|memset), start,
+    end (int64 ns since the start of the run), device (int16), stream (int64: CUPTI's stream id),
+    graph_node (uint64: 0 unless replayed from a CUDA graph), kernel (int32: index into ``kernels``,
+    -1 none), bytes (int64: memcpy/memset size, 0 for kernels)
 ``hints`` — cudaMemAdvise/cudaMemPrefetchAsync: pid, seq, t, api, op (advise|prefetch), address, size, value
 ``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result
 ``markers`` — pyinterpose.mark_step(): pid, seq, t, label
-``processes`` — pid, ppid, exe, forked (bool), start_ns, written, lost, waits, unscanned_launches
+``processes`` — pid, ppid, exe, forked (bool), start_ns, written, lost, waits, unscanned_launches,
+    clock (object: "cupti" when this process's device times were recorded, else "cpu"),
+    clock_note (object: why not, or "" — "libcupti not found", "CUPTI busy: another subscriber
+    (Nsight, torch.profiler)", "--gpu-clock off", ...), clock_error_ns (int64: bound of the
+    CUPTI-to-trace clock alignment, -1 none), gpu_dropped (int64: activity records CUPTI dropped)
 ``nvml`` — samples taken while the target ran: t, device, used_bytes, pcie_tx_kbs, pcie_rx_kbs
 ``frames`` — frame_id, kind (python|native), filename, function, line, object
 ``stacks`` — stack_id, parent_id (-1 at the root), frame_id: a trie of call stacks
@@ -110,14 +125,20 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
                        "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "maps": "int64",
                        "mapped_peak": "int64"}
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
-COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1}
+COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
+                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
                   "stream": "uint64", "api": "category", "kernel": "int32",
-                  "kernel_name": "category", "n_access": "int32", "graph": "bool"}
+                  "kernel_name": "category", "n_access": "int32", "graph": "bool",
+                  "dev_start": "int64", "dev_end": "int64"}
 COPY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
-                "dst": "uint64", "src": "uint64", "size": "int64", "stream": "uint64"}
+                "dst": "uint64", "src": "uint64", "size": "int64", "stream": "uint64",
+                "dev_start": "int64", "dev_end": "int64"}
+GPU_ACTIVITY_COLUMNS = {"pid": "int32", "seq": "int64", "kind": "category", "start": "int64", "end": "int64",
+                        "device": "int16", "stream": "int64", "graph_node": "uint64", "kernel": "int32",
+                        "bytes": "int64"}
 HINT_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
                 "address": "uint64", "size": "int64", "value": "int64"}
 FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
@@ -125,7 +146,8 @@ FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "categor
 MARKER_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "label": "object"}
 PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "bool",
                    "start_ns": "int64", "written": "int64", "lost": "int64", "waits": "int64",
-                   "unscanned_launches": "int64"}
+                   "unscanned_launches": "int64", "clock": "object", "clock_note": "object",
+                   "clock_error_ns": "int64", "gpu_dropped": "int64"}
 NVML_COLUMNS = {"t": "int64", "device": "int16", "used_bytes": "int64", "pcie_tx_kbs": "float64",
                 "pcie_rx_kbs": "float64"}
 
@@ -164,7 +186,8 @@ def conform(df: pd.DataFrame | None, columns: dict[str, str]) -> pd.DataFrame:
     return df
 
 
-_DERIVED_FROM = ("blocks", "accesses", "launches", "copies", "markers", "processes", "reservations")
+_DERIVED_FROM = ("blocks", "accesses", "launches", "copies", "markers", "processes", "reservations",
+                 "gpu_activity")
 _TABLES_KEY = ("model", "tables")   # the tables the memo was computed from
 _OWNER_KEY = ("model", "owner")     # id() of the trace the memo belongs to
 _LOCKS_KEY = ("model", "locks")     # {key: lock} of the keys being or once computed
@@ -189,6 +212,7 @@ class Trace:
     reservations: pd.DataFrame = field(default_factory=lambda: empty_table(RESERVATION_COLUMNS))
     frames: pd.DataFrame = field(default_factory=lambda: _stacks().empty_frames())
     stacks: pd.DataFrame = field(default_factory=lambda: _stacks().empty_stacks())
+    gpu_activity: pd.DataFrame = field(default_factory=lambda: empty_table(GPU_ACTIVITY_COLUMNS))
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derived(self, key, compute):
@@ -236,7 +260,8 @@ class Trace:
     @classmethod
     def from_tables(cls, blocks=None, accesses=None, launches=None, copies=None, hints=None,
                     failures=None, markers=None, processes=None, nvml=None, kernels=None,
-                    meta=None, counts=None, reservations=None, frames=None, stacks=None) -> "Trace":
+                    meta=None, counts=None, reservations=None, frames=None, stacks=None,
+                    gpu_activity=None) -> "Trace":
         """Build a Trace from (partial) tables; missing columns/tables are filled."""
         b = conform(blocks, BLOCK_COLUMNS) if blocks is not None else empty_table(BLOCK_COLUMNS)
         if blocks is not None and len(b) and "counts_device" not in blocks:
@@ -259,6 +284,7 @@ class Trace:
             reservations=conform(reservations, RESERVATION_COLUMNS),
             frames=_stacks().conform_frames(frames),
             stacks=_stacks().conform_stacks(stacks),
+            gpu_activity=conform(gpu_activity, GPU_ACTIVITY_COLUMNS),
         )
 
     # ---- small conveniences shared by analyses -------------------------------------------
