@@ -66,8 +66,8 @@ def run(args) -> int:
     al, out = res.get("allocator") or {}, res.get("outside_allocator") or {}
     if out.get("blocks"):
         rows.append(["outside the allocator", fmt_bytes(out["peak_live_bytes"]), "-", "-", "-", "-",
-                     f"{out['blocks']} blocks not replayed (not {al.get('framework', '?')}'s allocator: "
-                     f"{al.get('rule', '?')})"])
+                     f"{out['blocks']} blocks not replayed: made outside {al.get('framework', '?')}'s allocator "
+                     f"(its blocks: {al.get('rule', '?')})"])
     print_table(rows, ["strategy", "peak", "ratio", "fragmentation", "bound", "seconds", "notes"],
                 right=[1, 2, 3, 5], out=con)
     return 0
