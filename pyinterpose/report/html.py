@@ -638,7 +638,9 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
         s.notes.append(f"pool evaluation {pl.note}")
         return
     d = pl.value
-    df = pd.DataFrame(d.get("strategies", []))
+    if d.get("nothing_to_plan"):
+        s.notes.append(d["nothing_to_plan"])
+    df = pd.DataFrame([r for r in d.get("strategies", []) if not r.get("skipped")])
     if len(df) == 0:
         s.notes.append("pool evaluation returned no strategy")
         return
