@@ -35,6 +35,14 @@ def _run(args) -> int:
     con = Console()
     con.print(f"[bold]{args.file}[/bold]  view={s['view']}  framework={s['framework']}  "
               f"duration={s['duration_s']:.2f} s  command: {' '.join(s['command'] or [])}")
+    from ..analysis.machine import machine_lines
+
+    t = Table(title="machine", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    for k, v in machine_lines(s["machine"]):
+        t.add_row(k, v)
+    con.print(t)
     t = Table(title="events", show_header=True)
     t.add_column("what")
     t.add_column("count", justify="right")
