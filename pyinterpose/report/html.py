@@ -395,14 +395,17 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     _safe(s, _mem)
     sections.append(s)
 
-    # ---- call sites (the first frame outside allocation helpers; each block keeps its stack)
+    # ---- call sites (the first frame outside allocation helpers; each block keeps its stack), when
+    # the trace recorded stacks (summary says so when it did not)
+    _sid = _bl["stack_id"].to_numpy() if "stack_id" in _bl else np.zeros(0, np.int64)
     s = Section("sites", "Call sites",
                 "Where the allocations come from: each block's call site is the first frame of its stack outside"
                 " allocation helpers (a function of the program that nearly every allocation goes through, found"
                 " automatically, or chosen with --site-skip). The tables rank the call sites by bytes live at the"
                 " peak and by allocations; the stack shown is the one of the site's largest block.")
-    _safe(s, lambda: _call_sites_section(s, trace, heads))
-    sections.append(s)
+    if (_sid >= 0).any():
+        _safe(s, lambda: _call_sites_section(s, trace, heads))
+        sections.append(s)
 
     # ---- iterations + lifetimes
     s = Section("iterations", "Iterations and block lifetimes",
