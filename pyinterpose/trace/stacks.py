@@ -402,13 +402,12 @@ def _detect_helpers(trace, parent: np.ndarray, frame: np.ndarray, recs: list[dic
     python = np.array([r["kind"] == "python" for r in recs], bool)
     for _ in range(64):
         fr = frame[cur]
-        vals, counts = np.unique(fr, return_counts=True)
-        k = int(np.argmax(counts))
-        f = int(vals[k])
+        counts = np.bincount(fr, minlength=len(recs))     # one pass, no sort (millions of blocks)
+        f = int(np.argmax(counts))
         sel = fr == f
         above = parent[cur[sel]]
-        if counts[k] < HELPER_SHARE * total or not python[f] or (above < 0).any() \
-                or len(np.unique(above)) < 2:
+        if counts[f] < HELPER_SHARE * total or not python[f] or (above < 0).any() \
+                or not (above != above[0]).any():
             break
         helpers.add(f)
         cur = cur.copy()
