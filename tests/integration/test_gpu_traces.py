@@ -160,3 +160,23 @@ def test_demo_sample_uses_the_committed_pytorch_trace(tmp_path):
     d = json.loads(r.stdout)
     assert d["source"] == "sample torch-cnn-blocks.pit" and os.path.exists(d["report"])
     assert d["headlines"]["blocks"] > 6831
+
+
+def test_reserved_view_report_says_each_peak_under_its_own_name():
+    """The report's headline on the reserved view: PyTorch's own max_memory_reserved under the
+    allocator's name, the libraries' cuMemAlloc_v2 blocks on their own line, never summed under
+    the allocator's name; segments still reserved likewise split."""
+    from pyinterpose.report import html
+
+    tr = trace("torch-cnn-reserved")
+    want = truth("torch-cnn-reserved")["pytorch_reported"]["max_memory_reserved"]
+    rep = html.build(tr, bandwidth=25.0, time_limit=0.5)
+    facts = dict(rep.facts)
+    assert facts["peak reserved by pytorch's allocator"] == f"982.0 MiB ({want:,} B; 41 segments)"
+    assert facts["peak outside the allocator (libraries)"] == "128.3 MiB (10 blocks)"
+    assert facts["peak of both together"] == "1.1 GiB"
+    assert not any("framework allocator" in k for k in facts)
+    assert rep.headlines["allocator_peak_bytes"] == want
+    mem = dict(next(s for s in rep.sections if s.title == "Memory over time").facts)
+    assert mem["GPU 0 segments still reserved by pytorch's allocator"].startswith("41 (982.0 MiB)")
+    assert mem["GPU 0 library blocks never freed (outside the allocator)"] == "10 (128.3 MiB)"
