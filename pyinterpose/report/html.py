@@ -810,7 +810,9 @@ def render(rep: Report) -> str:
 
 
 def write(trace: Trace, path: str, **kw) -> Report:
+    from ..outfile import atomic_output
+
     rep = build(trace, **kw)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_output(path, "w", encoding="utf-8") as f:
         f.write(render(rep))
     return rep

@@ -242,7 +242,9 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
     else:
         cat_codes, cat_names = np.zeros(len(b), np.int64), []
     entries = 0
-    with open(path, "wb") as f:
+    from ..outfile import atomic_output
+
+    with atomic_output(path, "wb") as f:
         ps = P.PickleStream(f)
         ps.begin()
         ps.write(P.EMPTY_DICT + P.MARK)

@@ -422,7 +422,9 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc) -> set[int]:
 
 def write_chrome_trace(trace: Trace, path: str, iterations=None, **kw) -> dict[str, int]:
     """Write the Chrome-trace JSON to ``path``; returns counts of events by phase."""
+    from ..outfile import atomic_output
+
     text, counts = chrome_trace_json(trace, iterations=iterations, **kw)
-    with open(path, "w") as f:
+    with atomic_output(path, "w") as f:
         f.write(text)
     return counts
