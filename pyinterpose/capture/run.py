@@ -201,14 +201,60 @@ def _spawn(argv, env, cwd=None) -> int:
     return rc if rc >= 0 else 128 - rc
 
 
-def _make_ring_dir(session: str, ring_dir: str | None) -> str | None:
-    """A private directory for file-backed rings and the shim's "not recorded" notes."""
-    import tempfile
+def ring_folder_prefix(session: str, pid: int) -> str:
+    """The name a run's private folder starts with: its session and the pid of `run` (``r<pid>``), so that
+    a later run can tell the folder of a dead run from a live one's."""
+    return f"pyinterpose-{session}-r{pid}-"
 
+
+def _pid_namespace() -> str | None:
     try:
-        return tempfile.mkdtemp(prefix=f"pyinterpose-{session}-", dir=ring_dir)
+        return os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
+
+
+def _remove_stale_ring_dirs(where: str | None) -> None:
+    """Remove the folders that runs killed with their program left behind (nobody was left to remove
+    them): those named by :func:`ring_folder_prefix` whose `run` pid no longer exists here.  Only folders
+    of this pid namespace's runs can be judged; a live pid (or one reused) keeps its folder."""
+    import re
+    import tempfile
+
+    d = where or tempfile.gettempdir()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    pat = re.compile(r"pyinterpose-[0-9a-f]{12}-r(\d+)-")
+    for n in names:
+        m = pat.match(n)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                     # alive (or not ours to signal: EPERM): keep
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):
+            continue
+        path = os.path.join(d, n)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _make_ring_dir(session: str, ring_dir: str | None) -> tuple[str | None, str | None]:
+    """A private directory for file-backed rings and the shim's "not recorded" notes: (path, None), or
+    (None, why it could not be made)."""
+    import tempfile
+
+    _remove_stale_ring_dirs(ring_dir)
+    try:
+        return tempfile.mkdtemp(prefix=ring_folder_prefix(session, os.getpid()), dir=ring_dir), None
+    except OSError as e:
+        where = ring_dir or tempfile.gettempdir()
+        return None, (f"no ring folder: cannot create one in {where} ({e.strerror or e}): a process with no room "
+                      "for its ring in /dev/shm was neither recorded nor reported")
 
 
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
@@ -261,7 +307,10 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env["PYINTERPOSE_STACKS"] = stacks
     if ring_records:
         child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
-    rdir = _make_ring_dir(session, ring_dir)
+    pidns = _pid_namespace()
+    if pidns:
+        child_env["PYINTERPOSE_CONSUMER_PIDNS"] = pidns   # the shim sees a dead `run` at once (native/shim)
+    rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
     try:
@@ -314,6 +363,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         written = sum(p["written"] for p in procs)
         lost = sum(p["lost"] for p in procs)
         capture_error = drain.write_error or drain.error
+        if rdir_error:
+            # a process without a ring could not have said so: the capture cannot be called complete
+            capture_error = f"{capture_error}; {rdir_error}" if capture_error else rdir_error
         trailer = {"exit_status": status, "end_ns": end, "duration_s": (end - t0) / 1e9,
                    "processes": procs, "events_written": written, "events_lost": lost,
                    "events_in_file": writer.events_written, "unrecorded": unrecorded}
