@@ -195,10 +195,45 @@ def test_graph_replays_carry_graph_ids(exe, libs, tmp_path):
     assert {r["cbid"] for r in recs["api"] if r["corr"] in (ext[600], ext[601])} == {514}  # cuGraphLaunch
 
 
+def test_external_ids_are_per_thread(exe, libs, tmp_path):
+    log_path = str(tmp_path / "dev.log")
+    lines = _run(exe, libs, "threads", env={"SIMCUDA_DEVICE_LOG": log_path})
+    tids = {int(p[1]): int(p[2]) for p in (line.split() for line in lines) if p[0] == "thread"}
+    tid_of_corr = {r["corr"]: r["tid"] for r in _log(log_path)}
+    ext = _records(lines)["extcorr"]
+    assert len(ext) == 100 and len({r["corr"] for r in ext}) == 100
+    for r in ext:
+        assert r["ext"] > 100000  # the innermost id pushed
+        assert tid_of_corr[r["corr"]] == tids[(r["ext"] - 100000) // 1000 - 1]
+
+
+def test_forked_child_has_only_its_own_records(exe, libs):
+    lines = _run(exe, libs, "fork")
+    child = lines[lines.index("child"):lines.index("child end")]
+    parent = lines[lines.index("parent"):]
+    assert [r["ext"] for r in _records(child)["extcorr"]] == [2]
+    assert len(_records(child)["kernel"]) == 1
+    assert [r["ext"] for r in _records(parent)["extcorr"]] == [1]
+    assert len(_records(parent)["kernel"]) == 1
+
+
 def test_timing_durations_sync_queue_engines_events(exe, libs):
     # self-checked in C: sync blocks until the device end, events measure device time, the third launch
     # on a 2-deep queue waits, copies of one direction share one engine and overlap kernels
     assert _run(exe, libs, "timing", env={"SIMCUDA_QUEUE_DEPTH": "2"})[-1] == "ok timing"
+
+
+def test_runtime_path(libs, tmp_path):
+    path = str(tmp_path / "simcuda_clock_rt")
+    subprocess.run(["cc", "-O1", "-g", "-D_GNU_SOURCE", *INCLUDES, "-o", path, os.path.join(CDIR, "simcuda_clock_rt.c"),
+                    "-L" + libs, "-l:libcudart.so.13"], check=True, capture_output=True)
+    log_path = str(tmp_path / "dev.log")
+    lines = _run(path, libs, env={"SIMCUDA_H2D_GBPS": "0.1", "SIMCUDA_DEVICE_LOG": log_path})
+    assert lines[-1] == "ok runtime"
+    log = _log(log_path)
+    replays = [r for r in log if r["graph_id"]]
+    assert len(replays) == 6 and len({r["corr"] for r in replays}) == 3
+    assert [r["end"] - r["start"] for r in replays] == [2000000, 1000000] * 3
 
 
 def test_cupti_busy(exe, libs):

@@ -94,6 +94,12 @@ static void atfork_child(void)
     pthread_mutex_init(&g_lock, NULL);
     pthread_mutex_init(&g_deliver, NULL);
     g_worker_started = 0; /* the thread is not in the child: started again on the next use */
+    /* the parent's records are the parent's: the child starts empty (its copies of the buffers are
+     * left alone, they belong to the client's memory) */
+    g_heap_n = 0;
+    memset(&g_cur, 0, sizeof g_cur);
+    g_full_head = g_full_tail = NULL;
+    g_dropped = 0;
 }
 
 static void init(void)
@@ -394,6 +400,7 @@ static void on_op(const struct simcu_op *op)
         r->graphId = op->graph_id;
     }
     if (size) heap_push(op->end_ns, rec, size);
+    if (size && !g_worker_started) start_worker(); /* a forked child */
     pthread_mutex_unlock(&g_lock);
 }
 
