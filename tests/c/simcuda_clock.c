@@ -38,6 +38,8 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuMemsetD8Async(CUdeviceptr, unsigned char, size_t, CUstream);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                         void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
 CUresult cuStreamCreate(CUstream *, unsigned int);
 CUresult cuStreamSynchronize(CUstream);
 CUresult cuStreamQuery(CUstream);
@@ -269,6 +271,12 @@ static int case_cupti(const char *variant)
         launch(g, NULL, 1);
         end_ext(400);
         launch(g, st, 1); /* no external id pushed */
+        with_ext(700);
+        int one = 1;
+        void *args[] = {&one};
+        /* NULL in a _ptsz entry point: this thread's per-thread default stream, not the legacy one */
+        CHECK_EQ(cuLaunchKernel_ptsz(g, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL), CUDA_SUCCESS);
+        end_ext(700);
         CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
     }
     uint64_t t_host = mono(), t_cupti = 0;
