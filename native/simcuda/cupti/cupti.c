@@ -226,15 +226,19 @@ static void fifo_push(uint64_t ready, const void *rec, uint32_t size)
 
 static const struct pending *fifo_front(void) { return g_fifo_n ? &g_fifo[g_fifo_head] : NULL; }
 
-/* records of finished ops go into buffers, in enqueue order */
-static void collect(uint64_t now)
+/* records of finished ops go into buffers, in enqueue order; at most `max` of them (0: all).
+ * Returns 1 when finished records remain. */
+static int collect(uint64_t now, size_t max)
 {
     const struct pending *p;
+    size_t n = 0;
     while ((p = fifo_front()) && p->ready <= now) {
+        if (max && n++ == max) return 1;
         emit(p->rec, p->size);
         g_fifo_head = (g_fifo_head + 1) % g_fifo_cap;
         g_fifo_n--;
     }
+    return 0;
 }
 
 /* hand every closed buffer to bufferCompleted, outside g_lock, in order */
@@ -264,20 +268,20 @@ static void deliver(void)
 static void *worker(void *arg)
 {
     (void)arg;
+    /* every SIMCUPTI_WORKER_MS (or when a buffer fills): finished records into buffers, a few hundred
+     * per hold of the lock (the launching threads take it too), then full buffers out */
     pthread_mutex_lock(&g_lock);
     for (;;) {
         uint64_t now = now_ns();
-        collect(now);
+        int more = collect(now, 256);
         int have_full = g_full_head != NULL;
-        uint64_t next = now + (uint64_t)g_worker_ms * 1000000ull;
-        const struct pending *front = fifo_front();
-        if (front && front->ready < next) next = front->ready;
-        if (have_full) {
+        if (more || have_full) {
             pthread_mutex_unlock(&g_lock);
-            deliver();
+            if (have_full) deliver();
             pthread_mutex_lock(&g_lock);
             continue;
         }
+        uint64_t next = now + (uint64_t)g_worker_ms * 1000000ull;
         struct timespec ts = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
         pthread_cond_timedwait(&g_wake, &g_lock, &ts);
     }
@@ -509,7 +513,7 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
     FAIL_IF_ASKED("cuptiActivityFlushAll");
     if (t_in_callback) return PI_CUPTI_SUCCESS; /* from inside bufferCompleted: nothing more to do */
     pthread_mutex_lock(&g_lock);
-    collect(now_ns());
+    collect(now_ns(), 0);
     /* every record in a buffer is complete (records are written when their op has finished), so
      * the default flush and FLUSH_FORCED both hand back the partly filled buffer */
     if (g_cur.p && g_cur.nrecords) close_current();
