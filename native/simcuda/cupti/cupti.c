@@ -513,7 +513,11 @@ API CUptiResult cuptiActivityFlushAll(uint32_t flag)
     FAIL_IF_ASKED("cuptiActivityFlushAll");
     if (t_in_callback) return PI_CUPTI_SUCCESS; /* from inside bufferCompleted: nothing more to do */
     pthread_mutex_lock(&g_lock);
-    collect(now_ns(), 0);
+    uint64_t now = now_ns();
+    while (collect(now, 256)) { /* in batches: launching threads take the lock too */
+        pthread_mutex_unlock(&g_lock);
+        pthread_mutex_lock(&g_lock);
+    }
     /* every record in a buffer is complete (records are written when their op has finished), so
      * the default flush and FLUSH_FORCED both hand back the partly filled buffer */
     if (g_cur.p && g_cur.nrecords) close_current();
