@@ -73,7 +73,11 @@ static volatile int g_noted_pid;        /* process whose ring has the CLOCK even
 static int g_was_on;                    /* this process recorded device times (then stopped: state stays cupti) */
 static PI_TLS int t_hold;               /* this thread holds an uncommitted ticket (between push and tick) */
 static _Atomic int g_capturing;         /* stream captures open */
-static _Atomic int64_t g_offset;        /* trace clock = CUPTI clock + offset */
+static _Atomic int64_t g_offset;        /* trace clock = CUPTI clock + offset (the latest alignment) */
+/* CUPTI time -> trace time: linear between the last two alignments (the clocks may drift apart; a
+ * flush's records mostly ran between them), written under g_parse_lock, read by sink() under it */
+static int64_t g_c0, g_off0, g_c1, g_off1;
+static double g_slope;
 static _Atomic uint64_t g_err;          /* largest alignment error bound so far, ns */
 static _Atomic uint64_t g_dropped;      /* records CUPTI dropped */
 static _Atomic uint64_t g_next_flush;
@@ -264,7 +268,24 @@ static void buffer_give_back(uint8_t *b) {
 }
 
 static inline uint64_t to_trace(uint64_t t) {
-    return t ? (uint64_t)((int64_t)t + atomic_load_explicit(&g_offset, memory_order_relaxed)) : 0;
+    if (!t) return 0;
+    double d = g_slope * (double)((int64_t)t - g_c1);
+    return (uint64_t)((int64_t)t + g_off1 + (int64_t)(d < 0 ? d - 0.5 : d + 0.5));
+}
+
+/* a new alignment point (c: a CUPTI time, off: trace - CUPTI there); under g_parse_lock */
+static void model_add(int64_t off) {
+    int64_t c = (int64_t)pi_now() - off;
+    if (g_c1 == 0) {
+        g_c0 = g_c1 = c;
+        g_off0 = g_off1 = off;
+        g_slope = 0;
+    } else if (c > g_c1) {
+        g_c0 = g_c1, g_off0 = g_off1;
+        g_c1 = c, g_off1 = off;
+        g_slope = (double)(g_off1 - g_off0) / (double)(g_c1 - g_c0);
+    }
+    atomic_store(&g_offset, off);
 }
 
 /* one device activity -> one PI_OP_GPU event */
@@ -417,8 +438,8 @@ static void setup_locked(void) {
         fail("cuptiGetTimestamp", r, 1);
         return;
     }
-    atomic_store(&g_offset, off);
     atomic_store(&g_err, err);
+    model_add(off);
     g_owner = getpid(); /* before the callbacks can run */
     r = C.reg(buffer_requested, buffer_completed);
     if (r != PI_CUPTI_SUCCESS) {
@@ -456,8 +477,20 @@ static void setup(void) {
     }
 }
 
-/* hand CUPTI's records over and record the clock again; flag: 0 or FLUSH_FORCED */
+/* align the clocks again, then hand CUPTI's records over; flag: 0 or FLUSH_FORCED */
 static void flush(uint32_t flag, int final) {
+    int64_t off = 0;
+    uint64_t err;
+    if (align(final ? ALIGN_TRIES : 8, &off, &err) == PI_CUPTI_SUCCESS) {
+        /* a much worse pair (a preemption between the reads) does not move the model */
+        uint64_t best = atomic_load(&g_err);
+        if (err <= 2 * best + 1000) {
+            pthread_mutex_lock(&g_parse_lock);
+            model_add(off);
+            pthread_mutex_unlock(&g_parse_lock);
+            if (err > best) atomic_store(&g_err, err);
+        }
+    }
     pi_CUptiResult r = C.flush(flag);
     if (r != PI_CUPTI_SUCCESS) {
         fail("cuptiActivityFlushAll", r, 0);
@@ -469,16 +502,6 @@ static void flush(uint32_t flag, int final) {
         pthread_mutex_lock(&g_parse_lock);
         pi_cupti_pending_drain(&g_map, &g_pending, sink, NULL);
         pthread_mutex_unlock(&g_parse_lock);
-    }
-    int64_t off;
-    uint64_t err;
-    if (align(final ? ALIGN_TRIES : 8, &off, &err) == PI_CUPTI_SUCCESS) {
-        /* a worse pair (a preemption between the reads) does not replace a good alignment */
-        uint64_t best = atomic_load(&g_err);
-        if (err <= 2 * best + 1000) {
-            atomic_store(&g_offset, off);
-            if (err > best) atomic_store(&g_err, err);
-        }
     }
     emit_clock(PI_CLOCK_CUPTI, PI_CLOCK_OK, NULL);
 }
