@@ -15,7 +15,8 @@ from .model import GPU_ACTIVITY_COLUMNS, conform, empty_table
 
 GPU_KINDS = ["none", "kernel", "memcpy", "memset"]   # enum pi_gpu_kind
 CLOCK_CUPTI = 1                                     # enum pi_clock_state
-NO_RECORD_NOTE = "no device clock recorded (no kernel, copy or memset, or a trace from before the device clock)"
+# a process without CLOCK records (no kernel, copy or memset; or a trace from before the device clock)
+NO_RECORD = {"clock": "cpu", "clock_note": "", "clock_error_ns": -1, "gpu_dropped": 0}
 _PID_SHIFT = 40                                     # key = pid << 40 | seq
 
 

@@ -681,8 +681,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                      "forked": bool(pr.get("forked")), "start_ns": int(pr.get("start_ns", t0)) - t0,
                      "written": c.get("written", -1), "lost": c.get("lost", -1), "waits": c.get("waits", 0),
                      "unscanned_launches": c.get("unscanned_launches", 0),
-                     **clocks.get(pr["pid"], {"clock": "cpu", "clock_note": gpuclock.NO_RECORD_NOTE,
-                                              "clock_error_ns": -1, "gpu_dropped": 0})})
+                     **clocks.get(pr["pid"], gpuclock.NO_RECORD)})
     processes = conform(pd.DataFrame(prow), PROCESS_COLUMNS) if prow else empty_table(PROCESS_COLUMNS)
 
     # ---- NVML samples ----
@@ -698,7 +697,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         "copy": int(op_ok[O.COPY]), "memset": int(op_ok[O.MEMSET]),
         "advise": int(op_ok[O.ADVISE]), "prefetch": int(op_ok[O.PREFETCH]), "marker": int(len(markers)),
         "failure": int(len(failures)), "unmatched_free": int(s.unmatched_free),
-        "unresolved_access": unresolved_access, "never_freed": never_freed, "gpu_activity": int(len(gpu_activity)),
+        "unresolved_access": unresolved_access, "never_freed": never_freed,
     }
     by_api = s.api_count
     counts["by_api"] = {str(apis[i]): int(by_api[i]) for i in range(min(len(apis), 65536)) if by_api[i]}
