@@ -85,6 +85,7 @@ static uint64_t g_flush_ns = 100000000ull;
 static char g_lib[800];                 /* the libcupti in use */
 static pi_corr_map g_map;
 static pi_gpu_pending g_pending;
+static size_t g_buf_size = BUF_SIZE;   /* PYINTERPOSE_CUPTI_BUFFER (bytes; tests make CUPTI drop records) */
 static uint8_t *g_pool[POOL_MAX];
 static int g_npool;
 
@@ -251,9 +252,9 @@ static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records
     pthread_mutex_lock(&g_pool_lock);
     if (g_npool) b = g_pool[--g_npool];
     pthread_mutex_unlock(&g_pool_lock);
-    if (!b && posix_memalign((void **)&b, 8, BUF_SIZE) != 0) b = NULL;
+    if (!b && posix_memalign((void **)&b, 8, g_buf_size) != 0) b = NULL;
     *buffer = b;
-    *size = b ? BUF_SIZE : 0; /* no buffer: CUPTI drops the records and counts them */
+    *size = b ? g_buf_size : 0; /* no buffer: CUPTI drops the records and counts them */
     *max_records = 0;
 }
 
@@ -410,6 +411,8 @@ static void setup_locked(void) {
     }
     const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");
     if (fl && atoi(fl) > 0) g_flush_ns = (uint64_t)atoi(fl) * 1000000ull;
+    const char *bs = getenv("PYINTERPOSE_CUPTI_BUFFER");
+    if (bs && atol(bs) >= 64) g_buf_size = (size_t)atol(bs) & ~(size_t)7;
     void *h = find_cupti(why, sizeof why);
     if (!h) {
         char note[700];

@@ -59,6 +59,10 @@ class ClockTally:
                 "clock_error_ns": self.error_ns, "gpu_dropped": self.dropped}
 
 
+def _ns(ns: int) -> str:
+    return f"{ns} ns" if ns < 1000 else f"{ns / 1000:.1f} µs"
+
+
 def missing(procs: list[dict]) -> list[dict]:
     """The processes that ran device work without the device clock."""
     return [p for p in procs if p.get("clock") == "cpu"]
@@ -77,7 +81,7 @@ def report_line(procs: list[dict]) -> str | None:
         err = max(p.get("clock_error_ns", -1) for p in on)
         n = len(on)
         parts.append(f"CUPTI ({n} process{'es' if n != 1 else ''})"
-                     + (f", alignment ±{err / 1000:.1f} µs" if err >= 0 else ""))
+                     + (f", alignment ±{_ns(err)}" if err >= 0 else ""))
         stopped = [p for p in on if p.get("clock_reason")]
         if stopped:
             parts.append(f"stopped early in pid {stopped[0]['pid']}: {stopped[0]['clock_reason']}")
