@@ -116,24 +116,23 @@ long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint8_t *buf, size_t 
                     pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx) {
     long seen = 0;
     pi_cupti_record *r = NULL;
-    /* pass 1: the pairings (CUPTI writes them at the call, the activities when they end; but buffers
-     * are per thread or context, so a pairing can also come in a later buffer: see pending) */
+    /* one pass: pairings into the map, activities out when their pairing is known, else pending (CUPTI
+     * writes the pairing at the call, the activity when it ends, but a buffer holds one thread's or one
+     * context's records: a pairing can come later in this buffer or in a later one) */
     for (;;) {
         pi_CUptiResult res = next(buf, valid, &r);
         if (res == PI_CUPTI_ERROR_MAX_LIMIT_REACHED) break;
-        if (res != PI_CUPTI_SUCCESS) return -1;
+        if (res != PI_CUPTI_SUCCESS) {
+            seen = -1;
+            break;
+        }
         seen++;
         if (r->kind == PI_CUPTI_KIND_EXTERNAL_CORRELATION) {
             const pi_cupti_external_correlation *x = (const pi_cupti_external_correlation *)r;
-            if (x->externalKind == PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) pi_corr_put(m, x->correlationId,
-                                                                                            x->externalId);
+            if (x->externalKind == PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
+                pi_corr_put(m, x->correlationId, x->externalId);
+            continue;
         }
-    }
-    /* pass 2: the device activities */
-    r = NULL;
-    for (;;) {
-        pi_CUptiResult res = next(buf, valid, &r);
-        if (res != PI_CUPTI_SUCCESS) break;
         pi_gpu_act a;
         pi_cupti_view(r, &a);
         if (!a.kind) continue;

@@ -53,11 +53,11 @@ uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr);
 
 #define PI_GPU_MAX_AGE 4      /* buffers an activity waits for its pairing before it goes out unmatched */
 
-/* Parse one completed buffer (`valid` bytes) with CUPTI's own record iterator: first every external
- * correlation record (CUSTOM0) into the map, then every kernel / memcpy / memset record to `sink`,
- * with its external id; one whose pairing is not known yet is kept in `pending` (sent unmatched when
- * the list is full).  Then the pending activities are tried again: those now paired, or older than
- * PI_GPU_MAX_AGE buffers, go to `sink`.  Returns the records seen, or -1 when the iterator failed. */
+/* Parse one completed buffer (`valid` bytes) with CUPTI's own record iterator, in one pass: external
+ * correlation records (CUSTOM0) go into the map, kernel / memcpy / memset records to `sink` with their
+ * external id; one whose pairing is not known yet is kept in `pending` (sent unmatched when the list is
+ * full).  Then the pending activities are tried again: those now paired, or older than PI_GPU_MAX_AGE
+ * buffers, go to `sink`.  Returns the records seen, or -1 when the iterator failed. */
 long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint8_t *buf, size_t valid, pi_corr_map *m,
                     pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx);
 
