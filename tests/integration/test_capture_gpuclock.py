@@ -201,3 +201,19 @@ def test_dropped_records_are_counted(capture, tmp_path, workload):
     assert kernels == 50
     assert p["clock"] == "cupti" and p["gpu_dropped"] == kernels - (tr.gpu_activity["kind"] == "kernel").sum()
     assert p["gpu_dropped"] > 0
+
+
+def test_threads_each_launch_gets_its_own_device_record(capture, tmp_path, cbuild):
+    """4 threads launching at once: every launch is joined 1:1 to the device record of its own kernel
+    (the external correlation ids are per thread), times as simcuda ran them."""
+    prog = cbuild("shim_workload")
+    path, cp, log = _run(capture, tmp_path, prog, "stress", "4000", "4", env={"SIMCUDA_KERNEL_NS": "2000"})
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    pid = int(tr.processes["pid"].iloc[0])
+    g, _ = assert_matches_log(tr, log, pid)
+    assert len(tr.launches) == truth["launches"] == len(g)
+    assert g["seq"].is_unique and set(g["seq"]) == set(tr.launches["seq"])
+    assert (tr.launches["dev_start"] >= 0).all()
+    assert tr.launches["tid"].nunique() == 4
