@@ -134,7 +134,9 @@ def run(args) -> int:
     report_path = os.path.join(args.output_dir, os.path.splitext(os.path.basename(trace_path))[0] + ".html")
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=bandwidth, time_limit=2.0, progress=pr)
-    with open(report_path, "w", encoding="utf-8") as f:
+    from ..outfile import atomic_output
+
+    with atomic_output(report_path, "w", encoding="utf-8") as f:
         f.write(html.render(rep))
     elapsed = time.monotonic() - t_start
     if args.json:
