@@ -180,7 +180,7 @@ def _decide(trace, pid: int | None) -> Clock:
     if n_timed == 0:
         if not why:
             why = ("the trace has no device timestamps" if len(ops.seq) else "the process launched nothing")
-        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", None)
+        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", ops)
     source = declared if declared not in ("", CPU) else "cupti"
     notes = []
     if n_timed < len(timed):

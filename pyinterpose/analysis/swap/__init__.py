@@ -48,8 +48,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..errors import PyinterposeError
-from .bandwidth import Bandwidth, resolve_bandwidth
+from ...errors import PyinterposeError
+from ..bandwidth import Bandwidth, resolve_bandwidth
+from .validate import validate_schedule  # noqa: F401  (part of the public API)
 
 STRATEGIES = ("doa", "aoa", "wdoa", "vote", "size", "outlier")
 MODES = ("no-overhead", "budget")
@@ -57,6 +58,7 @@ MIN_SIZE = 1 << 20
 SWAP_INTERVAL_KIND = "between"   # access -> access intervals of access_intervals()
 
 BLOCK_COLUMNS = ["block_id", "size", "t_alloc", "t_free", "freed", "counts_device"]   # what prepare reads
+REPLAY_COLUMNS = ["replay_out_start", "replay_out_end", "replay_in_start", "replay_in_end", "wait"]
 SCHEDULE_COLUMNS = ["block_id", "size", "iteration", "prev_access", "out_start", "out_end", "free_t",
                     "realloc_t", "in_start", "in_end", "next_access", "stall"]
 
@@ -81,6 +83,8 @@ class SwapProblem:
     lo_iv: np.ndarray | None = None   # int64 steps [lo_iv, hi_iv) lying inside each candidate's interval
     hi_iv: np.ndarray | None = None
     memo: dict = field(default_factory=dict, repr=False, compare=False)   # derived arrays (scores, orders)
+    ops: dict | None = field(default=None, repr=False)    # the compute streams of the replay (.replay)
+    clock: dict | None = None                             # the clock's JSON keys ({"clock": ...})
 
     @property
     def default_budget(self) -> int:
@@ -173,7 +177,7 @@ def _steps_f(problem: SwapProblem) -> np.ndarray:
 
 def _iteration_labels(trace, pid, start_t: np.ndarray) -> tuple[np.ndarray, str]:
     try:
-        from .iterations import find_iterations
+        from ..iterations import find_iterations
         it = find_iterations(trace, pid=pid)
     except (ImportError, PyinterposeError) as e:
         return np.full(len(start_t), -1, np.int64), f"iterations not available ({e})"
@@ -194,13 +198,17 @@ def _kind_is(kind: pd.Series, name: str) -> np.ndarray:
 
 def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Bandwidth,
                    min_size: int = MIN_SIZE, t_end: int | None = None,
-                   iteration: np.ndarray | None = None) -> SwapProblem:
+                   iteration: np.ndarray | None = None, ops: dict | None = None,
+                   clock: dict | None = None) -> SwapProblem:
     """Build a :class:`SwapProblem` from a block table and an interval table.
 
     ``blocks``: the process's blocks (Trace.blocks columns; only ``counts_device``
     rows count).  ``intervals``: access_intervals() rows (block_id, size, start_t,
-    end_t, kind); only kind ``between`` of device blocks with size >= min_size and
-    a positive ATI become candidates.  ``iteration``: optional label per interval row."""
+    end_t, kind, and start_seq/end_seq with ``ops``); only kind ``between`` of device blocks
+    with size >= min_size and a positive ATI become candidates.  ``iteration``: optional
+    label per interval row.  ``ops``: the compute streams the schedules are replayed on
+    (:meth:`.clock.Clock.replay_ops`); None: one op at every interval end, one stream.
+    ``clock``: the clock's JSON keys (default CPU)."""
     if min_size < 0:
         raise PyinterposeError(f"--min-size must be >= 0 (got {min_size})")
     if "counts_device" in blocks:
@@ -214,6 +222,10 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
 
     iv = intervals
+    if ops is None or not len(ops["seq"]) or "start_seq" not in iv:
+        ops, prev_op, next_op = _synthetic_ops(iv, ev_t)
+    else:
+        prev_op, next_op = _ops_of_intervals(ops, iv)
     iv_size = iv["size"].to_numpy(np.int64)
     iv_start = iv["start_t"].to_numpy(np.int64)
     iv_end = iv["end_t"].to_numpy(np.int64)
@@ -229,6 +241,8 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
         "start_t": iv_start[keep],
         "end_t": iv_end[keep],
         "iteration": lab[keep],
+        "prev_op": prev_op[keep],
+        "next_op": next_op[keep],
     }, copy=False)
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
     c["ati_ns"] = end - start
@@ -252,12 +266,38 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     span = int(steps_t[-1] - steps_t[0]) if len(steps_t) else 0
     return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, events_d=ev_d,
                        candidates=c, peak_before=peak, floor=floor, span_ns=span,
-                       lo_iv=lo_f, hi_iv=hi_f)
+                       lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
+
+
+def _ops_of_intervals(ops: dict, iv: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each interval's previous access op (the last op at or before its start seq) and next
+    access op (the first at or after its end seq; -1 none), as indices into ``ops``."""
+    seq = ops["seq"]
+    n = len(seq)
+    prev = np.searchsorted(seq, iv["start_seq"].to_numpy(np.int64), side="right") - 1
+    nxt = np.searchsorted(seq, iv["end_seq"].to_numpy(np.int64), side="left")
+    return prev.astype(np.int64), np.where(nxt < n, nxt, -1).astype(np.int64)
+
+
+def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The compute stream of a problem built from bare tables (no trace): one op at every
+    interval end and every allocation or free, one stream, each keeping it until the next
+    (the CPU clock's reading: the program is the stream)."""
+    start = iv["start_t"].to_numpy(np.int64)
+    end = iv["end_t"].to_numpy(np.int64)
+    times = np.unique(np.concatenate([start, end, np.asarray(events_t, np.int64)]))
+    n = len(times)
+    dur = np.zeros(n, np.float64)
+    if n > 1:
+        dur[:-1] = np.diff(times).astype(np.float64)
+    ops = {"seq": np.arange(n, dtype=np.int64), "start": times.astype(np.float64), "dur": dur,
+           "acc": np.zeros(n, np.float64), "stream": np.zeros(n, np.int32)}
+    return ops, np.searchsorted(times, start).astype(np.int64), np.searchsorted(times, end).astype(np.int64)
 
 
 def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
     """:func:`prepare_tables` for one process of a trace (default: the main process)."""
-    from .access import access_intervals
+    from ..access import access_intervals
 
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
@@ -273,22 +313,34 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     # kept by Trace.derived: where an analysis found them already, that part returns at once.
     from concurrent.futures import ThreadPoolExecutor
 
-    from .iterations import find_iterations
+    from ..iterations import find_iterations
+
+    from ..clock import clock_of
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
         found = ex.submit(find_iterations, trace, pid=pid)
         iv = access_intervals(trace, pid=pid)
         between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
-        iv = pd.DataFrame({k: iv[k].to_numpy()[between] for k in ("block_id", "size", "start_t", "end_t")},
-                          copy=False)
+        iv = pd.DataFrame({k: iv[k].to_numpy()[between]
+                           for k in ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")}, copy=False)
         try:
             found.result()
         except PyinterposeError:
             pass                      # _iteration_labels says why, in the problem's notes
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
-    p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=trace.end_ns, iteration=lab)
+    clock = clock_of(trace, pid)
+    t_end = trace.end_ns
+    if clock.device:         # the blocks' allocations and frees where the GPU reached them
+        blocks = blocks.copy()
+        for t, sq in (("t_alloc", "seq_alloc"), ("t_free", "seq_free")):
+            blocks[t] = clock.host_times(tb[sq].to_numpy()[mine], blocks[t].to_numpy())
+        t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
+    p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=t_end, iteration=lab,
+                       ops=clock.replay_ops(), clock=clock.as_dict())
     p.pid = pid
     p.notes.append(note)
+    if clock.note:
+        p.notes.append(clock.note)
     if len(trace.accesses) == 0:
         p.notes.append("the trace has no access events (captured with --no-access?): no candidates")
     return p
@@ -573,6 +625,8 @@ class SwapResult:
     stall_ns: float
     span_ns: int
     schedule: pd.DataFrame
+    planned_stall_ns: float = 0.0     # the planner's own pauses, summed on the unshifted timeline
+    replay: object | None = None      # .replay.Replay: where peak_after and stall_ns come from
 
     def as_dict(self) -> dict:
         s = self.schedule
@@ -582,6 +636,8 @@ class SwapResult:
             "reduction": (1 - self.peak_after / self.peak_before) if self.peak_before else 0.0,
             "stall_seconds": self.stall_ns * 1e-9,
             "overhead_fraction": self.stall_ns / self.span_ns if self.span_ns else 0.0,
+            "planned_stall_seconds": self.planned_stall_ns * 1e-9,
+            "delayed_ops": 0 if self.replay is None else int(self.replay.delayed_ops),
             "swaps": int(len(s)), "bytes_moved": int(2 * s["size"].sum()) if len(s) else 0,
             "budget_met": None if self.budget is None else bool(self.peak_after <= self.budget),
         }
@@ -679,7 +735,14 @@ def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.Da
 
 
 def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int | None = None) -> pd.DataFrame:
-    """Greedy schedule in ``idx_order``; returns the schedule table (ns, SCHEDULE_COLUMNS).
+    """Greedy schedule in ``idx_order``; returns the schedule table (ns, SCHEDULE_COLUMNS)
+    (:func:`schedule_with_candidates` also gives each swap's candidate)."""
+    return schedule_with_candidates(problem, idx_order, mode, budget)[0]
+
+
+def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: str,
+                             budget: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """(:func:`schedule`'s table, the candidate of each of its swaps).
 
     ``no-overhead``: target = budget, or as low as timing allows when None.
     ``budget``: keep the peak <= budget (required), counting stalls.
@@ -688,8 +751,10 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
     the target): the swap-out takes the D2H link's earliest free slot from the
     previous access, the swap-in the H2D link's latest free slot that ends by the
     next access (no-overhead: both must hide; budget, second pass: pause at the
-    first over-budget moment and at the next access, counting the stalls); the
-    swap is taken when its away window lowers a step above the target.  Then the
+    first over-budget moment and at the next access, counting the stalls — with transfers
+    that can run: the swap-out ends by the next access and, when the program waits for it,
+    starts before the first over-budget moment; the swap-in starts before the next access);
+    the swap is taken when its away window lowers a step above the target.  Then the
     swaps the reached peak does not need are dropped, lowest priority first.
 
     The loop runs in C (``native/swap/swap.c``): a 64-ary tree over the steps (range
@@ -711,7 +776,7 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
         raise PyinterposeError(f"unknown swap mode {mode!r} (choose from {', '.join(MODES)})")
     if mode == "budget" and budget is None:
         raise PyinterposeError("budget mode needs a budget")
-    from .._core import ffi, lib
+    from ..._core import ffi, lib
 
     target = 0 if budget is None else int(budget)
     c = problem.candidates
@@ -724,7 +789,7 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
         idx = idx[np.sort(first)]
     live = problem.live
     if not len(idx) or not _loops(problem, mode, target):
-        return _schedule_frame(problem, np.zeros(0, np.int64), np.zeros((0, 7)))
+        return _schedule_frame(problem, np.zeros(0, np.int64), np.zeros((0, 7))), np.zeros(0, np.int64)
     if len(live) >= 2 ** 31 - 1:
         raise PyinterposeError(f"too many steps for the swap scheduler ({len(live)})")
     pk = problem.memo.get(("packed", target)) or _pack(problem, target)
@@ -755,82 +820,28 @@ def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int
                                 ptr("double *", out_t))
     if kept < 0:
         raise MemoryError("swap scheduler: out of memory")
-    return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept])
-
-
-def validate_schedule(sched: pd.DataFrame, mode: str, bandwidth: Bandwidth | None = None,
-                      tol_ns: float = 1.0) -> list[str]:
-    """Problems with a schedule (empty list = valid).  Checks: transfers lie inside the
-    block's interval (out after the previous access, in after out), the away window
-    [free_t, realloc_t) is inside the transfers' span, transfer durations match the
-    link model, a block used while away (swap-in late) or freed before its swap-out
-    ended has that stall counted, transfers in one direction never overlap, a block
-    is never away twice at once; in no-overhead also: no stall, swap-in done by the
-    next access, memory freed when the swap-out ends and taken when the swap-in starts."""
-    p: list[str] = []
-    if len(sched) == 0:
-        return p
-    s = {k: sched[k].to_numpy() for k in ("block_id", "prev_access", "out_start", "out_end", "in_start", "in_end",
-                                          "free_t", "realloc_t", "next_access", "stall", "size")}
-    bid = s["block_id"]
-
-    def bad(mask, msg):
-        for i in np.flatnonzero(np.asarray(mask)):
-            p.append(f"swap {i} (block {int(bid[i])}): {msg}")
-
-    bad(s["out_start"] < s["prev_access"] - tol_ns, "swap-out starts before the previous access")
-    bad(s["out_end"] < s["out_start"], "swap-out ends before it starts")
-    bad(s["in_start"] < s["out_end"] - tol_ns, "swap-in starts before the swap-out ended")
-    bad(s["in_end"] < s["in_start"], "swap-in ends before it starts")
-    bad(s["free_t"] < s["prev_access"] - tol_ns, "memory freed before the previous access")
-    bad(s["free_t"] > s["out_end"] + tol_ns, "memory freed after the swap-out ended")
-    bad(s["realloc_t"] <= s["free_t"], "empty or negative away window")
-    bad(s["realloc_t"] > s["in_start"] + tol_ns, "memory retaken after the swap-in started")
-    bad(s["realloc_t"] > s["next_access"] + tol_ns, "block still away at its next access")
-    late_in = np.maximum(0.0, s["in_end"] - s["next_access"])
-    early_free = np.maximum(0.0, s["out_end"] - s["free_t"])
-    bad(late_in + early_free > s["stall"] + tol_ns, "block used or freed while in transfer, stall not counted")
-    bad(s["stall"] < -tol_ns, "negative stall")
-    if bandwidth is not None:
-        size = s["size"].astype(np.float64)
-        want_out = bandwidth.d2h_seconds(size) * 1e9
-        want_in = bandwidth.h2d_seconds(size) * 1e9
-        bad(np.abs((s["out_end"] - s["out_start"]) - want_out) > tol_ns + 1e-9 * want_out,
-            "swap-out duration differs from latency + size / bandwidth")
-        bad(np.abs((s["in_end"] - s["in_start"]) - want_in) > tol_ns + 1e-9 * want_in,
-            "swap-in duration differs from latency + size / bandwidth")
-    for a, b, name in (("out_start", "out_end", "device-to-host"), ("in_start", "in_end", "host-to-device")):
-        o = np.lexsort((s[b], s[a]))            # by start, then end (stable)
-        st, en = s[a][o], s[b][o]
-        for k in np.flatnonzero(st[1:] < en[:-1] - tol_ns):
-            p.append(f"{name} transfers overlap: blocks {int(bid[o[k]])} and {int(bid[o[k + 1]])}")
-    o = np.lexsort((s["free_t"], bid))          # by block, then free time (stable)
-    ob = bid[o]
-    same = ob[1:] == ob[:-1]
-    for k in np.flatnonzero(same & (s["free_t"][o][1:] < s["realloc_t"][o][:-1] - tol_ns)):
-        p.append(f"block {int(ob[k])} is swapped out twice at once")
-    if mode == "no-overhead":
-        bad(s["stall"] > tol_ns, "stall in no-overhead mode")
-        bad(s["in_end"] > s["next_access"] + tol_ns, "swap-in ends after the next access")
-        bad(np.abs(s["free_t"] - s["out_end"]) > tol_ns, "no-overhead frees before the swap-out ended")
-        bad(np.abs(s["realloc_t"] - s["in_start"]) > tol_ns, "no-overhead retakes memory early")
-    return p
+    return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]
 
 
 def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
-    """Order by ``strategy``, schedule in ``mode``, validate, measure the exact peak."""
+    """Order by ``strategy``, schedule in ``mode``, validate, replay on the GPU model
+    (:mod:`.replay`): the peak after and the stall are the replay's."""
+    from .replay import replay
+
     score_budget = problem.default_budget if budget is None else int(budget)
-    sched = schedule(problem, _order(problem, strategy, score_budget), mode,
-                     budget if mode == "no-overhead" else score_budget)
+    sched, cand = schedule_with_candidates(problem, _order(problem, strategy, score_budget), mode,
+                                           budget if mode == "no-overhead" else score_budget)
     problems = validate_schedule(sched, mode, problem.bandwidth)
     if problems:
         raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
+    rp = replay(problem, sched, cand)
     return SwapResult(strategy=strategy, mode=mode,
                       budget=score_budget if mode == "budget" else budget,
                       peak_before=problem.peak_before,
-                      peak_after=_peak_after(problem, sched),
-                      stall_ns=float(sched["stall"].sum()) if len(sched) else 0.0,
-                      span_ns=problem.span_ns, schedule=sched)
+                      peak_after=rp.peak_after,
+                      stall_ns=rp.slowdown_ns,
+                      span_ns=problem.span_ns, schedule=sched,
+                      planned_stall_ns=float(sched["stall"].sum()) if len(sched) else 0.0, replay=rp)
 
 
 # ---- entry points ----------------------------------------------------------------------
@@ -846,6 +857,7 @@ class SwapEvaluation:
         p = self.problem
         c = p.candidates
         return {
+            **(p.clock or {"clock": "cpu"}),
             "bandwidth": p.bandwidth.as_dict(),
             "pid": p.pid,
             "peak_before": int(p.peak_before),
@@ -864,18 +876,29 @@ class SwapEvaluation:
         frames = []
         for r in self.results:
             s = r.schedule.copy()
+            s = s.rename(columns={"stall": "planned_stall"})
+            if r.replay is not None and len(s):
+                rf = r.replay.as_frame()
+                for col in rf.columns:
+                    s[col] = rf[col].to_numpy()
+            else:
+                for col in REPLAY_COLUMNS:
+                    s[col] = s[col[len("replay_"):]] if col.startswith("replay_") else 0.0
+            s = s.rename(columns={"wait": "stall"})
             for col in ("prev_access", "out_start", "out_end", "free_t", "realloc_t", "in_start", "in_end",
-                        "next_access", "stall"):
+                        "next_access", "stall", "planned_stall", *[c for c in REPLAY_COLUMNS if c != "wait"]):
                 s[col] = s[col] * 1e-9
             s.insert(0, "mode", r.mode)
             s.insert(0, "strategy", r.strategy)
             frames.append(s)
         cols = ["strategy", "mode", "block_id", "out_start", "out_end", "in_start", "in_end", "next_access",
-                "prev_access", "free_t", "realloc_t", "size", "iteration", "stall"]
+                "prev_access", "free_t", "realloc_t", "size", "iteration", "stall", "planned_stall",
+                "replay_out_start", "replay_out_end", "replay_in_start", "replay_in_end"]
+        ren = {"stall": "stall_s", "planned_stall": "planned_stall_s"}
         if not frames:
-            return pd.DataFrame(columns=cols)
+            return pd.DataFrame(columns=[ren.get(c, c) for c in cols])
         out = pd.concat(frames, ignore_index=True)
-        return out[cols].rename(columns={"stall": "stall_s"})
+        return out[cols].rename(columns=ren)
 
 
 def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
@@ -1011,6 +1034,7 @@ def _pareto_point(problem: SwapProblem, strategy: str, b: int) -> dict:
     if b != problem.default_budget:
         _forget_budget(problem, b)
     return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
+            "planned_stall_seconds": d["planned_stall_seconds"],
             "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"], "strategy": strategy}
 
 

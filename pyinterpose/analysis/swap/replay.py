@@ -1,0 +1,187 @@
+"""Every swap schedule played on a discrete-event model of the GPU (issue 21).
+
+A schedule is planned on the recorded timeline; this module runs it and reports what would
+happen, so that the peak after, the stall and the overhead of every strategy are the replay's
+figures, never sums over an unshifted timeline.
+
+The model (the loop is ``pi_swap_replay`` in ``native/swap/replay.c``):
+
+* **Compute streams**: the process's launches and copies in recorded order (one stream per
+  stream handle on the device clock; on the CPU clock the whole process is one stream).  Op
+  ``i`` is released at its recorded start ``R[i]`` (device start, or the call's CPU time) and
+  keeps its stream for ``dur[i]`` (the device duration, or on the CPU clock the gap to the
+  next call).  It starts at ``R[i] + delay[i]``: late when the op before it on the stream ends
+  late (idle time on the stream absorbs that), or when it waits for a transfer.
+* **Copy engines**: one D2H and one H2D, each serving its transfers in planned order at the
+  bandwidth and latency of the problem.  A swap-out is issued at its planned start shifted by the
+  delay of the block's previous access (so never before that access ends); a swap-in at its
+  planned start shifted by the delay of the last op released by then, and not before its own
+  swap-out has ended.
+* **Memory**: a block swapped out is released when its swap-out ENDS and taken again when its
+  swap-in STARTS.  The next access waits for the swap-in to end; in budget mode, where the
+  schedule frees a block before its swap-out has ended (``free_t < out_end``: the program must
+  pause there), the first op released at ``free_t`` waits for the swap-out to end.
+* **Peak after**: the live-bytes curve with every allocation shifted by the delay of the first
+  op released at or after it (it comes before that op in the program), every free by the delay
+  of the last op released by it, plus the swaps' releases and retakes at their replayed times.
+* **Slowdown**: how much later the last op ends.  ``stall_ns`` of a result is this number.
+
+A schedule that makes no op wait replays with zero delay and exactly its planned times (then the
+peak after is the planned one, computed without re-sorting).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
+
+
+@dataclass
+class Replay:
+    out_start: np.ndarray      # float64 ns per swap (the schedule's order), replayed
+    out_end: np.ndarray
+    in_start: np.ndarray
+    in_end: np.ndarray
+    wait_ns: np.ndarray        # per swap: how long ops waited for its transfers
+    slowdown_ns: float         # the run's end moved this much later
+    peak_after: int
+    delayed_ops: int           # ops that started late
+
+    def as_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"replay_out_start": self.out_start, "replay_out_end": self.out_end,
+                             "replay_in_start": self.in_start, "replay_in_end": self.in_end,
+                             "wait": self.wait_ns})
+
+
+def streams(problem) -> dict:
+    """The problem's compute streams as the replay reads them (once per problem): the ops in
+    release order (``ord``, ``R_sorted``, ``pos`` of each op), each op's neighbours on its
+    stream, and where the memory events fall among the releases."""
+    m = problem.memo
+    if "replay_streams" in m:
+        return m["replay_streams"]
+    o = problem.ops
+    n = len(o["seq"])
+    R = np.ascontiguousarray(o["start"], dtype=np.float64)
+    dur = np.ascontiguousarray(o["dur"], dtype=np.float64)
+    stream = np.asarray(o["stream"], dtype=np.int64)
+    # neighbours on the stream, in seq order (the ops are in seq order)
+    by = np.lexsort((np.arange(n), stream))
+    sprev = np.full(n, -1, np.int64)
+    snext = np.full(n, -1, np.int64)
+    same = stream[by[1:]] == stream[by[:-1]]
+    sprev[by[1:][same]] = by[:-1][same]
+    snext[by[:-1][same]] = by[1:][same]
+    if n > 1 and (np.diff(R) >= 0).all():
+        ord_ = np.arange(n, dtype=np.int64)
+    else:
+        ord_ = np.lexsort((o["seq"], R)).astype(np.int64)
+    pos = np.empty(n, np.int64)
+    pos[ord_] = np.arange(n, dtype=np.int64)
+    r_sorted = R[ord_]
+    ev_t = problem.events_t.astype(np.float64)
+    st = {"n": n, "R": R, "dur": dur, "acc": np.asarray(o["acc"], np.float64), "sprev": sprev, "snext": snext,
+          "ord": ord_, "pos": pos, "R_sorted": r_sorted,
+          # allocation: the first op released at or after it; free: the last op released by it
+          "ev_next": np.searchsorted(r_sorted, ev_t, side="left"),
+          "ev_prev": np.searchsorted(r_sorted, ev_t, side="right") - 1}
+    m["replay_streams"] = st
+    return st
+
+
+def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
+    """Replay ``sched`` (:func:`~pyinterpose.analysis.swap.schedule_with_candidates`'s table and
+    candidates) on the problem's compute streams; see the module docstring."""
+    from ..._core import ffi, lib
+    from . import _peak_after
+
+    n_sw = len(sched)
+    if n_sw == 0:
+        z = np.zeros(0)
+        return Replay(z, z, z, z, z, 0.0, _peak_after(problem, sched), 0)
+    st = streams(problem)
+    n, ord_, rs = st["n"], st["ord"], st["R_sorted"]
+    c = problem.candidates
+    cand = np.asarray(cand, np.int64)
+    prev_op = c["prev_op"].to_numpy(np.int64)[cand]
+    next_op = c["next_op"].to_numpy(np.int64)[cand]
+    os_, oe = sched["out_start"].to_numpy(np.float64), sched["out_end"].to_numpy(np.float64)
+    is_, ie = sched["in_start"].to_numpy(np.float64), sched["in_end"].to_numpy(np.float64)
+    free_t = sched["free_t"].to_numpy(np.float64)
+
+    def last_released(t):                 # the last op released by t (-1 none)
+        k = np.searchsorted(rs, t, side="right") - 1
+        return np.where(k >= 0, ord_[np.maximum(k, 0)], -1) if n else np.full(len(t), -1)
+
+    xf = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
+                               ("t_in", np.float64), ("out_anchor", np.int64), ("in_anchor", np.int64)])
+    xf["out_start"], xf["in_start"] = os_, is_
+    xf["t_out"], xf["t_in"] = oe - os_, ie - is_
+    xf["out_anchor"] = np.where(prev_op >= 0, prev_op, last_released(os_))
+    xf["in_anchor"] = last_released(is_)
+    # transfers in planned order, each after the ops released by its planned start
+    key = np.concatenate([os_, is_])
+    x_dir = np.concatenate([np.zeros(n_sw, np.int8), np.ones(n_sw, np.int8)])
+    x_sw = np.concatenate([np.arange(n_sw), np.arange(n_sw)]).astype(np.int64)
+    xo = np.lexsort((x_dir, key))
+    key, x_dir, x_sw = key[xo], x_dir[xo], x_sw[xo]
+    x_pos = np.searchsorted(rs, key, side="right").astype(np.int64)
+    # waits: the next access for the swap-in; in budget mode the op where the program pauses
+    # (the first released at the early free) for the swap-out
+    gated = np.flatnonzero(oe - free_t > TOL_NS)
+    g_pos = np.searchsorted(rs, free_t[gated], side="left")
+    ok = g_pos < n
+    has_q = np.flatnonzero(next_op >= 0)
+    w_pos = np.concatenate([st["pos"][next_op[has_q]], g_pos[ok]]).astype(np.int64)
+    w_sw = np.concatenate([has_q, gated[ok]]).astype(np.int64)
+    w_dir = np.concatenate([np.ones(len(has_q), np.int8), np.zeros(int(ok.sum()), np.int8)])
+    wo = np.argsort(w_pos, kind="stable")
+    w_pos, w_sw, w_dir = w_pos[wo], w_sw[wo], w_dir[wo]
+
+    delay = np.zeros(n, np.float64)
+    sw_t = np.empty(5 * n_sw, np.float64)
+    slow = ffi.new("double *")
+
+    def ptr(kind, a):
+        return ffi.cast(kind, a.ctypes.data) if len(a) else ffi.NULL
+
+    rc = lib.pi_swap_replay(n, ptr("double *", st["R"]), ptr("double *", st["dur"]), ptr("int64_t *", st["sprev"]),
+                            ptr("int64_t *", st["snext"]), ptr("int64_t *", ord_), n_sw,
+                            ffi.cast("pi_swap_xfer *", xf.ctypes.data), len(key), ptr("int64_t *", x_sw),
+                            ptr("int8_t *", x_dir), ptr("int64_t *", x_pos), len(w_pos), ptr("int64_t *", w_sw),
+                            ptr("int8_t *", w_dir), ptr("int64_t *", w_pos), ptr("double *", delay),
+                            ffi.cast("double *", sw_t.ctypes.data), slow)
+    if rc < 0:
+        raise MemoryError("swap replay: out of memory")
+    t = sw_t.reshape(n_sw, 5)
+    r_os, r_oe, r_is, r_ie = (np.ascontiguousarray(t[:, k]) for k in range(4))
+    late = np.flatnonzero(delay)
+    if not len(late) and np.array_equal(r_oe, oe) and np.array_equal(r_is, is_):
+        peak = _peak_after(problem, sched)            # nothing moved: the planned peak
+    else:
+        peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), r_oe, r_is)
+    return Replay(r_os, r_oe, r_is, r_ie, np.ascontiguousarray(t[:, 4]), float(slow[0]), peak, int(len(late)))
+
+
+def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
+                   realloc_t: np.ndarray) -> int:
+    """Peak of live bytes on the replayed timeline (module docstring, "Peak after")."""
+    t = problem.events_t.astype(np.float64)
+    d = problem.events_d
+    ord_ = st["ord"]
+    n = st["n"]
+    if n and delay.any():
+        nxt = np.minimum(st["ev_next"], n - 1)
+        prv = np.maximum(st["ev_prev"], 0)
+        shift = np.where(d > 0, np.where(st["ev_next"] < n, delay[ord_[nxt]], 0.0),
+                         np.where(st["ev_prev"] >= 0, delay[ord_[prv]], 0.0))
+        t = t + shift
+    t = np.concatenate([t, free_t, realloc_t])
+    d = np.concatenate([d, -size, size])
+    if not len(t):
+        return 0
+    o = np.lexsort((d, t))
+    return int(max(0, int(np.cumsum(d[o]).max())))
