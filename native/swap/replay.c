@@ -16,6 +16,15 @@
 
 #define TOL_NS 1e-3     /* waits shorter than this are rounding, not delays */
 
+/* how late the timeline runs at time t, from op k (released by t): its delay, less the idle
+ * time between its recorded end and t (which absorbs a delay as it does on the stream) */
+static double shift_at(const double *R, const double *dur, const double *delay, int64_t k, double t) {
+    if (k < 0 || !(delay[k] > 0.0)) return 0.0;
+    double idle = t - (R[k] + dur[k]);
+    double d = delay[k] - (idle > 0.0 ? idle : 0.0);
+    return d > 0.0 ? d : 0.0;
+}
+
 int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int64_t *sprev, const int64_t *snext,
                    const int64_t *ord,
                    int64_t n_sw, const pi_swap_xfer *xf, int64_t n_x, const int64_t *x_sw, const int8_t *x_dir,
@@ -44,13 +53,13 @@ int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int6
             const pi_swap_xfer *x = &xf[k];
             double *o = sw_t + 5 * k;
             if (x_dir[xi] == 0) {
-                double issue = x->out_start + (x->out_anchor >= 0 ? delay[x->out_anchor] : 0.0);
+                double issue = x->out_start + shift_at(R, dur, delay, x->out_anchor, x->out_start);
                 double s = issue > d2h_free ? issue : d2h_free;
                 o[0] = s;
                 o[1] = s + x->t_out;
                 d2h_free = o[1];
             } else {
-                double issue = x->in_start + (x->in_anchor >= 0 ? delay[x->in_anchor] : 0.0);
+                double issue = x->in_start + shift_at(R, dur, delay, x->in_anchor, x->in_start);
                 double s = issue > h2d_free ? issue : h2d_free;
                 if (!isnan(o[1]) && o[1] > s) s = o[1];
                 o[2] = s;

@@ -58,9 +58,10 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
  * the swap-out of a block whose memory must be free before it runs (the budget mode's gate).
  * A delay is absorbed by the idle time before the next op on the stream.  One D2H and one H2D
  * engine serve their transfers in planned order (FIFO); a transfer is issued at its planned
- * time shifted by its anchor op's delay (the swap-out's: the block's previous access; the
- * swap-in's: the last op released by its planned start), and starts once its engine is free
- * (a swap-in also once its own swap-out has ended). */
+ * time shifted by how late the timeline runs then: its anchor op's delay (the swap-out's: the
+ * block's previous access; the swap-in's: the last op released by its planned start) less the
+ * idle time between that op's end and the planned time; it starts once its engine is free (a
+ * swap-in also once its own swap-out has ended). */
 typedef struct {
     double out_start, in_start;       /* planned issue times (ns, the trace's clock) */
     double t_out, t_in;               /* transfer durations */

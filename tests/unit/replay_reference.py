@@ -2,7 +2,9 @@
 a single device stream), written from the model's description in issue 21 and never importing
 the code it checks.  It finds the delays by fixed-point iteration (the least solution of "an op
 starts when the op before it on the stream has ended, and after every transfer it waits for"),
-not by the production code's single ordered sweep.
+not by the production code's single ordered sweep.  A transfer is issued at its planned time
+plus how late the timeline runs then (its anchor op's delay less the idle time since that op's
+recorded end).
 
 ops: list of (release time R, duration, access-end offset), in stream order.
 swaps: dicts with the planned times (out_start, out_end, free_t, in_start, in_end), size, the
@@ -31,6 +33,11 @@ def replay(ops, swaps, events):
                 return i
         return -1
 
+    def shift(k, t):           # how late the timeline runs at t, seen from op k released by t
+        if k < 0:
+            return 0.0
+        return max(0.0, D[k] - max(0.0, t - (R[k] + ops[k][1])))
+
     D = [0.0] * n
     for _ in range(10 * n + 10):
         # transfers, each engine in planned order
@@ -38,7 +45,7 @@ def replay(ops, swaps, events):
         free = -float("inf")
         for k in sorted(range(len(swaps)), key=lambda k: swaps[k]["out_start"]):
             sw = swaps[k]
-            s = max(sw["out_start"] + D[sw["p"]], free)
+            s = max(sw["out_start"] + shift(sw["p"], sw["out_start"]), free)
             e = s + (sw["out_end"] - sw["out_start"])
             times[k] = [s, e, None, None]
             free = e
@@ -46,7 +53,7 @@ def replay(ops, swaps, events):
         for k in sorted(range(len(swaps)), key=lambda k: swaps[k]["in_start"]):
             sw = swaps[k]
             a = last_released(sw["in_start"])
-            s = max(sw["in_start"] + (D[a] if a >= 0 else 0.0), free, times[k][1])
+            s = max(sw["in_start"] + shift(a, sw["in_start"]), free, times[k][1])
             e = s + (sw["in_end"] - sw["in_start"])
             times[k][2:] = [s, e]
             free = e

@@ -13,10 +13,11 @@ The model (the loop is ``pi_swap_replay`` in ``native/swap/replay.c``):
   next call).  It starts at ``R[i] + delay[i]``: late when the op before it on the stream ends
   late (idle time on the stream absorbs that), or when it waits for a transfer.
 * **Copy engines**: one D2H and one H2D, each serving its transfers in planned order at the
-  bandwidth and latency of the problem.  A swap-out is issued at its planned start shifted by the
-  delay of the block's previous access (so never before that access ends); a swap-in at its
-  planned start shifted by the delay of the last op released by then, and not before its own
-  swap-out has ended.
+  bandwidth and latency of the problem.  A transfer is issued at its planned start shifted by
+  how late the timeline runs then: the delay of its anchor op (a swap-out's: the block's
+  previous access, so never before that access ends; a swap-in's: the last op released by its
+  planned start), less the idle time between that op's end and the planned start.  A swap-in
+  starts no earlier than its own swap-out's end.
 * **Memory**: a block swapped out is released when its swap-out ENDS and taken again when its
   swap-in STARTS.  The next access waits for the swap-in to end; in budget mode, where the
   schedule frees a block before its swap-out has ended (``free_t < out_end``: the program must
