@@ -458,8 +458,11 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
     kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if n_kind[i]]
     ati_q, (ati_thr,) = _quantile_summary(ati.copy(), (ati_quantile,)) if n else (None, (None,))
+    from .clock import clock_of
+
     out: dict[str, Any] = {
         "pid": pid,
+        **clock_of(trace, pid).as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": n,
         "blocks": n_blocks,

@@ -214,3 +214,23 @@ def launch_lag(trace, pid: int | None = None) -> dict | None:
     q = np.quantile(lag, [0.5, 0.9, 0.99])
     return {"launches": int(len(lag)), "median_ns": float(q[0]), "p90_ns": float(q[1]), "p99_ns": float(q[2]),
             "max_ns": float(lag.max())}
+
+
+def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
+    """(t_alloc, t_free) of ``blocks`` (rows of ``trace.blocks``) on each block's process clock:
+    the axis the report's timeline and the live-bytes curves are drawn on."""
+    t_alloc = blocks["t_alloc"].to_numpy(np.int64)
+    t_free = blocks["t_free"].to_numpy(np.int64)
+    if not len(blocks) or not (trace.launches["dev_start"].to_numpy() >= 0).any() and \
+            not (trace.copies["dev_start"].to_numpy() >= 0).any():
+        return t_alloc, t_free
+    pid = blocks["pid"].to_numpy()
+    t_alloc, t_free = t_alloc.copy(), t_free.copy()
+    for p in np.unique(pid):
+        c = clock_of(trace, int(p))
+        if not c.device:
+            continue
+        m = pid == p
+        t_alloc[m] = c.host_times(blocks["seq_alloc"].to_numpy(np.int64)[m], t_alloc[m])
+        t_free[m] = c.host_times(blocks["seq_free"].to_numpy(np.int64)[m], t_free[m])
+    return t_alloc, t_free

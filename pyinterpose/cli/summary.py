@@ -73,8 +73,20 @@ def _run(args) -> int:
         con.print(f"[bold red]INCOMPLETE trace[/bold red]: {s['incomplete_reason']}")
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
+    _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
     return 0
+
+
+def _print_clock(con, s: dict) -> None:
+    """The clock line, and on the device clock the launch-to-start lag (how far the CPU ran ahead)."""
+    from ..report.text import fmt_ns
+
+    con.print(f"clock: [bold]{s['clock']}[/bold]" + (f"  ({s['clock_note']})" if s.get("clock_note") else ""))
+    lag = s.get("launch_lag")
+    if lag:
+        con.print(f"launch-to-start lag over {lag['launches']} launches: median {fmt_ns(lag['median_ns'])}, "
+                  f"p90 {fmt_ns(lag['p90_ns'])}, p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])}")
 
 
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:

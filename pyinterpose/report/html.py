@@ -231,6 +231,22 @@ def _safe(section: Section, fn: Callable[[], None]) -> None:
 
 # ---------------------------------------------------------------------------------------------
 
+def _clock_facts(trace: Trace, heads: dict) -> list[tuple[str, str]]:
+    """The header's clock line (and the launch-to-start lag on the device clock); their keys in
+    the headlines."""
+    from ..analysis.clock import clock_of, launch_lag
+
+    c = clock_of(trace)
+    lag = launch_lag(trace)
+    heads.update(c.as_dict(), launch_lag=lag)
+    out = [("clock", c.label + (f" — {c.note}" if c.note else ""))]
+    if lag:
+        out.append(("launch-to-start lag", f"median {fmt_ns(lag['median_ns'])}, p90 {fmt_ns(lag['p90_ns'])}, "
+                                           f"p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])} "
+                                           "(how far the CPU ran ahead of the GPU)"))
+    return out
+
+
 def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
           strategies=None, top: int = 15, progress=None) -> Report:
     """Run the analyses and assemble every section of the report."""
@@ -313,6 +329,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         ("peak live bytes" if not reserved_view else "peak reserved (framework allocator)", fmt_bytes(peak)),
         ("NVML peak used", fmt_bytes(int(nv["used_bytes"].max())) if len(nv) else "not sampled"),
     ]
+    facts += _clock_facts(trace, heads)
     heads.update(blocks=int(len(b)), peak_live_bytes=int(peak), view=trace.meta.get("view"),
                  nvml_peak_used_bytes=int(nv["used_bytes"].max()) if len(nv) else None,
                  duration_ns=int(trace.duration_ns))

@@ -165,6 +165,10 @@ def print_json(obj: Any, stream=None, trace=None) -> None:
     stream = stream or sys.stdout
     if trace is not None and isinstance(obj, dict):
         obj = {**obj, **completeness(trace)}
+        if "clock" not in obj and not isinstance(trace, (list, tuple)):
+            from ..analysis.clock import clock_of
+
+            obj = {**obj, **clock_of(trace).as_dict()}
     stream.write(json.dumps(to_jsonable(obj), indent=None, separators=(",", ":")) + "\n")
     stream.flush()
 
