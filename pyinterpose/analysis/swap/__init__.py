@@ -222,10 +222,6 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
 
     iv = intervals
-    if ops is None or not len(ops["seq"]) or "start_seq" not in iv:
-        ops, prev_op, next_op = _synthetic_ops(iv, ev_t)
-    else:
-        prev_op, next_op = _ops_of_intervals(ops, iv)
     iv_size = iv["size"].to_numpy(np.int64)
     iv_start = iv["start_t"].to_numpy(np.int64)
     iv_end = iv["end_t"].to_numpy(np.int64)
@@ -235,14 +231,18 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
         keep &= _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
     keep &= np.isin(iv_bid, blocks["block_id"].to_numpy(np.int64))
     lab = np.full(len(iv), -1, np.int64) if iteration is None else np.asarray(iteration, np.int64)
+    if ops is None or not len(ops["seq"]) or "start_seq" not in iv:
+        ops, prev_op, next_op = _synthetic_ops(iv[keep], ev_t)
+    else:
+        prev_op, next_op = _ops_of_intervals(ops, iv, keep)
     c = pd.DataFrame({
         "block_id": iv_bid[keep],
         "size": iv_size[keep],
         "start_t": iv_start[keep],
         "end_t": iv_end[keep],
         "iteration": lab[keep],
-        "prev_op": prev_op[keep],
-        "next_op": next_op[keep],
+        "prev_op": prev_op,
+        "next_op": next_op,
     }, copy=False)
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
     c["ati_ns"] = end - start
@@ -269,13 +269,13 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
                        lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
 
 
-def _ops_of_intervals(ops: dict, iv: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each interval's previous access op (the last op at or before its start seq) and next
+def _ops_of_intervals(ops: dict, iv: pd.DataFrame, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each kept interval's previous access op (the last op at or before its start seq) and next
     access op (the first at or after its end seq; -1 none), as indices into ``ops``."""
     seq = ops["seq"]
     n = len(seq)
-    prev = np.searchsorted(seq, iv["start_seq"].to_numpy(np.int64), side="right") - 1
-    nxt = np.searchsorted(seq, iv["end_seq"].to_numpy(np.int64), side="left")
+    prev = np.searchsorted(seq, iv["start_seq"].to_numpy(np.int64)[keep], side="right") - 1
+    nxt = np.searchsorted(seq, iv["end_seq"].to_numpy(np.int64)[keep], side="left")
     return prev.astype(np.int64), np.where(nxt < n, nxt, -1).astype(np.int64)
 
 
@@ -321,6 +321,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
         found = ex.submit(find_iterations, trace, pid=pid)
         iv = access_intervals(trace, pid=pid)
         between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
+        between = between & (iv["size"].to_numpy(np.int64) >= max(1, min_size))     # what prepare_tables keeps
         iv = pd.DataFrame({k: iv[k].to_numpy()[between]
                            for k in ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")}, copy=False)
         try:

@@ -76,19 +76,15 @@ def streams(problem) -> dict:
     same = stream[by[1:]] == stream[by[:-1]]
     sprev[by[1:][same]] = by[:-1][same]
     snext[by[:-1][same]] = by[1:][same]
-    if n > 1 and (np.diff(R) >= 0).all():
-        ord_ = np.arange(n, dtype=np.int64)
+    if n < 2 or (R[1:] >= R[:-1]).all():        # the CPU clock: already in release order
+        ord_ = pos = np.arange(n, dtype=np.int64)
+        r_sorted = R
     else:
         ord_ = np.lexsort((o["seq"], R)).astype(np.int64)
-    pos = np.empty(n, np.int64)
-    pos[ord_] = np.arange(n, dtype=np.int64)
-    r_sorted = R[ord_]
-    ev_t = problem.events_t.astype(np.float64)
-    st = {"n": n, "R": R, "dur": dur, "acc": np.asarray(o["acc"], np.float64), "sprev": sprev, "snext": snext,
-          "ord": ord_, "pos": pos, "R_sorted": r_sorted,
-          # allocation: the first op released at or after it; free: the last op released by it
-          "ev_next": np.searchsorted(r_sorted, ev_t, side="left"),
-          "ev_prev": np.searchsorted(r_sorted, ev_t, side="right") - 1}
+        pos = np.empty(n, np.int64)
+        pos[ord_] = np.arange(n, dtype=np.int64)
+        r_sorted = R[ord_]
+    st = {"n": n, "R": R, "dur": dur, "sprev": sprev, "snext": snext, "ord": ord_, "pos": pos, "R_sorted": r_sorted}
     m["replay_streams"] = st
     return st
 
@@ -175,10 +171,12 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     ord_ = st["ord"]
     n = st["n"]
     if n and delay.any():
-        nxt = np.minimum(st["ev_next"], n - 1)
-        prv = np.maximum(st["ev_prev"], 0)
-        shift = np.where(d > 0, np.where(st["ev_next"] < n, delay[ord_[nxt]], 0.0),
-                         np.where(st["ev_prev"] >= 0, delay[ord_[prv]], 0.0))
+        # allocation: the first op released at or after it; free: the last op released by it
+        ev_next = np.searchsorted(st["R_sorted"], t, side="left")
+        ev_prev = np.searchsorted(st["R_sorted"], t, side="right") - 1
+        shift = np.where(d > 0, np.where(ev_next < n, delay[ord_[np.minimum(ev_next, n - 1)]], 0.0),
+                         np.where(ev_prev >= 0, delay[ord_[np.maximum(ev_prev, 0)]], 0.0))
+        del ev_next, ev_prev
         t = t + shift
     t = np.concatenate([t, free_t, realloc_t])
     d = np.concatenate([d, -size, size])
