@@ -93,7 +93,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     """Replay ``sched`` (:func:`~pyinterpose.analysis.swap.schedule_with_candidates`'s table and
     candidates) on the problem's compute streams; see the module docstring."""
     from ..._core import ffi, lib
-    from . import _peak_after
+    from .problem import _peak_after
 
     n_sw = len(sched)
     if n_sw == 0:
