@@ -19,23 +19,30 @@ Pipeline (pure functions over tables):
    stands above the budget; SINGA's version was dead code), ``vote`` (sum of the
    three ranks, lowest first), ``size`` (largest first), ``outlier`` (paper 1:
    ATI x size, largest first).
-3. **Schedulers** — :func:`schedule`: one PCIe channel per direction, transfers
-   in one direction serialised, each costing ``latency + size / bandwidth``; the
-   timeline is the trace's own (ns).  ``no-overhead`` takes a swap only when both
-   transfers hide inside the interval (swap-out after the previous access,
-   swap-in done by the next); ``budget`` keeps the peak <= budget: first with
-   swaps that hide and cover all the over-budget time in their interval, then
-   with swaps that stall, counting the stalls: the program is assumed to pause
-   (a) at the first over-budget moment until the swap-out has finished, (b) at
-   the next access until the swap-in has finished.  Whenever the budget is at
-   least the swap floor, budget mode meets it.  Both are greedy in score order and then drop swaps that turn out
-   unnecessary for the peak reached.
-4. **Validation** — :func:`validate_schedule` checks every schedule.
+3. **Schedulers** — :func:`schedule` (``schedule.py``, the loop in ``native/swap/swap.c``): one
+   PCIe channel per direction, transfers in one direction serialised, each costing
+   ``latency + size / bandwidth``; planned on the process's clock (``analysis/clock.py``).
+   ``no-overhead`` takes a swap only when both transfers hide inside the interval (swap-out
+   after the previous access, swap-in done by the next); ``budget`` aims at peak <= budget:
+   first with swaps that hide and cover all the over-budget time in their interval, then with
+   swaps that make the program pause (a) at the first over-budget moment until the swap-out has
+   ended, (b) at the next access until the swap-in has ended — only with transfers that can run:
+   the swap-out ends by the next access and starts before (a); the swap-in starts before the
+   next access.  Both are greedy in score order and then drop swaps that turn out unnecessary
+   for the peak reached.
+4. **Validation** — :func:`validate_schedule` (``validate.py``) checks every schedule.
+5. **Replay** — ``replay.py``: every schedule is played on a discrete-event model of the GPU
+   (compute streams in recorded order, FIFO copy engines, delays propagating); the reported
+   ``peak_after``, ``stall_seconds`` (the run's slowdown) and ``overhead_fraction`` are the
+   replay's.  A budget is met only when the replayed peak is within it.
 
-The greedy decisions use the live-bytes step function on the trace's alloc/free
-times (a swap lowers a step only if its away window covers the whole step; this
-never under-states the peak); the reported ``peak_after`` is then recomputed
-exactly with the swap windows as extra free/alloc events.
+Modules: ``problem.py`` (the step function, candidates, compute streams), ``strategies.py``
+(scores, orders), ``schedule.py``, ``validate.py``, ``replay.py``; this file holds the entry
+points (:func:`analyse`, :func:`evaluate`, :func:`pareto`, :class:`SwapWork`).
+
+The greedy decisions use the live-bytes step function on the blocks' alloc/free times (a
+swap lowers a step only if its away window covers the whole step; this never under-states the
+peak).
 """
 from __future__ import annotations
 
