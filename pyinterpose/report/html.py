@@ -452,8 +452,10 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     step(0.75, "swap schedules")
     s = Section("swap", "Host-swap potential (Pareto curve)",
                 "Blocks copied to host memory between two accesses and copied back before the next one lower"
-                " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
-                " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
+                " the peak. Each point of the curve is a budget: the peak reached against the time the copies add"
+                " to the run (PCIe modelled as one channel per direction, latency + size/bandwidth). Every schedule"
+                " is replayed on a model of the GPU (kernels in recorded order, one copy engine per direction,"
+                " delays propagating): its peak and its slowdown are the replay's.")
     ev, sw = analyses.swap_work_results(work)     # this thread takes the tasks left, then waits
     if worker is not None:
         worker.result()
@@ -687,9 +689,10 @@ def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: d
                 s.notes.append(f"strategies not applicable: none of the {len(strat)} strategy/mode runs found a swap"
                                " to make (0 swaps, 0 bytes moved, the peak unchanged)")
             else:
-                s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: keep the peak under"
-                                 " the budget, counting stalls)", _format_frame(t)))
-        heads["swap"] = {k: to_jsonable(d.get(k)) for k in ("peak_before", "floor", "budget", "candidates")}
+                s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: aim at the budget,"
+                                 " pausing the run where a transfer is late; stall = the replayed run's slowdown)",
+                                 _format_frame(t)))
+        heads["swap"] = {k: to_jsonable(d.get(k)) for k in ("clock", "peak_before", "floor", "budget", "candidates")}
         if len(strat):
             best = strat[strat["mode"] == "no-overhead"] if "mode" in strat else strat
             if len(best):
