@@ -163,24 +163,48 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     return Replay(r_os, r_oe, r_is, r_ie, np.ascontiguousarray(t[:, 4]), float(slow[0]), peak, int(len(late)))
 
 
+def _event_anchors(problem, st: dict) -> np.ndarray:
+    """Per memory event (``problem.events_t``), the op whose delay moves it: for an allocation
+    the first op released at or after it, for a free the last op released by it (-1: none);
+    once per problem, found when a replay first has delays."""
+    m = problem.memo
+    if "replay_anchors" not in m:
+        t = problem.events_t.astype(np.float64)
+        n = st["n"]
+        alloc = problem.events_d > 0
+        k = np.where(alloc, np.searchsorted(st["R_sorted"], t, side="left"),
+                     np.searchsorted(st["R_sorted"], t, side="right") - 1)
+        ok = (k >= 0) & (k < n)
+        a = np.where(ok, st["ord"][np.clip(k, 0, max(n - 1, 0))], -1)
+        m["replay_anchors"] = a.astype(np.int32 if n < 2 ** 31 else np.int64)
+    return m["replay_anchors"]
+
+
 def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
                    realloc_t: np.ndarray) -> int:
-    """Peak of live bytes on the replayed timeline (module docstring, "Peak after")."""
+    """Peak of live bytes on the replayed timeline (module docstring, "Peak after").
+
+    The running sum over the events sorted by (time, delta) peaks at the end of some instant
+    (inside one, frees come first), so the peak is the largest value after an instant.  The
+    memory events usually stay in order once moved (the delays grow along the run), and the
+    swaps' events are few: one stable sort of the two sorted runs then merges them."""
     t = problem.events_t.astype(np.float64)
     d = problem.events_d
-    ord_ = st["ord"]
-    n = st["n"]
-    if n and delay.any():
-        # allocation: the first op released at or after it; free: the last op released by it
-        ev_next = np.searchsorted(st["R_sorted"], t, side="left")
-        ev_prev = np.searchsorted(st["R_sorted"], t, side="right") - 1
-        shift = np.where(d > 0, np.where(ev_next < n, delay[ord_[np.minimum(ev_next, n - 1)]], 0.0),
-                         np.where(ev_prev >= 0, delay[ord_[np.maximum(ev_prev, 0)]], 0.0))
-        del ev_next, ev_prev
-        t = t + shift
-    t = np.concatenate([t, free_t, realloc_t])
-    d = np.concatenate([d, -size, size])
+    if st["n"] and delay.any():
+        a = _event_anchors(problem, st)
+        t += np.where(a >= 0, delay[np.maximum(a, 0)], 0.0)
+    if len(t) > 1 and not (t[1:] >= t[:-1]).all():
+        o = np.argsort(t, kind="stable")
+        t, d = t[o], d[o]
+    sw_t = np.concatenate([free_t, realloc_t])
+    sw_d = np.concatenate([-size, size])
+    so = np.argsort(sw_t, kind="stable")
+    t = np.concatenate([t, sw_t[so]])
+    d = np.concatenate([d, sw_d[so]])
     if not len(t):
         return 0
-    o = np.lexsort((d, t))
-    return int(max(0, int(np.cumsum(d[o]).max())))
+    o = np.argsort(t, kind="stable")          # two sorted runs: a merge
+    t, cs = t[o], np.cumsum(d[o])
+    last = np.ones(len(t), bool)
+    last[:-1] = t[1:] != t[:-1]              # the value after each instant
+    return int(max(0, int(cs[last].max())))
