@@ -111,10 +111,10 @@ class Clock:
 
         ``seq``; ``start`` (float64 ns: when the op started — the device start, or on the CPU
         clock the call's time); ``dur`` (how long it kept its stream: the device duration, or on
-        the CPU clock the gap to the next call, so the CPU timeline is the stream); ``acc``
-        (when after its start its accesses end: the device duration, 0 on the CPU clock, where
-        an access is the instant of the call); ``stream`` (dense int32: the CPU clock is one
-        stream, the device clock one per stream handle)."""
+        the CPU clock the gap to the next call, so the CPU timeline is the stream); ``stream``
+        (dense int32: the CPU clock is one stream, the device clock one per stream handle).
+        An access lasts the op's duration on the device clock and is the instant of the call on
+        the CPU clock; the candidates' interval ends already say so."""
         o = self.ops
         n = len(o.seq)
         if self.device:
@@ -122,16 +122,14 @@ class Clock:
             h = self.host_times(o.seq, o.t)
             start = np.where(timed, o.start, h).astype(np.float64)
             dur = np.where(timed, o.end - o.start, 0).astype(np.float64)
-            acc = dur.copy()
             _, stream = np.unique(o.stream, return_inverse=True)
         else:
             start = o.t.astype(np.float64)
             dur = np.zeros(n, np.float64)
             if n > 1:
                 dur[:-1] = np.maximum(np.diff(start), 0.0)
-            acc = np.zeros(n, np.float64)
             stream = np.zeros(n, np.int64)
-        return {"seq": o.seq, "start": start, "dur": dur, "acc": acc, "stream": stream.astype(np.int32)}
+        return {"seq": o.seq, "start": start, "dur": dur, "stream": stream.astype(np.int32)}
 
 
 def _ops(trace, pid: int | None) -> Ops:

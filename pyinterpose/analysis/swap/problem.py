@@ -250,7 +250,7 @@ def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.nda
     if n > 1:
         dur[:-1] = np.diff(times).astype(np.float64)
     ops = {"seq": np.arange(n, dtype=np.int64), "start": times.astype(np.float64), "dur": dur,
-           "acc": np.zeros(n, np.float64), "stream": np.zeros(n, np.int32)}
+           "stream": np.zeros(n, np.int32)}
     return ops, np.searchsorted(times, start).astype(np.int64), np.searchsorted(times, end).astype(np.int64)
 
 

@@ -70,12 +70,17 @@ def streams(problem) -> dict:
     dur = np.ascontiguousarray(o["dur"], dtype=np.float64)
     stream = np.asarray(o["stream"], dtype=np.int64)
     # neighbours on the stream, in seq order (the ops are in seq order)
-    by = np.lexsort((np.arange(n), stream))
-    sprev = np.full(n, -1, np.int64)
-    snext = np.full(n, -1, np.int64)
-    same = stream[by[1:]] == stream[by[:-1]]
-    sprev[by[1:][same]] = by[:-1][same]
-    snext[by[:-1][same]] = by[1:][same]
+    if n and (stream == stream[0]).all():          # one stream (the CPU clock)
+        sprev = np.arange(-1, n - 1, dtype=np.int64)
+        snext = np.arange(1, n + 1, dtype=np.int64)
+        snext[-1] = -1
+    else:
+        by = np.argsort(stream, kind="stable")    # by stream, in seq order within each
+        sprev = np.full(n, -1, np.int64)
+        snext = np.full(n, -1, np.int64)
+        same = stream[by[1:]] == stream[by[:-1]]
+        sprev[by[1:][same]] = by[:-1][same]
+        snext[by[:-1][same]] = by[1:][same]
     if n < 2 or (R[1:] >= R[:-1]).all():        # the CPU clock: already in release order
         ord_ = pos = np.arange(n, dtype=np.int64)
         r_sorted = R
