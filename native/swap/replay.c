@@ -79,9 +79,9 @@ int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int6
                 continue;
             }
         }
-        int64_t i = ord[j];
+        int64_t i = ord ? ord[j] : j;
         double d = 0.0;
-        int64_t pv = sprev[i];
+        int64_t pv = sprev ? sprev[i] : i - 1;
         if (pv >= 0 && counted[pv]) {
             outstanding--;
             counted[pv] = 0;
@@ -102,7 +102,7 @@ int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int6
         if (d > 0.0) {
             double e = R[i] + dur[i] + d;
             if (e > new_end) new_end = e;
-            if (snext[i] >= 0) {   /* its successor on the stream must be visited */
+            if (snext ? snext[i] >= 0 : i + 1 < n_ops) {   /* its successor on the stream must be visited */
                 counted[i] = 1;
                 outstanding++;
             }

@@ -69,8 +69,9 @@ typedef struct {
 } pi_swap_xfer;
 
 /* Replays one schedule.
- *   ops (n_ops, seq order): R start, dur, sprev / snext (previous / next op on its stream, -1);
- *   ord: op indices in release order (R, seq);
+ *   ops (n_ops, seq order): R start, dur, sprev / snext (previous / next op on its stream, -1;
+ *   both NULL: one stream, in seq order); ord: op indices in release order (R, seq), NULL when
+ *   that is seq order;
  *   xfers (n_sw); x_sw/x_dir/x_pos (n_x = 2 n_sw transfers in planned order: swap, 0 out | 1 in,
  *   how many ops in release order are released by its planned time);
  *   w_sw/w_dir/w_pos (n_w waits, by w_pos: the op at release position w_pos waits for swap

@@ -45,18 +45,20 @@ class Ops:
 
     seq: np.ndarray        # int64, ascending
     t: np.ndarray          # int64: CPU time of the call
-    start: np.ndarray      # int64: device start (-1 none)
-    end: np.ndarray        # int64: device end (-1 none)
-    stream: np.ndarray     # int64: the call's stream handle
+    start: np.ndarray | None = None    # int64: device start (-1 none); None on the CPU clock
+    end: np.ndarray | None = None      # int64: device end (-1 none)
+    stream: np.ndarray | None = None   # int64: the call's stream handle
     frontier: np.ndarray = field(default=None)   # int64: latest device end among ops[0..i] (-1 none)
 
     def __post_init__(self):
-        if self.frontier is None:
+        if self.frontier is None and self.start is not None:
             e = np.where((self.start >= 0) & (self.end >= self.start), self.end, -1)
             self.frontier = np.maximum.accumulate(e) if len(e) else e
 
     @property
     def timed(self) -> np.ndarray:
+        if self.start is None:
+            return np.zeros(len(self.seq), bool)
         return (self.start >= 0) & (self.end >= self.start)
 
 
@@ -132,21 +134,45 @@ class Clock:
         return {"seq": o.seq, "start": start, "dur": dur, "stream": stream.astype(np.int32)}
 
 
-def _ops(trace, pid: int | None) -> Ops:
+def _ops(trace, pid: int | None, device: bool) -> Ops:
+    """The process's launches and copies in seq order; only seq and t on the CPU clock."""
     parts = []
+    cols = ("seq", "t", "dev_start", "dev_end", "stream") if device else ("seq", "t")
     for tab in (trace.launches, trace.copies):
         if not len(tab):
             continue
         m = np.ones(len(tab), bool) if pid is None else tab["pid"].to_numpy() == pid
-        parts.append({k: tab[k].to_numpy()[m] for k in ("seq", "t", "dev_start", "dev_end", "stream")})
+        parts.append({k: tab[k].to_numpy()[m] for k in cols})
     if not parts:
         z = np.zeros(0, np.int64)
-        return Ops(z, z, z, z, z)
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    o = np.argsort(cat["seq"], kind="stable")
-    return Ops(cat["seq"][o].astype(np.int64), cat["t"][o].astype(np.int64),
-               cat["dev_start"][o].astype(np.int64), cat["dev_end"][o].astype(np.int64),
-               cat["stream"][o].astype(np.uint64).view(np.int64))
+        return Ops(z, z, *((z, z, z) if device else ()))
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in cols}
+    o = None if len(parts) == 1 and _ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
+
+    def take(k, dtype):
+        a = cat[k] if o is None else cat[k][o]
+        return a.astype(dtype, copy=False)
+    if not device:
+        return Ops(take("seq", np.int64), take("t", np.int64))
+    return Ops(take("seq", np.int64), take("t", np.int64), take("dev_start", np.int64), take("dev_end", np.int64),
+               take("stream", np.uint64).view(np.int64))
+
+
+def _ascending(a: np.ndarray) -> bool:
+    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
+
+
+def _timed_count(trace, pid: int | None) -> tuple[int, int]:
+    """(launches and copies of the process with a device time, all of them)."""
+    n = timed = 0
+    for tab in (trace.launches, trace.copies):
+        if not len(tab):
+            continue
+        m = np.ones(len(tab), bool) if pid is None else tab["pid"].to_numpy() == pid
+        s, e = tab["dev_start"].to_numpy(), tab["dev_end"].to_numpy()
+        n += int(m.sum())
+        timed += int(np.count_nonzero(m & (s >= 0) & (e >= s)))
+    return timed, n
 
 
 def _process_row(trace, pid):
@@ -169,20 +195,19 @@ def clock_of(trace, pid: int | None = None) -> Clock:
 
 
 def _decide(trace, pid: int | None) -> Clock:
-    ops = _ops(trace, pid)
     row = _process_row(trace, pid)
     declared = str(row["clock"]) if row is not None and "clock" in row and row["clock"] else CPU
     why = str(row["clock_note"]) if row is not None and "clock_note" in row and row["clock_note"] else ""
-    timed = ops.timed
-    n_timed = int(np.count_nonzero(timed))
+    n_timed, n_ops = _timed_count(trace, pid)
     if n_timed == 0:
         if not why:
-            why = ("the trace has no device timestamps" if len(ops.seq) else "the process launched nothing")
-        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", ops)
+            why = ("the trace has no device timestamps" if n_ops else "the process launched nothing")
+        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", _ops(trace, pid, False))
+    ops = _ops(trace, pid, True)
     source = declared if declared not in ("", CPU) else "cupti"
     notes = []
-    if n_timed < len(timed):
-        notes.append(f"{len(timed) - n_timed} of {len(timed)} launches/copies have no device time: "
+    if n_timed < n_ops:
+        notes.append(f"{n_ops - n_timed} of {n_ops} launches/copies have no device time: "
                      "placed where the GPU reached them in program order")
     if row is not None and "gpu_dropped" in row and int(row["gpu_dropped"]) > 0:
         notes.append(f"{int(row['gpu_dropped'])} device activity records dropped by CUPTI")

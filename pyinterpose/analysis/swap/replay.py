@@ -70,10 +70,8 @@ def streams(problem) -> dict:
     dur = np.ascontiguousarray(o["dur"], dtype=np.float64)
     stream = np.asarray(o["stream"], dtype=np.int64)
     # neighbours on the stream, in seq order (the ops are in seq order)
-    if n and (stream == stream[0]).all():          # one stream (the CPU clock)
-        sprev = np.arange(-1, n - 1, dtype=np.int64)
-        snext = np.arange(1, n + 1, dtype=np.int64)
-        snext[-1] = -1
+    if not n or (stream == stream[0]).all():      # one stream (the CPU clock): no arrays needed
+        sprev = snext = None
     else:
         by = np.argsort(stream, kind="stable")    # by stream, in seq order within each
         sprev = np.full(n, -1, np.int64)
@@ -81,8 +79,8 @@ def streams(problem) -> dict:
         same = stream[by[1:]] == stream[by[:-1]]
         sprev[by[1:][same]] = by[:-1][same]
         snext[by[:-1][same]] = by[1:][same]
-    if n < 2 or (R[1:] >= R[:-1]).all():        # the CPU clock: already in release order
-        ord_ = pos = np.arange(n, dtype=np.int64)
+    if n < 2 or (R[1:] >= R[:-1]).all():        # already in release order (the CPU clock)
+        ord_ = pos = None
         r_sorted = R
     else:
         ord_ = np.lexsort((o["seq"], R)).astype(np.int64)
@@ -106,6 +104,9 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         return Replay(z, z, z, z, z, 0.0, _peak_after(problem, sched), 0)
     st = streams(problem)
     n, ord_, rs = st["n"], st["ord"], st["R_sorted"]
+
+    def op_at(k):                          # the op at release positions k (in range)
+        return k if ord_ is None else ord_[k]
     c = problem.candidates
     cand = np.asarray(cand, np.int64)
     prev_op = c["prev_op"].to_numpy(np.int64)[cand]
@@ -116,7 +117,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
 
     def last_released(t):                 # the last op released by t (-1 none)
         k = np.searchsorted(rs, t, side="right") - 1
-        return np.where(k >= 0, ord_[np.maximum(k, 0)], -1) if n else np.full(len(t), -1)
+        return np.where(k >= 0, op_at(np.maximum(k, 0)), -1) if n else np.full(len(t), -1)
 
     xf = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
                                ("t_in", np.float64), ("out_anchor", np.int64), ("in_anchor", np.int64)])
@@ -137,7 +138,8 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     g_pos = np.searchsorted(rs, free_t[gated], side="left")
     ok = g_pos < n
     has_q = np.flatnonzero(next_op >= 0)
-    w_pos = np.concatenate([st["pos"][next_op[has_q]], g_pos[ok]]).astype(np.int64)
+    q_pos = next_op[has_q] if st["pos"] is None else st["pos"][next_op[has_q]]
+    w_pos = np.concatenate([q_pos, g_pos[ok]]).astype(np.int64)
     w_sw = np.concatenate([has_q, gated[ok]]).astype(np.int64)
     w_dir = np.concatenate([np.ones(len(has_q), np.int8), np.zeros(int(ok.sum()), np.int8)])
     wo = np.argsort(w_pos, kind="stable")
@@ -150,8 +152,11 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     def ptr(kind, a):
         return ffi.cast(kind, a.ctypes.data) if len(a) else ffi.NULL
 
-    rc = lib.pi_swap_replay(n, ptr("double *", st["R"]), ptr("double *", st["dur"]), ptr("int64_t *", st["sprev"]),
-                            ptr("int64_t *", st["snext"]), ptr("int64_t *", ord_), n_sw,
+    def opt(a):
+        return ffi.NULL if a is None else ptr("int64_t *", a)
+
+    rc = lib.pi_swap_replay(n, ptr("double *", st["R"]), ptr("double *", st["dur"]), opt(st["sprev"]),
+                            opt(st["snext"]), opt(ord_), n_sw,
                             ffi.cast("pi_swap_xfer *", xf.ctypes.data), len(key), ptr("int64_t *", x_sw),
                             ptr("int8_t *", x_dir), ptr("int64_t *", x_pos), len(w_pos), ptr("int64_t *", w_sw),
                             ptr("int8_t *", w_dir), ptr("int64_t *", w_pos), ptr("double *", delay),
@@ -180,7 +185,8 @@ def _event_anchors(problem, st: dict) -> np.ndarray:
         k = np.where(alloc, np.searchsorted(st["R_sorted"], t, side="left"),
                      np.searchsorted(st["R_sorted"], t, side="right") - 1)
         ok = (k >= 0) & (k < n)
-        a = np.where(ok, st["ord"][np.clip(k, 0, max(n - 1, 0))], -1)
+        kc = np.clip(k, 0, max(n - 1, 0))
+        a = np.where(ok, kc if st["ord"] is None else st["ord"][kc], -1)
         m["replay_anchors"] = a.astype(np.int32 if n < 2 ** 31 else np.int64)
     return m["replay_anchors"]
 
