@@ -60,3 +60,50 @@ def test_simtrain(tmp_path, framework):
                  "--framework", framework)
     assert cp.returncode == 0, cp.stderr
     _check(pyinterpose.load(out))
+
+
+@pytest.fixture(scope="module")
+def device_trace(tmp_path_factory):
+    """simtrain on simcuda with an H100-like device clock (the GPU lags the CPU, a tail in ms)."""
+    if importlib.util.find_spec("pyinterpose.examples.simtrain") is None:
+        pytest.skip("no simtrain")
+    out = str(tmp_path_factory.mktemp("devclock") / "t.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", "python", "-m", "pyinterpose.examples.simtrain",
+                 "--framework", "torch", "--device-time", "h100-like")
+    assert cp.returncode == 0, cp.stderr
+    return pyinterpose.load(out)
+
+
+def test_device_clock_simtrain_intervals_from_the_activity_records(device_trace):
+    """On simcuda's device clock, the access intervals between accesses equal those computed from
+    the trace's own device activity records (gpu_activity, joined to the launches by seq): from the
+    end of one accessing op to the start of the next."""
+    from pyinterpose.analysis.access import access_intervals
+    from pyinterpose.analysis.clock import clock_of, launch_lag
+
+    tr = device_trace
+    pid = tr.main_pid
+    assert clock_of(tr, pid).label.startswith("gpu (") and launch_lag(tr)["median_ns"] > 0
+    g = tr.gpu_activity
+    g = g[(g["pid"] == pid) & (g["seq"] >= 0)]
+    span = g.groupby("seq").agg(start=("start", "min"), end=("end", "max"))
+    start, end = span["start"].to_dict(), span["end"].to_dict()
+    a = tr.accesses[tr.accesses["pid"] == pid]
+    b = tr.blocks[tr.blocks["pid"] == pid].set_index("block_id")
+    want = set()
+    for bid, seqs in a.groupby("block_id")["seq"]:
+        lo, hi = int(b.loc[bid, "seq_alloc"]), int(b.loc[bid, "seq_free"])
+        s = sorted({int(x) for x in seqs if lo <= x <= hi})
+        for x, y in zip(s[:-1], s[1:]):
+            if x in end and y in start:
+                want.add((int(bid), end[x], max(end[x], start[y])))
+    iv = access_intervals(tr, pid)
+    iv = iv[iv["kind"] == "between"]
+    got = set(zip(iv["block_id"].tolist(), iv["start_t"].tolist(), iv["end_t"].tolist()))
+    assert len(want) > 100 and want <= got and len(got - want) == 0
+
+
+def test_device_clock_simtrain_schedules(device_trace):
+    p = swap.problem_for(device_trace, bandwidth=25.0)
+    assert p.clock["clock"].startswith("gpu (")
+    _check(device_trace)
