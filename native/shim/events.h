@@ -78,7 +78,13 @@ enum pi_op {
                                python "filename\0function", native: the object's path */
     PI_OP_STACK = 17,       /* defines a stack (trie node): aux: stack id; addr: parent stack id
                                (0 = root); size: frame id (the innermost frame of this stack) */
-    PI_OP_NOTE = 18         /* aux: string id of a capture note ("python stacks off: ...") */
+    PI_OP_NOTE = 18,        /* aux: string id of a capture note ("python stacks off: ...") */
+    /* The device's memory at a failed allocation (native/shim/oom.c): follows the failed ALLOC (and
+     * its SITE) in the same reservation; only for out-of-memory results, only when no stream capture
+     * is in progress in the process, at the outermost hooked call. */
+    PI_OP_MEMINFO = 19      /* aux: seq of the failed ALLOC; addr: free bytes, size: total bytes
+                               (cuMemGetInfo_v2 right after the failure); device: cuCtxGetDevice
+                               (-1 unknown) */
 };
 
 enum pi_site_flags {

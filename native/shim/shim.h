@@ -76,6 +76,13 @@ PI_HIDDEN void *pi_real_dlsym(void *handle, const char *name);
 PI_HIDDEN void *pi_sym_near(void *known_fn, const char *name); /* same library as known_fn */
 PI_HIDDEN int pi_rt_major(void); /* major version of the libcudart the hooks forward to */
 
+/* --- out of memory (oom.c) --- */
+PI_HIDDEN void pi_capture_begin(int r);   /* after a Begin*Capture call returned r */
+PI_HIDDEN void pi_capture_end(int r);     /* after an EndCapture call returned r */
+PI_HIDDEN int pi_capturing(void);         /* a stream capture is in progress in the process */
+/* free/total bytes of the current context's device and its ordinal (-1 unknown); 0 = not queried */
+PI_HIDDEN int pi_meminfo(uint64_t *freeb, uint64_t *total, int *device);
+
 /* --- live blocks (blockmap.c) --- */
 typedef struct pi_block { uint64_t base, size, seq; } pi_block;
 PI_HIDDEN void pi_map_insert(uint64_t base, uint64_t size, uint64_t seq);

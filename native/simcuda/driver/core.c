@@ -318,7 +318,28 @@ SIM_API(CUresult, cuStreamIsCapturing, (CUstream s, int *status))
     if (!status) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = sim_check_stream(s);
     if (r) return r;
-    *status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+    *status = s && s != SIM_STREAM_LEGACY && s != SIM_STREAM_PER_THREAD && s->capturing ? 1 : 0; /* ACTIVE : NONE */
+    return CUDA_SUCCESS;
+}
+
+/* Stream capture: only its state (a capture records nothing here; the graph ended is NULL). */
+SIM_API(CUresult, cuStreamBeginCapture_v2, (CUstream s, int mode))
+{
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    if (!s || s == SIM_STREAM_LEGACY || s == SIM_STREAM_PER_THREAD) return 900; /* CAPTURE_UNSUPPORTED */
+    if (s->capturing) return 401;                                             /* ILLEGAL_STATE */
+    s->capturing = 1;
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuStreamEndCapture, (CUstream s, CUgraph *graph))
+{
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    if (!s || s == SIM_STREAM_LEGACY || s == SIM_STREAM_PER_THREAD || !s->capturing) return 401;
+    s->capturing = 0;
+    if (graph) *graph = NULL;
     return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, int *status), (s, status));

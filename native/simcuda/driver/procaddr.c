@@ -39,6 +39,8 @@
     X("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz) \
     X("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz)                  \
     X("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz) \
+    X("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, 0)             \
+    X("cuStreamEndCapture", 10000, cuStreamEndCapture, 0)                    \
     X("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz)      \
     X("cuEventCreate", 2000, cuEventCreate, 0)                              \
     X("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz)                  \
