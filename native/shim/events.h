@@ -145,7 +145,8 @@ typedef struct pi_ring_header {
     uint64_t beat_ns;        /* the drain's last heartbeat, CLOCK_MONOTONIC */
     uint64_t lease_ns;       /* a heartbeat older than this means the drain is gone */
     uint64_t abandoned;      /* 1 when the producer stopped waiting for a silent drain */
-    uint8_t  pad0[144];
+    uint64_t oom_failures;   /* allocations that failed for lack of memory (`run` explains them after) */
+    uint8_t  pad0[136];
     uint64_t head;           /* next ticket (own cache line) */
     uint8_t  pad1[56];
     uint64_t tail;           /* consumed tickets (own cache line) */

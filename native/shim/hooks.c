@@ -36,6 +36,7 @@ static void rec_failed_alloc(int api, int r, uint64_t size, int kind, uint64_t s
              pi_meminfo(&freeb, &total, &dev);
     uint64_t tk;
     if (!pi_reserve(1 + (uint64_t)ns + (uint64_t)nm, &tk)) return;
+    if (r == 2) pi_count_oom(); /* after the reservation: a forked child has its own ring by now */
     pi_event *e = pi_slot(tk);
     pi_fill(e, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
     if (ns) {

@@ -69,6 +69,7 @@ PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr,
                        uint64_t stream, uint64_t aux, uint16_t flags);
 PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; returns its id */
 PI_HIDDEN void pi_count_unscanned(void);
+PI_HIDDEN void pi_count_oom(void);          /* an allocation failed for lack of memory */
 
 /* --- real symbols (resolve.c) --- */
 PI_HIDDEN void *pi_real(int api);
