@@ -143,3 +143,20 @@ def test_chains_near_and_final_on_synthetic_tables():
     assert f["attempt"].tolist() == [1, 2, 1, 1, 2]
     assert f["retry_block"].tolist() == [0, 0, -1, -1, -1]
     assert np.array_equal(f["retry_size"].to_numpy(), [81, 81, -1, -1, -1])
+
+
+def test_report_opens_with_the_oom_section_and_has_the_fit_table(capture, tmp_path):
+    from pyinterpose.report import html
+
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "tf", "--steps", "5",
+                        "--oom", "final"], env=ENV)
+    assert cp.returncode == 1
+    rep = html.build(pyinterpose.load(path))
+    ids = [s.id for s in rep.sections]
+    assert ids[0] == "oom" and "fit" in ids
+    oom_s = rep.sections[0]
+    assert not [n for n in oom_s.notes if n.startswith("not available")]
+    assert oom_s.tables[0][1]["outcome"].tolist() == ["final", "final"]
+    assert rep.headlines["oom"]["final"] == 2
+    fit_s = rep.sections[ids.index("fit")]
+    assert len(fit_s.tables[0][1]) == len(__import__("pyinterpose.analysis.fit", fromlist=["x"]).gpu_table())
