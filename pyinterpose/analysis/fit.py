@@ -122,7 +122,10 @@ class FitModel:
         if not dev.any():
             raise PyinterposeError(f"process {self.pid} made no device allocations: nothing to fit")
         self.framework = framework(trace)
-        self.simulator = _SIMULATOR.get(self.framework, "cudamalloc")
+        self.reserved_view = str(trace.meta.get("view") or "blocks") == "reserved"
+        # a reserved-view trace's blocks are the allocator's own segments: its need is their peak as
+        # captured (replaying an allocator on them would count it twice); nothing else is asked
+        self.simulator = "none" if self.reserved_view else _SIMULATOR.get(self.framework, "cudamalloc")
         amask = allocator_mask(trace) & bpid
         outside = dev & ~amask
         self.lower_bound = peak_live_bytes_of(trace, dev)
@@ -138,6 +141,11 @@ class FitModel:
         self._req_seq = self.requests["seq"].to_numpy(np.int64)
         self._arrs = pools.allocators.RequestArrays(self.requests)
         self.notes: list[str] = []
+        if self.reserved_view:
+            self.notes.append("a reserved-view trace: its blocks are the framework allocator's segments, so the "
+                              "need is their peak as captured (JAX/TensorFlow preallocation makes it a share of "
+                              "the GPU it ran on, not a need); knobs, a planned pool and swapping need the "
+                              "tensors: capture with --view blocks")
         # the run's own failures: what it asked for and never got
         self.unmet = None
         f = oom_failures(trace)
@@ -176,7 +184,11 @@ class FitModel:
 
     def allocator_need(self, sim: str, options: dict) -> int:
         """Peak over time of the simulated reserve (no limit) plus the device bytes outside the
-        allocator at that moment."""
+        allocator at that moment (``sim`` "none": the allocator's blocks as captured)."""
+        if sim == "none":
+            from ..trace.model import peak_live_bytes_of
+            b = self.trace.blocks
+            return peak_live_bytes_of(self.trace, b["counts_device"].to_numpy(bool) & (b["pid"].to_numpy() == self.pid))
         key = (sim, tuple(sorted(options.items())))
         if key not in self._needs:
             from .pools import simulate
@@ -246,11 +258,17 @@ class FitModel:
                             "step_time_cost": float(cost), "note": note, **extra})
             return fits
 
-        fits = add(f"captured allocator ({self.simulator})", C >= self.captured_need, self.captured_need,
-                   note="simulated peak reserve plus the bytes outside the allocator")
+        fits = add("captured allocator (its segments as recorded)" if self.reserved_view else
+                   f"captured allocator ({self.simulator})", C >= self.captured_need, self.captured_need,
+                   note="peak of the recorded segments" if self.reserved_view else
+                   "simulated peak reserve plus the bytes outside the allocator")
         below = C < self.lower_bound
         knobs, not_modelled = self.knobs()
-        if not fits and not below:
+        if self.reserved_view:
+            if not fits:
+                not_tried.append("knobs, a planned pool and swapping: a reserved-view trace has no tensors "
+                                 "(capture with --view blocks)")
+        elif not fits and not below:
             fits = add(f"captured allocator ({self.simulator}), releasing its cache when full",
                        self.allocator_fits_limited(self.simulator, self._captured_options(), C),
                        note="its out-of-memory path (release cached blocks, retry) keeps it within the capacity; "
@@ -273,7 +291,7 @@ class FitModel:
         else:
             not_tried.append("allocator knobs and a planned pool: the capacity is below the lower bound "
                              "(peak of live bytes)")
-        if not fits:
+        if not fits and not self.reserved_view:
             fits = self._swap(C, gpu, add)
         chosen = next((a for a in answers if a["fits"]), None)
         if chosen is None:

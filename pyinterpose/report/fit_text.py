@@ -23,7 +23,8 @@ def capacity_line(a: dict) -> str:
 
 def lines(res: dict, detail: bool = True) -> list[str]:
     out = [f"process {res['pid']} ({res['framework']}): lower bound (peak live bytes) "
-           f"{fmt_bytes(res['lower_bound_bytes'])}; {res['simulator']} allocator as captured needs "
+           f"{fmt_bytes(res['lower_bound_bytes'])}; "
+           f"{'its allocator' if res['simulator'] == 'none' else res['simulator'] + ' allocator'} as captured needs "
            f"{fmt_bytes(res['captured_need_bytes'])} (outside it: {fmt_bytes(res['outside_allocator_peak_bytes'])} "
            f"at most)"]
     for n in res.get("notes") or []:

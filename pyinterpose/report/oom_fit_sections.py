@@ -59,7 +59,8 @@ def fill_fit(s, trace, heads: dict) -> None:
     res = fit(trace)
     heads["fit"] = {c["label"]: c["fits"] for c in res["capacities"]}
     s.facts += [("lower bound (peak live bytes)", fmt_bytes(res["lower_bound_bytes"])),
-                (f"{res['simulator']} allocator as captured needs", fmt_bytes(res["captured_need_bytes"]))]
+                ("its allocator's segments as recorded need" if res["simulator"] == "none" else
+                 f"{res['simulator']} allocator as captured needs", fmt_bytes(res["captured_need_bytes"]))]
     s.tables.append(("per GPU", pd.DataFrame([{
         "GPU": c["label"], "memory": fmt_bytes(c["capacity_bytes"]), "verdict": c["verdict"],
         "headroom": fmt_bytes(c["headroom_bytes"]),

@@ -164,3 +164,16 @@ def test_gpu_table_has_sources_and_installs():
     with open(os.path.join(root, "pyproject.toml")) as fh:
         assert '"data/*.json"' in fh.read()
     assert np.isclose(F.find_gpu("T4")["bytes_per_s"], 16 * 8e9 * 128 / 130 / 8)
+
+
+def test_reserved_view_needs_its_segments_and_asks_nothing_else():
+    """A reserved-view trace (real H100, JAX preallocating): its need is the segments' peak as recorded;
+    no allocator is replayed on top of them, no knob, planned pool or swap is tried."""
+    from conftest import gpu_trace
+
+    tr = pyinterpose.load(gpu_trace("jax-attn-reserved.pit"))
+    m = F.FitModel(tr)
+    assert m.simulator == "none" and m.captured_need == _load_bytes(tr)
+    small, big = m.answer(24 << 30, "L4"), m.answer(m.captured_need)
+    assert not small["fits"] and [a["name"] for a in small["answers"]] == ["captured allocator (its segments as recorded)"]
+    assert big["fits"] and big["headroom_bytes"] == 0
