@@ -331,10 +331,15 @@ class FitModel:
             add("host swapping", False, note=f"not evaluated: {e}")
             return False
         s = r["strategies"][0]
-        ok = bool(s["budget_met"])
-        return add("host swapping", ok, s["peak_after"], cost=s["overhead_fraction"] if ok else 0.0,
+        need = int(s["peak_after"])
+        extra = ""
+        if self.unmet:   # the request that failed was never a block: swapping what ran does not make room for it
+            need = max(need, int(self.unmet["live_plus_request_bytes"]))
+            extra = "; the run ended in an out-of-memory failure: at least what was live then plus the request"
+        ok = bool(s["budget_met"]) and need <= C
+        return add("host swapping", ok, need, cost=s["overhead_fraction"] if ok else 0.0,
                    note=f"{s['swaps']} swaps, {s['stall_seconds']:.4f} s of stalls; bandwidth {bw.source}; "
-                        "peak of live bytes after swapping (with a planned pool)",
+                        f"peak of live bytes after swapping (with a planned pool){extra}",
                    swaps=int(s["swaps"]), stall_seconds=float(s["stall_seconds"]),
                    bytes_moved=int(s["bytes_moved"]))
 
