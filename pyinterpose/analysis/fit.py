@@ -89,9 +89,10 @@ def find_gpu(name: str) -> dict:
 # ---------------------------------------------------------------------------------- what the run needs
 def _curve_max(seq_a, val_a, seq_b, val_b) -> int:
     """max over time of a(t) + b(t), two step functions given as (seq, value after) sorted by seq."""
-    if len(seq_a) == 0 and len(seq_b) == 0:
-        return 0
-    s = np.union1d(seq_a, seq_b)
+    if len(seq_b) == 0 or len(seq_a) == 0:
+        v = val_a if len(seq_b) == 0 else val_b
+        return int(np.max(v)) if len(v) else 0
+    s = np.sort(np.concatenate([seq_a, seq_b]))   # repeated points evaluate alike
 
     def at(seq, val):
         if len(seq) == 0:
@@ -137,9 +138,13 @@ class FitModel:
         o_d = np.concatenate([size[outside], -size[outside & freed]])
         order = np.argsort(o_seq, kind="stable")
         self._out_seq, self._out_live = o_seq[order], np.cumsum(o_d[order])
-        self.requests = pools.requests(trace, self.pid, allocator_only=True)
-        self._req_seq = self.requests["seq"].to_numpy(np.int64)
-        self._arrs = pools.allocators.RequestArrays(self.requests)
+        # the allocator's request stream as numpy columns (what pools.reserved_curve replays; no DataFrame)
+        cols = pools._block_columns(trace, pools._device_mask(trace, self.pid, True, allocator_mask(trace)))
+        rq = pools._request_columns(cols, times=False)
+        self._req_seq = rq["seq"]
+        self._arrs = pools.allocators.RequestArrays.of_columns(
+            rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
+            lambda: pools._request_frame(pools._request_columns(cols)))
         self.notes: list[str] = []
         if self.reserved_view:
             self.notes.append("a reserved-view trace: its blocks are the framework allocator's segments, so the "
