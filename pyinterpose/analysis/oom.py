@@ -293,11 +293,30 @@ def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
     return out
 
 
+FULL = 50   # failures explained in full at each end of a long list (each one scans the blocks)
+
+
+def _brief(row: dict) -> dict:
+    return {"pid": int(row["pid"]), "seq": int(row["seq"]), "t_s": int(row["t"]) / 1e9, "api": str(row["api"]),
+            "kind": str(row.get("kind", "") or ""), "requested_bytes": int(row["size"]), "result": int(row["result"]),
+            "outcome": str(row["outcome"]), "attempt": int(row["attempt"]),
+            "retry": ({"block_id": int(row["retry_block"]), "bytes": int(row["retry_size"])}
+                      if int(row["retry_block"]) >= 0 else None),
+            "device_free_bytes": int(row["free_bytes"]) if int(row.get("free_bytes", -1)) >= 0 else None,
+            "detail": f"omitted: more than {2 * FULL} failures (the first and last {FULL} are explained in full; "
+                      "pyinterpose.analysis.oom.explain_failure explains any)"}
+
+
 def explain(trace: Trace, top: int = TOP) -> dict:
-    """Every out-of-memory failure of ``trace`` explained: {"failures": n, "near": k, "final": m,
-    "other_failed_calls": ..., "entries": [explain_failure(...) per failure, in (pid, seq) order]}."""
+    """Every out-of-memory failure of ``trace``: {"failures": n, "near": k, "final": m,
+    "other_failed_calls": ..., "entries": [one per failure, in (pid, seq) order]}; each entry is
+    :func:`explain_failure`'s, except, past 2 x FULL failures, those in the middle (brief: the request,
+    outcome, retry; ``detail`` says so)."""
     f = oom_failures(trace)
-    entries = [explain_failure(trace, r, top) for r in f.to_dict("records")]
+    rows = f.to_dict("records")
+    n = len(rows)
+    entries = [explain_failure(trace, r, top) if (n <= 2 * FULL or k < FULL or k >= n - FULL) else _brief(r)
+               for k, r in enumerate(rows)]
     return {"failures": len(entries), "near": sum(e["outcome"] == "near" for e in entries),
             "final": sum(e["outcome"] == "final" for e in entries),
             "other_failed_calls": other_failures(trace), "entries": entries}

@@ -34,17 +34,17 @@ def fill_oom(s, trace, heads: dict) -> None:
     for e in ex["entries"]:
         rows.append({"outcome": e["outcome"], "attempt": e["attempt"], "pid": e["pid"], "t_s": round(e["t_s"], 6),
                      "api": e["api"], "requested": fmt_bytes(e["requested_bytes"]),
-                     "device free": fmt_bytes(e["device_free_bytes"]),
-                     "capacity": fmt_bytes(e["device_capacity_bytes"]), "live": fmt_bytes(e["live_bytes"]),
+                     "device free": fmt_bytes(e.get("device_free_bytes")),
+                     "capacity": fmt_bytes(e.get("device_capacity_bytes")), "live": fmt_bytes(e.get("live_bytes")),
                      "since step began": fmt_bytes((e.get("since_last_boundary") or {}).get("bytes")),
-                     "call site": e["call_site"]})
+                     "call site": e.get("call_site", "")})
     s.tables.append(("failed allocations", pd.DataFrame(rows)))
     for k, e in enumerate(ex["entries"][:10]):
-        if e["by_call_site"]:
+        if e.get("by_call_site"):
             s.tables.append((f"[{k}] live at the failure, by call site",
                              pd.DataFrame([{"call site": c["call_site"], "bytes": fmt_bytes(c["bytes"]),
                                             "blocks": c["blocks"]} for c in e["by_call_site"]])))
-        if e["largest_blocks"]:
+        if e.get("largest_blocks"):
             s.tables.append((f"[{k}] largest live blocks",
                              pd.DataFrame([{"block": b["block_id"], "bytes": fmt_bytes(b["bytes"]), "class": b["class"],
                                             "owner": b["owner"], "call site": b["call_site"]}

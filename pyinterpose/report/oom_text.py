@@ -44,11 +44,11 @@ def _live_line(e: dict) -> str:
     owners = ", ".join(f"{o['owner']} {fmt_bytes(o['bytes'])}" + (" (framework allocator)" if o.get(
         "framework_allocator") else "") for o in e["by_owner"][:3])
     classes = ", ".join(f"{c['class']} {fmt_bytes(c['bytes'])}" for c in e["by_lifetime_class"][:4])
-    s = f"live {fmt_bytes(e['live_bytes'])} in {e['live_blocks']} blocks: {owners or 'none'}"
+    s = f"live {fmt_bytes(e['process_live_bytes'])} in {e['live_blocks']} blocks: {owners or 'none'}"
     if classes:
         s += f"; {classes}"
     if e.get("other_processes_live_bytes"):
-        s += f"; other processes {fmt_bytes(e['other_processes_live_bytes'])}"
+        s += f"; other processes on the device: {fmt_bytes(e['other_processes_live_bytes'])} more"
     return s
 
 
@@ -95,6 +95,9 @@ def full(ex: dict, top: int = 5) -> list[str]:
     lines = [headline(ex)]
     for k, e in enumerate(ex["entries"]):
         lines.append(f"[{k}] " + _request(e))
+        if e.get("detail"):
+            lines.append(f"    {e['detail']}")
+            continue
         if e.get("shortfall_bytes") is not None:
             lines.append(f"    short by {fmt_bytes(e['shortfall_bytes'])} (capacity: {e['capacity_source']})")
         lines.append("    " + _live_line(e))

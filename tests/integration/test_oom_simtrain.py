@@ -160,3 +160,41 @@ def test_report_opens_with_the_oom_section_and_has_the_fit_table(capture, tmp_pa
     assert rep.headlines["oom"]["final"] == 2
     fit_s = rep.sections[ids.index("fit")]
     assert len(fit_s.tables[0][1]) == len(__import__("pyinterpose.analysis.fit", fromlist=["x"]).gpu_table())
+
+
+def test_forked_workers_each_explained(capture, tmp_path):
+    """Two processes (a forked worker), each with its near OOM: one entry per process, each with its own live
+    set; the other process's blocks live at that time are counted apart."""
+    truth_path = str(tmp_path / "oom.jsonl")
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "jax", "--steps", "5",
+                        "--workers", "1", "--oom", "near", "--oom-truth", truth_path], env=ENV)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    truth = {t["pid"]: t for t in _truth(truth_path)}
+    ex = oom.explain(pyinterpose.load(path))
+    assert sorted(e["pid"] for e in ex["entries"]) == sorted(truth) and len(truth) == 2
+    for e in ex["entries"]:
+        assert e["outcome"] == "near"
+        assert e["process_live_bytes"] == truth[e["pid"]]["live_bytes"]
+        assert e["live_bytes"] == e["process_live_bytes"] + e["other_processes_live_bytes"]
+
+
+def test_many_failures_explained_at_both_ends(monkeypatch):
+    """Past 2 x FULL failures, the middle ones are brief (request, outcome, retry) and say so."""
+    import pandas as pd
+
+    from pyinterpose.trace.model import Trace
+
+    monkeypatch.setattr(oom, "FULL", 2)
+    n = 7
+    failures = pd.DataFrame({"pid": [1] * n, "seq": [10 * (k + 1) for k in range(n)], "t": list(range(n)),
+                             "api": ["cudaMalloc"] * n, "op": ["alloc"] * n, "size": [1 << 30] * n, "result": [2] * n})
+    blocks = pd.DataFrame({"block_id": [0], "pid": [1], "api": ["cudaMalloc"], "kind": ["device"], "address": [4096],
+                           "size": [1 << 20], "seq_alloc": [1], "seq_free": [1000], "t_alloc": [0], "t_free": [99],
+                           "freed": [True], "counts_device": [True]})
+    ex = oom.explain(Trace.from_tables(blocks=blocks, failures=failures))
+    assert len(ex["entries"]) == n and ex["final"] == n
+    brief = [e for e in ex["entries"] if "detail" in e]
+    assert [e["seq"] for e in brief] == [30, 40, 50]
+    assert all(e["live_bytes"] == 1 << 20 for e in ex["entries"] if "detail" not in e)
+    from pyinterpose.report.oom_text import full
+    assert sum("omitted" in line for line in full(ex)) == 3
