@@ -6,37 +6,23 @@
  * outermost hooked call (never reentrantly: it calls the real driver functions directly, not
  * through a hook), and records them in a MEMINFO event after the failure.  Failures are rare, so the
  * two calls cost nothing on the normal path.  Never during stream capture: the shim counts the
- * captures in progress in the process (cudaStreamBeginCapture / cuStreamBeginCapture[_v2] /
- * ...ToGraph that succeeded, minus EndCapture calls that ended one) and skips the query while any
- * is open (a query in global capture mode could invalidate another thread's capture).  A query
- * that fails (no current context) records nothing.
+ * captures in progress in the process (hooks on cudaStreamBeginCapture / cuStreamBeginCapture[_v2] /
+ * ...ToGraph and EndCapture, kept by the device clock: cupti.c) and skips the query while any is
+ * open (a query in global capture mode could invalidate another thread's capture).  A query that
+ * fails (no current context) records nothing.
  */
+#include "cupti.h"
 #include "shim.h"
 
 typedef CUresult (*meminfo_fn)(size_t *, size_t *);
 typedef CUresult (*ctxdev_fn)(int *);
 
-static int g_capturing;                  /* stream captures in progress */
 static meminfo_fn volatile g_meminfo;
 static ctxdev_fn volatile g_ctxdev;
 static int volatile g_resolved;
 
-void pi_capture_begin(int r) {
-    if (r == 0) __atomic_add_fetch(&g_capturing, 1, __ATOMIC_ACQ_REL);
-}
-
-void pi_capture_end(int r) {
-    /* 0: ended; 901: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED / cudaErrorStreamCaptureInvalidated (ended too) */
-    if (r != 0 && r != 901) return;
-    int v = __atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE);
-    while (v > 0 && !__atomic_compare_exchange_n(&g_capturing, &v, v - 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        ;
-}
-
-int pi_capturing(void) { return __atomic_load_n(&g_capturing, __ATOMIC_ACQUIRE) > 0; }
-
 int pi_meminfo(uint64_t *freeb, uint64_t *total, int *device) {
-    if (pi_capturing()) return 0;
+    if (pi_gpu_capturing()) return 0;
     if (!g_resolved) {
         g_meminfo = (meminfo_fn)pi_sym_near(NULL, "cuMemGetInfo_v2");
         g_ctxdev = (ctxdev_fn)pi_sym_near(NULL, "cuCtxGetDevice");

@@ -3,6 +3,7 @@ CUDA call path, with a truth file that says exactly what they did.
 
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
         [--workers K] [--noise F] [--truth FILE.json] [--layers L] [--seed S]
+        [--device-time off|h100-like]
         [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
 
 torch: libcudart through the PLT (cudaMallocAsync/cudaFreeAsync when
@@ -14,9 +15,13 @@ plain arguments, ...); tf: dlopen libcuda + cuGetProcAddress_v2
 (native/simtrain); ``--workers K`` forks K children (no exec) that run the same
 loop, and the truth is summed over all processes.
 
+``--device-time h100-like`` gives the kernels device durations on simcuda's device clock, host dispatch
+work before each launch and a synchronisation per step, so that the GPU timeline lags the CPU's as on
+the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time as before.
+
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
-(exact names called), noise_steps, pids; failed_allocs with --oom.
+(exact names called), noise_steps, pids; device_time when it is not off; failed_allocs with --oom.
 
 Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
 allocator's cache (allocated, freed by the program, kept from CUDA), then asks for more than the
@@ -40,6 +45,7 @@ import sys
 from pyinterpose.errors import PyinterposeError
 
 FRAMEWORKS = ("torch", "jax", "tf")
+DEVICE_TIMES = ("off", "h100-like")
 MAX_API = 32
 COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
 
@@ -50,8 +56,8 @@ OOM_DEFAULT_DEVICE_BYTES = 256 << 20
 
 class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("oom", ctypes.c_int),
-                ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p)]
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
+                ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p)]
 
 
 class _Truth(ctypes.Structure):
@@ -81,10 +87,11 @@ def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
 
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
-             oom: str = "none", oom_step: int = -1, oom_truth: str | None = None) -> dict:
+             device_time: str = "off", oom: str = "none", oom_step: int = -1,
+             oom_truth: str | None = None) -> dict:
     """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, OOM_MODES.index(oom), oom_step,
-                  oom_truth.encode() if oom_truth else None)
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -133,8 +140,8 @@ def _child(lib, args, wfd: int) -> None:
 
 
 def _run_args(args: argparse.Namespace) -> tuple:
-    return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "oom", "none"),
-            getattr(args, "oom_step", -1), getattr(args, "oom_truth", None))
+    return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
+            getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -176,6 +183,8 @@ def run(args: argparse.Namespace) -> dict:
     truth = {"framework": args.framework, "steps": args.steps, "workers": args.workers, "layers": args.layers,
              "seed": args.seed, "noise": args.noise}
     truth.update(_merge(parts))
+    if args.device_time != "off":
+        truth["device_time"] = args.device_time
     return truth
 
 
@@ -195,6 +204,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--truth", help="write the truth JSON here")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device-time", choices=DEVICE_TIMES, default="off",
+                   help="h100-like: kernels take device time, the GPU lags the CPU as on an H100")
     p.add_argument("--oom", choices=OOM_MODES, default="none",
                    help="run out of device memory at --oom-step: near (the retry after releasing the cache "
                         "succeeds) or final (it fails: out-of-memory error, exit status 1)")
