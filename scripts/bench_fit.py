@@ -1,6 +1,6 @@
 """Speed of `fit` and of the out-of-memory explanation on one trace; prints one JSON object.
 
-    python scripts/bench_fit.py TRACE.pit [--runs 3]
+    python scripts/bench_fit.py TRACE.pit [--runs 3]      (e.g. samples/torch-cnn-blocks.pit)
 
 A ~1 M-event trace: ``pyinterpose run --simulated-gpu -o big.pit -- python -m
 pyinterpose.examples.simtrain --steps 1240 --layers 100``; an OOM trace:
@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)   # the checkout's pyinterpose, from any directory
 
 
 def main() -> int:
