@@ -86,7 +86,8 @@ def compact(ex: dict, trace_path: str, limit: int = 3) -> list[str]:
         s = _since_line(e)
         if s:
             lines.append("    " + s)
-    lines.append(f"  the full explanation: pyinterpose summary {trace_path}")
+    lines.append(f"  the full explanation: pyinterpose summary {trace_path}; "
+                 f"where it would fit: pyinterpose fit {trace_path}")
     return lines
 
 
