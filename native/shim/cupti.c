@@ -575,6 +575,8 @@ void pi_gpu_capture(int delta) {
     }
 }
 
+int pi_gpu_capturing(void) { return atomic_load(&g_capturing) > 0; }
+
 void pi_gpu_atfork_child(void) {
     pthread_mutex_init(&g_setup_lock, NULL);
     pthread_mutex_init(&g_parse_lock, NULL);

@@ -554,6 +554,9 @@ uint32_t pi_intern(const char *s) {
 }
 
 void pi_count_unscanned(void) { __atomic_fetch_add(&g_ring->unscanned_launches, 1, __ATOMIC_RELAXED); }
+void pi_count_oom(void) {
+    if (g_ring) __atomic_fetch_add(&g_ring->oom_failures, 1, __ATOMIC_RELAXED);
+}
 
 /* ---- public: iteration markers (pyinterpose.mark_step) ---- */
 __attribute__((visibility("default"))) int pyinterpose_mark(const char *label) {

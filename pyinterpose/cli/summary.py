@@ -82,6 +82,7 @@ def _run(args) -> int:
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
     _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
+    print_oom(con, s)
     return 0
 
 
@@ -107,6 +108,19 @@ def allocator_line(s: dict) -> str:
             f"{_fmt_bytes(al['peak_live_bytes'])}; outside it: {out['blocks']} blocks, peak "
             f"{_fmt_bytes(out['peak_live_bytes'])}")
     return line + (f"\n  note: {al['note']}" if al.get("note") else "")
+
+
+def print_oom(con, s: dict) -> None:
+    """The out-of-memory explanation (pyinterpose.report.oom_text), or "no allocation failed"."""
+    from rich.markup import escape
+
+    from ..report.oom_text import full
+
+    ex = {**s["oom_summary"], "entries": s["oom"]}
+    lines = full(ex)
+    con.print(f"[bold]out of memory[/bold]: {escape(lines[0])}")
+    for line in lines[1:]:
+        con.print(escape(line), soft_wrap=True)
 
 
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from .. import __version__
 from ..trace.model import Trace
-from . import analyses, data, plots, timeline
+from . import analyses, data, oom_fit_sections, plots, timeline
 from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info, allocator_mask
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
@@ -366,6 +366,12 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
     sections: list[Section] = []
 
+    # ---- out of memory: first, when an allocation failed
+    if oom_fit_sections.has_failures(trace):
+        s = Section("oom", "Out of memory", oom_fit_sections.OOM_EXPLAIN)
+        _safe(s, lambda: oom_fit_sections.fill_oom(s, trace, heads))
+        sections.append(s)
+
     # ---- memory over time
     s = Section("memory", "Memory over time",
                 "Live device bytes after every allocation and free, stacked by lifetime class (or by owner"
@@ -485,6 +491,9 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 " CNMeM) and offline planners; each bar is the memory the strategy needs divided by the lower"
                 " bound (the peak of live bytes). 1.0 means no fragmentation.")
     _safe(s, lambda: _pools_section(s, pl, heads))
+    sections.append(s)
+    s = Section("fit", "Would it fit on another GPU", oom_fit_sections.FIT_EXPLAIN)
+    _safe(s, lambda: oom_fit_sections.fill_fit(s, trace, heads))
     sections.append(s)
 
     # ---- swap
