@@ -9,6 +9,8 @@ def register(sub) -> None:
                        description="Summarise a trace: event counts, APIs, processes, peak live bytes, loss.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="print JSON")
+    from ._args import add_site_skip
+    add_site_skip(p)
     p.set_defaults(func=_run)
 
 
@@ -24,7 +26,10 @@ def _run(args) -> int:
     from ..analysis.summary import summarize
     from ..report.text import load_trace
 
+    from ._args import apply_site_skip
+
     trace = load_trace(args.file, quiet=args.json)
+    apply_site_skip(trace, args)
     s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
@@ -142,5 +147,9 @@ def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> Non
             t.add_row(r["call_site"], r["owner"], str(r["blocks"]), fmt_bytes(r["bytes"]),
                       fmt_bytes(r["peak_live_bytes"]))
         con.print(t)
+    if sites.get("helpers") and (sites.get("by_peak") or sites.get("by_count")):
+        how = "found automatically" if sites.get("site_skip") == "auto" else "--site-skip"
+        con.print(f"call sites: the first frame outside the allocation helpers ({how}; --site-skip to choose): "
+                  + ", ".join(sites["helpers"]))
     for n in sites.get("notes") or []:
         con.print(f"note (pid {n['pid']}): {n['note']}")

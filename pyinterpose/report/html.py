@@ -443,6 +443,18 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     _safe(s, _mem)
     sections.append(s)
 
+    # ---- call sites (the first frame outside allocation helpers; each block keeps its stack), when
+    # the trace recorded stacks (summary says so when it did not)
+    _sid = _bl["stack_id"].to_numpy() if "stack_id" in _bl else np.zeros(0, np.int64)
+    s = Section("sites", "Call sites",
+                "Where the allocations come from: each block's call site is the first frame of its stack outside"
+                " allocation helpers (a function of the program that nearly every allocation goes through, found"
+                " automatically, or chosen with --site-skip). The tables rank the call sites by bytes live at the"
+                " peak and by allocations; the stack shown is the one of the site's largest block.")
+    if (_sid >= 0).any():
+        _safe(s, lambda: _call_sites_section(s, trace, heads))
+        sections.append(s)
+
     # ---- iterations + lifetimes
     s = Section("iterations", "Iterations and block lifetimes",
                 "The training loop's period, found from the allocation sequence (or from mark_step markers),"
@@ -535,6 +547,29 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
+
+
+def _call_sites_section(s: Section, trace: Trace, heads: dict) -> None:
+    """The call-site tables (pyinterpose.trace.stacks.top_call_sites) and the helpers skipped."""
+    from ..trace.stacks import helper_frames, top_call_sites
+
+    if "stack_id" not in trace.blocks or not (trace.blocks["stack_id"].to_numpy() >= 0).any():
+        s.notes.append("this trace has no call stacks (captured with --stacks none, or before call sites were "
+                       "recorded)")
+        return
+    helpers = helper_frames(trace)
+    how = "--site-skip" if trace.meta.get("site_skip") else "found automatically"
+    s.facts.append(("allocation helpers skipped", (", ".join(helpers) + f" ({how})") if helpers else "none"))
+    heads["call_sites"] = {"helpers": helpers}
+    for by, caption in (("peak", "call sites by bytes live at the peak"), ("count", "call sites by allocations")):
+        t = top_call_sites(trace, by, 15)
+        if len(t) == 0:
+            continue
+        heads["call_sites"][by] = t["call_site"].tolist()
+        t = pd.DataFrame({"call site": t["call_site"], "owner": t["owner"], "allocations": t["blocks"],
+                          "allocated bytes": t["bytes"], "live at peak bytes": t["peak_live_bytes"],
+                          "stack (innermost first)": [" \u2190 ".join(f) for f in t["frames"]]})
+        s.tables.append((caption, _format_frame(t)))
 
 
 def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
