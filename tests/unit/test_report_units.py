@@ -109,7 +109,7 @@ def test_report_bandwidth_and_pareto_duration(monkeypatch):
     monkeypatch.setattr(plots, "swap_pareto_png", spy)
     rep = html.build(tr, bandwidth=16, time_limit=0.2)
     facts = {k: v for s in rep.sections for k, v in s.facts}
-    assert facts["bandwidth"].startswith("16 GB/s per direction, latency 10.0 us")
+    assert "16 GB/s per direction" in facts["bandwidth"]
     assert seen["run_ns"] == tr.duration_ns
 
 
