@@ -136,6 +136,32 @@ class _SignalForwarder:
             signal.signal(sig, h)
 
 
+_FRAMEWORK_DISTS = ("torch", "jax", "jaxlib", "tensorflow", "cupy")
+
+
+def framework_versions(argv: list[str], env: dict[str, str]) -> dict[str, str]:
+    """Versions of the frameworks installed for the program's Python, when the program is this very
+    interpreter (``python`` of the same environment: the same site-packages), read from the
+    installed packages' metadata (no import, no process started); {} otherwise: another Python's
+    packages are not this one's to report."""
+    if not argv:
+        return {}
+    exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if not exe or not os.path.basename(exe).startswith("python"):
+        return {}
+    if os.path.dirname(os.path.abspath(exe)) != os.path.dirname(os.path.abspath(sys.executable)):
+        return {}
+    from importlib import metadata
+
+    out = {}
+    for dist in _FRAMEWORK_DISTS:
+        try:
+            out[dist] = metadata.version(dist)
+        except Exception:  # noqa: BLE001 - not installed, or unreadable metadata: not reported
+            continue
+    return out
+
+
 def _terminal_foreground() -> bool:
     try:
         fd = os.open("/dev/tty", os.O_RDONLY)
@@ -305,6 +331,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         "cuda_visible_devices": child_env.get("CUDA_VISIBLE_DEVICES"),
         "gpus": [{"nvml_index": d.get("index"), "name": d.get("name"), "uuid": d.get("uuid")}
                  for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
+        "frameworks": framework_versions(argv, child_env),
     }
     try:
         writer = TraceWriter(output, meta)

@@ -25,6 +25,7 @@ from .. import __version__
 from ..trace.model import Trace
 from . import analyses, data, plots, timeline
 from ..analysis.compare import framework_of
+from ..analysis.owners import allocator_info, allocator_mask
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
 
 
@@ -335,9 +336,13 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         ("device allocations", f"{len(b):,}"),
         ("accesses", f"{len(trace.accesses):,}"),
         ("kernel launches", f"{len(trace.launches):,}"),
-        ("peak live bytes" if not reserved_view else "peak reserved (framework allocator)", fmt_bytes(peak)),
+        *(_peak_facts(trace, peak) if reserved_view else [("peak live bytes", fmt_bytes(peak))]),
         ("NVML peak used", fmt_bytes(int(nv["used_bytes"].max())) if len(nv) else "not sampled"),
     ]
+    if reserved_view:
+        al = allocator_info(trace)
+        heads.update(allocator_peak_bytes=int(al["peak_live_bytes"]),
+                     outside_allocator_peak_bytes=int(al["outside"]["peak_live_bytes"]))
     heads.update(blocks=int(len(b)), peak_live_bytes=int(peak), view=trace.meta.get("view"),
                  nvml_peak_used_bytes=int(nv["used_bytes"].max()) if len(nv) else None,
                  duration_ns=int(trace.duration_ns))
@@ -393,16 +398,25 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             s.facts.append(("reserved (dashed line)", f"peak {fmt_bytes(rline['y'])}: {rline['label']}"))
         if frags:
             s.html.extend(frags)
+        mine = allocator_mask(trace)[_bl["counts_device"].to_numpy(bool)] if reserved_view else None
         for dev, pk, pk_t, end in peaks:
             s.facts.append((f"GPU {dev} peak live", f"{fmt_bytes(pk)} at {fmt_ns(pk_t)}"))
-            bd = b[b["device"] == dev]
-            left = bd[~bd["freed"]]
-            what = "segments still reserved" if reserved_view else "blocks never freed"
-            s.facts.append((f"GPU {dev} {what}",
-                            f"{len(left):,} ({fmt_bytes(int(left['size'].sum()))}): where the area ends"
-                            + (" (the allocator keeps its segments until the process exits)"
-                               if reserved_view and len(left) else "")))
-            assert int(left["size"].sum()) == end, "timeline end != bytes never freed"
+            on = b["device"].to_numpy() == dev
+            left = ~b["freed"].to_numpy(bool) & on
+            size = b["size"].to_numpy(np.int64)
+            if reserved_view:       # the allocator's segments and the libraries' blocks, each named
+                fw = framework_of(trace)
+                for what, sel, why in (
+                        (f"segments still reserved by {fw}'s allocator", left & mine,
+                         " (the allocator keeps its segments until the process exits)"),
+                        ("library blocks never freed (outside the allocator)", left & ~mine, "")):
+                    if sel.any() or what.startswith("segments"):
+                        s.facts.append((f"GPU {dev} {what}", f"{int(sel.sum()):,} ({fmt_bytes(int(size[sel].sum()))})"
+                                        + (why if sel.any() else "")))
+            else:
+                s.facts.append((f"GPU {dev} blocks never freed",
+                                f"{int(left.sum()):,} ({fmt_bytes(int(size[left].sum()))}): where the area ends"))
+            assert int(size[left].sum()) == end, "timeline end != bytes never freed"
     _safe(s, _mem)
     sections.append(s)
 
@@ -493,6 +507,23 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
+
+
+def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
+    """A reserved view's peaks, each under its own name: the framework allocator's reserve (what
+    the framework itself reports, e.g. PyTorch's max_memory_reserved), the blocks made outside it
+    (library workspaces, the runtime), and both together (the timeline's peak)."""
+    al = allocator_info(trace)
+    fw, out = al["framework"], al["outside"]
+    if fw == "unknown":
+        return [("peak reserved (all device blocks; no framework recognised)", fmt_bytes(peak))]
+    facts = [(f"peak reserved by {fw}'s allocator", f"{fmt_bytes(al['peak_live_bytes'])} "
+                                                  f"({al['peak_live_bytes']:,} B; {al['blocks']:,} segments)")]
+    if out["blocks"]:
+        facts += [("peak outside the allocator (libraries)",
+                   f"{fmt_bytes(out['peak_live_bytes'])} ({out['blocks']:,} blocks)"),
+                  ("peak of both together", fmt_bytes(peak))]
+    return facts
 
 
 def _in_background(fn: Callable[[], Any]) -> Future:
@@ -632,7 +663,9 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
         s.notes.append(f"pool evaluation {pl.note}")
         return
     d = pl.value
-    df = pd.DataFrame(d.get("strategies", []))
+    if d.get("nothing_to_plan"):
+        s.notes.append(d["nothing_to_plan"])
+    df = pd.DataFrame([r for r in d.get("strategies", []) if not r.get("skipped")])
     if len(df) == 0:
         s.notes.append("pool evaluation returned no strategy")
         return
