@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <unistd.h>
 
+#include "cupti.h"
 #include "shim.h"
 #include "site.h"
 
@@ -82,6 +83,7 @@ static void atfork_child(void) {
     g_ring_pid = 0;
     g_forked = 1;
     pi_t.tid = 0;
+    pi_gpu_atfork_child(); /* the parent's CUPTI state is not the child's */
 }
 
 static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */
@@ -456,6 +458,26 @@ void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, 
     }
     pi_commit(e, tk);
 }
+
+/* The event of a call whose tickets were reserved before the real call (pi_reserve(1 + sc->n)), recorded at t:
+ * the event, then its accesses.  A failed call has no accesses: their slots hold PI_OP_NONE records. */
+void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
+                      uint64_t stream, uint64_t aux, const pi_scan *sc) {
+    int n = sc ? sc->n : 0;
+    pi_event *e = pi_slot(tk);
+    fill(e, t, op, api, r, addr, size, stream, aux, 0);
+    for (int i = 0; i < n; i++) {
+        pi_event *a = pi_slot(tk + 1 + i);
+        if (r == 0)
+            fill(a, t, PI_OP_ACCESS, api, r, sc->hit[i].base, sc->hit[i].size, stream, sc->hit[i].seq, sc->fl[i]);
+        else
+            fill(a, t, PI_OP_NONE, api, r, 0, 0, 0, 0, 0);
+        pi_commit(a, tk + 1 + i);
+    }
+    pi_commit(e, tk);
+}
+
+int pi_pid(void) { return (int)g_ring_pid; }
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
