@@ -99,7 +99,7 @@ static void unlink_ring(void) {
 
 /* Is the drain alive?  Once it attached: its heartbeat changed within the last lease (measured on our own
  * clock from when we first saw the current value, so a torn or skewed beat can only look alive); before
- * that, a grace period from the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
+ * that, a grace period from the ring's creation.  consumer_dead() first: kill(pid, 0) alone passes a zombie. */
 static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
 static uint64_t g_suspect_at;            /* when a producer first found that heartbeat older than the lease */
 

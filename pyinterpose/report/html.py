@@ -767,7 +767,7 @@ def _bandwidth_text(bw: dict | None) -> str:
         return "-"
     h2d, d2h, lat = bw.get("h2d_bytes_per_s"), bw.get("d2h_bytes_per_s"), bw.get("latency_s")
     src = str(bw.get("source", "") or "")
-    if not h2d or not d2h:
+    if not h2d or not d2h or "GB/s" in src:      # (a given bandwidth's source already says it)
         return src or "-"
     rate = (f"{h2d / 1e9:.3g} GB/s per direction" if abs(h2d - d2h) <= 1e-6 * max(h2d, d2h)
             else f"{h2d / 1e9:.3g} GB/s host to device, {d2h / 1e9:.3g} GB/s device to host")
