@@ -372,6 +372,34 @@ static int case_fork(void)
     return 0;
 }
 
+/* Disable stops a kind; KERNEL instead of CONCURRENT_KERNEL gives kind-3 records */
+static int case_kinds(void)
+{
+    cupti_on();
+    setup();
+    CUfunction f = kernel("k_kinds");
+    with_ext(1);
+    launch(f, NULL, 1);
+    end_ext(1);
+    CHECK_EQ(C.disable(PI_CUPTI_KIND_CONCURRENT_KERNEL), PI_CUPTI_SUCCESS);
+    with_ext(2);
+    launch(f, NULL, 1); /* no kernel kind enabled: no device record */
+    end_ext(2);
+    CHECK_EQ(C.enable(PI_CUPTI_KIND_KERNEL), PI_CUPTI_SUCCESS);
+    with_ext(3);
+    launch(f, NULL, 1);
+    end_ext(3);
+    CHECK_EQ(C.disable(PI_CUPTI_KIND_DRIVER), PI_CUPTI_SUCCESS);
+    with_ext(4);
+    launch(f, NULL, 1); /* a kernel record, but no API or external-correlation record */
+    end_ext(4);
+    CHECK_EQ(C.disable(77), PI_CUPTI_ERROR_INVALID_KIND);
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ(C.flush(0), PI_CUPTI_SUCCESS);
+    printf("ok kinds\n");
+    return 0;
+}
+
 /* the program's own work, which must run on whatever CUPTI says */
 static void work(void)
 {
@@ -499,6 +527,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "timing")) return case_timing();
     if (!strcmp(c, "threads")) return case_threads();
     if (!strcmp(c, "fork")) return case_fork();
+    if (!strcmp(c, "kinds")) return case_kinds();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }

@@ -210,6 +210,15 @@ def test_external_ids_are_per_thread(exe, libs, tmp_path):
         assert tid_of_corr[r["corr"]] == tids[(r["ext"] - 100000) // 1000 - 1]
 
 
+def test_enable_disable_and_kernel_kind(exe, libs):
+    recs = _records(_run(exe, libs, "kinds"))
+    ext = {r["ext"]: r["corr"] for r in recs["extcorr"]}
+    assert sorted(ext) == [1, 2, 3]  # DRIVER off for the 4th call: no external correlation
+    kinds = {r["corr"]: r["sub"] for r in recs["kernel"]}
+    assert kinds == {ext[1]: 10, ext[3]: 3, ext[3] + 1: 3}  # none while no kernel kind was on
+    assert sorted(r["corr"] for r in recs["api"]) == [ext[1], ext[2], ext[3]]
+
+
 def test_forked_child_has_only_its_own_records(exe, libs):
     lines = _run(exe, libs, "fork")
     child = lines[lines.index("child"):lines.index("child end")]
