@@ -78,7 +78,43 @@ enum pi_op {
                                python "filename\0function", native: the object's path */
     PI_OP_STACK = 17,       /* defines a stack (trie node): aux: stack id; addr: parent stack id
                                (0 = root); size: frame id (the innermost frame of this stack) */
-    PI_OP_NOTE = 18         /* aux: string id of a capture note ("python stacks off: ...") */
+    PI_OP_NOTE = 18,        /* aux: string id of a capture note ("python stacks off: ...") */
+    /* The device clock (native/shim/cupti.c).  A GPU record is one CUPTI activity record (a kernel,
+     * memcpy or memset as it ran on the device), written when CUPTI hands its buffer over, so it
+     * comes after the call it belongs to in seq order.  Times are already on the trace's clock
+     * (CLOCK_MONOTONIC ns, CUPTI's timestamps plus the offset of the last CLOCK record). */
+    PI_OP_GPU = 19,         /* t_ns: device start; addr: device end; size: bytes (memcpy/memset);
+                               stream: graph node id (0 unless replayed from a CUDA graph);
+                               aux: seq of the LAUNCH/GRAPH_LAUNCH/COPY/MEMSET it belongs to (the
+                               external correlation id pushed around the call; 0 none matched);
+                               tid: CUPTI's stream id; result: kernel name string id (kernels replayed
+                               from a graph or not matched; else 0: the LAUNCH names it) or the copy
+                               kind (memcpy); device: device id; flags: enum pi_gpu_kind */
+    PI_OP_CLOCK = 20        /* the process's device clock: flags: enum pi_clock_state; result: enum
+                               pi_clock_reason; aux: string id of the note (0 none); addr: offset ns
+                               (int64: trace clock = CUPTI clock + offset); size: error bound of the
+                               alignment, ns; stream: CUPTI records dropped so far */
+};
+
+enum pi_gpu_kind {
+    PI_GPU_KERNEL = 1,
+    PI_GPU_MEMCPY = 2,
+    PI_GPU_MEMSET = 3
+};
+
+enum pi_clock_state {
+    PI_CLOCK_CUPTI = 1,       /* device times recorded through CUPTI */
+    PI_CLOCK_CPU = 2          /* no device times: the analyses use the CPU clock (reason in result) */
+};
+
+enum pi_clock_reason {
+    PI_CLOCK_OK = 0,
+    PI_CLOCK_OFF = 1,         /* --gpu-clock off */
+    PI_CLOCK_NOT_FOUND = 2,   /* no libcupti could be loaded */
+    PI_CLOCK_BUSY = 3,        /* another CUPTI subscriber (Nsight, torch.profiler, a debugger) */
+    PI_CLOCK_FAILED = 4,      /* a CUPTI call failed (setup, or later: then times stop there) */
+    PI_CLOCK_FORKED = 5,      /* a fork() child of a process whose CUPTI state it cannot use */
+    PI_CLOCK_UNSUPPORTED = 6  /* the library lacks a function the shim needs */
 };
 
 enum pi_site_flags {

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <unistd.h>
 
+#include "cupti.h"
 #include "shim.h"
 #include "site.h"
 
@@ -82,6 +83,7 @@ static void atfork_child(void) {
     g_ring_pid = 0;
     g_forked = 1;
     pi_t.tid = 0;
+    pi_gpu_atfork_child(); /* the parent's CUPTI state is not the child's */
 }
 
 static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */
@@ -101,7 +103,35 @@ static void unlink_ring(void) {
 static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
 static uint64_t g_suspect_at;            /* when a producer first found that heartbeat older than the lease */
 
+/* Is the drain surely dead?  Seen at once, without waiting out the lease: `run`'s pid is gone (ESRCH), or
+ * a zombie, or this process was `run`'s child and has been re-parented.  Only in `run`'s own pid namespace
+ * (else its pid means nothing here).  A stopped `run` (SIGSTOP, a paused VM) is alive by all of these. */
+static char g_consumer_ns[64];           /* `run`'s /proc/self/ns/pid link, from $PYINTERPOSE_CONSUMER_PIDNS */
+
+static int consumer_dead(void) {
+    if (g_consumer <= 0 || !g_consumer_ns[0]) return 0;
+    char ns[64];
+    ssize_t k = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    if (k <= 0) return 0;
+    ns[k] = 0;
+    if (strcmp(ns, g_consumer_ns) != 0) return 0;
+    if (g_ring && g_ring_pid == getpid() && g_ring->ppid == g_consumer && getppid() != g_consumer)
+        return 1;                                       /* re-parented: `run` exited */
+    if (kill(g_consumer, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", g_consumer);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');                 /* "pid (comm) S ...": comm may hold spaces */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 static int consumer_alive(pi_ring_header *h) {
+    if (consumer_dead()) return 0;
     uint64_t now = pi_now();
     if (__atomic_load_n(&h->attached, __ATOMIC_ACQUIRE)) {
         uint64_t beat = __atomic_load_n(&h->beat_ns, __ATOMIC_ACQUIRE);
@@ -135,6 +165,8 @@ static void on_exit_close(void) {
         /* never attached and no drain any more: nothing else would remove the ring */
         if (!__atomic_load_n(&g_ring->attached, __ATOMIC_ACQUIRE) && !consumer_alive(g_ring)) unlink_ring();
     }
+    /* `run` is gone and cannot remove its folder: the last process out does (rmdir: only when empty) */
+    if (g_ring_dir[0] && consumer_dead()) rmdir(g_ring_dir);
 }
 
 static void read_exe(char *buf, size_t n) {
@@ -291,6 +323,8 @@ static void init_once(void) {
     if (d && strlen(d) < sizeof g_ring_dir) strcpy(g_ring_dir, d);
     const char *c = getenv("PYINTERPOSE_CONSUMER_PID");
     g_consumer = c ? atoi(c) : 0;
+    const char *cn = getenv("PYINTERPOSE_CONSUMER_PIDNS");
+    if (cn && strlen(cn) < sizeof g_consumer_ns) strcpy(g_consumer_ns, cn);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(on_exit_close);
     g_state = 1;
@@ -424,6 +458,26 @@ void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, 
     }
     pi_commit(e, tk);
 }
+
+/* The event of a call whose tickets were reserved before the real call (pi_reserve(1 + sc->n)), recorded at t:
+ * the event, then its accesses.  A failed call has no accesses: their slots hold PI_OP_NONE records. */
+void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
+                      uint64_t stream, uint64_t aux, const pi_scan *sc) {
+    int n = sc ? sc->n : 0;
+    pi_event *e = pi_slot(tk);
+    fill(e, t, op, api, r, addr, size, stream, aux, 0);
+    for (int i = 0; i < n; i++) {
+        pi_event *a = pi_slot(tk + 1 + i);
+        if (r == 0)
+            fill(a, t, PI_OP_ACCESS, api, r, sc->hit[i].base, sc->hit[i].size, stream, sc->hit[i].seq, sc->fl[i]);
+        else
+            fill(a, t, PI_OP_NONE, api, r, 0, 0, 0, 0, 0);
+        pi_commit(a, tk + 1 + i);
+    }
+    pi_commit(e, tk);
+}
+
+int pi_pid(void) { return (int)g_ring_pid; }
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;

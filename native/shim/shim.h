@@ -67,6 +67,7 @@ PI_HIDDEN void pi_fill(pi_event *e, uint16_t op, uint16_t api, int32_t result, u
                        uint64_t stream, uint64_t aux, uint16_t flags);
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);
+PI_HIDDEN int pi_pid(void); /* the recording process (valid once pi_active()) */
 PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; returns its id */
 PI_HIDDEN void pi_count_unscanned(void);
 
@@ -101,6 +102,10 @@ PI_HIDDEN void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *o
 PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* blockmap.c; map lock held */
 PI_HIDDEN void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
                                      uint64_t stream, uint64_t aux, const pi_scan *sc);
+/* the event of a call whose 1 + sc->n tickets were reserved before the real call (the device clock joins
+ * CUPTI's records to that seq), recorded at time t; a failed call's access slots become PI_OP_NONE */
+PI_HIDDEN void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr,
+                                uint64_t size, uint64_t stream, uint64_t aux, const pi_scan *sc);
 /* every module/library unload: before the real call and after it (layout cache epochs) */
 PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);
