@@ -139,6 +139,8 @@ def test_cupti_records_equal_device_log(exe, libs, tmp_path):
     assert m["sub"] == 1 and m["rest"] == ["1048576", "2", "3"]  # HtoD, bytes, pinned -> device
     # the CUPTI clock is CLOCK_MONOTONIC + the offset
     done = next(line.split() for line in lines if line.startswith("done"))
+    # cuCtxSynchronize returned only when the device clock had passed every op's end (read after it)
+    assert int(done[1]) >= max(r["end"] for r in log)
     assert abs(int(done[2]) - int(done[1]) - OFFSET) < 20_000_000  # two reads, maybe preempted between
     # all delivered on the flush (the main thread): nothing was dropped
     assert not any(line.startswith("dropped") for line in lines)
