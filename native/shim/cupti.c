@@ -7,7 +7,7 @@
  * libcupti is found at run time and never linked (see find_cupti); the activity kinds CONCURRENT_KERNEL,
  * MEMCPY, MEMSET, EXTERNAL_CORRELATION, DRIVER and RUNTIME are enabled (without an API kind CUPTI
  * writes no external correlation records).  Around each of those calls hooks.c reserves the event's
- * ticket first and pushes its seq as a CUSTOM0 external correlation id (pi_gpu_push / pi_gpu_pop), so
+ * ticket first and pushes its seq as a CUSTOM2 external correlation id (cupti.h: why not CUSTOM0) (pi_gpu_push / pi_gpu_pop), so
  * a record of the device activity names the event it belongs to (cupti_parse.c does the join); a
  * graph's replayed kernels carry the graph launch's.
  *
@@ -361,7 +361,7 @@ static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size
     if (g_owner == getpid() && valid && C.next && pi_active()) {
         int depth = pi_t.depth++;
         pthread_mutex_lock(&g_parse_lock);
-        pi_cupti_parse(C.next, buffer, valid, &g_map, &g_pending, sink, NULL);
+        pi_cupti_parse(C.next, PI_GPU_CORR_KIND, buffer, valid, &g_map, &g_pending, sink, NULL);
         pthread_mutex_unlock(&g_parse_lock);
         size_t dropped = 0;
         if (C.dropped && C.dropped(context, stream, &dropped) == PI_CUPTI_SUCCESS && dropped)
@@ -536,7 +536,7 @@ int pi_gpu_ready(void) {
 int pi_gpu_push(uint64_t seq) {
     t_hold = 1; /* this thread holds an uncommitted ticket until pi_gpu_tick */
     if (PI_UNLIKELY(g_gs != GS_ON) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return 0;
-    pi_CUptiResult r = C.push(PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, seq);
+    pi_CUptiResult r = C.push(PI_GPU_CORR_KIND, seq);
     if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS)) {
         fail("cuptiActivityPushExternalCorrelationId", r, 0); /* noted by pi_gpu_tick */
         return 0;
@@ -546,7 +546,7 @@ int pi_gpu_push(uint64_t seq) {
 
 void pi_gpu_pop(void) {
     uint64_t last = 0;
-    pi_CUptiResult r = C.pop(PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    pi_CUptiResult r = C.pop(PI_GPU_CORR_KIND, &last);
     if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS) && g_gs == GS_ON) fail("cuptiActivityPopExternalCorrelationId", r, 0);
 }
 

@@ -4,6 +4,10 @@
 #include <stdint.h>
 
 #define PI_GPU_HIDDEN __attribute__((visibility("hidden")))
+/* The external correlation kind the shim pushes its seqs under: CUSTOM2, because torch.profiler (Kineto)
+ * pushes its own ids under CUSTOM0 and CUSTOM1 (its Default and User flows): an id of ours on top of
+ * that stack would take its ops' place in its records. */
+#define PI_GPU_CORR_KIND PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
 
 /* Before a launch / copy / memset / graph launch reserves its event's tickets: sets CUPTI up on first use
  * (never while a stream capture is open) and writes the process's CLOCK event when the state changed.
