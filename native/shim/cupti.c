@@ -72,6 +72,7 @@ static char g_note[1024];                /* why off (or why the times stopped) *
 static volatile int g_noted_pid;        /* process whose ring has the CLOCK event of the current state */
 static int g_was_on;                    /* this process recorded device times (then stopped: state stays cupti) */
 static PI_TLS int t_hold;               /* this thread holds an uncommitted ticket (between push and tick) */
+static PI_TLS int t_ticking;            /* this thread flushes from a call path (holding nothing): it may wait */
 static _Atomic int g_capturing;         /* stream captures open */
 static _Atomic int64_t g_offset;        /* trace clock = CUPTI clock + offset (the latest alignment) */
 /* CUPTI time -> trace time: linear between the last two alignments (the clocks may drift apart; a
@@ -315,11 +316,11 @@ static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size
 
 /* buffers completed on a thread that held an uncommitted ticket (CUPTI may complete one inside the call):
  * writing their events there could wait for a drain that waits for that ticket; pi_gpu_tick does it */
-#define DEFER_MAX 64
+#define DEFER_MAX 16 /* 4 MB each; when full, a buffer is processed where it arrives */
 static struct { void *ctx; uint32_t stream; uint8_t *buf; size_t valid; } g_deferred[DEFER_MAX];
 static volatile int g_ndeferred;
 
-static void run_deferred(void) {
+static void run_deferred(void) { /* oldest first: pairings come before their activities */
     for (;;) {
         pthread_mutex_lock(&g_pool_lock);
         int n = g_ndeferred;
@@ -327,10 +328,11 @@ static void run_deferred(void) {
             pthread_mutex_unlock(&g_pool_lock);
             return;
         }
-        void *ctx = g_deferred[n - 1].ctx;
-        uint32_t st = g_deferred[n - 1].stream;
-        uint8_t *b = g_deferred[n - 1].buf;
-        size_t v = g_deferred[n - 1].valid;
+        void *ctx = g_deferred[0].ctx;
+        uint32_t st = g_deferred[0].stream;
+        uint8_t *b = g_deferred[0].buf;
+        size_t v = g_deferred[0].valid;
+        memmove(&g_deferred[0], &g_deferred[1], (size_t)(n - 1) * sizeof g_deferred[0]);
         g_ndeferred = n - 1;
         pthread_mutex_unlock(&g_pool_lock);
         process_buffer(ctx, st, b, v);
@@ -340,7 +342,10 @@ static void run_deferred(void) {
 static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
     (void)size;
     if (!buffer) return;
-    if (t_hold) {
+    /* Deferred to a call path's tick when this thread holds an uncommitted ticket, and also when the ring
+     * has no room for the buffer's events: CUPTI's own thread must not wait for the drain while CUPTI may
+     * hold a lock that a launch (holding a ticket the drain waits for) needs. */
+    if (t_hold || (!t_ticking && pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024)) {
         pthread_mutex_lock(&g_pool_lock);
         int queued = g_ndeferred < DEFER_MAX;
         if (queued) {
@@ -494,6 +499,7 @@ static void flush(uint32_t flag, int final) {
             if (err > best) atomic_store(&g_err, err);
         }
     }
+    if (g_ndeferred) run_deferred(); /* before the newer buffers the flush hands over */
     pi_CUptiResult r = C.flush(flag);
     if (r != PI_CUPTI_SUCCESS) {
         fail("cuptiActivityFlushAll", r, 0);
@@ -517,7 +523,9 @@ static void at_exit(void) {
                 "capture was still open)");
         note_state();
     } else {
+        t_ticking = 1;
         flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);
+        t_ticking = 0;
         __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE); /* no CUPTI call after this */
     }
     pi_t.depth--;
@@ -557,12 +565,18 @@ void pi_gpu_tick(void) {
         if (s == GS_OFF) note_state();
         return;
     }
-    if (PI_UNLIKELY(g_ndeferred)) run_deferred();
+    if (PI_UNLIKELY(g_ndeferred)) {
+        t_ticking = 1;
+        run_deferred();
+        t_ticking = 0;
+    }
     uint64_t due = atomic_load_explicit(&g_next_flush, memory_order_relaxed);
     if (PI_LIKELY(pi_now() < due) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return;
     uint64_t now = pi_now();
     if (!atomic_compare_exchange_strong(&g_next_flush, &due, now + g_flush_ns)) return; /* another thread does it */
+    t_ticking = 1;
     flush(0, 0);
+    t_ticking = 0;
 }
 
 void pi_gpu_capture(int delta) {

@@ -51,7 +51,7 @@ void pi_corr_free(pi_corr_map *m);
 void pi_corr_put(pi_corr_map *m, uint32_t corr, uint64_t ext);
 uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr);
 
-#define PI_GPU_MAX_AGE 4      /* buffers an activity waits for its pairing before it goes out unmatched */
+#define PI_GPU_MAX_AGE 64     /* buffers an activity waits for its pairing before it goes out unmatched */
 
 /* Parse one completed buffer (`valid` bytes) with CUPTI's own record iterator, in one pass: external
  * correlation records of kind `ext_kind` (the shim's: CUSTOM2) go into the map, kernel / memcpy / memset records to `sink` with their

@@ -217,3 +217,16 @@ def test_threads_each_launch_gets_its_own_device_record(capture, tmp_path, cbuil
     assert g["seq"].is_unique and set(g["seq"]) == set(tr.launches["seq"])
     assert (tr.launches["dev_start"] >= 0).all()
     assert tr.launches["tid"].nunique() == 4
+
+
+def test_small_buffers_and_a_small_ring_lose_no_device_record(capture, tmp_path, workload):
+    """CUPTI's thread hands over many small buffers while the ring has little room: they are deferred to
+    the call path (or, past 16 waiting, written where they arrive) and every record still arrives."""
+    path, cp, log = _run(capture, tmp_path, workload, "many", "3000", opts=("--ring-records", "1024"),
+                         env={"PYINTERPOSE_CUPTI_BUFFER": "2048", "SIMCUPTI_WORKER_MS": "1"})
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    p = tr.processes.iloc[0]
+    assert p["clock"] == "cupti" and p["gpu_dropped"] == 0 and p["lost"] == 0
+    assert len(tr.launches) == 3000 and (tr.launches["dev_start"] >= 0).all()
+    assert sum(1 for o in log if o["kind"] == "kernel") == 3000 == (tr.gpu_activity["seq"] >= 0).sum()
