@@ -196,7 +196,7 @@ static void *find_cupti(char *why, size_t whyn) {
             return h;
         }
         const char *e = dlerror();
-        snprintf(why, whyn, "PYINTERPOSE_CUPTI=%s cannot be loaded: %s", env, e ? e : "?");
+        snprintf(why, whyn, "libcupti not found ($PYINTERPOSE_CUPTI=%.200s cannot be loaded: %.200s)", env, e ? e : "?");
         return NULL;
     }
     int rt = pi_rt_major();
@@ -411,7 +411,7 @@ static void setup_locked(void) {
     char why[600];
     const char *mode = getenv("PYINTERPOSE_GPU_CLOCK");
     if (mode && strcmp(mode, "off") == 0) {
-        set_off(PI_CLOCK_OFF, "device clock off (--gpu-clock off): analyses use the CPU clock");
+        set_off(PI_CLOCK_OFF, "device clock off: --gpu-clock off; analyses use the CPU clock");
         return;
     }
     const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");
@@ -599,7 +599,7 @@ void pi_gpu_atfork_child(void) {
     int was = g_gs == GS_ON || g_was_on;
     g_was_on = 0;
     if (was)
-        set_off(PI_CLOCK_FORKED, "device clock off in this fork() child: CUPTI was set up by the parent process, "
-                "whose state a child cannot use; analyses use the CPU clock");
+        set_off(PI_CLOCK_FORKED, "device clock off: a fork() child (CUPTI was set up by the parent process, whose "
+                "state a child cannot use); analyses use the CPU clock");
     g_pending.n = 0;
 }

@@ -144,10 +144,10 @@ def test_fork_child_never_uses_the_parents_cupti(capture, tmp_path, workload):
 
 
 FALLBACKS = [
-    ({"PYINTERPOSE_CUPTI": "/nonexistent/libcupti.so.13"}, (), "libcupti not found", "cannot be loaded"),
+    ({"PYINTERPOSE_CUPTI": "/nonexistent/libcupti.so.13"}, (), "libcupti not found", "/nonexistent/libcupti.so.13"),
     ({"SIMCUPTI_BUSY": "1"}, (), "CUPTI busy", "another subscriber"),
-    ({"SIMCUPTI_FAIL": "cuptiActivityEnable"}, (), "CUPTI failed", "cuptiActivityEnable"),
-    ({"SIMCUPTI_FAIL": "cuptiGetTimestamp"}, (), "CUPTI failed", "cuptiGetTimestamp"),
+    ({"SIMCUPTI_FAIL": "cuptiActivityEnable"}, (), "CUPTI failed: cuptiActivityEnable", "cuptiActivityEnable"),
+    ({"SIMCUPTI_FAIL": "cuptiGetTimestamp"}, (), "CUPTI failed: cuptiGetTimestamp", "cuptiGetTimestamp"),
     ({}, ("--gpu-clock", "off"), "--gpu-clock off", "--gpu-clock off"),
 ]
 

@@ -32,6 +32,21 @@ def test_tally_folds_clock_records_across_batches():
     off = ClockTally()
     off.update(clock_records([(2, 3, 0, 0)]))
     assert off.info()["clock"] == "cpu" and "busy" in off.info()["clock_reason"]
+    # the shim's note, when its text came in the same batch, says more than the reason's name
+    from pyinterpose.capture.gpuclock import _string  # noqa: F401
+    text = b"device clock off: CUPTI failed: cuptiGetTimestamp returned 999; analyses use the CPU clock"
+    ev = clock_records([(2, 4, 0, 0)])
+    ev["aux"][1] = 7
+    strs = np.zeros(1 + -(-len(text) // 32), dtype=records.event_dtype())
+    strs["op"][0], strs["aux"][0], strs["size"][0] = O.STRING, 7, len(text)
+    raw = strs.view(np.uint8).reshape(len(strs), -1)
+    for i in range(len(strs) - 1):
+        chunk = text[32 * i:32 * i + 32]
+        raw[1 + i, 16:16 + len(chunk)] = np.frombuffer(chunk, np.uint8)
+        strs["op"][1 + i] = O.STRDATA
+    noted = ClockTally()
+    noted.update(np.concatenate([strs, ev]))
+    assert noted.info()["clock_reason"] == "CUPTI failed: cuptiGetTimestamp returned 999"
 
 
 def test_report_line():
