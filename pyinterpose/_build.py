@@ -59,7 +59,7 @@ LIBRARIES = [
      "libcudart.so.13", ["-ldl", "-lpthread"]),
     ("libsimtrain.so", "simtrain", None, "libsimtrain.so",
      ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-ldl",
-      "-lpthread"]),
+      "-lpthread", "-lm"]),
 ]
 
 

@@ -21,9 +21,17 @@
     HIDDEN ret sim_##name params
 /* a distinct exported function (own address) that runs `target`: the _ptsz /
  * _ptds per-thread-default-stream entry points */
+/* ... in which a NULL stream is the calling thread's per-thread default stream (sim_stream_queue) */
+extern __thread int sim_t_ptds HIDDEN;
 #define SIM_VARIANT(ret, name, target, params, args)                                  \
     ret name params __attribute__((alias("sim_" #name), visibility("default")));     \
-    HIDDEN ret sim_##name params { return sim_##target args; }                         \
+    HIDDEN ret sim_##name params                                                       \
+    {                                                                                  \
+        sim_t_ptds = 1;                                                                \
+        ret r_ = sim_##target args;                                                    \
+        sim_t_ptds = 0;                                                                \
+        return r_;                                                                     \
+    }                                                                                  \
     HIDDEN ret sim_##name params
 /* another exported name for an existing sim_ function (same signature, same address) */
 #define SIM_ALIAS(ret, name, target, params) \

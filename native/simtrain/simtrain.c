@@ -4,10 +4,12 @@
 #include "simtrain.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../simcuda/simcuda.h"
 
@@ -160,7 +162,13 @@ struct run {
     struct simtrain_truth *t;
     int regular; /* counting the regular part of the step (allocs_per_step) */
     uint64_t regular_allocs;
+    int device_time;                                  /* enum simtrain_device_time */
+    uint64_t dev_rng;                                 /* kernel durations (apart from the noise stream) */
+    CUresult (*set_next_duration)(unsigned long long); /* simcuSetNextLaunchDuration */
 };
+
+static uint64_t splitmix(uint64_t *s);
+static double uniform(uint64_t *s);
 
 static int fail(struct run *r, const char *fmt, ...)
 {
@@ -317,10 +325,66 @@ static unsigned distinct_pointers(void **args, unsigned nptrs)
     return n;
 }
 
+/* ---------------- device time (SIMTRAIN_DEVICE_H100_LIKE) ---------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define HOST_DISPATCH_NS 12000u /* a framework's own work per op before it launches */
+
+/* a kernel's device duration: lognormal around its kind's median, sometimes a long one */
+static uint64_t kernel_duration(struct run *r, enum kernel k)
+{
+    static const double median_ns[K_COUNT] = {29000, 7000, 43000, 10000, 19000}; /* FWD LOSS BWD OPT EVAL */
+    double u1 = uniform(&r->dev_rng), u2 = uniform(&r->dev_rng), u3 = uniform(&r->dev_rng);
+    if (u3 < 0.02) return (uint64_t)(400000 + 800000 * u1);
+    double z = sqrt(-2.0 * log(u1 > 1e-300 ? u1 : 1e-300)) * cos(6.283185307179586 * u2);
+    return (uint64_t)(median_ns[k] * exp(0.7 * z));
+}
+
+static void before_launch(struct run *r, enum kernel k)
+{
+    uint64_t until = mono_ns() + HOST_DISPATCH_NS;
+    while (mono_ns() < until) {
+    }
+    r->set_next_duration(kernel_duration(r, k));
+}
+
+typedef CUresult (*set_model_fn)(const char *, double);
+
+static int device_time_setup(struct run *r, uint64_t seed)
+{
+    void *h = r->lib ? r->lib : RTLD_DEFAULT;
+    set_model_fn set_model = (set_model_fn)dlsym(h, "simcuSetDeviceModel");
+    r->set_next_duration = (CUresult(*)(unsigned long long))dlsym(h, "simcuSetNextLaunchDuration");
+    if (!set_model || !r->set_next_duration) return fail(r, "--device-time needs simcuda's driver (libcuda.so.1)");
+    static const struct { const char *key; double value; } model[] = {
+        {"launch_latency_ns", 5000}, {"h2d_gbps", 25}, {"d2h_gbps", 25}, {"d2d_gbps", 1000},
+        {"copy_latency_ns", 10000}, {"memset_gbps", 1000},
+    };
+    for (size_t i = 0; i < sizeof model / sizeof model[0]; i++)
+        TRY(set_model(model[i].key, model[i].value), "simcuSetDeviceModel");
+    r->dev_rng = seed ^ 0x5DEECE66Dull;
+    return 0;
+}
+
+/* the end of a step: wait for the device, as a loop reading its loss (.item()) does */
+static int step_sync(struct run *r)
+{
+    if (r->fw == SIMTRAIN_TORCH) TRY(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+    else TRY(r->d.cuStreamSynchronize(r->fw == SIMTRAIN_JAX ? NULL : r->stream), "cuStreamSynchronize");
+    return 0;
+}
+
 static int launch(struct run *r, enum kernel k, void **args, unsigned grid)
 {
     const struct kernel_desc *kd = &KERNELS[k];
     enum api a;
+    if (r->device_time) before_launch(r, k);
     switch (r->fw) {
     case SIMTRAIN_TORCH:
         a = API_cudaLaunchKernel;
@@ -554,6 +618,7 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
     }
     r->regular = 0;
     if (s == 0) r->t->allocs_per_step = r->regular_allocs;
+    if (r->device_time && step_sync(r)) return -1;
     if (noisy) {
         r->t->noise_steps++;
         if (noise_pass(r, md, rng)) return -1;
@@ -568,9 +633,10 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     memset(r, 0, sizeof run);
     r->t = out;
     if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
-        cfg->noise < 0 || cfg->noise > 1)
+        cfg->noise < 0 || cfg->noise > 1 || cfg->device_time < 0 || cfg->device_time > 1)
         return fail(r, "invalid configuration");
     r->fw = cfg->framework;
+    r->device_time = cfg->device_time;
     int L = cfg->layers, rc = -1;
     struct model md = {L, calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), calloc(L, sizeof(void *)),
                        calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), NULL, NULL};
@@ -579,6 +645,7 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
         goto done;
     }
     if (setup(r)) goto done;
+    if (r->device_time && device_time_setup(r, cfg->seed)) goto done;
     /* persistent state: weights and Adam moments, a host staging buffer */
     if (r->fw == SIMTRAIN_TORCH) {
         if (cudaMallocHost(&md.pinned, INPUT_BYTES) != cudaSuccess) {

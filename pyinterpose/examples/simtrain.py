@@ -3,6 +3,7 @@ CUDA call path, with a truth file that says exactly what they did.
 
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
         [--workers K] [--noise F] [--truth FILE.json] [--layers L] [--seed S]
+        [--device-time off|h100-like]
 
 torch: libcudart through the PLT (cudaMallocAsync/cudaFreeAsync when
 PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF has backend:cudaMallocAsync, else
@@ -13,9 +14,13 @@ plain arguments, ...); tf: dlopen libcuda + cuGetProcAddress_v2
 (native/simtrain); ``--workers K`` forks K children (no exec) that run the same
 loop, and the truth is summed over all processes.
 
+``--device-time h100-like`` gives the kernels device durations on simcuda's device clock, host dispatch
+work before each launch and a synchronisation per step, so that the GPU timeline lags the CPU's as on
+the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time as before.
+
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
-(exact names called), noise_steps, pids.
+(exact names called), noise_steps, pids; device_time when it is not off.
 """
 from __future__ import annotations
 
@@ -28,13 +33,14 @@ import sys
 from pyinterpose.errors import PyinterposeError
 
 FRAMEWORKS = ("torch", "jax", "tf")
+DEVICE_TIMES = ("off", "h100-like")
 MAX_API = 32
 COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
 
 
 class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64)]
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int)]
 
 
 class _Truth(ctypes.Structure):
@@ -62,9 +68,10 @@ def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
             for i in range(lib.simtrain_api_count())}
 
 
-def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int) -> dict:
+def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
+             device_time: str = "off") -> dict:
     """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed)
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time))
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -97,7 +104,8 @@ def _child(lib, args, wfd: int) -> None:
     except (OSError, AttributeError):
         pass
     try:
-        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed)}
+        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
+                                 args.device_time)}
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         msg, code = {"error": str(e)}, 1
     try:
@@ -126,7 +134,8 @@ def run(args: argparse.Namespace) -> dict:
         children.append((pid, r))
     parts, errors = [], []
     try:
-        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed))
+        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
+                                 args.device_time))
     except PyinterposeError as e:
         errors.append(str(e))
     for pid, r in children:
@@ -147,6 +156,8 @@ def run(args: argparse.Namespace) -> dict:
     truth = {"framework": args.framework, "steps": args.steps, "workers": args.workers, "layers": args.layers,
              "seed": args.seed, "noise": args.noise}
     truth.update(_merge(parts))
+    if args.device_time != "off":
+        truth["device_time"] = args.device_time
     return truth
 
 
@@ -166,6 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--truth", help="write the truth JSON here")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device-time", choices=DEVICE_TIMES, default="off",
+                   help="h100-like: kernels take device time, the GPU lags the CPU as on an H100")
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")

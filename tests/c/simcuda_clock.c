@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include "pi_cuda.h"
 #include "pi_cupti.h"
 #include "simcuda.h"
@@ -35,6 +38,8 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 CUresult cuMemsetD8Async(CUdeviceptr, unsigned char, size_t, CUstream);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                         void **, void **);
+CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
 CUresult cuStreamCreate(CUstream *, unsigned int);
 CUresult cuStreamSynchronize(CUstream);
 CUresult cuStreamQuery(CUstream);
@@ -266,6 +271,12 @@ static int case_cupti(const char *variant)
         launch(g, NULL, 1);
         end_ext(400);
         launch(g, st, 1); /* no external id pushed */
+        with_ext(700);
+        int one = 1;
+        void *args[] = {&one};
+        /* NULL in a _ptsz entry point: this thread's per-thread default stream, not the legacy one */
+        CHECK_EQ(cuLaunchKernel_ptsz(g, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL), CUDA_SUCCESS);
+        end_ext(700);
         CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
     }
     uint64_t t_host = mono(), t_cupti = 0;
@@ -274,6 +285,90 @@ static int case_cupti(const char *variant)
     fflush(stdout);
     CHECK_EQ(C.flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), PI_CUPTI_SUCCESS);
     printf("ok cupti\n");
+    return 0;
+}
+
+static void cupti_on(void)
+{
+    g_main = pthread_self();
+    CHECK(load_cupti());
+    CHECK_EQ(C.reg(buf_requested, buf_completed), PI_CUPTI_SUCCESS);
+    CHECK_EQ(C.enable(PI_CUPTI_KIND_CONCURRENT_KERNEL), PI_CUPTI_SUCCESS);
+    CHECK_EQ(C.enable(PI_CUPTI_KIND_EXTERNAL_CORRELATION), PI_CUPTI_SUCCESS);
+    CHECK_EQ(C.enable(PI_CUPTI_KIND_DRIVER), PI_CUPTI_SUCCESS);
+}
+
+/* two threads push their own ids around their own launches: each external id must pair with a call
+ * made by the thread that pushed it (per-thread stacks) */
+static CUfunction g_tf;
+static CUcontext g_ctx;
+static void *thread_main(void *arg)
+{
+    int idx = (int)(intptr_t)arg;
+    CHECK_EQ(cuCtxSetCurrent(g_ctx), CUDA_SUCCESS);
+    CUstream s;
+    CHECK_EQ(cuStreamCreate(&s, 0), CUDA_SUCCESS);
+    pthread_mutex_lock(&g_out);
+    printf("thread %d %ld\n", idx, (long)syscall(SYS_gettid));
+    pthread_mutex_unlock(&g_out);
+    for (int i = 0; i < 50; i++) {
+        uint64_t id = (uint64_t)(idx + 1) * 1000 + (uint64_t)i;
+        with_ext(id);
+        with_ext(id + 100000); /* nested: the top of the stack is what the call gets */
+        launch(g_tf, s, 1);
+        end_ext(id + 100000);
+        end_ext(id);
+    }
+    CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    return NULL;
+}
+
+static int case_threads(void)
+{
+    cupti_on();
+    setup();
+    CHECK_EQ(cuDevicePrimaryCtxRetain(&g_ctx, 0), CUDA_SUCCESS);
+    g_tf = kernel("k_thread");
+    CHECK_EQ(simcuSetKernelDuration(g_tf, 20000), CUDA_SUCCESS);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, thread_main, (void *)(intptr_t)i) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ(C.flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), PI_CUPTI_SUCCESS);
+    printf("ok threads\n");
+    return 0;
+}
+
+/* a forked child gets its own records only, and its CUPTI thread works */
+static int case_fork(void)
+{
+    cupti_on();
+    setup();
+    CUfunction f = kernel("k_fork");
+    CHECK_EQ(simcuSetKernelDuration(f, 3000000), CUDA_SUCCESS);
+    with_ext(1);
+    launch(f, NULL, 1); /* still running at the fork */
+    end_ext(1);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        printf("child\n");
+        with_ext(2);
+        launch(f, NULL, 1);
+        end_ext(2);
+        CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+        CHECK_EQ(C.flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), PI_CUPTI_SUCCESS);
+        printf("child end\n");
+        fflush(stdout);
+        _exit(0);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    printf("parent\n");
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK_EQ(C.flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), PI_CUPTI_SUCCESS);
+    printf("ok fork\n");
     return 0;
 }
 
@@ -402,6 +497,8 @@ int main(int argc, char **argv)
     if (!strcmp(c, "cupti")) return case_cupti(argc > 2 ? argv[2] : "full");
     if (!strcmp(c, "busy") || !strcmp(c, "fail") || !strcmp(c, "absent")) return case_refused(c);
     if (!strcmp(c, "timing")) return case_timing();
+    if (!strcmp(c, "threads")) return case_threads();
+    if (!strcmp(c, "fork")) return case_fork();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }

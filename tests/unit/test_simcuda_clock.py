@@ -108,7 +108,7 @@ def test_cupti_records_equal_device_log(exe, libs, tmp_path):
     lines = _run(exe, libs, "cupti", "full", env={"SIMCUDA_DEVICE_LOG": log_path})
     assert lines[-1] == "ok cupti"
     log, recs = _log(log_path), _records(lines)
-    assert [r["op"] for r in log] == ["kernel"] * 3 + ["memcpy_htod", "memset", "kernel", "kernel"]
+    assert [r["op"] for r in log] == ["kernel"] * 3 + ["memcpy_htod", "memset", "kernel", "kernel", "kernel"]
     _device_records_match_log(recs, log)
     # durations the program set: 1 ms per function (k_one_ms), 2 ms for one launch, 0 by default
     dur = {r["corr"]: r["end"] - r["start"] for r in log}
@@ -121,11 +121,14 @@ def test_cupti_records_equal_device_log(exe, libs, tmp_path):
     legacy = next(r for r in log if r["corr"] == 6)
     assert legacy["stream"] == 7 and legacy["start"] == max(r["end"] for r in log if r["corr"] < 6)
     assert next(r for r in log if r["corr"] == 7)["start"] == legacy["end"]
+    # cuLaunchKernel_ptsz(NULL): the thread's per-thread default stream, a blocking stream of its own
+    ptds = next(r for r in log if r["corr"] == 8)
+    assert ptds["stream"] not in (7, 13) and ptds["start"] >= legacy["end"]
     # the external ids pushed around each call pair with CUPTI's correlation ids; none for the last call
     ext = {r["ext"]: r["corr"] for r in recs["extcorr"]}
-    assert ext == {100: 1, 101: 2, 102: 3, 200: 4, 300: 5, 400: 6}
+    assert ext == {100: 1, 101: 2, 102: 3, 200: 4, 300: 5, 400: 6, 700: 8}
     assert all(r["ext_kind"] == 3 for r in recs["extcorr"])  # CUSTOM0
-    assert sorted(r["corr"] for r in recs["api"]) == list(range(1, 8))
+    assert sorted(r["corr"] for r in recs["api"]) == list(range(1, 9))
     assert {r["cbid"] for r in recs["api"]} == {307, 277, 216}  # cuLaunchKernel, cuMemcpyHtoDAsync_v2, cuMemsetD8Async
     k = recs["kernel"][0]
     assert k["sub"] == 10 and k["rest"][1:] == ["2", "32"]  # CONCURRENT_KERNEL, grid.x, block.x
@@ -154,9 +157,9 @@ def test_clock_offset_and_drift(exe, libs, tmp_path):
 def test_external_correlation_needs_driver_or_runtime_activity(exe, libs):
     recs = _records(_run(exe, libs, "cupti", "nodriver"))
     assert recs["extcorr"] == [] and recs["api"] == []
-    assert len(recs["kernel"]) == 5  # the device records still come
+    assert len(recs["kernel"]) == 6  # the device records still come
     recs = _records(_run(exe, libs, "cupti", "runtime"))
-    assert {r["ext"]: r["corr"] for r in recs["extcorr"]} == {100: 1, 101: 2, 102: 3, 200: 4, 300: 5, 400: 6}
+    assert {r["ext"]: r["corr"] for r in recs["extcorr"]} == {100: 1, 101: 2, 102: 3, 200: 4, 300: 5, 400: 6, 700: 8}
     assert {r["api_kind"] for r in recs["api"]} == {5}  # RUNTIME records
 
 
@@ -165,9 +168,9 @@ def test_small_buffers_drop_and_count(exe, libs, tmp_path):
     lines = _run(exe, libs, "cupti", "small", env={"SIMCUDA_DEVICE_LOG": log_path})
     recs = _records(lines)
     dropped = sum(int(line.split()[1]) for line in lines if line.startswith("dropped"))
-    assert recs["kernel"] == [] and dropped == 5  # 216-byte kernel records never fit 100-byte buffers
+    assert recs["kernel"] == [] and dropped == 6  # 216-byte kernel records never fit 100-byte buffers
     assert len(recs["memcpy"]) == 1 and len(recs["memset"]) == 1  # 96 and 88 bytes do
-    assert len(recs["extcorr"]) == 6
+    assert len(recs["extcorr"]) == 7
     # full buffers came back from CUPTI's own thread, before the program flushed
     first_done = next(i for i, line in enumerate(lines) if line.startswith("done"))
     assert any(line == "buffer other 88" for line in lines[:first_done])
@@ -195,10 +198,45 @@ def test_graph_replays_carry_graph_ids(exe, libs, tmp_path):
     assert {r["cbid"] for r in recs["api"] if r["corr"] in (ext[600], ext[601])} == {514}  # cuGraphLaunch
 
 
+def test_external_ids_are_per_thread(exe, libs, tmp_path):
+    log_path = str(tmp_path / "dev.log")
+    lines = _run(exe, libs, "threads", env={"SIMCUDA_DEVICE_LOG": log_path})
+    tids = {int(p[1]): int(p[2]) for p in (line.split() for line in lines) if p[0] == "thread"}
+    tid_of_corr = {r["corr"]: r["tid"] for r in _log(log_path)}
+    ext = _records(lines)["extcorr"]
+    assert len(ext) == 100 and len({r["corr"] for r in ext}) == 100
+    for r in ext:
+        assert r["ext"] > 100000  # the innermost id pushed
+        assert tid_of_corr[r["corr"]] == tids[(r["ext"] - 100000) // 1000 - 1]
+
+
+def test_forked_child_has_only_its_own_records(exe, libs):
+    lines = _run(exe, libs, "fork")
+    child = lines[lines.index("child"):lines.index("child end")]
+    parent = lines[lines.index("parent"):]
+    assert [r["ext"] for r in _records(child)["extcorr"]] == [2]
+    assert len(_records(child)["kernel"]) == 1
+    assert [r["ext"] for r in _records(parent)["extcorr"]] == [1]
+    assert len(_records(parent)["kernel"]) == 1
+
+
 def test_timing_durations_sync_queue_engines_events(exe, libs):
     # self-checked in C: sync blocks until the device end, events measure device time, the third launch
     # on a 2-deep queue waits, copies of one direction share one engine and overlap kernels
     assert _run(exe, libs, "timing", env={"SIMCUDA_QUEUE_DEPTH": "2"})[-1] == "ok timing"
+
+
+def test_runtime_path(libs, tmp_path):
+    path = str(tmp_path / "simcuda_clock_rt")
+    subprocess.run(["cc", "-O1", "-g", "-D_GNU_SOURCE", *INCLUDES, "-o", path, os.path.join(CDIR, "simcuda_clock_rt.c"),
+                    "-L" + libs, "-l:libcudart.so.13"], check=True, capture_output=True)
+    log_path = str(tmp_path / "dev.log")
+    lines = _run(path, libs, env={"SIMCUDA_H2D_GBPS": "0.1", "SIMCUDA_DEVICE_LOG": log_path})
+    assert lines[-1] == "ok runtime"
+    log = _log(log_path)
+    replays = [r for r in log if r["graph_id"]]
+    assert len(replays) == 6 and len({r["corr"] for r in replays}) == 3
+    assert [r["end"] - r["start"] for r in replays] == [2000000, 1000000] * 3
 
 
 def test_cupti_busy(exe, libs):

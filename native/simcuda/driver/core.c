@@ -306,8 +306,11 @@ SIM_API(CUresult, cuStreamDestroy_v2, (CUstream s))
 SIM_ALIAS(CUresult, cuStreamDestroy, cuStreamDestroy_v2, (CUstream s));
 
 /* the queue behind s on the current device (or s's own device) */
+HIDDEN __thread int sim_t_ptds;
+
 HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q)
 {
+    if (s == NULL && sim_t_ptds) s = SIM_STREAM_PER_THREAD; /* a _ptsz/_ptds entry point */
     CUresult r = sim_check_stream(s);
     if (r) return r;
     int dev;
