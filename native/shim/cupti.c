@@ -558,7 +558,7 @@ void pi_gpu_pop(void) {
     if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS) && g_gs == GS_ON) fail("cuptiActivityPopExternalCorrelationId", r, 0);
 }
 
-void pi_gpu_tick(void) {
+void pi_gpu_tick(uint64_t now) {
     t_hold = 0;
     int s = g_gs;
     if (PI_UNLIKELY(s != GS_ON)) {
@@ -571,8 +571,7 @@ void pi_gpu_tick(void) {
         t_ticking = 0;
     }
     uint64_t due = atomic_load_explicit(&g_next_flush, memory_order_relaxed);
-    if (PI_LIKELY(pi_now() < due) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return;
-    uint64_t now = pi_now();
+    if (PI_LIKELY(now < due) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return;
     if (!atomic_compare_exchange_strong(&g_next_flush, &due, now + g_flush_ns)) return; /* another thread does it */
     t_ticking = 1;
     flush(0, 0);

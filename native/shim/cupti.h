@@ -17,9 +17,9 @@ PI_GPU_HIDDEN int pi_gpu_ready(void);
  * the uncommitted ticket until pi_gpu_tick.  1 when pushed (then pi_gpu_pop after the real call). */
 PI_GPU_HIDDEN int pi_gpu_push(uint64_t seq);
 PI_GPU_HIDDEN void pi_gpu_pop(void);
-/* After the call's event is committed: hands CUPTI's finished records to the ring when the flush
- * interval has passed (never during a stream capture). */
-PI_GPU_HIDDEN void pi_gpu_tick(void);
+/* After the call's event is committed (`now`: a recent CLOCK_MONOTONIC read, the call's own time): hands
+ * CUPTI's finished records to the ring when the flush interval has passed (never during a stream capture). */
+PI_GPU_HIDDEN void pi_gpu_tick(uint64_t now);
 /* A stream capture began (+1) or ended (-1) in this process: no CUPTI call while one is open. */
 PI_GPU_HIDDEN void pi_gpu_capture(int delta);
 /* In a fork() child: the parent's CUPTI state is never used here. */
