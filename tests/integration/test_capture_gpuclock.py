@@ -230,3 +230,18 @@ def test_small_buffers_and_a_small_ring_lose_no_device_record(capture, tmp_path,
     assert p["clock"] == "cupti" and p["gpu_dropped"] == 0 and p["lost"] == 0
     assert len(tr.launches) == 3000 and (tr.launches["dev_start"] >= 0).all()
     assert sum(1 for o in log if o["kind"] == "kernel") == 3000 == (tr.gpu_activity["seq"] >= 0).sum()
+
+
+def test_exec_children_each_set_up_their_own(tmp_path, workload):
+    out = str(tmp_path / "t.pit")
+    log = str(tmp_path / "dev.log")
+    cp = run_cli("run", "--simulated-gpu", "-o", out, "--", "sh", "-c", f"{workload} paths 1 && {workload} graph 2",
+                 env={"SIMCUDA_DEVICE_LOG": log})
+    assert cp.returncode == 0, cp.stderr
+    assert "device clock: CUPTI (2 processes), alignment ±" in cp.stderr, cp.stderr
+    tr = pyinterpose.load(out)
+    ran = tr.processes[tr.processes["pid"].isin(tr.launches["pid"])]
+    assert len(ran) == 2 and (ran["clock"] == "cupti").all()
+    dl = device_log(log)
+    for pid in ran["pid"]:
+        assert_matches_log(tr, dl, int(pid))
