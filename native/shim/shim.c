@@ -479,6 +479,13 @@ void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_
 
 int pi_pid(void) { return (int)g_ring_pid; }
 
+uint64_t pi_ring_room(void) {
+    pi_ring_header *h = g_ring;
+    if (!h) return 0;
+    uint64_t used = __atomic_load_n(&h->head, __ATOMIC_RELAXED) - __atomic_load_n(&h->tail, __ATOMIC_RELAXED);
+    return used >= g_capacity ? 0 : g_capacity - used;
+}
+
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
