@@ -6,7 +6,8 @@ the iterations it is given), the stability, the live-bytes peak and the quantile
 computed here, over plain pandas/numpy, from the trace's tables.  Its inputs are the trace, the
 link (``resolve_link``: the bandwidth setting, tested in test_bandwidth.py) and the iterations
 (``find_iterations``, tested against the generators' truth in test_iterations.py; handed to both
-sides).  ``access.analyze`` must give the very same dict — same keys in the same order, same types,
+sides) and the clock (``clock_of``: every trace here is on the CPU clock, whose times are the
+host's; the device clock has its own tests).  ``access.analyze`` must give the very same dict — same keys in the same order, same types,
 same values, floats bit for bit — on synthetic traces that exercise each path (host blocks between
 device ones, scattered host blocks, several processes, no bandwidth, no iterations, graph
 launches, repeated allocation seqs, several touches of one block by one event, huge sizes,
@@ -25,6 +26,7 @@ import pytest
 
 from pyinterpose.analysis import access
 from pyinterpose.analysis.access import resolve_link                   # input: the link setting
+from pyinterpose.analysis.clock import clock_of                        # input: the clock decision
 from pyinterpose.analysis.iterations import find_iterations            # input: the iterations
 from pyinterpose.errors import PyinterposeError
 from pyinterpose.trace.model import Trace
@@ -181,6 +183,8 @@ def reference_analyze(trace: Trace, iters, bandwidth=None, latency_us: float | N
             raise PyinterposeError(f"{name} must be between 0 and 1 (got {q})")
     if pid is None:
         pid = iters.pid
+    clock = clock_of(trace, pid)      # the reference reads host times: CPU-clock traces only
+    assert not clock.device, "the reference covers traces on the CPU clock"
     iv_all = ref_intervals(trace, pid)
     iv = iv_all[iv_all["counts_device"].to_numpy(bool)]
     in_blocks = trace.blocks["counts_device"].to_numpy(bool)
@@ -201,6 +205,7 @@ def reference_analyze(trace: Trace, iters, bandwidth=None, latency_us: float | N
     block_bytes = float(block_size.sum())
     out: dict[str, Any] = {
         "pid": pid,
+        **clock.as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": int(len(ati)),
         "blocks": n_blocks,
