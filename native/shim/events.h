@@ -78,7 +78,18 @@ enum pi_op {
                                python "filename\0function", native: the object's path */
     PI_OP_STACK = 17,       /* defines a stack (trie node): aux: stack id; addr: parent stack id
                                (0 = root); size: frame id (the innermost frame of this stack) */
-    PI_OP_NOTE = 18         /* aux: string id of a capture note ("python stacks off: ...") */
+    PI_OP_NOTE = 18,        /* aux: string id of a capture note ("python stacks off: ...") */
+    /* Rank and device context (native/shim/context.c) */
+    PI_OP_CONTEXT = 19,     /* aux: string id of "NAME=value": a rank/device variable of the process's
+                               environment when its ring was created (RANK, LOCAL_RANK, WORLD_SIZE,
+                               JAX_PROCESS_ID, TF_CONFIG, CUDA_VISIBLE_DEVICES, ...; HOST=its host name) */
+    PI_OP_DEVICE = 20,      /* a device the process used, recorded at its first allocation there:
+                               device: the ordinal the process sees; addr, size: the 16 bytes of its
+                               UUID (cuDeviceGetUuid); result: that call's CUDA result */
+    PI_OP_OBJECT = 21       /* a call on a memory object that allocates nothing itself (api says which:
+                               shareable-handle export, IPC handle, multicast bind/unbind, memory pool
+                               create/destroy): addr: address or offset, size: bytes, aux: the object's
+                               handle (pool, multicast or VMM handle), stream: a second handle */
 };
 
 enum pi_site_flags {
@@ -99,7 +110,9 @@ enum pi_kind {
     PI_KIND_HOST = 6,     /* pinned host: cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc */
     PI_KIND_VMM_RESERVE = 7, /* cuMemAddressReserve (virtual range only) */
     PI_KIND_VMM_CREATE = 8,  /* cuMemCreate (physical, addr = 0, aux = handle) */
-    PI_KIND_VMM_MAP = 9      /* cuMemMap (addressable mapping, aux = handle) */
+    PI_KIND_VMM_MAP = 9,     /* cuMemMap (addressable mapping, aux = handle) */
+    PI_KIND_IPC = 10         /* cudaIpcOpenMemHandle / cuIpcOpenMemHandle: another process's memory
+                                mapped here (addr; size 0 = unknown); freed by ...IpcCloseMemHandle */
 };
 
 enum pi_access_flags {

@@ -44,6 +44,9 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
         pi_commit(s, tk + 1);
     }
     pi_commit(e, tk);
+    if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
+        !(kind == PI_KIND_VMM_CREATE && size == 0))
+        pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
 }
 
 static void free_pre(pi_ctx *c, uint64_t addr, int kind) {
@@ -107,6 +110,8 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 /* runtime 12.x: (ptr, n, int dev, stream); 13.x: (ptr, n, location, flags, stream) */
 #define A_PREFETCH_RT(p, n, a3, a4, a5) A_PREFETCH(p, n, a3, pi_rt_major() >= 13 ? (a5) : (a4))
 #define A_GRAPH(g, s) pi_emit(PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, (uint64_t)(g), 0, (uint64_t)(s), 0, 0)
+#define A_OBJECT(addr, n, handle, second) \
+    pi_emit(PI_OP_OBJECT, (uint16_t)api, r, (uint64_t)(addr), (uint64_t)(n), (uint64_t)(second), (uint64_t)(handle), 0)
 #define A_SET_DEVICE(dev) do { if (r == 0) pi_t.device = (dev); } while (0)
 #define A_TENSORMAP(gaddr) rec_tensormap(api, r, (gaddr))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()

@@ -70,6 +70,13 @@ PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr,
 PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; returns its id */
 PI_HIDDEN void pi_count_unscanned(void);
 
+/* --- rank and device context (context.c) --- */
+PI_HIDDEN void pi_context_env(void);   /* CONTEXT records: the rank variables (ring just opened) */
+/* a DEVICE record the first time this process allocates on the thread's device; stream-ordered
+ * allocations (may be inside a graph capture) first ask cuStreamIsCapturing and wait for a later one */
+PI_HIDDEN void pi_context_device(int stream_ordered, uint64_t stream);
+PI_HIDDEN void pi_context_atfork_child(void);
+
 /* --- real symbols (resolve.c) --- */
 PI_HIDDEN void *pi_real(int api);
 PI_HIDDEN void *pi_real_dlsym(void *handle, const char *name);
