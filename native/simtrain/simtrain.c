@@ -160,7 +160,37 @@ struct run {
     struct simtrain_truth *t;
     int regular; /* counting the regular part of the step (allocs_per_step) */
     uint64_t regular_allocs;
+    int dev;     /* device ordinal */
+    struct { void *p; size_t n; } *live; /* device buffers held now (a few dozen) */
+    size_t n_live, cap_live;
+    uint64_t live_bytes;
 };
+
+static int live_add(struct run *r, void *p, size_t n)
+{
+    if (r->n_live == r->cap_live) {
+        size_t cap = r->cap_live ? 2 * r->cap_live : 64;
+        void *m = realloc(r->live, cap * sizeof *r->live);
+        if (!m) return -1;
+        r->live = m;
+        r->cap_live = cap;
+    }
+    r->live[r->n_live].p = p;
+    r->live[r->n_live++].n = n;
+    r->live_bytes += n;
+    if (r->live_bytes > r->t->peak_live_bytes) r->t->peak_live_bytes = r->live_bytes;
+    return 0;
+}
+
+static void live_remove(struct run *r, void *p)
+{
+    for (size_t i = r->n_live; i-- > 0;)
+        if (r->live[i].p == p) {
+            r->live_bytes -= r->live[i].n;
+            r->live[i] = r->live[--r->n_live];
+            return;
+        }
+}
 
 static int fail(struct run *r, const char *fmt, ...)
 {
@@ -205,6 +235,7 @@ static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
         *p = (void *)(uintptr_t)d;
     }
     count(r, a);
+    if (live_add(r, *p, n)) return fail(r, "out of host memory");
     r->t->allocs++;
     r->t->bytes += n;
     if (r->regular) r->regular_allocs++;
@@ -233,6 +264,7 @@ static int dev_free(struct run *r, void *p)
         TRY(r->d.cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, r->stream), "cuMemFreeAsync");
     }
     count(r, a);
+    live_remove(r, p);
     r->t->frees++;
     return 0;
 }
@@ -379,7 +411,7 @@ static int setup(struct run *r)
 {
     if (r->fw == SIMTRAIN_TORCH) {
         r->async_backend = torch_alloc_conf_async();
-        TRY(cudaSetDevice(0), "cudaSetDevice");
+        TRY(cudaSetDevice(r->dev), "cudaSetDevice");
         TRY(cudaStreamCreate(&r->stream), "cudaStreamCreate");
         for (int k = 0; k < K_COUNT; k++) {
             const struct kernel_desc *kd = &KERNELS[k];
@@ -435,7 +467,7 @@ static int setup(struct run *r)
     CUdevice dev;
     CUcontext ctx;
     TRY(r->d.cuInit(0), "cuInit");
-    TRY(r->d.cuDeviceGet(&dev, 0), "cuDeviceGet");
+    TRY(r->d.cuDeviceGet(&dev, r->dev), "cuDeviceGet");
     TRY(r->d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     TRY(r->d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     for (int k = 0; k < K_COUNT; k++) {
@@ -467,7 +499,7 @@ static int teardown(struct run *r)
         TRY(r->d.cuMemPoolDestroy(r->ws_pool), "cuMemPoolDestroy");
         TRY(r->d.cuStreamDestroy(r->stream), "cuStreamDestroy");
     }
-    TRY(r->d.cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+    TRY(r->d.cuDevicePrimaryCtxRelease(r->dev), "cuDevicePrimaryCtxRelease");
     return 0;
 }
 
@@ -568,9 +600,10 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     memset(r, 0, sizeof run);
     r->t = out;
     if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
-        cfg->noise < 0 || cfg->noise > 1)
+        cfg->noise < 0 || cfg->noise > 1 || cfg->device < 0)
         return fail(r, "invalid configuration");
     r->fw = cfg->framework;
+    r->dev = cfg->device;
     int L = cfg->layers, rc = -1;
     struct model md = {L, calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), calloc(L, sizeof(void *)),
                        calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), NULL, NULL};
@@ -618,6 +651,7 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     rc = teardown(r);
 done:
     free(md.w), free(md.m), free(md.v), free(md.g), free(md.act), free(md.host);
+    free(r->live);
     if (r->lib) dlclose(r->lib);
     return rc;
 }

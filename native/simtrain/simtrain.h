@@ -26,6 +26,7 @@ struct simtrain_config {
     int layers;
     double noise;    /* fraction of steps with extra, unpredictable allocations */
     uint64_t seed;
+    int device;      /* device ordinal the loop runs on (cudaSetDevice / cuDeviceGet) */
 };
 
 #define SIMTRAIN_MAX_API 32
@@ -34,6 +35,7 @@ struct simtrain_truth {
     uint64_t allocs, frees, bytes, accesses, launches;
     uint64_t allocs_per_step; /* allocations of one regular step */
     uint64_t noise_steps;
+    uint64_t peak_live_bytes; /* most device bytes (not pinned host) the loop held at once */
     uint64_t by_api[SIMTRAIN_MAX_API]; /* index: simtrain_api_name(i) */
     char error[256];                   /* set when simtrain_run returns non-zero */
 };

@@ -34,14 +34,14 @@ COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
 
 class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64)]
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device", ctypes.c_int)]
 
 
 class _Truth(ctypes.Structure):
     _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
-                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256)]
+                ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256)]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -62,9 +62,10 @@ def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
             for i in range(lib.simtrain_api_count())}
 
 
-def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int) -> dict:
+def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
+             device: int = 0) -> dict:
     """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed)
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, device)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -73,7 +74,8 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
         if t.by_api[i]:
             by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
     out = {k: int(getattr(t, k)) for k in COUNTERS}
-    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()])
+    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()],
+               peak_live_bytes=int(t.peak_live_bytes))
     return out
 
 
@@ -166,6 +168,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--truth", help="write the truth JSON here")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    from . import simranks
+
+    simranks.add_arguments(p)
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -173,6 +178,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise PyinterposeError("--layers must be at least 1")
     if args.workers < 0:
         raise PyinterposeError("--workers must be 0 or more")
+    simranks.check_arguments(args)
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
     if not 0 <= args.seed < 2**64:
@@ -189,7 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         args = parse_args(argv)
-        truth = run(args)
+        if args.rank_child:
+            from . import simranks
+            return simranks.child_main(args)
+        if args.ranks:
+            from . import simranks
+            truth = simranks.run_ranks(args)
+        else:
+            truth = run(args)
     except PyinterposeError as e:
         print(f"simtrain: error: {e}", file=sys.stderr)
         return 1
@@ -197,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.truth, "w") as f:
             json.dump(truth, f, indent=1)
             f.write("\n")
+    if args.ranks:
+        print(f"simtrain {truth['framework']}: {truth['steps']} steps x {args.ranks} ranks: peaks "
+              + ", ".join(str(r["peak_live_bytes"]) for r in truth["ranks"]))
+        return 0
     print(f"simtrain {truth['framework']}: {truth['steps']} steps x {len(truth['pids'])} process(es): "
           f"{truth['allocs']} allocs, {truth['frees']} frees, {truth['launches']} launches, "
           f"{truth['accesses']} accesses, {truth['noise_steps']} noisy steps")
