@@ -5,6 +5,7 @@ import numpy as np
 
 from ..trace.model import Trace, peak_live_bytes_of
 from .owners import allocator_info, bytes_by_owner
+from .ranks import job_view, per_rank
 from ..trace.stacks import top_call_sites_json
 
 
@@ -32,6 +33,7 @@ def summarize(trace: Trace) -> dict:
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
     info = allocator_info(trace)
     graph_launches = int(trace.launches["graph"].sum()) if len(trace.launches) else 0
+    ranks = per_rank(trace)
     return {
         "trace": trace.path,
         "command": trace.meta.get("command"),
@@ -62,4 +64,6 @@ def summarize(trace: Trace) -> dict:
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
+        "per_rank": ranks,
+        "ranks": job_view(ranks),
     }

@@ -74,7 +74,29 @@ def _run(args) -> int:
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
     print_call_sites(con, s["call_sites"], _fmt_bytes)
+    print_ranks(con, s["per_rank"], s["ranks"])
     return 0
+
+
+def print_ranks(con, per_rank: list, job: dict) -> None:
+    """The per-rank table and the job's imbalance line (nothing when no process has a rank)."""
+    from rich.table import Table
+
+    if not per_rank or all(r["rank"] is None for r in per_rank):
+        return
+    t = Table(title="ranks", show_header=True)
+    for c in ("rank", "host", "pid", "device", "uuid", "peak live", "peak at", "collective lib", "iterations"):
+        t.add_column(c, justify="left" if c in ("host", "uuid") else "right", overflow="fold")
+    for r in per_rank:
+        at = f"{r['peak_t_ns'] / 1e9:.2f} s" if r["peak_t_ns"] is not None and r["peak_t_ns"] >= 0 else "-"
+        t.add_row(str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["device"]), r["device_uuid"] or "?",
+                  _fmt_bytes(r["peak_live_bytes"]), at, _fmt_bytes(r["collective_peak_bytes"]),
+                  str(r["iterations"]))
+    con.print(t)
+    if job.get("imbalance") is not None:
+        con.print(f"{job['ranks']} ranks: imbalance (max peak / median) [bold]{job['imbalance']:.3f}[/bold]; "
+                  f"highest peak: rank {job['max_rank']} ({_fmt_bytes(job['max_peak_bytes'])}); "
+                  f"first to reach its peak: rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")
 
 
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:
