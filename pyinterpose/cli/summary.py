@@ -7,9 +7,20 @@ import json
 def register(sub) -> None:
     p = sub.add_parser("summary", help="what a trace holds: counts, processes, peak, loss",
                        description="Summarise a trace: event counts, APIs, processes, peak live bytes, loss.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", nargs="+",
+                   help="a trace file; several files, a folder or a glob: the traces of one job (per rank)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_job_options(p)
     p.set_defaults(func=_run)
+
+
+def add_job_options(p) -> None:
+    """--scheduler / --workers: where the traces of a job are analysed (pyinterpose.analysis.job)."""
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="analyse the traces on this Dask distributed scheduler (tcp://HOST:PORT; default: "
+                        "$PYINTERPOSE_SCHEDULER, else a local process pool)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="local process pool size (default: the machine's cores)")
 
 
 def _fmt_bytes(n) -> str:
@@ -21,6 +32,11 @@ def _fmt_bytes(n) -> str:
 
 
 def _run(args) -> int:
+    from ..analysis import job
+
+    if job.is_many(args.file):
+        return _run_job(args)
+    args.file = args.file[0]
     from ..analysis.summary import summarize
     from ..report.text import load_trace
 
@@ -120,3 +136,37 @@ def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> Non
         con.print(t)
     for n in sites.get("notes") or []:
         con.print(f"note (pid {n['pid']}): {n['note']}")
+
+
+def run_job_analysis(args) -> dict:
+    """The job (many traces) of ``args.file`` on the executor ``args`` names."""
+    from ..analysis import job
+    from ..errors import PyinterposeError
+
+    if args.workers is not None and args.workers < 1:
+        raise PyinterposeError("--workers must be at least 1")
+    paths = job.expand_paths(args.file)
+    return job.analyse_job(paths, scheduler=job.scheduler_address(args.scheduler), max_workers=args.workers)
+
+
+def _run_job(args) -> int:
+    res = run_job_analysis(args)
+    if args.json:
+        print(json.dumps(res, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"{len(res['traces'])} traces of one job", show_header=True)
+    for c in ("trace", "host", "processes", "events", "lost", "peak live", "complete"):
+        t.add_column(c, justify="left" if c in ("trace", "host") else "right", overflow="fold")
+    for tr in res["traces"]:
+        t.add_row(tr["trace"], tr["host"], str(tr["processes"]), str(tr["events"]), str(tr["lost_events"]),
+                  _fmt_bytes(tr["peak_live_bytes"]), "yes" if tr["complete"] else "[bold red]NO[/bold red]")
+    con.print(t)
+    print_ranks(con, res["per_rank"], res["ranks"])
+    for tr in res["traces"]:
+        for w in tr["warnings"]:
+            con.print(f"warning: {tr['trace']}: {w}")
+    return 0

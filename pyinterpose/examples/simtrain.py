@@ -15,7 +15,8 @@ loop, and the truth is summed over all processes.
 
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
-(exact names called), noise_steps, pids.
+(exact names called), noise_steps, pids, peaks (each process's peak live device bytes, in
+the order of pids).  ``--ranks N``: a job of N rank processes (pyinterpose.examples.simranks).
 """
 from __future__ import annotations
 
@@ -88,6 +89,7 @@ def _merge(parts: list[dict]) -> dict:
     total["by_api"] = dict(sorted(by_api.items()))
     total["allocs_per_step"] = parts[0]["allocs_per_step"]
     total["pids"] = [pid for p in parts for pid in p["pids"]]
+    total["peaks"] = [p["peak_live_bytes"] for p in parts]   # per process, in the order of pids
     return total
 
 
