@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from . import _args as A
+
 
 def register(sub) -> None:
     p = sub.add_parser("summary", help="what a trace holds: counts, processes, peak, loss",
@@ -19,7 +21,7 @@ def add_job_options(p) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="analyse the traces on this Dask distributed scheduler (tcp://HOST:PORT; default: "
                         "$PYINTERPOSE_SCHEDULER, else a local process pool)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
+    p.add_argument("--workers", type=A.count(1), default=None, metavar="N",
                    help="local process pool size (default: the machine's cores)")
 
 

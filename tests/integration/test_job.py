@@ -84,3 +84,18 @@ def test_bad_job_inputs_are_one_line_errors(tmp_path):
         assert cp.returncode != 0 and "Traceback" not in cp.stderr and cp.stderr.count("\n") == 1, cp.stderr
     cp = run_cli("summary", str(empty), "--scheduler", "tcp://127.0.0.1:9", timeout=120)
     assert cp.returncode != 0 and "Traceback" not in cp.stderr, cp.stderr
+
+
+def test_report_and_compare_take_the_folder(job_dir, tmp_path):
+    truths = _truths(job_dir)
+    out = tmp_path / "job.html"
+    cp = run_cli("report", str(job_dir), "-o", str(out), "--json", "--workers", "1")
+    assert cp.returncode == 0, cp.stderr
+    heads = json.loads(cp.stdout)["headlines"]
+    assert [r["peak_live_bytes"] for r in heads["per_rank"]] == [truths[r]["peaks"][0] for r in range(3)]
+    page = out.read_text()
+    assert page.count("GPU-73696d63-7564-612d-0000-000000000001") == 3 and "imbalance" in page
+    cp = run_cli("compare", str(job_dir), "--no-pools", "--no-swap", "--json")
+    assert cp.returncode == 0, cp.stderr
+    labels = [t["label"] for t in json.loads(cp.stdout)["traces"]]
+    assert labels == sorted(f for f in os.listdir(job_dir) if f.endswith(".pit"))

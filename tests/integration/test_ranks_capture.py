@@ -86,3 +86,14 @@ def test_visible_devices_remap_to_the_physical_gpu(capture, tmp_path):
         assert g["device_uuid"] == t["device_uuid"]            # ... the physical one, by UUID
         assert g["peak_live_bytes"] == t["peak_live_bytes"] and g["iterations"] == 4
     assert got[0]["device_uuid"] != got[1]["device_uuid"]
+
+
+def test_the_report_shows_each_rank(three_ranks):
+    from pyinterpose.report import html
+
+    tr, truth = three_ranks
+    rep = html.build(tr, time_limit=0.2)
+    want = {t["rank"]: t["peak_live_bytes"] for t in truth["ranks"]}
+    assert {r["rank"]: r["peak_live_bytes"] for r in rep.headlines["per_rank"]} == want
+    assert any(s.id == "ranks" and s.tables for s in rep.sections)
+    assert rep.headlines["ranks"]["max_rank"] == truth["heavy_rank"]
