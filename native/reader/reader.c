@@ -377,7 +377,7 @@ static int is_call(int op)
 {
     switch (op) {
     case PI_OP_ALLOC: case PI_OP_FREE: case PI_OP_LAUNCH: case PI_OP_COPY: case PI_OP_MEMSET:
-    case PI_OP_ADVISE: case PI_OP_PREFETCH: case PI_OP_GRAPH_LAUNCH: case PI_OP_TENSORMAP:
+    case PI_OP_ADVISE: case PI_OP_PREFETCH: case PI_OP_GRAPH_LAUNCH: case PI_OP_TENSORMAP: case PI_OP_OBJECT:
         return 1;
     default:
         return 0;
