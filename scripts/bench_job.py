@@ -86,6 +86,7 @@ def run_executor(name: str, paths: list[str], workers: int) -> tuple[dict, list]
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                            host="127.0.0.1", dashboard_address=None, memory_limit=0)
         startup = time.perf_counter() - t0
+    load0 = os.getloadavg()[0]
     try:
         t0 = time.perf_counter()
         with job.executor(cluster.scheduler_address if cluster else None, workers, len(paths)) as ex:
@@ -102,6 +103,7 @@ def run_executor(name: str, paths: list[str], workers: int) -> tuple[dict, list]
     combined = job.combine([o["result"] for o in out])
     return ({"executor": name, "wall_s": round(wall, 2), "startup_s": round(startup, 2),
              "traces_per_s": round(len(paths) / wall, 2), "workers": list(per_worker.values()),
+             "loadavg_start": round(load0, 1), "loadavg_end": round(os.getloadavg()[0], 1),
              "max_worker_rss_mb": max(w["rss_mb"] for w in per_worker.values())}, combined)
 
 
