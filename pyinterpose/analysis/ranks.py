@@ -30,7 +30,7 @@ import re
 import numpy as np
 
 from ..trace.context import context_of, devices_of
-from ..trace.model import Trace, counted_bytes, event_order
+from ..trace.model import Trace, live_events
 
 RANK_VARS = ("RANK", "JAX_PROCESS_ID", "@TF_CONFIG", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 WORLD_VARS = ("WORLD_SIZE", "JAX_NUM_PROCESSES", "JAX_PROCESS_COUNT", "@TF_CONFIG", "SLURM_NTASKS",
@@ -101,23 +101,15 @@ def collective_library(owner: str) -> str:
     return ""
 
 
-def _peak(t: np.ndarray, d: np.ndarray, n_free: int) -> tuple[int, int]:
-    """(peak live bytes, the first time it was reached) of alloc/free events (frees first)."""
-    if len(d) == 0:
+def _peak_of(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
+    """(peak live device bytes of the blocks in ``mask``, the first time it was reached, -1 none), over
+    the trace's live events (sorted once per trace: model.live_events)."""
+    t, d, r = live_events(trace)
+    if len(d) == 0 or not mask.any():
         return 0, -1
-    order = event_order(t, d, n_free)
-    live = np.cumsum(d[order])
+    live = np.cumsum(d * mask[r])
     k = int(np.argmax(live))
-    return max(int(live[k]), 0), int(t[order][k]) if live[k] > 0 else -1
-
-
-def _process_peak(b, rows: np.ndarray) -> tuple[int, int]:
-    dev = rows[b["counts_device"].to_numpy(bool)[rows]]
-    freed = dev[b["freed"].to_numpy(bool)[dev]]
-    size = counted_bytes(b)
-    t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)[dev]])
-    d = np.concatenate([-size[freed], size[dev]])
-    return _peak(t, d, len(freed))
+    return (int(live[k]), int(t[k])) if live[k] > 0 else (0, -1)
 
 
 def per_process(trace: Trace) -> list[dict]:
@@ -139,8 +131,9 @@ def per_process(trace: Trace) -> list[dict]:
         pr = procs.get(int(pid), {})
         ctx = context_of(pr.get("context"))
         devs = dict(devices_of(pr.get("devices")))
-        peak, peak_t = _process_peak(b, rows)
-        coll_peak, _ = _process_peak(b, rows[coll[rows]]) if coll[rows].any() else (0, -1)
+        mine = pid_col == pid
+        peak, peak_t = _peak_of(trace, mine)
+        coll_peak, _ = _peak_of(trace, mine & coll) if coll[rows].any() else (0, -1)
         dev_rows = rows[b["counts_device"].to_numpy(bool)[rows]]
         device = None
         if len(dev_rows):
