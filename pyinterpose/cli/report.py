@@ -40,6 +40,7 @@ def run(args) -> int:
     if job.is_many(args.trace):
         return _run_job(args)
     args.trace = args.trace[0]
+    from ..outfile import atomic_output
     from ..report import html
     from ..report.text import console, load_trace, print_json, print_kv, progress
 
@@ -49,7 +50,7 @@ def run(args) -> int:
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)
     try:
-        with open(out, "w", encoding="utf-8") as f:
+        with atomic_output(out, "w", encoding="utf-8") as f:
             f.write(html.render(rep))
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
@@ -76,8 +77,9 @@ def _run_job(args) -> int:
     A.check_output(out, args.force)
     res = run_job_analysis(argparse_namespace(args))
     rep = job_report(res, f"pyinterpose job report: {len(res['traces'])} traces")
+    from ..outfile import atomic_output
     try:
-        with open(out, "w", encoding="utf-8") as f:
+        with atomic_output(out, "w", encoding="utf-8") as f:
             f.write(html.render(rep))
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
