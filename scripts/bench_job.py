@@ -68,9 +68,9 @@ def build_trace(cache: str, events: int) -> tuple[str, int]:
 
 def task(path: str) -> dict:
     """One trace's analysis, with where it ran and that worker's peak RSS so far."""
-    from pyinterpose.analysis.job import analyse_trace
+    from pyinterpose.analysis.job import worker_task
 
-    res = analyse_trace(path)
+    res = worker_task(path)
     return {"result": res, "worker": f"{platform.node()}:{os.getpid()}",
             "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 

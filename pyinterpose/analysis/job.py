@@ -81,6 +81,18 @@ def analyse_trace(path: str) -> dict:
     }
 
 
+def worker_task(path: str) -> dict:
+    """:func:`analyse_trace` as a worker runs it: first the glibc settings every command runs with
+    (pyinterpose.cli.keep_freed_memory: freed arrays stay in the heap for the next ones).  A Dask
+    worker needs them most: its nanny starts it with MALLOC_TRIM_THRESHOLD_=65536, so each of the
+    analysis's large temporary arrays would be handed back to the kernel and faulted in again
+    (32 traces of 1 M events: 2.5x the local pool's time before this)."""
+    from ..cli import keep_freed_memory
+
+    keep_freed_memory()
+    return analyse_trace(path)
+
+
 def combine(parts: list[dict]) -> dict:
     """The job: every trace's headline, all ranks (sorted by rank, host, pid), the job view."""
     from .ranks import job_view
@@ -164,5 +176,5 @@ def executor(scheduler: str | None = None, max_workers: int | None = None, n_ite
 def analyse_job(paths: list[str], scheduler: str | None = None, max_workers: int | None = None) -> dict:
     """Every trace of ``paths`` (already expanded) analysed on the executor, combined."""
     with executor(scheduler, max_workers, len(paths)) as ex:
-        parts = ex.map(analyse_trace, paths)
+        parts = ex.map(worker_task, paths)
     return combine(parts)
