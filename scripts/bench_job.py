@@ -75,6 +75,9 @@ def task(path: str) -> dict:
             "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
+NO_PROFILE = "--dask-no-profile" in sys.argv
+
+
 def run_executor(name: str, paths: list[str], workers: int) -> tuple[dict, list]:
     from pyinterpose.analysis import job
 
@@ -82,6 +85,10 @@ def run_executor(name: str, paths: list[str], workers: int) -> tuple[dict, list]
     if name == "dask":
         import distributed
 
+        import dask.config
+
+        # the workers' statistical profiler samples every thread's stack every 10 ms (default on)
+        dask.config.set({"distributed.worker.profile.enabled": not NO_PROFILE})
         t0 = time.perf_counter()
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                            host="127.0.0.1", dashboard_address=None, memory_limit=0)
@@ -116,6 +123,8 @@ def main() -> int:
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "pyinterpose-bench-job"))
     ap.add_argument("--executors", default="local,dask")
     ap.add_argument("--out")
+    ap.add_argument("--dask-no-profile", action="store_true",
+                    help="turn the Dask workers' statistical profiler off (distributed.worker.profile.enabled)")
     args = ap.parse_args()
     if args.small:
         args.ranks, args.events = 4, 100_000
@@ -135,7 +144,7 @@ def main() -> int:
             results.append(combined)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    out = {"bench": "job", "traces": args.ranks, "events_per_trace": events,
+    out = {"bench": "job", "traces": args.ranks, "dask_profile": not args.dask_no_profile, "events_per_trace": events,
            "file_mb": round(os.path.getsize(src) / 2**20, 1), "workers": args.workers,
            "machine": {"cpus": os.cpu_count(), "host": platform.node(), "python": platform.python_version(),
                        "loadavg": round(os.getloadavg()[0], 1)},
