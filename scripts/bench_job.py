@@ -3,7 +3,7 @@
 a local Dask distributed cluster.  Prints one JSON object.
 
     python scripts/bench_job.py [--ranks 32] [--events 1000000] [--workers 2] [--small]
-        [--cache DIR] [--executors local,dask] [--out FILE]
+        [--cache DIR] [--executors local,dask[,dask-noprofile,...]] [--out FILE]
 
 Builds one rank trace of about ``--events`` events (``pyinterpose run --simulated-gpu`` around
 simtrain, RANK=0, steps calibrated; cached in ``--cache``) and links it ``--ranks`` times into a job
@@ -75,20 +75,17 @@ def task(path: str) -> dict:
             "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
-NO_PROFILE = "--dask-no-profile" in sys.argv
-
-
 def run_executor(name: str, paths: list[str], workers: int) -> tuple[dict, list]:
     from pyinterpose.analysis import job
 
     cluster, startup = None, 0.0
-    if name == "dask":
+    if name in ("dask", "dask-noprofile"):
         import distributed
 
         import dask.config
 
         # the workers' statistical profiler samples every thread's stack every 10 ms (default on)
-        dask.config.set({"distributed.worker.profile.enabled": not NO_PROFILE})
+        dask.config.set({"distributed.worker.profile.enabled": name == "dask"})
         t0 = time.perf_counter()
         cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                            host="127.0.0.1", dashboard_address=None, memory_limit=0)
@@ -123,8 +120,6 @@ def main() -> int:
     ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "pyinterpose-bench-job"))
     ap.add_argument("--executors", default="local,dask")
     ap.add_argument("--out")
-    ap.add_argument("--dask-no-profile", action="store_true",
-                    help="turn the Dask workers' statistical profiler off (distributed.worker.profile.enabled)")
     args = ap.parse_args()
     if args.small:
         args.ranks, args.events = 4, 100_000
@@ -144,7 +139,7 @@ def main() -> int:
             results.append(combined)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    out = {"bench": "job", "traces": args.ranks, "dask_profile": not args.dask_no_profile, "events_per_trace": events,
+    out = {"bench": "job", "traces": args.ranks, "events_per_trace": events,
            "file_mb": round(os.path.getsize(src) / 2**20, 1), "workers": args.workers,
            "machine": {"cpus": os.cpu_count(), "host": platform.node(), "python": platform.python_version(),
                        "loadavg": round(os.getloadavg()[0], 1)},
