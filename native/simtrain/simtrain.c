@@ -20,7 +20,8 @@
     X(cuMemAlloc_v2, 'a') X(cuMemFree_v2, 'f') X(cuLaunchKernel, 'l')                 \
     X(cuMemcpyHtoD_v2, 'c') X(cuMemcpyDtoH_v2, 'c') X(cuMemsetD8_v2, 'm')             \
     X(cuMemAllocFromPoolAsync, 'a') X(cuMemFreeAsync, 'f') X(cuLaunchKernelEx, 'l')   \
-    X(cuMemcpyHtoDAsync_v2, 'c') X(cuMemcpyDtoHAsync_v2, 'c') X(cuMemsetD8Async, 'm')
+    X(cuMemcpyHtoDAsync_v2, 'c') X(cuMemcpyDtoHAsync_v2, 'c') X(cuMemsetD8Async, 'm')       \
+    X(cuMemPoolCreate, 'o') X(cuMemPoolDestroy, 'o')
 
 enum api {
 #define E(name, cls) API_##name,
@@ -483,6 +484,7 @@ static int setup(struct run *r)
         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = dev;
         TRY(r->d.cuMemPoolCreate(&r->ws_pool, &props), "cuMemPoolCreate");
+        count(r, API_cuMemPoolCreate);
     }
     return 0;
 }
@@ -497,6 +499,7 @@ static int teardown(struct run *r)
     if (r->fw == SIMTRAIN_TF) {
         TRY(r->d.cuStreamSynchronize(r->stream), "cuStreamSynchronize");
         TRY(r->d.cuMemPoolDestroy(r->ws_pool), "cuMemPoolDestroy");
+        count(r, API_cuMemPoolDestroy);
         TRY(r->d.cuStreamDestroy(r->stream), "cuStreamDestroy");
     }
     TRY(r->d.cuDevicePrimaryCtxRelease(r->dev), "cuDevicePrimaryCtxRelease");

@@ -41,7 +41,7 @@ struct simtrain_truth {
 };
 
 /* number of API names, the name of API i, and its class:
- * 'a' allocation, 'f' free, 'l' launch, 'c' copy, 'm' memset */
+ * 'a' allocation, 'f' free, 'l' launch, 'c' copy, 'm' memset, 'o' a memory-pool object (create/destroy) */
 int simtrain_api_count(void);
 const char *simtrain_api_name(int i);
 int simtrain_api_class(int i);

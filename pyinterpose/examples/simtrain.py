@@ -57,8 +57,9 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
-    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset'."""
-    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset"}
+    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset' | 'object' (pool create/destroy)."""
+    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset",
+             ord("o"): "object"}
     return {lib.simtrain_api_name(i).decode(): names[lib.simtrain_api_class(i)]
             for i in range(lib.simtrain_api_count())}
 
