@@ -11,8 +11,9 @@
  * Devices: at the first allocation a process records on a device ordinal (the thread's last
  * cudaSetDevice), one DEVICE record with cuDeviceGetUuid's 16 bytes: the UUID names the physical
  * GPU whatever CUDA_VISIBLE_DEVICES remapped.  The only CUDA calls the shim adds, once per device
- * and process; for a stream-ordered allocation (cudaMallocAsync, pools: legal inside a CUDA graph
- * capture) it first asks cuStreamIsCapturing and, while capturing, waits for a later allocation.
+ * and process, never while a stream capture is open in the process (the capture hooks count them); for
+ * a stream-ordered allocation (cudaMallocAsync, pools: legal inside a CUDA graph capture) it also asks
+ * cuStreamIsCapturing of its stream (a capture begun outside the hooks) and waits for a later one.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cupti.h"
 #include "shim.h"
 
 static const char *const g_names[] = {
@@ -70,6 +72,7 @@ void pi_context_device(int stream_ordered, uint64_t stream) {
     if (dev < 0 || dev >= 64) return;
     uint64_t bit = 1ull << dev;
     if (PI_LIKELY(atomic_load_explicit(&g_seen, memory_order_relaxed) & bit)) return;
+    if (pi_gpu_capturing()) return; /* a stream capture is open in this process (hooks.def counts them) */
     if (stream_ordered) {
         capturing_fn cap = (capturing_fn)pi_sym_near(NULL, "cuStreamIsCapturing");
         int status = 0;

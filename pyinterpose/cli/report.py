@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
     from .summary import add_job_options
     add_job_options(p)
+    A.add_site_skip(p)
     p.set_defaults(func=run)
 
 
@@ -47,6 +48,7 @@ def run(args) -> int:
     out = args.output or default_output(args.trace)
     A.check_output(out, args.force)
     trace = load_trace(args.trace, quiet=args.json)
+    A.apply_site_skip(trace, args)
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)
     try:

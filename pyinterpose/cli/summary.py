@@ -13,6 +13,8 @@ def register(sub) -> None:
                    help="a trace file; several files, a folder or a glob: the traces of one job (per rank)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_job_options(p)
+    from ._args import add_site_skip
+    add_site_skip(p)
     p.set_defaults(func=_run)
 
 
@@ -42,7 +44,10 @@ def _run(args) -> int:
     from ..analysis.summary import summarize
     from ..report.text import load_trace
 
+    from ._args import apply_site_skip
+
     trace = load_trace(args.file, quiet=args.json)
+    apply_site_skip(trace, args)
     s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
@@ -98,9 +103,22 @@ def _run(args) -> int:
         con.print(f"[bold red]INCOMPLETE trace[/bold red]: {s['incomplete_reason']}")
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
+    _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
+    print_oom(con, s)
     print_ranks(con, s["per_rank"], s["ranks"])
     return 0
+
+
+def _print_clock(con, s: dict) -> None:
+    """The clock line, and on the device clock the launch-to-start lag (how far the CPU ran ahead)."""
+    from ..report.text import fmt_ns
+
+    con.print(f"clock: [bold]{s['clock']}[/bold]" + (f"  ({s['clock_note']})" if s.get("clock_note") else ""))
+    lag = s.get("launch_lag")
+    if lag:
+        con.print(f"launch-to-start lag over {lag['launches']} launches: median {fmt_ns(lag['median_ns'])}, "
+                  f"p90 {fmt_ns(lag['p90_ns'])}, p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])}")
 
 
 def print_ranks(con, per_rank: list, job: dict) -> None:
@@ -137,6 +155,19 @@ def allocator_line(s: dict) -> str:
     return line + (f"\n  note: {al['note']}" if al.get("note") else "")
 
 
+def print_oom(con, s: dict) -> None:
+    """The out-of-memory explanation (pyinterpose.report.oom_text), or "no allocation failed"."""
+    from rich.markup import escape
+
+    from ..report.oom_text import full
+
+    ex = {**s["oom_summary"], "entries": s["oom"]}
+    lines = full(ex)
+    con.print(f"[bold]out of memory[/bold]: {escape(lines[0])}")
+    for line in lines[1:]:
+        con.print(escape(line), soft_wrap=True)
+
+
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:
     """The top call sites by bytes live at the peak and by allocation count (rich tables)."""
     from rich.table import Table
@@ -156,6 +187,10 @@ def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> Non
             t.add_row(r["call_site"], r["owner"], str(r["blocks"]), fmt_bytes(r["bytes"]),
                       fmt_bytes(r["peak_live_bytes"]))
         con.print(t)
+    if sites.get("helpers") and (sites.get("by_peak") or sites.get("by_count")):
+        how = "found automatically" if sites.get("site_skip") == "auto" else "--site-skip"
+        con.print(f"call sites: the first frame outside the allocation helpers ({how}; --site-skip to choose): "
+                  + ", ".join(sites["helpers"]))
     for n in sites.get("notes") or []:
         con.print(f"note (pid {n['pid']}): {n['note']}")
 

@@ -56,6 +56,8 @@ static int overlaps_mapping(uint64_t p, size_t n)
 static void release_if_unused(struct vmm_handle *h)
 {
     if (h->released && h->maps == 0) {
+        if (!h->imported && !h->multicast) /* (a peer's memory, a multicast object: never charged here) */
+            sim_mem_uncharge(h->device, h->size); /* the physical memory goes back to the device */
         h->magic = MAGIC_DEAD;
         free(h);
     }
@@ -123,14 +125,15 @@ SIM_API(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *handle, size_t siz
     if (prop->type != 1 /* PINNED */ || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         prop->location.id < 0 || prop->location.id >= sim_ndevices())
         return CUDA_ERROR_INVALID_VALUE;
+    if (sim_mem_charge(prop->location.id, size) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     struct vmm_handle *h = calloc(1, sizeof *h);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
     char name[40]; /* the physical device travels with the memory (an importer reads it back) */
     snprintf(name, sizeof name, "simcuda-vmm-dev%d", sim_physical_device(prop->location.id));
-    int fd = memfd_create(name, MFD_CLOEXEC);
+    int fd = h ? memfd_create(name, MFD_CLOEXEC) : -1;
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         if (fd >= 0) close(fd);
         free(h);
+        sim_mem_uncharge(prop->location.id, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *h = (struct vmm_handle){MAGIC_VMM, fd, size, prop->location.id, 0, 0, prop->requestedHandleTypes, 0, 0, 0};
