@@ -28,6 +28,7 @@ import json
 import re
 
 import numpy as np
+import pandas as pd
 
 from ..trace.context import context_of, devices_of
 from ..trace.model import Trace, live_events
@@ -112,6 +113,15 @@ def _peak_of(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
     return (int(live[k]), int(t[k])) if live[k] > 0 else (0, -1)
 
 
+def _collective_mask(b) -> np.ndarray:
+    """Blocks allocated by the collective library (by owner; one test per distinct owner)."""
+    if "owner" not in b or len(b) == 0:
+        return np.zeros(len(b), bool)
+    codes, names = pd.factorize(b["owner"].astype(str) if not hasattr(b["owner"], "cat") else b["owner"])
+    hit = np.array([bool(collective_library(str(n))) for n in names], bool)
+    return hit[codes] if len(hit) else np.zeros(len(b), bool)
+
+
 def per_process(trace: Trace) -> list[dict]:
     """One dict per process: pid, host, rank context, device, device_uuid, peak_live_bytes,
     peak_t_ns (ns since the start of the trace when the peak was first reached, -1 none),
@@ -120,8 +130,7 @@ def per_process(trace: Trace) -> list[dict]:
     collective library's own blocks), iterations (None: filled by :func:`per_rank`), allocs."""
     b = trace.blocks
     pid_col = b["pid"].to_numpy()
-    owners = b["owner"].astype(str).to_numpy() if "owner" in b and len(b) else np.zeros(len(b), object)
-    coll = np.array([bool(collective_library(o)) for o in owners], bool) if len(b) else np.zeros(0, bool)
+    coll = _collective_mask(b)
     start = trace.meta.get("start_time")
     host = trace.meta.get("host") or ""
     procs = {int(p): r for p, r in zip(trace.processes["pid"].tolist(), trace.processes.to_dict("records"))}
