@@ -93,3 +93,58 @@ void pi_context_device(int stream_ordered, uint64_t stream) {
     e->device = (int16_t)dev;
     pi_commit(e, tk);
 }
+
+/* ---- driver contexts -> devices ---- */
+#define PI_CTX_SLOTS 64
+static _Atomic(uintptr_t) g_ctx[PI_CTX_SLOTS];   /* context pointers (0 = free slot) */
+static _Atomic int g_ctx_dev[PI_CTX_SLOTS];
+
+void pi_context_remember(CUcontext ctx, int device) {
+    uintptr_t c = (uintptr_t)ctx;
+    if (!c || device < 0) return;
+    for (int i = 0; i < PI_CTX_SLOTS; i++) {
+        uintptr_t cur = atomic_load(&g_ctx[i]);
+        if (cur == c) {
+            atomic_store(&g_ctx_dev[i], device);
+            return;
+        }
+        if (cur == 0) {
+            /* claim the slot, then name its device (the context pointer reaches other threads only
+             * after cuDevicePrimaryCtxRetain returned, so none looks it up in between) */
+            uintptr_t zero = 0;
+            if (atomic_compare_exchange_strong(&g_ctx[i], &zero, c) || zero == c) {
+                atomic_store(&g_ctx_dev[i], device);
+                return;
+            }
+        }
+    }
+}
+
+static int device_of(CUcontext ctx) {
+    uintptr_t c = (uintptr_t)ctx;
+    for (int i = 0; c && i < PI_CTX_SLOTS; i++) {
+        uintptr_t cur = atomic_load(&g_ctx[i]);
+        if (cur == c) return atomic_load(&g_ctx_dev[i]);
+        if (cur == 0) break;
+    }
+    return -1;
+}
+
+#define PI_CTX_STACK 16
+static PI_TLS int t_pushed[PI_CTX_STACK]; /* the device each push replaced */
+static PI_TLS int t_npushed;
+
+void pi_context_current(CUcontext ctx, int push) {
+    int d = device_of(ctx);
+    if (push) {
+        if (t_npushed < PI_CTX_STACK) t_pushed[t_npushed] = pi_t.device;
+        t_npushed++;
+    }
+    if (d >= 0) pi_t.device = d; /* a context not retained through the hooks: the device stays */
+}
+
+void pi_context_pop(void) {
+    if (t_npushed <= 0) return;
+    t_npushed--;
+    if (t_npushed < PI_CTX_STACK) pi_t.device = t_pushed[t_npushed];
+}

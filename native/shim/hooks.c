@@ -180,6 +180,9 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     else call_end(&cx, api, r, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0, &sc); } while (0)
 #define A_SET_DEVICE(dev) AFTER_ONLY(if (r == 0) pi_t.device = (dev))
 #define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))
+#define A_CTX_RETAIN(c, d) AFTER_ONLY(if (r == 0 && (c)) pi_context_remember(*(c), (d)))
+#define A_CTX_CURRENT(c, push) AFTER_ONLY(if (r == 0) pi_context_current((c), (push)))
+#define A_CTX_POP AFTER_ONLY(if (r == 0) pi_context_pop())
 #define A_OBJECT(addr, n, handle, second) AFTER_ONLY( \
     pi_emit(PI_OP_OBJECT, (uint16_t)api, r, (uint64_t)(addr), (uint64_t)(n), (uint64_t)(second), (uint64_t)(handle), 0))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()

@@ -79,6 +79,11 @@ PI_HIDDEN void pi_context_env(void);   /* CONTEXT records: the rank variables (r
  * allocations (may be inside a graph capture) first ask cuStreamIsCapturing and wait for a later one */
 PI_HIDDEN void pi_context_device(int stream_ordered, uint64_t stream);
 PI_HIDDEN void pi_context_atfork_child(void);
+/* driver contexts (no CUDA call): a retained primary context's device; a context made current sets the
+ * thread's device (push: remembered for the pop) */
+PI_HIDDEN void pi_context_remember(CUcontext ctx, int device);
+PI_HIDDEN void pi_context_current(CUcontext ctx, int push);
+PI_HIDDEN void pi_context_pop(void);
 
 /* --- real symbols (resolve.c) --- */
 PI_HIDDEN void *pi_real(int api);

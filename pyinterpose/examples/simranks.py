@@ -55,7 +55,8 @@ def add_arguments(p) -> None:
     g.add_argument("--nccl-buffer-mib", type=int, default=6, help="collective buffer, MiB (multiple of 2, >= 6)")
     g.add_argument("--rank-child", action="store_true", help=argparse_suppress())
     g.add_argument("--rendezvous", help=argparse_suppress())
-    g.add_argument("--device", type=int, default=0, help=argparse_suppress())
+    g.add_argument("--device", type=int, default=0,
+                   help="device ordinal the loop runs on (default 0; with --ranks: set per rank)")
 
 
 def argparse_suppress():
@@ -65,6 +66,8 @@ def argparse_suppress():
 
 
 def check_arguments(args) -> None:
+    if args.device < 0:
+        raise PyinterposeError("--device must be 0 or more")
     if args.ranks < 0 or args.ranks > 16:
         raise PyinterposeError("--ranks must be between 1 and 16")
     if args.ranks and args.workers:

@@ -147,7 +147,8 @@ def _child(lib, args, wfd: int) -> None:
 
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
-            getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None))
+            getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
+            getattr(args, "device", 0))
 
 
 def run(args: argparse.Namespace) -> dict:

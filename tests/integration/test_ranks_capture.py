@@ -97,3 +97,18 @@ def test_the_report_shows_each_rank(three_ranks):
     assert {r["rank"]: r["peak_live_bytes"] for r in rep.headlines["per_rank"]} == want
     assert any(s.id == "ranks" and s.tables for s in rep.sections)
     assert rep.headlines["ranks"]["max_rank"] == truth["heavy_rank"]
+
+
+@pytest.mark.parametrize("framework", ["jax", "tf"])
+def test_driver_api_programs_name_their_device(capture, tmp_path, framework):
+    """jax/tf paths reach the device only through driver contexts (cuDevicePrimaryCtxRetain + cuCtxSetCurrent,
+    no cudaSetDevice): the events and the recorded UUID still name device 1."""
+    truth_path = str(tmp_path / "truth.json")
+    path, cp = capture([*SIMTRAIN, "--framework", framework, "--device", "1", "--steps", "4", "--layers", "2",
+                        "--truth", truth_path], env={"SIMCUDA_DEVICES": "2"})
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    dev = tr.blocks[tr.blocks["counts_device"]]
+    assert set(dev["device"].tolist()) == {1}
+    devices = json.loads(tr.processes["devices"].iloc[0])
+    assert devices == [[1, "GPU-73696d63-7564-612d-0000-000000000002"]]
