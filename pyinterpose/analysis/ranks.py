@@ -127,7 +127,8 @@ def per_process(trace: Trace) -> list[dict]:
     peak_t_ns (ns since the start of the trace when the peak was first reached, -1 none),
     peak_wall_s (the same on the wall clock: the trace's start_time + peak_t_ns; comparable between
     traces of one job written on different nodes), collective_peak_bytes (the peak of the
-    collective library's own blocks), iterations (None: filled by :func:`per_rank`), allocs."""
+    collective library's own blocks), iterations (None: filled by :func:`per_rank`), allocs, devices (each
+    device the process allocated on: device, device_uuid, its own peak_live_bytes)."""
     b = trace.blocks
     pid_col = b["pid"].to_numpy()
     coll = _collective_mask(b)
@@ -144,11 +145,17 @@ def per_process(trace: Trace) -> list[dict]:
         peak, peak_t = _peak_of(trace, mine)
         coll_peak, _ = _peak_of(trace, mine & coll) if coll[rows].any() else (0, -1)
         dev_rows = rows[b["counts_device"].to_numpy(bool)[rows]]
-        device = None
+        device, per_device = None, []
         if len(dev_rows):
             d, sz = b["device"].to_numpy()[dev_rows], b["size"].to_numpy(np.int64)[dev_rows]
             uniq = np.unique(d)
             device = int(uniq[np.argmax([sz[d == u].sum() for u in uniq])])
+            if len(uniq) == 1:
+                per_device = [{"device": device, "device_uuid": devs.get(device, ""), "peak_live_bytes": peak}]
+            else:   # one process on several GPUs (JAX's one process per host): each device's own peak
+                dcol = b["device"].to_numpy()
+                per_device = [{"device": int(u), "device_uuid": devs.get(int(u), ""),
+                               "peak_live_bytes": _peak_of(trace, mine & (dcol == u))[0]} for u in uniq.tolist()]
         elif devs:
             device = min(devs)
         entry = {"pid": int(pid), "host": ctx.get("HOST") or host, **rank_context(ctx),
@@ -157,6 +164,7 @@ def per_process(trace: Trace) -> list[dict]:
                  "peak_live_bytes": peak, "peak_t_ns": peak_t,
                  "peak_wall_s": (float(start) + peak_t / 1e9) if (start is not None and peak_t >= 0) else None,
                  "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(rows)),
+                 "devices": per_device,
                  "trace": trace.path}
         out.append(entry)
     return out
@@ -195,11 +203,13 @@ def job_view(ranks: list[dict]) -> dict:
     first = min(ranks, key=lambda r: (key(r), r["rank"] if r["rank"] is not None else -1))
     per_dev: dict = {}
     for r in ranks:
-        k = (r["host"], r["device_uuid"] or f"device {r['device']}")
-        e = per_dev.setdefault(k, {"host": k[0], "device_uuid": r["device_uuid"], "ranks": [],
-                                   "sum_of_peaks": 0})
-        e["ranks"].append(r["rank"])
-        e["sum_of_peaks"] += int(r["peak_live_bytes"])
+        for dv in r.get("devices") or [{"device": r["device"], "device_uuid": r["device_uuid"],
+                                        "peak_live_bytes": r["peak_live_bytes"]}]:
+            k = (r["host"], dv["device_uuid"] or f"device {dv['device']}")
+            e = per_dev.setdefault(k, {"host": k[0], "device_uuid": dv["device_uuid"], "ranks": [],
+                                       "sum_of_peaks": 0})
+            e["ranks"].append(r["rank"])
+            e["sum_of_peaks"] += int(dv["peak_live_bytes"])
     return {"ranks": len(ranks), "imbalance": imb, "max_rank": top["rank"], "max_peak_bytes": int(peaks.max()),
             "median_peak_bytes": med, "first_to_peak": first["rank"], "first_to_peak_pid": first["pid"],
             "first_to_peak_clock": "wall" if wall else "trace",
@@ -207,7 +217,7 @@ def job_view(ranks: list[dict]) -> dict:
 
 
 PER_RANK_KEYS = ("rank", "local_rank", "world_size", "local_world_size", "rank_source", "pid", "other_pids", "host",
-                 "device", "device_uuid", "cuda_visible_devices", "peak_live_bytes", "peak_t_ns", "peak_wall_s",
+                 "device", "device_uuid", "devices", "cuda_visible_devices", "peak_live_bytes", "peak_t_ns", "peak_wall_s",
                  "collective_peak_bytes", "iterations", "allocs", "trace")
 
 

@@ -54,3 +54,24 @@ def test_collective_library_by_owner():
     assert ranks.collective_library("libnccl.so.2") == "nccl"
     assert ranks.collective_library("libsimnccl.so") == "nccl"
     assert ranks.collective_library("libcublas.so.12") == ""
+
+
+def test_one_process_on_two_devices_has_a_peak_per_device():
+    import pandas as pd
+
+    from pyinterpose.trace.model import Trace
+
+    MiB = 1 << 20
+    # device 0: 4 MiB [0, 10) + 2 MiB [5, 20) -> 6 MiB; device 1: 8 MiB [12, 30); process: 10 MiB at 12..20
+    rows = [(0, 4 * MiB, 0, 10), (0, 2 * MiB, 5, 20), (1, 8 * MiB, 12, 30)]
+    blocks = pd.DataFrame([{"block_id": i, "pid": 7, "device": d, "kind": "device", "api": "cuMemAlloc_v2",
+                            "address": 0x1000 * (i + 1), "size": n, "t_alloc": a, "t_free": f, "seq_alloc": a,
+                            "seq_free": f, "freed": True} for i, (d, n, a, f) in enumerate(rows)])
+    procs = pd.DataFrame([{"pid": 7, "context": json.dumps({"JAX_PROCESS_ID": "0", "JAX_NUM_PROCESSES": "1"}),
+                           "devices": json.dumps([[0, "GPU-a"], [1, "GPU-b"]])}])
+    tr = Trace.from_tables(blocks=blocks, processes=procs)
+    (r,) = ranks.per_rank(tr, iterations=False)
+    assert (r["rank"], r["peak_live_bytes"], r["device"], r["device_uuid"]) == (0, 10 * MiB, 1, "GPU-b")
+    assert [(d["device_uuid"], d["peak_live_bytes"]) for d in r["devices"]] == [("GPU-a", 6 * MiB), ("GPU-b", 8 * MiB)]
+    per_dev = {e["device_uuid"]: e["sum_of_peaks"] for e in ranks.job_view([r])["per_device"]}
+    assert per_dev == {"GPU-a": 6 * MiB, "GPU-b": 8 * MiB}
