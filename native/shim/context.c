@@ -79,7 +79,9 @@ void pi_context_device(int stream_ordered, uint64_t stream) {
         if (!cap || cap((CUstream)stream, &status) != 0 || status != 0) return; /* capturing: later */
     }
     if (atomic_fetch_or(&g_seen, bit) & bit) return; /* another thread did it */
-    uuid_fn f = (uuid_fn)pi_sym_near(NULL, "cuDeviceGetUuid");
+    /* _v2 (CUDA 11.4+) names a MIG instance by its own UUID; the first one the parent GPU's */
+    uuid_fn f = (uuid_fn)pi_sym_near(NULL, "cuDeviceGetUuid_v2");
+    if (!f) f = (uuid_fn)pi_sym_near(NULL, "cuDeviceGetUuid");
     char uuid[16];
     memset(uuid, 0, sizeof uuid);
     int r = f ? f(uuid, (CUdevice)dev) : CUDA_ERROR_NOT_FOUND;
