@@ -47,6 +47,9 @@ address: addresses are reused)
                          never released); -1 for other kinds or when the create is
                          not in the trace.  A vmm block's t_alloc/t_free are its
                          map -> unmap.
+    handle_types: int64  vmm/vmm_create/multicast: the shareable-handle types the handle was created with
+                         (cuMemCreate's requestedHandleTypes: 1 POSIX fd, 8 fabric; 0 none or unknown):
+                         non-zero = exportable to other processes (NCCL's buffers)
     reservation_id: int64  vmm: the row of ``reservations`` whose virtual range holds
                          the mapping; -1 otherwise
 
@@ -133,6 +136,7 @@ BLOCK_COLUMNS = {
     "address": "uint64", "size": "int64", "handle": "uint64", "t_alloc": "int64", "t_free": "int64",
     "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "stream": "uint64",
     "counts_device": "bool", "handle_t_create": "int64", "handle_t_release": "int64", "reservation_id": "int64",
+    "handle_types": "int64",
     "owner": "category", "stack_id": "int64",
 }
 RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int16", "api": "category",

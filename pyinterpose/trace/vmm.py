@@ -23,6 +23,8 @@ analysis needs:
   first of two overlapping maps is unmapped while the second lives on, the bytes only the first
   counted are not counted again (a per-block constant cannot change mid-life), so the live
   curve can only be low there, never double;
+* ``handle_types``: cuMemCreate's ``requestedHandleTypes`` (1 POSIX fd, 8 fabric, 0 none: a handle
+  the program may export to other processes; recorded in the create's stream field; 0 in older traces);
 * **the collective library's memory** (NCCL): a map of a handle imported from another process
   (``cuMemImportFromShareableHandle``) is kind ``vmm_import`` and a map of a multicast object
   (``cuMulticastCreate``) kind ``multicast``: neither counts (``device_bytes`` 0) — the peer's
@@ -191,9 +193,9 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     # map -> the latest create of the same (pid, handle) before it
     maps["_row"] = np.arange(len(maps))
     maps["_offset"] = maps["stream"].to_numpy(np.uint64).astype(np.int64)  # cuMemMap's offset (0 in old traces)
-    cr = creates[["pid", "handle", "seq_alloc", "t_alloc", "t_free", "block_id", "device"]].rename(
+    cr = creates[["pid", "handle", "seq_alloc", "t_alloc", "t_free", "block_id", "device", "stream"]].rename(
         columns={"seq_alloc": "_cseq", "t_alloc": "handle_t_create", "t_free": "handle_t_release",
-                 "block_id": "_create", "device": "_cdev"})
+                 "block_id": "_create", "device": "_cdev", "stream": "_htypes"})
     cr["_origin"] = _origin(creates)
     m_sorted = maps.sort_values("seq_alloc", kind="stable")
     if len(cr):
@@ -206,6 +208,8 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     for c in ("handle_t_create", "handle_t_release", "_create"):
         maps[c] = j[c].fillna(-1).to_numpy(np.int64)
     origin = j["_origin"].fillna(OWN).to_numpy(np.int64) if "_origin" in j else np.full(len(maps), OWN)
+    maps["handle_types"] = (j["_htypes"].fillna(0).to_numpy(np.float64).astype(np.int64) if "_htypes" in j
+                            else np.zeros(len(maps), np.int64))
 
     # reservation of each map; an unmap that never came ends at the reservation's free
     rid = _reservation_of(maps, res)
@@ -244,6 +248,7 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     keep_create = is_create & ~b["block_id"].isin(mapped_creates).to_numpy()
     rest = b[~(is_map | is_res | is_create) | keep_create].copy()
     kc = (rest["kind"] == "vmm_create").to_numpy()
+    rest["handle_types"] = np.where(kc, rest["stream"].to_numpy(np.uint64).astype(np.int64), 0)
     rest["device_bytes"] = np.where(rest["counts_device"].to_numpy(bool), rest["size"].to_numpy(np.int64), 0)
     if kc.any():   # a handle never mapped: its own lifetime
         rest.loc[kc, "handle_t_create"] = rest.loc[kc, "t_alloc"]

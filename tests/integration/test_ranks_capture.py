@@ -64,6 +64,7 @@ def test_collective_memory_is_attributed_and_never_counted_twice(three_ranks):
         # the two windows (4 + 4 MiB) of one 6 MiB handle count 6 MiB
         own = lib[lib["kind"].astype(str) == "vmm"]
         assert own["size"].sum() == 8 * MiB and own["device_bytes"].sum() == n["buffer_bytes"] == 6 * MiB
+        assert (own["handle_types"] == 1).all()            # created exportable as POSIX fds, as NCCL does
         # the library's own peak: buffer + IPC buffer + pool objects, each once
         assert pyinterpose.trace.model.peak_live_bytes(lib) == n["owned_bytes"]
     # summed over the job, the peers' memory is counted once: by its owner
