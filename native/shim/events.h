@@ -90,10 +90,20 @@ enum pi_op {
                                tid: CUPTI's stream id; result: kernel name string id (kernels replayed
                                from a graph or not matched; else 0: the LAUNCH names it) or the copy
                                kind (memcpy); device: device id; flags: enum pi_gpu_kind */
-    PI_OP_CLOCK = 20        /* the process's device clock: flags: enum pi_clock_state; result: enum
+    PI_OP_CLOCK = 20,       /* the process's device clock: flags: enum pi_clock_state; result: enum
                                pi_clock_reason; aux: string id of the note (0 none); addr: offset ns
                                (int64: trace clock = CUPTI clock + offset); size: error bound of the
                                alignment, ns; stream: CUPTI records dropped so far */
+    PI_OP_GRAPH_DEF = 21    /* how a CUDA graph came to be (so that its replays can be joined to the calls
+                               captured into it): flags: enum pi_graph_def; api, result: the call;
+                               CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
+                               addr: the executable graph, aux: the graph */
+};
+
+enum pi_graph_def {
+    PI_GRAPH_CAPTURE_BEGIN = 1,
+    PI_GRAPH_CAPTURE_END = 2,
+    PI_GRAPH_INSTANTIATE = 3
 };
 
 enum pi_gpu_kind {

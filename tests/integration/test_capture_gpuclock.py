@@ -127,6 +127,19 @@ def test_graph_replays_join_their_graph_launch(capture, tmp_path, workload):
     # the launches captured into the graph never ran as such: no device time
     captured = tr.launches[~tr.launches["graph"]].iloc[truth["launches_outside"]:]
     assert len(captured) == 2 and (captured["dev_start"] == -1).all()
+    # each replayed node names the call captured into the graph that it runs: the captured kernel
+    # launches (same kernel) and memset, in capture order
+    calls = sorted(captured["seq"].tolist() + tr.copies["seq"].tolist())
+    assert len(calls) == truth["captured"]
+    for seq, grp in nodes.groupby("seq"):
+        grp = grp.sort_values("graph_node")
+        assert grp["captured_seq"].tolist() == calls, (seq, grp)
+    launch_kernel = tr.launches.set_index("seq")["kernel"]
+    kn = nodes[nodes["kind"] == "kernel"]
+    assert (launch_kernel.loc[kn["captured_seq"]].to_numpy() == kn["kernel"].to_numpy()).all()
+    ms = nodes[nodes["kind"] == "memset"]
+    assert (tr.copies.set_index("seq").loc[ms["captured_seq"], "op"].astype(str) == "memset").all()
+    assert (g[g["graph_node"] == 0]["captured_seq"] == -1).all()
 
 
 def test_fork_child_never_uses_the_parents_cupti(capture, tmp_path, workload):
