@@ -345,7 +345,9 @@ static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, si
     /* Deferred to a call path's tick when this thread holds an uncommitted ticket, and also when the ring
      * has no room for the buffer's events: CUPTI's own thread must not wait for the drain while CUPTI may
      * hold a lock that a launch (holding a ticket the drain waits for) needs. */
-    if (t_hold || (!t_ticking && pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024)) {
+    /* Buffers are parsed in the order CUPTI hands them over (a pairing comes before its activities):
+     * while some wait, a new one waits behind them. */
+    if (t_hold || (!t_ticking && (g_ndeferred > 0 || pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024))) {
         pthread_mutex_lock(&g_pool_lock);
         int queued = g_ndeferred < DEFER_MAX;
         if (queued) {
@@ -357,6 +359,7 @@ static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, si
         }
         pthread_mutex_unlock(&g_pool_lock);
         if (queued) return;
+        if (!t_hold) run_deferred(); /* the queue is full: the older ones first, here */
     }
     process_buffer(context, stream, buffer, valid);
 }
@@ -587,6 +590,8 @@ void pi_gpu_capture(int delta) {
     while (c > 0 && !atomic_compare_exchange_weak(&g_capturing, &c, c - 1)) {
     }
 }
+
+int pi_gpu_capturing(void) { return atomic_load(&g_capturing) > 0; }
 
 void pi_gpu_atfork_child(void) {
     pthread_mutex_init(&g_setup_lock, NULL);

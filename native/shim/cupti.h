@@ -22,6 +22,8 @@ PI_GPU_HIDDEN void pi_gpu_pop(void);
 PI_GPU_HIDDEN void pi_gpu_tick(uint64_t now);
 /* A stream capture began (+1) or ended (-1) in this process: no CUPTI call while one is open. */
 PI_GPU_HIDDEN void pi_gpu_capture(int delta);
+/* A stream capture is open in this process (oom.c: no cuMemGetInfo then either). */
+PI_GPU_HIDDEN int pi_gpu_capturing(void);
 /* In a fork() child: the parent's CUPTI state is never used here. */
 PI_GPU_HIDDEN void pi_gpu_atfork_child(void);
 
