@@ -118,3 +118,13 @@ def test_bench_fit_smallest(tmp_path):
     d, _ = bench("bench_fit.py", sample, "--runs", "1", cwd=tmp_path)
     assert d["blocks"] > 0 and d["failures"] == 0 and d["captured_need_bytes"] >= d["lower_bound_bytes"] > 0
     assert set(d["median_s"]) == {"load", "explain", "model", "table", "tight"}
+
+
+@needs_native
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_bench_gpu_clock_smallest(tmp_path):
+    d, _ = bench("bench_gpu_clock.py", "--rounds", "1", "--launches", "2000", "--repeats", "1", cwd=tmp_path)
+    assert d["benchmark"] == "device_clock_cost_simcuda"
+    assert d["trace"]["auto"]["clock"] == "cupti" and d["trace"]["off"]["clock"] == "cpu"
+    assert d["trace"]["auto"]["launches_with_device_time"] == d["trace"]["auto"]["launches"] > 0
+    assert set(d["within_target"]) == {"launch_added_ns", "shim_added_ns", "cpu_added_ns"}
