@@ -417,6 +417,15 @@ static void setup_locked(void) {
         set_off(PI_CLOCK_OFF, "device clock off: --gpu-clock off; analyses use the CPU clock");
         return;
     }
+    const char *inj = getenv("CUDA_INJECTION64_PATH");
+    if (inj && inj[0]) {
+        /* Nsight Systems / Compute (or another CUPTI-based tool) is injected into CUDA and drives CUPTI;
+         * registering our callbacks would take its activity buffers away */
+        snprintf(why, sizeof why, "device clock off: CUPTI busy — another tool is injected into CUDA "
+                 "(CUDA_INJECTION64_PATH=%.300s: Nsight Systems or Compute?); analyses use the CPU clock", inj);
+        set_off(PI_CLOCK_BUSY, why);
+        return;
+    }
     const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");
     if (fl && atoi(fl) > 0) g_flush_ns = (uint64_t)atoi(fl) * 1000000ull;
     const char *bs = getenv("PYINTERPOSE_CUPTI_BUFFER");

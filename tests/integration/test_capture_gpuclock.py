@@ -159,6 +159,8 @@ def test_fork_child_never_uses_the_parents_cupti(capture, tmp_path, workload):
 FALLBACKS = [
     ({"PYINTERPOSE_CUPTI": "/nonexistent/libcupti.so.13"}, (), "libcupti not found", "/nonexistent/libcupti.so.13"),
     ({"SIMCUPTI_BUSY": "1"}, (), "CUPTI busy", "another subscriber"),
+    ({"CUDA_INJECTION64_PATH": "/opt/nsight/libToolsInjection64.so"}, (), "CUPTI busy",
+     "CUDA_INJECTION64_PATH=/opt/nsight/libToolsInjection64.so"),
     ({"SIMCUPTI_FAIL": "cuptiActivityEnable"}, (), "CUPTI failed: cuptiActivityEnable", "cuptiActivityEnable"),
     ({"SIMCUPTI_FAIL": "cuptiGetTimestamp"}, (), "CUPTI failed: cuptiGetTimestamp", "cuptiGetTimestamp"),
     ({}, ("--gpu-clock", "off"), "--gpu-clock off", "--gpu-clock off"),
@@ -166,7 +168,7 @@ FALLBACKS = [
 
 
 @pytest.mark.parametrize("env,opts,run_says,note_says", FALLBACKS,
-                         ids=["absent", "busy", "enable-fails", "timestamp-fails", "off"])
+                         ids=["absent", "busy", "injected", "enable-fails", "timestamp-fails", "off"])
 def test_without_cupti_the_program_runs_unharmed(tmp_path, workload, native, env, opts, run_says, note_says):
     plain_env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(native, "simcuda"))
     import subprocess
