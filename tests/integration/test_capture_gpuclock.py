@@ -260,3 +260,20 @@ def test_exec_children_each_set_up_their_own(tmp_path, workload):
     dl = device_log(log)
     for pid in ran["pid"]:
         assert_matches_log(tr, dl, int(pid))
+
+
+@pytest.mark.parametrize("fw", ["torch", "jax", "tf"])
+def test_simtrain_framework_paths_get_device_times(capture, tmp_path, fw):
+    """simtrain's three framework call paths (cudart PLT; dlopen libcuda + dlsym; cuGetProcAddress) with
+    H100-like device durations: every launch and copy has its device time, as simcuda ran it."""
+    import sys
+    path, cp, log = _run(capture, tmp_path, sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", fw,
+                         "--steps", "12", "--device-time", "h100-like")
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    pid = int(tr.launches["pid"].iloc[0])
+    assert_matches_log(tr, log, pid)
+    for tab in (tr.launches, tr.copies):
+        assert len(tab) and (tab["dev_start"] >= 0).all()
+    # the host runs ahead of the device: kernels start after their launch call
+    assert (tr.launches["dev_start"] > tr.launches["t"]).mean() > 0.9
