@@ -376,6 +376,48 @@ static int case_fork(void)
     return 0;
 }
 
+/* the device-clock functions through dlsym and cuGetProcAddress_v2, as the jax- and tf-like paths reach them */
+typedef CUresult (*getproc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static int case_procaddr(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    CHECK(h);
+    getproc_fn gp = (getproc_fn)dlsym(h, "cuGetProcAddress_v2");
+    CHECK(gp);
+    /* name asked for -> the exported symbol it must resolve to */
+    const char *names[][2] = {{"simcuSetKernelDuration", "simcuSetKernelDuration"},
+                              {"simcuSetNextLaunchDuration", "simcuSetNextLaunchDuration"},
+                              {"simcuSetDeviceModel", "simcuSetDeviceModel"},
+                              {"simcuGetDeviceTime", "simcuGetDeviceTime"},
+                              {"cuStreamBeginCapture", "cuStreamBeginCapture_v2"},
+                              {"cuStreamEndCapture", "cuStreamEndCapture"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult st;
+        CHECK_EQ(gp(names[i][0], &fn, 13000, 0, &st), CUDA_SUCCESS);
+        CHECK(fn != NULL && fn == dlsym(h, names[i][1]));
+    }
+    void *ptsz = NULL;
+    CHECK_EQ(gp("cuStreamBeginCapture", &ptsz, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL), CUDA_SUCCESS);
+    CHECK(ptsz == dlsym(h, "cuStreamBeginCapture_v2_ptsz"));
+    /* one launch duration set through the resolved pointer, seen on the device clock */
+    CUresult (*set_next)(unsigned long long) = NULL;
+    CHECK_EQ(gp("simcuSetNextLaunchDuration", (void **)&set_next, 13000, 0, NULL), CUDA_SUCCESS);
+    CUresult (*get_time)(unsigned long long *, unsigned long long *) = NULL;
+    CHECK_EQ(gp("simcuGetDeviceTime", (void **)&get_time, 13000, 0, NULL), CUDA_SUCCESS);
+    setup();
+    CUfunction f = kernel("k_procaddr");
+    unsigned long long t0, c0;
+    CHECK_EQ(get_time(&t0, &c0), CUDA_SUCCESS);
+    CHECK(c0 > t0);
+    CHECK_EQ(set_next(30000000), CUDA_SUCCESS);
+    launch(f, NULL, 1);
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK(mono() >= t0 + 30000000);
+    printf("ok procaddr\n");
+    return 0;
+}
+
 /* Disable stops a kind; KERNEL instead of CONCURRENT_KERNEL gives kind-3 records */
 static int case_kinds(void)
 {
@@ -532,6 +574,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "threads")) return case_threads();
     if (!strcmp(c, "fork")) return case_fork();
     if (!strcmp(c, "kinds")) return case_kinds();
+    if (!strcmp(c, "procaddr")) return case_procaddr();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }

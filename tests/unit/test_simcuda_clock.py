@@ -225,6 +225,10 @@ def test_enable_disable_and_kernel_kind(exe, libs):
     assert sorted(r["corr"] for r in recs["api"]) == [ext[1], ext[2], ext[3]]
 
 
+def test_device_clock_api_through_get_proc_address(exe, libs):
+    assert _run(exe, libs, "procaddr")[-1] == "ok procaddr"
+
+
 def test_forked_child_has_only_its_own_records(exe, libs):
     lines = _run(exe, libs, "fork")
     child = lines[lines.index("child"):lines.index("child end")]
