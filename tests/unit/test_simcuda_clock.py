@@ -225,6 +225,23 @@ def test_enable_disable_and_kernel_kind(exe, libs):
     assert sorted(r["corr"] for r in recs["api"]) == [ext[1], ext[2], ext[3]]
 
 
+def test_graph_node_callbacks_lead_replays_back_to_captured_calls(exe, libs):
+    lines = _run(exe, libs, "graphcb")
+    ext_of_node = {int(p[1]): int(p[2]) for p in (line.split() for line in lines) if p[0] == "created"}
+    types = [int(p[3]) for p in (line.split() for line in lines) if p[0] == "created"]
+    orig_of_clone = {int(p[1]): int(p[2]) for p in (line.split() for line in lines) if p[0] == "cloned"}
+    exec_ids = {int(p[3]) for p in (line.split() for line in lines) if p[0] == "cloned"}
+    assert sorted(ext_of_node.values()) == [500, 501, 502] and types == [0, 2, 0]  # kernel, memset, kernel
+    recs = _records(lines)
+    replayed = sorted(recs["kernel"] + recs["memset"], key=lambda r: (r["start"], r["end"]))
+    assert len(replayed) == 3
+    # record -> executable node -> original node -> the captured call's external id
+    assert [ext_of_node[orig_of_clone[r["node_id"]]] for r in replayed] == [500, 501, 502]
+    assert {r["graph_id"] for r in replayed} == exec_ids  # the record's graphId is the executable graph's
+    graph_id = next(int(line.split()[1]) for line in lines if line.startswith("graph "))
+    assert graph_id not in exec_ids
+
+
 def test_device_clock_api_through_get_proc_address(exe, libs):
     assert _run(exe, libs, "procaddr")[-1] == "ok procaddr"
 
@@ -260,13 +277,14 @@ def test_runtime_path(libs, tmp_path):
 
 def test_cupti_busy(exe, libs):
     lines = _run(exe, libs, "busy", env={"SIMCUPTI_BUSY": "1"})
-    assert lines[:2] == ["register 39", "enable 39"]  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+    # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED from the activity API and the callback API
+    assert lines[:2] == ["register 39", "enable 39"] and "subscribe 39" in lines
     assert "work ok" in lines
 
 
 def test_cupti_fail_knob(exe, libs):
     lines = _run(exe, libs, "fail", env={"SIMCUPTI_FAIL": "cuptiActivityEnable,cuptiGetTimestamp"})
-    assert lines[:3] == ["register 0", "enable 999", "timestamp 999"]
+    assert lines[:4] == ["register 0", "enable 999", "subscribe 0", "timestamp 999"]
     assert "work ok" in lines
 
 

@@ -357,6 +357,12 @@ HIDDEN uint64_t sim_queue_mark(struct sim_queue *q)
 
 /* ---------------- the seam to the simulated libcupti ---------------- */
 
+HIDDEN sim_graph_hook_fn sim_graph_hook(void)
+{
+    const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
+    return h ? h->graph_node : NULL;
+}
+
 SIM_API(int, simcuInternalAttachCupti, (const struct simcu_hooks *hooks))
 {
     pthread_once(&g_once, init);
