@@ -297,6 +297,36 @@ def test_cupti_absent(exe, libs, tmp_path):
     assert lines[0] == "absent" and "work ok" in lines
 
 
+TWO_COPIES = r"""
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+int main(void)
+{
+    void *a = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL), *b = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
+    int (*ea)(uint32_t) = (int (*)(uint32_t))dlsym(a, "cuptiActivityEnable");
+    int (*eb)(uint32_t) = (int (*)(uint32_t))dlsym(b, "cuptiActivityEnable");
+    int first = ea(10), second = eb(10);
+    printf("%d %d %d\n", a != b, first, second);
+    return 0;
+}
+"""
+
+
+def test_a_second_copy_of_cupti_does_not_take_the_records(libs, tmp_path):
+    # a wheel has libcupti.so and libcupti.so.13 as two files: a program loading both gets two libraries;
+    # the second must be refused (CUPTI_ERROR_NOT_INITIALIZED), not silently take the driver's records
+    d = tmp_path / "lib"
+    d.mkdir()
+    for name in ("libcuda.so.1", "libcupti.so.13"):
+        shutil.copy(os.path.join(libs, name), d / name)
+    shutil.copy(os.path.join(libs, "libcupti.so.13"), d / "libcupti.so")
+    src, exe = tmp_path / "two.c", str(tmp_path / "two")
+    src.write_text(TWO_COPIES)
+    subprocess.run(["cc", "-o", exe, str(src), "-ldl"], check=True, capture_output=True)
+    assert _run(exe, str(d)) == ["1 0 15"]
+
+
 def _real_cupti_include():
     for d in sorted(glob.glob("/usr/local/cuda*/include")) + sorted(
             glob.glob("/usr/local/lib/python3*/*-packages/nvidia/cuda_cupti/include")):

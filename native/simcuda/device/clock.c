@@ -367,6 +367,11 @@ SIM_API(int, simcuInternalAttachCupti, (const struct simcu_hooks *hooks))
 {
     pthread_once(&g_once, init);
     if (hooks && hooks->version != SIMCU_HOOK_VERSION) return -1;
-    __atomic_store_n(&g_hooks, hooks, __ATOMIC_RELEASE);
+    /* one CUPTI at a time: a second copy of the library (a wheel ships libcupti.so and libcupti.so.13
+     * as two files, and a program may dlopen both names) must not take the first one's records */
+    const struct simcu_hooks *none = NULL;
+    if (hooks && !__atomic_compare_exchange_n(&g_hooks, &none, hooks, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return none == hooks ? SIMCU_HOOK_VERSION : -1;
+    if (!hooks) __atomic_store_n(&g_hooks, NULL, __ATOMIC_RELEASE);
     return SIMCU_HOOK_VERSION;
 }
