@@ -59,9 +59,12 @@ struct simcu_hooks {
 typedef int (*simcu_graph_id_fn)(int what, void *handle, uint64_t *id);
 #define SIMCU_GRAPH_ID_SYMBOL "simcuInternalGraphId"
 
-/* exported by libcuda.so.1; hooks == NULL detaches.  Returns SIMCU_HOOK_VERSION. */
+/* exported by libcuda.so.1: returns SIMCU_HOOK_VERSION, or -1 when another CUPTI is attached;
+ * detach removes the hooks if they are the attached ones (libcupti's destructor calls it) */
 typedef int (*simcu_attach_fn)(const struct simcu_hooks *hooks);
+typedef void (*simcu_detach_fn)(const struct simcu_hooks *hooks);
 #define SIMCU_ATTACH_SYMBOL "simcuInternalAttachCupti"
+#define SIMCU_DETACH_SYMBOL "simcuInternalDetachCupti"
 
 /* ---- the CUPTI clock ----
  * SIMCUPTI_CLOCK_OFFSET_NS  added to CLOCK_MONOTONIC (default 1700000000000000000, about the Unix time

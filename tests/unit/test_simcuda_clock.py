@@ -327,6 +327,50 @@ def test_a_second_copy_of_cupti_does_not_take_the_records(libs, tmp_path):
     assert _run(exe, str(d)) == ["1 0 15"]
 
 
+RELOAD = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include "pi_cuda.h"
+#include "simcuda.h"
+CUresult cuInit(unsigned int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
+static void k(void **p) { (void)p; }
+static int enable(void **h)
+{
+    *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+    int (*en)(unsigned) = (int (*)(unsigned))dlsym(*h, "cuptiActivityEnable");
+    return en(10);
+}
+int main(void)
+{
+    CUcontext c;
+    CUfunction f;
+    void *h;
+    cuInit(0), cuDevicePrimaryCtxRetain(&c, 0), cuCtxSetCurrent(c);
+    simcuRegisterKernel("k", k, 0, NULL, NULL, &f);
+    int first = enable(&h);
+    cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    dlclose(h); /* unmapped: the driver must not call it any more */
+    cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    int again = enable(&h);
+    cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    printf("%d %d\n", first, again);
+    return 0;
+}
+"""
+
+
+def test_cupti_unloaded_and_loaded_again(libs, tmp_path):
+    src, exe = tmp_path / "reload.c", str(tmp_path / "reload")
+    src.write_text(RELOAD)
+    subprocess.run(["cc", *INCLUDES, "-o", exe, str(src), "-L" + libs, "-l:libcuda.so.1", "-ldl"], check=True,
+                   capture_output=True)
+    assert _run(exe, libs) == ["0 0"]
+
+
 def _real_cupti_include():
     for d in sorted(glob.glob("/usr/local/cuda*/include")) + sorted(
             glob.glob("/usr/local/lib/python3*/*-packages/nvidia/cuda_cupti/include")):

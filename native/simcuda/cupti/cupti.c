@@ -417,6 +417,7 @@ struct pi_cupti_subscriber_st { pi_cupti_callback_fn cb; void *userdata; uint64_
 static struct pi_cupti_subscriber_st g_sub;
 static int g_subscribed;
 static simcu_graph_id_fn g_graph_id;
+static simcu_detach_fn g_detach;
 
 static void on_graph_node(uint32_t cbid, void *graph, void *original_graph, void *node, void *original_node,
                           int node_type, void *graph_exec)
@@ -443,8 +444,15 @@ static int attach(void)
     simcu_attach_fn fn = h ? (simcu_attach_fn)dlsym(h, SIMCU_ATTACH_SYMBOL) : NULL;
     if (!fn || fn(&g_hooks) != SIMCU_HOOK_VERSION) return 0; /* not simcuda's driver */
     g_graph_id = (simcu_graph_id_fn)dlsym(h, SIMCU_GRAPH_ID_SYMBOL);
+    g_detach = (simcu_detach_fn)dlsym(h, SIMCU_DETACH_SYMBOL);
     g_attached = 1;
     return 1;
+}
+
+/* unloaded (dlclose) or at exit: the driver must not call into a library that is gone */
+__attribute__((destructor)) static void detach(void)
+{
+    if (g_attached && g_detach) g_detach(&g_hooks);
 }
 
 /* ---------------- the API ---------------- */

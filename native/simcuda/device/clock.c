@@ -372,6 +372,12 @@ SIM_API(int, simcuInternalAttachCupti, (const struct simcu_hooks *hooks))
     const struct simcu_hooks *none = NULL;
     if (hooks && !__atomic_compare_exchange_n(&g_hooks, &none, hooks, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return none == hooks ? SIMCU_HOOK_VERSION : -1;
-    if (!hooks) __atomic_store_n(&g_hooks, NULL, __ATOMIC_RELEASE);
     return SIMCU_HOOK_VERSION;
+}
+
+/* the attached CUPTI goes away (dlclose, or its destructor at exit): only its own hooks are removed */
+SIM_API(void, simcuInternalDetachCupti, (const struct simcu_hooks *hooks))
+{
+    const struct simcu_hooks *expect = hooks;
+    __atomic_compare_exchange_n(&g_hooks, &expect, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
