@@ -82,6 +82,9 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
         pi_commit(s, tk + 1);
     }
     pi_commit(e, tk);
+    if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
+        !(kind == PI_KIND_VMM_CREATE && size == 0))
+        pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
 }
 
 static void free_pre(pi_ctx *c, uint64_t addr, int kind) {
@@ -177,6 +180,11 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     else call_end(&cx, api, r, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0, &sc); } while (0)
 #define A_SET_DEVICE(dev) AFTER_ONLY(if (r == 0) pi_t.device = (dev))
 #define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))
+#define A_CTX_RETAIN(c, d) AFTER_ONLY(if (r == 0 && (c)) pi_context_remember(*(c), (d)))
+#define A_CTX_CURRENT(c, push) AFTER_ONLY(if (r == 0) pi_context_current((c), (push)))
+#define A_CTX_POP AFTER_ONLY(if (r == 0) pi_context_pop())
+#define A_OBJECT(addr, n, handle, second) AFTER_ONLY( \
+    pi_emit(PI_OP_OBJECT, (uint16_t)api, r, (uint64_t)(addr), (uint64_t)(n), (uint64_t)(second), (uint64_t)(handle), 0))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()
 #define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
 /* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open */
