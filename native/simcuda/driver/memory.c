@@ -566,6 +566,7 @@ static CUresult copy(void *dst, const void *src, size_t n, CUstream s, int ck, i
             g->kind = SIMCU_OP_MEMCPY;
             g->dst = dst, g->src = src, g->bytes = n;
             g->copy_kind = (uint8_t)ck, g->src_kind = (uint8_t)sk, g->dst_kind = (uint8_t)dk, g->engine = eng;
+            sim_graph_node_created(q->capture, g);
         }
         sim_api_end(corr, cbid, t0);
         return r;
@@ -632,7 +633,10 @@ static CUresult set(CUdeviceptr dst, unsigned v, size_t n, int elem, CUstream s,
     if (q->capture) {
         struct sim_gnode *g = sim_graph_add(q->capture);
         if (!g) r = CUDA_ERROR_OUT_OF_MEMORY;
-        else g->kind = SIMCU_OP_MEMSET, g->dst = P(dst), g->bytes = bytes, g->value = value, g->elem = elem;
+        else {
+            g->kind = SIMCU_OP_MEMSET, g->dst = P(dst), g->bytes = bytes, g->value = value, g->elem = elem;
+            sim_graph_node_created(q->capture, g);
+        }
         sim_api_end(corr, cbid, t0);
         return r;
     }
