@@ -11,8 +11,10 @@
  *        records per buffer, default 1): many more buffers than an unpaired activity used to wait.
  *
  * Pairings come first, as CUPTI writes them (at the call); a consumer that parses buffers in the order
- * CUPTI delivered them joins every kernel to its call.  $FAKECUPTI_LOG (optional) gets one line per flush:
- * "pairings N kernels M" (the ground truth of what was handed over).
+ * CUPTI delivered them joins every kernel to its call.  $FAKECUPTI_UNPAIRED=N: the first such flush also
+ * hands over N kernel records that no pairing will ever name (as kernels launched on a path the shim does
+ * not hook).  $FAKECUPTI_LOG (optional) gets one line per flush: "pairings N kernels M" (the ground truth
+ * of what was handed over; M counts the unpaired ones too).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -160,10 +162,25 @@ API pi_CUptiResult cuptiActivityFlushAll(uint32_t flag) {
         k->name = "fake_kernel";
     }
     if (b.p) g_comp(NULL, 0, b.p, b.size, b.used);
+    b.p = NULL;
+    static int unpaired_done;
+    const char *un = getenv("FAKECUPTI_UNPAIRED");
+    int nun = un && !unpaired_done ? atoi(un) : 0;
+    unpaired_done = 1;
+    for (int i = 0; i < nun; i++) {
+        pi_cupti_kernel *k = put(&b, PI_CUPTI_KIND_CONCURRENT_KERNEL);
+        if (!k) continue;
+        k->start = g_calls[s.from].t + 3000;
+        k->end = g_calls[s.from].t + 4000;
+        k->streamId = 7;
+        k->correlationId = (1u << 30) + (uint32_t)i;
+        k->name = "unhooked_kernel";
+    }
+    if (b.p) g_comp(NULL, 0, b.p, b.size, b.used);
     const char *log = getenv("FAKECUPTI_LOG");
     FILE *f = log && log[0] ? fopen(log, "a") : NULL;
     if (f) {
-        fprintf(f, "pairings %d kernels %d\n", s.to - s.from, s.to - s.from);
+        fprintf(f, "pairings %d kernels %d\n", s.to - s.from, s.to - s.from + nun);
         fclose(f);
     }
     return PI_CUPTI_SUCCESS;

@@ -300,3 +300,24 @@ def test_buffers_are_parsed_in_the_order_cupti_handed_them_over(capture, tmp_pat
     unmatched = int((tr.gpu_activity["seq"] < 0).sum())
     assert unmatched == 0, f"{unmatched} of 300 kernels not joined to their launch"
     assert set(tr.gpu_activity["seq"]) == set(tr.launches["seq"]) and (tr.launches["dev_start"] >= 0).all()
+
+
+def test_unpaired_activities_past_the_bound_are_counted_and_noted(capture, tmp_path, workload, cbuild):
+    """70000 kernel records no pairing will ever name (more than the 65536 the shim keeps waiting): the
+    oldest quarter of the waiting list goes out unmatched when it fills, the rest at the final flush; none
+    is lost, the trace says how many went out at the bound, and the launches' own kernels still join."""
+    fake = cbuild("cupti_order_fake", shared=True, link_cudart=False)
+    log = str(tmp_path / "fake.log")
+    path, cp, _ = _run(capture, tmp_path, workload, "many", "50",
+                       env={"PYINTERPOSE_CUPTI": fake, "FAKECUPTI_LOG": log, "FAKECUPTI_UNPAIRED": "70000"})
+    assert cp.returncode == 0, cp.stderr
+    handed = [line.split() for line in open(log)]
+    assert sum(int(h[3]) for h in handed) == 50 + 70000
+    tr = pyinterpose.load(path)
+    p = tr.processes.iloc[0]
+    assert p["gpu_dropped"] == 0 and p["lost"] == 0
+    g = tr.gpu_activity
+    assert len(g) == 70050 and (g["seq"] < 0).sum() == 70000
+    assert set(g[g["seq"] >= 0]["seq"]) == set(tr.launches["seq"]) and (tr.launches["dev_start"] >= 0).all()
+    notes = [n["note"] for n in tr.meta["capture_notes"]]
+    assert any(n.startswith(f"device clock: {65536 // 4} device records went out unmatched") for n in notes), notes
