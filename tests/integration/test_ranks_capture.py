@@ -96,7 +96,9 @@ def test_the_report_shows_each_rank(three_ranks):
     rep = html.build(tr, time_limit=0.2)
     want = {t["rank"]: t["peak_live_bytes"] for t in truth["ranks"]}
     assert {r["rank"]: r["peak_live_bytes"] for r in rep.headlines["per_rank"]} == want
-    assert any(s.id == "ranks" and s.tables for s in rep.sections)
+    sec = [s for s in rep.sections if s.id == "ranks"]
+    assert len(sec) == 1 and sec[0].tables and len(sec[0].figures) == 1
+    assert all(f"rank {t['rank']}: " in sec[0].figures[0][1] for t in truth["ranks"])
     assert rep.headlines["ranks"]["max_rank"] == truth["heavy_rank"]
 
 
