@@ -97,5 +97,6 @@ def test_report_and_compare_take_the_folder(job_dir, tmp_path):
     assert page.count("GPU-73696d63-7564-612d-0000-000000000001") == 3 and "imbalance" in page
     cp = run_cli("compare", str(job_dir), "--no-pools", "--no-swap", "--json")
     assert cp.returncode == 0, cp.stderr
-    labels = [t["label"] for t in json.loads(cp.stdout)["traces"]]
-    assert labels == sorted(f for f in os.listdir(job_dir) if f.endswith(".pit"))
+    rows = json.loads(cp.stdout)["traces"]
+    assert [t["label"] for t in rows] == sorted(f for f in os.listdir(job_dir) if f.endswith(".pit"))
+    assert [t["ranks"] for t in rows] == [[0], [1], [2]]
