@@ -115,3 +115,18 @@ def test_driver_api_programs_name_their_device(capture, tmp_path, framework):
     assert set(dev["device"].tolist()) == {1}
     devices = json.loads(tr.processes["devices"].iloc[0])
     assert devices == [[1, "GPU-73696d63-7564-612d-0000-000000000002"]]
+
+
+def test_summary_text_and_json_of_one_trace(three_ranks):
+    from conftest import run_cli
+
+    tr, truth = three_ranks
+    cp = run_cli("summary", tr.path, env={"COLUMNS": "200"})
+    assert cp.returncode == 0, cp.stderr
+    assert "3 ranks: imbalance (max peak / median)" in cp.stdout and "first to reach its peak: rank" in cp.stdout
+    cp = run_cli("summary", tr.path, "--json")
+    assert cp.returncode == 0, cp.stderr
+    pr = json.loads(cp.stdout)["per_rank"]
+    assert [(r["rank"], r["pid"], r["peak_live_bytes"]) for r in pr] == \
+        [(t["rank"], t["pid"], t["peak_live_bytes"]) for t in sorted(truth["ranks"], key=lambda t: t["rank"])]
+    assert all(r["device_uuid"].startswith("GPU-") for r in pr)
