@@ -24,6 +24,12 @@ def _table(per_rank: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _device_table(job: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"host": e["host"], "device UUID": e["device_uuid"] or "?",
+                          "ranks": ", ".join(str(r) for r in e["ranks"]),
+                          "sum of the ranks' peaks": fmt_bytes(e["sum_of_peaks"])} for e in job.get("per_device") or []])
+
+
 def _figure(per_rank: list[dict], job: dict) -> tuple[str, str]:
     from .plots import ranks_png
 
@@ -56,6 +62,7 @@ def ranks_section(trace, heads: dict):
     s.facts = facts(job)
     s.figures.append(_figure(pr, job))
     s.tables.append(("per rank", _table(pr)))
+    s.tables.append(("per device (ranks sharing a GPU add up there)", _device_table(job)))
     heads["ranks"] = job
     heads["per_rank"] = pr
     return s
@@ -70,6 +77,8 @@ def job_report(res: dict, title: str):
     if res["per_rank"]:
         s.figures.append(_figure(res["per_rank"], res["ranks"]))
     s.tables.append(("per rank", _table(res["per_rank"])))
+    if res["ranks"].get("per_device"):
+        s.tables.append(("per device (ranks sharing a GPU add up there)", _device_table(res["ranks"])))
     t = Section("traces", "Traces", "The job's traces, one per node or per rank (run -o trace-{host}-{rank}.pit).")
     t.tables.append(("traces", pd.DataFrame([{
         "trace": x["trace"], "host": x["host"], "processes": x["processes"], "events": x["events"],
