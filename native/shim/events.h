@@ -107,10 +107,20 @@ enum pi_op {
     PI_OP_DEVICE = 23,      /* a device the process used, recorded at its first allocation there:
                                device: the ordinal the process sees; addr, size: the 16 bytes of its
                                UUID (cuDeviceGetUuid); result: that call's CUDA result */
-    PI_OP_OBJECT = 24       /* a call on a memory object that allocates nothing itself (api says which:
+    PI_OP_OBJECT = 24,      /* a call on a memory object that allocates nothing itself (api says which:
                                shareable-handle export, IPC handle, multicast bind/unbind, memory pool
                                create/destroy): addr: address or offset, size: bytes, aux: the object's
                                handle (pool, multicast or VMM handle), stream: a second handle */
+    PI_OP_GRAPH_DEF = 25   /* how a CUDA graph came to be (so that its replays can be joined to the calls
+                               captured into it): flags: enum pi_graph_def; api, result: the call;
+                               CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
+                               addr: the executable graph, aux: the graph */
+};
+
+enum pi_graph_def {
+    PI_GRAPH_CAPTURE_BEGIN = 1,
+    PI_GRAPH_CAPTURE_END = 2,
+    PI_GRAPH_INSTANTIATE = 3
 };
 
 enum pi_gpu_kind {

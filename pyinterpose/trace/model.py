@@ -79,7 +79,10 @@ expandable segments, the segment's peak size)
     external correlation id; -1 when none matched), kind (category: kernel|memcpy|memset), start,
     end (int64 ns since the start of the run), device (int16), stream (int64: CUPTI's stream id),
     graph_node (uint64: 0 unless replayed from a CUDA graph), kernel (int32: index into ``kernels``,
-    -1 none), bytes (int64: memcpy/memset size, 0 for kernels)
+    -1 none), bytes (int64: memcpy/memset size, 0 for kernels), captured_seq (int64: a node replayed from
+    a graph captured in the trace: the seq of the LAUNCH / COPY / MEMSET captured into it that this node
+    runs — the k-th node of a replay, in graph node id order, is the k-th call captured, when their
+    numbers agree; -1 otherwise)
 ``hints`` — cudaMemAdvise/cudaMemPrefetchAsync: pid, seq, t, api, op (advise|prefetch), address, size, value
 ``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result, stream (uint64),
     device (int16: the device the shim queried at an out-of-memory failure, else the thread's last
@@ -145,8 +148,8 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
                        "mapped_peak": "int64"}
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
 COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
-                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "free_bytes": -1,
-                   "total_bytes": -1, "context": "{}", "devices": "[]"}
+                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "captured_seq": -1,
+                   "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]"}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
@@ -158,7 +161,7 @@ COPY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category",
                 "dev_start": "int64", "dev_end": "int64"}
 GPU_ACTIVITY_COLUMNS = {"pid": "int32", "seq": "int64", "kind": "category", "start": "int64", "end": "int64",
                         "device": "int16", "stream": "int64", "graph_node": "uint64", "kernel": "int32",
-                        "bytes": "int64"}
+                        "bytes": "int64", "captured_seq": "int64"}
 HINT_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
                 "address": "uint64", "size": "int64", "value": "int64"}
 FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",

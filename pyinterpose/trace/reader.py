@@ -624,6 +624,9 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     }, copy=False)
     launches = conform(launches, LAUNCH_COLUMNS)
     l_kid = kid
+    gl_rows = np.flatnonzero(launches["graph"].to_numpy())
+    graph_launches = pd.DataFrame({"pid": launches["pid"].to_numpy()[gl_rows],
+                                   "seq": launches["seq"].to_numpy()[gl_rows], "exec": L["addr"][gl_rows]})
     del L, l_pid, n_acc, l_op, l_aux, lm
 
     # ---- copies, hints, failures, markers ----
@@ -646,6 +649,11 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                                            copies["seq"].to_numpy())
     del G, g_pid, l_kid, kid
     if len(gpu_activity):
+        if len(graph_launches) and (side_op == O.GRAPH_DEF).any():
+            calls = pd.concat([launches.loc[~launches["graph"], ["pid", "seq", "stream"]],
+                               copies[["pid", "seq", "stream"]]])
+            gpu_activity["captured_seq"] = gpuclock.join_captured(gpu_activity, gpuclock.captured_calls(
+                side, side_pid, side_op, O.GRAPH_DEF, calls, graph_launches))
         spans = gpuclock.event_spans(gpu_activity)
         for tab in (launches, copies):
             tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(), tab["seq"].to_numpy())
