@@ -59,6 +59,9 @@ def test_collective_memory_is_attributed_and_never_counted_twice(three_ranks):
         lib = mine[mine["owner"].astype(str) == "libsimnccl.so"]
         kinds = lib["kind"].astype(str).value_counts().to_dict()
         assert kinds == {"vmm": 2, "vmm_import": 2, "ipc": 2, "multicast": 1, "device": 1, "pool": 4}, kinds
+        # a peer's IPC buffer opened here: its size known (cuMemGetAddressRange_v2), never counted here
+        ipc = lib[lib["kind"].astype(str) == "ipc"]
+        assert (ipc["size"] == 2 * MiB).all() and not ipc["counts_device"].any()
         # peers' buffers, IPC opens and the multicast object count nothing here
         assert not lib[lib["kind"].astype(str).isin(["vmm_import", "ipc", "multicast"])]["counts_device"].any()
         # the two windows (4 + 4 MiB) of one 6 MiB handle count 6 MiB
