@@ -672,6 +672,8 @@ SIM_API(CUresult, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n,
 }
 SIM_VARIANT(CUresult, cuMemsetD32Async_ptsz, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s), (dst, ui, n, s));
 
+#define SIM_ERROR_NOT_FOUND_RANGE CUDA_ERROR_INVALID_VALUE
+
 /* ---------------- IPC memory handles ----------------
  * The handle (64 opaque bytes) names the exporting process and its memfd; the importer opens
  * /proc/<pid>/fd/<fd> and maps the same pages.  Opened mappings are tracked for cuIpcCloseMemHandle. */
@@ -738,5 +740,25 @@ SIM_API(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr))
     if (!o) return CUDA_ERROR_INVALID_VALUE;
     munmap((void *)(uintptr_t)o->addr, o->size);
     free(o);
+    return CUDA_SUCCESS;
+}
+
+/* base and size of the allocation holding dptr: an opened IPC buffer, or a device/managed/host
+ * allocation (a scan of the table: for tools, not for every call) */
+SIM_API(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr))
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    uint64_t base = 0;
+    size_t size = 0;
+    lock();
+    for (struct ipc_open *o = g_ipc_open; o && !size; o = o->next)
+        if (dptr >= o->addr && dptr < o->addr + o->size) base = o->addr, size = o->size;
+    for (size_t i = 0; i < g_nbuckets && !size; i++)
+        for (struct entry *e = g_buckets[i]; e && !size; e = e->next)
+            if (dptr >= e->addr && dptr < e->addr + e->size) base = e->addr, size = e->size;
+    unlock();
+    if (!size) return SIM_ERROR_NOT_FOUND_RANGE;
+    if (pbase) *pbase = base;
+    if (psize) *psize = size;
     return CUDA_SUCCESS;
 }
