@@ -90,10 +90,16 @@ enum pi_op {
                                tid: CUPTI's stream id; result: kernel name string id (kernels replayed
                                from a graph or not matched; else 0: the LAUNCH names it) or the copy
                                kind (memcpy); device: device id; flags: enum pi_gpu_kind */
-    PI_OP_CLOCK = 20        /* the process's device clock: flags: enum pi_clock_state; result: enum
+    PI_OP_CLOCK = 20,       /* the process's device clock: flags: enum pi_clock_state; result: enum
                                pi_clock_reason; aux: string id of the note (0 none); addr: offset ns
                                (int64: trace clock = CUPTI clock + offset); size: error bound of the
                                alignment, ns; stream: CUPTI records dropped so far */
+    /* The device's memory at a failed allocation (native/shim/oom.c): follows the failed ALLOC (and
+     * its SITE) in the same reservation; only for out-of-memory results, only when no stream capture
+     * is in progress in the process, at the outermost hooked call. */
+    PI_OP_MEMINFO = 21      /* aux: seq of the failed ALLOC; addr: free bytes, size: total bytes
+                               (cuMemGetInfo_v2 right after the failure); device: cuCtxGetDevice
+                               (-1 unknown) */
 };
 
 enum pi_gpu_kind {
@@ -158,7 +164,7 @@ typedef struct pi_ring_header {
     uint64_t capacity;       /* records, power of two */
     int32_t  pid;
     int32_t  ppid;
-    int32_t  consumer_pid;   /* the drain's pid (informational: liveness is beat_ns/lease_ns) */
+    int32_t  consumer_pid;   /* the drain's pid (liveness: beat_ns/lease_ns, and the shim's pid checks) */
     int32_t  flags;          /* enum pi_ring_flags */
     uint64_t start_ns;       /* CLOCK_MONOTONIC at ring creation */
     uint64_t closed;         /* set to 1 by the process's exit handler */
@@ -175,7 +181,8 @@ typedef struct pi_ring_header {
     uint64_t beat_ns;        /* the drain's last heartbeat, CLOCK_MONOTONIC */
     uint64_t lease_ns;       /* a heartbeat older than this means the drain is gone */
     uint64_t abandoned;      /* 1 when the producer stopped waiting for a silent drain */
-    uint8_t  pad0[144];
+    uint64_t oom_failures;   /* allocations that failed for lack of memory (`run` explains them after) */
+    uint8_t  pad0[136];
     uint64_t head;           /* next ticket (own cache line) */
     uint8_t  pad1[56];
     uint64_t tail;           /* consumed tickets (own cache line) */

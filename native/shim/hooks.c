@@ -32,10 +32,40 @@ typedef struct pi_ctx {
 
 static inline int addressable(int kind) { return kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_CREATE; }
 
+/* A failed allocation: the failure record, its call site (SITE, as for a block) and, for an
+ * out-of-memory result, what the device had free (MEMINFO, see oom.c), in one reservation. */
+static void rec_failed_alloc(int api, int r, uint64_t size, int kind, uint64_t stream, uint64_t aux,
+                             uint64_t caller) {
+    pi_site site;
+    int ns = pi_site_capture(caller, &site);
+    uint64_t freeb = 0, total = 0;
+    int dev = -1;
+    int nm = r == 2 && kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_MAP &&
+             pi_meminfo(&freeb, &total, &dev);
+    uint64_t tk;
+    if (!pi_reserve(1 + (uint64_t)ns + (uint64_t)nm, &tk)) return;
+    if (r == 2) pi_count_oom(); /* after the reservation: a forked child has its own ring by now */
+    pi_event *e = pi_slot(tk);
+    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+    if (ns) {
+        pi_event *s = pi_slot(tk + 1);
+        pi_site_fill(s, e, &site);
+        pi_commit(s, tk + 1);
+    }
+    if (nm) {
+        pi_event *m = pi_slot(tk + 1 + (uint64_t)ns);
+        pi_fill(m, PI_OP_MEMINFO, (uint16_t)api, 0, freeb, total, 0, tk, 0);
+        m->t_ns = e->t_ns;
+        m->device = (int16_t)dev;
+        pi_commit(m, tk + 1 + (uint64_t)ns);
+    }
+    pi_commit(e, tk);
+}
+
 static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
                       uint64_t caller) {
     if (r != 0) { /* a failed allocation is a failure record, never a block */
-        pi_emit(PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+        rec_failed_alloc(api, r, size, kind, stream, aux, caller);
         return;
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
@@ -85,7 +115,7 @@ static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint
                      uint64_t aux, const pi_scan *sc) {
     if (c->pushed) pi_gpu_pop();
     if (c->ok) pi_emit_reserved(c->tk, c->t, op, (uint16_t)api, r, addr, size, stream, aux, sc);
-    pi_gpu_tick();
+    pi_gpu_tick(c->t);
 }
 
 /* a copy's destination and source blocks (looked up before the call: the same blocks are live after it) */
@@ -149,7 +179,7 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()
 #define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
-/* stream captures: no CUPTI call while one is open (cupti.c) */
+/* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open */
 #define A_CAPTURE_BEGIN AFTER_ONLY(if (r == 0) pi_gpu_capture(1))
 #define A_CAPTURE_END AFTER_ONLY(pi_gpu_capture(-1))
 /* unloads act at every depth and in processes that do not record: the kernel

@@ -128,6 +128,10 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
                               CUmemoryPool pool);
 HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host);
 HIDDEN CUresult sim_mem_used(int device, size_t *used);
+/* physical memory outside the allocation table (cuMemCreate): charge against the device's capacity
+ * (CUDA_ERROR_OUT_OF_MEMORY when it does not fit) and give back */
+HIDDEN CUresult sim_mem_charge(int device, size_t size);
+HIDDEN void sim_mem_uncharge(int device, size_t size);
 HIDDEN CUmemoryPool sim_default_pool(int device);
 
 #endif

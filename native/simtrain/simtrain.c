@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "../simcuda/simcuda.h"
+#include "simtrain_oom.h"
 
 /* ---------------- API names (the truth's by_api keys) ---------------- */
 
@@ -61,6 +62,7 @@ cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t);
 cudaError_t cudaStreamCreate(cudaStream_t *);
 cudaError_t cudaStreamSynchronize(cudaStream_t);
 cudaError_t cudaStreamDestroy(cudaStream_t);
+cudaError_t cudaMemGetInfo(size_t *, size_t *);
 
 /* driver entry points, found with dlsym (jax) or cuGetProcAddress_v2 (tf) */
 struct driver {
@@ -88,6 +90,7 @@ struct driver {
     CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
     CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
     CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*cuMemGetInfo)(size_t *, size_t *);
 };
 
 /* ---------------- kernels: host functions that touch their buffers ---------------- */
@@ -165,6 +168,13 @@ struct run {
     int device_time;                                  /* enum simtrain_device_time */
     uint64_t dev_rng;                                 /* kernel durations (apart from the noise stream) */
     CUresult (*set_next_duration)(unsigned long long); /* simcuSetNextLaunchDuration */
+    /* out-of-memory mode (simtrain.h): the config, what the next allocations are (the truth's
+     * "role"), and the blocks a framework-like cache holds (freed by the program, kept from CUDA) */
+    const struct simtrain_config *cfg;
+    const char *role;
+    void *cached[64];
+    size_t cached_size[64];
+    int n_cached;
 };
 
 static uint64_t splitmix(uint64_t *s);
@@ -187,36 +197,44 @@ static int fail(struct run *r, const char *fmt, ...)
 
 static void count(struct run *r, enum api a) { r->t->by_api[a]++; }
 
-static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
+/* one allocation call on the framework's path; its CUDA result (nothing counted) */
+static int raw_alloc(struct run *r, void **p, size_t n, int workspace, enum api *a)
 {
     CUdeviceptr d = 0;
-    enum api a;
+    int rc;
     switch (r->fw) {
     case SIMTRAIN_TORCH:
-        if (r->async_backend) {
-            a = API_cudaMallocAsync;
-            TRY(cudaMallocAsync(p, n, r->stream), "cudaMallocAsync");
-        } else {
-            a = API_cudaMalloc;
-            TRY(cudaMalloc(p, n), "cudaMalloc");
-        }
-        break;
+        *a = r->async_backend ? API_cudaMallocAsync : API_cudaMalloc;
+        return r->async_backend ? (int)cudaMallocAsync(p, n, r->stream) : (int)cudaMalloc(p, n);
     case SIMTRAIN_JAX:
-        a = API_cuMemAlloc_v2;
-        TRY(r->d.cuMemAlloc(&d, n), "cuMemAlloc_v2");
-        *p = (void *)(uintptr_t)d;
+        *a = API_cuMemAlloc_v2;
+        rc = (int)r->d.cuMemAlloc(&d, n);
         break;
     default:
-        a = API_cuMemAllocFromPoolAsync;
-        TRY(r->d.cuMemAllocFromPoolAsync(&d, n, workspace ? r->ws_pool : r->pool, r->stream),
-            "cuMemAllocFromPoolAsync");
-        *p = (void *)(uintptr_t)d;
+        *a = API_cuMemAllocFromPoolAsync;
+        rc = (int)r->d.cuMemAllocFromPoolAsync(&d, n, workspace ? r->ws_pool : r->pool, r->stream);
     }
+    if (rc == 0) *p = (void *)(uintptr_t)d;
+    return rc;
+}
+
+static int counted_alloc(struct run *r, void *p, size_t n, enum api a)
+{
     count(r, a);
     r->t->allocs++;
     r->t->bytes += n;
     if (r->regular) r->regular_allocs++;
+    if (r->cfg && r->cfg->oom && oom_track_add((uint64_t)(uintptr_t)p, n, r->role ? r->role : "other"))
+        return fail(r, "out of host memory");
     return 0;
+}
+
+static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
+{
+    enum api a;
+    int rc = raw_alloc(r, p, n, workspace, &a);
+    if (rc != 0) return fail(r, "%s failed with error %d", API_NAMES[a], rc);
+    return counted_alloc(r, *p, n, a);
 }
 
 static int dev_free(struct run *r, void *p)
@@ -242,6 +260,7 @@ static int dev_free(struct run *r, void *p)
     }
     count(r, a);
     r->t->frees++;
+    if (r->cfg && r->cfg->oom) oom_track_remove((uint64_t)(uintptr_t)p);
     return 0;
 }
 
@@ -494,6 +513,12 @@ static int setup(struct run *r)
             return fail(r, "dlsym(libcuda.so.1, %s) failed", need[i].symbol);
         }
     }
+    if (r->cfg->oom) { /* out-of-memory mode only: the free memory, as frameworks ask for it */
+        CUdriverProcAddressQueryResult st;
+        if (getproc ? getproc("cuMemGetInfo", (void **)&r->d.cuMemGetInfo, 12080, 0, &st) != CUDA_SUCCESS
+                    : !(r->d.cuMemGetInfo = (CUresult(*)(size_t *, size_t *))dlsym(r->lib, "cuMemGetInfo_v2")))
+            return fail(r, "cuMemGetInfo not found");
+    }
     register_fn reg = (register_fn)dlsym(r->lib, "simcuRegisterKernel");
     if (!reg) return fail(r, "libcuda.so.1 is not simcuda (no simcuRegisterKernel)");
     CUdevice dev;
@@ -577,10 +602,69 @@ static int noise_pass(struct run *r, struct model *md, uint64_t *rng)
     return dev_free(r, log);
 }
 
+/* ---------------- out of memory, the way a framework's allocator meets it ---------------- */
+
+static int mem_info(struct run *r, size_t *freeb, size_t *total)
+{
+    return r->fw == SIMTRAIN_TORCH ? (int)cudaMemGetInfo(freeb, total) : (int)r->d.cuMemGetInfo(freeb, total);
+}
+
+static int release_cache(struct run *r)
+{
+    while (r->n_cached > 0)
+        if (dev_free(r, r->cached[--r->n_cached])) return -1;
+    return 0;
+}
+
+/* At the OOM step: a few blocks go to the allocator's cache (allocated, freed by the program, kept
+ * from CUDA: PyTorch's cached blocks, buffers XLA has not collected yet); then one request larger
+ * than the free memory (a batch too large) fails; the cache is released for real (cudaFree /
+ * cuMemFree / cuMemFreeAsync of every cached block: PyTorch's release_cached_blocks, XLA's retry
+ * after garbage collection) and the same request is tried again.  NEAR: it asks for the free
+ * memory plus half the cache, so the retry succeeds (the block is used and freed); FINAL: for more
+ * than free + cache, so the retry fails and the run ends with the framework's out-of-memory error.
+ * Each failed try writes the live set to cfg->oom_truth (simtrain_oom.c). */
+static int oom_request(struct run *r, int s)
+{
+    const int near = r->cfg->oom == SIMTRAIN_OOM_NEAR;
+    size_t freeb, total, cached = 0, n;
+    r->role = "cached";
+    for (int i = 0; i < 4; i++) {
+        size_t sz = (size_t)(256 << 10) * (size_t)(i + 1);
+        if (dev_alloc(r, &r->cached[r->n_cached], sz, 0)) return -1;
+        r->cached_size[r->n_cached++] = sz;
+        cached += sz;
+    }
+    TRY(mem_info(r, &freeb, &total), "cuMemGetInfo");
+    n = near ? freeb + cached / 2 : freeb + cached + ((size_t)1 << 20);
+    void *p = NULL;
+    enum api a;
+    struct oom_failure f = {s, 1, NULL, near ? "near" : "final", n, cached, freeb, total};
+    for (;; f.attempt++) {
+        int rc = raw_alloc(r, &p, n, 0, &a);
+        if (rc == 0) break;
+        r->t->failed_allocs++;
+        f.api = API_NAMES[a];
+        if (oom_write_truth(r->cfg->oom_truth, &f)) return fail(r, "cannot write %s", r->cfg->oom_truth);
+        if (f.attempt == 2)
+            return fail(r, "CUDA out of memory. Tried to allocate %zu bytes (%s error %d; device: %zu of %zu bytes "
+                        "free, %zu bytes released from the cache)", n, f.api, rc, freeb, total, cached);
+        if (release_cache(r)) return -1;
+        TRY(mem_info(r, &freeb, &total), "cuMemGetInfo");
+        f.cached_bytes = 0, f.free_bytes = freeb, f.total_bytes = total;
+    }
+    if (f.attempt == 1) return fail(r, "the request of %zu bytes (%zu free) did not fail", n, freeb);
+    r->role = "request";
+    if (counted_alloc(r, p, n, a) || dev_zero(r, p, 4096) || dev_free(r, p)) return -1;
+    r->role = "step";
+    return 0;
+}
+
 static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy)
 {
     int L = md->layers;
     void *x, *loss_grad;
+    r->role = "step";
     r->regular = 1;
     r->regular_allocs = 0;
     if (dev_alloc(r, &x, INPUT_BYTES, 0) || h2d(r, x, staging(r, md), INPUT_BYTES)) return -1;
@@ -590,6 +674,9 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
         uint64_t n = act_bytes(i) / sizeof(float);
         int layer = i;
         if (dev_alloc(r, &md->act[i], act_bytes(i), 0) || dev_alloc(r, &ws, ws_bytes(i), 1)) return -1;
+        if (r->cfg->oom && i == L / 2 && s == (r->cfg->oom_step < 0 ? r->cfg->steps - 1 : r->cfg->oom_step) &&
+            oom_request(r, s))
+            return -1;
         void *args[] = {&md->w[i], &in, &md->act[i], &ws, &n, &layer};
         if (launch(r, K_FWD, args, 4) || dev_free(r, ws)) return -1;
     }
@@ -633,10 +720,14 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     memset(r, 0, sizeof run);
     r->t = out;
     if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
-        cfg->noise < 0 || cfg->noise > 1 || cfg->device_time < 0 || cfg->device_time > 1)
+        cfg->noise < 0 || cfg->noise > 1 || cfg->device_time < 0 || cfg->device_time > 1 || cfg->oom < 0 ||
+        cfg->oom > 2)
         return fail(r, "invalid configuration");
     r->fw = cfg->framework;
     r->device_time = cfg->device_time;
+    r->cfg = cfg;
+    r->role = "persistent";
+    oom_track_reset();
     int L = cfg->layers, rc = -1;
     struct model md = {L, calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), calloc(L, sizeof(void *)),
                        calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), NULL, NULL};

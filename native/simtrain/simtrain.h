@@ -27,7 +27,17 @@ struct simtrain_config {
     double noise;    /* fraction of steps with extra, unpredictable allocations */
     uint64_t seed;
     int device_time; /* enum simtrain_device_time */
+    /* out of memory the way a framework's allocator does (simtrain.c: oom_request) */
+    int oom;              /* enum simtrain_oom */
+    int oom_step;         /* the step that asks for too much (-1: the last step) */
+    const char *oom_truth; /* JSON lines, one per failed request (NULL: not written) */
 };
+
+/* SIMTRAIN_OOM_NEAR: at oom_step a request larger than the free memory fails, the cached blocks
+ * are released (freed for real), the same request is retried and succeeds; the run goes on.
+ * SIMTRAIN_OOM_FINAL: the request is larger than free + cached: the retry fails too and the run
+ * ends with an out-of-memory error (simtrain_run returns non-zero). */
+enum simtrain_oom { SIMTRAIN_OOM_NONE = 0, SIMTRAIN_OOM_NEAR = 1, SIMTRAIN_OOM_FINAL = 2 };
 
 /* SIMTRAIN_DEVICE_H100_LIKE: kernels get device durations on simcuda's device clock (lognormal, sigma 0.7,
  * medians 7-43 us by kernel kind, 2 % of them 0.4-1.2 ms), 12 us of host "dispatch" work before each
@@ -47,6 +57,7 @@ struct simtrain_truth {
     uint64_t noise_steps;
     uint64_t by_api[SIMTRAIN_MAX_API]; /* index: simtrain_api_name(i) */
     char error[256];                   /* set when simtrain_run returns non-zero */
+    uint64_t failed_allocs;            /* allocation calls that failed (out-of-memory mode) */
 };
 
 /* number of API names, the name of API i, and its class:

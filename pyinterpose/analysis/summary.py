@@ -70,4 +70,13 @@ def summarize(trace: Trace) -> dict:
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
+        **_oom(trace),
     }
+
+
+def _oom(trace: Trace) -> dict:
+    """``oom``: one entry per failed out-of-memory allocation (pyinterpose.analysis.oom)."""
+    from .oom import explain
+
+    ex = explain(trace)
+    return {"oom": ex["entries"], "oom_summary": {k: v for k, v in ex.items() if k != "entries"}}

@@ -260,12 +260,13 @@ def _make_ring_dir(session: str, ring_dir: str | None) -> tuple[str | None, str 
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
             env: dict[str, str] | None = None, stacks: str = "python", cwd: str | None = None,
-            force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto") -> int:
+            force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto", after=None) -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
     (128+N when killed by signal N), or CAPTURE_INCOMPLETE_EXIT when the program exited 0 but some
     process was not recorded, events were lost or the trace could not be written, or
     gpuclock.GPU_CLOCK_MISSING_EXIT when it exited 0, ``gpu_clock`` is "cupti" and a process that ran
-    device work got no device clock."""
+    device work got no device clock.  ``after``: called as ``after(output, procs)`` once the trace is
+    written (procs: each process's ring counters, e.g. ``oom_failures``)."""
     if not argv:
         raise PyinterposeError("no command given: pyinterpose run [options] -- CMD ...")
     if view not in VIEWS:
@@ -387,6 +388,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         writer.close()
     if not quiet:
         _print_done(output, procs, writer.events_written, status)
+    if after is not None:
+        after(output, procs)
     problems = _capture_problems(procs, unrecorded, capture_error)
     if problems:
         sys.stderr.write(f"pyinterpose: capture INCOMPLETE: {problems}; the trace {output} says so"

@@ -53,4 +53,25 @@ def _run(args) -> int:
         raise PyinterposeError(f"--ring-dir {args.ring_dir}: not a directory")
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
                    simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
-                   stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, gpu_clock=args.gpu_clock)
+                   stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, gpu_clock=args.gpu_clock,
+                   after=explain_oom)
+
+
+def explain_oom(output: str, procs: list[dict]) -> None:
+    """After the program: when an allocation failed for lack of memory, a compact explanation on
+    stderr (never changes run's exit status; a failure to explain is one line)."""
+    import sys
+
+    if not sum(int(p.get("oom_failures") or 0) for p in procs) or not os.path.exists(output):
+        return
+    try:
+        from .. import load
+        from ..analysis.oom import explain
+        from ..report.oom_text import compact
+
+        lines = compact(explain(load(output)), output)
+    except Exception as e:  # noqa: BLE001 - the trace is written; the explanation is a bonus
+        lines = [f"pyinterpose: allocations failed for lack of memory; no explanation ({type(e).__name__}: {e}); "
+                 f"try: pyinterpose summary {output}"]
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()

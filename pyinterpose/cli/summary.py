@@ -9,6 +9,8 @@ def register(sub) -> None:
                        description="Summarise a trace: event counts, APIs, processes, peak live bytes, loss.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="print JSON")
+    from ._args import add_site_skip
+    add_site_skip(p)
     p.set_defaults(func=_run)
 
 
@@ -24,7 +26,10 @@ def _run(args) -> int:
     from ..analysis.summary import summarize
     from ..report.text import load_trace
 
+    from ._args import apply_site_skip
+
     trace = load_trace(args.file, quiet=args.json)
+    apply_site_skip(trace, args)
     s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
@@ -82,6 +87,7 @@ def _run(args) -> int:
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
     _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
+    print_oom(con, s)
     return 0
 
 
@@ -109,6 +115,19 @@ def allocator_line(s: dict) -> str:
     return line + (f"\n  note: {al['note']}" if al.get("note") else "")
 
 
+def print_oom(con, s: dict) -> None:
+    """The out-of-memory explanation (pyinterpose.report.oom_text), or "no allocation failed"."""
+    from rich.markup import escape
+
+    from ..report.oom_text import full
+
+    ex = {**s["oom_summary"], "entries": s["oom"]}
+    lines = full(ex)
+    con.print(f"[bold]out of memory[/bold]: {escape(lines[0])}")
+    for line in lines[1:]:
+        con.print(escape(line), soft_wrap=True)
+
+
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:
     """The top call sites by bytes live at the peak and by allocation count (rich tables)."""
     from rich.table import Table
@@ -128,5 +147,9 @@ def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> Non
             t.add_row(r["call_site"], r["owner"], str(r["blocks"]), fmt_bytes(r["bytes"]),
                       fmt_bytes(r["peak_live_bytes"]))
         con.print(t)
+    if sites.get("helpers") and (sites.get("by_peak") or sites.get("by_count")):
+        how = "found automatically" if sites.get("site_skip") == "auto" else "--site-skip"
+        con.print(f"call sites: the first frame outside the allocation helpers ({how}; --site-skip to choose): "
+                  + ", ".join(sites["helpers"]))
     for n in sites.get("notes") or []:
         con.print(f"note (pid {n['pid']}): {n['note']}")

@@ -4,6 +4,7 @@ CUDA call path, with a truth file that says exactly what they did.
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
         [--workers K] [--noise F] [--truth FILE.json] [--layers L] [--seed S]
         [--device-time off|h100-like]
+        [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
 
 torch: libcudart through the PLT (cudaMallocAsync/cudaFreeAsync when
 PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF has backend:cudaMallocAsync, else
@@ -20,7 +21,18 @@ the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time a
 
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
-(exact names called), noise_steps, pids; device_time when it is not off.
+(exact names called), noise_steps, pids; device_time when it is not off; failed_allocs with --oom.
+
+Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
+allocator's cache (allocated, freed by the program, kept from CUDA), then asks for more than the
+device has free (a batch too large); the request fails, the cached blocks are released for real
+(cudaFree / cuMemFree_v2 / cuMemFreeAsync), and the same request is tried again -- what PyTorch's
+caching allocator does, and XLA's retry after collecting garbage.  ``near``: the retry succeeds and
+the run goes on (a near OOM); ``final``: it fails too, the program prints the framework's
+out-of-memory error and exits with status 1.  ``--oom-truth FILE`` gets one JSON line per failed
+request with the live set at that moment (see native/simtrain/simtrain_oom.c).  The device's
+size is SIMCUDA_MEMORY_BYTES; when it is not set, --oom sets it to 256 MiB (the retry of a near
+OOM allocates most of the device in host memory).
 """
 from __future__ import annotations
 
@@ -38,16 +50,22 @@ MAX_API = 32
 COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
 
 
+OOM_MODES = ("none", "near", "final")
+OOM_DEFAULT_DEVICE_BYTES = 256 << 20
+
+
 class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int)]
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
+                ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p)]
 
 
 class _Truth(ctypes.Structure):
     _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
-                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256)]
+                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256),
+                ("failed_allocs", ctypes.c_uint64)]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -69,9 +87,11 @@ def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
 
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
-             device_time: str = "off") -> dict:
+             device_time: str = "off", oom: str = "none", oom_step: int = -1,
+             oom_truth: str | None = None) -> dict:
     """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time))
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -81,6 +101,8 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
             by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
     out = {k: int(getattr(t, k)) for k in COUNTERS}
     out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()])
+    if oom != "none":
+        out["failed_allocs"] = int(t.failed_allocs)
     return out
 
 
@@ -93,6 +115,8 @@ def _merge(parts: list[dict]) -> dict:
     total["by_api"] = dict(sorted(by_api.items()))
     total["allocs_per_step"] = parts[0]["allocs_per_step"]
     total["pids"] = [pid for p in parts for pid in p["pids"]]
+    if "failed_allocs" in parts[0]:
+        total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
     return total
 
 
@@ -104,8 +128,7 @@ def _child(lib, args, wfd: int) -> None:
     except (OSError, AttributeError):
         pass
     try:
-        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
-                                 args.device_time)}
+        msg = {"ok": run_once(lib, *_run_args(args))}
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         msg, code = {"error": str(e)}, 1
     try:
@@ -114,6 +137,11 @@ def _child(lib, args, wfd: int) -> None:
             w.write(data)
     finally:
         os._exit(code)
+
+
+def _run_args(args: argparse.Namespace) -> tuple:
+    return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
+            getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -134,8 +162,7 @@ def run(args: argparse.Namespace) -> dict:
         children.append((pid, r))
     parts, errors = [], []
     try:
-        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
-                                 args.device_time))
+        parts.append(run_once(lib, *_run_args(args)))
     except PyinterposeError as e:
         errors.append(str(e))
     for pid, r in children:
@@ -179,6 +206,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device-time", choices=DEVICE_TIMES, default="off",
                    help="h100-like: kernels take device time, the GPU lags the CPU as on an H100")
+    p.add_argument("--oom", choices=OOM_MODES, default="none",
+                   help="run out of device memory at --oom-step: near (the retry after releasing the cache "
+                        "succeeds) or final (it fails: out-of-memory error, exit status 1)")
+    p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
+    p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -190,6 +222,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise PyinterposeError("--noise must be between 0 and 1")
     if not 0 <= args.seed < 2**64:
         raise PyinterposeError("--seed must be between 0 and 2**64-1")
+    if args.oom_step >= args.steps:
+        raise PyinterposeError(f"--oom-step must be below --steps ({args.steps})")
+    if args.oom_step < -1:
+        raise PyinterposeError("--oom-step must be 0 or more")
     return args
 
 
@@ -202,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         args = parse_args(argv)
+        if args.oom != "none":
+            os.environ.setdefault("SIMCUDA_MEMORY_BYTES", str(OOM_DEFAULT_DEVICE_BYTES))
         truth = run(args)
     except PyinterposeError as e:
         print(f"simtrain: error: {e}", file=sys.stderr)

@@ -18,11 +18,12 @@ import pandas as pd
 
 from ..capture import records
 from ..errors import TraceError
+from . import failures as failure_details
 from . import format as fmt
 from . import gpuclock
 from . import stacks as site_tables
 from . import vmm
-from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
+from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS, KINDS,
                     HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS, Trace,
                     conform, empty_table)
 
@@ -644,9 +645,9 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                                            copies["seq"].to_numpy())
     del G, g_pid, l_kid, kid
     if len(gpu_activity):
+        spans = gpuclock.event_spans(gpu_activity)
         for tab in (launches, copies):
-            tab["dev_start"], tab["dev_end"] = gpuclock.event_times(gpu_activity, tab["pid"].to_numpy(),
-                                                                    tab["seq"].to_numpy())
+            tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(), tab["seq"].to_numpy())
     H, h_pid = sp.table("hint")
     if interleaved:
         h_pid, H = _by_pid(h_pid, H)
@@ -658,10 +659,15 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     if interleaved:
         x_pid, X = _by_pid(x_pid, X)
     opname = np.array([{v: k for k, v in records.ops().items()}.get(o, str(o)) for o in range(16)], dtype=object)
+    x_mem = np.isin(X["op"], [O.ALLOC, O.FREE])
+    x_kind = np.where(x_mem, X["flags"], 0).astype(np.int64)
     failures = conform(pd.DataFrame({
         "pid": x_pid, "seq": col(X, "seq"), "t": tcol(X), "api": api_name(X["api"]),
         "op": pd.Categorical(opname[X["op"].astype(np.uint8)]), "size": col(X, "size"),
-        "result": X["result"]}), FAILURE_COLUMNS)
+        "result": X["result"], "stream": np.where(x_mem & (x_kind != 9), X["stream"], 0).astype(np.uint64),
+        "device": X["device"], "kind": categorical(np.clip(x_kind, 0, 9), [""] + [KINDS[k] for k in range(1, 10)]),
+        "pool": np.where(x_kind == 4, X["aux"], 0).astype(np.uint64)}), FAILURE_COLUMNS)
+    failure_details.attach(failures, side, side_pid, side_op, getattr(O, "MEMINFO", None), sites)
     clocks = gpuclock.process_clocks(side, side_pid, side_op, O.CLOCK, strings)
     mi = np.flatnonzero(side_op == O.MARKER)
     markers = conform(pd.DataFrame({

@@ -108,3 +108,13 @@ def test_bench_report_smallest(tmp_path):
         pytest.skip("samples/graphs-blocks.pit not committed")
     d, _ = bench("bench_report.py", sample, "--runs", "1", "--html", str(tmp_path / "r.html"), cwd=tmp_path)
     assert d["file_bytes"] > 0 and len(d["timelines_ms"]) == 1 and d["timelines_ms"][0] > 0
+
+
+@needs_native
+def test_bench_fit_smallest(tmp_path):
+    sample = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+    if not os.path.exists(sample):
+        pytest.skip("samples/torch-cnn-blocks.pit not committed")
+    d, _ = bench("bench_fit.py", sample, "--runs", "1", cwd=tmp_path)
+    assert d["blocks"] > 0 and d["failures"] == 0 and d["captured_need_bytes"] >= d["lower_bound_bytes"] > 0
+    assert set(d["median_s"]) == {"load", "explain", "model", "table", "tight"}

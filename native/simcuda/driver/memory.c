@@ -194,6 +194,25 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     return CUDA_SUCCESS;
 }
 
+HIDDEN CUresult sim_mem_charge(int device, size_t size)
+{
+    lock();
+    if (size > sim_capacity() || g_used[device] > sim_capacity() - size) {
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_used[device] += size;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+HIDDEN void sim_mem_uncharge(int device, size_t size)
+{
+    lock();
+    g_used[device] -= size < g_used[device] ? size : g_used[device];
+    unlock();
+}
+
 HIDDEN CUresult sim_mem_used(int device, size_t *used)
 {
     lock();
