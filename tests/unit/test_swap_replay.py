@@ -292,3 +292,20 @@ def test_two_streams_released_out_of_seq_order():
                 assert (r1.schedule["out_end"] <= r1.schedule["next_access"] + 1e-6).all()
                 swaps += len(r0.schedule)
     assert swaps > 0                         # no-overhead swaps on the two streams, replayed without delay
+
+
+def test_launches_without_device_times_are_placed_and_named():
+    """Some device records missing (CUPTI dropped them): the clock stays the device's and its note
+    counts them; such a launch is placed where the GPU reached it (after every earlier op's end)
+    with no duration; the swap analysis runs on it."""
+    tr, kern, _ = _ati_trace()
+    la = tr.launches.copy()
+    la.loc[la["seq"] == kern[2][0], ["dev_start", "dev_end"]] = -1
+    tr2 = Trace.from_tables(blocks=tr.blocks, accesses=tr.accesses, launches=la,
+                            processes=tr.processes.assign(gpu_dropped=1), kernels=tr.kernels)
+    c = clock_of(tr2)
+    assert c.device and "1 of 6 launches/copies have no device time" in c.note and "1 device activity" in c.note
+    s, e = c.op_times(np.array([kern[2][0]]), np.array([kern[2][1]]))
+    assert s[0] == e[0] == max(kern[2][1], kern[1][3])          # the end of the op before it
+    d = swap.evaluate(tr2, bandwidth=100.0, latency_us=0)
+    assert d["clock"] == "gpu (cupti)" and any("no device time" in n for n in d["notes"])
