@@ -198,3 +198,15 @@ def test_many_failures_explained_at_both_ends(monkeypatch):
     assert all(e["live_bytes"] == 1 << 20 for e in ex["entries"] if "detail" not in e)
     from pyinterpose.report.oom_text import full
     assert sum("omitted" in line for line in full(ex)) == 3
+
+
+def test_perfetto_marks_each_failure(capture, tmp_path):
+    from pyinterpose.report import perfetto
+
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "jax", "--steps", "5",
+                        "--oom", "final"], env=ENV)
+    tr = pyinterpose.load(path)
+    for doc in (perfetto.chrome_trace(tr), json.loads(perfetto.chrome_trace_json(tr)[0])):
+        ooms = [e for e in doc["traceEvents"] if e.get("cat") == "oom"]
+        assert [e["args"]["attempt"] for e in ooms] == [1, 2]
+        assert all(e["name"].startswith("OOM (final) cuMemAlloc_v2") and e["ph"] == "i" for e in ooms)
