@@ -171,12 +171,30 @@ class FitModel:
                               "live then plus the request (what the run did afterwards is unknown)")
         self.lower_bound = max(self.lower_bound, unmet_live)
         self._needs: dict = {}
+        self._config_note()
         self.captured_need = self.allocator_need(self.simulator, self._captured_options())
         if self.unmet:
             self.captured_need = max(self.captured_need, unmet_reserve)
         self._plan_time_limit = plan_time_limit
         self._planned = None
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
+
+    def _config_note(self) -> None:
+        """What the user's own settings (recorded in the trace's meta["user_env"]) make of the answers: the
+        captured answer simulates a growing BFC; a JAX run that did not turn preallocation off, or a
+        TensorFlow run on its default allocator, gets the "default" answer's behaviour."""
+        env = self.trace.meta.get("user_env")
+        if env is None or self.reserved_view:
+            return
+        if self.framework == "jax" and str(env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")).lower() not in ("false", "0"):
+            if str(env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "")).lower() != "platform":
+                self.notes.append("your run's settings (as the trace recorded them) leave JAX preallocating 75 % of "
+                                  "the GPU: its outcome is the 'JAX default' answer, tried when the growing BFC "
+                                  "does not fit")
+        if self.framework == "tensorflow" and not env.get("TF_GPU_ALLOCATOR"):
+            self.notes.append("your run's settings (as the trace recorded them) leave TensorFlow on its default BFC "
+                              "(one region of the whole memory unless TF_FORCE_GPU_ALLOW_GROWTH is set): its "
+                              "outcome is the 'TensorFlow default BFC' answer, tried when the growing BFC does not fit")
 
     # ---- needs
     def _captured_options(self) -> dict:
