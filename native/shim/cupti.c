@@ -7,7 +7,7 @@
  * libcupti is found at run time and never linked (see find_cupti); the activity kinds CONCURRENT_KERNEL,
  * MEMCPY, MEMSET, EXTERNAL_CORRELATION, DRIVER and RUNTIME are enabled (without an API kind CUPTI
  * writes no external correlation records).  Around each of those calls hooks.c reserves the event's
- * ticket first and pushes its seq as a CUSTOM0 external correlation id (pi_gpu_push / pi_gpu_pop), so
+ * ticket first and pushes its seq as a CUSTOM2 external correlation id (cupti.h: why not CUSTOM0) (pi_gpu_push / pi_gpu_pop), so
  * a record of the device activity names the event it belongs to (cupti_parse.c does the join); a
  * graph's replayed kernels carry the graph launch's.
  *
@@ -72,6 +72,7 @@ static char g_note[1024];                /* why off (or why the times stopped) *
 static volatile int g_noted_pid;        /* process whose ring has the CLOCK event of the current state */
 static int g_was_on;                    /* this process recorded device times (then stopped: state stays cupti) */
 static PI_TLS int t_hold;               /* this thread holds an uncommitted ticket (between push and tick) */
+static PI_TLS int t_ticking;            /* this thread flushes from a call path (holding nothing): it may wait */
 static _Atomic int g_capturing;         /* stream captures open */
 static _Atomic int64_t g_offset;        /* trace clock = CUPTI clock + offset (the latest alignment) */
 /* CUPTI time -> trace time: linear between the last two alignments (the clocks may drift apart; a
@@ -195,7 +196,7 @@ static void *find_cupti(char *why, size_t whyn) {
             return h;
         }
         const char *e = dlerror();
-        snprintf(why, whyn, "PYINTERPOSE_CUPTI=%s cannot be loaded: %s", env, e ? e : "?");
+        snprintf(why, whyn, "libcupti not found ($PYINTERPOSE_CUPTI=%.200s cannot be loaded: %.200s)", env, e ? e : "?");
         return NULL;
     }
     int rt = pi_rt_major();
@@ -315,11 +316,11 @@ static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size
 
 /* buffers completed on a thread that held an uncommitted ticket (CUPTI may complete one inside the call):
  * writing their events there could wait for a drain that waits for that ticket; pi_gpu_tick does it */
-#define DEFER_MAX 64
+#define DEFER_MAX 16 /* 4 MB each; when full, a buffer is processed where it arrives */
 static struct { void *ctx; uint32_t stream; uint8_t *buf; size_t valid; } g_deferred[DEFER_MAX];
 static volatile int g_ndeferred;
 
-static void run_deferred(void) {
+static void run_deferred(void) { /* oldest first: pairings come before their activities */
     for (;;) {
         pthread_mutex_lock(&g_pool_lock);
         int n = g_ndeferred;
@@ -327,10 +328,11 @@ static void run_deferred(void) {
             pthread_mutex_unlock(&g_pool_lock);
             return;
         }
-        void *ctx = g_deferred[n - 1].ctx;
-        uint32_t st = g_deferred[n - 1].stream;
-        uint8_t *b = g_deferred[n - 1].buf;
-        size_t v = g_deferred[n - 1].valid;
+        void *ctx = g_deferred[0].ctx;
+        uint32_t st = g_deferred[0].stream;
+        uint8_t *b = g_deferred[0].buf;
+        size_t v = g_deferred[0].valid;
+        memmove(&g_deferred[0], &g_deferred[1], (size_t)(n - 1) * sizeof g_deferred[0]);
         g_ndeferred = n - 1;
         pthread_mutex_unlock(&g_pool_lock);
         process_buffer(ctx, st, b, v);
@@ -340,7 +342,10 @@ static void run_deferred(void) {
 static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
     (void)size;
     if (!buffer) return;
-    if (t_hold) {
+    /* Deferred to a call path's tick when this thread holds an uncommitted ticket, and also when the ring
+     * has no room for the buffer's events: CUPTI's own thread must not wait for the drain while CUPTI may
+     * hold a lock that a launch (holding a ticket the drain waits for) needs. */
+    if (t_hold || (!t_ticking && pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024)) {
         pthread_mutex_lock(&g_pool_lock);
         int queued = g_ndeferred < DEFER_MAX;
         if (queued) {
@@ -361,7 +366,7 @@ static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size
     if (g_owner == getpid() && valid && C.next && pi_active()) {
         int depth = pi_t.depth++;
         pthread_mutex_lock(&g_parse_lock);
-        pi_cupti_parse(C.next, buffer, valid, &g_map, &g_pending, sink, NULL);
+        pi_cupti_parse(C.next, PI_GPU_CORR_KIND, buffer, valid, &g_map, &g_pending, sink, NULL);
         pthread_mutex_unlock(&g_parse_lock);
         size_t dropped = 0;
         if (C.dropped && C.dropped(context, stream, &dropped) == PI_CUPTI_SUCCESS && dropped)
@@ -406,7 +411,7 @@ static void setup_locked(void) {
     char why[600];
     const char *mode = getenv("PYINTERPOSE_GPU_CLOCK");
     if (mode && strcmp(mode, "off") == 0) {
-        set_off(PI_CLOCK_OFF, "device clock off (--gpu-clock off): analyses use the CPU clock");
+        set_off(PI_CLOCK_OFF, "device clock off: --gpu-clock off; analyses use the CPU clock");
         return;
     }
     const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");
@@ -494,6 +499,7 @@ static void flush(uint32_t flag, int final) {
             if (err > best) atomic_store(&g_err, err);
         }
     }
+    if (g_ndeferred) run_deferred(); /* before the newer buffers the flush hands over */
     pi_CUptiResult r = C.flush(flag);
     if (r != PI_CUPTI_SUCCESS) {
         fail("cuptiActivityFlushAll", r, 0);
@@ -517,7 +523,9 @@ static void at_exit(void) {
                 "capture was still open)");
         note_state();
     } else {
+        t_ticking = 1;
         flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);
+        t_ticking = 0;
         __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE); /* no CUPTI call after this */
     }
     pi_t.depth--;
@@ -536,7 +544,7 @@ int pi_gpu_ready(void) {
 int pi_gpu_push(uint64_t seq) {
     t_hold = 1; /* this thread holds an uncommitted ticket until pi_gpu_tick */
     if (PI_UNLIKELY(g_gs != GS_ON) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return 0;
-    pi_CUptiResult r = C.push(PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, seq);
+    pi_CUptiResult r = C.push(PI_GPU_CORR_KIND, seq);
     if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS)) {
         fail("cuptiActivityPushExternalCorrelationId", r, 0); /* noted by pi_gpu_tick */
         return 0;
@@ -546,23 +554,28 @@ int pi_gpu_push(uint64_t seq) {
 
 void pi_gpu_pop(void) {
     uint64_t last = 0;
-    pi_CUptiResult r = C.pop(PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    pi_CUptiResult r = C.pop(PI_GPU_CORR_KIND, &last);
     if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS) && g_gs == GS_ON) fail("cuptiActivityPopExternalCorrelationId", r, 0);
 }
 
-void pi_gpu_tick(void) {
+void pi_gpu_tick(uint64_t now) {
     t_hold = 0;
     int s = g_gs;
     if (PI_UNLIKELY(s != GS_ON)) {
         if (s == GS_OFF) note_state();
         return;
     }
-    if (PI_UNLIKELY(g_ndeferred)) run_deferred();
+    if (PI_UNLIKELY(g_ndeferred)) {
+        t_ticking = 1;
+        run_deferred();
+        t_ticking = 0;
+    }
     uint64_t due = atomic_load_explicit(&g_next_flush, memory_order_relaxed);
-    if (PI_LIKELY(pi_now() < due) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return;
-    uint64_t now = pi_now();
+    if (PI_LIKELY(now < due) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return;
     if (!atomic_compare_exchange_strong(&g_next_flush, &due, now + g_flush_ns)) return; /* another thread does it */
+    t_ticking = 1;
     flush(0, 0);
+    t_ticking = 0;
 }
 
 void pi_gpu_capture(int delta) {
@@ -587,7 +600,7 @@ void pi_gpu_atfork_child(void) {
     int was = g_gs == GS_ON || g_was_on;
     g_was_on = 0;
     if (was)
-        set_off(PI_CLOCK_FORKED, "device clock off in this fork() child: CUPTI was set up by the parent process, "
-                "whose state a child cannot use; analyses use the CPU clock");
+        set_off(PI_CLOCK_FORKED, "device clock off: a fork() child (CUPTI was set up by the parent process, whose "
+                "state a child cannot use); analyses use the CPU clock");
     g_pending.n = 0;
 }

@@ -112,7 +112,7 @@ static void retry(pi_corr_map *m, pi_gpu_pending *p, pi_gpu_sink sink, void *ctx
     p->n = keep;
 }
 
-long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint8_t *buf, size_t valid, pi_corr_map *m,
+long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, uint8_t *buf, size_t valid, pi_corr_map *m,
                     pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx) {
     long seen = 0;
     pi_cupti_record *r = NULL;
@@ -129,7 +129,7 @@ long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint8_t *buf, size_t 
         seen++;
         if (r->kind == PI_CUPTI_KIND_EXTERNAL_CORRELATION) {
             const pi_cupti_external_correlation *x = (const pi_cupti_external_correlation *)r;
-            if (x->externalKind == PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0)
+            if (x->externalKind == ext_kind)
                 pi_corr_put(m, x->correlationId, x->externalId);
             continue;
         }

@@ -4,7 +4,7 @@
  * hand-made buffers).
  *
  * The join has two steps.  Around every interposed launch/copy/memset/graph launch the shim pushes
- * the seq of that call's event as a CUSTOM0 external correlation id; CUPTI then writes an
+ * the seq of that call's event as an external correlation id (kind CUSTOM2); CUPTI then writes an
  * EXTERNAL_CORRELATION record pairing that id with its own correlationId, and the kernel / memcpy /
  * memset records of the call carry the same correlationId (kernels replayed from a graph carry the
  * graph launch's).  The map keeps correlationId -> external id for a window of recent ids; an
@@ -51,14 +51,14 @@ void pi_corr_free(pi_corr_map *m);
 void pi_corr_put(pi_corr_map *m, uint32_t corr, uint64_t ext);
 uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr);
 
-#define PI_GPU_MAX_AGE 4      /* buffers an activity waits for its pairing before it goes out unmatched */
+#define PI_GPU_MAX_AGE 64     /* buffers an activity waits for its pairing before it goes out unmatched */
 
 /* Parse one completed buffer (`valid` bytes) with CUPTI's own record iterator, in one pass: external
- * correlation records (CUSTOM0) go into the map, kernel / memcpy / memset records to `sink` with their
+ * correlation records of kind `ext_kind` (the shim's: CUSTOM2) go into the map, kernel / memcpy / memset records to `sink` with their
  * external id; one whose pairing is not known yet is kept in `pending` (sent unmatched when the list is
  * full).  Then the pending activities are tried again: those now paired, or older than PI_GPU_MAX_AGE
  * buffers, go to `sink`.  Returns the records seen, or -1 when the iterator failed. */
-long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint8_t *buf, size_t valid, pi_corr_map *m,
+long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, uint8_t *buf, size_t valid, pi_corr_map *m,
                     pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx);
 
 /* Send every pending activity (paired where the map now knows it, else unmatched): the final flush. */

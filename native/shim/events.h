@@ -164,7 +164,7 @@ typedef struct pi_ring_header {
     uint64_t capacity;       /* records, power of two */
     int32_t  pid;
     int32_t  ppid;
-    int32_t  consumer_pid;   /* the drain's pid (informational: liveness is beat_ns/lease_ns) */
+    int32_t  consumer_pid;   /* the drain's pid (liveness: beat_ns/lease_ns, and the shim's pid checks) */
     int32_t  flags;          /* enum pi_ring_flags */
     uint64_t start_ns;       /* CLOCK_MONOTONIC at ring creation */
     uint64_t closed;         /* set to 1 by the process's exit handler */

@@ -115,7 +115,7 @@ static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint
                      uint64_t aux, const pi_scan *sc) {
     if (c->pushed) pi_gpu_pop();
     if (c->ok) pi_emit_reserved(c->tk, c->t, op, (uint16_t)api, r, addr, size, stream, aux, sc);
-    pi_gpu_tick();
+    pi_gpu_tick(c->t);
 }
 
 /* a copy's destination and source blocks (looked up before the call: the same blocks are live after it) */

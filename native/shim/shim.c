@@ -99,7 +99,7 @@ static void unlink_ring(void) {
 
 /* Is the drain alive?  Once it attached: its heartbeat changed within the last lease (measured on our own
  * clock from when we first saw the current value, so a torn or skewed beat can only look alive); before
- * that, a grace period from the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
+ * that, a grace period from the ring's creation.  consumer_dead() first: kill(pid, 0) alone passes a zombie. */
 static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
 static uint64_t g_suspect_at;            /* when a producer first found that heartbeat older than the lease */
 
@@ -478,6 +478,13 @@ void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_
 }
 
 int pi_pid(void) { return (int)g_ring_pid; }
+
+uint64_t pi_ring_room(void) {
+    pi_ring_header *h = g_ring;
+    if (!h) return 0;
+    uint64_t used = __atomic_load_n(&h->head, __ATOMIC_RELAXED) - __atomic_load_n(&h->tail, __ATOMIC_RELAXED);
+    return used >= g_capacity ? 0 : g_capacity - used;
+}
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;

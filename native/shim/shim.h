@@ -68,6 +68,7 @@ PI_HIDDEN void pi_fill(pi_event *e, uint16_t op, uint16_t api, int32_t result, u
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);
 PI_HIDDEN int pi_pid(void); /* the recording process (valid once pi_active()) */
+PI_HIDDEN uint64_t pi_ring_room(void); /* free slots in the ring now (an estimate: producers race for them) */
 PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; returns its id */
 PI_HIDDEN void pi_count_unscanned(void);
 PI_HIDDEN void pi_count_oom(void);          /* an allocation failed for lack of memory */

@@ -33,7 +33,13 @@ def summarize(trace: Trace) -> dict:
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
     info = allocator_info(trace)
     graph_launches = int(trace.launches["graph"].sum()) if len(trace.launches) else 0
+    from .clock import clock_of, launch_lag
+
+    for row in per_pid:
+        row.update(clock_of(trace, row["pid"]).as_dict())
     return {
+        **clock_of(trace).as_dict(),
+        "launch_lag": launch_lag(trace),
         "trace": trace.path,
         "command": trace.meta.get("command"),
         "view": trace.meta.get("view"),

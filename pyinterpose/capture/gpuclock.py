@@ -34,6 +34,7 @@ class ClockTally:
         self.seen = False
         self.cupti = False
         self.reason = 0
+        self.note = ""               # the shim's own words, when the batch holding the note had its text
         self.error_ns = -1
         self.dropped = 0
 
@@ -50,13 +51,38 @@ class ClockTally:
         if len(res):
             self.reason = int(res[-1])
         self.dropped = max(self.dropped, int(rec["stream"].max()))
+        noted = rec["aux"][rec["aux"] != 0]
+        if len(noted):
+            self.note = _string(got, int(noted[-1])) or self.note
+
+    def why(self) -> str:
+        """Why the device clock is off (or stopped): the note without its "device clock ...:" lead and
+        its "; analyses use the CPU clock" tail, else the reason's name."""
+        note = self.note
+        if note:
+            head, sep, rest = note.partition(": ")
+            note = (rest if sep and head.startswith("device clock") else note).split("; analyses use")[0]
+        return note or REASONS.get(self.reason, "")
 
     def info(self) -> dict:
         """The trailer's per-process fields."""
         if not self.seen:
             return {"clock": None}
-        return {"clock": "cupti" if self.cupti else "cpu", "clock_reason": REASONS.get(self.reason, ""),
+        return {"clock": "cupti" if self.cupti else "cpu", "clock_reason": self.why() if self.reason else "",
                 "clock_error_ns": self.error_ns, "gpu_dropped": self.dropped}
+
+
+def _string(got: np.ndarray, sid: int) -> str:
+    """The text of string `sid` when its STRING record (and the STRDATA after it) is in `got`."""
+    idx = np.flatnonzero((got["op"] == records.OP.STRING) & (got["aux"] == sid))
+    if len(idx) == 0:
+        return ""
+    i, n = int(idx[-1]), int(got["size"][idx[-1]])
+    k = -(-n // records.STR_PAYLOAD)
+    if i + 1 + k > len(got):
+        return ""
+    raw = got[i + 1:i + 1 + k].view(np.uint8).reshape(k, got.dtype.itemsize)[:, 16:48].tobytes()[:n]
+    return raw.decode(errors="replace")
 
 
 def _ns(ns: int) -> str:

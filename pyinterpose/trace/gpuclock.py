@@ -24,12 +24,20 @@ def _key(pid: np.ndarray, seq: np.ndarray) -> np.ndarray:
     return (np.asarray(pid).astype(np.int64) << _PID_SHIFT) | np.asarray(seq).astype(np.int64)
 
 
-def _lookup(keys: np.ndarray, vals: np.ndarray, q: np.ndarray, default: int = -1) -> np.ndarray:
-    """vals[keys == q] for each q (keys sorted and unique), else default."""
-    if len(keys) == 0 or len(q) == 0:
-        return np.full(len(q), default, dtype=vals.dtype if len(vals) else np.int64)
+def _find(keys: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in the sorted keys, found) of each q."""
+    if len(keys) == 0:
+        return np.zeros(len(q), np.int64), np.zeros(len(q), bool)
     pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
-    return np.where(keys[pos] == q, vals[pos], default)
+    return pos, keys[pos] == q
+
+
+def _order(keys: np.ndarray) -> np.ndarray | None:
+    """A stable sorting order of keys, or None when they are already in order (the usual case: the
+    reader's tables are in (pid, seq) order, device records mostly in the order of their calls)."""
+    if len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1])):
+        return None
+    return np.argsort(keys, kind="stable")
 
 
 def activity_table(G: np.ndarray, g_pid: np.ndarray, t0: int, strings: dict, kernels: list,
@@ -50,13 +58,16 @@ def activity_table(G: np.ndarray, g_pid: np.ndarray, t0: int, strings: dict, ker
     kind = G["flags"].astype(np.int64)
     # the owning event: a launch (its kernel comes along) or a copy
     lkey = _key(launch_pid, launch_seq)
-    lo = np.argsort(lkey, kind="stable")
-    lkey_s = lkey[lo]
+    lkern = np.asarray(launch_kernel, np.int32)
+    lo = _order(lkey)
+    if lo is not None:
+        lkey, lkern = lkey[lo], lkern[lo]
     q = _key(g_pid, ext)
-    kernel = _lookup(lkey_s, np.asarray(launch_kernel, np.int32)[lo], q, -1).astype(np.int32)
-    in_launch = _lookup(lkey_s, np.ones(len(lkey_s), bool), q, False).astype(bool)
-    ckey = np.sort(_key(copy_pid, copy_seq))
-    in_copy = _lookup(ckey, np.ones(len(ckey), bool), q, False).astype(bool)
+    pos, in_launch = _find(lkey, q)
+    kernel = np.where(in_launch, lkern[pos] if len(lkern) else -1, -1).astype(np.int32)
+    ckey = _key(copy_pid, copy_seq)
+    co = _order(ckey)
+    _, in_copy = _find(ckey if co is None else ckey[co], q)
     seq = np.where((ext > 0) & (in_launch | in_copy), ext, -1)
     # kernels CUPTI named (graph replays, unmatched): their names join the trace's kernel list
     res = G["result"].astype(np.int64)
@@ -84,25 +95,29 @@ def activity_table(G: np.ndarray, g_pid: np.ndarray, t0: int, strings: dict, ker
     }, copy=False), GPU_ACTIVITY_COLUMNS)
 
 
-def event_times(gpu: pd.DataFrame, pid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dev_start, dev_end) of the events (pid, seq): the first start and the last end of their device
-    activities (one for a kernel or copy; a graph launch's are its replayed nodes); -1 without any."""
-    n = len(pid)
-    if len(gpu) == 0 or n == 0:
-        return np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+def event_spans(gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, first start, last end) of each event (pid, seq) that has device activities, keys sorted: one
+    activity for a kernel or copy, every replayed node for a graph launch."""
     s = gpu["start"].to_numpy(np.int64)
     ok = (gpu["seq"].to_numpy(np.int64) >= 0) & (s >= 0)
     k = _key(gpu["pid"].to_numpy()[ok], gpu["seq"].to_numpy(np.int64)[ok])
     s, e = s[ok], gpu["end"].to_numpy(np.int64)[ok]
     if len(k) == 0:
-        return np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    o = np.argsort(k, kind="stable")
-    k, s, e = k[o], s[o], e[o]
+        return k, s, e
+    o = _order(k)
+    if o is not None:
+        k, s, e = k[o], s[o], e[o]
     first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    uk = k[first]
-    q = _key(pid, seq)
-    return (_lookup(uk, np.minimum.reduceat(s, first), q, -1).astype(np.int64),
-            _lookup(uk, np.maximum.reduceat(e, first), q, -1).astype(np.int64))
+    return k[first], np.minimum.reduceat(s, first), np.maximum.reduceat(e, first)
+
+
+def event_times(spans, pid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dev_start, dev_end) of the events (pid, seq) from :func:`event_spans`; -1 without activity."""
+    uk, smin, emax = spans
+    if len(uk) == 0 or len(pid) == 0:
+        return np.full(len(pid), -1, np.int64), np.full(len(pid), -1, np.int64)
+    pos, hit = _find(uk, _key(pid, seq))
+    return np.where(hit, smin[pos], -1).astype(np.int64), np.where(hit, emax[pos], -1).astype(np.int64)
 
 
 def process_clocks(side: np.ndarray, side_pid: np.ndarray, side_op: np.ndarray, clock_op: int,

@@ -645,9 +645,9 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                                            copies["seq"].to_numpy())
     del G, g_pid, l_kid, kid
     if len(gpu_activity):
+        spans = gpuclock.event_spans(gpu_activity)
         for tab in (launches, copies):
-            tab["dev_start"], tab["dev_end"] = gpuclock.event_times(gpu_activity, tab["pid"].to_numpy(),
-                                                                    tab["seq"].to_numpy())
+            tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(), tab["seq"].to_numpy())
     H, h_pid = sp.table("hint")
     if interleaved:
         h_pid, H = _by_pid(h_pid, H)

@@ -53,6 +53,7 @@ static void api(buffer *B, uint32_t corr) {
     a->correlationId = corr;
 }
 
+#define OURS PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
 #define MAXOUT 64
 static pi_gpu_act out[MAXOUT];
 static int nout;
@@ -74,22 +75,22 @@ int main(void) {
 
     /* 1: pairing, API record, kernel, memcpy, memset; a kernel before its pairing in the same buffer */
     api(&B, 100);
-    ext(&B, 100, 5001, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    ext(&B, 100, 5001, OURS);
     kernel(&B, 100, 1000, 2000, 13, 0, "k_a");
     kernel(&B, 101, 2100, 2500, 13, 0, "k_b");
-    ext(&B, 101, 5004, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    ext(&B, 101, 5004, OURS);
     pi_cupti_memcpy *c = put(&B, PI_CUPTI_KIND_MEMCPY);
     c->copyKind = PI_CUPTI_MEMCPY_DTOH, c->bytes = 1ull << 33, c->start = 3000, c->end = 4000, c->deviceId = 1;
     c->streamId = 14, c->correlationId = 102, c->graphNodeId = 0, c->graphId = 0;
-    ext(&B, 102, 5007, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    ext(&B, 102, 5007, OURS);
     pi_cupti_memset *s = put(&B, PI_CUPTI_KIND_MEMSET);
     s->bytes = 4096, s->start = 4100, s->end = 4200, s->deviceId = 0, s->streamId = 15, s->correlationId = 103;
     s->graphNodeId = 0, s->graphId = 0;
-    ext(&B, 103, 5010, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
-    /* another tool's id (CUSTOM1) is not ours */
-    ext(&B, 104, 9999, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 + 1);
+    ext(&B, 103, 5010, OURS);
+    /* another tool's id (torch.profiler's CUSTOM0) is not ours */
+    ext(&B, 104, 9999, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
     kernel(&B, 104, 5000, 5100, 13, 0, "k_other");
-    long seen = pi_cupti_parse(nx, B.b, B.n, &m, &pend, sink, NULL);
+    long seen = pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
     EXPECT(seen == 11);
     EXPECT(nout == 4);
     EXPECT(out[0].kind == PI_GPU_KERNEL && out[0].ext == 5001 && out[0].start == 1000 && out[0].end == 2000 &&
@@ -106,21 +107,21 @@ int main(void) {
     kernel(&B, 110, 6000, 6100, 13, 1, "node_a");
     kernel(&B, 110, 6100, 6300, 13, 2, "node_b");
     kernel(&B, 110, 6300, 6400, 13, 3, "node_a");
-    pi_cupti_parse(nx, B.b, B.n, &m, &pend, sink, NULL);
+    pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
     EXPECT(nout == 0 && pend.n == 4);
     B.n = 0;
-    ext(&B, 110, 5020, PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
-    pi_cupti_parse(nx, B.b, B.n, &m, &pend, sink, NULL);
+    ext(&B, 110, 5020, OURS);
+    pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
     EXPECT(nout == 3);
     for (int i = 0; i < nout && i < 3; i++)
         EXPECT(out[i].ext == 5020 && out[i].graph_node == (uint64_t)(i + 1) && out[i].graph == 7);
-    EXPECT(pend.n == 1); /* the CUSTOM1 one still waits */
+    EXPECT(pend.n == 1); /* the CUSTOM0 one still waits */
 
     /* 3: an activity never paired goes out unmatched after PI_GPU_MAX_AGE buffers */
     nout = 0;
     B.n = 0;
     api(&B, 120);
-    for (int i = 0; i < PI_GPU_MAX_AGE + 1 && nout == 0; i++) pi_cupti_parse(nx, B.b, B.n, &m, &pend, sink, NULL);
+    for (int i = 0; i < PI_GPU_MAX_AGE + 1 && nout == 0; i++) pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
     EXPECT(nout == 1 && out[0].corr == 104 && out[0].ext == 0 && pend.n == 0);
 
     /* 4: the final drain sends what still waits, paired where known */
@@ -128,7 +129,7 @@ int main(void) {
     B.n = 0;
     kernel(&B, 130, 7000, 7100, 13, 0, "late");
     kernel(&B, 131, 7100, 7200, 13, 0, "never");
-    pi_cupti_parse(nx, B.b, B.n, &m, &pend, sink, NULL);
+    pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
     pi_corr_put(&m, 130, 5030);
     pi_cupti_pending_drain(&m, &pend, sink, NULL);
     EXPECT(nout == 2 && out[0].ext == 5030 && out[1].ext == 0 && pend.n == 0);
@@ -139,7 +140,7 @@ int main(void) {
     EXPECT(pi_corr_get(&m, 140) == 0 && pi_corr_get(&m, 140 + 1024) == 2);
 
     /* 6: a failing iterator */
-    EXPECT(pi_cupti_parse(nx, B.b, 0, &m, &pend, sink, NULL) == 0); /* an empty buffer */
+    EXPECT(pi_cupti_parse(nx, OURS, B.b, 0, &m, &pend, sink, NULL) == 0); /* an empty buffer */
     pi_corr_free(&m);
     free(pend.a);
     if (fails) return 1;

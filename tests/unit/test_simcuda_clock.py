@@ -118,9 +118,12 @@ def test_cupti_records_equal_device_log(exe, libs, tmp_path):
         assert b["start"] == max(a["end"], b["enqueue"])
     assert all(r["start"] >= r["enqueue"] for r in log)
     # the legacy stream (7) waits for the other blocking stream, and that stream for it
+    # (max with its own enqueue: a host preempted for milliseconds may enqueue after the device is idle)
     legacy = next(r for r in log if r["corr"] == 6)
-    assert legacy["stream"] == 7 and legacy["start"] == max(r["end"] for r in log if r["corr"] < 6)
-    assert next(r for r in log if r["corr"] == 7)["start"] == legacy["end"]
+    assert legacy["stream"] == 7
+    assert legacy["start"] == max(legacy["enqueue"], max(r["end"] for r in log if r["corr"] < 6))
+    after = next(r for r in log if r["corr"] == 7)
+    assert after["start"] == max(after["enqueue"], legacy["end"])
     # cuLaunchKernel_ptsz(NULL): the thread's per-thread default stream, a blocking stream of its own
     ptds = next(r for r in log if r["corr"] == 8)
     assert ptds["stream"] not in (7, 13) and ptds["start"] >= legacy["end"]
@@ -136,7 +139,9 @@ def test_cupti_records_equal_device_log(exe, libs, tmp_path):
     assert m["sub"] == 1 and m["rest"] == ["1048576", "2", "3"]  # HtoD, bytes, pinned -> device
     # the CUPTI clock is CLOCK_MONOTONIC + the offset
     done = next(line.split() for line in lines if line.startswith("done"))
-    assert abs(int(done[2]) - int(done[1]) - OFFSET) < 1_000_000
+    # cuCtxSynchronize returned only when the device clock had passed every op's end (read after it)
+    assert int(done[1]) >= max(r["end"] for r in log)
+    assert abs(int(done[2]) - int(done[1]) - OFFSET) < 20_000_000  # two reads, maybe preempted between
     # all delivered on the flush (the main thread): nothing was dropped
     assert not any(line.startswith("dropped") for line in lines)
 
@@ -151,7 +156,7 @@ def test_clock_offset_and_drift(exe, libs, tmp_path):
         assert r["start_cupti"] == r["start"] + 5000 + int(r["start"] * 100e-6)
     done = next(line.split() for line in lines if line.startswith("done"))
     mono, cupti = int(done[1]), int(done[2])
-    assert abs(cupti - (mono + 5000 + mono * 100e-6)) < 1_000_000
+    assert abs(cupti - (mono + 5000 + mono * 100e-6)) < 20_000_000  # the drift term alone is ~mono / 1e4
 
 
 def test_external_correlation_needs_driver_or_runtime_activity(exe, libs):
@@ -192,7 +197,8 @@ def test_graph_replays_carry_graph_ids(exe, libs, tmp_path):
         assert [r["op"] for r in ops] == ["kernel", "memset", "kernel"]
         assert len({r["graph_id"] for r in ops}) == 1 and ops[0]["graph_id"] > 0
         assert [r["end"] - r["start"] for r in ops] == [1000000, 0, 300000]
-        assert ops[1]["start"] == ops[0]["end"] and ops[2]["start"] == ops[1]["end"]
+        for a, b in zip(ops, ops[1:]):
+            assert b["start"] == max(b["enqueue"], a["end"])
     node_ids = [[r["node_id"] for r in log if r["corr"] == ext[e]] for e in (600, 601)]
     assert node_ids[0] == node_ids[1] and node_ids[0] == sorted(node_ids[0]) and 0 not in node_ids[0]
     assert {r["cbid"] for r in recs["api"] if r["corr"] in (ext[600], ext[601])} == {514}  # cuGraphLaunch
@@ -208,6 +214,15 @@ def test_external_ids_are_per_thread(exe, libs, tmp_path):
     for r in ext:
         assert r["ext"] > 100000  # the innermost id pushed
         assert tid_of_corr[r["corr"]] == tids[(r["ext"] - 100000) // 1000 - 1]
+
+
+def test_enable_disable_and_kernel_kind(exe, libs):
+    recs = _records(_run(exe, libs, "kinds"))
+    ext = {r["ext"]: r["corr"] for r in recs["extcorr"]}
+    assert sorted(ext) == [1, 2, 3]  # DRIVER off for the 4th call: no external correlation
+    kinds = {r["corr"]: r["sub"] for r in recs["kernel"]}
+    assert kinds == {ext[1]: 10, ext[3]: 3, ext[3] + 1: 3}  # none while no kernel kind was on
+    assert sorted(r["corr"] for r in recs["api"]) == [ext[1], ext[2], ext[3]]
 
 
 def test_forked_child_has_only_its_own_records(exe, libs):
@@ -236,7 +251,7 @@ def test_runtime_path(libs, tmp_path):
     log = _log(log_path)
     replays = [r for r in log if r["graph_id"]]
     assert len(replays) == 6 and len({r["corr"] for r in replays}) == 3
-    assert [r["end"] - r["start"] for r in replays] == [2000000, 1000000] * 3
+    assert [r["end"] - r["start"] for r in replays] == [8000000, 4000000] * 3  # 2 and 1 units of 4 ms
 
 
 def test_cupti_busy(exe, libs):

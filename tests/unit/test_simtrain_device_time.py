@@ -24,6 +24,18 @@ def _simtrain(tmp_path, framework, device_time, steps=20):
         return json.load(f), rows
 
 
+def test_device_log_reader(tmp_path):
+    from pyinterpose.examples.devicelog import read_device_log
+
+    truth, rows = _simtrain(tmp_path, "torch", "h100-like", steps=3)
+    df = read_device_log(str(tmp_path / "torch-h100-like.log"))
+    assert len(df) == len(rows) and (df["op"] == "kernel").sum() == truth["launches"]
+    assert (df["end_ns"] >= df["start_ns"]).all() and (df["start_ns"] >= df["enqueue_ns"]).all()
+    assert ((df["start_cupti"] - df["start_ns"]).astype("int64") >= 1700000000000000000).all()
+    assert df["name"].isna().sum() == (df["op"] != "kernel").sum()
+    assert df["corr"].is_unique  # no graphs here: one op per call
+
+
 @pytest.mark.parametrize("framework", ["torch", "tf"])
 def test_h100_like_lags_and_keeps_the_work(tmp_path, framework):
     off, off_rows = _simtrain(tmp_path, framework, "off")
