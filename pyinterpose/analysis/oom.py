@@ -31,7 +31,8 @@ The explanation of one failure (:func:`explain_failure`):
   trace the reserve is *simulated* (the framework's allocator replayed on its request stream up to
   the failure: ``pytorch`` caching allocator, ``bfc`` for JAX/TensorFlow); in a reserved-view trace
   the live blocks are the reserve itself and what was allocated inside is not in the trace (said in
-  ``note``).
+  ``note``).  ``shortfall_share``: the free bytes inside the reserve as a share of the shortfall
+  (request minus device free, at most 1): how much of what was missing the allocator held unused.
 """
 from __future__ import annotations
 
@@ -290,6 +291,10 @@ def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
                                  "by_call_site": _group(since, "call_site", top)} if boundary else None),
         "reserve": reserve_at(trace, pid, seq, alloc_live),
     }
+    # the fragmentation share of the failure: how much of what was missing sat free inside the reserve
+    r, short = out["reserve"], out["shortfall_bytes"]
+    r["shortfall_share"] = (min(1.0, r["free_in_reserve_bytes"] / short)
+                            if r.get("free_in_reserve_bytes") is not None and short and short > 0 else None)
     return out
 
 

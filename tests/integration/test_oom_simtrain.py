@@ -73,6 +73,9 @@ def test_live_set_owners_sites_and_split(capture, tmp_path, fw, mode):
         assert e["since_last_boundary"]["bytes"] == step_bytes
         assert e["largest_blocks"][0]["bytes"] == max(s for _, s, _ in t["live"])
         assert e["reserve"]["allocated_bytes"] == t["live_bytes"]
+        r = e["reserve"]   # simulated in this blocks-view trace: the share of the shortfall free inside it
+        assert r["reserve_bytes"] >= t["live_bytes"] and r["free_in_reserve_bytes"] == r["reserve_bytes"] - t["live_bytes"]
+        assert r["shortfall_share"] == min(1.0, r["free_in_reserve_bytes"] / (t["size"] - t["free_bytes"]))
         if mode == "near":
             rb = b[b["block_id"] == e["retry"]["block_id"]].iloc[0]
             assert int(rb["size"]) == t["size"] and int(rb["seq_alloc"]) > int(row["seq"])
