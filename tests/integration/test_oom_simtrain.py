@@ -213,3 +213,18 @@ def test_perfetto_marks_each_failure(capture, tmp_path):
         ooms = [e for e in doc["traceEvents"] if e.get("cat") == "oom"]
         assert [e["args"]["attempt"] for e in ooms] == [1, 2]
         assert all(e["name"].startswith("OOM (final) cuMemAlloc_v2") and e["ph"] == "i" for e in ooms)
+
+
+def test_reserved_view_says_what_it_cannot_see(capture, tmp_path):
+    """In a reserved-view trace the live blocks are the allocator's segments: the reserve is what was live,
+    what was allocated inside it is unknown and the entry says so."""
+    truth_path = str(tmp_path / "oom.jsonl")
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "torch", "--steps", "5",
+                        "--oom", "near", "--oom-truth", truth_path], "--view", "reserved", env=ENV)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    (t,) = _truth(truth_path)
+    (e,) = oom.explain(pyinterpose.load(path))["entries"]
+    assert e["outcome"] == "near" and e["api"] == "cudaMalloc" and e["live_bytes"] == t["live_bytes"]
+    r = e["reserve"]
+    assert r["reserve_bytes"] == t["live_bytes"] and r["allocated_bytes"] is None and r["shortfall_share"] is None
+    assert "--view blocks" in r["note"]
