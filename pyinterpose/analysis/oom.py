@@ -200,13 +200,11 @@ def reserve_at(trace: Trace, pid: int, seq: int, allocator_live: int) -> dict:
     from . import pools
 
     try:
-        curve = trace.derived(("oom.reserved_curve", sim, int(pid)),
-                              lambda: (pools.reserved_curve(trace, sim, pid),
-                                       pools.requests(trace, pid, allocator_only=True)["seq"].to_numpy(np.int64)))
+        rc = pools.reserved_curve(trace, sim, pid)
     except Exception as e:  # noqa: BLE001 - the explanation goes on without it
         return {"source": "none", "allocator": sim, "reserve_bytes": None, "allocated_bytes": int(allocator_live),
                 "free_in_reserve_bytes": None, "fragmentation": None, "note": f"simulation failed: {e}"}
-    rc, req_seq = curve
+    req_seq = np.asarray(rc["seq"], np.int64)
     k = int(np.searchsorted(req_seq, seq, side="left"))
     reserve = int(rc["bytes"][k - 1]) if k > 0 else 0
     free_in = max(reserve - int(allocator_live), 0)
