@@ -450,7 +450,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 "Where the allocations come from: each block's call site is the first frame of its stack outside"
                 " allocation helpers (a function of the program that nearly every allocation goes through, found"
                 " automatically, or chosen with --site-skip). The tables rank the call sites by bytes live at the"
-                " peak and by allocations; the stack shown is the one of the site's largest block.")
+                " peak and by allocations; 'called from' gives the callers of the site's largest block.")
     if (_sid >= 0).any():
         _safe(s, lambda: _call_sites_section(s, trace, heads))
         sections.append(s)
@@ -568,8 +568,16 @@ def _call_sites_section(s: Section, trace: Trace, heads: dict) -> None:
         heads["call_sites"][by] = t["call_site"].tolist()
         t = pd.DataFrame({"call site": t["call_site"], "owner": t["owner"], "allocations": t["blocks"],
                           "allocated bytes": t["bytes"], "live at peak bytes": t["peak_live_bytes"],
-                          "stack (innermost first)": [" \u2190 ".join(f) for f in t["frames"]]})
+                          "called from": [_outer_frames(site, f) for site, f in zip(t["call_site"], t["frames"])]})
         s.tables.append((caption, _format_frame(t)))
+
+
+def _outer_frames(site: str, frames: list[str], n: int = 3) -> str:
+    """The frames above a call site (its callers, innermost first), at most ``n``: the helpers
+    below it are named once above the table, the site is the row's first column."""
+    k = frames.index(site) if site in frames else 0
+    outer = frames[k + 1:]
+    return " \u2190 ".join(outer[:n]) + (" \u2190 \u2026" if len(outer) > n else "") if outer else "\u2013"
 
 
 def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
