@@ -97,9 +97,30 @@ enum pi_op {
     /* The device's memory at a failed allocation (native/shim/oom.c): follows the failed ALLOC (and
      * its SITE) in the same reservation; only for out-of-memory results, only when no stream capture
      * is in progress in the process, at the outermost hooked call. */
-    PI_OP_MEMINFO = 21      /* aux: seq of the failed ALLOC; addr: free bytes, size: total bytes
+    PI_OP_MEMINFO = 21,     /* aux: seq of the failed ALLOC; addr: free bytes, size: total bytes
                                (cuMemGetInfo_v2 right after the failure); device: cuCtxGetDevice
                                (-1 unknown) */
+    /* Rank and device context (native/shim/context.c) */
+    PI_OP_CONTEXT = 22,     /* aux: string id of "NAME=value": a rank/device variable of the process's
+                               environment when its ring was created (RANK, LOCAL_RANK, WORLD_SIZE,
+                               JAX_PROCESS_ID, TF_CONFIG, CUDA_VISIBLE_DEVICES, ...; HOST=its host name) */
+    PI_OP_DEVICE = 23,      /* a device the process used, recorded at its first allocation there:
+                               device: the ordinal the process sees; addr, size: the 16 bytes of its
+                               UUID (cuDeviceGetUuid); result: that call's CUDA result */
+    PI_OP_OBJECT = 24,      /* a call on a memory object that allocates nothing itself (api says which:
+                               shareable-handle export, IPC handle, multicast bind/unbind, memory pool
+                               create/destroy): addr: address or offset, size: bytes, aux: the object's
+                               handle (pool, multicast or VMM handle), stream: a second handle */
+    PI_OP_GRAPH_DEF = 25   /* how a CUDA graph came to be (so that its replays can be joined to the calls
+                               captured into it): flags: enum pi_graph_def; api, result: the call;
+                               CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
+                               addr: the executable graph, aux: the graph */
+};
+
+enum pi_graph_def {
+    PI_GRAPH_CAPTURE_BEGIN = 1,
+    PI_GRAPH_CAPTURE_END = 2,
+    PI_GRAPH_INSTANTIATE = 3
 };
 
 enum pi_gpu_kind {
@@ -141,7 +162,9 @@ enum pi_kind {
     PI_KIND_HOST = 6,     /* pinned host: cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc */
     PI_KIND_VMM_RESERVE = 7, /* cuMemAddressReserve (virtual range only) */
     PI_KIND_VMM_CREATE = 8,  /* cuMemCreate (physical, addr = 0, aux = handle) */
-    PI_KIND_VMM_MAP = 9      /* cuMemMap (addressable mapping, aux = handle) */
+    PI_KIND_VMM_MAP = 9,     /* cuMemMap (addressable mapping, aux = handle) */
+    PI_KIND_IPC = 10         /* cudaIpcOpenMemHandle / cuIpcOpenMemHandle: another process's memory
+                                mapped here (addr; size 0 = unknown); freed by ...IpcCloseMemHandle */
 };
 
 enum pi_access_flags {
