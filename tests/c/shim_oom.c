@@ -92,6 +92,7 @@ int main(int argc, char **argv) {
     prop.type = 1;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
+    prop.requestedHandleTypes = 1; /* POSIX fd, as NCCL asks: the record's stream field carries it, not a stream */
     CUmemGenericAllocationHandle h;
     note("cuMemCreate", BIG, create(&h, BIG, &prop, 0), 0);
     /* a stream capture is open: the shim records the failure but does not query the device */
