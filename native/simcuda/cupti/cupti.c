@@ -64,6 +64,8 @@ static pi_cupti_buffer_requested_fn g_req;
 static pi_cupti_buffer_completed_fn g_comp;
 static volatile int g_enabled[KIND_COUNT];
 static int g_attached, g_worker_started;
+static int g_worker_stop, g_worker_running;   /* the library is being unloaded: the thread leaves */
+static pthread_t g_worker_thread;
 static size_t g_dropped;
 
 struct buffer { uint8_t *p; size_t size, used, max_records, nrecords; struct buffer *next; };
@@ -97,13 +99,23 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static void init_wake(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_wake, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 static void atfork_prepare(void) { pthread_mutex_lock(&g_deliver); pthread_mutex_lock(&g_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); pthread_mutex_unlock(&g_deliver); }
 static void atfork_child(void)
 {
     pthread_mutex_init(&g_lock, NULL);
     pthread_mutex_init(&g_deliver, NULL);
-    g_worker_started = 0; /* the thread is not in the child: started again on the next use */
+    init_wake();   /* the parent's thread waited on it: its state is not the child's (a broadcast could hang) */
+    g_worker_started = g_worker_running = 0; /* the thread is not in the child: started on the next use */
     /* the parent's records are the parent's: the child starts empty (its copies of the buffers are
      * left alone, they belong to the client's memory) */
     g_fifo_n = 0;
@@ -123,10 +135,7 @@ static void init(void)
     const char *w = getenv("SIMCUPTI_WORKER_MS");
     if (w && *w) g_worker_ms = (unsigned)strtoul(w, NULL, 10);
     if (g_worker_ms == 0) g_worker_ms = 1;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g_wake, &ca);
+    init_wake();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
@@ -275,6 +284,7 @@ static void *worker(void *arg)
      * per hold of the lock (the launching threads take it too), then full buffers out */
     pthread_mutex_lock(&g_lock);
     for (;;) {
+        if (g_worker_stop) break;
         uint64_t now = now_ns();
         int more = collect(now, 256);
         int have_full = g_full_head != NULL;
@@ -288,6 +298,9 @@ static void *worker(void *arg)
         struct timespec ts = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
         pthread_cond_timedwait(&g_wake, &g_lock, &ts);
     }
+    g_worker_running = 0;
+    pthread_cond_broadcast(&g_wake);
+    pthread_mutex_unlock(&g_lock);
     return NULL;
 }
 
@@ -298,11 +311,14 @@ static void start_worker(void)
     pthread_t t;
     pthread_attr_t a;
     pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_JOINABLE);   /* joined when the library is unloaded */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the program's signals are not for this thread */
-    if (pthread_create(&t, &a, worker, NULL) == 0) g_worker_started = 1;
+    if (pthread_create(&t, &a, worker, NULL) == 0) {
+        g_worker_started = g_worker_running = 1;
+        g_worker_thread = t;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&a);
 }
@@ -453,6 +469,24 @@ static int attach(void)
 __attribute__((destructor)) static void detach(void)
 {
     if (g_attached && g_detach) g_detach(&g_hooks);
+    /* the CUPTI thread runs this library's code: it must be out of it before the code is unmapped
+     * (it leaves at its next wake-up; bounded, in case it is inside a client's callback at exit) */
+    pthread_mutex_lock(&g_lock);
+    if (g_worker_started && g_worker_running) {
+        g_worker_stop = 1;
+        pthread_cond_broadcast(&g_wake);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 2;
+        while (g_worker_running && pthread_cond_timedwait(&g_wake, &g_lock, &ts) == 0) {
+        }
+        int gone = !g_worker_running;
+        pthread_mutex_unlock(&g_lock);
+        if (gone) pthread_join(g_worker_thread, NULL);   /* past its last instruction here */
+        else pthread_detach(g_worker_thread);
+        return;
+    }
+    pthread_mutex_unlock(&g_lock);
 }
 
 /* ---------------- the API ---------------- */
