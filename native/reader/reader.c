@@ -452,7 +452,7 @@ int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid)
             tab = ok ? &s->hint : NULL;
             break;
         case PI_OP_STRING: case PI_OP_STRDATA: case PI_OP_MARKER: case PI_OP_SITE: case PI_OP_FRAME:
-        case PI_OP_STACK: case PI_OP_NOTE:
+        case PI_OP_STACK: case PI_OP_NOTE: case PI_OP_APPLY:
             tab = &s->side;
             break;
         default:

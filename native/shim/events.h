@@ -78,7 +78,13 @@ enum pi_op {
                                python "filename\0function", native: the object's path */
     PI_OP_STACK = 17,       /* defines a stack (trie node): aux: stack id; addr: parent stack id
                                (0 = root); size: frame id (the innermost frame of this stack) */
-    PI_OP_NOTE = 18         /* aux: string id of a capture note ("python stacks off: ...") */
+    PI_OP_NOTE = 18,        /* aux: string id of a capture note ("python stacks off: ...") */
+    /* serving from a plan (native/shim/apply.c; a number well above the others: room for theirs) */
+    PI_OP_APPLY = 24        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
+                               2 one iteration's counts, 3 plan refused, 4 the last iteration's (at exit);
+                               counts as 32-bit pairs: addr served|no_key<<32, size occupied|bigger<<32,
+                               stream capture|overlap<<32, aux off|other<<32; result: the iteration (-1:
+                               before the first) */
 };
 
 enum pi_site_flags {
