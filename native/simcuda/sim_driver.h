@@ -94,5 +94,8 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
 HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host);
 HIDDEN CUresult sim_mem_used(int device, size_t *used);
 HIDDEN CUmemoryPool sim_default_pool(int device);
+/* SIMCUDA_STATS / SIMCUDA_CHECK (memory.c): the device's high-water mark, counters written at exit */
+HIDDEN void sim_count_stream_wait(void);
+HIDDEN void sim_count_event_record(void);
 
 #endif

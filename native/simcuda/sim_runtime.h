@@ -73,7 +73,9 @@
     X(CUresult, cuLibraryLoadData, (CUlibrary *, const void *, int *, void **, unsigned int, int *,     \
                                     void **, unsigned int))                                             \
     X(CUresult, cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))                              \
-    X(CUresult, cuLibraryUnload, (CUlibrary))
+    X(CUresult, cuLibraryUnload, (CUlibrary))                                                          \
+    X(CUresult, cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                   \
+    X(CUresult, cuStreamIsCapturing, (CUstream, int *))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

@@ -26,7 +26,18 @@ struct simtrain_config {
     int layers;
     double noise;    /* fraction of steps with extra, unpredictable allocations */
     uint64_t seed;
+    unsigned noise_kinds; /* what a noisy step does (SIMTRAIN_NOISE_*); 0 = SIMTRAIN_NOISE_EXTRA */
 };
+
+enum simtrain_noise {
+    SIMTRAIN_NOISE_EXTRA = 1,   /* an evaluation pass or a logging buffer after the step */
+    SIMTRAIN_NOISE_MISSING = 2, /* one layer's forward workspace is not allocated (the output serves) */
+    SIMTRAIN_NOISE_STREAM2 = 4  /* the input is freed on a second stream (torch async backend and tf) */
+};
+
+/* With SIMCUDA_CHECK=1 in the environment, simtrain writes a pattern of its own into every block it
+ * allocates (and again after each copy or memset into it) and checks it before the block is freed:
+ * any other writer of those bytes while the block is live makes simtrain_run fail with a message. */
 
 #define SIMTRAIN_MAX_API 32
 

@@ -58,8 +58,16 @@ def summarize(trace: Trace) -> dict:
         "outside_allocator": info["outside"],
         "by_owner": bytes_by_owner(trace).to_dict("records"),
         "reservations": int(len(trace.reservations)),
+        "applied": _applied(trace),
         "graph_launches": graph_launches,
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
     }
+
+
+def _applied(trace: Trace) -> dict | None:
+    """What a plan served (``run --apply``); None without one."""
+    from .applied import summary
+
+    return summary(trace)

@@ -2,7 +2,11 @@
 CUDA call path, with a truth file that says exactly what they did.
 
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
-        [--workers K] [--noise F] [--truth FILE.json] [--layers L] [--seed S]
+        [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
+        [--seed S]
+
+With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
+overwritten while live ends the run with an error (exit status 1).
 
 torch: libcudart through the PLT (cudaMallocAsync/cudaFreeAsync when
 PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF has backend:cudaMallocAsync, else
@@ -34,7 +38,7 @@ COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
 
 class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64)]
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("noise_kinds", ctypes.c_uint)]
 
 
 class _Truth(ctypes.Structure):
@@ -62,9 +66,23 @@ def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
             for i in range(lib.simtrain_api_count())}
 
 
-def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int) -> dict:
+NOISE_KINDS = {"extra": 1, "missing": 2, "stream2": 4}
+
+
+def noise_mask(kinds: str) -> int:
+    """--noise-kinds extra,missing,stream2 -> simtrain.h's SIMTRAIN_NOISE_* bits."""
+    mask = 0
+    for k in (k.strip() for k in kinds.split(",") if k.strip()):
+        if k not in NOISE_KINDS:
+            raise PyinterposeError(f"--noise-kinds: unknown kind {k!r} (choose from {', '.join(NOISE_KINDS)})")
+        mask |= NOISE_KINDS[k]
+    return mask or NOISE_KINDS["extra"]
+
+
+def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
+             noise_kinds: int = 1) -> dict:
     """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed)
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, noise_kinds)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -97,7 +115,8 @@ def _child(lib, args, wfd: int) -> None:
     except (OSError, AttributeError):
         pass
     try:
-        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed)}
+        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
+                              noise_mask(args.noise_kinds))}
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         msg, code = {"error": str(e)}, 1
     try:
@@ -126,7 +145,8 @@ def run(args: argparse.Namespace) -> dict:
         children.append((pid, r))
     parts, errors = [], []
     try:
-        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed))
+        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
+                              noise_mask(args.noise_kinds)))
     except PyinterposeError as e:
         errors.append(str(e))
     for pid, r in children:
@@ -163,6 +183,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--workers", type=int, default=0, help="forked worker processes besides this one")
     p.add_argument("--noise", type=float, default=0.0, help="fraction of steps with extra allocations")
+    p.add_argument("--noise-kinds", default="extra", metavar="K[,K]",
+                   help="what a noisy step does: extra (an evaluation pass or a logging buffer), missing (a "
+                        "layer's workspace is not allocated), stream2 (the input is freed on a second stream); "
+                        "default extra")
     p.add_argument("--truth", help="write the truth JSON here")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
@@ -175,6 +199,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise PyinterposeError("--workers must be 0 or more")
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
+    noise_mask(args.noise_kinds)
     if not 0 <= args.seed < 2**64:
         raise PyinterposeError("--seed must be between 0 and 2**64-1")
     return args

@@ -327,7 +327,9 @@ SIM_API(CUresult, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int flags)
 {
     CUresult r = sim_check_stream(s);
     if (r) return r;
-    return e && e->magic == MAGIC_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!e || e->magic != MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
+    sim_count_stream_wait();
+    return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int flags), (s, e, flags));
 
@@ -353,6 +355,7 @@ SIM_API(CUresult, cuEventRecord, (CUevent e, CUstream s))
     if (r) return r;
     e->t_ns = sim_now_ns();
     e->recorded = 1;
+    sim_count_event_record();
     return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, s));
