@@ -45,7 +45,7 @@ _M64 = (1 << 64) - 1
 
 def owner_hash(owner: str) -> int:
     """FNV-1a 64 of the owner's basename (native/shim/site.c ``pi_site_owner_hash``)."""
-    h = 1469598103934665603
+    h = 14695981039346656037   # offset basis
     for b in (owner or "").encode():
         h = ((h ^ b) * 1099511628211) & _M64
     return h
