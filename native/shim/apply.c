@@ -120,16 +120,30 @@ typedef int (*capturing_fn)(uint64_t, int *);
 typedef int (*sync_fn)(void);
 typedef int (*alloc_fn)(void *, size_t);
 
-/* family 0: runtime (names near the real cudaMalloc), 1: driver (near cuMemAlloc_v2) */
-static void *near_fn(int fam, const char *rt_name, const char *drv_name) {
+/* The real functions apply.c calls besides the hooked ones, by family (0: runtime, found near the real
+ * cudaMalloc; 1: driver, near cuMemAlloc_v2), looked up once (a lookup is a dladdr + dlopen + dlsym). */
+enum { F_CAPTURING, F_WAIT, F_EV_SYNC, F_EV_CREATE, F_EV_RECORD, F_SYNC, F_N };
+static const char *const F_NAME[2][F_N] = {
+    {"cudaStreamIsCapturing", "cudaStreamWaitEvent", "cudaEventSynchronize", "cudaEventCreateWithFlags",
+     "cudaEventRecord", "cudaDeviceSynchronize"},
+    {"cuStreamIsCapturing", "cuStreamWaitEvent", "cuEventSynchronize", "cuEventCreate", "cuEventRecord",
+     "cuCtxSynchronize"}};
+static void *g_fn[2][F_N];
+static int g_fn_done[2][F_N];
+
+static void *near_fn(int fam, int which) {
+    if (PI_LIKELY(__atomic_load_n(&g_fn_done[fam][which], __ATOMIC_ACQUIRE))) return g_fn[fam][which];
     void *known = pi_real(fam == 0 ? PI_API_cudaMalloc : PI_API_cuMemAlloc_v2);
-    return pi_sym_near(known, fam == 0 ? rt_name : drv_name);
+    void *f = pi_sym_near(known, F_NAME[fam][which]);
+    g_fn[fam][which] = f;
+    if (f || known) __atomic_store_n(&g_fn_done[fam][which], 1, __ATOMIC_RELEASE);
+    return f;
 }
 
 static uint64_t stream_of(uint64_t s, int ptsz) { return (ptsz && s == 0) ? 2 /* per-thread */ : s; }
 
 static int capturing(int fam, uint64_t stream) {
-    capturing_fn f = (capturing_fn)near_fn(fam, "cudaStreamIsCapturing", "cuStreamIsCapturing");
+    capturing_fn f = (capturing_fn)near_fn(fam, F_CAPTURING);
     if (!f) return 0;
     int st = 0;
     if (f(stream, &st) != 0) return 0;
@@ -442,10 +456,10 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
         if (async && sr->ev_stream == st) {
             rc = 0; /* same stream: stream order already holds */
         } else if (async) {
-            wait_fn w = (wait_fn)near_fn(fam, "cudaStreamWaitEvent", "cuStreamWaitEvent");
+            wait_fn w = (wait_fn)near_fn(fam, F_WAIT);
             rc = w ? w(st, sr->ev, 0) : -1;
         } else {
-            ev_sync_fn w = (ev_sync_fn)near_fn(fam, "cudaEventSynchronize", "cuEventSynchronize");
+            ev_sync_fn w = (ev_sync_fn)near_fn(fam, F_EV_SYNC);
             rc = w ? w(sr->ev) : -1;
         }
         if (rc != 0) {
@@ -487,11 +501,11 @@ int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, int async, 
             retire = 1; /* freed inside a graph: never handed out again */
         } else {
             if (!sr->ev) {
-                ev_create_fn c = (ev_create_fn)near_fn(fam, "cudaEventCreateWithFlags", "cuEventCreate");
+                ev_create_fn c = (ev_create_fn)near_fn(fam, F_EV_CREATE);
                 void *ev = NULL;
                 if (c && c(&ev, 2 /* disable timing */) == 0) sr->ev = ev;
             }
-            ev_record_fn rec = (ev_record_fn)near_fn(fam, "cudaEventRecord", "cuEventRecord");
+            ev_record_fn rec = (ev_record_fn)near_fn(fam, F_EV_RECORD);
             if (sr->ev && rec && rec(sr->ev, st) == 0) {
                 sr->ev_stream = st;
                 sr->ev_pending = 1;
@@ -500,7 +514,7 @@ int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, int async, 
             }
         }
     } else {
-        sync_fn f = (sync_fn)near_fn(fam, "cudaDeviceSynchronize", "cuCtxSynchronize");
+        sync_fn f = (sync_fn)near_fn(fam, F_SYNC);
         if (f) f();
         sr->ev_pending = 0;
     }
