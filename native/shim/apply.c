@@ -99,14 +99,15 @@ static slot_rt *g_srt;
 static live_iv *g_live;
 static uint32_t g_nlive;
 static volatile uint64_t g_base;         /* arena base, 0 = not reserved */
+static int g_arena_device = -1;          /* the device the arena is on */
 static int g_arena_failed;
 static int64_t g_iter = -1;              /* current iteration (-1: before the first boundary) */
 static uint32_t g_cnt[C_N];              /* counts of the current iteration */
 static uint64_t g_tot[C_N];              /* counts of the whole run */
-static uint64_t g_iter_req, g_iter_known;
-static uint64_t g_requests;
+static uint64_t g_iter_req, g_iter_known, g_iter_foreign; /* foreign: a (size, site) the plan never has */
+static uint64_t g_requests, g_foreign;   /* requests seen, and those of a (size, site) the plan lacks */
 static int g_judged;
-static char g_refusal[200];
+static char g_refusal[256];
 
 static inline void lock(void) { pthread_mutex_lock(&g_lock); }
 static inline void unlock(void) { pthread_mutex_unlock(&g_lock); }
@@ -122,12 +123,12 @@ typedef int (*alloc_fn)(void *, size_t);
 
 /* The real functions apply.c calls besides the hooked ones, by family (0: runtime, found near the real
  * cudaMalloc; 1: driver, near cuMemAlloc_v2), looked up once (a lookup is a dladdr + dlopen + dlsym). */
-enum { F_CAPTURING, F_WAIT, F_EV_SYNC, F_EV_CREATE, F_EV_RECORD, F_SYNC, F_N };
+enum { F_CAPTURING, F_WAIT, F_EV_SYNC, F_EV_CREATE, F_EV_RECORD, F_SYNC, F_GETDEV, F_N };
 static const char *const F_NAME[2][F_N] = {
     {"cudaStreamIsCapturing", "cudaStreamWaitEvent", "cudaEventSynchronize", "cudaEventCreateWithFlags",
-     "cudaEventRecord", "cudaDeviceSynchronize"},
+     "cudaEventRecord", "cudaDeviceSynchronize", "cudaGetDevice"},
     {"cuStreamIsCapturing", "cuStreamWaitEvent", "cuEventSynchronize", "cuEventCreate", "cuEventRecord",
-     "cuCtxSynchronize"}};
+     "cuCtxSynchronize", "cuCtxGetDevice"}};
 static void *g_fn[2][F_N];
 static int g_fn_done[2][F_N];
 
@@ -141,6 +142,15 @@ static void *near_fn(int fam, int which) {
 }
 
 static uint64_t stream_of(uint64_t s, int ptsz) { return (ptsz && s == 0) ? 2 /* per-thread */ : s; }
+
+typedef int (*getdev_fn)(int *);
+/* the calling thread's current device (-1 unknown) */
+static int current_device(int fam) {
+    getdev_fn f = (getdev_fn)near_fn(fam, F_GETDEV);
+    int d = -1;
+    if (!f || f(&d) != 0) return -1;
+    return d;
+}
 
 static int capturing(int fam, uint64_t stream) {
     capturing_fn f = (capturing_fn)near_fn(fam, F_CAPTURING);
@@ -308,26 +318,28 @@ static int boundary_locked(counts *out, int *refused_now) {
     }
     if (g_iter >= 0 && !g_judged && g_state == ST_ARMED) {
         g_judged = 1;
-        uint64_t expect = g_plan->iter_requests > g_iter_req ? g_plan->iter_requests : g_iter_req;
-        if (g_iter_known * 2 < expect) {
-            char why[200];
-            snprintf(why, sizeof why, "the first iteration's requests do not match the plan: %llu of %llu known "
-                     "(the plan has %llu per iteration)", (unsigned long long)g_iter_known,
-                     (unsigned long long)g_iter_req, (unsigned long long)g_plan->iter_requests);
+        /* another program: most of its requests are of sizes and sites the plan does not have, or most of
+         * the plan's requests did not come (extra requests of the plan's own kinds are noise, not this) */
+        if (g_iter_foreign * 2 > g_iter_req || g_iter_known * 2 < g_plan->iter_requests) {
+            char why[240];
+            snprintf(why, sizeof why, "the first iteration's requests do not match the plan: %llu of %llu of a size "
+                     "and call site the plan does not have, %llu of the plan's %llu found",
+                     (unsigned long long)g_iter_foreign, (unsigned long long)g_iter_req,
+                     (unsigned long long)g_iter_known, (unsigned long long)g_plan->iter_requests);
             refuse_locked(why);
             *refused_now = 1;
         }
     }
     g_iter++;
     memset(g_cnt, 0, sizeof g_cnt);
-    g_iter_req = g_iter_known = 0;
+    g_iter_req = g_iter_known = g_iter_foreign = 0;
     return have;
 }
 
 static void after_boundary(int have, const counts *c, int refused_now) {
     if (have) emit_counts(2, c);
     if (refused_now) {
-        char text[300];
+        char text[400];
         snprintf(text, sizeof text, "apply: plan refused, serving nothing from now on: %s", g_refusal);
         pi_note(text);
         if (pi_active()) pi_emit(PI_OP_APPLY, 0, (int32_t)g_iter, 0, 0, 0, 0, 3);
@@ -346,6 +358,7 @@ static uint64_t arena(int fam, int api) {
         alloc_fn f = (alloc_fn)pi_real(fam == 0 ? PI_API_cudaMalloc : PI_API_cuMemAlloc_v2);
         uint64_t p = 0;
         int r = f ? f(&p, g_plan->capacity) : 500;
+        g_arena_device = current_device(fam);
         if (r == 0 && p) __atomic_store_n(&g_base, p, __ATOMIC_RELEASE);
         else g_arena_failed = 1;
         if (pi_active()) pi_emit(PI_OP_APPLY, (uint16_t)api, r, p, g_plan->capacity, 0, 0, 1);
@@ -388,13 +401,16 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
     }
     uint64_t site = pi_site_owner_hash((g_plan->flags & PLAN_NO_SITES) ? 0 : caller);
     g_requests++;
+    if (find_key(size, site) < 0) g_foreign++;
     if (!(g_plan->flags & PLAN_MARKERS) && size == g_plan->anchor_size && site == g_plan->anchor_site)
         have = boundary_locked(&fin, &refused_now);
     g_iter_req++;
-    if (g_state == ST_ARMED && !g_judged && g_requests > g_plan->judge_after) {
+    if (g_state == ST_ARMED && !g_judged &&
+        (g_foreign > g_plan->judge_after || g_requests > 64 * g_plan->judge_after)) {
         char why[200];
-        snprintf(why, sizeof why, "no complete iteration within %llu requests (the plan's loop never came)",
-                 (unsigned long long)g_plan->judge_after);
+        snprintf(why, sizeof why, "no complete iteration within %llu requests of sizes and call sites the plan does "
+                 "not have, or %llu in all (the plan's loop never came)", (unsigned long long)g_plan->judge_after,
+                 (unsigned long long)(64 * g_plan->judge_after));
         refuse_locked(why);
         g_judged = refused_now = 1;
     }
@@ -403,6 +419,7 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
         why = R_OFF;
     } else {
         int64_t k = find_key(size, site);
+        if (k < 0) g_iter_foreign++;
         if (k >= 0 && g_keys[k].persistent) { /* process-life ordinals first, then the iteration's */
             if (g_ord[k] < g_keys[k].count) {
                 uint32_t o = g_keys[k].first + g_ord[k]++;
@@ -442,6 +459,10 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
     const plan_slot *ps = &g_slots[slot];
     uint64_t base = arena(fam, api);
     if (!base) {
+        give_back_slot((uint32_t)slot, ps->offset, R_OTHER);
+        return 0;
+    }
+    if (current_device(fam) != g_arena_device) { /* one arena, on one device */
         give_back_slot((uint32_t)slot, ps->offset, R_OTHER);
         return 0;
     }
