@@ -6,7 +6,8 @@ profiling run, ``pyinterpose plan`` (exact planner), then the program without an
 with SIMCUDA_STATS (simcuda's own high-water mark of device bytes) and SIMCUDA_CHECK=1 (simtrain checks
 every block's data): requests served, fallen through by reason, the arena, peak bytes without and with
 the plan, LOAD, wall time.  Then the time of one allocation and one free measured inside a small C loop
-(scripts/bench_apply_alloc.c): bare on simcuda, recorded by ``pyinterpose run``, and served from a plan.
+(scripts/bench_apply_alloc.c; the median iteration, best of --repeat runs): bare on simcuda, recorded by
+``pyinterpose run``, and served from a plan.
 
 Usage (from a fresh clone, after ``pip install .``):
     python scripts/bench_apply.py [--steps 20] [--layers 6] [--iters 300] [--k 64] [--repeat 3]
