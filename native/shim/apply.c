@@ -23,8 +23,9 @@
  * request served, through the real function of the request's family (cudaMalloc or cuMemAlloc_v2).
  *
  * Frees of arena blocks never reach the real allocator.  A stream-ordered free records an event on its
- * stream; the slot is handed out again on another stream only after a cudaStreamWaitEvent on that event
- * (a synchronous request waits for the event on the host).  A synchronous free (cudaFree, cuMemFree)
+ * stream; arena memory is handed out on another stream only after a cudaStreamWaitEvent on the latest such
+ * event of every stream that freed since (a synchronous request waits for them on the host): see
+ * "Stream order" below.  A synchronous free (cudaFree, cuMemFree)
  * synchronises the device, as the real one does.  Nothing is served, and no event is recorded, while the
  * request's stream is being captured into a graph.
  *
@@ -79,11 +80,26 @@ enum { C_SERVED, R_NOKEY, R_OCCUPIED, R_BIGGER, R_CAPTURE, R_OVERLAP, R_OFF, R_O
 static const char *const C_NAME[C_N] = {"served", "no_key", "occupied", "bigger", "capture", "overlap", "off",
                                         "other"};
 
-typedef struct slot_rt {
-    uint8_t live, retired, ev_pending;
-    uint64_t ev_stream;
+typedef struct slot_rt { uint8_t live, retired; } slot_rt;
+
+/* Stream order.  The plan hands one address range to different slots at different times, so a block
+ * freed on stream A may share bytes with any block handed out later.  Each stream that frees arena memory
+ * asynchronously has one event, recorded at each such free (generation + 1); before a block is handed out
+ * on stream B, B waits for the latest record of every other stream it has not waited for since (a
+ * synchronous request waits on the host).  Waiting on the latest record covers every earlier free of that
+ * stream (stream order).  A synchronous free synchronises the device: everything before it is done. */
+#define MAX_STREAMS 32
+typedef struct ev_stream {
+    uint64_t key;     /* the stream handle; the per-thread default stream (2) also carries the thread id */
+    uint64_t handle;
     void *ev;
-} slot_rt;
+    int fam;
+    uint64_t gen;     /* records made */
+} ev_stream;
+static pthread_mutex_t g_ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static ev_stream g_evs[MAX_STREAMS];
+static int g_nevs;
+static uint64_t g_waited[MAX_STREAMS + 1][MAX_STREAMS]; /* [waiter][freer]: generation waited; row MAX: host */
 typedef struct live_iv { uint64_t off, end; uint32_t slot; } live_iv;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,6 +158,7 @@ static void *near_fn(int fam, int which) {
 }
 
 static uint64_t stream_of(uint64_t s, int ptsz) { return (ptsz && s == 0) ? 2 /* per-thread */ : s; }
+static uint64_t stream_key(uint64_t s) { return s == 2 ? 2 | (uint64_t)pi_tid() << 8 : s; }
 
 typedef int (*getdev_fn)(int *);
 /* the calling thread's current device (-1 unknown) */
@@ -375,6 +392,70 @@ static uint64_t arena(int fam, int api) {
 
 int pi_apply_has_arena(void) { return __atomic_load_n(&g_base, __ATOMIC_RELAXED) != 0; }
 
+/* ------------------------------------------------------------------ stream order */
+/* g_ev_lock held: the table row of stream key k, created (with its event) when asked to; -1 none */
+static int ev_row(int fam, uint64_t handle, uint64_t k, int create) {
+    for (int i = 0; i < g_nevs; i++)
+        if (g_evs[i].key == k) return i;
+    if (!create || g_nevs == MAX_STREAMS) return -1;
+    ev_create_fn c = (ev_create_fn)near_fn(fam, F_EV_CREATE);
+    void *ev = NULL;
+    if (!c || c(&ev, 2 /* disable timing */) != 0 || !ev) return -1;
+    g_evs[g_nevs] = (ev_stream){k, handle, ev, fam, 0};
+    return g_nevs++;
+}
+
+/* an asynchronous free of arena memory on stream st: 0, or -1 when it could not be recorded */
+static int record_free(int fam, uint64_t st) {
+    pthread_mutex_lock(&g_ev_lock);
+    int i = ev_row(fam, st, stream_key(st), 1);
+    int rc = -1;
+    if (i >= 0) {
+        ev_record_fn rec = (ev_record_fn)near_fn(g_evs[i].fam, F_EV_RECORD);
+        if (rec && rec(g_evs[i].ev, st) == 0) {
+            g_evs[i].gen++;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&g_ev_lock);
+    return rc;
+}
+
+/* before a block is handed out on stream st (or, !async, to the host): wait for other streams' frees */
+static int wait_for_frees(int fam, int async, uint64_t st) {
+    int rc = 0;
+    pthread_mutex_lock(&g_ev_lock);
+    if (g_nevs) {
+        uint64_t k = stream_key(st);
+        int me = async ? ev_row(fam, st, k, 1) : -1;  /* a row to remember what it waited for */
+        int row = async ? (me >= 0 ? me : -1) : MAX_STREAMS;
+        for (int j = 0; j < g_nevs && rc == 0; j++) {
+            ev_stream *e = &g_evs[j];
+            if (j == me || e->gen == 0) continue;            /* own stream: stream order holds */
+            uint64_t seen = row >= 0 ? g_waited[row][j] : 0;
+            if (seen == e->gen) continue;
+            if (async) {
+                wait_fn w = (wait_fn)near_fn(e->fam, F_WAIT);
+                rc = w && w(st, e->ev, 0) == 0 ? 0 : -1;
+            } else {
+                ev_sync_fn w = (ev_sync_fn)near_fn(e->fam, F_EV_SYNC);
+                rc = w && w(e->ev) == 0 ? 0 : -1;
+            }
+            if (rc == 0 && row >= 0) g_waited[row][j] = e->gen;
+        }
+    }
+    pthread_mutex_unlock(&g_ev_lock);
+    return rc;
+}
+
+/* the device was synchronised: every recorded free is complete for everyone */
+static void device_synced(void) {
+    pthread_mutex_lock(&g_ev_lock);
+    for (int j = 0; j < g_nevs; j++)
+        for (int r = 0; r <= MAX_STREAMS; r++) g_waited[r][j] = g_evs[j].gen;
+    pthread_mutex_unlock(&g_ev_lock);
+}
+
 /* ------------------------------------------------------------------ serve */
 /* undo a slot taken in pi_apply_serve: g_lock NOT held */
 static void give_back_slot(uint32_t s, uint64_t off, int why) {
@@ -471,23 +552,9 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
         give_back_slot((uint32_t)slot, ps->offset, R_CAPTURE);
         return 0;
     }
-    slot_rt *sr = &g_srt[slot];
-    if (sr->ev_pending && sr->ev) {
-        int rc;
-        if (async && sr->ev_stream == st) {
-            rc = 0; /* same stream: stream order already holds */
-        } else if (async) {
-            wait_fn w = (wait_fn)near_fn(fam, F_WAIT);
-            rc = w ? w(st, sr->ev, 0) : -1;
-        } else {
-            ev_sync_fn w = (ev_sync_fn)near_fn(fam, F_EV_SYNC);
-            rc = w ? w(sr->ev) : -1;
-        }
-        if (rc != 0) {
-            give_back_slot((uint32_t)slot, ps->offset, R_OTHER);
-            return 0;
-        }
-        sr->ev_pending = 0;
+    if (wait_for_frees(fam, async, st) != 0) {
+        give_back_slot((uint32_t)slot, ps->offset, R_OTHER);
+        return 0;
     }
     lock();
     count(C_SERVED);
@@ -518,26 +585,11 @@ int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, int async, 
     int retire = 0;
     if (async) {
         uint64_t st = stream_of(stream, ptsz);
-        if (capturing(fam, st)) {
-            retire = 1; /* freed inside a graph: never handed out again */
-        } else {
-            if (!sr->ev) {
-                ev_create_fn c = (ev_create_fn)near_fn(fam, F_EV_CREATE);
-                void *ev = NULL;
-                if (c && c(&ev, 2 /* disable timing */) == 0) sr->ev = ev;
-            }
-            ev_record_fn rec = (ev_record_fn)near_fn(fam, F_EV_RECORD);
-            if (sr->ev && rec && rec(sr->ev, st) == 0) {
-                sr->ev_stream = st;
-                sr->ev_pending = 1;
-            } else {
-                retire = 1; /* no event: the slot cannot be reused safely */
-            }
-        }
+        if (capturing(fam, st)) retire = 1;               /* freed inside a graph: never handed out again */
+        else if (record_free(fam, st) != 0) retire = 1;   /* no event: the range cannot be reused safely */
     } else {
         sync_fn f = (sync_fn)near_fn(fam, F_SYNC);
-        if (f) f();
-        sr->ev_pending = 0;
+        if (f && f() == 0) device_synced();
     }
     lock();
     i = iv_find(off);
@@ -574,6 +626,8 @@ void pi_apply_atfork_child(void) {
     /* the child's CUDA is not its parent's: nothing is served, nothing of the arena is known */
     pthread_mutex_init(&g_lock, NULL);
     pthread_mutex_init(&g_arena_lock, NULL);
+    pthread_mutex_init(&g_ev_lock, NULL);
+    g_nevs = 0;
     __atomic_store_n(&g_base, 0, __ATOMIC_RELEASE);
     g_state = ST_NONE;
     g_loaded = 1;
