@@ -11,7 +11,10 @@
 3. --python-stacks: the cost per allocation of recording a Python stack.
 
     python scripts/bench_capture.py [--rounds N] [--no-access] [--steps S] [--repeats R] [--skip-simtrain]
-    python scripts/bench_capture.py --python-stacks [--depth 30]
+    python scripts/bench_capture.py --python-stacks [--depth 30] [--rounds N] [--allocs N]
+
+Runs from a fresh clone once the native parts are built (``pip install -e .``); its
+scratch files go to a temporary directory that is removed at the end.
 
 Targets: <= 150 ns per alloc or free event, <= 300 ns per launch with scanning;
 each simtrain path's added ns per event within 2x of the torch path's; <= 2000 ns
@@ -82,10 +85,15 @@ def python_stacks(n: int = 500, rounds: int = 60, depth: int = 30) -> dict:
     machine load hits both sides alike; min and median over ``rounds`` block pairs.  The
     headline figures are min(recorded) - min(suspended): the least disturbed by other load."""
     from pyinterpose.capture.run import NATIVE
-    from pyinterpose.trace import stacks as S
 
     sim = os.path.join(NATIVE, "simcuda")
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp:
+        return _python_stacks(sim, tmp, n, rounds, depth)
+
+
+def _python_stacks(sim: str, tmp: str, n: int, rounds: int, depth: int) -> dict:
+    from pyinterpose.trace import stacks as S
+
     prog = os.path.join(tmp, "pystack_bench.py")
     with open(prog, "w") as f:
         f.write(PYSTACK_WORKLOAD)
@@ -118,7 +126,9 @@ def python_stacks(n: int = 500, rounds: int = 60, depth: int = 30) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="timed rounds (default 100; 60 block pairs with --python-stacks)")
+    ap.add_argument("--allocs", type=int, default=500, help="allocations per block with --python-stacks")
     ap.add_argument("--no-access", action="store_true")
     ap.add_argument("--python-stacks", action="store_true",
                     help="measure the cost of --stacks python (depth 30) instead")
@@ -128,12 +138,20 @@ def main() -> int:
     ap.add_argument("--skip-simtrain", action="store_true")
     args = ap.parse_args()
     if args.python_stacks:
-        print(json.dumps(python_stacks(depth=args.depth), indent=2))
+        print(json.dumps(python_stacks(n=args.allocs, rounds=args.rounds or 60, depth=args.depth), indent=2))
         return 0
+    if args.rounds is None:
+        args.rounds = 100
     from pyinterpose.capture.run import NATIVE
 
     sim = os.path.join(NATIVE, "simcuda")
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp:
+        out = _overhead(args, sim, tmp)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def _overhead(args, sim: str, tmp: str) -> dict:
     exe = os.path.join(tmp, "bench_capture")
     subprocess.run(["cc", "-O2", "-D_GNU_SOURCE", f"-I{ROOT}/native/include", f"-I{ROOT}/native/simcuda",
                     "-o", exe, os.path.join(ROOT, "scripts", "bench_capture.c"), f"-L{sim}", "-l:libcudart.so.13",
@@ -171,8 +189,7 @@ def main() -> int:
         out["simtrain"] = {"steps": args.steps, "repeats": args.repeats, "paths": paths,
                            "target": "every path's added_ns_per_event <= 2 x torch's",
                            "within_target": all(p["ratio_to_torch"] <= 2.0 for p in paths.values())}
-    print(json.dumps(out, indent=2))
-    return 0
+    return out
 
 
 # runs the command as a child and writes its own CPU time (user, sys) and wall time as JSON
@@ -197,6 +214,8 @@ def simtrain_path(fw: str, args, sim: str, tmp: str) -> dict:
     best = {}
     for _ in range(args.repeats):
         for mode, cmd in (("bare", timed), ("shim", run + ["--", *timed])):
+            if mode == "shim" and os.path.exists(trace):
+                os.remove(trace)           # the last repeat's trace: `run -o` never overwrites
             subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
             with open(timing) as fh:
                 t = json.load(fh)

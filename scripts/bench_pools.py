@@ -13,7 +13,15 @@
   (``holes`` 0.15: fill ~0.85, like MiniMalloc's challenging set).
 
 Usage: python scripts/bench_pools.py [--sizes 10000,100000] [--random 100000]
-       [--time-limit 30] [--hard 150,250,350] [--holes 0,0.15] [--seeds 2] [--skip-minimalloc]
+       [--time-limit 30] [--hard 150,250,350] [--holes 0,0.15] [--seeds 2]
+       [--minimalloc DIR | --skip-minimalloc]
+
+MiniMalloc's instances (``A.1048576.csv`` ... ``K.1048576.csv``, from
+github.com/google/minimalloc's challenging set) are not in the repository: they are
+looked for in ``--minimalloc DIR``, else ``data/dsa-minimalloc`` in the checkout, else
+``../shared/data/dsa-minimalloc`` beside it; when none is found the JSON's
+``minimalloc`` says so (and stderr), the rest still runs.  Smallest run (seconds):
+``python scripts/bench_pools.py --sizes 300 --random 0 --hard 20 --holes 0 --seeds 1 --time-limit 1 --skip-minimalloc``.
 """
 from __future__ import annotations
 
@@ -23,14 +31,27 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 from pyinterpose.analysis.pools import ALLOCATORS, plan, requests, simulate, steady_problem  # noqa: E402
 from pyinterpose.analysis.pools import exact  # noqa: E402
 from pyinterpose.analysis.pools.generate import hard_instance, training_trace  # noqa: E402
 from pyinterpose.analysis.pools.problem import arrays, load, read_minimalloc_csv, validate_plan  # noqa: E402
 
-DATA = "/work/shared/data/dsa-minimalloc"
+# where MiniMalloc's instances are looked for when --minimalloc is not given (relative to the checkout)
+DATA_DIRS = (os.path.join(ROOT, "data", "dsa-minimalloc"),
+             os.path.join(os.path.dirname(ROOT), "shared", "data", "dsa-minimalloc"))
+MINIMALLOC_NAMES = "ABCDEFGHIJK"
+
+
+def minimalloc_dir(given: str | None) -> tuple[str | None, list[str]]:
+    """The directory holding MiniMalloc's instances and the places looked in."""
+    tried = [given] if given else list(DATA_DIRS)
+    for d in tried:
+        if any(os.path.exists(os.path.join(d, f"{n}.1048576.csv")) for n in MINIMALLOC_NAMES):
+            return d, tried
+    return None, tried
 HEURISTICS = ("smartpool-bf", "smartpool-ff", "greedy-size", "xla-heap")
 
 
@@ -93,6 +114,8 @@ def main() -> int:
     ap.add_argument("--holes", default="0,0.15")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--skip-minimalloc", action="store_true")
+    ap.add_argument("--minimalloc", metavar="DIR", help="directory of MiniMalloc's A..K.1048576.csv "
+                    "(default: data/dsa-minimalloc in the checkout, then ../shared/data/dsa-minimalloc)")
     args = ap.parse_args()
     out = {"cpus": os.cpu_count(), "time_limit_s": args.time_limit, "sizes": {}, "random": None,
            "minimalloc": {}, "hard": []}
@@ -100,11 +123,23 @@ def main() -> int:
         out["sizes"][str(n)] = bench_sizes(n)
     if args.random > 0:
         out["random"] = bench_random(args.random)
-    if not args.skip_minimalloc:
-        for name in "ABCDEFGHIJK":
-            path = os.path.join(DATA, f"{name}.1048576.csv")
-            if os.path.exists(path):
-                out["minimalloc"][name] = bench_exact(read_minimalloc_csv(path), 1 << 20, args.time_limit)
+    if args.skip_minimalloc:
+        out["minimalloc"] = {"skipped": "--skip-minimalloc"}
+    else:
+        data, tried = minimalloc_dir(args.minimalloc)
+        if data is None and args.minimalloc:
+            print(f"bench_pools: --minimalloc {args.minimalloc}: no A..K.1048576.csv there", file=sys.stderr)
+            return 2
+        if data is None:
+            why = "MiniMalloc's instances (A..K.1048576.csv) not found in " + ", ".join(tried)
+            print(f"bench_pools: {why}; skipped (--minimalloc DIR to give them)", file=sys.stderr)
+            out["minimalloc"] = {"skipped": why}
+        else:
+            out["minimalloc_dir"] = data
+            for name in MINIMALLOC_NAMES:
+                path = os.path.join(data, f"{name}.1048576.csv")
+                if os.path.exists(path):
+                    out["minimalloc"][name] = bench_exact(read_minimalloc_csv(path), 1 << 20, args.time_limit)
     for holes in [float(x) for x in args.holes.split(",") if x]:
         for n in [int(x) for x in args.hard.split(",") if x]:
             for seed in range(args.seeds):

@@ -102,7 +102,35 @@ static void unlink_ring(void) {
 static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
 static uint64_t g_suspect_at;            /* when a producer first found that heartbeat older than the lease */
 
+/* Is the drain surely dead?  Seen at once, without waiting out the lease: `run`'s pid is gone (ESRCH), or
+ * a zombie, or this process was `run`'s child and has been re-parented.  Only in `run`'s own pid namespace
+ * (else its pid means nothing here).  A stopped `run` (SIGSTOP, a paused VM) is alive by all of these. */
+static char g_consumer_ns[64];           /* `run`'s /proc/self/ns/pid link, from $PYINTERPOSE_CONSUMER_PIDNS */
+
+static int consumer_dead(void) {
+    if (g_consumer <= 0 || !g_consumer_ns[0]) return 0;
+    char ns[64];
+    ssize_t k = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    if (k <= 0) return 0;
+    ns[k] = 0;
+    if (strcmp(ns, g_consumer_ns) != 0) return 0;
+    if (g_ring && g_ring_pid == getpid() && g_ring->ppid == g_consumer && getppid() != g_consumer)
+        return 1;                                       /* re-parented: `run` exited */
+    if (kill(g_consumer, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", g_consumer);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');                 /* "pid (comm) S ...": comm may hold spaces */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
 static int consumer_alive(pi_ring_header *h) {
+    if (consumer_dead()) return 0;
     uint64_t now = pi_now();
     if (__atomic_load_n(&h->attached, __ATOMIC_ACQUIRE)) {
         uint64_t beat = __atomic_load_n(&h->beat_ns, __ATOMIC_ACQUIRE);
@@ -139,6 +167,8 @@ static void on_exit_close(void) {
         /* never attached and no drain any more: nothing else would remove the ring */
         if (!__atomic_load_n(&g_ring->attached, __ATOMIC_ACQUIRE) && !consumer_alive(g_ring)) unlink_ring();
     }
+    /* `run` is gone and cannot remove its folder: the last process out does (rmdir: only when empty) */
+    if (g_ring_dir[0] && consumer_dead()) rmdir(g_ring_dir);
 }
 
 static void read_exe(char *buf, size_t n) {
@@ -295,6 +325,8 @@ static void init_once(void) {
     if (d && strlen(d) < sizeof g_ring_dir) strcpy(g_ring_dir, d);
     const char *c = getenv("PYINTERPOSE_CONSUMER_PID");
     g_consumer = c ? atoi(c) : 0;
+    const char *cn = getenv("PYINTERPOSE_CONSUMER_PIDNS");
+    if (cn && strlen(cn) < sizeof g_consumer_ns) strcpy(g_consumer_ns, cn);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(on_exit_close);
     g_state = 1;

@@ -10,7 +10,9 @@
   ``reserved_source``: "reserved view" (the peak of the allocator's own blocks:
   PyTorch's ``max_memory_reserved``, XLA's region), "simulated: NAME" (a blocks view:
   the framework's allocator replayed by the ``NAME`` pool simulator on its own
-  requests) or None (unknown); ``reserved_over_live`` (reserved / peak live);
+  requests) or None (unknown); ``reserved_over_live`` (the allocator's reserve over its own
+  peak of live bytes, in a blocks view; None in a reserved view, where the live bytes inside the
+  segments are not seen);
   ``nvml_used_bytes`` (NVML used memory of the whole GPU: CUDA context, libraries and
   the allocator's reserve — never the reserve itself); ``duration_ns``;
 * owners: ``by_owner`` (rows of :func:`pyinterpose.analysis.owners.bytes_by_owner`),
@@ -46,25 +48,14 @@ import numpy as np
 from ..trace.model import Trace, peak_live_bytes_of
 
 SMALL = 1 << 20
-KNOWN_FRAMEWORKS = ("torch", "jax", "tensorflow", "tf", "cupy")
 
 
 def framework_of(trace: Trace) -> str:
-    """The framework recorded in the trace's metadata, else guessed from the command line."""
-    fw = trace.meta.get("framework")
-    if fw:
-        return str(fw)
-    cmd = [str(c) for c in trace.meta.get("command", [])]
-    for i, c in enumerate(cmd):
-        if c == "--framework" and i + 1 < len(cmd):
-            return cmd[i + 1]
-        if c.startswith("--framework="):
-            return c.split("=", 1)[1]
-    words = " ".join(cmd).lower()
-    for k in KNOWN_FRAMEWORKS:
-        if k in words:
-            return "tensorflow" if k == "tf" else k
-    return "unknown"
+    """The framework that ran: :func:`pyinterpose.analysis.owners.framework` (the one decision
+    every command shows)."""
+    from .owners import framework
+
+    return framework(trace)
 
 
 def _quantiles(x: np.ndarray) -> dict[str, int] | None:
@@ -167,7 +158,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "peak_live_bytes": int(peak),
         "reserved_bytes": None if reserved is None else int(reserved),
         "reserved_source": source,
-        "reserved_over_live": (float(reserved) / peak) if reserved is not None and peak else None,
+        "reserved_over_live": None,
         "nvml_used_bytes": int(nv.groupby("t")["used_bytes"].sum().max()) if len(nv) else None,
         "duration_ns": int(trace.duration_ns),
         "by_owner": facts["by_owner"],
@@ -195,7 +186,8 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
                              if isinstance(pl.value, dict) and r.get("strategy") == sim), None)
             if row["reserved_bytes"] is None and sim_peak is not None:
                 row["reserved_bytes"], row["reserved_source"] = int(sim_peak), f"simulated: {sim}"
-                row["reserved_over_live"] = float(sim_peak) / peak if peak else None
+                apeak = int(info["peak_live_bytes"])
+                row["reserved_over_live"] = float(sim_peak) / apeak if apeak else None
             if row["fragmentation"] is None:
                 notes.append(f"fragmentation: unrecognised pools result {type(pl.value).__name__}")
         else:

@@ -21,11 +21,22 @@ Everything else — ``cuMemAlloc_v2`` from cuBLAS/cuDNN workspaces, the runtime,
 the allocator*: the framework's own statistics (``max_memory_reserved``, ``memory_stats()``) do not
 include it, and an allocator simulator must not replay it.
 
-Functions (pure, over the trace's tables):
+**Trampolines.** ctypes and cffi call CUDA through libffi: a plain Python script's allocations are
+recorded with owner ``libffi.so.8`` (or ``_ctypes...so``, ``_cffi_backend...so``).  Those objects
+only forward the call, so the owner shown is the Python code behind them: ``python (through
+libffi.so.8)``; they are never taken for a framework's allocator.
 
-* :func:`framework` — ``"pytorch" | "jax" | "tensorflow" | "unknown"`` from the trace's metadata,
-  owners, command line and APIs;
-* :func:`block_owners` — a Series (index of ``trace.blocks``): the recorded owner, else the API;
+Functions (pure, over the trace's tables).  :func:`allocator` is **the one place that decides** the
+framework and which blocks are its allocator's; every command (summary, report, compare, pools,
+exports, the owners tables) reads its answer through it or the helpers below:
+
+* :func:`allocator` — an :class:`Allocator`: ``framework`` (``"pytorch" | "jax" | "tensorflow" |
+  "unknown"``) and where it was read, ``mask`` (bool per row of ``trace.blocks``: the device blocks
+  the framework's allocator asked for), ``source`` (``"owners" | "api" | "none"``) and ``rule``
+  (what was taken as the allocator, in words), ``note`` (why a weaker source was used);
+* :func:`framework` — ``allocator(trace).framework``;
+* :func:`block_owners` — a Series (index of ``trace.blocks``): the recorded owner (looking through
+  trampolines), else the API;
 * :func:`allocator_mask` — bool array over ``trace.blocks``: device blocks the framework's
   allocator asked for;
 * :func:`bytes_by_owner` — DataFrame ``owner, blocks, bytes, peak_live_bytes, is_allocator``
@@ -34,12 +45,19 @@ Functions (pure, over the trace's tables):
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, peak_live_bytes_of
 
 FRAMEWORKS = ("pytorch", "jax", "tensorflow")
+_ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow"}
+
+# shared objects that only forward a call (Python's foreign-function interfaces): never an owner
+_TRAMPOLINES = ("libffi", "_ctypes", "_cffi_backend")
 
 # shared-object basenames (prefixes) of each framework's allocator
 _ALLOCATOR_OBJECTS = {
@@ -55,40 +73,138 @@ def _cmd_words(trace: Trace) -> str:
     return " ".join(str(c) for c in trace.meta.get("command", []) or []).lower()
 
 
-def framework(trace: Trace) -> str:
-    """The framework that ran, from (in this order) ``meta["framework"]``, the owners recorded,
-    a ``--framework X`` argument or framework name on the command line, and the APIs used."""
+def normalize_framework(name) -> str:
+    """``"torch"`` -> ``"pytorch"``, ``"tf"`` -> ``"tensorflow"``; lower case; ``"unknown"`` for none."""
+    n = str(name or "").strip().lower()
+    return _ALIASES.get(n, n) or "unknown"
+
+
+def is_trampoline(owner: str) -> bool:
+    """True for a shared object that only forwards calls (libffi, ctypes, cffi)."""
+    base = str(owner).rsplit("/", 1)[-1].lower()
+    return any(base.startswith(p) for p in _TRAMPOLINES)
+
+
+def _owner_names(b: pd.DataFrame) -> list[str]:
+    """The distinct recorded owners of the blocks (not "")."""
+    if "owner" not in b or len(b) == 0:
+        return []
+    col = b["owner"]
+    used = col.cat.remove_unused_categories().cat.categories if isinstance(col.dtype, pd.CategoricalDtype) \
+        else pd.unique(col.astype(str))
+    return [str(o) for o in used if str(o) and str(o) != "nan"]
+
+
+def _framework_of_objects(names: list[str]) -> str | None:
+    objs = " ".join(n.lower() for n in names if not is_trampoline(n))
+    for name, prefixes in _ALLOCATOR_OBJECTS.items():
+        if any(p in objs for p in prefixes):
+            return name
+    return None
+
+
+def _detect_framework(trace: Trace) -> tuple[str, str]:
+    """(framework, where it was read): ``meta``, ``owners``, ``command``, ``apis`` or ``none``."""
     fw = str(trace.meta.get("framework") or "").lower()
     if fw:
-        return {"torch": "pytorch", "tf": "tensorflow"}.get(fw, fw)
+        return normalize_framework(fw), "meta"
     b = trace.blocks
-    if "owner" in b and len(b):
-        used = b["owner"].cat.remove_unused_categories().cat.categories \
-            if isinstance(b["owner"].dtype, pd.CategoricalDtype) else pd.unique(b["owner"].astype(str))
-        objs = " ".join(str(o).lower() for o in used if str(o))
-        for name, prefixes in _ALLOCATOR_OBJECTS.items():
-            if any(p in objs for p in prefixes):
-                return name
+    names = _owner_names(b)
+    found = _framework_of_objects(names)
+    if found:
+        return found, "owners"
     cmd = [str(c) for c in trace.meta.get("command", []) or []]
     for i, c in enumerate(cmd):
         v = cmd[i + 1] if c == "--framework" and i + 1 < len(cmd) else (
             c.split("=", 1)[1] if c.startswith("--framework=") else None)
         if v:
-            return {"torch": "pytorch", "tf": "tensorflow"}.get(v.lower(), v.lower())
+            return normalize_framework(v), "command"
     words = _cmd_words(trace)
     for key, name in (("torch", "pytorch"), ("jax", "jax"), ("tensorflow", "tensorflow"), ("keras", "tensorflow")):
         if key in words:
-            return name
+            return name, "command"
+    if "tf" in re.split(r"[^a-z0-9]+", words):        # train_tf.py, --model tf (a word, not "stuff")
+        return "tensorflow", "command"
+    if names:
+        # owners were recorded and none is a framework's allocator (a plain CUDA, ctypes or cffi
+        # program): the APIs it used say nothing about a framework
+        return "unknown", "none"
     apis = set(trace.counts.get("by_api", {}))
     if not apis and len(b):
         apis = set(str(a) for a in b["api"].unique())
     if apis & {"cudaMallocAsync", "cudaMalloc"} and not apis & {"cuMemAllocFromPoolAsync"}:
-        return "pytorch"
+        return "pytorch", "apis"
     if "cuMemAllocFromPoolAsync" in apis:
-        return "tensorflow"
+        return "tensorflow", "apis"
     if apis & {"cuMemCreate", "cuMemMap", "cuMemAlloc_v2"}:
-        return "jax"
-    return "unknown"
+        return "jax", "apis"
+    return "unknown", "none"
+
+
+@dataclass(frozen=True)
+class Allocator:
+    """Which framework ran and which blocks its allocator asked for (see :func:`allocator`)."""
+
+    framework: str                  # "pytorch" | "jax" | "tensorflow" | "unknown"
+    framework_from: str             # "meta" | "owners" | "command" | "apis" | "none"
+    mask: np.ndarray = field(repr=False)   # bool per row of trace.blocks (shared: do not modify)
+    source: str = "none"            # "owners" | "api" | "none": what decided the mask
+    rule: str = ""                  # what was taken as the allocator, in words
+    note: str = ""                  # why a weaker source decided ("" when none)
+
+    @property
+    def known(self) -> bool:
+        """A framework was recognised (its allocator's blocks are a subset worth naming)."""
+        return self.framework != "unknown"
+
+
+def allocator(trace: Trace) -> Allocator:
+    """The framework that ran and the blocks its allocator asked for — **the** decision every
+    command shows (summary, report, compare, pools, exports, owners tables).
+
+    Framework, in this order: ``meta["framework"]``; a recorded owner that is a framework's
+    allocator object (``libc10_cuda``, ``xla_cuda_plugin``, ...); ``--framework X`` or a framework
+    name on the command line; the APIs used, only when the trace recorded no owners (recorded
+    owners none of which is a framework mean a program without one: ``"unknown"``).
+
+    Mask: with owners recorded and one of them the framework's allocator object, the device blocks
+    it made (``source="owners"``); else the API rule of the table in the module docstring
+    (``source="api"``; ``note`` says when owners were recorded but none matched); with no framework,
+    every device block (``source="none"``: the program's own requests, no allocator to name).
+    Cheap (one test per distinct owner and API): computed on each call, so a table changed in
+    place is never answered from a stale copy."""
+    fw, fw_from = _detect_framework(trace)
+    b = trace.blocks
+    if len(b) == 0:
+        return Allocator(fw, fw_from, np.zeros(0, bool), "none", "no blocks")
+    dev = b["counts_device"].to_numpy(bool)
+    if fw not in FRAMEWORKS:
+        return Allocator(fw, fw_from, dev.copy(), "none", "every device block is the program's own request")
+    names = _owner_names(b)
+    note = ""
+    if names and fw in _ALLOCATOR_OBJECTS:
+        prefixes = _ALLOCATOR_OBJECTS[fw]
+        ok = lambda s: not is_trampoline(s) and any(p in s.lower() for p in prefixes)   # noqa: E731
+        hit = _str_rows(b["owner"], ok) & dev
+        if hit.any():
+            objs = sorted({n for n in names if ok(n)})
+            return Allocator(fw, fw_from, hit, "owners", f"owner {', '.join(objs)} ({fw}'s allocator)")
+        shown = ", ".join(sorted(display_owner(n) for n in names)[:4])
+        note = (f"owners recorded ({shown}), none of them {fw}'s allocator object "
+                f"({', '.join(p + '*' for p in prefixes)}): the API rule decides")
+    m, why = _api_rule(trace, fw)
+    return Allocator(fw, fw_from, m, "api", why, note)
+
+
+def framework(trace: Trace) -> str:
+    """The framework that ran: ``allocator(trace).framework`` (``"pytorch" | "jax" | "tensorflow"
+    | "unknown"``)."""
+    return allocator(trace).framework
+
+
+def display_owner(owner: str) -> str:
+    """An owner as shown: a trampoline (libffi, ctypes, cffi) names the Python code behind it."""
+    return f"python (through {owner})" if is_trampoline(owner) else str(owner)
 
 
 def _str_rows(col: pd.Series, pred) -> np.ndarray:
@@ -128,6 +244,9 @@ def block_owners(trace: Trace) -> pd.Series:
     if not _has_owners(b):
         return api.rename("owner")
     own = b["owner"].astype(str)
+    tramp = _str_rows(b["owner"], is_trampoline)
+    if tramp.any():
+        own = own.where(~tramp, own.map(display_owner))
     return own.where(own != "", api).rename("owner")
 
 
@@ -164,30 +283,21 @@ def _api_rule_of(trace: Trace, fw: str) -> tuple[np.ndarray, str]:
 
 
 def allocator_mask(trace: Trace) -> np.ndarray:
-    """bool per row of ``trace.blocks``: a device block that the framework's allocator asked for."""
-    b = trace.blocks
-    if len(b) == 0:
-        return np.zeros(0, bool)
-    fw = framework(trace)
-    if _has_owners(b) and fw in _ALLOCATOR_OBJECTS:
-        prefixes = _ALLOCATOR_OBJECTS[fw]
-        hit = _str_rows(b["owner"], lambda s: any(p in s.lower() for p in prefixes))
-        if hit.any():
-            return hit & b["counts_device"].to_numpy(bool)
-    return _api_rule(trace, fw)[0]
+    """bool per row of ``trace.blocks``: a device block that the framework's allocator asked for
+    (``allocator(trace).mask``, a copy)."""
+    return allocator(trace).mask.copy()
 
 
 def allocator_info(trace: Trace, mask: np.ndarray | None = None) -> dict:
     """What was taken as the framework allocator, for the JSON outputs (``mask``: the
-    :func:`allocator_mask` of ``trace`` when the caller has it)."""
-    fw = framework(trace)
-    m = allocator_mask(trace) if mask is None else np.asarray(mask, bool)
-    src = "owners" if _has_owners(trace.blocks) and fw in _ALLOCATOR_OBJECTS else "api"
+    :func:`allocator_mask` of ``trace`` when the caller has it, e.g. a process's view of it)."""
+    a = allocator(trace)
+    m = a.mask if mask is None else np.asarray(mask, bool)
     b = trace.blocks
     b = b[[c for c in ("counts_device", "freed", "t_alloc", "t_free", "size") if c in b]]  # what is read below
     dev = b["counts_device"].to_numpy(bool)
-    out = {"framework": fw, "view": trace.meta.get("view"), "source": src,
-           "rule": _api_rule(trace, fw)[1] if src == "api" else f"owner is {fw}'s allocator",
+    out = {"framework": a.framework, "framework_from": a.framework_from, "view": trace.meta.get("view"),
+           "source": a.source, "rule": a.rule, "note": a.note,
            "blocks": int(m.sum()), "bytes": int(b["size"].to_numpy()[m].sum()),
            "peak_live_bytes": peak_live_bytes_of(trace, m),
            "outside": {"blocks": int((dev & ~m).sum()), "bytes": int(b["size"].to_numpy()[dev & ~m].sum()),
@@ -209,6 +319,7 @@ def bytes_by_owner(trace: Trace) -> pd.DataFrame:
     api_codes, api_names = _text(b["api"])
     if _has_owners(b):
         own_codes, own_names = _text(b["owner"])
+        own_names = np.array([display_owner(n) if n else n for n in own_names], dtype=object)
         names = list(dict.fromkeys(list(own_names) + list(api_names)))
         where = {n: i for i, n in enumerate(names)}
         own_lab = np.array([where[n] for n in own_names], np.int64)
@@ -216,7 +327,8 @@ def bytes_by_owner(trace: Trace) -> pd.DataFrame:
         label = np.where((own_names != "")[own_codes], own_lab[own_codes], api_lab[api_codes])
     else:
         names, label = list(api_names), api_codes
-    alloc = allocator_mask(trace)
+    a = allocator(trace)
+    alloc = a.mask if a.known else np.zeros(len(b), bool)   # no framework: nobody's allocator
     size = b["size"].to_numpy(np.int64)
     rows = []
     for code in pd.unique(label[dev]).tolist():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.model import Trace, peak_live_bytes_of
+from .machine import machine
 from .owners import allocator_info, bytes_by_owner
 from ..trace.stacks import top_call_sites_json
 
@@ -38,6 +39,7 @@ def summarize(trace: Trace) -> dict:
         "view": trace.meta.get("view"),
         "knobs": trace.meta.get("knobs", {}),
         "simulated_gpu": trace.meta.get("simulated_gpu", False),
+        "machine": machine(trace),
         "exit_status": tr.get("exit_status"),
         "duration_s": trace.duration_ns / 1e9,
         "complete": bool(trace.meta.get("complete", bool(tr))),

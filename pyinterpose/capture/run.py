@@ -136,6 +136,32 @@ class _SignalForwarder:
             signal.signal(sig, h)
 
 
+_FRAMEWORK_DISTS = ("torch", "jax", "jaxlib", "tensorflow", "cupy")
+
+
+def framework_versions(argv: list[str], env: dict[str, str]) -> dict[str, str]:
+    """Versions of the frameworks installed for the program's Python, when the program is this very
+    interpreter (``python`` of the same environment: the same site-packages), read from the
+    installed packages' metadata (no import, no process started); {} otherwise: another Python's
+    packages are not this one's to report."""
+    if not argv:
+        return {}
+    exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=env.get("PATH"))
+    if not exe or not os.path.basename(exe).startswith("python"):
+        return {}
+    if os.path.dirname(os.path.abspath(exe)) != os.path.dirname(os.path.abspath(sys.executable)):
+        return {}
+    from importlib import metadata
+
+    out = {}
+    for dist in _FRAMEWORK_DISTS:
+        try:
+            out[dist] = metadata.version(dist)
+        except Exception:  # noqa: BLE001 - not installed, or unreadable metadata: not reported
+            continue
+    return out
+
+
 def _terminal_foreground() -> bool:
     try:
         fd = os.open("/dev/tty", os.O_RDONLY)
@@ -175,14 +201,60 @@ def _spawn(argv, env, cwd=None) -> int:
     return rc if rc >= 0 else 128 - rc
 
 
-def _make_ring_dir(session: str, ring_dir: str | None) -> str | None:
-    """A private directory for file-backed rings and the shim's "not recorded" notes."""
-    import tempfile
+def ring_folder_prefix(session: str, pid: int) -> str:
+    """The name a run's private folder starts with: its session and the pid of `run` (``r<pid>``), so that
+    a later run can tell the folder of a dead run from a live one's."""
+    return f"pyinterpose-{session}-r{pid}-"
 
+
+def _pid_namespace() -> str | None:
     try:
-        return tempfile.mkdtemp(prefix=f"pyinterpose-{session}-", dir=ring_dir)
+        return os.readlink("/proc/self/ns/pid")
     except OSError:
         return None
+
+
+def _remove_stale_ring_dirs(where: str | None) -> None:
+    """Remove the folders that runs killed with their program left behind (nobody was left to remove
+    them): those named by :func:`ring_folder_prefix` whose `run` pid no longer exists here.  Only folders
+    of this pid namespace's runs can be judged; a live pid (or one reused) keeps its folder."""
+    import re
+    import tempfile
+
+    d = where or tempfile.gettempdir()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    pat = re.compile(r"pyinterpose-[0-9a-f]{12}-r(\d+)-")
+    for n in names:
+        m = pat.match(n)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue                     # alive (or not ours to signal: EPERM): keep
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):
+            continue
+        path = os.path.join(d, n)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _make_ring_dir(session: str, ring_dir: str | None) -> tuple[str | None, str | None]:
+    """A private directory for file-backed rings and the shim's "not recorded" notes: (path, None), or
+    (None, why it could not be made)."""
+    import tempfile
+
+    _remove_stale_ring_dirs(ring_dir)
+    try:
+        return tempfile.mkdtemp(prefix=ring_folder_prefix(session, os.getpid()), dir=ring_dir), None
+    except OSError as e:
+        where = ring_dir or tempfile.gettempdir()
+        return None, (f"no ring folder: cannot create one in {where} ({e.strerror or e}): a process with no room "
+                      "for its ring in /dev/shm was neither recorded nor reported")
 
 
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
@@ -235,7 +307,10 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env["PYINTERPOSE_STACKS"] = stacks
     if ring_records:
         child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
-    rdir = _make_ring_dir(session, ring_dir)
+    pidns = _pid_namespace()
+    if pidns:
+        child_env["PYINTERPOSE_CONSUMER_PIDNS"] = pidns   # the shim sees a dead `run` at once (native/shim)
+    rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
     apply_meta = None
@@ -264,6 +339,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         "cuda_visible_devices": child_env.get("CUDA_VISIBLE_DEVICES"),
         "gpus": [{"nvml_index": d.get("index"), "name": d.get("name"), "uuid": d.get("uuid")}
                  for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
+        "frameworks": framework_versions(argv, child_env),
     }
     try:
         writer = TraceWriter(output, meta)
@@ -296,6 +372,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         written = sum(p["written"] for p in procs)
         lost = sum(p["lost"] for p in procs)
         capture_error = drain.write_error or drain.error
+        if rdir_error:
+            # a process without a ring could not have said so: the capture cannot be called complete
+            capture_error = f"{capture_error}; {rdir_error}" if capture_error else rdir_error
         trailer = {"exit_status": status, "end_ns": end, "duration_s": (end - t0) / 1e9,
                    "processes": procs, "events_written": written, "events_lost": lost,
                    "events_in_file": writer.events_written, "unrecorded": unrecorded}

@@ -42,7 +42,9 @@ def run(args) -> int:
                                     load=lambda p: load_trace(p, quiet=args.json))
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as f:
+            from ..outfile import atomic_output
+
+            with atomic_output(args.output, "w", encoding="utf-8") as f:
                 f.write(render_html(cmp))
         except OSError as e:
             raise PyinterposeError(f"cannot write {args.output}: {e.strerror or e}")

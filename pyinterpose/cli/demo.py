@@ -36,6 +36,13 @@ def register(sub) -> None:
 DEFAULT_SAMPLE = "torch-cnn-blocks.pit"
 
 
+def export_path(trace_path: str, output_dir: str) -> str:
+    """Where the demo suggests writing the Perfetto export: next to the report, in the output
+    directory under the current one, never next to a sample trace installed in site-packages."""
+    name = os.path.splitext(os.path.basename(trace_path))[0] + ".perfetto.json"
+    return os.path.join(output_dir, name)
+
+
 def sample_traces() -> list[str]:
     """Committed sample traces (samples/*.pit, README in samples/): installed with the package
     (pyinterpose/_samples), in the source tree, then in the working directory; the PyTorch
@@ -127,7 +134,9 @@ def run(args) -> int:
     report_path = os.path.join(args.output_dir, os.path.splitext(os.path.basename(trace_path))[0] + ".html")
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=bandwidth, time_limit=2.0, progress=pr)
-    with open(report_path, "w", encoding="utf-8") as f:
+    from ..outfile import atomic_output
+
+    with atomic_output(report_path, "w", encoding="utf-8") as f:
         f.write(html.render(rep))
     elapsed = time.monotonic() - t_start
     if args.json:
@@ -147,5 +156,5 @@ def run(args) -> int:
         con.print("Swap/ATI assume 16 GB/s per direction (no measurement or NVML link for the simulated GPU).")
     con.print(f"\nTrace:  {trace_path}\nReport: {report_path}  ({elapsed:.1f} s)")
     con.print(f"Next:   pyinterpose summary {trace_path}\n        pyinterpose export {trace_path} "
-              f"--format perfetto -o {os.path.splitext(trace_path)[0]}.perfetto.json")
+              f"--format perfetto -o {export_path(trace_path, args.output_dir)}")
     return 0

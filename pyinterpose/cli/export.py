@@ -34,6 +34,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _say_on_stderr(fmt: str, out: str, info: dict) -> None:
+    """What the file itself says: the trace was incomplete, or something was capped (one line each)."""
+    import sys
+
+    if info.get("marked_incomplete"):
+        print(f"pyinterpose: warning: {out} is marked INCOMPLETE ({fmt}): {info.get('incomplete_reason')}",
+              file=sys.stderr)
+    for note in info.get("notes") or []:
+        if not note.startswith("INCOMPLETE TRACE"):
+            print(f"pyinterpose: note: {fmt} export: {note}", file=sys.stderr)
+
+
 def run(args) -> int:
     from ..report.exports import export
     from ..report.text import console, load_trace, print_json
@@ -45,6 +57,7 @@ def run(args) -> int:
         info = export(trace, args.format, out, large=args.large, pid=args.pid)
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
+    _say_on_stderr(args.format, out, info)
     if args.json:
         print_json({"format": args.format, "output": out, **info}, trace=trace)
         return 0

@@ -44,13 +44,19 @@ def run(args) -> int:
         return 0
     con = console()
     it = res["iteration"]
-    print_kv([
+    kv = [
         ("process", res["pid"]),
-        ("lower bound (steady iteration)", fmt_bytes(res["bound_bytes"])),
+        ("lower bound (steady iteration)", "- (" + res["nothing_to_plan"] + ")" if res.get("nothing_to_plan")
+         else fmt_bytes(res["bound_bytes"])),
         ("lower bound (whole run)", fmt_bytes(res["bound_whole_run_bytes"])),
         ("steady window (seq)", f"[{it['window'][0]}, {it['window'][1]}) from {it.get('source', '?')}"
                                 f", {it['blocks']} blocks, {it['events']} events"),
-    ], title="Pool strategies", out=con)
+    ]
+    if res.get("capacity_bytes") is not None:
+        fit = [r["strategy"] for r in res["strategies"] if r.get("fits")]
+        kv.append(("capacity", f"{fmt_bytes(res['capacity_bytes'])}: "
+                   + (f"fits with {', '.join(fit)}" if fit else "the run does not fit with any strategy")))
+    print_kv(kv, title="Pool strategies", out=con)
     rows = []
     for r in res["strategies"]:
         extra = ""
@@ -58,16 +64,22 @@ def run(args) -> int:
             extra = _allocator_notes(r, from_cli=args.alloc_conf is not None)
         if "optimal" in r:
             extra = "proven optimal" if r["optimal"] else "best found (not proven)"
+        if r.get("skipped"):
+            extra = r["skipped"]
+        if r.get("fits") is False:
+            extra = f"DOES NOT FIT: {r['does_not_fit']}" + (f"; {extra}" if extra else "")
+        ratio, frag = r["ratio_to_bound"], r["fragmentation"]
+        peak = "-" if r["peak_bytes"] is None else fmt_bytes(r["peak_bytes"])
         if "oom_at_request" in r:
-            extra += f"; OOM at request {r['oom_at_request']}"
-        ratio = r["ratio_to_bound"]
-        rows.append([r["strategy"], fmt_bytes(r["peak_bytes"]), "-" if ratio is None else f"{ratio:.3f}",
-                     f"{100 * r['fragmentation']:.1f}%", r["bound"], f"{r['seconds']:.3f}", extra])
+            peak += " at OOM"          # how far the replay got, not a pool
+        rows.append([r["strategy"], peak,
+                     "-" if ratio is None else f"{ratio:.3f}", "-" if frag is None else f"{100 * frag:.1f}%",
+                     r["bound"], f"{r['seconds']:.3f}", extra])
     al, out = res.get("allocator") or {}, res.get("outside_allocator") or {}
     if out.get("blocks"):
         rows.append(["outside the allocator", fmt_bytes(out["peak_live_bytes"]), "-", "-", "-", "-",
-                     f"{out['blocks']} blocks not replayed (not {al.get('framework', '?')}'s allocator: "
-                     f"{al.get('rule', '?')})"])
+                     f"{out['blocks']} blocks not replayed: made outside {al.get('framework', '?')}'s allocator "
+                     f"(its blocks: {al.get('rule', '?')})"])
     print_table(rows, ["strategy", "peak", "ratio", "fragmentation", "bound", "seconds", "notes"],
                 right=[1, 2, 3, 5], out=con)
     return 0

@@ -31,6 +31,7 @@ def default_output(trace_path: str) -> str:
 
 
 def run(args) -> int:
+    from ..outfile import atomic_output
     from ..report import html
     from ..report.text import console, load_trace, print_json, print_kv, progress
 
@@ -40,7 +41,7 @@ def run(args) -> int:
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)
     try:
-        with open(out, "w", encoding="utf-8") as f:
+        with atomic_output(out, "w", encoding="utf-8") as f:
             f.write(html.render(rep))
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")

@@ -35,6 +35,14 @@ def _run(args) -> int:
     con = Console()
     con.print(f"[bold]{args.file}[/bold]  view={s['view']}  framework={s['framework']}  "
               f"duration={s['duration_s']:.2f} s  command: {' '.join(s['command'] or [])}")
+    from ..analysis.machine import machine_lines
+
+    t = Table(title="machine", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    for k, v in machine_lines(s["machine"]):
+        t.add_row(k, v)
+    con.print(t)
     t = Table(title="events", show_header=True)
     t.add_column("what")
     t.add_column("count", justify="right")
@@ -55,17 +63,16 @@ def _run(args) -> int:
         t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p["launches"]),
                   _fmt_bytes(p["peak_live_bytes"]), str(p["lost_events"]))
     con.print(t)
+    al = s["allocator"]
+    known = s["framework"] != "unknown"
     t = Table(title="device memory by owner", show_header=True)
     for c in ("owner", "blocks", "allocated", "peak live", "framework allocator"):
         t.add_column(c, justify="left" if c == "owner" else "right")
     for r in s["by_owner"]:
         t.add_row(r["owner"], str(r["blocks"]), _fmt_bytes(r["bytes"]), _fmt_bytes(r["peak_live_bytes"]),
-                  "yes" if r["is_allocator"] else "no (outside the allocator)")
+                  "-" if not known else "yes" if r["is_allocator"] else "no (outside the allocator)")
     con.print(t)
-    al = s["allocator"]
-    con.print(f"framework allocator ({al['source']}: {al['rule']}): {al['blocks']} blocks, peak "
-              f"{_fmt_bytes(al['peak_live_bytes'])}; outside it: {s['outside_allocator']['blocks']} blocks, peak "
-              f"{_fmt_bytes(s['outside_allocator']['peak_live_bytes'])}")
+    con.print(allocator_line(s))
     if s["graph_launches"]:
         con.print(f"{s['graph_launches']} CUDA graph launches: the kernels inside graph replays are not seen "
                   "(their accesses are missing from the access analysis)")
@@ -105,6 +112,19 @@ def print_applied(con, ap: dict, fmt_bytes) -> None:
             for r in shown:
                 t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
             con.print(t)
+
+
+def allocator_line(s: dict) -> str:
+    """The framework allocator in one line, from :func:`summarize`'s dict."""
+    al, out = s["allocator"], s["outside_allocator"]
+    if s["framework"] == "unknown":
+        return (f"no framework recognised ({al['rule']}): {al['blocks']} device blocks, peak "
+                f"{_fmt_bytes(al['peak_live_bytes'])}")
+    how = {"owners": "by recorded owner", "api": "by API"}.get(al["source"], al["source"])
+    line = (f"{s['framework']}'s allocator ({how}: {al['rule']}): {al['blocks']} blocks, peak "
+            f"{_fmt_bytes(al['peak_live_bytes'])}; outside it: {out['blocks']} blocks, peak "
+            f"{_fmt_bytes(out['peak_live_bytes'])}")
+    return line + (f"\n  note: {al['note']}" if al.get("note") else "")
 
 
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:

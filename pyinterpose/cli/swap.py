@@ -44,7 +44,10 @@ def run(args) -> int:
     d = ev.as_dict()
     if args.schedule_csv:
         try:
-            ev.schedule_table().to_csv(args.schedule_csv, index=False, float_format="%.9f")
+            from ..outfile import atomic_path
+
+            with atomic_path(args.schedule_csv) as tmp:
+                ev.schedule_table().to_csv(tmp, index=False, float_format="%.9f")
         except OSError as e:
             raise PyinterposeError(f"cannot write {args.schedule_csv}: {e.strerror or e}")
         d["schedule_csv"] = args.schedule_csv

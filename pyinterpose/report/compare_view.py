@@ -35,12 +35,14 @@ def metric_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         line("framework", lambda r: r["framework"]),
         line("view", lambda r: r["view"]),
         line("duration", lambda r: fmt_ns(r.get("duration_ns"))),
-        line("processes / devices", lambda r: f"{r['processes']} / {','.join(map(str, r['devices'])) or '-'}"),
+        line("processes", lambda r: f"{r['processes']:,}"),
+        line("GPUs used", lambda r: (f"{len(r['devices'])} (GPU {', '.join(map(str, r['devices']))})"
+                                     if r["devices"] else "none")),
         line("device allocations", lambda r: f"{r['blocks']:,}"),
         line("peak live", lambda r: fmt_bytes(r["peak_live_bytes"])),
         line("reserved", lambda r: fmt_bytes(r["reserved_bytes"]) + (f" ({r['reserved_source']})"
                                                                      if r["reserved_source"] else "")),
-        line("reserved / peak live", lambda r: fmt_ratio(r["reserved_over_live"], 2)),
+        line("reserved / allocator peak live", lambda r: fmt_ratio(r["reserved_over_live"], 2)),
         line("NVML used (whole GPU)", lambda r: fmt_bytes(r.get("nvml_used_bytes"))),
         line("framework allocator peak", lambda r: fmt_bytes(r.get("allocator_peak_bytes"))),
         line("outside the allocator (peak)", lambda r: fmt_bytes(r.get("outside_allocator_bytes"))),

@@ -154,15 +154,17 @@ def _format_rows(plans, r0: int, r1: int) -> bytes:
 def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15, threads: int = 1) -> None:
     """Write ``df`` to ``path`` exactly as ``df.to_csv(path, index=False)`` would.  Chunks of rows
     are formatted on ``threads`` threads (report.chunks) and written in order."""
+    from ..outfile import atomic_output, atomic_path
     from .chunks import in_order
 
     plans = [_column_plan(df[c]) for c in df.columns] if df.columns.is_unique else [None]
     if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in df.columns):
-        df.to_csv(path, index=False)
+        with atomic_path(path) as tmp:
+            df.to_csv(tmp, index=False)
         return
     header = b",".join(_quote([str(c) for c in df.columns])) + b"\n"
     n = len(df)
-    with open(path, "wb") as f:
+    with atomic_output(path, "wb") as f:
         f.write(header)
         for text in in_order(lambda r0: _format_rows(plans, r0, min(n, r0 + chunk)), range(0, n, chunk), threads):
             f.write(text)

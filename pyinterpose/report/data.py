@@ -27,6 +27,7 @@ class Timeline:
     peak: int = 0
     peak_t: int = 0
     events: int = 0
+    reduced: bool = False          # more distinct instants than points: each bin keeps its peak and last
 
 
 def _events(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,8 +112,9 @@ def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: 
         else:
             peak, peak_t = 0, 0
         keep = _keep_indices(t, total, max_points)
+        instants = int(np.count_nonzero(t[1:] != t[:-1])) + 1 if len(t) else 0
         tl = Timeline(device=dev, t=t[keep], total=total[keep], peak=peak, peak_t=peak_t,
-                      events=len(t))
+                      events=len(t), reduced=len(keep) < instants)
         if classes is None:
             tl.series["live"] = total[keep]
         else:

@@ -78,6 +78,13 @@ def snapshot_process(trace: Trace, pid: int | None = None) -> tuple[Trace, int |
     return trace.process_view(pid), pid, [p for p in with_device if p != pid]
 
 
+def _completeness(trace: Trace) -> dict[str, Any]:
+    """What an export says of an incomplete trace (the perfetto and memory-viz files carry it too)."""
+    if trace.meta.get("complete", True):
+        return {"marked_incomplete": False}
+    return {"marked_incomplete": True, "incomplete_reason": str(trace.meta.get("incomplete_reason") or "")}
+
+
 def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None) -> dict[str, Any]:
     """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict.
 
@@ -88,14 +95,16 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
 
         it = analyses.iterations(trace)
         cl = analyses.block_classes(trace, iters=it.value)
-        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value)
-        return {"events": counts, "iterations_note": it.note}
+        notes: list[str] = []
+        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value, notes=notes)
+        return {"events": counts, "iterations_note": it.note, "notes": notes, **_completeness(trace)}
     if fmt == "memory-viz":
         from .memory_viz import write_snapshot
 
         view, pid, others = snapshot_process(trace, pid)
         cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
-        return {**write_snapshot(view, path, classes=cl.value), "pid": pid, "other_processes": others}
+        return {**write_snapshot(view, path, classes=cl.value), "pid": pid, "other_processes": others,
+                **_completeness(trace)}
     if fmt == "csv":
         cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
         return write_csv(trace, path, classes=cl.value)

@@ -25,6 +25,7 @@ from .. import __version__
 from ..trace.model import Trace
 from . import analyses, data, plots, timeline
 from ..analysis.compare import framework_of
+from ..analysis.owners import allocator_info, allocator_mask
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
 
 
@@ -148,11 +149,26 @@ def _base_name(name: str) -> str:
     return name
 
 
+def _prints_zero(x: float, dec: int) -> bool:
+    """Would the non-zero magnitude ``x`` print as 0 with ``dec`` decimals?"""
+    return 0 < x < 0.5 * 10.0 ** -dec
+
+
+def _decimals(low: float, dec: int, most: int = 6) -> int:
+    """``dec`` decimals, or more (up to ``most``) so that the smallest non-zero magnitude ``low`` does not
+    print as 0."""
+    while dec < most and _prints_zero(low, dec):
+        dec += 1
+    return dec
+
+
 def _format_frame(df: pd.DataFrame, max_rows: int = 30) -> pd.DataFrame:
     """Human formatting, one unit per column, named in the header: times in the one unit
     (s, ms, µs, ns) that fits the column's median value ("lifetime (ms)"), bytes likewise
     in binary units ("size (MiB)"), fractions as "(%)", ratios with three decimals, counts
-    as integers with thousands separators, ids as plain integers; missing values "–"."""
+    as integers with thousands separators, ids as plain integers; missing values "–".
+    No value that is not zero prints as zero: a column whose smallest value would round to 0
+    in that unit takes a smaller unit (or, for fractions and ratios, more decimals)."""
     df = df.head(max_rows)
     out = pd.DataFrame(index=df.index)
     for c in df.columns:
@@ -170,23 +186,33 @@ def _format_frame(df: pd.DataFrame, max_rows: int = 30) -> pd.DataFrame:
         fin = vals[np.isfinite(vals)]
         nz = np.abs(fin[fin != 0])
         top = float(np.median(nz)) if len(nz) else 0.0   # the unit that fits the typical value
+        low = float(nz.min()) if len(nz) else 0.0        # ... unless it would print a real value as 0
         kind = _col_kind(name)
         if kind == "time":
-            div, unit, dec = next((u for u in _TIME_UNITS if top >= u[0]), _TIME_UNITS[-1])
+            k = next((i for i, u in enumerate(_TIME_UNITS) if top >= u[0]), len(_TIME_UNITS) - 1)
+            while k + 1 < len(_TIME_UNITS) and _prints_zero(low / _TIME_UNITS[k][0], _TIME_UNITS[k][2]):
+                k += 1
+            div, unit, dec = _TIME_UNITS[k]
             header, fmt = f"{_base_name(name)} ({unit})", (lambda v, d=div, p=dec: f"{v / d:,.{p}f}")
         elif kind == "bytes":
-            div, unit = next((u for u in _BYTE_UNITS if top >= 2 * u[0]), _BYTE_UNITS[-1])
+            k = next((i for i, u in enumerate(_BYTE_UNITS) if top >= 2 * u[0]), len(_BYTE_UNITS) - 1)
+            while k + 1 < len(_BYTE_UNITS) and _prints_zero(low / _BYTE_UNITS[k][0], 1):
+                k += 1
+            div, unit = _BYTE_UNITS[k]
             dec = 0 if unit == "B" else 1
             header, fmt = f"{_base_name(name)} ({unit})", (lambda v, d=div, p=dec: f"{v / d:,.{p}f}")
         elif kind == "pct":
-            header, fmt = f"{_base_name(name)} (%)", (lambda v: f"{100.0 * v:,.1f}")
+            dec = _decimals(100.0 * low, 1)
+            header, fmt = f"{_base_name(name)} (%)", (lambda v, p=dec: f"{100.0 * v:,.{p}f}")
         elif kind == "ratio":
-            header, fmt = name, (lambda v: f"{v:,.3f}")
+            dec = _decimals(low, 3)
+            header, fmt = name, (lambda v, p=dec: f"{v:,.{p}f}")
         elif kind == "id":
             header, fmt = name, (lambda v: f"{int(v)}")
         else:
             integral = bool(len(fin)) and bool(np.all(fin == np.round(fin)))
-            header, fmt = name, ((lambda v: f"{int(v):,}") if integral else (lambda v: f"{v:,.3f}"))
+            dec = _decimals(low, 3)
+            header, fmt = name, ((lambda v: f"{int(v):,}") if integral else (lambda v, p=dec: f"{v:,.{p}f}"))
         out[header] = ["–" if not np.isfinite(v) else fmt(v) for v in vals]
     return out.reset_index(drop=True)
 
@@ -310,9 +336,13 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         ("device allocations", f"{len(b):,}"),
         ("accesses", f"{len(trace.accesses):,}"),
         ("kernel launches", f"{len(trace.launches):,}"),
-        ("peak live bytes" if not reserved_view else "peak reserved (framework allocator)", fmt_bytes(peak)),
+        *(_peak_facts(trace, peak) if reserved_view else [("peak live bytes", fmt_bytes(peak))]),
         ("NVML peak used", fmt_bytes(int(nv["used_bytes"].max())) if len(nv) else "not sampled"),
     ]
+    if reserved_view:
+        al = allocator_info(trace)
+        heads.update(allocator_peak_bytes=int(al["peak_live_bytes"]),
+                     outside_allocator_peak_bytes=int(al["outside"]["peak_live_bytes"]))
     heads.update(blocks=int(len(b)), peak_live_bytes=int(peak), view=trace.meta.get("view"),
                  nvml_peak_used_bytes=int(nv["used_bytes"].max()) if len(nv) else None,
                  duration_ns=int(trace.duration_ns))
@@ -368,16 +398,25 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             s.facts.append(("reserved (dashed line)", f"peak {fmt_bytes(rline['y'])}: {rline['label']}"))
         if frags:
             s.html.extend(frags)
+        mine = allocator_mask(trace)[_bl["counts_device"].to_numpy(bool)] if reserved_view else None
         for dev, pk, pk_t, end in peaks:
             s.facts.append((f"GPU {dev} peak live", f"{fmt_bytes(pk)} at {fmt_ns(pk_t)}"))
-            bd = b[b["device"] == dev]
-            left = bd[~bd["freed"]]
-            what = "segments still reserved" if reserved_view else "blocks never freed"
-            s.facts.append((f"GPU {dev} {what}",
-                            f"{len(left):,} ({fmt_bytes(int(left['size'].sum()))}): where the area ends"
-                            + (" (the allocator keeps its segments until the process exits)"
-                               if reserved_view and len(left) else "")))
-            assert int(left["size"].sum()) == end, "timeline end != bytes never freed"
+            on = b["device"].to_numpy() == dev
+            left = ~b["freed"].to_numpy(bool) & on
+            size = b["size"].to_numpy(np.int64)
+            if reserved_view:       # the allocator's segments and the libraries' blocks, each named
+                fw = framework_of(trace)
+                for what, sel, why in (
+                        (f"segments still reserved by {fw}'s allocator", left & mine,
+                         " (the allocator keeps its segments until the process exits)"),
+                        ("library blocks never freed (outside the allocator)", left & ~mine, "")):
+                    if sel.any() or what.startswith("segments"):
+                        s.facts.append((f"GPU {dev} {what}", f"{int(sel.sum()):,} ({fmt_bytes(int(size[sel].sum()))})"
+                                        + (why if sel.any() else "")))
+            else:
+                s.facts.append((f"GPU {dev} blocks never freed",
+                                f"{int(left.sum()):,} ({fmt_bytes(int(size[left].sum()))}): where the area ends"))
+            assert int(size[left].sum()) == end, "timeline end != bytes never freed"
     _safe(s, _mem)
     sections.append(s)
 
@@ -440,7 +479,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     ev, sw = analyses.swap_work_results(work)     # this thread takes the tasks left, then waits
     if worker is not None:
         worker.result()
-    _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.end_ns)))
+    _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.duration_ns)))
     sections.append(s)
 
     # ---- largest / outliers
@@ -468,6 +507,23 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
+
+
+def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
+    """A reserved view's peaks, each under its own name: the framework allocator's reserve (what
+    the framework itself reports, e.g. PyTorch's max_memory_reserved), the blocks made outside it
+    (library workspaces, the runtime), and both together (the timeline's peak)."""
+    al = allocator_info(trace)
+    fw, out = al["framework"], al["outside"]
+    if fw == "unknown":
+        return [("peak reserved (all device blocks; no framework recognised)", fmt_bytes(peak))]
+    facts = [(f"peak reserved by {fw}'s allocator", f"{fmt_bytes(al['peak_live_bytes'])} "
+                                                  f"({al['peak_live_bytes']:,} B; {al['blocks']:,} segments)")]
+    if out["blocks"]:
+        facts += [("peak outside the allocator (libraries)",
+                   f"{fmt_bytes(out['peak_live_bytes'])} ({out['blocks']:,} blocks)"),
+                  ("peak of both together", fmt_bytes(peak))]
+    return facts
 
 
 def _in_background(fn: Callable[[], Any]) -> Future:
@@ -578,7 +634,7 @@ def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict)
     if bw is not None:
         ff = d.get("filtered_fraction") or {}
         sw = d.get("swappable") or {}
-        s.facts += [("bandwidth", str(d["bandwidth"].get("source", ""))),
+        s.facts += [("bandwidth", _bandwidth_text(d["bandwidth"])),
                     ("intervals too short to hide a swap", fmt_pct(ff.get("intervals"))),
                     ("bytes in blocks with no hideable interval", fmt_pct(ff.get("bytes"))),
                     ("swappable blocks", f"{sw.get('blocks', 0):,} ({fmt_bytes(sw.get('bytes'))})")]
@@ -607,7 +663,9 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
         s.notes.append(f"pool evaluation {pl.note}")
         return
     d = pl.value
-    df = pd.DataFrame(d.get("strategies", []))
+    if d.get("nothing_to_plan"):
+        s.notes.append(d["nothing_to_plan"])
+    df = pd.DataFrame([r for r in d.get("strategies", []) if not r.get("skipped")])
     if len(df) == 0:
         s.notes.append("pool evaluation returned no strategy")
         return
@@ -640,6 +698,21 @@ def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
                                          for r in d.get("strategies", [])}}
 
 
+def _bandwidth_text(bw: dict | None) -> str:
+    """The bandwidth used, in numbers (GB/s each way, latency), then where it came from."""
+    if not bw:
+        return "-"
+    h2d, d2h, lat = bw.get("h2d_bytes_per_s"), bw.get("d2h_bytes_per_s"), bw.get("latency_s")
+    src = str(bw.get("source", "") or "")
+    if not h2d or not d2h:
+        return src or "-"
+    rate = (f"{h2d / 1e9:.3g} GB/s per direction" if abs(h2d - d2h) <= 1e-6 * max(h2d, d2h)
+            else f"{h2d / 1e9:.3g} GB/s host to device, {d2h / 1e9:.3g} GB/s device to host")
+    if lat is not None:
+        rate += f", latency {fmt_ns(float(lat) * 1e9)}"
+    return f"{rate} ({src})" if src else rate
+
+
 def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: dict,
                   run_ns: float | None = None) -> None:
     """``ev``: swap.evaluate() dict; ``sw``: swap.pareto() list of budget points."""
@@ -651,7 +724,7 @@ def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: d
         d = ev.value
         peak_before, floor = d.get("peak_before"), d.get("floor")
         bw = d.get("bandwidth", {})
-        s.facts += [("bandwidth", str(bw.get("source", "-"))),
+        s.facts += [("bandwidth", _bandwidth_text(bw)),
                     ("peak before swapping", fmt_bytes(peak_before)),
                     ("swap floor (all candidates swapped)", fmt_bytes(floor)),
                     ("budget", f"{fmt_bytes(d.get('budget'))} ({d.get('budget_source', '')})"),
@@ -810,7 +883,9 @@ def render(rep: Report) -> str:
 
 
 def write(trace: Trace, path: str, **kw) -> Report:
+    from ..outfile import atomic_output
+
     rep = build(trace, **kw)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_output(path, "w", encoding="utf-8") as f:
         f.write(render(rep))
     return rep

@@ -43,6 +43,7 @@ from ..errors import PyinterposeError
 from ..trace.model import Trace
 
 VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63)
+UNKNOWN = "unknown"               # the category of a block without a lifetime class (and one the viewer needs)
 
 
 def _addresses(b: pd.DataFrame) -> np.ndarray:
@@ -64,7 +65,11 @@ class _Columns:
         b = _allocator_blocks(trace, _COLUMNS)
         self.blocks = b
         self.classes = None
+        self.reserved_view = str(trace.meta.get("view", "")) == "reserved"
         self.live = np.zeros(0, np.int64)
+        epoch = trace.meta.get("start_time")
+        self.epoch_us = int(round(float(epoch) * 1e6)) if isinstance(epoch, (int, float)) else 0
+        self.end_us = max(0, int(trace.duration_ns) // 1000)
         if len(b) and int(b["address"].to_numpy(np.uint64).max()) >= 2 ** 63:
             raise PyinterposeError("an address does not fit in a signed 64-bit int; memory_viz cannot read it")
         ndev = int(b["device"].max()) + 1 if len(b) else 1
@@ -80,9 +85,6 @@ class _Columns:
         self.stream = (stream & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)  # JS-safe
         self.freed = freed = b["freed"].to_numpy(bool)
         self.classes = classes
-        self.reserved_view = str(trace.meta.get("view", "")) == "reserved"
-        epoch = trace.meta.get("start_time")
-        self.epoch_us = int(round(float(epoch) * 1e6)) if isinstance(epoch, (int, float)) else 0
         n = len(b)
         rows = np.arange(n)
         t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
@@ -98,28 +100,41 @@ class _Columns:
         live = np.flatnonzero(~freed)
         self.live = live[np.argsort(self.addr[live], kind="stable")]
 
+    @property
+    def use_categories(self) -> bool:
+        """Blocks view with classes: every block and its segment carry the block's class.  Otherwise no
+        event has a category and the viewer gives each block (each segment) a colour of its own."""
+        return self.classes is not None and not self.reserved_view
+
     def categories(self) -> np.ndarray | None:
-        """Per block, its class name ("other" when it has none); None without classes."""
-        if self.classes is None:
+        """Per block, its class name ("unknown" when it has none); None without classes."""
+        if not self.use_categories:
             return None
-        return self.classes.reindex(self.blocks["block_id"].to_numpy()).astype(object).fillna("other").astype(str).to_numpy()
+        return self.classes.reindex(self.blocks["block_id"].to_numpy()).astype(object).fillna(UNKNOWN).astype(str).to_numpy()
 
     def category_codes(self) -> tuple[np.ndarray, list[str]]:
         """The same as codes into a list of names (equal names may repeat), without a string per block."""
         cls = self.classes.reindex(self.blocks["block_id"].to_numpy())
         codes, uniq = pd.factorize(cls, use_na_sentinel=True)
-        names = [str(u) for u in pd.Series(uniq, dtype=object)] + ["other"]
+        names = [str(u) for u in pd.Series(uniq, dtype=object)] + [UNKNOWN]
         return np.where(codes < 0, len(names) - 1, codes).astype(np.int64), names
 
+    def snapshot_event(self, d: int, frames: list) -> dict[str, Any]:
+        """The device trace's last entry: the snapshot itself, at the trace's end (PyTorch records one when
+        a snapshot is taken; the viewer draws nothing for it).  With categories it carries "unknown", which
+        the viewer needs in its list (else it stops on a misspelt name, ``snapshot.categores.push``)."""
+        ev = {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": self.epoch_us + self.end_us,
+              "frames": frames}
+        if self.use_categories:
+            ev["category"] = UNKNOWN
+        return ev
+
     def segment(self, i: int, frames: list) -> dict[str, Any]:
-        """The final-state segment of the live block in row ``i``."""
+        """The final-state segment of the live block in row ``i`` (one block fills it: in a reserved
+        view that block is the segment itself, its frames say so)."""
         sz = int(self.size[i])
-        if self.reserved_view:
-            blk = {"size": sz, "requested_size": 0, "state": "inactive", "frames": []}
-            used = 0
-        else:
-            blk = {"size": sz, "requested_size": sz, "state": "active_allocated", "frames": frames}
-            used = sz
+        blk = {"size": sz, "requested_size": sz, "state": "active_allocated", "frames": frames}
+        used = sz
         return {"device": int(self.dev[i]), "address": int(self.addr[i]), "total_size": sz,
                 "stream": int(self.stream[i]), "segment_type": "large" if sz > (1 << 20) else "small",
                 "segment_pool_id": (0, 0), "allocated_size": used, "active_size": used,
@@ -128,35 +143,35 @@ class _Columns:
 
 
 def snapshot(trace: Trace, classes: pd.Series | None = None) -> dict[str, Any]:
-    """The snapshot dict {"segments": [...], "device_traces": [[...], ...]} as Python objects
-    (:func:`write_snapshot` streams the same pickle without building them)."""
+    """The snapshot dict {"segments": [...], "device_traces": [[...], ...], "pyinterpose": {...}} as Python
+    objects (:func:`write_snapshot` streams the same pickle without building them)."""
     c = _Columns(trace, classes)
     device_traces: list[list[dict]] = [[] for _ in range(c.ndev)]
     segments: list[dict] = []
+    stacks, fidx = _stack_frames(trace, c.blocks)
+    info = _about(trace, c)
     if len(c.blocks) == 0:
-        return {"segments": segments, "device_traces": device_traces}
+        return {"segments": segments, "device_traces": device_traces, "pyinterpose": info}
     addr, size, stream, dev, cat = c.addr, c.size, c.stream, c.dev, c.categories()
-    frames = _frames(trace, c.blocks)
+    frames = [stacks[j] for j in fidx.tolist()]
     for i, t, is_alloc in zip(c.ev_row.tolist(), c.ev_t.tolist(), c.ev_alloc.tolist()):
         d = int(dev[i])
         common = {"addr": int(addr[i]), "size": int(size[i]), "stream": int(stream[i]),
                   "time_us": c.epoch_us + int(t // 1000), "frames": frames[i]}
-        seg_ev = dict(common, category="unknown")
+        tagged = dict(common, category=cat[i]) if cat is not None else common
         if is_alloc:
-            device_traces[d].append(dict(seg_ev, action="segment_alloc"))
-            if not c.reserved_view:
-                blk = dict(common, action="alloc")
-                if cat is not None:
-                    blk["category"] = cat[i]
-                device_traces[d].append(blk)
+            device_traces[d].append(dict(tagged, action="segment_alloc"))
+            device_traces[d].append(dict(tagged, action="alloc"))
         else:
-            if not c.reserved_view:
-                device_traces[d].append(dict(common, action="free_requested"))
-                device_traces[d].append(dict(common, action="free_completed"))
-            device_traces[d].append(dict(seg_ev, action="segment_free"))
+            device_traces[d].append(dict(common, action="free_requested"))
+            device_traces[d].append(dict(common, action="free_completed"))
+            device_traces[d].append(dict(common, action="segment_free"))
+    for d in range(c.ndev):
+        if device_traces[d]:
+            device_traces[d].append(c.snapshot_event(d, stacks[0]))
     for i in c.live.tolist():
         segments.append(c.segment(i, frames[i]))
-    return {"segments": segments, "device_traces": device_traces}
+    return {"segments": segments, "device_traces": device_traces, "pyinterpose": info}
 
 
 _COLUMNS = ("block_id", "address", "size", "device", "stream", "freed", "t_alloc", "t_free", "stack_id")
@@ -181,21 +196,55 @@ def _allocator_blocks(trace: Trace, columns=None) -> pd.DataFrame:
     return b[keep]
 
 
+def _note_frame(where: str, what: str) -> dict[str, Any]:
+    """A line of text where the viewer shows a call stack (it prints ``filename:line:name``)."""
+    return {"filename": where, "line": 0, "name": what}
+
+
+NO_STACKS = _note_frame("pyinterpose", "this trace has no call stacks (captured with --stacks none, or by a "
+                                       "pyinterpose that recorded none): only the owner library is known")
+NO_STACK = _note_frame("pyinterpose", "no call stack was recorded for this allocation")
+RESERVED = _note_frame("pyinterpose", "reserved view: this block is the whole segment the framework's allocator "
+                                      "reserved; the tensors inside it are not recorded in this view")
+
+
+def _about(trace: Trace, c: "_Columns") -> dict[str, Any]:
+    """The snapshot's ``pyinterpose`` item (the viewer ignores it; the frames say the same)."""
+    complete = bool(trace.meta.get("complete", True))
+    out: dict[str, Any] = {"generator": "pyinterpose", "view": str(trace.meta.get("view", "")), "complete": complete}
+    if not complete:
+        out["incomplete_reason"] = str(trace.meta.get("incomplete_reason") or "")
+    return out
+
+
 def _stack_frames(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.ndarray]:
     """The distinct call stacks of the blocks as the viewer's frames ({filename, line, name},
-    innermost first) and, per block, the index of its stack in that list; index 0 is the empty
-    stack ([]: no call site, or no stacks in the trace or in this build)."""
-    empty: list[dict] = []
+    innermost first) and, per block, the index of its stack in that list.  Index 0 is for blocks
+    without a stack: a line saying why (the viewer would say "<block was allocated before
+    _record_history was enabled>").  Every list starts with a line saying that the trace is
+    incomplete when it is, and, in a reserved view, that each block is a whole segment."""
+    head: list[dict] = []
+    if not trace.meta.get("complete", True):
+        head.append(_note_frame("INCOMPLETE TRACE", str(trace.meta.get("incomplete_reason")
+                                                        or "the capture did not record everything")))
+    if str(trace.meta.get("view", "")) == "reserved":
+        head.append(RESERVED)
+    stacks, idx = _call_stacks(trace, b)
+    return [head + s for s in stacks], idx
+
+
+def _call_stacks(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.ndarray]:
     none = np.zeros(len(b), np.int64)
     if "stack_id" not in b.columns:
-        return [empty], none
+        return [[NO_STACKS]], none
     sid = b["stack_id"].to_numpy(np.int64)
     if not (sid >= 0).any():
-        return [empty], none
+        return [[NO_STACKS]], none
+    empty = [NO_STACK]
     try:
         from ..trace.stacks import frames_of  # type: ignore[import-not-found]
     except Exception:  # noqa: BLE001 - no stacks API in this build
-        return [empty], none
+        return [[NO_STACKS]], none
     uniq, inv = np.unique(sid, return_inverse=True)
     stacks = [empty]
     for s in uniq.tolist():
@@ -207,20 +256,14 @@ def _stack_frames(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.n
             fr = []
         stacks.append([{"filename": str(f.get("filename") or f.get("object") or "??"),
                         "line": int(f.get("line") or 0),
-                        "name": str(f.get("function") or "??")} for f in fr])
+                        "name": str(f.get("function") or "??")} for f in fr] or empty)
     first = int(np.searchsorted(uniq, 0))      # uniq[:first] are the negative ids
     idx = np.where(sid >= 0, inv.reshape(-1) - first + 1, 0)
     return stacks, idx
 
 
-def _frames(trace: Trace, b: pd.DataFrame) -> list[list[dict]]:
-    """Per block, its call stack as the viewer's frames (blocks with the same stack share one list)."""
-    stacks, idx = _stack_frames(trace, b)
-    return [stacks[j] for j in idx.tolist()]
-
-
 _KEYS = ("addr", "size", "stream", "time_us", "frames", "category", "action")
-_ACTIONS = ("segment_alloc", "alloc", "free_requested", "free_completed", "segment_free")
+_ACTIONS = ("segment_alloc", "alloc", "free_requested", "free_completed", "segment_free", "snapshot")
 
 
 def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, int]:
@@ -237,17 +280,19 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
     c = _Columns(trace, classes)
     b = c.blocks
     stacks, fidx = _stack_frames(trace, b) if len(b) else ([[]], np.zeros(0, np.int64))
-    if c.classes is not None and len(b):
+    if c.use_categories and len(b):
         cat_codes, cat_names = c.category_codes()
     else:
         cat_codes, cat_names = np.zeros(len(b), np.int64), []
     entries = 0
-    with open(path, "wb") as f:
+    from ..outfile import atomic_output
+
+    with atomic_output(path, "wb") as f:
         ps = P.PickleStream(f)
         ps.begin()
         ps.write(P.EMPTY_DICT + P.MARK)
         ps.obj("segments")
-        ps.obj(list(_KEYS) + list(_ACTIONS) + ["unknown"] + cat_names + stacks)   # the prelude
+        ps.obj(list(_KEYS) + list(_ACTIONS) + [UNKNOWN] + cat_names + stacks)   # the prelude
         ps.obj("segments")
         ps.obj([c.segment(i, stacks[fidx[i]]) for i in c.live.tolist()] if len(b) else [])
         ps.obj("device_traces")
@@ -257,8 +302,16 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
             for d in range(d0, min(c.ndev, d0 + P.BATCH)):
                 ps.write(P.EMPTY_LIST)
                 if len(b):
-                    entries += _write_device(ps, c, d, stacks, fidx, cat_codes, cat_names)
+                    n = _write_device(ps, c, d, stacks, fidx, cat_codes, cat_names)
+                    if n:
+                        ps.write(P.MARK)
+                        ps.obj(c.snapshot_event(d, stacks[0]))
+                        ps.write(P.APPENDS)
+                        n += 1
+                    entries += n
             ps.write(P.APPENDS)
+        ps.obj("pyinterpose")
+        ps.obj(_about(trace, c))
         ps.write(P.SETITEMS)
         ps.end()
     return {"segments": int(len(c.live)) if len(b) else 0, "trace_entries": entries,
@@ -273,29 +326,25 @@ def _write_device(ps, c: _Columns, d: int, stacks, fidx: np.ndarray, cat_codes, 
     if not sel.any():
         return 0
     rows = c.ev_row[sel]
-    k = {name: ps.str_index(name) for name in _KEYS + _ACTIONS + ("unknown",)}
+    k = {name: ps.str_index(name) for name in _KEYS + _ACTIONS + (UNKNOWN,)}
     frame_memo = np.array([ps.list_index(s) for s in stacks], np.int64)
     common = [(k["addr"], Int("addr")), (k["size"], Int("size")), (k["stream"], Int("stream")),
               (k["time_us"], Int("time_us")), (k["frames"], Ref("frames"))]
-
-    def seg(action):
-        return common + [(k["category"], Const(k["unknown"])), (k["action"], Const(k[action]))]
-
-    alloc = common + [(k["action"], Const(k["alloc"]))]
+    tagged = common
     columns = {"addr": c.addr[rows], "size": c.size[rows], "stream": c.stream[rows],
                "time_us": c.epoch_us + c.ev_t[sel] // 1000, "frames": frame_memo[fidx[rows]]}
     ref_widths = {"frames": 1 if frame_memo.max() < 256 else 4}
-    if c.classes is not None:
+    if c.use_categories:
         cat_memo = np.array([ps.str_index(x) for x in cat_names], np.int64)
-        alloc = alloc + [(k["category"], Ref("cat"))]
+        tagged = common + [(k["category"], Ref("cat"))]
         columns["cat"] = cat_memo[np.asarray(cat_codes)[rows]]
         ref_widths["cat"] = 1 if cat_memo.max() < 256 else 4
-    if c.reserved_view:
-        shapes = [[seg("segment_alloc")], [seg("segment_free")]]
-    else:
-        shapes = [[seg("segment_alloc"), alloc],
-                  [common + [(k["action"], Const(k["free_requested"]))],
-                   common + [(k["action"], Const(k["free_completed"]))], seg("segment_free")]]
+
+    def act(fields, action):
+        return fields + [(k["action"], Const(k[action]))]
+
+    shapes = [[act(tagged, "segment_alloc"), act(tagged, "alloc")],
+              [act(common, "free_requested"), act(common, "free_completed"), act(common, "segment_free")]]
     kind = np.where(c.ev_alloc[sel], 0, 1)
     return write_rows(ps, shapes, kind, columns, ref_widths)
 

@@ -49,27 +49,101 @@ def default_large_threshold(trace: Trace) -> int:
     return max(1 << 20, peak_live_bytes(trace.blocks) // 100)
 
 
+def _nvml_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """NVML used bytes per device with no time before the start of capture: samples taken before it
+    (the sampler starts first) are dropped but the last of them, which is placed at 0 (the state at
+    the start)."""
+    out = {}
+    for dev, (t, used) in reserved_curves(trace).items():
+        t = np.asarray(t, np.int64)
+        neg = np.flatnonzero(t < 0)
+        if len(neg):
+            k = int(neg[-1])
+            t, used = t[k:].copy(), np.asarray(used)[k:]
+            t[0] = 0
+        out[dev] = (t, used)
+    return out
+
+
+def _kernel_rows(trace: Trace, max_kernels: int, notes: list[str]):
+    """The launches the export writes: all of them in time order, or, above ``max_kernels``, that many
+    spread evenly over the whole run (a note says so)."""
+    la = trace.launches.sort_values("t", kind="stable")
+    n = len(la)
+    if n > max_kernels:
+        keep = np.unique(np.linspace(0, n - 1, max(1, max_kernels)).round().astype(np.int64))
+        la = la.iloc[keep]
+        notes.append(f"kernel launches: {len(la):,} of {n:,} written (at most {max_kernels:,}: every "
+                     f"{n / max(1, len(la)):.1f}th launch, spread over the whole run)")
+    return la
+
+
+def _iteration_us(bt) -> tuple[list[int], list[int]]:
+    """Iteration slices on whole microseconds: each starts where the one before ends (ts + dur equals
+    the next ts exactly, in any reader's floating point)."""
+    us = np.floor_divide(np.asarray(bt, np.int64), 1000)
+    return us[:-1].tolist(), np.diff(us).tolist()
+
+
+def _notes(trace: Trace, timelines: list, max_points: int, big_total: int, max_instants: int,
+           notes: list[str]) -> list[str]:
+    """Everything the export left out or cut short, for otherData, stderr and the tests."""
+    out = []
+    if not trace.meta.get("complete", True):
+        out.append(f"INCOMPLETE TRACE: {trace.meta.get('incomplete_reason') or 'the capture did not record everything'}")
+    red = sorted({tl.device for tl in timelines if tl.reduced})
+    if red:
+        out.append(f"memory counters of GPU {', '.join(map(str, red))}: more than {max_points:,} changes, reduced to "
+                   "the peak and the last value of each time bin")
+    if big_total > max_instants:
+        out.append(f"large-allocation instants: the {max_instants:,} largest of {big_total:,} written")
+    return out + notes
+
+
+def _marker(trace: Trace, devices, notes: list[str]) -> dict[str, Any] | None:
+    """A global instant at 0 that names an incomplete trace, where the timeline shows it."""
+    if trace.meta.get("complete", True) or not notes:
+        return None
+    pid = GPU_PID_BASE + min(devices) if devices else int(trace.main_pid or 0)
+    return {"name": notes[0], "cat": "pyinterpose", "ph": "i", "s": "g", "pid": pid, "tid": 0, "ts": 0}
+
+
+def _other_data(trace: Trace, large: int, notes: list[str]) -> dict[str, Any]:
+    meta = {k: trace.meta[k] for k in ("view", "framework", "command", "host") if k in trace.meta}
+    complete = bool(trace.meta.get("complete", True))
+    other = {"generator": "pyinterpose", "large_threshold_bytes": large, **{k: str(v) for k, v in meta.items()},
+             "complete": complete}
+    if not complete:
+        other["incomplete_reason"] = str(trace.meta.get("incomplete_reason") or "")
+    if notes:
+        other["notes"] = list(notes)
+    return other
+
+
 def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
                  max_points: int = 200_000, max_instants: int = 20_000, classes=None,
-                 max_kernels: int = 200_000) -> dict[str, Any]:
-    """Build the Chrome-trace dict.  ``iterations``: a find_iterations() result or None."""
+                 max_kernels: int = 200_000, notes: list[str] | None = None) -> dict[str, Any]:
+    """Build the Chrome-trace dict.  ``iterations``: a find_iterations() result or None.  ``notes``: a
+    list that gets what the export left out or cut short (also in ``otherData["notes"]``)."""
     events: list[dict[str, Any]] = []
+    knotes: list[str] = []
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
     series = "reserved_bytes" if reserved_view else "live_bytes"
     devices = set()
-    for tl in memory_timeline(trace, max_points=max_points):
+    tls = memory_timeline(trace, max_points=max_points)
+    for tl in tls:
         pid = GPU_PID_BASE + tl.device
         devices.add(tl.device)
         events.extend({"name": "memory", "ph": "C", "pid": pid, "ts": _us(t), "args": {series: int(v)}}
                       for t, v in zip(tl.t.tolist(), tl.total.tolist()))
-    for dev, (t, used) in reserved_curves(trace).items():
+    for dev, (t, used) in _nvml_curves(trace).items():
         pid = GPU_PID_BASE + dev
         devices.add(dev)
         events.extend({"name": "memory", "ph": "C", "pid": pid, "ts": _us(tt), "args": {"nvml_used_bytes": int(u)}}
                       for tt, u in zip(t.tolist(), used.tolist()))
     events.extend(_grouped_counters(trace, "live bytes by class", classes, max_points))
     events.extend(_grouped_counters(trace, "live bytes by owner", _owner_series(trace), max_points))
-    kev, kdev = _kernel_tracks(trace, max_kernels)
+    kev, kdev = _kernel_tracks(trace, max_kernels, knotes)
     events.extend(kev)
     devices |= kdev
     for dev in sorted(devices):
@@ -84,15 +158,17 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": 1, "args": {"name": "large allocations"}})
 
     if iterations is not None and getattr(iterations, "count", 0) > 0:
-        bt = np.asarray(iterations.boundaries_t, dtype=np.int64)
+        ts, dur = _iteration_us(iterations.boundaries_t)
         ipid = int(iterations.pid) if iterations.pid is not None else (trace.main_pid or 0)
-        for i in range(len(bt) - 1):
+        for i in range(len(ts)):
             events.append({"name": f"iteration {i}", "cat": "iteration", "ph": "X", "pid": ipid, "tid": 0,
-                           "ts": _us(bt[i]), "dur": _us(bt[i + 1] - bt[i]), "args": {"index": i}})
+                           "ts": ts[i], "dur": dur[i], "args": {"index": i}})
 
     large = default_large_threshold(trace) if large is None else int(large)
     b = trace.device_blocks
-    big = b[b["size"] >= large].sort_values(["size", "t_alloc"], ascending=[False, True]).head(max_instants)
+    big = b[b["size"] >= large]
+    big_total = len(big)
+    big = big.sort_values(["size", "t_alloc"], ascending=[False, True]).head(max_instants)
     big = big.sort_values("t_alloc")
     for row in zip(big["block_id"].tolist(), big["pid"].tolist(), big["t_alloc"].tolist(),
                    big["size"].tolist(), big["api"].astype(str).tolist(), big["kind"].astype(str).tolist(),
@@ -102,9 +178,13 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
                        "pid": int(pid), "tid": 1, "ts": _us(t),
                        "args": {"block_id": int(bid), "size": int(size), "api": api, "kind": kind,
                                 "device": int(dev)}})
-    meta = {k: trace.meta[k] for k in ("view", "framework", "command", "host") if k in trace.meta}
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "pyinterpose", "large_threshold_bytes": large, **{k: str(v) for k, v in meta.items()}}}
+    allnotes = _notes(trace, tls, max_points, big_total, max_instants, knotes)
+    mark = _marker(trace, devices, allnotes)
+    if mark is not None:
+        events.append(mark)
+    if notes is not None:
+        notes.extend(allnotes)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(trace, large, allnotes)}
 
 
 def _owner_series(trace: Trace):
@@ -167,13 +247,12 @@ def _launch_blocks(trace: Trace, la) -> tuple[list[list[int]], list[int]]:
     return [bl[bo[i]:bo[i + 1]] for i in range(n)], total
 
 
-def _kernel_tracks(trace: Trace, max_kernels: int) -> tuple[list[dict[str, Any]], set[int]]:
+def _kernel_tracks(trace: Trace, max_kernels: int, notes: list[str]) -> tuple[list[dict[str, Any]], set[int]]:
     """A thread track per (device, stream) with an instant per kernel launch and the
     blocks it touches in args (from the accesses joined on pid and seq)."""
-    la = trace.launches
-    if len(la) == 0:
+    if len(trace.launches) == 0:
         return [], set()
-    la = la.sort_values("t", kind="stable").head(max_kernels)
+    la = _kernel_rows(trace, max_kernels, notes)
     touched, nbytes = _launch_blocks(trace, la)
     names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
     out: list[dict[str, Any]] = []
@@ -204,9 +283,10 @@ def validate(doc: dict[str, Any]) -> list[str]:
 
     Rules (the Trace Event Format spec, as Perfetto's JSON importer applies it):
     ``traceEvents`` is a list of objects; every event has a known ``ph``, an int
-    ``pid``, a ``name`` string; all but metadata have a finite ``ts`` (NVML may sample just before the first event:
-    negative values are allowed, as the importer takes any int64 time); ``X``
-    has a finite ``dur`` >= 0; ``i``/``I`` scope ``s`` is g, p or t; ``C`` args are
+    ``pid``, a ``name`` string; all but metadata have a finite ``ts`` >= 0 (the importer takes any int64
+    time, but nothing of ours happens before the start of capture); ``X``
+    has a finite ``dur`` >= 0, and two ``X`` slices of one track either nest or do not overlap (as floats,
+    the way a viewer adds ``ts + dur``: a slice that ends past the next one's start draws a staircase); ``i``/``I`` scope ``s`` is g, p or t; ``C`` args are
     finite numbers; ``M`` names one of the metadata records with ``args.name`` or
     ``args.sort_index``; flow events (``s``/``t``/``f``) have an ``id``; ``tid``,
     when present, is an int; ``displayTimeUnit`` is ms or ns."""
@@ -221,6 +301,7 @@ def validate(doc: dict[str, Any]) -> list[str]:
     def num(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
+    slices: dict[tuple, list[tuple[float, float, int]]] = {}
     for i, e in enumerate(doc["traceEvents"]):
         where = f"event {i}"
         if not isinstance(e, dict):
@@ -245,8 +326,13 @@ def validate(doc: dict[str, Any]) -> list[str]:
             continue
         if not num(e.get("ts")):
             errs.append(f"{where}: ts {e.get('ts')!r} is not a finite number")
+        elif e["ts"] < 0:
+            errs.append(f"{where}: ts {e['ts']!r} is before the start of capture")
         if ph == "X" and (not num(e.get("dur")) or e["dur"] < 0):
             errs.append(f"{where}: X without a finite dur >= 0")
+        elif ph == "X" and num(e.get("ts")):
+            slices.setdefault((e.get("pid"), e.get("tid")), []).append(
+                (float(e["ts"]), float(e["ts"]) + float(e["dur"]), i))
         if ph in ("i", "I") and e.get("s", "t") not in ("g", "p", "t"):
             errs.append(f"{where}: instant scope {e.get('s')!r}")
         if ph == "C":
@@ -255,6 +341,15 @@ def validate(doc: dict[str, Any]) -> list[str]:
                 errs.append(f"{where}: counter args must be finite numbers")
         if ph in ("s", "t", "f") and "id" not in e:
             errs.append(f"{where}: flow event without id")
+    for track in slices.values():
+        open_: list[float] = []                     # ends of the enclosing slices
+        for start, end, i in sorted(track, key=lambda s: (s[0], -s[1])):
+            while open_ and open_[-1] <= start:
+                open_.pop()
+            if open_ and end > open_[-1]:
+                errs.append(f"event {i}: X slice overlaps the one before it without nesting "
+                            f"(it starts at {start!r}, before {open_[-1]!r})")
+            open_.append(end)
     return errs
 
 
@@ -327,17 +422,19 @@ def _counter_texts(name: str, pid: int, t: np.ndarray, series: dict) -> list[str
 
 def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
                       max_points: int = 200_000, max_instants: int = 20_000, classes=None,
-                      max_kernels: int = 200_000) -> tuple[str, dict[str, int]]:
+                      max_kernels: int = 200_000, notes: list[str] | None = None) -> tuple[str, dict[str, int]]:
     """``json.dumps(chrome_trace(...), separators=(",", ":"))`` built from the columns, and the
     number of events per phase."""
     doc = _Doc()
+    knotes: list[str] = []
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
     series = "reserved_bytes" if reserved_view else "live_bytes"
     devices = set()
-    for tl in memory_timeline(trace, max_points=max_points):
+    tls = memory_timeline(trace, max_points=max_points)
+    for tl in tls:
         devices.add(tl.device)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + tl.device, tl.t, {series: tl.total}))
-    for dev, (t, used) in reserved_curves(trace).items():
+    for dev, (t, used) in _nvml_curves(trace).items():
         devices.add(dev)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + dev, t, {"nvml_used_bytes": used}))
     for name, groups in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace))):
@@ -345,7 +442,7 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
             continue
         for tl in memory_timeline(trace, classes=groups, max_points=max_points):
             doc.add("C", _counter_texts(name, GPU_PID_BASE + tl.device, tl.t, tl.series))
-    kdev = _kernel_texts(trace, max_kernels, doc)
+    kdev = _kernel_texts(trace, max_kernels, doc, knotes)
     devices |= kdev
     for dev in sorted(devices):
         pid = GPU_PID_BASE + dev
@@ -359,14 +456,16 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
                       '{"name":"thread_name","ph":"M","pid":%d,"tid":0,"args":{"name":"iterations"}}' % pid,
                       '{"name":"thread_name","ph":"M","pid":%d,"tid":1,"args":{"name":"large allocations"}}' % pid])
     if iterations is not None and getattr(iterations, "count", 0) > 0:
-        bt = np.asarray(iterations.boundaries_t, dtype=np.int64).tolist()
+        ts, dur = _iteration_us(iterations.boundaries_t)
         ipid = int(iterations.pid) if iterations.pid is not None else int(trace.main_pid or 0)
-        doc.add("X", ['{"name":"iteration %d","cat":"iteration","ph":"X","pid":%d,"tid":0,"ts":%s,"dur":%s,'
-                      '"args":{"index":%d}}' % (i, ipid, _us_text(bt[i]), _us_text(bt[i + 1] - bt[i]), i)
-                      for i in range(len(bt) - 1)])
+        doc.add("X", ['{"name":"iteration %d","cat":"iteration","ph":"X","pid":%d,"tid":0,"ts":%d,"dur":%d,'
+                      '"args":{"index":%d}}' % (i, ipid, ts[i], dur[i], i)
+                      for i in range(len(ts))])
     large = default_large_threshold(trace) if large is None else int(large)
     b = trace.device_blocks
-    big = b[b["size"] >= large].sort_values(["size", "t_alloc"], ascending=[False, True]).head(max_instants)
+    big = b[b["size"] >= large]
+    big_total = len(big)
+    big = big.sort_values(["size", "t_alloc"], ascending=[False, True]).head(max_instants)
     big = big.sort_values("t_alloc")
     doc.add("i", ['{"name":%s,"cat":"allocation","ph":"i","s":"t","pid":%d,"tid":1,"ts":%s,'
                   '"args":{"block_id":%d,"size":%d,"api":%s,"kind":%s,"device":%d}}'
@@ -374,19 +473,23 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
                   for bid, pid, t, size, api, kind, dev in zip(
                       big["block_id"].tolist(), big["pid"].tolist(), big["t_alloc"].tolist(), big["size"].tolist(),
                       big["api"].astype(str).tolist(), big["kind"].astype(str).tolist(), big["device"].tolist())])
-    meta = {k: trace.meta[k] for k in ("view", "framework", "command", "host") if k in trace.meta}
-    other = {"generator": "pyinterpose", "large_threshold_bytes": large, **{k: str(v) for k, v in meta.items()}}
+    allnotes = _notes(trace, tls, max_points, big_total, max_instants, knotes)
+    mark = _marker(trace, devices, allnotes)
+    if mark is not None:
+        doc.add("i", [json.dumps(mark, separators=(",", ":"))])
+    if notes is not None:
+        notes.extend(allnotes)
+    other = _other_data(trace, large, allnotes)
     text = ('{"traceEvents":[' + ",".join(doc.parts) + '],"displayTimeUnit":"ms","otherData":'
             + json.dumps(other, separators=(",", ":"), allow_nan=False) + "}")
     return text, doc.counts
 
 
-def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc) -> set[int]:
+def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -> set[int]:
     """The texts of _kernel_tracks (its track metadata counted as M, its instants as i)."""
-    la = trace.launches
-    if len(la) == 0:
+    if len(trace.launches) == 0:
         return set()
-    la = la.sort_values("t", kind="stable").head(max_kernels)
+    la = _kernel_rows(trace, max_kernels, notes)
     touched, nbytes = _launch_blocks(trace, la)
     names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
     name_text: dict[str, str] = {}
@@ -421,8 +524,11 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc) -> set[int]:
 
 
 def write_chrome_trace(trace: Trace, path: str, iterations=None, **kw) -> dict[str, int]:
-    """Write the Chrome-trace JSON to ``path``; returns counts of events by phase."""
+    """Write the Chrome-trace JSON to ``path``; returns counts of events by phase (``notes=[]``: gets
+    what was left out or cut short, as otherData says)."""
+    from ..outfile import atomic_output
+
     text, counts = chrome_trace_json(trace, iterations=iterations, **kw)
-    with open(path, "w") as f:
+    with atomic_output(path, "w") as f:
         f.write(text)
     return counts

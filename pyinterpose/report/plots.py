@@ -151,22 +151,30 @@ def memory_over_time_png(timelines: Sequence[Timeline], reserved: dict[int, tupl
 
 def size_histogram_png(hist: pd.DataFrame) -> str:
     """Two panels over power-of-two size bins: number of blocks, and bytes."""
+    return _png(size_histogram_figure(hist), tight=False)
+
+
+def size_histogram_figure(hist: pd.DataFrame) -> Figure:
+    """The figure of :func:`size_histogram_png`; each panel's legend is its title, above the axes, so it
+    never covers a bar."""
     fig = Figure(figsize=(10, 3.2))
     labels = [fmt_bytes(v, 0) for v in hist["lo"]]
     x = np.arange(len(hist))
-    for i, (col, title) in enumerate([("count", "blocks"), ("bytes", "bytes allocated (sum of sizes)")]):
+    for i, (col, title) in enumerate([("count", "number of blocks"),
+                                            ("bytes", "bytes allocated (sum of sizes)")]):
         ax = fig.add_subplot(1, 2, i + 1)
         vals = hist[col].to_numpy().astype(np.float64)
         div, bunit = _byte_unit(vals.max() if len(vals) else 0.0) if col == "bytes" else (1.0, "")
-        ax.bar(x, vals / div, color=PALETTE[i], width=0.8,
-               label="number of blocks" if col == "count" else f"sum of their sizes ({bunit})")
-        ax.legend(loc="upper right", fontsize=8, frameon=False)
+        ax.bar(x, vals / div, color=PALETTE[i], width=0.8, label=title + (f" ({bunit})" if bunit else ""))
+        # the legend is the panel's title: above the axes, so no bar can be under it
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=9, frameon=False, borderaxespad=0.2,
+                  handlelength=1.2)
+        ax.set_ylabel("blocks" if not bunit else bunit, fontsize=8)
         ax.set_xticks(x)
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-        ax.set_title(title + (f" ({bunit})" if bunit else ""), loc="left", fontsize=10)
         ax.set_xlabel("block size (bin lower bound, bins are [2^k, 2^(k+1)))")
-    _layout(fig, left=0.6, bottom=0.95, top=0.4, wspace=0.7)
-    return _png(fig, tight=False)
+    _layout(fig, left=0.75, bottom=0.95, top=0.4, wspace=0.85)
+    return fig
 
 
 def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float | np.ndarray | None,

@@ -36,11 +36,25 @@
     if (a < 1e9) return (ns / 1e6).toFixed(1) + ' ms';
     return (ns / 1e9).toFixed(2) + ' s';
   }
-  function fmtTick(ns, step) {
-    /* a time label precise enough to tell ticks ``step`` ns apart */
-    var a = Math.abs(ns), u = a >= 1e9 ? [1e9, 's'] : a >= 1e6 ? [1e6, 'ms'] : a >= 1e3 ? [1e3, 'us'] : [1, 'ns'];
-    var d = step > 0 ? Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / u[0])) + 1)) : 1;
-    return (ns / u[0]).toFixed(d) + ' ' + u[1];
+  function timeLabels(ns) {
+    /* labels for ticks at times ``ns`` (null: no label): one unit for all (the one that fits the
+       largest), and the fewest decimals that keep every two ticks at different times apart; a
+       tick at the same time as the one before it gets no label of its own */
+    var top = 0, i;
+    ns.forEach(function (v) { if (v !== null && Math.abs(v) > top) top = Math.abs(v); });
+    var u = top >= 1e9 ? [1e9, 's'] : top >= 1e6 ? [1e6, 'ms'] : top >= 1e3 ? [1e3, 'us'] : [1, 'ns'];
+    function make(d) {
+      var out = [], prevT = null, prevS = null, clash = false;
+      for (i = 0; i < ns.length; i++) {
+        if (ns[i] === null || ns[i] === prevT) { out.push(''); continue; }
+        var s = (ns[i] / u[0]).toFixed(d) + ' ' + u[1];
+        if (s === prevS) clash = true;
+        out.push(s); prevT = ns[i]; prevS = s;
+      }
+      return clash ? null : out;
+    }
+    for (var d = 0; d < 9; d++) { var l = make(d); if (l) return l; }
+    return make(9);
   }
   function byteTicks(top) {
     /* ticks in binary units (MiB, GiB) at 1/2/5 x 10^k steps, about five of them */
@@ -54,6 +68,13 @@
     return {vals: vals, text: text};
   }
   function fmtInt(n) { return Math.round(n).toLocaleString('en-US'); }
+  /* ticks of the event axis at whole events only (1, 2, 5 x 10^k apart): a label is never rounded
+     onto its neighbour's */
+  var INT_INCRS = [], EDGE = 48;   /* EDGE: room (px) right of the plot for the last label's half */
+  for (var ie = 0; ie < 12; ie++) [1, 2, 5].forEach(function (m) { INT_INCRS.push(m * Math.pow(10, ie)); });
+  function eventValues(u, splits) {
+    return splits.map(function (v) { return v < -0.5 || v !== Math.round(v) ? '' : fmtInt(v); });
+  }
   function esc(s) {
     return String(s).replace(/[&<>"]/g, function (c) { return {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[c]; });
   }
@@ -90,9 +111,9 @@
     }
     this.a = a; this.f = f; this.size = size; this.bid = bid;
     this.cls = arrs.cls; this.own = arrs.own; this.api = arrs.api; this.site = arrs.site || null;
-    var t = new Float64Array(n), tq = p.tq, tt = 0, dt = arrs.t;
-    for (i = 0; i < n; i++) { tt += dt[i]; t[i] = tt * tq; }
-    this.t = t;                                       // ns since the first event
+    var t = new Float64Array(n), tq = p.tq, tt = 0, dt = arrs.t, t0 = p.t0_ns || 0;
+    for (i = 0; i < n; i++) { tt += dt[i]; t[i] = t0 + tt * tq; }
+    this.t = t;                     // ns since the start of capture (the origin of every time in the report)
     var delta = new Float64Array(n), evb = new Int32Array(n);
     for (i = 0; i < nb; i++) {
       delta[a[i]] += size[i]; evb[a[i]] = i;
@@ -286,22 +307,21 @@
   };
   Timeline.prototype.timeValues = function (u, splits) {
     var t = this.model.t, n = this.model.n;
-    function at(e) { return t[Math.max(0, Math.min(n - 1, Math.round(e)))]; }
-    var step = splits.length > 1 ? Math.abs(at(splits[1]) - at(splits[0])) : 0;
-    return splits.map(function (e) { return e < -0.5 || e > n - 0.5 ? '' : fmtTick(at(e), step); });
+    return timeLabels(splits.map(function (e) {
+      return e < -0.5 || e > n - 0.5 || e !== Math.round(e) ? null : t[Math.max(0, Math.min(n - 1, e))];
+    }));
   };
   Timeline.prototype.makeMain = function (fr) {
     var self = this, model = this.model;
     var opts = {
-      width: this.width(), height: HEIGHT, legend: {show: false},
+      width: this.width(), height: HEIGHT, legend: {show: false}, padding: [null, EDGE, null, null],
       scales: {x: {time: false, range: function () { return [self.range[0], self.range[1]]; }},
                y: {range: function () { return [0, Math.max(1, self.ymax) * 1.06]; }}},
       axes: [
         {scale: 'x', side: 2, label: 'event index (allocations and frees, in order)', labelSize: 20,
-         grid: {show: false}, space: 70, values: function (u, splits) { return splits.map(function (v) {
-           return v < -0.5 || v > model.n - 0.5 ? '' : fmtInt(v); }); }},
-        {scale: 'x', side: 0, label: 'time since the first allocation', labelSize: 20, grid: {show: false},
-         space: 110, ticks: {size: 4},
+         grid: {show: false}, space: 70, incrs: INT_INCRS, values: eventValues},
+        {scale: 'x', side: 0, label: 'time since the start of capture', labelSize: 20, grid: {show: false},
+         space: 110, ticks: {size: 4}, incrs: INT_INCRS,
          values: function (u, splits) { return self.timeValues(u, splits); }},
         {scale: 'y', side: 3, size: YAXIS, label: 'device memory', labelSize: 18,
          splits: function () { return byteTicks(Math.max(1, self.ymax) * 1.06).vals; },
@@ -415,16 +435,17 @@
     var fr = this.frame(-0.5, n - 0.5, MINI_BINS);
     var ymax = fr.ymax;
     var opts = {
-      width: this.width(), height: MINI_HEIGHT, legend: {show: false},
+      width: this.width(), height: MINI_HEIGHT, legend: {show: false}, padding: [null, EDGE, null, null],
       scales: {x: {time: false, range: function () { return [-0.5, n - 0.5]; }},
                y: {range: function () { return [0, Math.max(1, ymax) * 1.04]; }}},
       axes: [{scale: 'x', side: 2, size: 22, grid: {show: false}, font: '9px sans-serif', ticks: {size: 4},
-              values: function (u, splits) { return splits.map(function (v) { return v < 0 ? '' : fmtInt(v); }); }},
+              incrs: INT_INCRS, values: eventValues},
              {scale: 'y', side: 3, size: YAXIS, grid: {show: false}, ticks: {show: false},
               values: function (u, splits) { return splits.map(function () { return ''; }); }}],
       series: this.seriesFor(fr.m, [], true).concat(fr.lines.map(function () { return {show: false}; })),
       cursor: {drag: {x: true, y: false, setScale: false}, points: {show: false}, y: false, x: false},
-      hooks: {setSelect: [function (u) {
+      /* the window once the minimap is laid out (before its first draw its scale maps nothing) */
+      hooks: {draw: [function () { self.drawWindow(); }], setSelect: [function (u) {
         var sel = u.select;
         if (sel.width < 3) return;
         var a = u.posToVal(sel.left, 'x'), b = u.posToVal(sel.left + sel.width, 'x');

@@ -281,7 +281,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     if iterations is not None and getattr(iterations, "count", 0):
         bt = np.asarray(iterations.boundaries_t, dtype=np.int64)
         iters_ev = np.searchsorted(t, bt, side="left").astype(np.int64).tolist()
-        iters_t = (bt - int(t[0])).tolist()
+        iters_t = bt.tolist()                     # ns since the start of capture, as every time
     if len(iters_ev) >= 2:
         k = (len(iters_ev) - 1) // 2
         lo, hi = iters_ev[k], iters_ev[k + 1]
@@ -309,7 +309,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     start_epoch = trace.meta.get("start_time")
     return {**extra,
         "device": int(device), "events": int(n), "blocks": int(nb), "tq": tq,
-        "t0_ns": int(t[0]) if n else 0,
+        "t0_ns": int(t[0]) if n else 0,          # the first event's time since the start of capture
         "start_epoch_s": float(start_epoch) if isinstance(start_epoch, (int, float)) else None,
         "reserved_view": bool(reserved_view),
         "names": {"cls": cls_names, "own": own_names, "api": api_names, "site": site_names},

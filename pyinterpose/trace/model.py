@@ -197,6 +197,7 @@ _DERIVED_FROM = ("blocks", "accesses", "launches", "copies", "markers", "process
                  "gpu_activity")
 _TABLES_KEY = ("model", "tables")   # the tables the memo was computed from
 _OWNER_KEY = ("model", "owner")     # id() of the trace the memo belongs to
+_MISSING = object()                 # derived(): no value held for a key
 _LOCKS_KEY = ("model", "locks")     # {key: lock} of the keys being or once computed
 
 
@@ -237,16 +238,20 @@ class Trace:
             memo.clear()
             memo[_OWNER_KEY] = id(self)
             memo[_TABLES_KEY] = tuple(getattr(self, n) for n in _DERIVED_FROM)
-        if key in memo:
-            return memo[key]
+        value = memo.get(key, _MISSING)   # one read: a forget() on another thread may drop the key
+        if value is not _MISSING:
+            return value
         # threads (the report's side and swap threads) asking for one key compute it once: the
         # first computes, the others wait for its value (a lock per key: a computation that asks
-        # for other keys never waits on itself, as their dependencies are never circular)
+        # for other keys never waits on itself, as their dependencies are never circular).  The
+        # value returned is the one read or computed under the lock, never memo[key] read again
+        # after it, which a concurrent forget() may have dropped meanwhile.
         lock = memo.setdefault(_LOCKS_KEY, {}).setdefault(key, threading.Lock())   # atomic setdefault
         with lock:
-            if key not in memo:
-                memo[key] = compute()
-        return memo[key]
+            value = memo.get(key, _MISSING)
+            if value is _MISSING:
+                value = memo[key] = compute()
+        return value
 
     def forget(self, module: str) -> None:
         """Drop what ``module`` derived from this trace (the keys starting with that name), to

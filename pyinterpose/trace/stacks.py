@@ -381,6 +381,9 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     out = pd.DataFrame({"blocks": g.size(), "bytes": g["size"].sum(), "peak_live_bytes": g["peak"].sum(),
                         "owner": g["owner"].agg(lambda s: s.value_counts().index[0]),
                         "stack_id": df.loc[g["size"].idxmax().to_numpy(), "stack_id"].to_numpy()})
+    from ..analysis.owners import display_owner     # libffi (ctypes, cffi): the Python code behind it
+
+    own_names = np.array([display_owner(o) if o else o for o in own_names], dtype=object)
     out["owner"] = own_names[np.where(out["owner"].to_numpy() < 0, len(own_names) - 1, out["owner"].to_numpy())]
     out.index = pd.Index(np.asarray(site_names, dtype=object)[out.index.to_numpy()], name="call_site")
     out = out.reset_index()

@@ -159,8 +159,15 @@
         });
       }
     });
-    var colours = elements.map(function (el) {
-      return snap.categories.length > 0 ? snap.categories.indexOf(el.category || 'unknown') : 0;
+    /* the viewer's colour: the index of the element's category when the snapshot has categories, else
+       the element's own index (every element a colour of its own, modulo the palette of 10) */
+    var colours = elements.map(function (el, i) {
+      return snap.categories.length > 0 ? snap.categories.indexOf(el.category || 'unknown') : i;
+    });
+    var used = {}, distinct = {};
+    elements.forEach(function (el, i) {
+      distinct[colours[i] % 10] = true;
+      if (snap.categories.length > 0) used[el.category || 'unknown'] = true;
     });
     var on = {}, total = 0, maxSize = 0;
     initially.forEach(function (i) { on[i] = true; total += elements[i].size; });
@@ -169,8 +176,16 @@
       if (on[i]) { delete on[i]; total -= elements[i].size; } else { on[i] = true; total += elements[i].size; }
       if (total > maxSize) maxSize = total;
     });
-    return {elements: elements.length, max_size: maxSize, min_colour: Math.min.apply(null, colours.concat([0]))};
+    return {elements: elements.length, max_size: maxSize, min_colour: Math.min.apply(null, colours.concat([0])),
+            palette_colours: Object.keys(distinct).length, used_categories: Object.keys(used).sort(),
+            legend: snap.categories.slice()};
   }
 
-  window.memvizViewer = {annotate: annotate, replay: replay, timeline: timeline};
+  /* what the viewer prints for a call stack (its format_frames, without its frame filter) */
+  function formatFrames(frames) {
+    if (frames.length === 0) return '<block was allocated before _record_history was enabled>';
+    return frames.map(function (f) { return f.filename + ':' + f.line + ':' + f.name; }).join('\n');
+  }
+
+  window.memvizViewer = {annotate: annotate, replay: replay, timeline: timeline, formatFrames: formatFrames};
 })();

@@ -176,3 +176,27 @@ def test_python_m_demo_in_an_unbuilt_clone_says_what_helps(tmp_path):
     assert "installed `pyinterpose` command" in line[0]
     left = [f for _, _, fs in os.walk(clone / "pyinterpose-demo") for f in fs] if (clone / "pyinterpose-demo").exists() else []
     assert left == []  # no empty trace left behind
+
+
+def test_demo_sample_suggests_an_export_path_under_the_current_directory(tmp_path):
+    """The sample trace may live in site-packages (or the source tree): the suggested export goes to
+    the output directory under the current one, not next to the sample."""
+    from pyinterpose.cli import demo
+
+    if not demo.sample_traces():
+        pytest.skip("no sample trace committed")
+    env_cols = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "400"                      # one line per suggestion
+    try:
+        r = run_cli("demo", "--sample", "-o", "out", cwd=tmp_path, timeout=300)
+    finally:
+        if env_cols is None:
+            os.environ.pop("COLUMNS")
+        else:
+            os.environ["COLUMNS"] = env_cols
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = re.search(r"pyinterpose export \S+ --format perfetto -o (\S+)", r.stdout)
+    assert m, r.stdout[-2000:]
+    target = os.path.realpath(os.path.join(tmp_path, m.group(1)))
+    assert target.startswith(os.path.realpath(tmp_path) + os.sep), target
+    assert target == os.path.realpath(tmp_path / "out" / "torch-cnn-blocks.perfetto.json")

@@ -48,7 +48,8 @@ RUN = """(function(name){
     while (mid > 0 && s.device_traces[d][mid].action !== 'alloc') mid--;  // a point between whole steps
     out.devices.push({events: n, end: V.replay(s, d, n - 1), start: V.replay(s, d, -1),
                       mid: V.replay(s, d, mid),
-                      blocks: V.timeline(s, d, false), segments: V.timeline(s, d, true)});
+                      blocks: V.timeline(s, d, false), segments: V.timeline(s, d, true),
+                      hover: s.device_traces[d].map(function (e) { return V.formatFrames(e.frames); })});
   }
   return out;
 })(%s)"""
@@ -94,7 +95,6 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
         r = _run(b, "s")
         assert b.console_errors() == []
     assert "error" not in r, r
-    assert "unknown" in r["categories"]
     dev = r["devices"][0]
     db = tr.device_blocks
     try:
@@ -113,9 +113,15 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
         if exact:  # segments are PyTorch's own: their peak is its max_memory_reserved, to the byte
             assert dev["segments"]["max_size"] == reported["max_memory_reserved"]
             assert dev["end"]["reserved"] == reported["memory_reserved_end"]
-        # the reserved view cannot see tensors: nothing is shown as allocated
-        assert dev["end"]["allocated"] == 0 and dev["blocks"]["elements"] == 0
+        # the reserved view cannot see tensors: each segment is shown as one block that fills it (the
+        # viewer's first tab, the block timeline, draws the reserve), and every hover says so
+        assert dev["end"]["allocated"] == dev["end"]["reserved"]
+        assert dev["blocks"]["elements"] == dev["segments"]["elements"] > 0
+        assert dev["blocks"]["max_size"] == dev["segments"]["max_size"]
+        assert all("reserved view: this block is the whole segment" in h for h in dev["hover"])
+        assert r["categories"] == []            # no categories: the viewer colours each segment apart
     else:
+        assert "unknown" in r["categories"]
         assert dev["blocks"]["max_size"] == peak_live_bytes(db)
         assert dev["end"]["allocated"] == live_end
     # absolute time: the events fall within the steps PyTorch timed (unix us)
@@ -138,3 +144,44 @@ def test_synthetic_export_replays_at_every_point(tmp_path):
     dev = r["devices"][0]
     assert dev["blocks"]["max_size"] == peak_live_bytes(tr.blocks)
     assert dev["mid"]["allocated"] == dev["mid"]["reserved"] > 0   # blocks view: one block per segment
+
+
+# ---- issue 24, item 11: colours, legends, the opening tab and the hover text ------------------------------
+def test_reserved_export_colours_each_segment_and_opens_on_a_drawing(tmp_path):
+    """Before: every segment event had category 'unknown', so the segment timeline was one colour, and
+    the viewer's first tab (the block timeline) was empty."""
+    tr = pyinterpose.load(gpu_trace("torch-cnn-reserved.pit"))
+    with Browser(str(tmp_path / "profile")) as b:
+        b.open(_page(tmp_path, {"s": _export(tr)}))
+        dev = _run(b, "s")["devices"][0]
+    seg = dev["segments"]
+    assert seg["elements"] > 10
+    assert seg["palette_colours"] == 10          # as PyTorch's own snapshots: every segment a colour apart
+    assert dev["blocks"]["elements"] == seg["elements"]                 # the opening tab draws the reserve
+
+
+def test_blocks_export_segment_tab_uses_the_legends_classes(tmp_path):
+    """Before: the cached-segment tab drew every segment as 'unknown' under a legend of the lifetime
+    classes.  Now a segment carries its block's class: the classes drawn are those of the block tab, and
+    the legend names only them (and 'unknown', which the viewer needs in its list)."""
+    tr = pyinterpose.load(gpu_trace("torch-cnn-blocks.pit"))
+    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value).value
+    with Browser(str(tmp_path / "profile")) as b:
+        b.open(_page(tmp_path, {"s": _export(tr)}))
+        dev = _run(b, "s")["devices"][0]
+    blocks, segs = dev["blocks"], dev["segments"]
+    assert segs["used_categories"] == blocks["used_categories"]
+    assert len(segs["used_categories"]) >= 2 and set(segs["used_categories"]) <= set(cl.unique()) | {"unknown"}
+    assert set(segs["legend"]) - {"unknown"} == set(segs["used_categories"]) - {"unknown"}
+    assert segs["palette_colours"] == len(segs["used_categories"])
+
+
+def test_trace_without_stacks_says_so_on_hover(tmp_path):
+    """Before: "<block was allocated before _record_history was enabled>", which is not why."""
+    tr = training_trace(iterations=3)
+    assert "stack_id" not in tr.blocks or not (tr.blocks["stack_id"] >= 0).any()
+    with Browser(str(tmp_path / "profile")) as b:
+        b.open(_page(tmp_path, {"s": _export(tr)}))
+        dev = _run(b, "s")["devices"][0]
+    assert dev["hover"] and all("this trace has no call stacks" in h for h in dev["hover"])
+    assert not any("_record_history" in h for h in dev["hover"])

@@ -1,15 +1,17 @@
-"""access.analyze against its former implementation, kept below verbatim as a slow reference.
+"""access.analyze against an independent reference: small, slow implementations written here.
 
-``reference_analyze`` is ``access.analyze`` as it was before it was made fast at 10 M events
-(issue 15): masked copies of six interval columns, the swap cost and the pressure area per row
-over float64 temporaries, ``lifetimes.classify`` for the stability, whose "same block in the next
-step" test matched 64-bit hashes of (step, size, rank, accesses).  The new analyze must give the
-very same dict — same keys in the same order, same types, same values, floats bit for bit (every
-float is computed from the same numbers in the same order; the stability join is exact where the
-reference relied on 64-bit hashes not colliding) — on synthetic traces that exercise each path
-(host blocks between device ones, scattered host blocks, several processes, no bandwidth, no
-iterations, graph launches, repeated allocation seqs, huge sizes, unsorted block ids, empty
-processes, every quantile and top setting), and on the shipped real-GPU traces.
+The reference below imports nothing it checks: the access intervals (touches per block, one per
+event, between allocation and free), the swap cost, the step of each block (from the boundaries of
+the iterations it is given), the stability, the live-bytes peak and the quantile summaries are all
+computed here, over plain pandas/numpy, from the trace's tables.  Its inputs are the trace, the
+link (``resolve_link``: the bandwidth setting, tested in test_bandwidth.py) and the iterations
+(``find_iterations``, tested against the generators' truth in test_iterations.py; handed to both
+sides).  ``access.analyze`` must give the very same dict — same keys in the same order, same types,
+same values, floats bit for bit — on synthetic traces that exercise each path (host blocks between
+device ones, scattered host blocks, several processes, no bandwidth, no iterations, graph
+launches, repeated allocation seqs, several touches of one block by one event, huge sizes,
+unsorted block ids, empty processes, every quantile and top setting), and on the shipped
+real-GPU traces.  ``test_intervals_table_same_as_reference`` compares the intervals table itself.
 """
 from __future__ import annotations
 
@@ -22,167 +24,180 @@ import pandas as pd
 import pytest
 
 from pyinterpose.analysis import access
-from pyinterpose.analysis.access import INTERVAL_KINDS, _share, access_intervals, resolve_link, swap_cost_ns
-from pyinterpose.analysis.iterations import _mix64, find_iterations
-from pyinterpose.analysis.lifetimes import _quantiles, classify
+from pyinterpose.analysis.access import resolve_link                   # input: the link setting
+from pyinterpose.analysis.iterations import find_iterations            # input: the iterations
 from pyinterpose.errors import PyinterposeError
-from pyinterpose.trace.model import Trace, live_bytes_curve, live_events
+from pyinterpose.trace.model import Trace
 from test_iterations import training_trace
 
 ROOT = Path(__file__).resolve().parents[2]
+KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
+QS = (0.5, 0.9, 0.99)
 
 
-# ---- the former implementation (reference) ------------------------------------------------
+# ---- the reference ------------------------------------------------------------------------
 
-def _overlap(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    ov = np.minimum(end, hi)
-    ov -= np.maximum(start, lo)
-    return np.clip(ov, 0, None, out=ov)
+def ref_share(part, whole):
+    return float(part) / float(whole) if whole else None
 
 
-def _member(q: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """q[i] in ref, by sorting (numpy's isin is slow on millions of uint64)."""
-    if len(ref) == 0:
-        return np.zeros(len(q), bool)
-    r = np.sort(ref)
-    order = np.argsort(q)
-    qs = q[order]                           # sorted queries: cache-friendly search
-    i = np.minimum(np.searchsorted(r, qs), len(r) - 1)
-    out = np.empty(len(q), bool)
-    out[order] = r[i] == qs
+def ref_quantiles(x: np.ndarray) -> dict[str, float] | None:
+    """p50, p90, p99 (numpy's linear quantiles), min, max, mean."""
+    if len(x) == 0:
+        return None
+    q = np.quantile(x, QS)
+    d = {"p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2])}
+    d.update(min=float(x.min()), max=float(x.max()), mean=float(x.mean()))
+    return d
+
+
+def ref_swap_cost_ns(size: np.ndarray, bw) -> np.ndarray:
+    """Out and back in: each direction costs its latency plus size / its bandwidth."""
+    s = size.astype(np.float64)
+    out = bw.latency_s + s / bw.d2h_bytes_per_s
+    back = bw.latency_s + s / bw.h2d_bytes_per_s
+    return (out + back) * 1e9
+
+
+def ref_blocks(trace: Trace, pid) -> pd.DataFrame:
+    """The process's blocks (all with pid None) in block_id order (stable)."""
+    b = trace.blocks
+    if pid is not None:
+        b = b[b["pid"] == pid]
+    return b.sort_values("block_id", kind="stable").reset_index(drop=True)
+
+
+def ref_intervals(trace: Trace, pid) -> pd.DataFrame:
+    """One row per interval between consecutive touches of a block: its allocation, each event
+    that accessed it (several accesses by one event — one seq — are one touch, the first in the
+    access table), its free.  An access counts when it names the block (a block id repeated in
+    the table: its last row) and falls in [seq_alloc, seq_free].  No touch: one ``unaccessed``
+    row.  Rows ordered by (block_id, start_seq)."""
+    b = ref_blocks(trace, pid)
+    nb = len(b)
+    row_of = {int(i): r for r, i in enumerate(b["block_id"].to_numpy(np.int64))}   # last row wins
+    a = trace.accesses
+    row = np.array([row_of.get(int(i), -1) for i in a["block_id"].to_numpy(np.int64)], np.int64)
+    seq = a["seq"].to_numpy(np.int64)
+    t = a["t"].to_numpy(np.int64)
+    sa, sf = b["seq_alloc"].to_numpy(np.int64), b["seq_free"].to_numpy(np.int64)
+    ok = row >= 0
+    ok[ok] = (seq[ok] >= sa[row[ok]]) & (seq[ok] <= sf[row[ok]])
+    touches = pd.DataFrame({"row": row[ok], "seq": seq[ok], "t": t[ok]})
+    touches = touches.sort_values(["row", "seq"], kind="stable").drop_duplicates(["row", "seq"], keep="first")
+    # points of each block in order: allocation (0), touches (1), free (2)
+    pts = pd.concat([
+        pd.DataFrame({"row": np.arange(nb), "o": 0, "seq": sa, "t": b["t_alloc"].to_numpy(np.int64)}),
+        touches.assign(o=1)[["row", "o", "seq", "t"]],
+        pd.DataFrame({"row": np.arange(nb), "o": 2, "seq": sf, "t": b["t_free"].to_numpy(np.int64)}),
+    ]).sort_values(["row", "o", "seq"], kind="stable").reset_index(drop=True)
+    r = pts["row"].to_numpy(np.int64)
+    same = r[1:] == r[:-1]
+    first = np.flatnonzero(same)
+    rr = r[first]
+    n_touch = np.bincount(touches["row"].to_numpy(np.int64), minlength=nb)
+    j = first - np.searchsorted(r, rr)                      # interval index within its block
+    code = np.where(n_touch[rr] == 0, 3, np.where(j == 0, 0, np.where(j == n_touch[rr], 2, 1)))
+    ps, pt = pts["seq"].to_numpy(np.int64), pts["t"].to_numpy(np.int64)
+    return pd.DataFrame({
+        "block_id": b["block_id"].to_numpy(np.int64)[rr], "pid": b["pid"].to_numpy()[rr],
+        "size": b["size"].to_numpy(np.int64)[rr], "start_t": pt[first], "end_t": pt[first + 1],
+        "start_seq": ps[first], "end_seq": ps[first + 1], "ati_ns": pt[first + 1] - pt[first],
+        "kind": np.array(KINDS, dtype=object)[code], "block_kind": b["kind"].astype(str).to_numpy()[rr],
+        "api": b["api"].astype(str).to_numpy()[rr], "freed": b["freed"].to_numpy(bool)[rr],
+        "counts_device": b["counts_device"].to_numpy(bool)[rr]})
+
+
+def ref_step_of(iters, seq: np.ndarray) -> np.ndarray:
+    """The regular step whose [boundary, next boundary) holds each seq, -1 outside."""
+    out = np.full(len(seq), -1, np.int64)
+    bnd = [int(x) for x in iters.boundaries]
+    for k in range(iters.count):
+        out[(seq >= bnd[k]) & (seq < bnd[k + 1])] = k
     return out
 
 
-def _segments(sorted_ids: np.ndarray) -> np.ndarray:
-    """Start of each run of equal values (of an array ordered by value)."""
-    if len(sorted_ids) == 0:
-        return np.zeros(0, np.int64)
-    return np.concatenate([[0], np.flatnonzero(sorted_ids[1:] != sorted_ids[:-1]) + 1])
+def ref_peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
+    """(time, bytes) where the live bytes of the blocks in ``mask`` first reach their maximum
+    (frees before allocations at an equal time); (0, 0) for no block."""
+    b = trace.blocks[mask]
+    if len(b) == 0:
+        return 0, 0
+    fr = b[b["freed"].to_numpy(bool)]
+    t = np.concatenate([fr["t_free"].to_numpy(np.int64), b["t_alloc"].to_numpy(np.int64)])
+    d = np.concatenate([-fr["size"].to_numpy(np.int64), b["size"].to_numpy(np.int64)])
+    o = np.lexsort((d, t))
+    live = np.cumsum(d[o])
+    i = int(np.argmax(live))
+    return int(t[o][i]), int(live[i])
 
 
-def _cumcount(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``groupby([a, b]).cumcount()``: the rank of each row among the earlier rows with the same (a, b)."""
-    n = len(a)
-    if n == 0:
-        return np.zeros(0, np.int64)
-    order = np.lexsort((b, a))                           # stable: equal keys keep their order
-    sa, sb = a[order], b[order]
-    new = np.ones(n, bool)
-    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
-    start = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    out = np.empty(n, np.int64)
-    out[order] = np.arange(n) - start
-    return out
-
-
-def _ref_peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
-    """(time, bytes) of the peak of live bytes of the blocks in ``mask`` (the first time it is
-    reached; (0, 0) for none): ``live_bytes_curve(trace.blocks[mask])`` without sorting again."""
-
-    t, d, r = live_events(trace)
-    if len(d):
-        live = np.cumsum(d * mask[r])
-        i = int(np.argmax(live))
-        if live[i] > 0 and mask[r[i]]:
-            return int(t[i]), int(live[i])
-    t, live = live_bytes_curve(trace.blocks[mask])
-    i = int(np.argmax(live)) if len(live) else 0
-    return (int(t[i]), int(live[i])) if len(live) else (0, 0)
-
-
-def _ref_stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dict[str, Any] | None:
-    """Share of blocks allocated inside regular steps whose size, relative position (n-th
-    allocation of that size in the step) and access count repeat exactly in the next step
-    (the previous one for the last step)."""
+def ref_stability(trace: Trace, iters, pid, iv: pd.DataFrame) -> dict[str, Any] | None:
+    """Share of the device blocks allocated inside regular steps whose size, rank (n-th
+    allocation of that size in its step, allocation order) and access count (intervals - 1)
+    repeat in the next step (the previous one for the last step)."""
+    count = iters.count
     if count < 2:
         return None
-    c = classes[(classes["iter_alloc"] >= 0) & classes["counts_device"]]
+    b = trace.blocks if pid is None else trace.blocks[trace.blocks["pid"] == pid]
+    b = b.sort_values("block_id")
+    step = ref_step_of(iters, b["seq_alloc"].to_numpy(np.int64))
+    c = b[(step >= 0) & b["counts_device"].to_numpy(bool)].assign(step=step[(step >= 0)
+                                                                          & b["counts_device"].to_numpy(bool)])
     if len(c) == 0:
         return None
-    ib = intervals["block_id"].to_numpy(np.int64)     # intervals per block (ordered by block)
-    if len(ib) < 2 or (ib[1:] >= ib[:-1]).all():
-        first = _segments(ib)
-        ub, n_int = ib[first], np.diff(np.append(first, len(ib)))
-    else:
-        ub, n_int = np.unique(ib, return_counts=True)
     c = c.sort_values("seq_alloc")
-    cb = c["block_id"].to_numpy(np.int64)
-    k = np.minimum(np.searchsorted(ub, cb), max(len(ub) - 1, 0))
-    acc = (np.where((k < len(ub)) & (ub[k] == cb), n_int[k], 1) if len(ub) else np.ones(len(cb), np.int64)) - 1
-    key = pd.DataFrame({
-        "block_id": c["block_id"].to_numpy(), "it": c["iter_alloc"].to_numpy(np.int64),
-        "size": c["size"].to_numpy(np.int64), "acc": acc,
-    })
-    it = key["it"].to_numpy(np.int64)
-    nth = _cumcount(it, key["size"].to_numpy(np.int64))
-    nb = np.where(it + 1 < count, it + 1, it - 1)
-    sizes_i = key["size"].to_numpy(np.int64)
-
-    def h(*cols):   # 64-bit hash of a tuple of int columns
-        z = np.zeros(len(cols[0]), np.uint64)
-        for c in cols:
-            z = _mix64(z ^ c.astype(np.uint64))
-        return z
-
-    hit = _member(h(nb, sizes_i, nth, acc), h(it, sizes_i, nth, acc))
-    pos_hit = _member(h(nb, sizes_i, nth), h(it, sizes_i, nth))
-    sizes = sizes_i.astype(np.float64)
+    n_int = iv.groupby("block_id").size().to_dict()
+    seen: dict[tuple[int, int], int] = {}
+    keys = []
+    for st, sz, bid in zip(c["step"].to_numpy(np.int64), c["size"].to_numpy(np.int64),
+                           c["block_id"].to_numpy(np.int64)):
+        nth = seen.get((int(st), int(sz)), 0)
+        seen[(int(st), int(sz))] = nth + 1
+        keys.append((int(st), int(sz), nth, n_int.get(int(bid), 1) - 1))
+    acc_of = {(st, sz, nth): acc for st, sz, nth, acc in keys}
+    hit, pos_hit = [], []
+    for st, sz, nth, acc in keys:
+        other = st + 1 if st + 1 < count else st - 1
+        partner = acc_of.get((other, sz, nth))
+        pos_hit.append(partner is not None)
+        hit.append(partner is not None and partner == acc)
+    hit, pos_hit = np.array(hit, bool), np.array(pos_hit, bool)
+    sizes = c["size"].to_numpy(np.int64).astype(np.float64)
     return {
-        "blocks": int(len(key)),
-        "stable_blocks": _share(hit.sum(), len(key)),
-        "stable_bytes": _share(sizes[hit].sum(), sizes.sum()),
-        "same_size_and_position": _share(pos_hit.sum(), len(key)),
+        "blocks": int(len(c)),
+        "stable_blocks": ref_share(hit.sum(), len(c)),
+        "stable_bytes": ref_share(sizes[hit].sum(), sizes.sum()),
+        "same_size_and_position": ref_share(pos_hit.sum(), len(c)),
     }
 
 
-def reference_analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pid: int | None = None,
-            iters=None, ati_quantile: float = 0.9, size_quantile: float = 0.9, top: int = 10,
-            cache_path: str | None = None) -> dict[str, Any]:
-    """Paper 1's access analysis of one process's device blocks (default: the main process).
-
-    ``bandwidth``: GB/s per direction (or a :class:`~pyinterpose.analysis.bandwidth.Bandwidth`);
-    None = cached measurement or the trace's NVML link data; with neither the bandwidth
-    filter is skipped (``filtered_fraction`` None, ``bandwidth_note`` says why).
-    Outliers: intervals with ATI >= the ``ati_quantile`` of all ATIs and block size >= the
-    ``size_quantile`` of all block sizes."""
-
+def reference_analyze(trace: Trace, iters, bandwidth=None, latency_us: float | None = None, *,
+                      pid: int | None = None, ati_quantile: float = 0.9, size_quantile: float = 0.9,
+                      top: int = 10, cache_path: str | None = None) -> dict[str, Any]:
+    """Paper 1's access analysis of one process's device blocks (default: the iterations' process)."""
     for name, q in (("ati_quantile", ati_quantile), ("size_quantile", size_quantile)):
         if not 0.0 <= q <= 1.0:
             raise PyinterposeError(f"{name} must be between 0 and 1 (got {q})")
-    if iters is None:
-        iters = find_iterations(trace, pid)
     if pid is None:
         pid = iters.pid
-    iv_all = access_intervals(trace, pid)     # shared: the device rows' columns are taken, not the table
-    dev_iv = iv_all["counts_device"].to_numpy(bool)
-    runs = None
-    if not dev_iv.all():                      # the device rows: a few long runs (one per host block gap)
-        edge = np.flatnonzero(dev_iv[1:] != dev_iv[:-1]) + 1
-        bounds = np.concatenate([[0], edge, [len(dev_iv)]])
-        if len(bounds) <= 512:
-            runs = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if dev_iv[lo]]
-
-    def col(name: str, dtype=None) -> np.ndarray:
-        x = iv_all[name].cat.codes.to_numpy() if dtype is None else iv_all[name].to_numpy(dtype)
-        if runs is None:
-            return x if dev_iv.all() else x[dev_iv]
-        return np.concatenate([x[lo:hi] for lo, hi in runs]) if runs else x[:0].copy()
-    in_blocks = trace.blocks["counts_device"].to_numpy(bool)      # the process's device blocks
+    iv_all = ref_intervals(trace, pid)
+    iv = iv_all[iv_all["counts_device"].to_numpy(bool)]
+    in_blocks = trace.blocks["counts_device"].to_numpy(bool)
     if pid is not None:
         in_blocks = in_blocks & (trace.blocks["pid"].to_numpy() == pid)
     block_size = trace.blocks["size"].to_numpy(np.int64)[in_blocks]
-    ati = col("ati_ns", np.int64)
-    size = col("size", np.int64)
-    bid = col("block_id", np.int64)
-    kcode = col("kind")
-    masks = {k: kcode == i for i, k in enumerate(INTERVAL_KINDS)}
     n_blocks = int(len(block_size))
-    # intervals are ordered by block: one segment per block
-    seg = _segments(bid)
-    seg_size = size[seg].astype(np.float64)
+    ati = iv["ati_ns"].to_numpy(np.int64)
+    size = iv["size"].to_numpy(np.int64)
+    bid = iv["block_id"].to_numpy(np.int64)
+    kind = iv["kind"].to_numpy(object)
+    masks = {k: kind == k for k in KINDS}
 
-    def per_block_any(mask: np.ndarray) -> np.ndarray:
-        return np.logical_or.reduceat(mask, seg) if len(seg) else np.zeros(0, bool)
+    def per_block_any(mask: np.ndarray) -> pd.Series:        # by block, in block order
+        return pd.Series(mask).groupby(bid, sort=False).any()
+
+    first_size = pd.Series(size).groupby(bid, sort=False).first().to_numpy().astype(np.float64)
     block_bytes = float(block_size.sum())
     out: dict[str, Any] = {
         "pid": pid,
@@ -191,12 +206,10 @@ def reference_analyze(trace: Trace, bandwidth=None, latency_us: float | None = N
         "blocks": n_blocks,
         "accessed_blocks": int(per_block_any(~masks["unaccessed"]).sum()),
         "accesses": int(masks["between"].sum() + masks["alloc_to_first"].sum()),
-        "ati_quantiles": _quantiles(ati),
-        "ati_by_kind": {k: {"intervals": int(m.sum()), "quantiles": _quantiles(ati[m])}
+        "ati_quantiles": ref_quantiles(ati),
+        "ati_by_kind": {k: {"intervals": int(m.sum()), "quantiles": ref_quantiles(ati[m])}
                         for k, m in masks.items() if m.any()},
     }
-
-    # bandwidth filter
     bw, note = resolve_link(trace, bandwidth, latency_us, cache_path)
     out["bandwidth"] = None if bw is None else {
         "h2d_bytes_per_s": bw.h2d_bytes_per_s, "d2h_bytes_per_s": bw.d2h_bytes_per_s,
@@ -204,60 +217,52 @@ def reference_analyze(trace: Trace, bandwidth=None, latency_us: float | None = N
     out["bandwidth_note"] = note
     hides = None
     if bw is not None:
-        hides = ati >= swap_cost_ns(size, bw)
-        sw = per_block_any(hides)
-        sw_bytes = float(seg_size[sw].sum())
+        hides = ati >= ref_swap_cost_ns(size, bw)
+        sw = per_block_any(hides).to_numpy()
+        sw_bytes = float(first_size[sw].sum())
         out["filtered_fraction"] = {
-            "intervals": _share((~hides).sum(), len(hides)),
-            "blocks": _share(n_blocks - int(sw.sum()), n_blocks),
-            "bytes": _share(block_bytes - sw_bytes, block_bytes),
+            "intervals": ref_share((~hides).sum(), len(hides)),
+            "blocks": ref_share(n_blocks - int(sw.sum()), n_blocks),
+            "bytes": ref_share(block_bytes - sw_bytes, block_bytes),
         }
-        out["filtered_by_kind"] = {k: _share((~hides[m]).sum(), m.sum()) for k, m in masks.items() if m.any()}
-        out["swappable"] = {"intervals": int(hides.sum()), "blocks": int(sw.sum()),
-                            "bytes": int(sw_bytes)}
+        out["filtered_by_kind"] = {k: ref_share((~hides[m]).sum(), m.sum()) for k, m in masks.items() if m.any()}
+        out["swappable"] = {"intervals": int(hides.sum()), "blocks": int(sw.sum()), "bytes": int(sw_bytes)}
     else:
         out["filtered_fraction"] = None
-
-    # outliers and their share of memory pressure
     out["outliers"] = None
     if len(ati):
         ati_thr = float(np.quantile(ati, ati_quantile))
         size_thr = float(np.quantile(block_size, size_quantile))
         is_out = (ati >= ati_thr) & (size >= size_thr)
-        t_peak, peak_bytes = _ref_peak(trace, in_blocks)
-        # pressure window: the regular step holding the peak, else the whole process
-        if iters.count and iters.boundaries_t[0] <= t_peak < iters.boundaries_t[-1]:
-            k = int(np.searchsorted(iters.boundaries_t, t_peak, side="right") - 1)
-            lo, hi, wname = int(iters.boundaries_t[k]), int(iters.boundaries_t[k + 1]), f"iteration {k}"
+        t_peak, peak_bytes = ref_peak(trace, in_blocks)
+        bt = [int(x) for x in iters.boundaries_t]
+        if iters.count and bt[0] <= t_peak < bt[-1]:
+            k = max(i for i in range(iters.count) if bt[i] <= t_peak)
+            lo, hi, wname = bt[k], bt[k + 1], f"iteration {k}"
         else:
             lo, hi, wname = None, None, "whole trace"
-        st, en = col("start_t", np.int64), col("end_t", np.int64)
+        st, en = iv["start_t"].to_numpy(np.int64), iv["end_t"].to_numpy(np.int64)
         if lo is None:
             lo, hi = int(st.min()), int(en.max())
-        area = size.astype(np.float64) * _overlap(st, en, lo, hi)
+        area = size.astype(np.float64) * np.clip(np.minimum(en, hi) - np.maximum(st, lo), 0, None)
         at_peak = (st <= t_peak) & (en > t_peak)
-        ob = per_block_any(is_out)
+        ob = per_block_any(is_out).to_numpy()
         order = np.argsort(-(size[is_out].astype(np.float64) * ati[is_out]), kind="stable")[:top]
         sel = np.flatnonzero(is_out)[order]
         out["outliers"] = {
             "ati_threshold_ns": ati_thr, "size_threshold_bytes": size_thr,
             "ati_quantile": ati_quantile, "size_quantile": size_quantile,
             "intervals": int(is_out.sum()), "blocks": int(ob.sum()),
-            "bytes": int(seg_size[ob].sum()),
+            "bytes": int(first_size[ob].sum()),
             "swappable_intervals": None if hides is None else int((is_out & hides).sum()),
             "peak_bytes": peak_bytes, "peak_t": t_peak,
-            "share_of_peak_bytes": _share(size[is_out & at_peak].sum(), peak_bytes),
+            "share_of_peak_bytes": ref_share(size[is_out & at_peak].sum(), peak_bytes),
             "pressure_window": {"name": wname, "start_t": lo, "end_t": hi},
-            "share_of_pressure": _share(area[is_out].sum(), area.sum()),
+            "share_of_pressure": ref_share(area[is_out].sum(), area.sum()),
             "top": [{"block_id": int(bid[i]), "size": int(size[i]), "ati_ns": int(ati[i]),
-                     "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
+                     "kind": str(kind[i]), "start_t": int(st[i]), "end_t": int(en[i])} for i in sel],
         }
-        del st, en, area, at_peak, is_out, ob
-    ati = size = kcode = masks = hides = seg = seg_size = None      # free them before the classes are built
-
-    out["stability"] = _ref_stability(pd.DataFrame({"block_id": bid}, copy=False), classify(trace, iters, pid),
-                                 iters.count) if iters.count else None
-    # kernels inside CUDA graph replays are not recorded one by one: their accesses are missing
+    out["stability"] = ref_stability(trace, iters, pid, iv) if iters.count else None
     la = trace.launches
     g = int(la.loc[la["pid"] == pid, "graph"].sum()) if pid is not None and len(la) else int(la["graph"].sum())
     out["graph_launches"] = g
@@ -288,8 +293,9 @@ def same(a, b, path="r"):
 
 
 def check(tr: Trace, **kw) -> dict:
-    want = reference_analyze(tr, **kw)
-    got = access.analyze(tr, **kw)
+    iters = find_iterations(tr, kw.get("pid"))            # the input both sides are given
+    want = reference_analyze(tr, iters, **kw)
+    got = access.analyze(tr, iters=iters, **kw)
     same(got, want)
     return got
 
@@ -379,7 +385,7 @@ def test_training_loop_same_as_reference(nocache, bandwidth):
 def test_host_blocks_between_device_blocks(nocache, every):
     tr, _ = training_trace(steps=20, layers=4, warmup=1, noise=0.1, seed=5)
     tr = with_host_blocks(tr, every, seed=every)
-    dev = access_intervals(tr, tr.main_pid)["counts_device"].to_numpy()
+    dev = ref_intervals(tr, tr.main_pid)["counts_device"].to_numpy()
     assert not dev.all() and dev.any()
     r = check(tr, bandwidth=10.0, cache_path=nocache, ati_quantile=0.5, size_quantile=0.3)
     assert r["stability"] is not None and r["outliers"]["intervals"] > 0
@@ -387,7 +393,7 @@ def test_host_blocks_between_device_blocks(nocache, every):
 
 def test_scattered_host_blocks_take_the_masked_path(nocache):
     tr = random_blocks_trace(11, nb=6000, host_frac=0.5)
-    dev = access_intervals(tr, 1)["counts_device"].to_numpy()
+    dev = ref_intervals(tr, 1)["counts_device"].to_numpy()
     assert (dev[1:] != dev[:-1]).sum() > 1024                     # more runs than the slice path takes
     check(tr, bandwidth=5.0, cache_path=nocache)
 
@@ -454,6 +460,44 @@ def test_empty_and_host_only_processes(nocache):
     tr = random_blocks_trace(5, nb=50, host_frac=1.0)
     r = check(tr, bandwidth=3.0, cache_path=nocache)
     assert r["intervals"] == 0 and r["outliers"] is None
+
+
+def with_repeated_touches(tr: Trace, every: int = 3) -> Trace:
+    """Every ``every``-th access repeated by the same event (a kernel given one buffer twice, an
+    in-place op), the copy at a later time: one touch, at the first one's time."""
+    a = tr.accesses
+    dup = a.iloc[::every].copy()
+    dup["t"] = dup["t"] + 7
+    both = pd.concat([a, dup]).sort_values("seq", kind="stable")
+    return _rebuild(tr, tr.blocks, both)
+
+
+def same_intervals(tr: Trace, pid) -> pd.DataFrame:
+    want = ref_intervals(tr, pid)
+    got = access.access_intervals(tr, pid)
+    assert list(got.columns) == list(want.columns)
+    for c in want.columns:
+        g = got[c].astype(str).to_numpy() if c in ("kind", "block_kind", "api") else got[c].to_numpy()
+        assert (g == want[c].to_numpy()).all(), c
+    return want
+
+
+def test_intervals_table_same_as_reference():
+    tr, _ = training_trace(steps=12, layers=4, warmup=1, noise=0.2, seed=2)
+    for t in (tr, with_host_blocks(tr, 5), with_repeated_touches(tr), random_blocks_trace(3, nb=500)):
+        for pid in [None] + list(t.pids):
+            same_intervals(t, pid)
+
+
+def test_touches_of_one_event_are_one(nocache):
+    """A block accessed twice by one event (one seq) has one touch: no zero-length interval."""
+    tr, _ = training_trace(steps=15, layers=4, warmup=1, noise=0.1, seed=6)
+    tr2 = with_repeated_touches(tr)
+    assert len(tr2.accesses) > len(tr.accesses)
+    iv = same_intervals(tr2, tr2.main_pid)
+    assert len(iv) == len(ref_intervals(tr, tr.main_pid))
+    r = check(tr2, bandwidth=12.0, cache_path=nocache)
+    assert r["intervals"] == check(tr, bandwidth=12.0, cache_path=nocache)["intervals"]
 
 
 # ---- real-GPU traces ---------------------------------------------------------------------

@@ -174,3 +174,30 @@ def test_summary_curve_from_the_live_events_equals_the_sorted_one():
         t1, l1 = _live_curve(tr, c)
         t2, l2 = live_bytes_curve(c)
         assert len(t1) == len(t2) and (t1 == t2).all() and (l1 == l2).all()
+
+
+def test_forget_on_another_thread_between_store_and_return():
+    """A forget() on another thread right after a value is stored (the report's side thread
+    forgets the access intervals while the swap thread asks for them) must not turn into a
+    KeyError: derived() returns the value it computed, not memo[key] read again.  The memo below
+    hands control to a real forgetting thread at that exact moment, so the race is not left to
+    chance."""
+    import threading
+
+    tr = _loop_trace()
+    forgotten = threading.Event()
+
+    class HandsOverAfterStore(dict):
+        def __setitem__(self, k, v):
+            super().__setitem__(k, v)
+            if k == ("racy", 1):
+                t = threading.Thread(target=lambda: (tr.forget("racy"), forgotten.set()))
+                t.start()
+                t.join(5)
+
+    tr.derived(("warm", 0), lambda: 0)                 # owner and tables keys in place
+    memo = HandsOverAfterStore(tr._derived)
+    tr._derived = memo
+    assert tr.derived(("racy", 1), lambda: "value") == "value"
+    assert forgotten.is_set() and ("racy", 1) not in memo
+    assert tr.derived(("racy", 1), lambda: "again") == "again"   # forgotten: computed again

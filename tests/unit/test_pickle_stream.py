@@ -151,7 +151,7 @@ def _check(tr, classes=None, tmp_path=None, consistent=True):
     ref = memory_viz.snapshot(tr, classes=classes)
     back = pickle.loads(raw)
     assert back == ref
-    assert list(back) == ["segments", "device_traces"]
+    assert list(back) == ["segments", "device_traces", "pyinterpose"]
     assert js_subset_load(raw) == ref
     assert info["trace_entries"] == sum(len(d) for d in ref["device_traces"])
     assert info["segments"] == len(ref["segments"])
@@ -176,7 +176,9 @@ def test_snapshot_stream_reserved_view_and_empty(tmp_path):
     from pyinterpose.trace.model import Trace
 
     e = Trace.from_tables(blocks=empty.blocks.iloc[:0], meta={"view": "blocks"})
-    assert _check(e, None, tmp_path) == {"segments": [], "device_traces": [[]]}
+    assert _check(e, None, tmp_path) == {"segments": [], "device_traces": [[]],
+                                         "pyinterpose": {"generator": "pyinterpose", "view": "blocks",
+                                                         "complete": True}}
 
 
 @pytest.mark.parametrize("name", ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit", "torch-transformer-blocks.pit",

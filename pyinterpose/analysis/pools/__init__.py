@@ -162,6 +162,13 @@ def requests(trace: Trace, pid: int | None = None, allocator_only: bool = False)
     return _request_frame(_request_columns(cols))
 
 
+def no_allocations(trace: Trace, pid: int | None) -> str:
+    """Why there is nothing to replay or plan: the trace (or the process) made no device allocation."""
+    if not trace.blocks["counts_device"].to_numpy(bool).any():
+        return "no allocations in this trace: nothing to replay or plan"
+    return f"process {pid} made no device allocations: nothing to replay or plan (see --pid)"
+
+
 def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict]:
     try:
         from ..iterations import find_iterations
@@ -171,7 +178,7 @@ def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict
     def whole() -> tuple[int, int]:
         m = _device_mask(trace, pid)
         if not m.any():
-            return 0, 0
+            raise PyinterposeError(no_allocations(trace, pid))
         sa = trace.blocks["seq_alloc"].to_numpy()[m]
         sf = trace.blocks["seq_free"].to_numpy()[m]
         return int(sa.min()), int(max(sa.max(), sf.max())) + 1
@@ -226,11 +233,54 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     return df
 
 
-def _row(name: str, peak: int, bound: int, seconds: float, bound_name: str) -> dict:
-    return {"strategy": name, "peak_bytes": int(peak),
-            "ratio_to_bound": (peak / bound) if bound else None,
-            "fragmentation": ((peak - bound) / peak) if peak else 0.0,
+def _row(name: str, peak: int | None, bound: int, seconds: float, bound_name: str) -> dict:
+    """A strategy's row; ``peak`` None: it produced no pool (nothing to plan, or it did not fit)."""
+    return {"strategy": name, "peak_bytes": None if peak is None else int(peak),
+            "ratio_to_bound": (peak / bound) if bound and peak is not None else None,
+            "fragmentation": ((peak - bound) / peak) if peak else (0.0 if peak == 0 else None),
             "bound": bound_name, "seconds": round(seconds, 6)}
+
+
+def _does_not_fit(row: dict, why: str) -> dict:
+    """Mark ``row`` as not fitting the capacity: no ratio or fragmentation (a replay stopped by
+    OOM has a smaller "peak" than the bound, which is no pool at all)."""
+    row.update(fits=False, does_not_fit=why, ratio_to_bound=None, fragmentation=None)
+    return row
+
+
+def _planner_row(prob: pd.DataFrame, name: str, bound: int, time_limit: float, capacity: int | None) -> dict:
+    """One planner on the steady problem; with ``capacity``, whether its pool fits (the optimal
+    planner searches for a packing within the capacity when its best pool is larger)."""
+    p = plan(prob, name, time_limit=time_limit)
+    row = _row(name, p.peak_bytes, bound, p.seconds, "steady")
+    if name == "optimal":
+        row["optimal"] = bool(p.optimal)
+    if p.details:
+        row["details"] = p.details
+    if capacity is None:
+        return row
+    row["fits"] = bool(p.peak_bytes <= capacity)
+    if row["fits"]:
+        return row
+    if bound > capacity:
+        return _does_not_fit(row, f"no pool fits: one steady step has {bound:,} B live at once, "
+                                  f"more than the capacity {capacity:,} B")
+    if name != "optimal":
+        return _does_not_fit(row, f"its pool of {p.peak_bytes:,} B is over the capacity {capacity:,} B")
+    if p.optimal:
+        return _does_not_fit(row, f"proven: the smallest pool is {p.peak_bytes:,} B, over the capacity "
+                                  f"{capacity:,} B")
+    q = plan(prob, name, time_limit=time_limit, capacity=capacity)    # any packing within the capacity
+    row["seconds"] = round(row["seconds"] + q.seconds, 6)
+    status = (q.details or {}).get("status")
+    if q.offsets is not None and q.peak_bytes <= capacity:
+        row.update(peak_bytes=int(q.peak_bytes), ratio_to_bound=q.peak_bytes / bound if bound else None,
+                   fragmentation=(q.peak_bytes - bound) / q.peak_bytes if q.peak_bytes else 0.0, fits=True,
+                   optimal=bool(q.optimal), details={**(row.get("details") or {}), "within_capacity": status})
+        return row
+    why = (f"proven: no packing within the capacity {capacity:,} B" if status == "infeasible" else
+           f"no packing within the capacity {capacity:,} B found in the time limit ({status})")
+    return _does_not_fit(row, why)
 
 
 def reserved_curve(trace: Trace, allocator: str, pid: int | None = None) -> dict:
@@ -257,7 +307,13 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     """Every strategy on one process of ``trace``: the pools JSON.
 
     ``strategies``: names from STRATEGIES (default all); ``time_limit``: seconds for
-    ``optimal``; ``capacity``: device limit for the simulated allocators (default none);
+    ``optimal``; ``capacity``: device memory limit (default none), a constraint on every
+    strategy: a simulated allocator that runs out of memory, a planner whose pool is larger
+    (the optimal planner first searches for a packing within it) gets ``fits: False`` and
+    ``does_not_fit`` (why), and no ratio or fragmentation; without a capacity ``fits`` is absent.
+    When the steady window holds none of the replayed blocks the planners are skipped
+    (``nothing_to_plan``, each planner row ``skipped``: why); a process without device
+    allocations is a PyinterposeError ("no allocations in this trace");
     ``allocator_options``: {allocator: options} for the simulated allocators, where the
     ``pytorch`` entry may also be a config string in PYTORCH_ALLOC_CONF syntax (e.g.
     ``"expandable_segments:True"``).  Without a ``pytorch`` entry, the user's own
@@ -306,6 +362,13 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
                 sims = dict(zip(names, ex.map(sim, names)))
         else:
             sims = {n: sim(n) for n in names}
+    attrs = prob.attrs
+    nothing = None
+    if len(prob) == 0:      # the window holds none of the replayed blocks: no steady problem
+        lo, hi = attrs["window"]
+        nothing = (f"nothing to plan: the steady window [{lo}, {hi}) holds none of the "
+                   + (f"{info['framework']} allocator's" if info["framework"] != "unknown" else "process's device")
+                   + f" blocks ({int(rq['is_alloc'].sum()):,} in the run, none live in it)")
     out_rows = []
     for name in strategies:
         if name in ALLOCATORS:
@@ -313,22 +376,23 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
             row = _row(name, r["peak_reserved_bytes"], whole, r["seconds"], "whole_run")
             row["backing_allocations"] = r["backing_allocations"]
             row["peak_allocated_bytes"] = r["peak_allocated_bytes"]
+            if capacity is not None:
+                row["fits"] = r["oom_at"] is None
             if r["oom_at"] is not None:
                 row["oom_at_request"] = int(r["oom_at"])
+                _does_not_fit(row, f"out of memory at request {int(r['oom_at']):,} of {n_req:,}: the replay "
+                                   f"needs more than the capacity {capacity:,} B")
             row["options"] = r["options"]
             if name == "pytorch":
                 row["alloc_conf"] = pytorch_conf
             if r["details"]:
                 row["details"] = r["details"]
+        elif nothing is not None:
+            row = _row(name, None, bound, 0.0, "steady")
+            row["skipped"] = nothing
         else:
-            p = plan(prob, name, time_limit=time_limit)
-            row = _row(name, p.peak_bytes, bound, p.seconds, "steady")
-            if name == "optimal":
-                row["optimal"] = bool(p.optimal)
-            if p.details:
-                row["details"] = p.details
+            row = _planner_row(prob, name, bound, time_limit, capacity)
         out_rows.append(row)
-    attrs = prob.attrs
     return {
         "pid": pid,
         "bound_bytes": int(bound),
@@ -338,6 +402,8 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
                       "crossing": {k: int(v) for k, v in prob["crossing"].value_counts().items()},
                       **attrs["iteration"]},
         "requests": n_req,
+        "capacity_bytes": None if capacity is None else int(capacity),
+        "nothing_to_plan": nothing,
         "allocator": {k: v for k, v in info.items() if k != "outside"},
         "outside_allocator": info["outside"],
         "strategies": out_rows,

@@ -94,7 +94,10 @@ def write_minimalloc_csv(df: pd.DataFrame, path: str) -> None:
     missing = [c for c in PROBLEM_COLUMNS if c not in df.columns]
     if missing:
         raise PyinterposeError(f"problem table lacks column(s) {', '.join(missing)}")
-    df[cols].to_csv(path, index=False)
+    from ...outfile import atomic_path
+
+    with atomic_path(path) as tmp:
+        df[cols].to_csv(tmp, index=False)
 
 
 def arrays(problem: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,0 +1,110 @@
+"""Every benchmark under scripts/ runs as its docstring says, from the checkout, with its smallest
+settings (a few seconds each), and prints the JSON it promises.  Run from a temporary directory
+(not the checkout) so nothing relies on the working directory."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NATIVE = os.path.join(ROOT, "pyinterpose", "_native")
+needs_native = pytest.mark.skipif(not os.path.exists(os.path.join(NATIVE, "libpyinterpose.so")),
+                                  reason="native libraries not built (pip install -e .)")
+
+
+def bench(script, *args, cwd, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # the scripts find the checkout
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", script), *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout), r.stderr
+
+
+@needs_native
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_bench_capture_two_repeats(tmp_path):
+    """The simtrain part repeats each capture; the second must not trip on the first's trace."""
+    d, _ = bench("bench_capture.py", "--rounds", "2", "--steps", "5", "--repeats", "2", cwd=tmp_path)
+    assert d["benchmark"] == "capture_overhead_simcuda" and d["lost_events"] == 0
+    paths = d["simtrain"]["paths"]
+    assert set(paths) == {"torch", "jax", "tf"} and all(p["events"] > 0 for p in paths.values())
+
+
+@needs_native
+def test_bench_capture_python_stacks(tmp_path):
+    d, _ = bench("bench_capture.py", "--python-stacks", "--rounds", "2", "--allocs", "20", "--depth", "5",
+                 cwd=tmp_path)
+    assert d["benchmark"] == "python_stacks_simcuda" and d["rounds"] == 2 and d["allocs_per_block"] == 20
+    assert d["stacks_python"]["stack_depth_recorded"] >= 5
+    assert d["stacks_python"]["lost_events"] == 0 == d["stacks_none"]["lost_events"]
+
+
+SMALL_POOLS = ("--sizes", "300", "--random", "200", "--hard", "20", "--holes", "0", "--seeds", "1",
+               "--time-limit", "1")
+
+
+def test_bench_pools_minimalloc_from_a_given_dir(tmp_path):
+    data = tmp_path / "mm"
+    data.mkdir()
+    # a tiny instance in MiniMalloc's format: three buffers, two overlapping in time
+    (data / "A.1048576.csv").write_text("id,lower,upper,size\n0,0,10,524288\n1,5,15,524288\n2,15,20,1048576\n")
+    d, _ = bench("bench_pools.py", *SMALL_POOLS, "--minimalloc", str(data), cwd=tmp_path)
+    assert d["minimalloc_dir"] == str(data)
+    assert d["minimalloc"]["A"]["status"] == "found" and d["minimalloc"]["A"]["height"] == 1 << 20
+    assert d["sizes"]["300"]["blocks"] > 0 and d["random"]["buffers"] == 200 and len(d["hard"]) == 1
+
+
+def test_bench_pools_says_when_minimalloc_is_absent(tmp_path, monkeypatch):
+    """The default places are next to the checkout; when none holds the instances the JSON and
+    stderr say so (no silent skip).  A copy of the script in an empty tree has none of them."""
+    tree = tmp_path / "clone"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "scripts", "bench_pools.py"), tree / "scripts")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, str(tree / "scripts" / "bench_pools.py"), *SMALL_POOLS], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert "not found in" in d["minimalloc"]["skipped"]
+    assert "MiniMalloc's instances" in r.stderr and "--minimalloc DIR" in r.stderr
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_pools.py"), *SMALL_POOLS,
+                        "--minimalloc", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nowhere" in r.stderr
+
+
+def test_bench_pools_finds_the_shared_instances_beside_the_checkout():
+    shared = os.path.join(os.path.dirname(ROOT), "shared", "data", "dsa-minimalloc")
+    if not os.path.exists(os.path.join(shared, "A.1048576.csv")):
+        pytest.skip("no ../shared/data/dsa-minimalloc beside this checkout")
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import bench_pools
+    finally:
+        sys.path.pop(0)
+    assert bench_pools.minimalloc_dir(None)[0] == shared
+
+
+@needs_native
+def test_bench_analysis_smallest(tmp_path):
+    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,summary", "--cache",
+                 str(tmp_path / "cache"), "--timeout", "60", cwd=tmp_path)
+    t = d["traces"]["3000"]
+    assert t["trace"]["events"] > 0
+    assert all(c["rc"] == 0 for c in t["commands"].values()), t["commands"]
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install -y chromium)")
+def test_bench_report_smallest(tmp_path):
+    sample = os.path.join(ROOT, "samples", "graphs-blocks.pit")
+    if not os.path.exists(sample):
+        pytest.skip("samples/graphs-blocks.pit not committed")
+    d, _ = bench("bench_report.py", sample, "--runs", "1", "--html", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert d["file_bytes"] > 0 and len(d["timelines_ms"]) == 1 and d["timelines_ms"][0] > 0
