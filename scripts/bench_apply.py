@@ -11,6 +11,7 @@ the plan, LOAD, wall time.  Then the time of one allocation and one free measure
 
 Usage (from a fresh clone, after ``pip install .``):
     python scripts/bench_apply.py [--steps 20] [--layers 6] [--iters 300] [--k 64] [--repeat 3]
+        [--workloads simtrain-torch,simtrain-jax,simtrain-tf,simtrain-torch-noise,demo]
 """
 from __future__ import annotations
 
@@ -109,6 +110,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--k", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workloads", default="simtrain-torch,simtrain-jax,simtrain-tf,simtrain-torch-noise,demo")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="bench-apply-")
     try:
@@ -121,7 +123,11 @@ def main() -> int:
                                             "extra,missing,stream2", "--seed", "1"],
             "demo": [PY, "-m", "pyinterpose.examples.simtrain", "--framework", "torch"],   # pyinterpose demo's run
         }
-        res = {"workloads": {n: workload(d, n, c) for n, c in works.items()},
+        chosen = [w.strip() for w in a.workloads.split(",") if w.strip()]
+        unknown = [w for w in chosen if w not in works]
+        if unknown:
+            raise SystemExit(f"bench_apply: unknown workload {unknown[0]!r} (choose from {', '.join(works)})")
+        res = {"workloads": {n: workload(d, n, works[n]) for n in chosen},
                "alloc_time_ns": {"cudaMalloc": alloc_time(d, a.iters, a.k, a.repeat, False),
                                  "cudaMallocAsync": alloc_time(d, a.iters, a.k, a.repeat, True)},
                "machine": {"cpus": os.cpu_count()}}

@@ -108,3 +108,14 @@ def test_bench_report_smallest(tmp_path):
         pytest.skip("samples/graphs-blocks.pit not committed")
     d, _ = bench("bench_report.py", sample, "--runs", "1", "--html", str(tmp_path / "r.html"), cwd=tmp_path)
     assert d["file_bytes"] > 0 and len(d["timelines_ms"]) == 1 and d["timelines_ms"][0] > 0
+
+
+@needs_native
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_bench_apply_smallest(tmp_path):
+    d, _ = bench("bench_apply.py", "--steps", "3", "--layers", "2", "--iters", "5", "--k", "4", "--repeat", "1",
+                 "--workloads", "simtrain-torch", cwd=tmp_path)
+    w = d["workloads"]["simtrain-torch"]
+    assert w["served"] == w["requests"] > 0 and w["peak_bytes_with_plan"] == w["arena_bytes"]
+    for api in ("cudaMalloc", "cudaMallocAsync"):
+        assert set(d["alloc_time_ns"][api]) == {"bare", "recorded", "applied"}
