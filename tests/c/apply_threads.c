@@ -3,11 +3,13 @@
  * HELPERS=N is set, N threads that allocate blocks of the loop's own sizes at the same time (so they
  * compete with the loop for the plan's keys and slots), plus, with DEV1=1 (and SIMCUDA_DEVICES=2), a
  * thread doing the same on device 1; with LOOPDEV=1 the loop itself runs on device 1 (after the weight,
- * allocated on device 0).  Every block gets a pattern of its own, checked before its free:
+ * allocated on device 0); with MARKS=1 each iteration begins with pyinterpose_mark() (found with dlsym: the
+ * shim's marker, as pyinterpose.mark_step() calls it).  Every block gets a pattern of its own, checked before its free:
  * a byte overwritten while live -> exit 1 with a message.  Prints one JSON line: the requests made.
  *
  *   apply_threads ITERS
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -84,8 +86,11 @@ int main(int argc, char **argv) {
     uint64_t tag = 100;
     int rc = 0;
     if (getenv("LOOPDEV") && cudaSetDevice(atoi(getenv("LOOPDEV")))) return 2;
+    int (*mark)(const char *) = NULL;
+    if (getenv("MARKS") && getenv("MARKS")[0] == '1') *(void **)&mark = dlsym(RTLD_DEFAULT, "pyinterpose_mark");
     for (int it = 0; it < iters && !rc; it++) {
         void *a, *p[K];
+        if (mark) mark("step");
         if ((rc = one(&a, ANCHOR, ++tag, &g_requests[0]))) break;
         uint64_t t0 = tag;
         for (int i = 0; i < K && !rc; i++) rc = one(&p[i], size_of(i), ++tag, &g_requests[0]);

@@ -54,3 +54,20 @@ def test_requests_on_another_device_fall_through(tmp_path, cbuild):
     a = json.loads(run_cli("summary", trace, "--json").stdout)["applied"]["processes"][0]
     # the weight (device 0) made the arena; every request of the loop, on device 1, fell through
     assert a["served"] == 1 and a["by_reason"]["other"] == a["requests"] - 1 == 20 * 13
+
+
+def test_iterations_from_markers(tmp_path, cbuild):
+    exe = cbuild("apply_threads")
+    prof = str(tmp_path / "p.pit")
+    env = {"MARKS": "1", "SIMCUDA_CHECK": "1"}
+    assert run_cli("run", "-q", "--simulated-gpu", "-o", prof, "--", exe, "20", env=env).returncode == 0
+    plan = str(tmp_path / "plan.json")
+    cp = run_cli("plan", prof, "-o", plan, "--json")
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout)["boundary"] == "markers"
+    trace = str(tmp_path / "a.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", trace, "--apply", plan, "--", exe, "25", env=env)
+    assert cp.returncode == 0, cp.stderr
+    a = json.loads(run_cli("summary", trace, "--json").stdout)["applied"]["processes"][0]
+    assert a["served"] == a["requests"] == 1 + 25 * 13 and not a["refused"]
+    assert [r["iteration"] for r in a["iterations"]] == list(range(-1, 25))   # one row per marker (+ before)
