@@ -111,6 +111,20 @@ def _anchor(req: pd.DataFrame, bounds: np.ndarray) -> tuple[int, int] | None:
     return best
 
 
+def _unservable_note(trace: Trace, pid: int, req: pd.DataFrame) -> str:
+    """'' or why most of the process's device memory cannot be served (for the error lines)."""
+    b = trace.blocks
+    dev = b[(b["pid"].to_numpy() == pid) & b["counts_device"].to_numpy(bool)]
+    total = int(dev["size"].sum())
+    if total == 0 or int(req["size"].sum()) * 2 >= total:
+        return ""
+    vmm = int(dev.loc[dev["kind"].astype(str).isin(("vmm", "vmm_create")), "size"].sum())
+    what = (" through VMM (cuMemCreate + cuMemMap: JAX's platform allocator, PyTorch's expandable segments)"
+            if vmm * 2 > total else " through functions --apply does not serve (managed, pitched, VMM)")
+    return (f" -- and {100 * (total - int(req['size'].sum())) / total:.0f} % of this process's device bytes "
+            f"came{what}, which --apply does not serve")
+
+
 def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid: int | None = None,
           trace_path: str | None = None) -> dict:
     """The plan of ``trace`` (see the module docstring) as a JSON-ready dict; checked."""
@@ -122,20 +136,21 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
     if pid is None:
         raise PyinterposeError("the trace has no process")
     req = servable(trace, pid)
+    why_not = _unservable_note(trace, pid, req)
     if req.empty:
         raise PyinterposeError("the trace has no device allocation the shim can serve "
-                               f"({', '.join(SERVED_APIS[:2])}, ..., cuMemAllocFromPoolAsync)")
+                               f"({', '.join(SERVED_APIS[:2])}, ..., cuMemAllocFromPoolAsync)" + why_not)
     its = find_iterations(trace, pid)
     if its.count < 2:
         raise PyinterposeError("no training loop found in the trace (a plan is per iteration): "
-                               + (its.reason or "fewer than 2 iterations"))
+                               + (its.reason or "fewer than 2 iterations") + why_not)
     sa = req["seq_alloc"].to_numpy(np.int64)
     markers = its.source == "markers"
     anchor = None if markers else _anchor(req, its.boundaries)
     if not markers and anchor is None:
         raise PyinterposeError("no request occurs exactly once per iteration, so the shim could not tell "
                                "where an iteration begins: record the trace with pyinterpose.mark_step() "
-                               "markers")
+                               "markers" + why_not)
     lo, hi = its.steady_window()
     if anchor is not None:   # the window between two occurrences of the anchor, around the steady step
         occ = sa[(req["size"].to_numpy() == anchor[0]) & (req["site"].to_numpy(np.uint64) == np.uint64(anchor[1]))]
