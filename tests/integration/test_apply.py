@@ -158,3 +158,18 @@ def test_bad_plan_file_is_one_line(tmp_path):
                  *SIMTRAIN, "--steps", "2")
     assert cp.returncode == 2 and cp.stderr.strip().count("\n") == 0 and "not a plan file" in cp.stderr
     assert not os.path.exists(tmp_path / "t.pit")
+
+
+def test_trace_without_owners_keys_by_size_and_ordinal(tmp_path):
+    """A trace recorded without call sites (PYINTERPOSE_SITES=0: every owner unknown): the plan says so and
+    the shim ignores the callers it sees at run time."""
+    args = ["--steps", "5", "--layers", "3"]
+    cp, trace, _, _ = _run(tmp_path, "nosites", args, env={"PYINTERPOSE_SITES": "0"})
+    assert cp.returncode == 0, cp.stderr
+    plan = str(tmp_path / "nosites.plan.json")
+    assert run_cli("plan", trace, "-o", plan).returncode == 0
+    assert json.load(open(plan))["sites"] is False
+    cp, trace, st, truth = _run(tmp_path, "nosites-apply", args, plan=plan)
+    assert cp.returncode == 0, cp.stderr
+    s = _applied(trace)["processes"][0]
+    assert s["served"] == s["requests"] > 0
