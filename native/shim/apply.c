@@ -10,7 +10,8 @@
  *                        of the planned iteration —, requests of one iteration, and the number of
  *                        requests after which, with no complete iteration seen, the plan is refused
  *   keys[n_keys]         (size, site, first slot, count, persistent), sorted by (size, site, !persistent)
- *   slots[n_slots]       (offset, size) in the arena
+ *   slots[n_slots]       (offset, size, alt) in the arena; alt: 1 + the index of an alternate slot for a
+ *                        request whose block outlives its iteration (the next one's is served there)
  *
  * A request is known by its key: (size, site, ordinal), the site being the FNV-1a hash of the basename
  * of the object that called (the owner, as in the trace's blocks), the ordinal its rank among the
@@ -71,9 +72,10 @@ typedef struct plan_hdr {
     uint64_t reserved[7];
 } plan_hdr;
 typedef struct plan_key { uint64_t size, site; uint32_t first, count, persistent, pad; } plan_key;
-typedef struct plan_slot { uint64_t offset, size; } plan_slot;
+typedef struct plan_slot { uint64_t offset, size, alt, pad; } plan_slot; /* alt: 1 + its alternate, 0 none */
 _Static_assert(sizeof(plan_hdr) == 128, "plan header");
 _Static_assert(sizeof(plan_key) == 32, "plan key");
+_Static_assert(sizeof(plan_slot) == 32, "plan slot");
 
 enum { ST_NONE = 0, ST_ARMED = 1, ST_REFUSED = 2 };
 enum { C_SERVED, R_NOKEY, R_OCCUPIED, R_BIGGER, R_CAPTURE, R_OVERLAP, R_OFF, R_OTHER, C_N };
@@ -208,8 +210,9 @@ static int load_plan(const char *path) {
     for (uint64_t i = 0; ok && i < h->n_keys; i++)
         ok = k[i].count > 0 && (uint64_t)k[i].first + k[i].count <= h->n_slots;
     for (uint64_t i = 0; ok && i < h->n_slots; i++)
-        ok = s[i].size == 0 || /* an ordinal of a persistent key that is not planned */
-             (s[i].offset + s[i].size <= h->capacity && s[i].offset + s[i].size > s[i].offset);
+        ok = s[i].alt <= h->n_slots && s[i].alt != i + 1 &&
+             (s[i].size == 0 || /* an ordinal of a persistent key that is not planned */
+              (s[i].offset + s[i].size <= h->capacity && s[i].offset + s[i].size > s[i].offset));
     if (!ok) {
         munmap(m, (size_t)st.st_size);
         note("apply: %s is not a plan this shim understands (format %llu): serving nothing", path, PLAN_VERSION);
@@ -519,6 +522,8 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
         }
         if (slot >= 0) {
             g_iter_known++;
+            /* its block of the previous iteration still lives there: the alternate slot */
+            if ((g_srt[slot].live || g_srt[slot].retired) && g_slots[slot].alt) slot = (int64_t)g_slots[slot].alt - 1;
             const plan_slot *ps = &g_slots[slot];
             if (g_srt[slot].live || g_srt[slot].retired) why = R_OCCUPIED;
             else if (size > ps->size) why = R_BIGGER;

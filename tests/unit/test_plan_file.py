@@ -62,8 +62,8 @@ def test_digest_layout():
     assert magic == pf.PLAN_MAGIC and version == pf.VERSION and flags == 0
     assert (cap, a_size, a_site, iter_req, judge) == (3072, 100, 9, 3, 50)
     keys = [struct.unpack_from("<QQIIII", raw, 128 + 32 * i) for i in range(n_keys)]
-    slots = [struct.unpack_from("<QQ", raw, 128 + 32 * n_keys + 16 * i) for i in range(n_slots)]
-    assert len(raw) == 128 + 32 * n_keys + 16 * n_slots
+    slots = [struct.unpack_from("<QQ", raw, 128 + 32 * n_keys + 32 * i) for i in range(n_slots)]
+    assert len(raw) == 128 + 32 * n_keys + 32 * n_slots
     # sorted by (size, site, persistent first)
     assert [(k[0], k[1], k[4]) for k in keys] == [(100, 9, 0), (512, 7, 0), (1000, 7, 1)]
     k = {(x[0], x[4]): x for x in keys}

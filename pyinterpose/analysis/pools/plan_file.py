@@ -160,8 +160,11 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
             raise PyinterposeError("the iteration's anchor request occurs only once in the trace")
         lo, hi = int(occ[j]), int(occ[j + 1])
         first_boundary = int(occ[0])
+        prev_lo = int(occ[j - 1]) if j >= 1 else None
     else:
         first_boundary = int(its.boundaries[0])
+        k = int(np.searchsorted(its.boundaries, lo))
+        prev_lo = int(its.boundaries[k - 1]) if k >= 1 else None
     sf = req["seq_free"].to_numpy(np.int64)
     freed = req["freed"].to_numpy(bool)
     in_win = (sa >= lo) & (sa < hi)
@@ -177,13 +180,6 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
     lower = np.where(r_inner, np.searchsorted(ev, r_sa), 0)
     upper = np.where(r_inner, np.searchsorted(ev, r_sf), E)   # across iterations: the whole period
     size = rows["size"].to_numpy(np.int64)
-    slot = _round(size)
-    prob = pd.DataFrame({"id": rows["block_id"].to_numpy(), "lower": lower.astype(np.int64),
-                         "upper": np.maximum(upper, lower + 1).astype(np.int64), "size": slot})
-    p = run_planner(prob, strategy, time_limit=time_limit)
-    if p.offsets is None:
-        raise PyinterposeError(f"the {strategy} planner found no plan within {time_limit:g} s")
-    offsets = np.asarray(p.offsets, np.int64)
     # ordinals: within the window for the iteration's requests; over the process's life for the others
     key = pd.DataFrame({"size": req["size"].to_numpy(), "site": req["site"].to_numpy()})
     life_ord = key.groupby(["size", "site"], sort=False).cumcount().to_numpy()
@@ -191,6 +187,32 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
     win_ord[in_win] = key[in_win].groupby(["size", "site"], sort=False).cumcount().to_numpy()
     sel = in_win | through
     ordinal = np.where(through[sel], life_ord[sel], win_ord[sel])
+    # a block of the iteration that lives into the next one while the next one's block of the same key is
+    # already allocated (it lives longer than an iteration) needs a second, alternate slot
+    alt = np.zeros(len(rows), bool)
+    if prev_lo is not None:
+        prev = (sa >= prev_lo) & (sa < lo)
+        prev_ord = key[prev].groupby(["size", "site"], sort=False).cumcount().to_numpy()
+        twins = prev & freed & (sf >= lo) & (sf < hi)
+        free_of = {}
+        for i, o in zip(np.flatnonzero(prev), prev_ord):
+            if twins[i]:
+                free_of[(int(req["size"].iat[i]), int(req["site"].iat[i]), int(o))] = int(sf[i])
+        out_rows = ~r_inner & (phase == "iteration")
+        for i in np.flatnonzero(out_rows):
+            f = free_of.get((int(size[i]), int(rows["site"].iat[i]), int(ordinal[i])))
+            alt[i] = f is not None and f > r_sa[i]
+    n_rows = len(rows)
+    alt_idx = np.flatnonzero(alt)
+    slot = _round(np.concatenate([size, size[alt_idx]]))
+    lower = np.concatenate([lower, np.zeros(len(alt_idx), np.int64)])
+    upper = np.concatenate([np.maximum(upper, lower[:n_rows] + 1), np.full(len(alt_idx), E, np.int64)])
+    prob = pd.DataFrame({"id": np.concatenate([rows["block_id"].to_numpy(), -1 - np.arange(len(alt_idx))]),
+                         "lower": lower.astype(np.int64), "upper": upper.astype(np.int64), "size": slot})
+    p = run_planner(prob, strategy, time_limit=time_limit)
+    if p.offsets is None:
+        raise PyinterposeError(f"the {strategy} planner found no plan within {time_limit:g} s")
+    offsets = np.asarray(p.offsets, np.int64)
     capacity = int((offsets + slot).max()) if len(slot) else 0
     meta = trace.meta or {}
     n_iter = int(in_win.sum())
@@ -223,6 +245,10 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
                 phase, size, rows["owner"], rows["site"], ordinal, offsets, slot, prob["lower"], prob["upper"],
                 rows["block_id"])],
     }
+    for n, i in enumerate(alt_idx):   # the alternate slots (no block of the trace: block_id -1)
+        r = dict(doc["requests"][i])
+        r.update(offset=int(offsets[n_rows + n]), lifetime=[0, int(E)], block_id=-1, alternate=True)
+        doc["requests"].append(r)
     if not sites_known:   # no owners in the trace: the shim keys by size and ordinal only
         for r in doc["requests"]:
             r["site"] = owner_hash("")
@@ -248,7 +274,8 @@ def check(doc: dict, where: str = "plan") -> None:
             "phase": [str(r["phase"]) for r in reqs], "size": [int(r["size"]) for r in reqs],
             "site": [int(r["site"]) for r in reqs], "ordinal": [int(r["ordinal"]) for r in reqs],
             "offset": [int(r["offset"]) for r in reqs], "slot": [int(r["slot_size"]) for r in reqs],
-            "lower": [int(r["lifetime"][0]) for r in reqs], "upper": [int(r["lifetime"][1]) for r in reqs]})
+            "lower": [int(r["lifetime"][0]) for r in reqs], "upper": [int(r["lifetime"][1]) for r in reqs],
+            "alternate": [bool(r.get("alternate", False)) for r in reqs]})
         int(doc["judge_after"])
         if it["boundary"] == "anchor":
             int(it["anchor"]["size"]), int(it["anchor"]["site"])
@@ -263,12 +290,18 @@ def check(doc: dict, where: str = "plan") -> None:
     bad = ~df["phase"].isin(["iteration", "persistent"])
     if bad.any():
         raise PyinterposeError(f"{where}: request #{int(np.flatnonzero(bad)[0])}: unknown phase")
+    prim = set(map(tuple, df.loc[~df["alternate"], ["size", "site", "ordinal"]].to_numpy().tolist()))
+    orphan = [i for i in np.flatnonzero(df["alternate"].to_numpy())
+              if tuple(df.loc[i, ["size", "site", "ordinal"]].tolist()) not in prim]
+    if orphan:
+        raise PyinterposeError(f"{where}: request #{orphan[0]}: an alternate slot without its request")
     checks = [((df["size"] <= 0) | (df["slot"] < df["size"]), "slot smaller than its request"),
               ((df["offset"] < 0) | (df["offset"] + df["slot"] > cap), "slot outside the arena"),
               ((df["offset"] % ALIGNMENT != 0) | (df["slot"] % ALIGNMENT != 0), f"slot not {ALIGNMENT}-aligned"),
               ((df["site"] < 0) | (df["site"] > _M64) | (df["ordinal"] < 0), "bad key"),
               (df["upper"] <= df["lower"], "empty lifetime"),
-              (df.duplicated(["phase", "size", "site", "ordinal"]).to_numpy(), "duplicate key")]
+              (df.duplicated(["phase", "size", "site", "ordinal", "alternate"]).to_numpy(), "duplicate key"),
+              (df["alternate"] & (df["phase"] != "iteration"), "an alternate slot outside the iteration")]
     for mask, what in checks:
         m = np.asarray(mask, bool)
         if m.any():
@@ -305,24 +338,37 @@ def write(doc: dict, path: str) -> None:
 
 def digest(doc: dict) -> bytes:
     """The binary the shim maps (native/shim/apply.c): header, keys sorted by (size, site, persistent
-    first), slots.  A persistent key lists one slot per process-life ordinal up to its last planned one
-    (ordinals that are not planned get an empty slot: served by nobody)."""
+    first), slots (offset, size, alt, 0).  A persistent key lists one slot per process-life ordinal up to its
+    last planned one (ordinals that are not planned get an empty slot: served by nobody).  ``alt``: 1 + the
+    index of the slot's alternate (0: none), for requests whose block outlives the iteration: the
+    alternates follow every key's slots."""
     reqs = doc["requests"]
     groups: dict[tuple[int, int, int], dict[int, tuple[int, int]]] = {}
+    alternates: dict[tuple[int, int, int], tuple[int, int]] = {}
     for r in reqs:
         k = (int(r["size"]), int(r["site"]), 0 if r["phase"] == "persistent" else 1)
-        groups.setdefault(k, {})[int(r["ordinal"])] = (int(r["offset"]), int(r["slot_size"]))
+        if r.get("alternate"):
+            alternates[(k[0], k[1], int(r["ordinal"]))] = (int(r["offset"]), int(r["slot_size"]))
+        else:
+            groups.setdefault(k, {})[int(r["ordinal"])] = (int(r["offset"]), int(r["slot_size"]))
     key_dt = np.dtype([("size", "<u8"), ("site", "<u8"), ("first", "<u4"), ("count", "<u4"),
                        ("persistent", "<u4"), ("pad", "<u4")])
-    slot_dt = np.dtype([("offset", "<u8"), ("size", "<u8")])
+    slot_dt = np.dtype([("offset", "<u8"), ("size", "<u8"), ("alt", "<u8"), ("pad", "<u8")])
     keys = np.zeros(len(groups), key_dt)
-    slots = []
+    slots: list[list[int]] = []
+    alt_of: list[tuple[int, tuple[int, int]]] = []
     for i, k in enumerate(sorted(groups)):
         ords = groups[k]
         n = max(ords) + 1
         keys[i] = (k[0], k[1], len(slots), n, 1 - k[2], 0)
-        slots.extend(ords.get(o, (0, 0)) for o in range(n))
-    sl = np.array(slots, slot_dt) if slots else np.zeros(0, slot_dt)
+        for o in range(n):
+            if k[2] == 1 and (k[0], k[1], o) in alternates:
+                alt_of.append((len(slots), alternates[(k[0], k[1], o)]))
+            slots.append([*ords.get(o, (0, 0)), 0, 0])
+    for at, (off, size) in alt_of:   # alternates after every key's slots; alt = 1 + their index
+        slots[at][2] = len(slots) + 1
+        slots.append([off, size, 0, 0])
+    sl = np.array([tuple(x) for x in slots], slot_dt) if slots else np.zeros(0, slot_dt)
     it = doc["iteration"]
     flags = (FLAG_MARKERS if it["boundary"] == "markers" else 0) | (0 if doc.get("sites", True) else FLAG_NO_SITES)
     anchor = it.get("anchor") or {"size": 0, "site": 0}
