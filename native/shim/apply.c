@@ -489,12 +489,11 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
     if (!(g_plan->flags & PLAN_MARKERS) && size == g_plan->anchor_size && site == g_plan->anchor_site)
         have = boundary_locked(&fin, &refused_now);
     g_iter_req++;
-    if (g_state == ST_ARMED && !g_judged &&
-        (g_foreign > g_plan->judge_after || g_requests > 64 * g_plan->judge_after)) {
+    /* requests of the plan's own kinds never refuse it (other threads make them too): only foreign ones */
+    if (g_state == ST_ARMED && !g_judged && g_foreign > g_plan->judge_after) {
         char why[200];
         snprintf(why, sizeof why, "no complete iteration within %llu requests of sizes and call sites the plan does "
-                 "not have, or %llu in all (the plan's loop never came)", (unsigned long long)g_plan->judge_after,
-                 (unsigned long long)(64 * g_plan->judge_after));
+                 "not have (the plan's loop never came)", (unsigned long long)g_plan->judge_after);
         refuse_locked(why);
         g_judged = refused_now = 1;
     }
@@ -513,7 +512,7 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
                 k = (k + 1 < (int64_t)g_plan->n_keys && g_keys[k + 1].size == size && g_keys[k + 1].site == site)
                         ? k + 1 : -1;
         }
-        if (slot < 0 && k >= 0 && !g_keys[k].persistent && g_iter >= 0) {
+        if (slot < 0 && k >= 0 && !g_keys[k].persistent) { /* before the first boundary too: epoch 0 */
             if (g_ord_epoch[k] != (uint64_t)g_iter + 1) {
                 g_ord_epoch[k] = (uint64_t)g_iter + 1;
                 g_ord[k] = 0;
