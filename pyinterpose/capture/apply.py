@@ -25,7 +25,10 @@ def prepare(plan_path: str, rdir: str | None, argv: list[str], knobs: dict, env:
 
     from ..analysis.pools import plan_file
 
-    doc = plan_file.read(plan_path)
+    try:
+        doc = plan_file.read(plan_path)
+    except PyinterposeError as e:
+        raise PyinterposeError(f"--apply {e}") from None
     if not rdir:
         raise PyinterposeError("--apply: no private directory for the plan's digest (see --ring-dir)")
     bin_path = os.path.join(rdir, "plan.bin")
