@@ -5,7 +5,8 @@
 * ``build_native(outdir)`` — plain shared libraries that must *not* be Python
   extensions: the preload shim ``libpyinterpose.so`` (no NEEDED on libcudart,
   libcuda or libpython), the simulated CUDA runtime/driver
-  (``simcuda/libcudart.so.13``, ``simcuda/libcuda.so.1``) and the simtrain
+  (``simcuda/libcudart.so.13``, ``simcuda/libcuda.so.1``), the simulated CUPTI
+  (``simcuda/libcupti.so.13``, with ``libcupti.so`` beside it) and the simtrain
   workload core ``libsimtrain.so``.
 
 No CUDA toolkit is needed: the CUDA types come from native/include/pi_cuda.h.
@@ -40,17 +41,25 @@ def _sources(sub: str) -> list[str]:
     return sorted(glob.glob(os.path.join(NATIVE, sub, "*.c")))
 
 
+# folders compiled into a library besides its own (simcuda's device clock lives in the driver)
+EXTRA_SOURCES = {"simcuda/driver": ["simcuda/device"]}
+# second names for a library (a symlink beside it): the names a program dlopen()s
+LINKS = {"simcuda/libcupti.so.13": ["simcuda/libcupti.so"]}
+
+
 # name in outdir -> (source folder, version script or None, soname or None, extra link args)
 LIBRARIES = [
     ("libpyinterpose.so", "shim", "shim/shim.map", "libpyinterpose.so",
      ["-ldl", "-lpthread", "-lrt"]),
     ("simcuda/libcuda.so.1", "simcuda/driver", "simcuda/driver/libcuda.map", "libcuda.so.1",
      ["-ldl", "-lpthread"]),
+    ("simcuda/libcupti.so.13", "simcuda/cupti", "simcuda/cupti/libcupti.map", "libcupti.so.13",
+     ["-ldl", "-lpthread"]),
     ("simcuda/libcudart.so.13", "simcuda/runtime", "simcuda/runtime/libcudart.map",
      "libcudart.so.13", ["-ldl", "-lpthread"]),
     ("libsimtrain.so", "simtrain", None, "libsimtrain.so",
      ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-ldl",
-      "-lpthread"]),
+      "-lpthread", "-lm"]),
 ]
 
 
@@ -64,7 +73,7 @@ def build_native(outdir: str, verbose: bool = False, only: list[str] | None = No
     for name, src, vscript, soname, libs in LIBRARIES:
         if only and not any(src.startswith(o) for o in only):
             continue
-        sources = _sources(src)
+        sources = _sources(src) + [f for sub in EXTRA_SOURCES.get(src, []) for f in _sources(sub)]
         if not sources:
             continue
         target = os.path.join(outdir, name)
@@ -81,6 +90,12 @@ def build_native(outdir: str, verbose: bool = False, only: list[str] | None = No
         subprocess.run(cmd, check=True)
         os.replace(tmp, target)  # never rewrite a library a running process has mapped
         built.append(target)
+        for link in LINKS.get(name, []):
+            lpath = os.path.join(outdir, link)
+            if not os.path.islink(lpath) or os.readlink(lpath) != os.path.basename(target):
+                if os.path.lexists(lpath):
+                    os.remove(lpath)
+                os.symlink(os.path.basename(target), lpath)
     inc = os.path.join(outdir, "include")
     os.makedirs(inc, exist_ok=True)
     for f in (os.path.join(NATIVE, "shim", "events.h"), os.path.join(NATIVE, "shim", "hooks.def"),

@@ -33,8 +33,10 @@ def _umask() -> int:
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """A temporary path beside ``path`` to write to; renamed to ``path`` when the block ends normally,
-    removed when it raises (any exception, KeyboardInterrupt included)."""
-    d, base = os.path.split(os.path.abspath(path))
+    removed when it raises (any exception, KeyboardInterrupt included).  A ``path`` that is a symbolic
+    link keeps it: the file it points to is the one replaced."""
+    path = os.path.realpath(path)
+    d, base = os.path.split(path)
     fd, tmp = tempfile.mkstemp(prefix=base + ".partial-", dir=d)
     os.close(fd)
     try:

@@ -36,6 +36,8 @@ typedef int pi_CUptiResult;
 
 /* CUpti_ExternalCorrelationKind */
 #define PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0 3
+#define PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM1 4
+#define PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 5
 /* cuptiActivityFlushAll flag */
 #define PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED 1u
 

@@ -176,6 +176,7 @@ void pi_split_free(pi_split *s)
     rtab_free(&s->hint);
     rtab_free(&s->fail);
     rtab_free(&s->side);
+    rtab_free(&s->gpu);
     free(s->al_status);
     free(s->al_end_t);
     free(s->al_end_seq);
@@ -408,6 +409,14 @@ int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid)
         s->op_count[op < 63 ? op : 63]++;
         if (ok)
             s->op_ok[op < 63 ? op : 63]++;
+        if (op == PI_OP_GPU) {      /* device times: not the host's time range, owns no access */
+            if (s->pp_count[pp]++ && seq <= s->pp_last_seq[pp])
+                s->seq_disorder = 1;
+            s->pp_last_seq[pp] = seq;
+            if (rtab_push(&s->gpu, &e, pid))
+                goto oom;
+            continue;
+        }
         if (t < s->t_min)
             s->t_min = t;
         if (t > s->t_max)
@@ -452,7 +461,7 @@ int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid)
             tab = ok ? &s->hint : NULL;
             break;
         case PI_OP_STRING: case PI_OP_STRDATA: case PI_OP_MARKER: case PI_OP_SITE: case PI_OP_FRAME:
-        case PI_OP_STACK: case PI_OP_NOTE: case PI_OP_APPLY:
+        case PI_OP_STACK: case PI_OP_NOTE: case PI_OP_CLOCK: case PI_OP_MEMINFO: case PI_OP_APPLY:
             tab = &s->side;
             break;
         default:
@@ -586,6 +595,7 @@ int pi_split_finish(pi_split *s)
     rtab_trim(&s->hint);
     rtab_trim(&s->fail);
     rtab_trim(&s->side);
+    rtab_trim(&s->gpu);
     if (s->alloc.n) {
         grow((void **)&s->al_status, s->alloc.n, 1);
         grow((void **)&s->al_end_t, s->alloc.n, 8);

@@ -10,7 +10,8 @@
  *  - whole records (64 bytes, struct pi_event) with their pid for the rarer
  *    ops: successful allocations, launches (and graph launches), successful copies/memsets and
  *    advise/prefetch hints, failed calls, and the "side" records (strings and
- *    their text, markers, call sites, frames, stacks, notes);
+ *    their text, markers, call sites, frames, stacks, notes, device-clock states) and the device
+ *    activities (GPU records: their times are the device's, kept out of the time range);
  *  - the accesses (the most numerous records) as narrow columns, each with
  *    the seq, time, op and launch row of the record it follows (its owner);
  *  - counts per op, per API, the time range and each process's last seq.
@@ -39,6 +40,7 @@ typedef struct pi_rtab {        /* whole records of one kind, file order */
 
 typedef struct pi_split {
     pi_rtab alloc, launch, copy, hint, fail, side;
+    pi_rtab gpu;                /* device activities (PI_OP_GPU; CLOCK records go to side) */
     /* per allocation (row of `alloc`): how it ended (0 never freed, 1 freed, 2 superseded by another
      * allocation of the same key) and the t_ns and seq of the event that ended it */
     int8_t *al_status;

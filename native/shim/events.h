@@ -79,12 +79,54 @@ enum pi_op {
     PI_OP_STACK = 17,       /* defines a stack (trie node): aux: stack id; addr: parent stack id
                                (0 = root); size: frame id (the innermost frame of this stack) */
     PI_OP_NOTE = 18,        /* aux: string id of a capture note ("python stacks off: ...") */
+    /* The device clock (native/shim/cupti.c).  A GPU record is one CUPTI activity record (a kernel,
+     * memcpy or memset as it ran on the device), written when CUPTI hands its buffer over, so it
+     * comes after the call it belongs to in seq order.  Times are already on the trace's clock
+     * (CLOCK_MONOTONIC ns, CUPTI's timestamps plus the offset of the last CLOCK record). */
+    PI_OP_GPU = 19,         /* t_ns: device start; addr: device end; size: bytes (memcpy/memset);
+                               stream: graph node id (0 unless replayed from a CUDA graph);
+                               aux: seq of the LAUNCH/GRAPH_LAUNCH/COPY/MEMSET it belongs to (the
+                               external correlation id pushed around the call; 0 none matched);
+                               tid: CUPTI's stream id; result: kernel name string id (kernels replayed
+                               from a graph or not matched; else 0: the LAUNCH names it) or the copy
+                               kind (memcpy); device: device id; flags: enum pi_gpu_kind */
+    PI_OP_CLOCK = 20,       /* the process's device clock: flags: enum pi_clock_state; result: enum
+                               pi_clock_reason; aux: string id of the note (0 none); addr: offset ns
+                               (int64: trace clock = CUPTI clock + offset); size: error bound of the
+                               alignment, ns; stream: CUPTI records dropped so far */
+    /* The device's memory at a failed allocation (native/shim/oom.c): follows the failed ALLOC (and
+     * its SITE) in the same reservation; only for out-of-memory results, only when no stream capture
+     * is in progress in the process, at the outermost hooked call. */
+    PI_OP_MEMINFO = 21,     /* aux: seq of the failed ALLOC; addr: free bytes, size: total bytes
+                               (cuMemGetInfo_v2 right after the failure); device: cuCtxGetDevice
+                               (-1 unknown) */
     /* serving from a plan (native/shim/apply.c; a number well above the others: room for theirs) */
     PI_OP_APPLY = 24        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
                                2 one iteration's counts, 3 plan refused, 4 the last iteration's (at exit);
                                counts as 32-bit pairs: addr served|no_key<<32, size occupied|bigger<<32,
                                stream capture|overlap<<32, aux off|other<<32; result: the iteration (-1:
                                before the first) */
+};
+
+enum pi_gpu_kind {
+    PI_GPU_KERNEL = 1,
+    PI_GPU_MEMCPY = 2,
+    PI_GPU_MEMSET = 3
+};
+
+enum pi_clock_state {
+    PI_CLOCK_CUPTI = 1,       /* device times recorded through CUPTI */
+    PI_CLOCK_CPU = 2          /* no device times: the analyses use the CPU clock (reason in result) */
+};
+
+enum pi_clock_reason {
+    PI_CLOCK_OK = 0,
+    PI_CLOCK_OFF = 1,         /* --gpu-clock off */
+    PI_CLOCK_NOT_FOUND = 2,   /* no libcupti could be loaded */
+    PI_CLOCK_BUSY = 3,        /* another CUPTI subscriber (Nsight, torch.profiler, a debugger) */
+    PI_CLOCK_FAILED = 4,      /* a CUPTI call failed (setup, or later: then times stop there) */
+    PI_CLOCK_FORKED = 5,      /* a fork() child of a process whose CUPTI state it cannot use */
+    PI_CLOCK_UNSUPPORTED = 6  /* the library lacks a function the shim needs */
 };
 
 enum pi_site_flags {
@@ -128,7 +170,7 @@ typedef struct pi_ring_header {
     uint64_t capacity;       /* records, power of two */
     int32_t  pid;
     int32_t  ppid;
-    int32_t  consumer_pid;   /* the drain's pid (informational: liveness is beat_ns/lease_ns) */
+    int32_t  consumer_pid;   /* the drain's pid (liveness: beat_ns/lease_ns, and the shim's pid checks) */
     int32_t  flags;          /* enum pi_ring_flags */
     uint64_t start_ns;       /* CLOCK_MONOTONIC at ring creation */
     uint64_t closed;         /* set to 1 by the process's exit handler */
@@ -145,7 +187,8 @@ typedef struct pi_ring_header {
     uint64_t beat_ns;        /* the drain's last heartbeat, CLOCK_MONOTONIC */
     uint64_t lease_ns;       /* a heartbeat older than this means the drain is gone */
     uint64_t abandoned;      /* 1 when the producer stopped waiting for a silent drain */
-    uint8_t  pad0[144];
+    uint64_t oom_failures;   /* allocations that failed for lack of memory (`run` explains them after) */
+    uint8_t  pad0[136];
     uint64_t head;           /* next ticket (own cache line) */
     uint8_t  pad1[56];
     uint64_t tail;           /* consumed tickets (own cache line) */

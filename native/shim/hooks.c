@@ -9,8 +9,14 @@
  */
 #include <string.h>
 
+#include "cupti.h"
 #include "shim.h"
 #include "site.h"
+
+/* A hook's `post` action runs twice: in phase PI_BEFORE, just before the real call, where only the
+ * launch / copy / memset / graph actions act (call_begin: they reserve their tickets), and in phase
+ * PI_AFTER, after it, where every action records. */
+enum { PI_BEFORE = 0, PI_AFTER = 1 };
 
 typedef struct pi_ctx {
     int served;      /* apply.c served the call: the real function is not called, `r` is cx.r */
@@ -23,14 +29,46 @@ typedef struct pi_ctx {
     uint64_t addr;   /* the address argument of a free */
     uint64_t fn, stream;
     uint64_t caller; /* return address of this (outermost) hooked call: the call site */
+    uint64_t t;      /* when a launch / copy / memset / graph launch was called */
+    int pushed;      /* its seq was pushed as CUPTI's external correlation id */
 } pi_ctx;
 
 static inline int addressable(int kind) { return kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_CREATE; }
 
+/* A failed allocation: the failure record, its call site (SITE, as for a block) and, for an
+ * out-of-memory result, what the device had free (MEMINFO, see oom.c), in one reservation. */
+static void rec_failed_alloc(int api, int r, uint64_t size, int kind, uint64_t stream, uint64_t aux,
+                             uint64_t caller) {
+    pi_site site;
+    int ns = pi_site_capture(caller, &site);
+    uint64_t freeb = 0, total = 0;
+    int dev = -1;
+    int nm = r == 2 && kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_MAP &&
+             pi_meminfo(&freeb, &total, &dev);
+    uint64_t tk;
+    if (!pi_reserve(1 + (uint64_t)ns + (uint64_t)nm, &tk)) return;
+    if (r == 2) pi_count_oom(); /* after the reservation: a forked child has its own ring by now */
+    pi_event *e = pi_slot(tk);
+    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+    if (ns) {
+        pi_event *s = pi_slot(tk + 1);
+        pi_site_fill(s, e, &site);
+        pi_commit(s, tk + 1);
+    }
+    if (nm) {
+        pi_event *m = pi_slot(tk + 1 + (uint64_t)ns);
+        pi_fill(m, PI_OP_MEMINFO, (uint16_t)api, 0, freeb, total, 0, tk, 0);
+        m->t_ns = e->t_ns;
+        m->device = (int16_t)dev;
+        pi_commit(m, tk + 1 + (uint64_t)ns);
+    }
+    pi_commit(e, tk);
+}
+
 static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
                       uint64_t caller) {
     if (r != 0) { /* a failed allocation is a failure record, never a block */
-        pi_emit(PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+        rec_failed_alloc(api, r, size, kind, stream, aux, caller);
         return;
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
@@ -70,17 +108,43 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
     pi_commit(e, c->tk);
 }
 
-static void rec_copy(int api, int r, uint16_t op, uint64_t dst, uint64_t src, uint64_t n, uint64_t stream) {
-    pi_scan sc;
-    sc.n = 0;
-    if (r == 0 && pi_access_enabled()) {
-        pi_block b;
-        pi_map_rdlock();
-        if (pi_map_find_locked(dst, &b)) pi_scan_add(&sc, &b, PI_ACC_WRITE);
-        if (op == PI_OP_COPY && pi_map_find_locked(src, &b)) pi_scan_add(&sc, &b, PI_ACC_READ);
-        pi_map_unlock();
+/* Launches, copies, memsets and graph launches reserve their event's tickets (the event and its accesses)
+ * before the real call, so the device clock can push that seq around the call as CUPTI's external
+ * correlation id (cupti.c): the one place every such call passes through.  The event is filled and
+ * committed after the call (call_end); the device clock is ticked once it is committed. */
+static void call_begin(pi_ctx *c, const pi_scan *sc) {
+    int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
+    c->ok = pi_reserve(1 + (uint64_t)sc->n, &c->tk);
+    c->t = pi_now();
+    c->pushed = c->ok && gpu ? pi_gpu_push(c->tk) : 0;
+}
+
+static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t stream,
+                     uint64_t aux, const pi_scan *sc) {
+    if (c->pushed) pi_gpu_pop();
+    if (c->ok) pi_emit_reserved(c->tk, c->t, op, (uint16_t)api, r, addr, size, stream, aux, sc);
+    pi_gpu_tick(c->t);
+}
+
+/* a copy's destination and source blocks (looked up before the call: the same blocks are live after it) */
+static void copy_scan(pi_scan *sc, uint16_t op, uint64_t dst, uint64_t src) {
+    sc->n = 0;
+    if (!pi_access_enabled()) return;
+    pi_block b;
+    pi_map_rdlock();
+    if (pi_map_find_locked(dst, &b)) pi_scan_add(sc, &b, PI_ACC_WRITE);
+    if (op == PI_OP_COPY && pi_map_find_locked(src, &b)) pi_scan_add(sc, &b, PI_ACC_READ);
+    pi_map_unlock();
+}
+
+static void rec_copy(pi_ctx *c, pi_scan *sc, int phase, int api, int r, uint16_t op, uint64_t dst, uint64_t src,
+                     uint64_t n, uint64_t stream) {
+    if (phase == PI_BEFORE) {
+        copy_scan(sc, op, dst, src);
+        call_begin(c, sc);
+    } else {
+        call_end(c, api, r, op, dst, n, stream, op == PI_OP_COPY ? src : 0, sc);
     }
-    pi_emit_with_accesses(op, (uint16_t)api, r, dst, n, stream, op == PI_OP_COPY ? src : 0, &sc);
 }
 
 static void rec_tensormap(int api, int r, uint64_t gaddr) {
@@ -95,9 +159,10 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     pi_emit_with_accesses(PI_OP_TENSORMAP, (uint16_t)api, r, gaddr, 0, 0, 0, &sc);
 }
 
+#define AFTER_ONLY(stmt) do { if (pi_phase == PI_AFTER) { stmt; } } while (0)
 #define A_NONE ((void)0)
-#define A_ALLOC(addr, size, kind, stream, aux) \
-    rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux), cx.caller)
+#define A_ALLOC(addr, size, kind, stream, aux) AFTER_ONLY( \
+    rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux), cx.caller))
 #define A_FREE_PRE(addr, kind) free_pre(&cx, (uint64_t)(addr), kind, 0, (api_lib == PI_LIB_DRV), 0, 0)
 #define A_FREE_PRE_ASYNC(addr, kind, s, ptsz) \
     free_pre(&cx, (uint64_t)(addr), kind, (uint64_t)(s), (api_lib == PI_LIB_DRV), ptsz, 1)
@@ -105,26 +170,32 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_SERVE(pp, size, s, ptsz, async) \
     (cx.served = pi_apply_serve(api, (void *)(pp), (uint64_t)(size), (uint64_t)(s), (api_lib == PI_LIB_DRV), \
                                 ptsz, async, cx.caller, &cx.r))
-#define A_FREE_POST(kind, stream, aux) free_post(&cx, api, r, kind, (uint64_t)(stream), (uint64_t)(aux))
+#define A_FREE_POST(kind, stream, aux) AFTER_ONLY(free_post(&cx, api, r, kind, (uint64_t)(stream), (uint64_t)(aux)))
 #define A_LAUNCH_RT(f, argv, s) (pi_scan_rt((f), (argv), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
 #define A_LAUNCH_DRV(f, params, extra, s) \
     (pi_scan_drv((f), (params), (extra), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
-#define A_LAUNCH_POST do { if (r != 0) sc.n = 0; \
-    pi_emit_with_accesses(PI_OP_LAUNCH, (uint16_t)api, r, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel, &sc); \
+#define A_LAUNCH_POST do { if (pi_phase == PI_BEFORE) call_begin(&cx, &sc); \
+    else call_end(&cx, api, r, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel, &sc); \
 } while (0)
-#define A_COPY(d, s, n, st) rec_copy(api, r, PI_OP_COPY, (uint64_t)(d), (uint64_t)(s), (uint64_t)(n), (uint64_t)(st))
-#define A_MEMSET(d, n, st) rec_copy(api, r, PI_OP_MEMSET, (uint64_t)(d), 0, (uint64_t)(n), (uint64_t)(st))
-#define A_ADVISE(p, n, advice, loc) \
-    pi_emit(PI_OP_ADVISE, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(loc), (uint64_t)(advice), 0)
-#define A_PREFETCH(p, n, loc, s) \
-    pi_emit(PI_OP_PREFETCH, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(s), (uint64_t)(loc), 0)
+#define A_COPY(d, s, n, st) \
+    rec_copy(&cx, &sc, pi_phase, api, r, PI_OP_COPY, (uint64_t)(d), (uint64_t)(s), (uint64_t)(n), (uint64_t)(st))
+#define A_MEMSET(d, n, st) \
+    rec_copy(&cx, &sc, pi_phase, api, r, PI_OP_MEMSET, (uint64_t)(d), 0, (uint64_t)(n), (uint64_t)(st))
+#define A_ADVISE(p, n, advice, loc) AFTER_ONLY( \
+    pi_emit(PI_OP_ADVISE, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(loc), (uint64_t)(advice), 0))
+#define A_PREFETCH(p, n, loc, s) AFTER_ONLY( \
+    pi_emit(PI_OP_PREFETCH, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(s), (uint64_t)(loc), 0))
 /* runtime 12.x: (ptr, n, int dev, stream); 13.x: (ptr, n, location, flags, stream) */
 #define A_PREFETCH_RT(p, n, a3, a4, a5) A_PREFETCH(p, n, a3, pi_rt_major() >= 13 ? (a5) : (a4))
-#define A_GRAPH(g, s) pi_emit(PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, (uint64_t)(g), 0, (uint64_t)(s), 0, 0)
-#define A_SET_DEVICE(dev) do { if (r == 0) pi_t.device = (dev); } while (0)
-#define A_TENSORMAP(gaddr) rec_tensormap(api, r, (gaddr))
+#define A_GRAPH(g, s) do { if (pi_phase == PI_BEFORE) call_begin(&cx, &sc); \
+    else call_end(&cx, api, r, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0, &sc); } while (0)
+#define A_SET_DEVICE(dev) AFTER_ONLY(if (r == 0) pi_t.device = (dev))
+#define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()
-#define A_UNLOAD_END pi_layouts_unload_end()
+#define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
+/* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open */
+#define A_CAPTURE_BEGIN AFTER_ONLY(if (r == 0) pi_gpu_capture(1))
+#define A_CAPTURE_END AFTER_ONLY(pi_gpu_capture(-1))
 /* unloads act at every depth and in processes that do not record: the kernel
  * layout cache must see every handle the driver may hand out again */
 #define ALWAYS_ACTS(id) ((id) == PI_API_cuModuleUnload || (id) == PI_API_cuLibraryUnload || \
@@ -155,10 +226,12 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
         cx.caller = (uint64_t)__builtin_return_address(0);                           \
         sc.n = 0;                                                                    \
         (void)sc; (void)api;                                                         \
+        int r = 0;                                                                   \
         pi_t.depth++;                                                                \
         pre;                                                                         \
-        int r = cx.served ? cx.r : real_ args;                                       \
-        post;                                                                        \
+        { const int pi_phase = PI_BEFORE; (void)pi_phase; post; }                    \
+        r = cx.served ? cx.r : real_ args;                                           \
+        { const int pi_phase = PI_AFTER; (void)pi_phase; post; }                     \
         pi_t.depth--;                                                                \
         return r;                                                                    \
     }

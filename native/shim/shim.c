@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <unistd.h>
 
+#include "cupti.h"
 #include "shim.h"
 #include "site.h"
 
@@ -83,6 +84,7 @@ static void atfork_child(void) {
     g_ring_pid = 0;
     g_forked = 1;
     pi_t.tid = 0;
+    pi_gpu_atfork_child(); /* the parent's CUPTI state is not the child's */
 }
 
 static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */
@@ -98,7 +100,7 @@ static void unlink_ring(void) {
 
 /* Is the drain alive?  Once it attached: its heartbeat changed within the last lease (measured on our own
  * clock from when we first saw the current value, so a torn or skewed beat can only look alive); before
- * that, a grace period from the ring's creation.  Never kill(pid, 0): a zombie parent passes it. */
+ * that, a grace period from the ring's creation.  consumer_dead() first: kill(pid, 0) alone passes a zombie. */
 static uint64_t g_seen_beat, g_seen_at;  /* last heartbeat value seen, and when (racy: benign) */
 static uint64_t g_suspect_at;            /* when a producer first found that heartbeat older than the lease */
 
@@ -464,6 +466,33 @@ void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, 
     pi_commit(e, tk);
 }
 
+/* The event of a call whose tickets were reserved before the real call (pi_reserve(1 + sc->n)), recorded at t:
+ * the event, then its accesses.  A failed call has no accesses: their slots hold PI_OP_NONE records. */
+void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
+                      uint64_t stream, uint64_t aux, const pi_scan *sc) {
+    int n = sc ? sc->n : 0;
+    pi_event *e = pi_slot(tk);
+    fill(e, t, op, api, r, addr, size, stream, aux, 0);
+    for (int i = 0; i < n; i++) {
+        pi_event *a = pi_slot(tk + 1 + i);
+        if (r == 0)
+            fill(a, t, PI_OP_ACCESS, api, r, sc->hit[i].base, sc->hit[i].size, stream, sc->hit[i].seq, sc->fl[i]);
+        else
+            fill(a, t, PI_OP_NONE, api, r, 0, 0, 0, 0, 0);
+        pi_commit(a, tk + 1 + i);
+    }
+    pi_commit(e, tk);
+}
+
+int pi_pid(void) { return (int)g_ring_pid; }
+
+uint64_t pi_ring_room(void) {
+    pi_ring_header *h = g_ring;
+    if (!h) return 0;
+    uint64_t used = __atomic_load_n(&h->head, __ATOMIC_RELAXED) - __atomic_load_n(&h->tail, __ATOMIC_RELAXED);
+    return used >= g_capacity ? 0 : g_capacity - used;
+}
+
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
@@ -539,6 +568,9 @@ uint32_t pi_intern(const char *s) {
 }
 
 void pi_count_unscanned(void) { __atomic_fetch_add(&g_ring->unscanned_launches, 1, __ATOMIC_RELAXED); }
+void pi_count_oom(void) {
+    if (g_ring) __atomic_fetch_add(&g_ring->oom_failures, 1, __ATOMIC_RELAXED);
+}
 
 /* ---- public: iteration markers (pyinterpose.mark_step) ---- */
 __attribute__((visibility("default"))) int pyinterpose_mark(const char *label) {

@@ -67,14 +67,21 @@ PI_HIDDEN void pi_fill(pi_event *e, uint16_t op, uint16_t api, int32_t result, u
                        uint64_t stream, uint64_t aux, uint16_t flags);
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);
+PI_HIDDEN int pi_pid(void); /* the recording process (valid once pi_active()) */
+PI_HIDDEN uint64_t pi_ring_room(void); /* free slots in the ring now (an estimate: producers race for them) */
 PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; returns its id */
 PI_HIDDEN void pi_count_unscanned(void);
+PI_HIDDEN void pi_count_oom(void);          /* an allocation failed for lack of memory */
 
 /* --- real symbols (resolve.c) --- */
 PI_HIDDEN void *pi_real(int api);
 PI_HIDDEN void *pi_real_dlsym(void *handle, const char *name);
 PI_HIDDEN void *pi_sym_near(void *known_fn, const char *name); /* same library as known_fn */
 PI_HIDDEN int pi_rt_major(void); /* major version of the libcudart the hooks forward to */
+
+/* --- out of memory (oom.c) --- */
+/* free/total bytes of the current context's device and its ordinal (-1 unknown); 0 = not queried */
+PI_HIDDEN int pi_meminfo(uint64_t *freeb, uint64_t *total, int *device);
 
 /* --- live blocks (blockmap.c) --- */
 typedef struct pi_block { uint64_t base, size, seq; } pi_block;
@@ -101,6 +108,10 @@ PI_HIDDEN void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *o
 PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* blockmap.c; map lock held */
 PI_HIDDEN void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
                                      uint64_t stream, uint64_t aux, const pi_scan *sc);
+/* the event of a call whose 1 + sc->n tickets were reserved before the real call (the device clock joins
+ * CUPTI's records to that seq), recorded at time t; a failed call's access slots become PI_OP_NONE */
+PI_HIDDEN void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr,
+                                uint64_t size, uint64_t stream, uint64_t aux, const pi_scan *sc);
 /* every module/library unload: before the real call and after it (layout cache epochs) */
 PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);

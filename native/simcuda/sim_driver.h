@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "pi_cuda.h"
 #include "simcuda.h"
+#include "sim_device.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define SIM_API(ret, name, params)                                                    \
@@ -20,9 +21,17 @@
     HIDDEN ret sim_##name params
 /* a distinct exported function (own address) that runs `target`: the _ptsz /
  * _ptds per-thread-default-stream entry points */
+/* ... in which a NULL stream is the calling thread's per-thread default stream (sim_stream_queue) */
+extern __thread int sim_t_ptds HIDDEN;
 #define SIM_VARIANT(ret, name, target, params, args)                                  \
     ret name params __attribute__((alias("sim_" #name), visibility("default")));     \
-    HIDDEN ret sim_##name params { return sim_##target args; }                         \
+    HIDDEN ret sim_##name params                                                       \
+    {                                                                                  \
+        sim_t_ptds = 1;                                                                \
+        ret r_ = sim_##target args;                                                    \
+        sim_t_ptds = 0;                                                                \
+        return r_;                                                                     \
+    }                                                                                  \
     HIDDEN ret sim_##name params
 /* another exported name for an existing sim_ function (same signature, same address) */
 #define SIM_ALIAS(ret, name, target, params) \
@@ -59,11 +68,29 @@ typedef struct { cuuint64_t opaque[16]; } sim_CUtensorMap; /* CUtensorMap, 128 b
 #define MAGIC_DEAD 0xdeadbeefu
 
 struct CUctx_st { uint32_t magic; int device; int refcount; };
-struct CUstream_st { uint32_t magic; int device; };
+struct CUstream_st { uint32_t magic; int device; unsigned flags; struct sim_queue q; };
 struct CUevent_st { uint32_t magic; int recorded; uint64_t t_ns; };
 struct CUmemPoolHandle_st { uint32_t magic; int device; int is_default; };
-struct CUgraph_st { uint32_t magic; };
-struct CUgraphExec_st { uint32_t magic; };
+/* a node of a graph captured from a stream (launch.c) */
+struct sim_gnode {
+    int kind;                  /* SIMCU_OP_* */
+    uint64_t id;               /* CUPTI graph node id */
+    struct CUfunc_st *f;       /* kernel: the function, a copy of its arguments, pointers into it */
+    char *args;
+    void **params;
+    int has_dur;               /* a duration given for this launch (simcuSetNextLaunchDuration) */
+    uint64_t dur_ns;
+    uint32_t grid[3], block[3];
+    void *dst;                 /* memcpy / memset */
+    const void *src;
+    uint64_t bytes;
+    uint8_t copy_kind, src_kind, dst_kind;
+    int engine;
+    uint32_t value;
+    int elem;                  /* memset element size (1 or 4) */
+};
+struct CUgraph_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n, cap; };
+struct CUgraphExec_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n; };
 struct CUfunc_st {
     uint32_t magic;
     char *name;
@@ -73,6 +100,8 @@ struct CUfunc_st {
     size_t *sizes;
     size_t argsize; /* max(offset + size) */
     struct CUfunc_st *next_free; /* module.c: unloaded functions are handed out again */
+    int has_dur;                 /* simcuSetKernelDuration was called */
+    uint64_t dur_ns;
 };
 
 /* ---- core.c ---- */
@@ -83,6 +112,12 @@ HIDDEN int sim_initialized(void);
 HIDDEN CUresult sim_current_device(int *dev);
 HIDDEN CUresult sim_check_stream(CUstream s);
 HIDDEN uint64_t sim_now_ns(void);
+/* the device-clock queue behind stream s (NULL/legacy/per-thread: the current device's) */
+HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q);
+
+/* ---- launch.c ---- */
+/* append a node to the graph a stream is capturing into; returns a pointer to fill (NULL: no memory) */
+HIDDEN struct sim_gnode *sim_graph_add(struct CUgraph_st *g);
 
 /* ---- module.c ---- */
 HIDDEN void sim_image_kernel(CUfunction f, void **params); /* body of kernels loaded from an image */
@@ -93,6 +128,10 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
                               CUmemoryPool pool);
 HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host);
 HIDDEN CUresult sim_mem_used(int device, size_t *used);
+/* physical memory outside the allocation table (cuMemCreate): charge against the device's capacity
+ * (CUDA_ERROR_OUT_OF_MEMORY when it does not fit) and give back */
+HIDDEN CUresult sim_mem_charge(int device, size_t size);
+HIDDEN void sim_mem_uncharge(int device, size_t size);
 HIDDEN CUmemoryPool sim_default_pool(int device);
 /* SIMCUDA_STATS / SIMCUDA_CHECK (memory.c): the device's high-water mark, counters written at exit */
 HIDDEN void sim_count_stream_wait(void);

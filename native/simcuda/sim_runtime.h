@@ -73,9 +73,16 @@
     X(CUresult, cuLibraryLoadData, (CUlibrary *, const void *, int *, void **, unsigned int, int *,     \
                                     void **, unsigned int))                                             \
     X(CUresult, cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))                              \
-    X(CUresult, cuLibraryUnload, (CUlibrary))                                                          \
+    X(CUresult, cuLibraryUnload, (CUlibrary))                                                           \
+    X(CUresult, cuStreamQuery, (CUstream))                                                              \
     X(CUresult, cuStreamWaitEvent, (CUstream, CUevent, unsigned int))                                   \
-    X(CUresult, cuStreamIsCapturing, (CUstream, int *))
+    X(CUresult, cuEventQuery, (CUevent))                                                                \
+    X(CUresult, cuStreamBeginCapture, (CUstream, int))                                                  \
+    X(CUresult, cuStreamEndCapture, (CUstream, CUgraph *))                                              \
+    X(CUresult, cuStreamIsCapturing, (CUstream, int *))                                                 \
+    X(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))              \
+    X(CUresult, cuGraphExecDestroy, (CUgraphExec))                                                      \
+    X(CUresult, cuGraphDestroy, (CUgraph))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

@@ -4,12 +4,15 @@
 #include "simtrain.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../simcuda/simcuda.h"
+#include "simtrain_oom.h"
 
 /* ---------------- API names (the truth's by_api keys) ---------------- */
 
@@ -59,6 +62,7 @@ cudaError_t cudaMemsetAsync(void *, int, size_t, cudaStream_t);
 cudaError_t cudaStreamCreate(cudaStream_t *);
 cudaError_t cudaStreamSynchronize(cudaStream_t);
 cudaError_t cudaStreamDestroy(cudaStream_t);
+cudaError_t cudaMemGetInfo(size_t *, size_t *);
 
 /* driver entry points, found with dlsym (jax) or cuGetProcAddress_v2 (tf) */
 struct driver {
@@ -86,6 +90,7 @@ struct driver {
     CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
     CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
     CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*cuMemGetInfo)(size_t *, size_t *);
 };
 
 /* ---------------- kernels: host functions that touch their buffers ---------------- */
@@ -165,7 +170,20 @@ struct run {
     struct live { void *p; size_t n; uint64_t serial; } *live;
     size_t nlive, cap_live;
     uint64_t serial;
+    int device_time;                                  /* enum simtrain_device_time */
+    uint64_t dev_rng;                                 /* kernel durations (apart from the noise stream) */
+    CUresult (*set_next_duration)(unsigned long long); /* simcuSetNextLaunchDuration */
+    /* out-of-memory mode (simtrain.h): the config, what the next allocations are (the truth's
+     * "role"), and the blocks a framework-like cache holds (freed by the program, kept from CUDA) */
+    const struct simtrain_config *cfg;
+    const char *role;
+    void *cached[64];
+    size_t cached_size[64];
+    int n_cached;
 };
+
+static uint64_t splitmix(uint64_t *s);
+static double uniform(uint64_t *s);
 
 static int fail(struct run *r, const char *fmt, ...)
 {
@@ -196,9 +214,10 @@ static struct live *live_find(struct run *r, void *p)
     return NULL;
 }
 
+#define PAT_MAX ((size_t)256 << 20) /* larger blocks (an out-of-memory probe) are not patterned */
 static void pattern_write(const struct live *b)
 {
-    if (b->n <= 2 * PAT_EDGE) return;
+    if (b->n <= 2 * PAT_EDGE || b->n > PAT_MAX) return;
     uint64_t *w = (uint64_t *)((char *)b->p + PAT_EDGE);
     size_t k = (b->n - 2 * PAT_EDGE) / 8;
     for (size_t i = 0; i < k; i++) w[i] = pat_word(b->serial, i);
@@ -206,7 +225,7 @@ static void pattern_write(const struct live *b)
 
 static int pattern_check(struct run *r, const struct live *b)
 {
-    if (b->n <= 2 * PAT_EDGE) return 0;
+    if (b->n <= 2 * PAT_EDGE || b->n > PAT_MAX) return 0;
     const uint64_t *w = (const uint64_t *)((const char *)b->p + PAT_EDGE);
     size_t k = (b->n - 2 * PAT_EDGE) / 8;
     for (size_t i = 0; i < k; i++)
@@ -249,36 +268,44 @@ static int checked_free(struct run *r, void *p)
     return 0;
 }
 
-static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
+/* one allocation call on the framework's path; its CUDA result (nothing counted) */
+static int raw_alloc(struct run *r, void **p, size_t n, int workspace, enum api *a)
 {
     CUdeviceptr d = 0;
-    enum api a;
+    int rc;
     switch (r->fw) {
     case SIMTRAIN_TORCH:
-        if (r->async_backend) {
-            a = API_cudaMallocAsync;
-            TRY(cudaMallocAsync(p, n, r->stream), "cudaMallocAsync");
-        } else {
-            a = API_cudaMalloc;
-            TRY(cudaMalloc(p, n), "cudaMalloc");
-        }
-        break;
+        *a = r->async_backend ? API_cudaMallocAsync : API_cudaMalloc;
+        return r->async_backend ? (int)cudaMallocAsync(p, n, r->stream) : (int)cudaMalloc(p, n);
     case SIMTRAIN_JAX:
-        a = API_cuMemAlloc_v2;
-        TRY(r->d.cuMemAlloc(&d, n), "cuMemAlloc_v2");
-        *p = (void *)(uintptr_t)d;
+        *a = API_cuMemAlloc_v2;
+        rc = (int)r->d.cuMemAlloc(&d, n);
         break;
     default:
-        a = API_cuMemAllocFromPoolAsync;
-        TRY(r->d.cuMemAllocFromPoolAsync(&d, n, workspace ? r->ws_pool : r->pool, r->stream),
-            "cuMemAllocFromPoolAsync");
-        *p = (void *)(uintptr_t)d;
+        *a = API_cuMemAllocFromPoolAsync;
+        rc = (int)r->d.cuMemAllocFromPoolAsync(&d, n, workspace ? r->ws_pool : r->pool, r->stream);
     }
+    if (rc == 0) *p = (void *)(uintptr_t)d;
+    return rc;
+}
+
+static int counted_alloc(struct run *r, void *p, size_t n, enum api a)
+{
     count(r, a);
     r->t->allocs++;
     r->t->bytes += n;
     if (r->regular) r->regular_allocs++;
-    return checked_alloc(r, *p, n);
+    if (r->cfg && r->cfg->oom && oom_track_add((uint64_t)(uintptr_t)p, n, r->role ? r->role : "other"))
+        return fail(r, "out of host memory");
+    return checked_alloc(r, p, n);
+}
+
+static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
+{
+    enum api a;
+    int rc = raw_alloc(r, p, n, workspace, &a);
+    if (rc != 0) return fail(r, "%s failed with error %d", API_NAMES[a], rc);
+    return counted_alloc(r, *p, n, a);
 }
 
 static int dev_free_on(struct run *r, void *p, CUstream stream)
@@ -305,6 +332,7 @@ static int dev_free_on(struct run *r, void *p, CUstream stream)
     }
     count(r, a);
     r->t->frees++;
+    if (r->cfg && r->cfg->oom) oom_track_remove((uint64_t)(uintptr_t)p);
     return 0;
 }
 
@@ -392,10 +420,66 @@ static unsigned distinct_pointers(void **args, unsigned nptrs)
     return n;
 }
 
+/* ---------------- device time (SIMTRAIN_DEVICE_H100_LIKE) ---------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+#define HOST_DISPATCH_NS 12000u /* a framework's own work per op before it launches */
+
+/* a kernel's device duration: lognormal around its kind's median, sometimes a long one */
+static uint64_t kernel_duration(struct run *r, enum kernel k)
+{
+    static const double median_ns[K_COUNT] = {29000, 7000, 43000, 10000, 19000}; /* FWD LOSS BWD OPT EVAL */
+    double u1 = uniform(&r->dev_rng), u2 = uniform(&r->dev_rng), u3 = uniform(&r->dev_rng);
+    if (u3 < 0.02) return (uint64_t)(400000 + 800000 * u1);
+    double z = sqrt(-2.0 * log(u1 > 1e-300 ? u1 : 1e-300)) * cos(6.283185307179586 * u2);
+    return (uint64_t)(median_ns[k] * exp(0.7 * z));
+}
+
+static void before_launch(struct run *r, enum kernel k)
+{
+    uint64_t until = mono_ns() + HOST_DISPATCH_NS;
+    while (mono_ns() < until) {
+    }
+    r->set_next_duration(kernel_duration(r, k));
+}
+
+typedef CUresult (*set_model_fn)(const char *, double);
+
+static int device_time_setup(struct run *r, uint64_t seed)
+{
+    void *h = r->lib ? r->lib : RTLD_DEFAULT;
+    set_model_fn set_model = (set_model_fn)dlsym(h, "simcuSetDeviceModel");
+    r->set_next_duration = (CUresult(*)(unsigned long long))dlsym(h, "simcuSetNextLaunchDuration");
+    if (!set_model || !r->set_next_duration) return fail(r, "--device-time needs simcuda's driver (libcuda.so.1)");
+    static const struct { const char *key; double value; } model[] = {
+        {"launch_latency_ns", 5000}, {"h2d_gbps", 25}, {"d2h_gbps", 25}, {"d2d_gbps", 1000},
+        {"copy_latency_ns", 10000}, {"memset_gbps", 1000},
+    };
+    for (size_t i = 0; i < sizeof model / sizeof model[0]; i++)
+        TRY(set_model(model[i].key, model[i].value), "simcuSetDeviceModel");
+    r->dev_rng = seed ^ 0x5DEECE66Dull;
+    return 0;
+}
+
+/* the end of a step: wait for the device, as a loop reading its loss (.item()) does */
+static int step_sync(struct run *r)
+{
+    if (r->fw == SIMTRAIN_TORCH) TRY(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+    else TRY(r->d.cuStreamSynchronize(r->fw == SIMTRAIN_JAX ? NULL : r->stream), "cuStreamSynchronize");
+    return 0;
+}
+
 static int launch(struct run *r, enum kernel k, void **args, unsigned grid)
 {
     const struct kernel_desc *kd = &KERNELS[k];
     enum api a;
+    if (r->device_time) before_launch(r, k);
     switch (r->fw) {
     case SIMTRAIN_TORCH:
         a = API_cudaLaunchKernel;
@@ -505,6 +589,12 @@ static int setup(struct run *r)
             return fail(r, "dlsym(libcuda.so.1, %s) failed", need[i].symbol);
         }
     }
+    if (r->cfg->oom) { /* out-of-memory mode only: the free memory, as frameworks ask for it */
+        CUdriverProcAddressQueryResult st;
+        if (getproc ? getproc("cuMemGetInfo", (void **)&r->d.cuMemGetInfo, 12080, 0, &st) != CUDA_SUCCESS
+                    : !(r->d.cuMemGetInfo = (CUresult(*)(size_t *, size_t *))dlsym(r->lib, "cuMemGetInfo_v2")))
+            return fail(r, "cuMemGetInfo not found");
+    }
     register_fn reg = (register_fn)dlsym(r->lib, "simcuRegisterKernel");
     if (!reg) return fail(r, "libcuda.so.1 is not simcuda (no simcuRegisterKernel)");
     CUdevice dev;
@@ -588,12 +678,71 @@ static int noise_pass(struct run *r, struct model *md, uint64_t *rng)
     return dev_free(r, log);
 }
 
+/* ---------------- out of memory, the way a framework's allocator meets it ---------------- */
+
+static int mem_info(struct run *r, size_t *freeb, size_t *total)
+{
+    return r->fw == SIMTRAIN_TORCH ? (int)cudaMemGetInfo(freeb, total) : (int)r->d.cuMemGetInfo(freeb, total);
+}
+
+static int release_cache(struct run *r)
+{
+    while (r->n_cached > 0)
+        if (dev_free(r, r->cached[--r->n_cached])) return -1;
+    return 0;
+}
+
+/* At the OOM step: a few blocks go to the allocator's cache (allocated, freed by the program, kept
+ * from CUDA: PyTorch's cached blocks, buffers XLA has not collected yet); then one request larger
+ * than the free memory (a batch too large) fails; the cache is released for real (cudaFree /
+ * cuMemFree / cuMemFreeAsync of every cached block: PyTorch's release_cached_blocks, XLA's retry
+ * after garbage collection) and the same request is tried again.  NEAR: it asks for the free
+ * memory plus half the cache, so the retry succeeds (the block is used and freed); FINAL: for more
+ * than free + cache, so the retry fails and the run ends with the framework's out-of-memory error.
+ * Each failed try writes the live set to cfg->oom_truth (simtrain_oom.c). */
+static int oom_request(struct run *r, int s)
+{
+    const int near = r->cfg->oom == SIMTRAIN_OOM_NEAR;
+    size_t freeb, total, cached = 0, n;
+    r->role = "cached";
+    for (int i = 0; i < 4; i++) {
+        size_t sz = (size_t)(256 << 10) * (size_t)(i + 1);
+        if (dev_alloc(r, &r->cached[r->n_cached], sz, 0)) return -1;
+        r->cached_size[r->n_cached++] = sz;
+        cached += sz;
+    }
+    TRY(mem_info(r, &freeb, &total), "cuMemGetInfo");
+    n = near ? freeb + cached / 2 : freeb + cached + ((size_t)1 << 20);
+    void *p = NULL;
+    enum api a;
+    struct oom_failure f = {s, 1, NULL, near ? "near" : "final", n, cached, freeb, total};
+    for (;; f.attempt++) {
+        int rc = raw_alloc(r, &p, n, 0, &a);
+        if (rc == 0) break;
+        r->t->failed_allocs++;
+        f.api = API_NAMES[a];
+        if (oom_write_truth(r->cfg->oom_truth, &f)) return fail(r, "cannot write %s", r->cfg->oom_truth);
+        if (f.attempt == 2)
+            return fail(r, "CUDA out of memory. Tried to allocate %zu bytes (%s error %d; device: %zu of %zu bytes "
+                        "free, %zu bytes released from the cache)", n, f.api, rc, freeb, total, cached);
+        if (release_cache(r)) return -1;
+        TRY(mem_info(r, &freeb, &total), "cuMemGetInfo");
+        f.cached_bytes = 0, f.free_bytes = freeb, f.total_bytes = total;
+    }
+    if (f.attempt == 1) return fail(r, "the request of %zu bytes (%zu free) did not fail", n, freeb);
+    r->role = "request";
+    if (counted_alloc(r, p, n, a) || dev_zero(r, p, 4096) || dev_free(r, p)) return -1;
+    r->role = "step";
+    return 0;
+}
+
 static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy, unsigned kinds)
 {
     int L = md->layers;
     void *x, *loss_grad;
     int skip_ws = noisy && (kinds & SIMTRAIN_NOISE_MISSING) ? (int)(splitmix(rng) % (uint64_t)L) : -1;
     int x_on_stream2 = noisy && (kinds & SIMTRAIN_NOISE_STREAM2) && r->stream2;
+    r->role = "step";
     r->regular = 1;
     r->regular_allocs = 0;
     if (dev_alloc(r, &x, INPUT_BYTES, 0) || h2d(r, x, staging(r, md), INPUT_BYTES)) return -1;
@@ -605,6 +754,9 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
         if (dev_alloc(r, &md->act[i], act_bytes(i), 0)) return -1;
         if (i == skip_ws) ws = md->act[i]; /* noise: no workspace this time */
         else if (dev_alloc(r, &ws, ws_bytes(i), 1)) return -1;
+        if (r->cfg->oom && i == L / 2 && s == (r->cfg->oom_step < 0 ? r->cfg->steps - 1 : r->cfg->oom_step) &&
+            oom_request(r, s))
+            return -1;
         void *args[] = {&md->w[i], &in, &md->act[i], &ws, &n, &layer};
         if (launch(r, K_FWD, args, 4) || (i != skip_ws && dev_free(r, ws))) return -1;
     }
@@ -633,6 +785,7 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
     }
     r->regular = 0;
     if (s == 0) r->t->allocs_per_step = r->regular_allocs;
+    if (r->device_time && step_sync(r)) return -1;
     if (noisy) {
         r->t->noise_steps++;
         if ((kinds & SIMTRAIN_NOISE_EXTRA) && noise_pass(r, md, rng)) return -1;
@@ -647,9 +800,14 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     memset(r, 0, sizeof run);
     r->t = out;
     if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
-        cfg->noise < 0 || cfg->noise > 1)
+        cfg->noise < 0 || cfg->noise > 1 || cfg->device_time < 0 || cfg->device_time > 1 || cfg->oom < 0 ||
+        cfg->oom > 2)
         return fail(r, "invalid configuration");
     r->fw = cfg->framework;
+    r->device_time = cfg->device_time;
+    r->cfg = cfg;
+    r->role = "persistent";
+    oom_track_reset();
     int L = cfg->layers, rc = -1;
     struct model md = {L, calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), calloc(L, sizeof(void *)),
                        calloc(L, sizeof(void *)), calloc(L, sizeof(void *)), NULL, NULL};
@@ -671,6 +829,7 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
             goto done;
         }
     }
+    if (r->device_time && device_time_setup(r, cfg->seed)) goto done;
     /* persistent state: weights and Adam moments, a host staging buffer */
     if (r->fw == SIMTRAIN_TORCH) {
         if (cudaMallocHost(&md.pinned, INPUT_BYTES) != cudaSuccess) {

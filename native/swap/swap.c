@@ -529,14 +529,22 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
                 r = is;
                 stall = 0.0;
             } else {
-                channel_earliest(&d2h, c->start, c->t_out, INFINITY, &os);
-                oe = os + c->t_out;
+                /* with stalls, but a schedule that can run: the swap-out ends by the next access
+                 * and, when it ends after the first over-target moment (where the program waits
+                 * for it), starts before that moment; the swap-in starts before the next access
+                 * (which waits for it when it ends late) */
                 double first_over = hot_t[k1], last_over_end = hot_end[k2];
+                double lim = c->end - c->t_out;
+                if (first_over < lim) lim = first_over;
+                if (!channel_earliest(&d2h, c->start, c->t_out, lim, &os)) continue;
+                oe = os + c->t_out;
+                if (oe > first_over && !(os < first_over)) continue;
                 f = first_over < oe ? first_over : oe;
                 stall = oe - f;
                 double need = last_over_end > oe ? last_over_end : oe;
-                if (!channel_latest(&h2d, c->end, c->t_in, need, &is))
-                    channel_earliest(&h2d, need, c->t_in, INFINITY, &is);
+                if (!channel_latest(&h2d, c->end, c->t_in, need, &is) &&
+                    !(channel_earliest(&h2d, need, c->t_in, c->end, &is) && is < c->end))
+                    continue;
                 r = c->end < is ? c->end : is;
                 double late = is + c->t_in - c->end;
                 stall += late > 0.0 ? late : 0.0;

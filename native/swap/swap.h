@@ -49,6 +49,40 @@ typedef struct {
 int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
                          int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
                          int budget_mode, int64_t target, int64_t *out_pos, double *out_t);
+
+/* ---- replay (replay.c): a schedule played on a discrete-event model of the GPU ----------
+ *
+ * The compute ops (launches, copies) are released at their recorded start R[i] and keep their
+ * stream for dur[i]; an op starts late (delay[i] > 0) when the op before it on its stream ends
+ * late, or when it waits for a transfer: a swap-in of a block it accesses (its next access) or
+ * the swap-out of a block whose memory must be free before it runs (the budget mode's gate).
+ * A delay is absorbed by the idle time before the next op on the stream.  One D2H and one H2D
+ * engine serve their transfers in planned order (FIFO); a transfer is issued at its planned
+ * time shifted by how late the timeline runs then: its anchor op's delay (the swap-out's: the
+ * block's previous access; the swap-in's: the last op released by its planned start) less the
+ * idle time between that op's end and the planned time; it starts once its engine is free (a
+ * swap-in also once its own swap-out has ended). */
+typedef struct {
+    double out_start, in_start;       /* planned issue times (ns, the trace's clock) */
+    double t_out, t_in;               /* transfer durations */
+    int64_t out_anchor, in_anchor;    /* op whose delay shifts the issue (-1: none) */
+} pi_swap_xfer;
+
+/* Replays one schedule.
+ *   ops (n_ops, seq order): R start, dur, sprev / snext (previous / next op on its stream, -1;
+ *   both NULL: one stream, in seq order); ord: op indices in release order (R, seq), NULL when
+ *   that is seq order;
+ *   xfers (n_sw); x_sw/x_dir/x_pos (n_x = 2 n_sw transfers in planned order: swap, 0 out | 1 in,
+ *   how many ops in release order are released by its planned time);
+ *   w_sw/w_dir/w_pos (n_w waits, by w_pos: the op at release position w_pos waits for swap
+ *   w_sw's out end (0) or in end (1)).
+ * Output: delay[n_ops] (zeroed by the caller), sw_t[5 n_sw] = out start, out end, in start,
+ * in end, wait caused (ns); *slowdown = how much later the last op ends.  0, or -1 (memory). */
+int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int64_t *sprev, const int64_t *snext,
+                   const int64_t *ord,
+                   int64_t n_sw, const pi_swap_xfer *xf, int64_t n_x, const int64_t *x_sw, const int8_t *x_dir,
+                   const int64_t *x_pos, int64_t n_w, const int64_t *w_sw, const int8_t *w_dir, const int64_t *w_pos,
+                   double *delay, double *sw_t, double *slowdown);
 /* END CDEF */
 
 #endif

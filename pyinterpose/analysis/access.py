@@ -96,25 +96,43 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
     def ptr(x):
         return ffi.from_buffer({"<i8": "int64_t[]", "<i4": "int32_t[]", "|i1": "int8_t[]"}[x.dtype.str], x)
 
-    t_alloc = np.ascontiguousarray(b["t_alloc"].to_numpy(np.int64)[rows])
-    t_free = np.ascontiguousarray(b["t_free"].to_numpy(np.int64)[rows])
+    t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
+    t_free = b["t_free"].to_numpy(np.int64)[rows]
+    a_seq = np.ascontiguousarray(a["seq"].to_numpy(np.int64))
+    a_t = np.ascontiguousarray(a["t"].to_numpy(np.int64))
+    dev = _device_times(trace, pid, rows, a, a_seq, a_t)
+    if dev is not None:          # device clock: blocks' host events placed on it; touches by access row
+        t_alloc, t_free, a_start, a_end = dev
+        a_t = np.arange(len(a_t), dtype=np.int64)
+    t_alloc, t_free = np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free)
     cnt = np.zeros(nb, np.int64)
     touch_seq = np.empty(len(a_bid), np.int64)
     touch_t = np.empty(len(a_bid), np.int64)
     n_touch = lib.pi_access_touches(nb, ptr(seq_alloc), ptr(seq_free), len(a_bid), ptr(row),
-                                    ptr(np.ascontiguousarray(a["seq"].to_numpy(np.int64))),
-                                    ptr(np.ascontiguousarray(a["t"].to_numpy(np.int64))), ptr(cnt),
-                                    ptr(touch_seq), ptr(touch_t))
+                                    ptr(a_seq), ptr(a_t), ptr(cnt), ptr(touch_seq), ptr(touch_t))
     if n_touch < 0:
         raise MemoryError("out of memory building access intervals")
-    del row
+    del row, a_t
     m = int(n_touch) + nb
     start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
     start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
     code = np.empty(m, np.int8)
-    lib.pi_access_intervals(nb, ptr(seq_alloc), ptr(seq_free), ptr(t_alloc), ptr(t_free), ptr(cnt),
-                            ptr(touch_seq), ptr(touch_t), ptr(start_seq), ptr(end_seq), ptr(start_t), ptr(end_t),
-                            ptr(code))
+    if dev is None:
+        lib.pi_access_intervals(nb, ptr(seq_alloc), ptr(seq_free), ptr(t_alloc), ptr(t_free), ptr(cnt),
+                                ptr(touch_seq), ptr(touch_t), ptr(start_seq), ptr(end_seq), ptr(start_t),
+                                ptr(end_t), ptr(code))
+    else:
+        # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
+        # the next touch STARTS (its device start): the intervals of the touches' ends give the
+        # starts, those of their starts give the ends (alloc and free are the same in both)
+        k = touch_t[:int(n_touch)]
+        scratch = np.empty(m, np.int64)
+        for times, out_start, out_end in ((a_end, start_t, scratch), (a_start, scratch, end_t)):
+            lib.pi_access_intervals(nb, ptr(seq_alloc), ptr(seq_free), ptr(t_alloc), ptr(t_free), ptr(cnt),
+                                    ptr(touch_seq), ptr(np.ascontiguousarray(times[k])), ptr(start_seq),
+                                    ptr(end_seq), ptr(out_start), ptr(out_end), ptr(code))
+        del scratch, k, a_start, a_end
+        np.maximum(end_t, start_t, out=end_t)      # accesses overlapping on concurrent streams: 0
     del touch_seq, touch_t, t_alloc, t_free
     rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
     out = pd.DataFrame({
@@ -133,6 +151,34 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
         "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
     }, copy=False)   # fresh arrays: no consolidation copy
     return out
+
+
+def _device_times(trace: Trace, pid: int | None, rows: np.ndarray, a, a_seq: np.ndarray, a_t: np.ndarray):
+    """On the device clock (:mod:`.clock`): (t_alloc, t_free of the blocks' ``rows``, start and end of
+    every access) on it; None when every process concerned is on the CPU clock."""
+    from .clock import clock_of
+
+    b = trace.blocks
+    pids = [pid] if pid is not None else sorted({int(x) for x in b["pid"].to_numpy()[rows]})
+    clocks = {p: clock_of(trace, p) for p in pids}
+    if not any(c.device for c in clocks.values()):
+        return None
+    t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
+    t_free = b["t_free"].to_numpy(np.int64)[rows]
+    sa, sf = b["seq_alloc"].to_numpy(np.int64)[rows], b["seq_free"].to_numpy(np.int64)[rows]
+    a_start, a_end = a_t.copy(), a_t.copy()
+    b_pid = b["pid"].to_numpy()[rows]
+    a_pid = a["pid"].to_numpy()
+    for p, c in clocks.items():
+        if not c.device:
+            continue
+        mb = slice(None) if len(pids) == 1 else b_pid == p
+        t_alloc, t_free = t_alloc.copy(), t_free.copy()
+        t_alloc[mb] = c.host_times(sa[mb], t_alloc[mb])
+        t_free[mb] = c.host_times(sf[mb], t_free[mb])
+        ma = a_pid == p
+        a_start[ma], a_end[ma] = c.op_times(a_seq[ma], a_t[ma])
+    return t_alloc, t_free, a_start, a_end
 
 
 def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:
@@ -412,8 +458,11 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
     kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if n_kind[i]]
     ati_q, (ati_thr,) = _quantile_summary(ati.copy(), (ati_quantile,)) if n else (None, (None,))
+    from .clock import clock_of
+
     out: dict[str, Any] = {
         "pid": pid,
+        **clock_of(trace, pid).as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": n,
         "blocks": n_blocks,

@@ -106,10 +106,10 @@ def save_measurement(m: dict, path: str | None = None) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = load_measurements(path)
     data[m["key"]] = m
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    from ..outfile import atomic_output
+
+    with atomic_output(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
     return path
 
 

@@ -118,6 +118,14 @@ def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any
     return out
 
 
+def _clock_keys(trace: Trace) -> dict[str, Any]:
+    """The main process's clock (:mod:`.clock`): ``clock``, ``clock_note`` and the launch lag."""
+    from .clock import clock_of, launch_lag
+
+    c = clock_of(trace)
+    return {**c.as_dict(), "launch_lag": launch_lag(trace)}
+
+
 def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = None,
               time_limit: float = 2.0, pools: bool = True, swap: bool = True) -> dict[str, Any]:
     """One comparison row for ``trace`` (see the module docstring)."""
@@ -152,6 +160,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "path": trace.path,
         "framework": framework_of(trace),
         "view": view,
+        **_clock_keys(trace),
         "processes": len(trace.pids),
         "devices": sorted(int(d) for d in b["device"].unique()),
         "blocks": int(len(b)),

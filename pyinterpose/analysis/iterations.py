@@ -62,6 +62,7 @@ class Iterations:
     score: float = 0.0               # share of signature positions repeating at the period
     seq_range: tuple[int, int] = (0, 0)  # the analysed process's [first seq, last seq + 1)
     reason: str = ""                 # why no loop was reported (source "none")
+    clock: dict = field(default_factory=lambda: {"clock": "cpu"})   # the clock of boundaries_t (.clock)
 
     @property
     def durations_ns(self) -> np.ndarray:
@@ -98,6 +99,7 @@ class Iterations:
         }
         if self.reason:
             out["reason"] = self.reason
+        out.update(self.clock)
         if per_iteration:
             c = self.count
             b, bt = self.boundaries.tolist(), self.boundaries_t.tolist()
@@ -460,8 +462,20 @@ def find_iterations(trace: Trace, pid: int | None = None, *, use_markers: bool =
     pid = int(pid)
     key = ("iterations", pid, bool(use_markers), int(min_steps), float(min_score), float(tolerance),
            None if max_extra is None else int(max_extra))
-    return trace.derived(key, lambda: _find(trace, pid, use_markers, min_steps, min_score, tolerance,
-                                            max_extra))
+    return trace.derived(key, lambda: _on_clock(trace, _find(trace, pid, use_markers, min_steps, min_score,
+                                                             tolerance, max_extra)))
+
+
+def _on_clock(trace: Trace, it: Iterations) -> Iterations:
+    """``it`` with its boundaries' times on the process's clock (:mod:`.clock`): on the device
+    clock a step starts where the GPU reached its first event, so durations are the GPU's."""
+    from .clock import clock_of
+
+    c = clock_of(trace, it.pid)
+    it.clock = c.as_dict()
+    if c.device and len(it.boundaries):
+        it.boundaries_t = c.host_times(it.boundaries, it.boundaries_t)
+    return it
 
 
 def _find(trace: Trace, pid: int, use_markers: bool, min_steps: int, min_score: float, tolerance: float,

@@ -33,7 +33,13 @@ def summarize(trace: Trace) -> dict:
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
     info = allocator_info(trace)
     graph_launches = int(trace.launches["graph"].sum()) if len(trace.launches) else 0
+    from .clock import clock_of, launch_lag
+
+    for row in per_pid:
+        row.update(clock_of(trace, row["pid"]).as_dict())
     return {
+        **clock_of(trace).as_dict(),
+        "launch_lag": launch_lag(trace),
         "trace": trace.path,
         "command": trace.meta.get("command"),
         "view": trace.meta.get("view"),
@@ -65,6 +71,7 @@ def summarize(trace: Trace) -> dict:
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
+        **_oom(trace),
     }
 
 
@@ -73,3 +80,11 @@ def _applied(trace: Trace) -> dict | None:
     from .applied import summary
 
     return summary(trace)
+
+
+def _oom(trace: Trace) -> dict:
+    """``oom``: one entry per failed out-of-memory allocation (pyinterpose.analysis.oom)."""
+    from .oom import explain
+
+    ex = explain(trace)
+    return {"oom": ex["entries"], "oom_summary": {k: v for k, v in ex.items() if k != "entries"}}

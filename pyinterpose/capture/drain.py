@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from . import records
+from .gpuclock import ClockTally
 from .ring import DEFAULT_LEASE_S, NotAllocated, Ring, list_rings
 
 UNRECORDED_PREFIX = "unrecorded-"
@@ -65,6 +66,7 @@ class Drain:
             if path not in self._rings:
                 try:
                     self._rings[path] = Ring(path, lease_s=self.lease_s)
+                    self._rings[path].clock = ClockTally()   # the device clock's records, for run's report
                 except (OSError, ValueError, NotAllocated):
                     continue
         for ring in self._rings.values():
@@ -79,6 +81,8 @@ class Drain:
             got = ring.drain(self._buf, final=final)
             if len(got) == 0:
                 break
+            if hasattr(ring, "clock"):
+                ring.clock.update(got)
             if not self._write(self.writer.events, pid, got):
                 ring.discarded += len(got)
             total += len(got)
@@ -163,6 +167,7 @@ class Drain:
                 self._drain_ring(ring, final=True)
                 info = ring.header()
                 info.update(ring.counters())
+                info.update(ring.clock.info() if hasattr(ring, "clock") else {})
                 procs.append(info)
             except Exception as e:  # noqa: BLE001
                 self.error = self.error or f"{type(e).__name__}: {e}"

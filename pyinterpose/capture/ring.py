@@ -121,6 +121,7 @@ class Ring:
         return {"written": f("head") - 1, "consumed": f("tail") - 1, "waits": f("waits"),
                 "lost": f("lost") + self.lost_on_close + self.discarded,
                 "unscanned_launches": f("unscanned_launches"), "closed": bool(f("closed")),
+                "oom_failures": f("oom_failures"),
                 "abandoned": bool(f("abandoned"))}
 
     @property

@@ -18,7 +18,7 @@ import time
 
 from .. import __version__
 from ..errors import PyinterposeError
-from . import records
+from . import gpuclock, records
 from .drain import Drain
 from .ring import DEFAULT_LEASE_S
 
@@ -260,14 +260,20 @@ def _make_ring_dir(session: str, ring_dir: str | None) -> tuple[str | None, str 
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
             env: dict[str, str] | None = None, stacks: str = "python", cwd: str | None = None,
-            force: bool = False, ring_dir: str | None = None, apply: str | None = None) -> int:
+            force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto", after=None,
+            apply: str | None = None) -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
     (128+N when killed by signal N), or CAPTURE_INCOMPLETE_EXIT when the program exited 0 but some
-    process was not recorded, events were lost or the trace could not be written."""
+    process was not recorded, events were lost or the trace could not be written, or
+    gpuclock.GPU_CLOCK_MISSING_EXIT when it exited 0, ``gpu_clock`` is "cupti" and a process that ran
+    device work got no device clock.  ``after``: called as ``after(output, procs)`` once the trace is
+    written (procs: each process's ring counters, e.g. ``oom_failures``)."""
     if not argv:
         raise PyinterposeError("no command given: pyinterpose run [options] -- CMD ...")
     if view not in VIEWS:
         raise PyinterposeError(f"unknown view {view!r} (choose from {', '.join(VIEWS)})")
+    if gpu_clock not in gpuclock.MODES:
+        raise PyinterposeError(f"unknown --gpu-clock {gpu_clock!r} (choose from {', '.join(gpuclock.MODES)})")
     if stacks not in STACKS:
         raise PyinterposeError(f"unknown --stacks {stacks!r} (choose from {', '.join(STACKS)})")
     child_env = dict(os.environ if env is None else env)
@@ -305,6 +311,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env["PYINTERPOSE_CONSUMER_PID"] = str(os.getpid())
     child_env["PYINTERPOSE_ACCESS"] = "1" if access else "0"
     child_env["PYINTERPOSE_STACKS"] = stacks
+    child_env["PYINTERPOSE_GPU_CLOCK"] = gpu_clock
     if ring_records:
         child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
     pidns = _pid_namespace()
@@ -331,7 +338,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     meta = {
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
         "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
-        "site_format": 1, "simulated_gpu": simulated_gpu, "apply": apply_meta,
+        "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock, "apply": apply_meta,
         "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
@@ -395,6 +402,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         for line in applying.report(apply, apply_status, quiet):
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
+    if after is not None:
+        after(output, procs)
     problems = _capture_problems(procs, unrecorded, capture_error)
     if problems:
         sys.stderr.write(f"pyinterpose: capture INCOMPLETE: {problems}; the trace {output} says so"
@@ -403,6 +412,17 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         sys.stderr.flush()
     if problems and status == 0:
         return CAPTURE_INCOMPLETE_EXIT
+    no_clock = gpuclock.missing(procs)
+    if gpu_clock == "cupti" and no_clock:
+        p = no_clock[0]
+        sys.stderr.write(f"pyinterpose: --gpu-clock cupti: NO device clock in {len(no_clock)} process"
+                         f"{'es' if len(no_clock) != 1 else ''} (pid {p['pid']}: {p.get('clock_reason') or '?'}); "
+                         f"the trace {output} has CPU times only"
+                         + (f" (exit status {gpuclock.GPU_CLOCK_MISSING_EXIT}: the program itself exited 0)"
+                            if status == 0 else "") + "\n")
+        sys.stderr.flush()
+        if status == 0:
+            return gpuclock.GPU_CLOCK_MISSING_EXIT
     return status
 
 
@@ -446,5 +466,8 @@ def _print_done(output: str, procs: list[dict], events: int, status: int) -> Non
            f"        pyinterpose pools {output}\n"
            f"        pyinterpose swap {output} --bandwidth 25\n"
            f"        pyinterpose report {output} -o report.html\n")
+    clock = gpuclock.report_line(procs)
+    if clock:
+        msg = msg.replace("\n", f"\n  {clock}\n", 1)
     sys.stderr.write(msg)
     sys.stderr.flush()

@@ -14,7 +14,7 @@ from ..errors import PyinterposeError
 from ._args import Parser, check_outputs
 
 # Order = order in --help.
-COMMANDS = ["run", "summary", "iterations", "access", "pools", "plan", "swap", "bandwidth",
+COMMANDS = ["run", "summary", "iterations", "access", "pools", "plan", "swap", "bandwidth", "fit",
             "report", "compare", "export", "demo"]
 
 

@@ -179,3 +179,20 @@ def check_outputs(args) -> None:
 
 def warn(message: str) -> None:
     print(f"pyinterpose: warning: {message}", file=sys.stderr)
+
+
+def add_site_skip(p) -> None:
+    """``--site-skip PATTERN`` (repeatable): the frames taken as allocation helpers, overriding the
+    automatic detection (pyinterpose.trace.stacks); ``--site-skip none``: the innermost frame."""
+    p.add_argument("--site-skip", action="append", metavar="PATTERN",
+                   help="call sites: skip frames whose function, file:function or file matches PATTERN (fnmatch; "
+                        "repeatable) instead of the allocation helpers found automatically; 'none': group by the "
+                        "innermost frame")
+
+
+def apply_site_skip(trace, args) -> None:
+    """Hand ``--site-skip`` to the trace's call-site grouping (nothing when the option is absent)."""
+    patterns = getattr(args, "site_skip", None)
+    if patterns:
+        from ..trace.stacks import set_site_skip
+        set_site_skip(trace, patterns)

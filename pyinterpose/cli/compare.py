@@ -22,7 +22,13 @@ def register(sub) -> None:
     p.add_argument("--no-pools", action="store_true", help="skip the pool strategies (faster)")
     p.add_argument("--no-swap", action="store_true", help="skip swap planning (faster)")
     p.add_argument("--json", action="store_true", help='print {"traces": [...]} as one JSON object')
+    A.add_site_skip(p)
     p.set_defaults(func=run, outputs=(("output", "-o"),))
+
+
+def _loaded(trace, args):
+    A.apply_site_skip(trace, args)
+    return trace
 
 
 def run(args) -> int:
@@ -39,7 +45,7 @@ def run(args) -> int:
     with progress("comparing", enabled=None if not args.json else False) as pr:
         cmp, traces = compare_files(args.traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
                                     pools=not args.no_pools, swap=not args.no_swap, progress=pr,
-                                    load=lambda p: load_trace(p, quiet=args.json))
+                                    load=lambda p: _loaded(load_trace(p, quiet=args.json), args))
     if args.output:
         try:
             from ..outfile import atomic_output

@@ -22,6 +22,7 @@ def register(sub) -> None:
                    help="time limit for the exact pool planner, seconds (default 5)")
     p.add_argument("--top", type=A.count(1), default=15, help="rows in the largest-blocks table (default 15)")
     p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
+    A.add_site_skip(p)
     p.set_defaults(func=run)
 
 
@@ -38,6 +39,7 @@ def run(args) -> int:
     out = args.output or default_output(args.trace)
     A.check_output(out, args.force)
     trace = load_trace(args.trace, quiet=args.json)
+    A.apply_site_skip(trace, args)
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)
     try:

@@ -1,4 +1,4 @@
-"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--ring-dir DIR] [--apply PLAN] -- CMD ..."""
+"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply PLAN] -- CMD ..."""
 from __future__ import annotations
 
 import argparse
@@ -13,10 +13,12 @@ def register(sub) -> None:
         "run", help="run a program under the profiler and write a trace",
         description="Run CMD with the CUDA interposer preloaded and write one trace file.",
         usage="pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] "
-              "[--stacks python|native|none] [--ring-dir DIR] [--apply plan.json] -- CMD ...",
+              "[--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply plan.json] "
+              "-- CMD ...",
         epilog="Exit status: the program's own (128+N when killed by signal N); 3 when the program exited 0 "
                "but the capture is incomplete (a process could not be recorded, events were lost, or the "
-               "trace could not be written) -- one line on stderr says what.")
+               "trace could not be written) -- one line on stderr says what; 4 when --gpu-clock cupti was asked, the "
+               "program exited 0, and a process that ran kernels or copies got no device clock.")
     p.add_argument("-o", "--output", metavar="FILE", help="trace file (default: pyinterpose-<prog>-<pid>.pit)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the trace file if it exists")
     p.add_argument("--view", choices=["blocks", "reserved"], default="blocks",
@@ -29,6 +31,10 @@ def register(sub) -> None:
                    help="call stack recorded with each allocation: the thread's Python stack, the native "
                         "return-address chain, or none (the calling library is always recorded) "
                         "(default: python)")
+    p.add_argument("--gpu-clock", choices=["auto", "cupti", "off"], default="auto",
+                   help="device timestamps of kernels, copies and memsets through CUPTI: auto (when libcupti "
+                        "is there and free), cupti (required: the run still runs, but exits 4 and says so "
+                        "when a process got none), off (never load CUPTI) (default: auto)")
     p.add_argument("--ring-dir", metavar="DIR",
                    help="where rings go when /dev/shm has no room (default: $TMPDIR); a private folder is made "
                         "and removed there")
@@ -51,4 +57,25 @@ def _run(args) -> int:
         raise PyinterposeError(f"--ring-dir {args.ring_dir}: not a directory")
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
                    simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
-                   stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, apply=args.apply)
+                   stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, gpu_clock=args.gpu_clock,
+                   after=explain_oom, apply=args.apply)
+
+
+def explain_oom(output: str, procs: list[dict]) -> None:
+    """After the program: when an allocation failed for lack of memory, a compact explanation on
+    stderr (never changes run's exit status; a failure to explain is one line)."""
+    import sys
+
+    if not sum(int(p.get("oom_failures") or 0) for p in procs) or not os.path.exists(output):
+        return
+    try:
+        from .. import load
+        from ..analysis.oom import explain
+        from ..report.oom_text import compact
+
+        lines = compact(explain(load(output)), output)
+    except Exception as e:  # noqa: BLE001 - the trace is written; the explanation is a bonus
+        lines = [f"pyinterpose: allocations failed for lack of memory; no explanation ({type(e).__name__}: {e}); "
+                 f"try: pyinterpose summary {output}"]
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()

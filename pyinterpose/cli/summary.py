@@ -9,6 +9,8 @@ def register(sub) -> None:
                        description="Summarise a trace: event counts, APIs, processes, peak live bytes, loss.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="print JSON")
+    from ._args import add_site_skip
+    add_site_skip(p)
     p.set_defaults(func=_run)
 
 
@@ -24,7 +26,10 @@ def _run(args) -> int:
     from ..analysis.summary import summarize
     from ..report.text import load_trace
 
+    from ._args import apply_site_skip
+
     trace = load_trace(args.file, quiet=args.json)
+    apply_site_skip(trace, args)
     s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
@@ -80,7 +85,9 @@ def _run(args) -> int:
         con.print(f"[bold red]INCOMPLETE trace[/bold red]: {s['incomplete_reason']}")
     con.print(f"peak live device bytes: [bold]{_fmt_bytes(s['peak_live_bytes'])}[/bold]  "
               f"allocated in total: {_fmt_bytes(s['bytes_allocated'])}  kernels: {s['kernels']}")
+    _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
+    print_oom(con, s)
     if s.get("applied"):
         print_applied(con, s["applied"], _fmt_bytes)
     return 0
@@ -114,6 +121,17 @@ def print_applied(con, ap: dict, fmt_bytes) -> None:
             con.print(t)
 
 
+def _print_clock(con, s: dict) -> None:
+    """The clock line, and on the device clock the launch-to-start lag (how far the CPU ran ahead)."""
+    from ..report.text import fmt_ns
+
+    con.print(f"clock: [bold]{s['clock']}[/bold]" + (f"  ({s['clock_note']})" if s.get("clock_note") else ""))
+    lag = s.get("launch_lag")
+    if lag:
+        con.print(f"launch-to-start lag over {lag['launches']} launches: median {fmt_ns(lag['median_ns'])}, "
+                  f"p90 {fmt_ns(lag['p90_ns'])}, p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])}")
+
+
 def allocator_line(s: dict) -> str:
     """The framework allocator in one line, from :func:`summarize`'s dict."""
     al, out = s["allocator"], s["outside_allocator"]
@@ -125,6 +143,19 @@ def allocator_line(s: dict) -> str:
             f"{_fmt_bytes(al['peak_live_bytes'])}; outside it: {out['blocks']} blocks, peak "
             f"{_fmt_bytes(out['peak_live_bytes'])}")
     return line + (f"\n  note: {al['note']}" if al.get("note") else "")
+
+
+def print_oom(con, s: dict) -> None:
+    """The out-of-memory explanation (pyinterpose.report.oom_text), or "no allocation failed"."""
+    from rich.markup import escape
+
+    from ..report.oom_text import full
+
+    ex = {**s["oom_summary"], "entries": s["oom"]}
+    lines = full(ex)
+    con.print(f"[bold]out of memory[/bold]: {escape(lines[0])}")
+    for line in lines[1:]:
+        con.print(escape(line), soft_wrap=True)
 
 
 def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> None:
@@ -146,5 +177,9 @@ def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> Non
             t.add_row(r["call_site"], r["owner"], str(r["blocks"]), fmt_bytes(r["bytes"]),
                       fmt_bytes(r["peak_live_bytes"]))
         con.print(t)
+    if sites.get("helpers") and (sites.get("by_peak") or sites.get("by_count")):
+        how = "found automatically" if sites.get("site_skip") == "auto" else "--site-skip"
+        con.print(f"call sites: the first frame outside the allocation helpers ({how}; --site-skip to choose): "
+                  + ", ".join(sites["helpers"]))
     for n in sites.get("notes") or []:
         con.print(f"note (pid {n['pid']}): {n['note']}")

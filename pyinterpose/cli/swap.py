@@ -66,6 +66,7 @@ def run(args) -> int:
         ("bandwidth", f"H2D {bw['h2d_bytes_per_s'] / 1e9:.2f} GB/s, D2H {bw['d2h_bytes_per_s'] / 1e9:.2f} GB/s, "
                       f"latency {bw['latency_s'] * 1e6:.1f} us"),
         ("bandwidth source", bw["source"]),
+        ("clock", d.get("clock", "cpu")),
     ], title="Host swap", out=con)
     rows = [(r["strategy"], r["mode"], fmt_bytes(r["peak_after"]), fmt_pct(r["reduction"]),
              f"{r['stall_seconds'] * 1e3:.3f} ms", fmt_pct(r["overhead_fraction"], 2), r["swaps"],
@@ -74,6 +75,8 @@ def run(args) -> int:
             for r in d["strategies"]]
     print_table(rows, ["strategy", "mode", "peak after", "reduction", "stall", "overhead", "swaps", "moved",
                        "budget met"], out=con)
+    con.print("  stall: how much later the run ends when the schedule is replayed on a model of the GPU (kernels in"
+              " recorded order, one copy engine per direction); peak after: the replayed peak")
     for n in d["notes"]:
         con.print(f"  note: {n}")
     if args.schedule_csv:

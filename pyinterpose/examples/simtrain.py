@@ -3,7 +3,8 @@ CUDA call path, with a truth file that says exactly what they did.
 
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
         [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
-        [--seed S]
+        [--seed S] [--device-time off|h100-like]
+        [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -17,9 +18,24 @@ plain arguments, ...); tf: dlopen libcuda + cuGetProcAddress_v2
 (native/simtrain); ``--workers K`` forks K children (no exec) that run the same
 loop, and the truth is summed over all processes.
 
+``--device-time h100-like`` gives the kernels device durations on simcuda's device clock, host dispatch
+work before each launch and a synchronisation per step, so that the GPU timeline lags the CPU's as on
+the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time as before.
+
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
-(exact names called), noise_steps, pids.
+(exact names called), noise_steps, pids; device_time when it is not off; failed_allocs with --oom.
+
+Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
+allocator's cache (allocated, freed by the program, kept from CUDA), then asks for more than the
+device has free (a batch too large); the request fails, the cached blocks are released for real
+(cudaFree / cuMemFree_v2 / cuMemFreeAsync), and the same request is tried again -- what PyTorch's
+caching allocator does, and XLA's retry after collecting garbage.  ``near``: the retry succeeds and
+the run goes on (a near OOM); ``final``: it fails too, the program prints the framework's
+out-of-memory error and exits with status 1.  ``--oom-truth FILE`` gets one JSON line per failed
+request with the live set at that moment (see native/simtrain/simtrain_oom.c).  The device's
+size is SIMCUDA_MEMORY_BYTES; when it is not set, --oom sets it to 256 MiB (the retry of a near
+OOM allocates most of the device in host memory).
 """
 from __future__ import annotations
 
@@ -32,20 +48,28 @@ import sys
 from pyinterpose.errors import PyinterposeError
 
 FRAMEWORKS = ("torch", "jax", "tf")
+DEVICE_TIMES = ("off", "h100-like")
 MAX_API = 32
 COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
 
 
+OOM_MODES = ("none", "near", "final")
+OOM_DEFAULT_DEVICE_BYTES = 256 << 20
+
+
 class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("noise_kinds", ctypes.c_uint)]
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
+                ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
+                ("noise_kinds", ctypes.c_uint)]
 
 
 class _Truth(ctypes.Structure):
     _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
-                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256)]
+                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256),
+                ("failed_allocs", ctypes.c_uint64)]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -80,9 +104,11 @@ def noise_mask(kinds: str) -> int:
 
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
-             noise_kinds: int = 1) -> dict:
+             device_time: str = "off", oom: str = "none", oom_step: int = -1,
+             oom_truth: str | None = None, noise_kinds: int = 1) -> dict:
     """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, noise_kinds)
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, noise_kinds)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -92,6 +118,8 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
             by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
     out = {k: int(getattr(t, k)) for k in COUNTERS}
     out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()])
+    if oom != "none":
+        out["failed_allocs"] = int(t.failed_allocs)
     return out
 
 
@@ -104,6 +132,8 @@ def _merge(parts: list[dict]) -> dict:
     total["by_api"] = dict(sorted(by_api.items()))
     total["allocs_per_step"] = parts[0]["allocs_per_step"]
     total["pids"] = [pid for p in parts for pid in p["pids"]]
+    if "failed_allocs" in parts[0]:
+        total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
     return total
 
 
@@ -115,8 +145,7 @@ def _child(lib, args, wfd: int) -> None:
     except (OSError, AttributeError):
         pass
     try:
-        msg = {"ok": run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
-                              noise_mask(args.noise_kinds))}
+        msg = {"ok": run_once(lib, *_run_args(args))}
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         msg, code = {"error": str(e)}, 1
     try:
@@ -125,6 +154,12 @@ def _child(lib, args, wfd: int) -> None:
             w.write(data)
     finally:
         os._exit(code)
+
+
+def _run_args(args: argparse.Namespace) -> tuple:
+    return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
+            getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
+            noise_mask(getattr(args, "noise_kinds", "extra")))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -145,8 +180,7 @@ def run(args: argparse.Namespace) -> dict:
         children.append((pid, r))
     parts, errors = [], []
     try:
-        parts.append(run_once(lib, args.framework, args.steps, args.layers, args.noise, args.seed,
-                              noise_mask(args.noise_kinds)))
+        parts.append(run_once(lib, *_run_args(args)))
     except PyinterposeError as e:
         errors.append(str(e))
     for pid, r in children:
@@ -167,6 +201,8 @@ def run(args: argparse.Namespace) -> dict:
     truth = {"framework": args.framework, "steps": args.steps, "workers": args.workers, "layers": args.layers,
              "seed": args.seed, "noise": args.noise}
     truth.update(_merge(parts))
+    if args.device_time != "off":
+        truth["device_time"] = args.device_time
     return truth
 
 
@@ -190,6 +226,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--truth", help="write the truth JSON here")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device-time", choices=DEVICE_TIMES, default="off",
+                   help="h100-like: kernels take device time, the GPU lags the CPU as on an H100")
+    p.add_argument("--oom", choices=OOM_MODES, default="none",
+                   help="run out of device memory at --oom-step: near (the retry after releasing the cache "
+                        "succeeds) or final (it fails: out-of-memory error, exit status 1)")
+    p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
+    p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -202,6 +245,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     noise_mask(args.noise_kinds)
     if not 0 <= args.seed < 2**64:
         raise PyinterposeError("--seed must be between 0 and 2**64-1")
+    if args.oom_step >= args.steps:
+        raise PyinterposeError(f"--oom-step must be below --steps ({args.steps})")
+    if args.oom_step < -1:
+        raise PyinterposeError("--oom-step must be 0 or more")
     return args
 
 
@@ -214,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         args = parse_args(argv)
+        if args.oom != "none":
+            os.environ.setdefault("SIMCUDA_MEMORY_BYTES", str(OOM_DEFAULT_DEVICE_BYTES))
         truth = run(args)
     except PyinterposeError as e:
         print(f"simtrain: error: {e}", file=sys.stderr)

@@ -30,11 +30,13 @@ class Timeline:
     reduced: bool = False          # more distinct instants than points: each bin keeps its peak and last
 
 
-def _events(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(t, delta, block row index) for allocs and frees, sorted like live_bytes_curve."""
+def _events(b: pd.DataFrame, times=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t, delta, block row index) for allocs and frees, sorted like live_bytes_curve.
+    ``times``: (t_alloc, t_free) to use instead of the table's (another clock)."""
     freed = b["freed"].to_numpy(bool)
     rows = np.arange(len(b))
-    t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
+    t_alloc, t_free = times if times is not None else (b["t_alloc"].to_numpy(np.int64), b["t_free"].to_numpy(np.int64))
+    t = np.concatenate([t_free[freed], t_alloc])
     size = b["size"].to_numpy(np.int64)
     d = np.concatenate([-size[freed], size])
     r = np.concatenate([rows[freed], rows])
@@ -104,7 +106,9 @@ def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: 
     devices = sorted(int(d) for d in b["device"].unique()) if device is None else [device]
     for dev in devices:
         bd = b[b["device"] == dev]
-        t, d, r = _events(bd)
+        from ..analysis.clock import block_times
+
+        t, d, r = _events(bd, block_times(trace, bd))     # on the process's clock
         total = np.cumsum(d)
         if len(total):
             i = int(np.argmax(total))

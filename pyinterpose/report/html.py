@@ -23,7 +23,7 @@ import pandas as pd
 
 from .. import __version__
 from ..trace.model import Trace
-from . import analyses, data, plots, timeline
+from . import analyses, data, oom_fit_sections, plots, timeline
 from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info, allocator_mask
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
@@ -257,6 +257,22 @@ def _safe(section: Section, fn: Callable[[], None]) -> None:
 
 # ---------------------------------------------------------------------------------------------
 
+def _clock_facts(trace: Trace, heads: dict) -> list[tuple[str, str]]:
+    """The header's clock line (and the launch-to-start lag on the device clock); their keys in
+    the headlines."""
+    from ..analysis.clock import clock_of, launch_lag
+
+    c = clock_of(trace)
+    lag = launch_lag(trace)
+    heads.update(c.as_dict(), launch_lag=lag)
+    out = [("clock", c.label + (f" — {c.note}" if c.note else ""))]
+    if lag:
+        out.append(("launch-to-start lag", f"median {fmt_ns(lag['median_ns'])}, p90 {fmt_ns(lag['p90_ns'])}, "
+                                           f"p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])} "
+                                           "(how far the CPU ran ahead of the GPU)"))
+    return out
+
+
 def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
           strategies=None, top: int = 15, progress=None) -> Report:
     """Run the analyses and assemble every section of the report."""
@@ -339,6 +355,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         *(_peak_facts(trace, peak) if reserved_view else [("peak live bytes", fmt_bytes(peak))]),
         ("NVML peak used", fmt_bytes(int(nv["used_bytes"].max())) if len(nv) else "not sampled"),
     ]
+    facts += _clock_facts(trace, heads)
     if reserved_view:
         al = allocator_info(trace)
         heads.update(allocator_peak_bytes=int(al["peak_live_bytes"]),
@@ -348,6 +365,12 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                  duration_ns=int(trace.duration_ns))
 
     sections: list[Section] = []
+
+    # ---- out of memory: first, when an allocation failed
+    if oom_fit_sections.has_failures(trace):
+        s = Section("oom", "Out of memory", oom_fit_sections.OOM_EXPLAIN)
+        _safe(s, lambda: oom_fit_sections.fill_oom(s, trace, heads))
+        sections.append(s)
 
     # ---- memory over time
     s = Section("memory", "Memory over time",
@@ -420,6 +443,18 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     _safe(s, _mem)
     sections.append(s)
 
+    # ---- call sites (the first frame outside allocation helpers; each block keeps its stack), when
+    # the trace recorded stacks (summary says so when it did not)
+    _sid = _bl["stack_id"].to_numpy() if "stack_id" in _bl else np.zeros(0, np.int64)
+    s = Section("sites", "Call sites",
+                "Where the allocations come from: each block's call site is the first frame of its stack outside"
+                " allocation helpers (a function of the program that nearly every allocation goes through, found"
+                " automatically, or chosen with --site-skip). The tables rank the call sites by bytes live at the"
+                " peak and by allocations; 'called from' gives the callers of the site's largest block.")
+    if (_sid >= 0).any():
+        _safe(s, lambda: _call_sites_section(s, trace, heads))
+        sections.append(s)
+
     # ---- iterations + lifetimes
     s = Section("iterations", "Iterations and block lifetimes",
                 "The training loop's period, found from the allocation sequence (or from mark_step markers),"
@@ -469,13 +504,18 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 " bound (the peak of live bytes). 1.0 means no fragmentation.")
     _safe(s, lambda: _pools_section(s, pl, heads))
     sections.append(s)
+    s = Section("fit", "Would it fit on another GPU", oom_fit_sections.FIT_EXPLAIN)
+    _safe(s, lambda: oom_fit_sections.fill_fit(s, trace, heads))
+    sections.append(s)
 
     # ---- swap
     step(0.75, "swap schedules")
     s = Section("swap", "Host-swap potential (Pareto curve)",
                 "Blocks copied to host memory between two accesses and copied back before the next one lower"
-                " the peak. Each point of the curve is a budget: the peak reached against the stall time the"
-                " copies add (PCIe modelled as one channel per direction, latency + size/bandwidth).")
+                " the peak. Each point of the curve is a budget: the peak reached against the time the copies add"
+                " to the run (PCIe modelled as one channel per direction, latency + size/bandwidth). Every schedule"
+                " is replayed on a model of the GPU (kernels in recorded order, one copy engine per direction,"
+                " delays propagating): its peak and its slowdown are the replay's.")
     ev, sw = analyses.swap_work_results(work)     # this thread takes the tasks left, then waits
     if worker is not None:
         worker.result()
@@ -507,6 +547,37 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
+
+
+def _call_sites_section(s: Section, trace: Trace, heads: dict) -> None:
+    """The call-site tables (pyinterpose.trace.stacks.top_call_sites) and the helpers skipped."""
+    from ..trace.stacks import helper_frames, top_call_sites
+
+    if "stack_id" not in trace.blocks or not (trace.blocks["stack_id"].to_numpy() >= 0).any():
+        s.notes.append("this trace has no call stacks (captured with --stacks none, or before call sites were "
+                       "recorded)")
+        return
+    helpers = helper_frames(trace)
+    how = "--site-skip" if trace.meta.get("site_skip") else "found automatically"
+    s.facts.append(("allocation helpers skipped", (", ".join(helpers) + f" ({how})") if helpers else "none"))
+    heads["call_sites"] = {"helpers": helpers}
+    for by, caption in (("peak", "call sites by bytes live at the peak"), ("count", "call sites by allocations")):
+        t = top_call_sites(trace, by, 15)
+        if len(t) == 0:
+            continue
+        heads["call_sites"][by] = t["call_site"].tolist()
+        t = pd.DataFrame({"call site": t["call_site"], "owner": t["owner"], "allocations": t["blocks"],
+                          "allocated bytes": t["bytes"], "live at peak bytes": t["peak_live_bytes"],
+                          "called from": [_outer_frames(site, f) for site, f in zip(t["call_site"], t["frames"])]})
+        s.tables.append((caption, _format_frame(t)))
+
+
+def _outer_frames(site: str, frames: list[str], n: int = 3) -> str:
+    """The frames above a call site (its callers, innermost first), at most ``n``: the helpers
+    below it are named once above the table, the site is the row's first column."""
+    k = frames.index(site) if site in frames else 0
+    outer = frames[k + 1:]
+    return " \u2190 ".join(outer[:n]) + (" \u2190 \u2026" if len(outer) > n else "") if outer else "\u2013"
 
 
 def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
@@ -704,7 +775,7 @@ def _bandwidth_text(bw: dict | None) -> str:
         return "-"
     h2d, d2h, lat = bw.get("h2d_bytes_per_s"), bw.get("d2h_bytes_per_s"), bw.get("latency_s")
     src = str(bw.get("source", "") or "")
-    if not h2d or not d2h:
+    if not h2d or not d2h or "GB/s" in src:      # (a given bandwidth's source already says it)
         return src or "-"
     rate = (f"{h2d / 1e9:.3g} GB/s per direction" if abs(h2d - d2h) <= 1e-6 * max(h2d, d2h)
             else f"{h2d / 1e9:.3g} GB/s host to device, {d2h / 1e9:.3g} GB/s device to host")
@@ -743,9 +814,10 @@ def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: d
                 s.notes.append(f"strategies not applicable: none of the {len(strat)} strategy/mode runs found a swap"
                                " to make (0 swaps, 0 bytes moved, the peak unchanged)")
             else:
-                s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: keep the peak under"
-                                 " the budget, counting stalls)", _format_frame(t)))
-        heads["swap"] = {k: to_jsonable(d.get(k)) for k in ("peak_before", "floor", "budget", "candidates")}
+                s.tables.append(("strategies (no-overhead: only swaps that hide fully; budget: aim at the budget,"
+                                 " pausing the run where a transfer is late; stall = the replayed run's slowdown)",
+                                 _format_frame(t)))
+        heads["swap"] = {k: to_jsonable(d.get(k)) for k in ("clock", "peak_before", "floor", "budget", "candidates")}
         if len(strat):
             best = strat[strat["mode"] == "no-overhead"] if "mode" in strat else strat
             if len(best):

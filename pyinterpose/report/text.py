@@ -48,16 +48,24 @@ def fmt_ns(ns: float | int | None) -> str:
     return f"{ns / 1e9:.2f} s"
 
 
+def _digits(x: float, digits: int, most: int = 6) -> int:
+    """``digits``, or more (up to ``most``) so that a value that is not zero does not print as zero."""
+    while digits < most and 0 < abs(x) < 0.5 * 10.0 ** -digits:
+        digits += 1
+    return digits
+
+
 def fmt_ratio(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
         return "-"
-    return f"{x:.{digits}f}"
+    return f"{x:.{_digits(float(x), digits)}f}"
 
 
 def fmt_pct(x: float | None, digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
-    return f"{100.0 * x:.{digits}f}%"
+    v = 100.0 * float(x)
+    return f"{v:.{_digits(v, digits)}f}%"
 
 
 def is_tty(stream=None) -> bool:
@@ -165,6 +173,10 @@ def print_json(obj: Any, stream=None, trace=None) -> None:
     stream = stream or sys.stdout
     if trace is not None and isinstance(obj, dict):
         obj = {**obj, **completeness(trace)}
+        if "clock" not in obj and not isinstance(trace, (list, tuple)):
+            from ..analysis.clock import clock_of
+
+            obj = {**obj, **clock_of(trace).as_dict()}
     stream.write(json.dumps(to_jsonable(obj), indent=None, separators=(",", ":")) + "\n")
     stream.flush()
 

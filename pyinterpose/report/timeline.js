@@ -43,7 +43,7 @@
     var top = 0, i;
     ns.forEach(function (v) { if (v !== null && Math.abs(v) > top) top = Math.abs(v); });
     var u = top >= 1e9 ? [1e9, 's'] : top >= 1e6 ? [1e6, 'ms'] : top >= 1e3 ? [1e3, 'us'] : [1, 'ns'];
-    function make(d) {
+    function make(d, any) {
       var out = [], prevT = null, prevS = null, clash = false;
       for (i = 0; i < ns.length; i++) {
         if (ns[i] === null || ns[i] === prevT) { out.push(''); continue; }
@@ -51,10 +51,10 @@
         if (s === prevS) clash = true;
         out.push(s); prevT = ns[i]; prevS = s;
       }
-      return clash ? null : out;
+      return clash && !any ? null : out;
     }
-    for (var d = 0; d < 9; d++) { var l = make(d); if (l) return l; }
-    return make(9);
+    for (var d = 0; d < 9; d++) { var l = make(d, false); if (l) return l; }
+    return make(9, true);          /* (9 decimals of a second are nanoseconds: never reached) */
   }
   function byteTicks(top) {
     /* ticks in binary units (MiB, GiB) at 1/2/5 x 10^k steps, about five of them */

@@ -186,16 +186,17 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     if "counts_device" in bl:
         mask &= bl["counts_device"].to_numpy(bool)
     # only the columns used here (a copy of every column of millions of blocks costs hundreds of MB)
-    cols = [c for c in ("block_id", "device", "freed", "t_alloc", "t_free", "size", "api", "owner", "stack_id")
-            if c in bl.columns]
+    cols = [c for c in ("block_id", "pid", "device", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
+                        "api", "owner", "stack_id") if c in bl.columns]
     b = bl.loc[mask, cols]
     if len(b) == 0:
         return None
     freed = b["freed"].to_numpy(bool)
     nb = len(b)
     rows = np.arange(nb)
-    t_alloc = b["t_alloc"].to_numpy(np.int64)
-    t_free = b["t_free"].to_numpy(np.int64)
+    from ..analysis.clock import block_times
+
+    t_alloc, t_free = block_times(trace, b)      # on the process's clock (device time when recorded)
     t_all = np.concatenate([t_free[freed], t_alloc])
     is_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(nb, bool)])
     r = np.concatenate([rows[freed], rows])
@@ -307,6 +308,9 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         if rl is not None:
             extra["reserved_line"] = rl
     start_epoch = trace.meta.get("start_time")
+    from ..analysis.clock import clock_of
+
+    extra.update(clock_of(trace).as_dict())      # the time axis' clock
     return {**extra,
         "device": int(device), "events": int(n), "blocks": int(nb), "tq": tq,
         "t0_ns": int(t[0]) if n else 0,          # the first event's time since the start of capture

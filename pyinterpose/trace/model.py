@@ -72,7 +72,13 @@ expandable segments, the segment's peak size)
     graph_node (uint64: 0 unless replayed from a CUDA graph), kernel (int32: index into ``kernels``,
     -1 none), bytes (int64: memcpy/memset size, 0 for kernels)
 ``hints`` — cudaMemAdvise/cudaMemPrefetchAsync: pid, seq, t, api, op (advise|prefetch), address, size, value
-``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result
+``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result, stream (uint64),
+    device (int16: the device the shim queried at an out-of-memory failure, else the thread's last
+    cudaSetDevice), kind (category: the allocation kind for alloc/free, "" otherwise), pool (uint64:
+    the pool of a failed pool allocation, else 0), owner (category) and stack_id (int64, -1 none): the
+    call site as for blocks; free_bytes, total_bytes (int64: cuMemGetInfo right after an out-of-memory
+    allocation failure, -1 when not recorded — during stream capture, or older traces); see
+    pyinterpose.trace.failures and pyinterpose.analysis.oom
 ``markers`` — pyinterpose.mark_step(): pid, seq, t, label
 ``applied`` — serving from a plan (``run --apply``, native/shim/apply.c), one row per record: pid, seq, t,
     record (category: arena|iteration|refused|last), iteration (int64, -1 before the first), result (int32:
@@ -130,7 +136,8 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
                        "mapped_peak": "int64"}
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
 COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
-                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1}
+                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "free_bytes": -1,
+                   "total_bytes": -1}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
@@ -146,7 +153,9 @@ GPU_ACTIVITY_COLUMNS = {"pid": "int32", "seq": "int64", "kind": "category", "sta
 HINT_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
                 "address": "uint64", "size": "int64", "value": "int64"}
 FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
-                   "size": "int64", "result": "int32"}
+                   "size": "int64", "result": "int32", "stream": "uint64", "device": "int16", "kind": "category",
+                   "pool": "uint64", "owner": "category", "stack_id": "int64", "free_bytes": "int64",
+                   "total_bytes": "int64"}
 MARKER_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "label": "object"}
 APPLY_COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other")
 APPLY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "category", "iteration": "int64",

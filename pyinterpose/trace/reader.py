@@ -18,10 +18,12 @@ import pandas as pd
 
 from ..capture import records
 from ..errors import TraceError
+from . import failures as failure_details
 from . import format as fmt
+from . import gpuclock
 from . import stacks as site_tables
 from . import vmm
-from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
+from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS, KINDS,
                     HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS, Trace,
                     conform, empty_table)
 
@@ -620,7 +622,8 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         "n_access": n_acc, "graph": L["op"] == O.GRAPH_LAUNCH,
     }, copy=False)
     launches = conform(launches, LAUNCH_COLUMNS)
-    del L, l_pid, kid, n_acc, l_op, l_aux, lm
+    l_kid = kid
+    del L, l_pid, n_acc, l_op, l_aux, lm
 
     # ---- copies, hints, failures, markers ----
     C, c_pid = sp.table("copy")
@@ -632,6 +635,19 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         "op": categorical(np.where(c_copy, 0, 1), ["copy", "memset"]), "dst": C["addr"],
         "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": col(C, "size"),
         "stream": C["stream"]}), COPY_COLUMNS)
+
+    # ---- the device clock: activities, and the device start/end of launches and copies ----
+    G, g_pid = sp.table("gpu")
+    if interleaved:
+        g_pid, G = _by_pid(g_pid, G)
+    gpu_activity = gpuclock.activity_table(G, g_pid, t0, strings, kernels, launches["pid"].to_numpy(),
+                                           launches["seq"].to_numpy(), l_kid, copies["pid"].to_numpy(),
+                                           copies["seq"].to_numpy())
+    del G, g_pid, l_kid, kid
+    if len(gpu_activity):
+        spans = gpuclock.event_spans(gpu_activity)
+        for tab in (launches, copies):
+            tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(), tab["seq"].to_numpy())
     H, h_pid = sp.table("hint")
     if interleaved:
         h_pid, H = _by_pid(h_pid, H)
@@ -643,10 +659,16 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     if interleaved:
         x_pid, X = _by_pid(x_pid, X)
     opname = np.array([{v: k for k, v in records.ops().items()}.get(o, str(o)) for o in range(16)], dtype=object)
+    x_mem = np.isin(X["op"], [O.ALLOC, O.FREE])
+    x_kind = np.where(x_mem, X["flags"], 0).astype(np.int64)
     failures = conform(pd.DataFrame({
         "pid": x_pid, "seq": col(X, "seq"), "t": tcol(X), "api": api_name(X["api"]),
         "op": pd.Categorical(opname[X["op"].astype(np.uint8)]), "size": col(X, "size"),
-        "result": X["result"]}), FAILURE_COLUMNS)
+        "result": X["result"], "stream": np.where(x_mem & (x_kind != 9), X["stream"], 0).astype(np.uint64),
+        "device": X["device"], "kind": categorical(np.clip(x_kind, 0, 9), [""] + [KINDS[k] for k in range(1, 10)]),
+        "pool": np.where(x_kind == 4, X["aux"], 0).astype(np.uint64)}), FAILURE_COLUMNS)
+    failure_details.attach(failures, side, side_pid, side_op, getattr(O, "MEMINFO", None), sites)
+    clocks = gpuclock.process_clocks(side, side_pid, side_op, O.CLOCK, strings)
     mi = np.flatnonzero(side_op == O.MARKER)
     markers = conform(pd.DataFrame({
         "pid": side_pid[mi], "seq": col(side, "seq")[mi], "t": tcol(side)[mi],
@@ -665,7 +687,8 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         prow.append({"pid": pr["pid"], "ppid": pr.get("ppid", 0), "exe": pr.get("exe", ""),
                      "forked": bool(pr.get("forked")), "start_ns": int(pr.get("start_ns", t0)) - t0,
                      "written": c.get("written", -1), "lost": c.get("lost", -1), "waits": c.get("waits", 0),
-                     "unscanned_launches": c.get("unscanned_launches", 0)})
+                     "unscanned_launches": c.get("unscanned_launches", 0),
+                     **clocks.get(pr["pid"], gpuclock.NO_RECORD)})
     processes = conform(pd.DataFrame(prow), PROCESS_COLUMNS) if prow else empty_table(PROCESS_COLUMNS)
 
     # ---- NVML samples ----
@@ -691,7 +714,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
-               frames=sites.frames, stacks=sites.stacks, applied=applied)
+               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied)
     return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
 
 

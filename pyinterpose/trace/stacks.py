@@ -320,25 +320,137 @@ def _frame_text(f: dict) -> str:
     return f"{f['function']} ({f['object']})" if f["object"] else f["function"]
 
 
+# ---- allocation helpers: the call site is the first frame outside them ------------------------
+#
+# When a program allocates through a helper of its own (``def cuda_malloc(n): ...``), every
+# allocation's innermost frame is the helper's line, and grouping by it would put the whole program
+# in one call site.  The call site of a block is therefore the first frame of its stack outside
+# allocation helpers.  A helper is recognised automatically: a Python frame that is the innermost
+# frame of nearly all (HELPER_SHARE) of the allocations with a stack while they come from at least
+# two distinct call paths above it; it is peeled and the test repeats one level up (a helper
+# calling a helper).  ``site_skip`` patterns (``pyinterpose summary/report/compare --site-skip``)
+# override the detection: frames whose function, ``file:function`` or ``file`` matches one
+# (fnmatch) are skipped instead; ``["none"]``: no frame is skipped (the innermost frame).  Each
+# block keeps its own full stack (``stack_id``); only the grouping changes.
+
+HELPER_SHARE = 0.9
+SITE_SKIP_META = "site_skip"     # trace.meta key the CLI sets from --site-skip (None: automatic)
+
+
+def set_site_skip(trace, patterns: list[str] | None) -> None:
+    """Use ``patterns`` (``--site-skip``) instead of the automatic helper detection for this trace;
+    None restores the automatic one, ``["none"]`` skips nothing."""
+    if patterns:
+        trace.meta[SITE_SKIP_META] = [str(p) for p in patterns]
+    else:
+        trace.meta.pop(SITE_SKIP_META, None)
+
+
+def _matches(f: dict, patterns: list[str]) -> bool:
+    from fnmatch import fnmatchcase
+
+    base = os.path.basename(str(f.get("filename") or ""))
+    names = [str(f.get("function") or ""), f"{base}:{f.get('function')}", base, str(f.get("filename") or "")]
+    return any(fnmatchcase(n, p) for p in patterns for n in names)
+
+
+def _site_nodes(trace) -> tuple[np.ndarray, list[int]]:
+    """(site node per stack id, helper frame ids): the stack node whose frame is the call site of
+    each stack (itself when no helper is skipped), and the frames skipped."""
+    st = trace.stacks
+    n = len(st)
+    if n == 0:
+        return np.zeros(0, np.int64), []
+    patterns = trace.meta.get(SITE_SKIP_META)
+    key = ("stacks", "sites", tuple(patterns) if patterns else None, n, len(trace.frames))
+    derived = getattr(trace, "derived", None)
+    compute = lambda: _compute_site_nodes(trace, patterns)   # noqa: E731
+    return derived(key, compute) if derived is not None else compute()
+
+
+def _compute_site_nodes(trace, patterns) -> tuple[np.ndarray, list[int]]:
+    parent, frame, recs = _index(trace)
+    n = len(parent)
+    if patterns:
+        if [p.lower() for p in patterns] == ["none"]:
+            return np.arange(n, dtype=np.int64), []
+        helpers = {i for i, f in enumerate(recs) if f["kind"] == "python" and _matches(f, patterns)}
+    else:
+        helpers = _detect_helpers(trace, parent, frame, recs)
+    node = np.arange(n, dtype=np.int64)
+    if helpers:
+        is_helper = np.zeros(len(recs), bool)
+        is_helper[list(helpers)] = True
+        for _ in range(n):                       # walk up while the frame is a helper (never past the root)
+            up = is_helper[frame[node]] & (parent[node] >= 0)
+            if not up.any():
+                break
+            node[up] = parent[node[up]]
+    return node, sorted(helpers)
+
+
+def _detect_helpers(trace, parent: np.ndarray, frame: np.ndarray, recs: list[dict]) -> set[int]:
+    b = trace.blocks
+    if "stack_id" not in b or len(b) == 0:
+        return set()
+    sid = b["stack_id"].to_numpy(np.int64)
+    cur = sid[sid >= 0]
+    total = len(cur)
+    helpers: set[int] = set()
+    if total < 2:
+        return helpers
+    python = np.array([r["kind"] == "python" for r in recs], bool)
+    for _ in range(64):
+        fr = frame[cur]
+        counts = np.bincount(fr, minlength=len(recs))     # one pass, no sort (millions of blocks)
+        f = int(np.argmax(counts))
+        sel = fr == f
+        above = parent[cur[sel]]
+        if counts[f] < HELPER_SHARE * total or not python[f] or (above < 0).any() \
+                or not (above != above[0]).any():
+            break
+        helpers.add(f)
+        cur = cur.copy()
+        cur[sel] = above
+    return helpers
+
+
+def site_stack(trace, stack_id: int) -> int:
+    """The stack node of ``stack_id``'s call site (the first frame outside allocation helpers)."""
+    if stack_id is None or stack_id < 0 or stack_id >= len(trace.stacks):
+        return -1
+    return int(_site_nodes(trace)[0][int(stack_id)])
+
+
+def helper_frames(trace) -> list[str]:
+    """The frames skipped as allocation helpers, as text (``ct.py:8 in cuda_malloc``)."""
+    _, helpers = _site_nodes(trace)
+    recs = _index(trace)[2] if len(trace.stacks) else []
+    return [_frame_text(recs[i]) for i in helpers]
+
+
 def call_site(trace, stack_id: int) -> str:
-    """One line for a stack: its innermost frame, e.g. ``train.py:123 in forward`` or
-    ``<no Python frames> libfoo.so``; ``""`` for -1 (no stack recorded)."""
-    fr = frames_of(trace, stack_id)
+    """One line for a stack: its call site, the first frame outside allocation helpers (the
+    innermost one when there is none), e.g. ``train.py:123 in forward`` or ``<no Python frames>
+    libfoo.so``; ``""`` for -1 (no stack recorded)."""
+    node = site_stack(trace, stack_id)
+    fr = frames_of(trace, node)
     return _frame_text(fr[0]) if fr else ""
 
 
 def _call_site_texts(trace) -> np.ndarray:
-    """call_site() of every stack id (vectorised over the innermost frames)."""
+    """call_site() of every stack id (vectorised over the site frames)."""
     st, fr = trace.stacks, trace.frames
     if len(st) == 0:
         return np.zeros(0, dtype=object)
     texts = np.array([_frame_text(r) for r in fr.to_dict("records")], dtype=object)
-    return texts[st["frame_id"].to_numpy(np.int64)]
+    return texts[st["frame_id"].to_numpy(np.int64)[_site_nodes(trace)[0]]]
 
 
 def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
-    """The call sites (innermost frame) that hold the most device bytes live at the peak
-    (``by="peak"``) or make the most allocations (``by="count"``).
+    """The call sites (the first frame outside allocation helpers, see :func:`call_site`) that
+    hold the most device bytes live at the peak (``by="peak"``) or make the most allocations
+    (``by="count"``).
 
     Columns: call_site, stack_id (the stack of the site's largest block), owner (most
     common), blocks, bytes (allocated in total), peak_live_bytes (live at the instant of
@@ -396,10 +508,13 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
 
 
 def top_call_sites_json(trace, n: int = 10) -> dict:
-    """Both rankings as plain JSON (for ``summary --json`` and ``compare --json``)."""
+    """Both rankings as plain JSON (for ``summary --json`` and ``compare --json``), with the frames
+    skipped as allocation helpers (``helpers``) and how they were chosen (``site_skip``: the
+    ``--site-skip`` patterns, or "auto")."""
     def rows(df):
         return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in df.to_dict("records")]
     return {"by_peak": rows(top_call_sites(trace, "peak", n)), "by_count": rows(top_call_sites(trace, "count", n)),
+            "helpers": helper_frames(trace), "site_skip": trace.meta.get(SITE_SKIP_META) or "auto",
             "stacks": trace.meta.get("stacks"), "notes": trace.meta.get("capture_notes", [])}
 
 

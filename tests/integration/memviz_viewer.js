@@ -136,6 +136,12 @@
   }
 
   function timeline(snap, device, plotSegments) {
+    var t = build(snap, device, plotSegments), out = {};
+    Object.keys(t).forEach(function (k) { if (k[0] !== '_') out[k] = t[k]; });
+    return out;
+  }
+
+  function build(snap, device, plotSegments) {
     var elements = [], live = {}, actions = [], initially = [];
     var allocA = plotSegments ? 'segment_alloc' : 'alloc';
     var freeA = plotSegments ? ['segment_free'] : ['free', 'free_completed'];
@@ -178,7 +184,46 @@
     });
     return {elements: elements.length, max_size: maxSize, min_colour: Math.min.apply(null, colours.concat([0])),
             palette_colours: Object.keys(distinct).length, used_categories: Object.keys(used).sort(),
-            legend: snap.categories.slice()};
+            legend: snap.categories.slice(), _el: elements, _actions: actions, _initially: initially,
+            _colours: colours};
+  }
+
+  /* A picture of the timeline() above, for a person to look at (the tests' screenshots): each element a
+     band stacked in allocation order (the viewer's order, without its sliding animation), coloured from the
+     viewer's ten-colour palette by the same rule, the legend of snapshot.categories above it. */
+  var PALETTE = ['#4e79a7', '#f28e2c', '#e15759', '#76b7b2', '#59a14f', '#edc949', '#af7aa1', '#ff9da7',
+                 '#9c755f', '#bab0ab'];
+  function draw(snap, device, plotSegments, canvas) {
+    var tl = build(snap, device, plotSegments), el = tl._el, W = canvas.width, H = canvas.height;
+    var ctx = canvas.getContext('2d'), top = 20 + 14 * Math.ceil(snap.categories.length / 6), steps = tl._actions.length + 1;
+    ctx.fillStyle = '#fff'; ctx.fillRect(0, 0, W, H);
+    var live = tl._initially.slice(), on = {}, k;
+    live.forEach(function (i) { on[i] = true; });
+    var sx = (W - 60) / steps, sy = (H - top - 10) / Math.max(1, tl.max_size);
+    function paint(step) {
+      var y = H - 10;
+      live.forEach(function (i) {
+        var h = el[i].size * sy;
+        ctx.fillStyle = PALETTE[((tl._colours[i] % 10) + 10) % 10];
+        ctx.fillRect(50 + step * sx, y - h, Math.max(1, sx), h);
+        y -= h;
+      });
+    }
+    paint(0);
+    tl._actions.forEach(function (i, s) {
+      if (on[i]) { delete on[i]; live.splice(live.indexOf(i), 1); } else { on[i] = true; live.push(i); }
+      paint(s + 1);
+    });
+    ctx.font = '11px sans-serif';
+    snap.categories.forEach(function (c, j) {
+      var x = 50 + (j % 6) * 150, y = 6 + 14 * Math.floor(j / 6);
+      ctx.fillStyle = PALETTE[j % 10]; ctx.fillRect(x, y, 10, 10);
+      ctx.fillStyle = '#000'; ctx.fillText(c, x + 14, y + 9);
+    });
+    ctx.fillStyle = '#000';
+    ctx.fillText((plotSegments ? 'Active Cached Segment Timeline' : 'Active Memory Timeline') + ': ' + el.length +
+                 ' elements, peak ' + (tl.max_size / 1048576).toFixed(1) + ' MiB', 50, H - 0);
+    return tl.elements;
   }
 
   /* what the viewer prints for a call stack (its format_frames, without its frame filter) */
@@ -187,5 +232,6 @@
     return frames.map(function (f) { return f.filename + ':' + f.line + ':' + f.name; }).join('\n');
   }
 
-  window.memvizViewer = {annotate: annotate, replay: replay, timeline: timeline, formatFrames: formatFrames};
+  window.memvizViewer = {annotate: annotate, replay: replay, timeline: timeline, formatFrames: formatFrames,
+                         draw: draw};
 })();

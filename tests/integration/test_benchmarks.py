@@ -119,3 +119,13 @@ def test_bench_apply_smallest(tmp_path):
     assert w["served"] == w["requests"] > 0 and w["peak_bytes_with_plan"] == w["arena_bytes"]
     for api in ("cudaMalloc", "cudaMallocAsync"):
         assert set(d["alloc_time_ns"][api]) == {"bare", "recorded", "applied"}
+
+
+@needs_native
+def test_bench_fit_smallest(tmp_path):
+    sample = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+    if not os.path.exists(sample):
+        pytest.skip("samples/torch-cnn-blocks.pit not committed")
+    d, _ = bench("bench_fit.py", sample, "--runs", "1", cwd=tmp_path)
+    assert d["blocks"] > 0 and d["failures"] == 0 and d["captured_need_bytes"] >= d["lower_bound_bytes"] > 0
+    assert set(d["median_s"]) == {"load", "explain", "model", "table", "tight"}

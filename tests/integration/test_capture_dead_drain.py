@@ -93,7 +93,7 @@ def test_killed_run_freezes_the_program_briefly_and_leaves_no_folder(tmp_path, h
             f.close()
     r = json.loads(result.read_text())
     print(f"{how}: longest stall of the program {r['max_gap_s']:.3f} s ({r['pairs']} pairs)")
-    assert r["max_gap_s"] < 2.0, r                      # was 6.2-6.5 s: the lease (5 s) and its grace
+    assert r["max_gap_s"] < 3.0, r      # measured 0.01-0.05 s; was 6.2 s: the lease (5 s) and its grace
     assert _folders(tmpdir) == []
 
 

@@ -122,7 +122,7 @@ def test_compare_two_frameworks(captured):
                 "-o", "cmp.html", cwd=d)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = json.loads(r.stdout)["traces"]
-    assert [row["framework"] for row in rows] == ["torch", "jax"]
+    assert [row["framework"] for row in rows] == ["pytorch", "jax"]  # one name per framework (owners.allocator)
     assert all(row["peak_live_bytes"] > 0 and row["iterations"] >= 3 for row in rows)
     assert (d / "cmp.html").exists()
 

@@ -185,3 +185,22 @@ def test_trace_without_stacks_says_so_on_hover(tmp_path):
         dev = _run(b, "s")["devices"][0]
     assert dev["hover"] and all("this trace has no call stacks" in h for h in dev["hover"])
     assert not any("_record_history" in h for h in dev["hover"])
+
+
+def test_pictures_of_the_exports(tmp_path):
+    """Pictures for a person to look at ($PYINTERPOSE_ARTIFACTS, else the test's folder): the block and the
+    segment timelines of the reserved and blocks exports, drawn by the re-implementation's rules."""
+    out = os.environ.get("PYINTERPOSE_ARTIFACTS") or str(tmp_path)
+    os.makedirs(out, exist_ok=True)
+    snaps = {"reserved": _export(pyinterpose.load(gpu_trace("torch-cnn-reserved.pit"))),
+             "synthetic": _export(training_trace(iterations=4))}
+    with Browser(str(tmp_path / "profile"), 1000, 900) as b:
+        b.open(_page(tmp_path, snaps))
+        b.eval("(function(){['reserved','synthetic'].forEach(function(n){window.memvizViewer.annotate(window.SNAPS[n]);"
+               "[false,true].forEach(function(seg){var c=document.createElement('canvas');c.width=960;c.height=260;"
+               "c.id=n+(seg?'-segments':'-blocks');document.body.appendChild(c);"
+               "window.memvizViewer.draw(window.SNAPS[n],0,seg,c);});});})()")
+        for n in ("reserved", "synthetic"):
+            for tab in ("blocks", "segments"):
+                b.element_screenshot(os.path.join(out, f"memviz-{n}-{tab}.png"), f"#{n}-{tab}")
+        assert b.console_errors() == []

@@ -44,6 +44,15 @@ def test_helper_renames_only_a_complete_file(tmp_path):
     assert (tmp_path / "m.txt").stat().st_mode & 0o777 == 0o640      # as open() would make it, not 0600
 
 
+def test_helper_writes_through_a_symbolic_link(tmp_path):
+    real, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    real.write_text("old")
+    link.symlink_to(real)
+    with atomic_output(str(link)) as f:
+        f.write("new")
+    assert link.is_symlink() and real.read_text() == "new" and sorted(os.listdir(tmp_path)) == ["link.txt", "real.txt"]
+
+
 @pytest.mark.parametrize("exc", [OSError(28, "No space left on device"), KeyboardInterrupt()])
 def test_helper_failing_midway_leaves_nothing_and_keeps_the_old_file(tmp_path, exc):
     target = tmp_path / "out.csv"

@@ -242,9 +242,39 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
                             O.GRAPH_LAUNCH, O.TENSORMAP])
     fail = np.flatnonzero(call_ops & (res != 0))
     opname = np.array([{v: k for k, v in records.ops().items()}.get(o, str(o)) for o in range(16)], dtype=object)
+    # failure details, row by row: kind/pool/stream of failed allocations and frees, the SITE at seq+1,
+    # the MEMINFO whose aux is the failure's seq
+    kind_names = {0: "", 1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
+                  7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map"}
+    site_of = {}
+    if sites.per_alloc is not None:
+        names = sites.names.names if sites.names is not None else []
+        for r in sites.per_alloc.itertuples(index=False):
+            site_of[(int(r.pid), int(r.seq))] = (names[r.owner] if 0 <= r.owner < len(names) else "", int(r.stack_id))
+    meminfo = {}
+    mop = getattr(O, "MEMINFO", -1)
+    for i in np.flatnonzero(op == mop):
+        meminfo[(int(pid[i]), int(aux[i]))] = (int(addr[i]), int(size[i]), int(ev["device"][i]))
+    rows = []
+    for i in fail:
+        mem_op = op[i] in (O.ALLOC, O.FREE)
+        k = int(ev["flags"][i]) if mem_op else 0
+        own, sid = site_of.get((int(pid[i]), int(seq[i])), ("", -1))
+        fb, tb, dev = meminfo.get((int(pid[i]), int(seq[i])), (-1, -1, -1))
+        rows.append({"stream": int(ev["stream"][i]) if mem_op and k != 9 else 0,
+                     "device": dev if dev >= 0 else int(ev["device"][i]), "kind": kind_names.get(k, ""),
+                     "pool": int(aux[i]) if k == 4 else 0, "owner": own, "stack_id": sid,
+                     "free_bytes": fb, "total_bytes": tb})
+    det = pd.DataFrame(rows, columns=["stream", "device", "kind", "pool", "owner", "stack_id", "free_bytes",
+                                      "total_bytes"])
     failures = conform(pd.DataFrame({
         "pid": pid[fail], "seq": seq[fail], "t": t[fail], "api": api_name(api[fail]),
-        "op": pd.Categorical(opname[op[fail]]), "size": size[fail], "result": res[fail]}), FAILURE_COLUMNS)
+        "op": pd.Categorical(opname[op[fail]]), "size": size[fail], "result": res[fail],
+        "stream": det["stream"].to_numpy(np.uint64), "device": det["device"].to_numpy(np.int16),
+        "kind": pd.Categorical(det["kind"].to_numpy(object), categories=list(kind_names.values())),
+        "pool": det["pool"].to_numpy(np.uint64), "owner": det["owner"].astype(object).to_numpy(),
+        "stack_id": det["stack_id"].to_numpy(np.int64), "free_bytes": det["free_bytes"].to_numpy(np.int64),
+        "total_bytes": det["total_bytes"].to_numpy(np.int64)}), FAILURE_COLUMNS)
     mi = np.flatnonzero(op == O.MARKER)
     markers = conform(pd.DataFrame({
         "pid": pid[mi], "seq": seq[mi], "t": t[mi],

@@ -6,7 +6,8 @@ the iterations it is given), the stability, the live-bytes peak and the quantile
 computed here, over plain pandas/numpy, from the trace's tables.  Its inputs are the trace, the
 link (``resolve_link``: the bandwidth setting, tested in test_bandwidth.py) and the iterations
 (``find_iterations``, tested against the generators' truth in test_iterations.py; handed to both
-sides).  ``access.analyze`` must give the very same dict — same keys in the same order, same types,
+sides) and the clock (``clock_of``: which clock, and where it places host events and kernels;
+tested on its own: the reference builds the intervals from those times).  ``access.analyze`` must give the very same dict — same keys in the same order, same types,
 same values, floats bit for bit — on synthetic traces that exercise each path (host blocks between
 device ones, scattered host blocks, several processes, no bandwidth, no iterations, graph
 launches, repeated allocation seqs, several touches of one block by one event, huge sizes,
@@ -25,6 +26,7 @@ import pytest
 
 from pyinterpose.analysis import access
 from pyinterpose.analysis.access import resolve_link                   # input: the link setting
+from pyinterpose.analysis.clock import clock_of                        # input: the clock decision
 from pyinterpose.analysis.iterations import find_iterations            # input: the iterations
 from pyinterpose.errors import PyinterposeError
 from pyinterpose.trace.model import Trace
@@ -67,29 +69,56 @@ def ref_blocks(trace: Trace, pid) -> pd.DataFrame:
     return b.sort_values("block_id", kind="stable").reset_index(drop=True)
 
 
+def ref_times(trace: Trace, pid, b: pd.DataFrame):
+    """The times the intervals are read on: (t_alloc, t_free per block of ``b``; start, end per
+    access; device clock used).  CPU clock: the host times, an access lasting no time.  Device
+    clock (the clock module places host events and kernels on it: an input here, tested on its
+    own): allocation and free where the GPU reached them, an access from its kernel's device start
+    to its device end."""
+    a = trace.accesses
+    t_alloc, t_free = b["t_alloc"].to_numpy(np.int64).copy(), b["t_free"].to_numpy(np.int64).copy()
+    start, end = a["t"].to_numpy(np.int64).copy(), a["t"].to_numpy(np.int64).copy()
+    pids = [pid] if pid is not None else sorted({int(x) for x in b["pid"].to_numpy()})
+    device = False
+    for p in pids:
+        c = clock_of(trace, p)
+        if not c.device:
+            continue
+        device = True
+        mb = b["pid"].to_numpy() == p
+        t_alloc[mb] = c.host_times(b["seq_alloc"].to_numpy(np.int64)[mb], t_alloc[mb])
+        t_free[mb] = c.host_times(b["seq_free"].to_numpy(np.int64)[mb], t_free[mb])
+        ma = a["pid"].to_numpy() == p
+        start[ma], end[ma] = c.op_times(a["seq"].to_numpy(np.int64)[ma], a["t"].to_numpy(np.int64)[ma])
+    return t_alloc, t_free, start, end, device
+
+
 def ref_intervals(trace: Trace, pid) -> pd.DataFrame:
     """One row per interval between consecutive touches of a block: its allocation, each event
     that accessed it (several accesses by one event — one seq — are one touch, the first in the
     access table), its free.  An access counts when it names the block (a block id repeated in
     the table: its last row) and falls in [seq_alloc, seq_free].  No touch: one ``unaccessed``
-    row.  Rows ordered by (block_id, start_seq)."""
+    row.  An interval runs from where the touch before it ends to where the next one starts (on
+    the device clock a kernel lasts from its device start to its device end; touches overlapping
+    on concurrent streams give 0).  Rows ordered by (block_id, start_seq)."""
     b = ref_blocks(trace, pid)
     nb = len(b)
     row_of = {int(i): r for r, i in enumerate(b["block_id"].to_numpy(np.int64))}   # last row wins
     a = trace.accesses
     row = np.array([row_of.get(int(i), -1) for i in a["block_id"].to_numpy(np.int64)], np.int64)
     seq = a["seq"].to_numpy(np.int64)
-    t = a["t"].to_numpy(np.int64)
+    t_alloc, t_free, a_start, a_end, device = ref_times(trace, pid, b)
     sa, sf = b["seq_alloc"].to_numpy(np.int64), b["seq_free"].to_numpy(np.int64)
     ok = row >= 0
     ok[ok] = (seq[ok] >= sa[row[ok]]) & (seq[ok] <= sf[row[ok]])
-    touches = pd.DataFrame({"row": row[ok], "seq": seq[ok], "t": t[ok]})
+    touches = pd.DataFrame({"row": row[ok], "seq": seq[ok], "arrive": a_start[ok], "leave": a_end[ok]})
     touches = touches.sort_values(["row", "seq"], kind="stable").drop_duplicates(["row", "seq"], keep="first")
-    # points of each block in order: allocation (0), touches (1), free (2)
+    # points of each block in order: allocation (0), touches (1), free (2); an interval leaves one
+    # point and arrives at the next
     pts = pd.concat([
-        pd.DataFrame({"row": np.arange(nb), "o": 0, "seq": sa, "t": b["t_alloc"].to_numpy(np.int64)}),
-        touches.assign(o=1)[["row", "o", "seq", "t"]],
-        pd.DataFrame({"row": np.arange(nb), "o": 2, "seq": sf, "t": b["t_free"].to_numpy(np.int64)}),
+        pd.DataFrame({"row": np.arange(nb), "o": 0, "seq": sa, "arrive": t_alloc, "leave": t_alloc}),
+        touches.assign(o=1)[["row", "o", "seq", "arrive", "leave"]],
+        pd.DataFrame({"row": np.arange(nb), "o": 2, "seq": sf, "arrive": t_free, "leave": t_free}),
     ]).sort_values(["row", "o", "seq"], kind="stable").reset_index(drop=True)
     r = pts["row"].to_numpy(np.int64)
     same = r[1:] == r[:-1]
@@ -98,11 +127,14 @@ def ref_intervals(trace: Trace, pid) -> pd.DataFrame:
     n_touch = np.bincount(touches["row"].to_numpy(np.int64), minlength=nb)
     j = first - np.searchsorted(r, rr)                      # interval index within its block
     code = np.where(n_touch[rr] == 0, 3, np.where(j == 0, 0, np.where(j == n_touch[rr], 2, 1)))
-    ps, pt = pts["seq"].to_numpy(np.int64), pts["t"].to_numpy(np.int64)
+    ps = pts["seq"].to_numpy(np.int64)
+    st, en = pts["leave"].to_numpy(np.int64)[first], pts["arrive"].to_numpy(np.int64)[first + 1]
+    if device:
+        en = np.maximum(en, st)
     return pd.DataFrame({
         "block_id": b["block_id"].to_numpy(np.int64)[rr], "pid": b["pid"].to_numpy()[rr],
-        "size": b["size"].to_numpy(np.int64)[rr], "start_t": pt[first], "end_t": pt[first + 1],
-        "start_seq": ps[first], "end_seq": ps[first + 1], "ati_ns": pt[first + 1] - pt[first],
+        "size": b["size"].to_numpy(np.int64)[rr], "start_t": st, "end_t": en,
+        "start_seq": ps[first], "end_seq": ps[first + 1], "ati_ns": en - st,
         "kind": np.array(KINDS, dtype=object)[code], "block_kind": b["kind"].astype(str).to_numpy()[rr],
         "api": b["api"].astype(str).to_numpy()[rr], "freed": b["freed"].to_numpy(bool)[rr],
         "counts_device": b["counts_device"].to_numpy(bool)[rr]})
@@ -181,6 +213,7 @@ def reference_analyze(trace: Trace, iters, bandwidth=None, latency_us: float | N
             raise PyinterposeError(f"{name} must be between 0 and 1 (got {q})")
     if pid is None:
         pid = iters.pid
+    clock = clock_of(trace, pid)
     iv_all = ref_intervals(trace, pid)
     iv = iv_all[iv_all["counts_device"].to_numpy(bool)]
     in_blocks = trace.blocks["counts_device"].to_numpy(bool)
@@ -201,6 +234,7 @@ def reference_analyze(trace: Trace, iters, bandwidth=None, latency_us: float | N
     block_bytes = float(block_size.sum())
     out: dict[str, Any] = {
         "pid": pid,
+        **clock.as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": int(len(ati)),
         "blocks": n_blocks,
@@ -470,6 +504,35 @@ def with_repeated_touches(tr: Trace, every: int = 3) -> Trace:
     dup["t"] = dup["t"] + 7
     both = pd.concat([a, dup]).sort_values("seq", kind="stable")
     return _rebuild(tr, tr.blocks, both)
+
+
+def with_device_clock(tr: Trace, seed: int = 0, untimed: float = 0.0) -> Trace:
+    """Every accessing event becomes a kernel launch with device times (CUPTI's): it starts 1-5 us
+    after the call and runs 0-40 us, so kernels of a block overlap now and then; ``untimed``: the
+    share of launches whose device record was dropped (-1)."""
+    rng = np.random.default_rng(seed)
+    ev = tr.accesses[["pid", "seq", "t"]].drop_duplicates(["pid", "seq"]).sort_values("seq")
+    n = len(ev)
+    start = ev["t"].to_numpy(np.int64) + rng.integers(1_000, 5_000, n)
+    end = start + rng.integers(0, 40_000, n)
+    drop = rng.random(n) < untimed
+    la = pd.DataFrame({"pid": ev["pid"].to_numpy(), "seq": ev["seq"].to_numpy(), "t": ev["t"].to_numpy(),
+                       "graph": False, "kernel_name": "k", "stream": rng.integers(1, 3, n),
+                       "dev_start": np.where(drop, -1, start), "dev_end": np.where(drop, -1, end)})
+    return _rebuild(tr, tr.blocks, launches=la)
+
+
+def test_device_clock_same_as_reference(nocache):
+    """On the device clock an interval runs from one kernel's device END to the next one's START
+    (kernels of non-zero length, overlapping on two streams, some records dropped)."""
+    tr, _ = training_trace(steps=15, layers=4, warmup=1, noise=0.1, seed=12)
+    for untimed in (0.0, 0.1):
+        dv = with_device_clock(tr, seed=3, untimed=untimed)
+        assert clock_of(dv, dv.main_pid).device
+        iv = same_intervals(dv, dv.main_pid)
+        assert (iv["ati_ns"] == 0).any() and (iv["ati_ns"] > 0).any()
+        r = check(dv, bandwidth=12.0, cache_path=nocache)
+        assert r["clock"] != "cpu"
 
 
 def same_intervals(tr: Trace, pid) -> pd.DataFrame:

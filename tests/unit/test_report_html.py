@@ -59,7 +59,7 @@ def test_report_is_self_contained_with_decodable_figures():
     for png in imgs:
         assert SVG_HEAD in png[:500] and png.rstrip().endswith(b"</svg>") and len(png) > 2000
     ids = [s.id for s in rep.sections]
-    assert ids == ["memory", "iterations", "sizes", "access", "pools", "swap", "blocks"]
+    assert ids == ["memory", "iterations", "sizes", "access", "pools", "fit", "swap", "blocks"]
     for sid in ids:
         assert f'<section id="{sid}">' in page
     assert 'data-render' in page  # the marker script the browser test reads

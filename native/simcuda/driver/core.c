@@ -264,7 +264,10 @@ SIM_API(CUresult, cuCtxGetDevice, (CUdevice *device))
 SIM_API(CUresult, cuCtxSynchronize, (void))
 {
     int dev;
-    return sim_current_device(&dev);
+    CUresult r = sim_current_device(&dev);
+    if (r) return r;
+    sim_wait_until(sim_device_done_at(dev));
+    return CUDA_SUCCESS;
 }
 
 /* ---------------- streams ---------------- */
@@ -279,6 +282,8 @@ SIM_API(CUresult, cuStreamCreate, (CUstream *phStream, unsigned int flags))
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     s->magic = MAGIC_STREAM;
     s->device = dev;
+    s->flags = flags;
+    sim_queue_init(&s->q, dev, (flags & 1) != 0 /* CU_STREAM_NON_BLOCKING */);
     *phStream = s;
     return CUDA_SUCCESS;
 }
@@ -294,22 +299,45 @@ SIM_API(CUresult, cuStreamDestroy_v2, (CUstream s))
     if (!s || s == SIM_STREAM_LEGACY || s == SIM_STREAM_PER_THREAD || s->magic != MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     s->magic = MAGIC_DEAD;
+    sim_queue_fini(&s->q); /* work still queued completes on its own: nothing to wait for */
     free(s);
     return CUDA_SUCCESS;
 }
 SIM_ALIAS(CUresult, cuStreamDestroy, cuStreamDestroy_v2, (CUstream s));
 
+/* the queue behind s on the current device (or s's own device) */
+HIDDEN __thread int sim_t_ptds;
+
+HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q)
+{
+    if (s == NULL && sim_t_ptds) s = SIM_STREAM_PER_THREAD; /* a _ptsz/_ptds entry point */
+    CUresult r = sim_check_stream(s);
+    if (r) return r;
+    int dev;
+    if (s != NULL && s != SIM_STREAM_LEGACY && s != SIM_STREAM_PER_THREAD) dev = s->device;
+    else if (sim_current_device(&dev)) dev = 0; /* no context: device 0 (simcuda has always allowed it) */
+    *q = sim_queue_of(s, dev);
+    return CUDA_SUCCESS;
+}
+
 SIM_API(CUresult, cuStreamSynchronize, (CUstream s))
 {
     if (!g_init) return CUDA_ERROR_NOT_INITIALIZED;
-    return sim_check_stream(s);
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    sim_wait_until(sim_queue_done_at(q));
+    return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuStreamSynchronize_ptsz, cuStreamSynchronize, (CUstream s), (s));
 
 SIM_API(CUresult, cuStreamQuery, (CUstream s))
 {
     if (!g_init) return CUDA_ERROR_NOT_INITIALIZED;
-    return sim_check_stream(s);
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    return sim_now_ns() >= sim_queue_done_at(q) ? CUDA_SUCCESS : SIM_ERROR_NOT_READY;
 }
 SIM_VARIANT(CUresult, cuStreamQuery_ptsz, cuStreamQuery, (CUstream s), (s));
 
@@ -319,6 +347,8 @@ SIM_API(CUresult, cuStreamIsCapturing, (CUstream s, int *status))
     CUresult r = sim_check_stream(s);
     if (r) return r;
     *status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE */
+    struct sim_queue *q;
+    if (g_init && sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture) *status = 1; /* ACTIVE */
     return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, int *status), (s, status));
@@ -329,6 +359,8 @@ SIM_API(CUresult, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int flags)
     if (r) return r;
     if (!e || e->magic != MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
     sim_count_stream_wait();
+    struct sim_queue *q;
+    if (g_init && e->recorded && sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_queue_wait_for(q, e->t_ns);
     return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int flags), (s, e, flags));
@@ -351,9 +383,10 @@ SIM_API(CUresult, cuEventCreate, (CUevent *phEvent, unsigned int flags))
 SIM_API(CUresult, cuEventRecord, (CUevent e, CUstream s))
 {
     if (!e || e->magic != MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
-    CUresult r = sim_check_stream(s);
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
     if (r) return r;
-    e->t_ns = sim_now_ns();
+    e->t_ns = sim_queue_mark(q); /* the device time when the stream's work so far is done */
     e->recorded = 1;
     sim_count_event_record();
     return CUDA_SUCCESS;
@@ -362,12 +395,15 @@ SIM_VARIANT(CUresult, cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s)
 
 SIM_API(CUresult, cuEventSynchronize, (CUevent e))
 {
-    return e && e->magic == MAGIC_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!e || e->magic != MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
+    if (e->recorded) sim_wait_until(e->t_ns);
+    return CUDA_SUCCESS;
 }
 
 SIM_API(CUresult, cuEventQuery, (CUevent e))
 {
-    return e && e->magic == MAGIC_EVENT ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!e || e->magic != MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
+    return !e->recorded || sim_now_ns() >= e->t_ns ? CUDA_SUCCESS : SIM_ERROR_NOT_READY;
 }
 
 SIM_API(CUresult, cuEventElapsedTime, (float *ms, CUevent start, CUevent end))
@@ -376,6 +412,8 @@ SIM_API(CUresult, cuEventElapsedTime, (float *ms, CUevent start, CUevent end))
     if (!start || start->magic != MAGIC_EVENT || !end || end->magic != MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!start->recorded || !end->recorded) return SIM_ERROR_NOT_READY;
+    uint64_t now = sim_now_ns();
+    if (now < start->t_ns || now < end->t_ns) return SIM_ERROR_NOT_READY; /* not reached on the device yet */
     *ms = (float)(((double)end->t_ns - (double)start->t_ns) / 1e6);
     return CUDA_SUCCESS;
 }

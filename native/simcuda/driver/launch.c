@@ -36,6 +36,10 @@ SIM_API(CUresult, simcuRegisterKernel, (const char *name, simcu_kernel_fn fn, un
 }
 
 #define MAX_STACK_PARAMS 64
+#define CBID_LAUNCH_KERNEL 307       /* CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel */
+#define CBID_LAUNCH_KERNEL_EX 652
+#define CBID_LAUNCH_COOPERATIVE 477
+#define CBID_GRAPH_LAUNCH 514
 
 static void run(CUfunction f, void **params)
 {
@@ -43,9 +47,69 @@ static void run(CUfunction f, void **params)
     else sim_image_kernel(f, params);
 }
 
+SIM_API(CUresult, simcuSetKernelDuration, (CUfunction f, unsigned long long ns))
+{
+    if (!valid_func(f)) return CUDA_ERROR_INVALID_HANDLE;
+    f->dur_ns = ns;
+    f->has_dur = 1;
+    return CUDA_SUCCESS;
+}
+
+static uint64_t kernel_ns(CUfunction f, int has_launch_dur, uint64_t launch_ns)
+{
+    if (has_launch_dur) return launch_ns;
+    return f->has_dur ? f->dur_ns : sim_default_kernel_ns();
+}
+
+/* a captured launch: the arguments are copied into the node, nothing runs */
+static CUresult capture_kernel(struct sim_queue *q, CUfunction f, void **params, const unsigned grid[3],
+                               const unsigned block[3], int has_dur, uint64_t dur)
+{
+    struct sim_gnode *n = sim_graph_add(q->capture);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    n->kind = SIMCU_OP_KERNEL;
+    n->f = f;
+    n->has_dur = has_dur;
+    n->dur_ns = dur;
+    for (int i = 0; i < 3; i++) n->grid[i] = grid[i], n->block[i] = block[i];
+    if (f->nparams) {
+        n->args = calloc(1, f->argsize ? f->argsize : 1);
+        n->params = calloc(f->nparams, sizeof(void *));
+        if (!n->args || !n->params) return CUDA_ERROR_OUT_OF_MEMORY;
+        for (unsigned i = 0; i < f->nparams; i++) {
+            memcpy(n->args + f->offsets[i], params[i], f->sizes[i]);
+            n->params[i] = n->args + f->offsets[i];
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* run f now and put it on the stream's device clock, or capture it when the stream is capturing */
+static CUresult dispatch(CUfunction f, void **params, const unsigned grid[3], const unsigned block[3], CUstream s,
+                         uint32_t cbid)
+{
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    uint64_t launch_ns = 0, t0;
+    int has_dur = sim_take_next_launch_ns(&launch_ns);
+    uint32_t corr = sim_api_begin(&t0);
+    if (q->capture) {
+        r = capture_kernel(q, f, params, grid, block, has_dur, launch_ns);
+    } else {
+        run(f, params);
+        struct sim_opdesc op = {.kind = SIMCU_OP_KERNEL, .engine = SIM_ENGINE_COMPUTE,
+                                .dur_ns = kernel_ns(f, has_dur, launch_ns), .name = f->name,
+                                .grid = {grid[0], grid[1], grid[2]}, .block = {block[0], block[1], block[2]}};
+        sim_dev_submit(q, &op, corr);
+    }
+    sim_api_end(corr, cbid, t0);
+    return r;
+}
+
 /* run f with kernelParams or the packed `extra` buffer */
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                       CUstream s, void **kernelParams, void **extra)
+                       CUstream s, void **kernelParams, void **extra, uint32_t cbid)
 {
     int dev;
     CUresult r = sim_current_device(&dev);
@@ -54,10 +118,10 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (!gx || !gy || !gz || !bx || !by || !bz || (uint64_t)bx * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
     if ((r = sim_check_stream(s))) return r;
     if (kernelParams && extra) return CUDA_ERROR_INVALID_VALUE;
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     if (f->nparams == 0 || kernelParams) {
         if (f->nparams && !kernelParams) return CUDA_ERROR_INVALID_VALUE;
-        run(f, kernelParams);
-        return CUDA_SUCCESS;
+        return dispatch(f, kernelParams, grid, block, s, cbid);
     }
     if (!extra) return CUDA_ERROR_INVALID_VALUE;
     char *buf = NULL;
@@ -79,16 +143,17 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     void **params = f->nparams <= MAX_STACK_PARAMS ? stack : malloc(f->nparams * sizeof(void *));
     if (!params) return CUDA_ERROR_OUT_OF_MEMORY;
     for (unsigned i = 0; i < f->nparams; i++) params[i] = buf + f->offsets[i];
-    run(f, params);
+    r = dispatch(f, params, grid, block, s, cbid);
     if (params != stack) free(params);
-    return CUDA_SUCCESS;
+    return r;
 }
 
 SIM_API(CUresult, cuLaunchKernel, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra))
 {
-    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, extra);
+    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, extra,
+                  CBID_LAUNCH_KERNEL);
 }
 SIM_VARIANT(CUresult, cuLaunchKernel_ptsz, cuLaunchKernel, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
            unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
@@ -99,7 +164,7 @@ SIM_API(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f,
     if (!config) return CUDA_ERROR_INVALID_VALUE;
     if (config->numAttrs && !config->attrs) return CUDA_ERROR_INVALID_VALUE;
     return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                  config->blockDimZ, config->hStream, kernelParams, extra);
+                  config->blockDimZ, config->hStream, kernelParams, extra, CBID_LAUNCH_KERNEL_EX);
 }
 SIM_VARIANT(CUresult, cuLaunchKernelEx_ptsz, cuLaunchKernelEx, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra), (config, f, kernelParams, extra));
 
@@ -109,7 +174,8 @@ SIM_API(CUresult, cuLaunchCooperativeKernel, (CUfunction f, unsigned int gridDim
                                              void **kernelParams))
 {
     if (valid_func(f) && f->nparams && !kernelParams) return CUDA_ERROR_INVALID_VALUE;
-    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, NULL);
+    return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, kernelParams, NULL,
+                  CBID_LAUNCH_COOPERATIVE);
 }
 SIM_VARIANT(CUresult, cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
            unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
@@ -152,15 +218,89 @@ SIM_API(CUresult, cuKernelGetFunction, (CUfunction *pFunc, CUkernel k))
     return CUDA_SUCCESS;
 }
 
-/* ---------------- graphs (no nodes: launch is a no-op) ---------------- */
+/* ---------------- graphs: stream capture, instantiate, launch ----------------
+ * A stream in capture mode records kernels, copies and memsets as nodes (in order: one chain, as a
+ * single-stream capture makes) instead of running them.  Instantiating clones the nodes (new node ids,
+ * as CUDA's executable graphs have); a graph launch runs every node in order on the launch stream's
+ * device clock, all with the graph launch's correlation id and the executable graph's id. */
+
+static uint32_t g_next_graph_id;
+static uint64_t g_next_node_id;
+
+HIDDEN struct sim_gnode *sim_graph_add(struct CUgraph_st *g)
+{
+    if (g->n == g->cap) {
+        unsigned cap = g->cap ? g->cap * 2 : 16;
+        struct sim_gnode *nn = realloc(g->nodes, cap * sizeof *nn);
+        if (!nn) return NULL;
+        g->nodes = nn;
+        g->cap = cap;
+    }
+    struct sim_gnode *n = &g->nodes[g->n++];
+    memset(n, 0, sizeof *n);
+    n->id = __atomic_add_fetch(&g_next_node_id, 1, __ATOMIC_RELAXED);
+    return n;
+}
+
+static struct CUgraph_st *graph_new(void)
+{
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->magic = MAGIC_GRAPH;
+    g->id = __atomic_add_fetch(&g_next_graph_id, 1, __ATOMIC_RELAXED);
+    return g;
+}
+
+static void nodes_free(struct sim_gnode *nodes, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        free(nodes[i].args);
+        free(nodes[i].params);
+    }
+    free(nodes);
+}
 
 SIM_API(CUresult, cuGraphCreate, (CUgraph *phGraph, unsigned int flags))
 {
     if (!phGraph || flags) return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraph_st *g = calloc(1, sizeof *g);
+    struct CUgraph_st *g = graph_new();
     if (!g) return CUDA_ERROR_OUT_OF_MEMORY;
-    g->magic = MAGIC_GRAPH;
     *phGraph = g;
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuStreamBeginCapture_v2, (CUstream s, int mode))
+{
+    if (s == NULL || s == SIM_STREAM_LEGACY) return CUDA_ERROR_NOT_SUPPORTED; /* as CUDA: not the legacy stream */
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    if (q->capture) return CUDA_ERROR_INVALID_VALUE; /* CUDA_ERROR_ILLEGAL_STATE in CUDA */
+    if (!(q->capture = graph_new())) return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+SIM_ALIAS(CUresult, cuStreamBeginCapture, cuStreamBeginCapture_v2, (CUstream s, int mode));
+SIM_VARIANT(CUresult, cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2, (CUstream s, int mode), (s, mode));
+
+SIM_API(CUresult, cuStreamEndCapture, (CUstream s, CUgraph *phGraph))
+{
+    if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    if (!q->capture) return CUDA_ERROR_INVALID_VALUE; /* CUDA_ERROR_ILLEGAL_STATE in CUDA */
+    *phGraph = q->capture;
+    q->capture = NULL;
+    return CUDA_SUCCESS;
+}
+SIM_VARIANT(CUresult, cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph *phGraph), (s, phGraph));
+
+SIM_API(CUresult, cuGraphGetNodes, (CUgraph g, void **nodes, size_t *numNodes))
+{
+    if (!g || g->magic != MAGIC_GRAPH || !numNodes) return CUDA_ERROR_INVALID_VALUE;
+    if (nodes)
+        for (size_t i = 0; i < *numNodes && i < g->n; i++) nodes[i] = &g->nodes[i];
+    else *numNodes = g->n;
     return CUDA_SUCCESS;
 }
 
@@ -169,6 +309,34 @@ SIM_API(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phExec, CUgraph g, 
     if (!phExec || !g || g->magic != MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
     struct CUgraphExec_st *e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    e->nodes = calloc(g->n ? g->n : 1, sizeof *e->nodes);
+    if (!e->nodes) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (unsigned i = 0; i < g->n; i++) {
+        struct sim_gnode *dst = &e->nodes[i];
+        const struct sim_gnode *src = &g->nodes[i];
+        *dst = *src;
+        dst->id = __atomic_add_fetch(&g_next_node_id, 1, __ATOMIC_RELAXED);
+        dst->args = NULL;
+        dst->params = NULL;
+        if (src->kind == SIMCU_OP_KERNEL && src->f->nparams) {
+            CUfunction f = src->f;
+            dst->args = malloc(f->argsize ? f->argsize : 1);
+            dst->params = calloc(f->nparams, sizeof(void *));
+            if (!dst->args || !dst->params) {
+                e->n = i + 1;
+                nodes_free(e->nodes, e->n);
+                free(e);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            memcpy(dst->args, src->args, f->argsize);
+            for (unsigned k = 0; k < f->nparams; k++) dst->params[k] = dst->args + f->offsets[k];
+        }
+    }
+    e->n = g->n;
+    e->id = __atomic_add_fetch(&g_next_graph_id, 1, __ATOMIC_RELAXED);
     e->magic = MAGIC_GEXEC;
     *phExec = e;
     return CUDA_SUCCESS;
@@ -177,7 +345,40 @@ SIM_API(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phExec, CUgraph g, 
 SIM_API(CUresult, cuGraphLaunch, (CUgraphExec e, CUstream s))
 {
     if (!e || e->magic != MAGIC_GEXEC) return CUDA_ERROR_INVALID_VALUE;
-    return sim_check_stream(s);
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    uint64_t t0;
+    uint32_t corr = sim_api_begin(&t0);
+    for (unsigned i = 0; i < e->n; i++) {
+        const struct sim_gnode *n = &e->nodes[i];
+        struct sim_opdesc op = {.kind = n->kind, .graph_id = e->id, .graph_node_id = n->id, .bytes = n->bytes,
+                                .copy_kind = n->copy_kind, .src_kind = n->src_kind, .dst_kind = n->dst_kind,
+                                .value = n->value};
+        if (n->kind == SIMCU_OP_KERNEL) {
+            run(n->f, n->params);
+            op.engine = SIM_ENGINE_COMPUTE;
+            op.dur_ns = kernel_ns(n->f, n->has_dur, n->dur_ns);
+            op.name = n->f->name;
+            for (int k = 0; k < 3; k++) op.grid[k] = n->grid[k], op.block[k] = n->block[k];
+        } else if (n->kind == SIMCU_OP_MEMCPY) {
+            memmove(n->dst, n->src, n->bytes);
+            op.engine = (enum sim_engine)n->engine;
+            op.dur_ns = sim_copy_ns(op.engine, n->bytes);
+        } else {
+            if (n->elem == 4) {
+                uint32_t *p = n->dst;
+                for (uint64_t k = 0; k < n->bytes / 4; k++) p[k] = n->value;
+            } else {
+                memset(n->dst, (int)n->value, n->bytes);
+            }
+            op.engine = SIM_ENGINE_COMPUTE;
+            op.dur_ns = sim_memset_ns(n->bytes);
+        }
+        sim_dev_submit(q, &op, corr);
+    }
+    sim_api_end(corr, CBID_GRAPH_LAUNCH, t0);
+    return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec e, CUstream s), (e, s));
 
@@ -185,6 +386,7 @@ SIM_API(CUresult, cuGraphExecDestroy, (CUgraphExec e))
 {
     if (!e || e->magic != MAGIC_GEXEC) return CUDA_ERROR_INVALID_VALUE;
     e->magic = MAGIC_DEAD;
+    nodes_free(e->nodes, e->n);
     free(e);
     return CUDA_SUCCESS;
 }
@@ -193,6 +395,7 @@ SIM_API(CUresult, cuGraphDestroy, (CUgraph g))
 {
     if (!g || g->magic != MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
     g->magic = MAGIC_DEAD;
+    nodes_free(g->nodes, g->n);
     free(g);
     return CUDA_SUCCESS;
 }

@@ -240,6 +240,25 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     return CUDA_SUCCESS;
 }
 
+HIDDEN CUresult sim_mem_charge(int device, size_t size)
+{
+    lock();
+    if (size > sim_capacity() || g_used[device] > sim_capacity() - size) {
+        unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_used[device] += size;
+    unlock();
+    return CUDA_SUCCESS;
+}
+
+HIDDEN void sim_mem_uncharge(int device, size_t size)
+{
+    lock();
+    g_used[device] -= size < g_used[device] ? size : g_used[device];
+    unlock();
+}
+
 HIDDEN CUresult sim_mem_used(int device, size_t *used)
 {
     lock();
@@ -487,94 +506,164 @@ SIM_API(CUresult, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation
 }
 SIM_VARIANT(CUresult, cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream s), (p, n, location, flags, s));
 
-/* ---------------- copies and memsets (synchronous) ---------------- */
+/* ---------------- copies and memsets on the device clock ----------------
+ * The bytes move at once, on the calling thread; the op is put on the stream's queue and its copy
+ * engine (sim_device.h).  Synchronous forms run on the legacy stream and return when the device
+ * clock has reached the op's end.  On a capturing stream the op becomes a graph node instead. */
 
-static CUresult copy(void *dst, const void *src, size_t n, CUstream s)
+HIDDEN int sim_mem_kind_of(uint64_t p)
+{
+    if (!p) return 1;
+    lock();
+    int kind = 1; /* pageable host memory: not in the table */
+    if (g_nbuckets)
+        for (struct entry *e = g_buckets[hash(p, g_nbuckets)]; e; e = e->next)
+            if (e->addr == p) {
+                kind = e->kind == SK_HOST ? 2 : e->kind == SK_MANAGED ? 5 : 3;
+                break;
+            }
+    unlock();
+    return kind;
+}
+
+/* CUpti_ActivityMemcpyKind */
+enum { CK_HTOD = 1, CK_DTOH = 2, CK_DTOD = 8, CK_HTOH = 9, CK_UNIFIED = 0 };
+#define CBID_MEMCPY 305            /* CUPTI_DRIVER_TRACE_CBID_cuMemcpy; the others follow */
+#define CBID_MEMCPY_ASYNC 306
+#define CBID_MEMCPY_HTOD 276
+#define CBID_MEMCPY_HTOD_ASYNC 277
+#define CBID_MEMCPY_DTOH 278
+#define CBID_MEMCPY_DTOH_ASYNC 279
+#define CBID_MEMCPY_DTOD 280
+#define CBID_MEMCPY_DTOD_ASYNC 281
+#define CBID_MEMSET_D8 249
+#define CBID_MEMSET_D32 251
+#define CBID_MEMSET_D8_ASYNC 216
+#define CBID_MEMSET_D32_ASYNC 220
+
+static int on_device(int memkind) { return memkind == 3 || memkind == 5; }
+
+static CUresult copy(void *dst, const void *src, size_t n, CUstream s, int ck, int sync, uint32_t cbid)
 {
     if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = sim_check_stream(s);
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
     if (r) return r;
     if (n == 0) return CUDA_SUCCESS;
     if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
+    int sk = sim_mem_kind_of((uint64_t)(uintptr_t)src), dk = sim_mem_kind_of((uint64_t)(uintptr_t)dst);
+    if (ck == CK_UNIFIED)
+        ck = on_device(sk) ? (on_device(dk) ? CK_DTOD : CK_DTOH) : (on_device(dk) ? CK_HTOD : CK_HTOH);
+    if (ck == CK_HTOD) dk = on_device(dk) ? dk : 3;
+    if (ck == CK_DTOH) sk = on_device(sk) ? sk : 3;
+    enum sim_engine eng = ck == CK_HTOD ? SIM_ENGINE_H2D : ck == CK_DTOH ? SIM_ENGINE_D2H : SIM_ENGINE_D2D;
+    uint64_t t0;
+    uint32_t corr = sim_api_begin(&t0);
+    if (q->capture) {
+        struct sim_gnode *g = sim_graph_add(q->capture);
+        if (!g) r = CUDA_ERROR_OUT_OF_MEMORY;
+        else {
+            g->kind = SIMCU_OP_MEMCPY;
+            g->dst = dst, g->src = src, g->bytes = n;
+            g->copy_kind = (uint8_t)ck, g->src_kind = (uint8_t)sk, g->dst_kind = (uint8_t)dk, g->engine = eng;
+        }
+        sim_api_end(corr, cbid, t0);
+        return r;
+    }
     memmove(dst, src, n);
+    struct sim_opdesc op = {.kind = SIMCU_OP_MEMCPY, .engine = eng, .dur_ns = sim_copy_ns(eng, n), .bytes = n,
+                            .copy_kind = (uint8_t)ck, .src_kind = (uint8_t)sk, .dst_kind = (uint8_t)dk};
+    uint64_t end = sim_dev_submit(q, &op, corr);
+    if (sync) sim_wait_until(end);
+    sim_api_end(corr, cbid, t0);
     return CUDA_SUCCESS;
 }
 
 #define P(x) ((void *)(uintptr_t)(x))
 
-SIM_API(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n)) { return copy(P(dst), P(src), n, NULL); }
+SIM_API(CUresult, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n)) { return copy(P(dst), P(src), n, NULL, CK_UNIFIED, 1, CBID_MEMCPY); }
 SIM_VARIANT(CUresult, cuMemcpy_ptds, cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n));
 
 SIM_API(CUresult, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))
 {
-    return copy(P(dst), P(src), n, s);
+    return copy(P(dst), P(src), n, s, CK_UNIFIED, 0, CBID_MEMCPY_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemcpyAsync_ptsz, cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s));
 
-SIM_API(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t n)) { return copy(P(dst), src, n, NULL); }
+SIM_API(CUresult, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t n)) { return copy(P(dst), src, n, NULL, CK_HTOD, 1, CBID_MEMCPY_HTOD); }
 SIM_VARIANT(CUresult, cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2, (CUdeviceptr dst, const void *src, size_t n), (dst, src, n));
 
-SIM_API(CUresult, cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t n)) { return copy(dst, P(src), n, NULL); }
+SIM_API(CUresult, cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t n)) { return copy(dst, P(src), n, NULL, CK_DTOH, 1, CBID_MEMCPY_DTOH); }
 SIM_VARIANT(CUresult, cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2, (void *dst, CUdeviceptr src, size_t n), (dst, src, n));
 
-SIM_API(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n)) { return copy(P(dst), P(src), n, NULL); }
+SIM_API(CUresult, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n)) { return copy(P(dst), P(src), n, NULL, CK_DTOD, 1, CBID_MEMCPY_DTOD); }
 SIM_VARIANT(CUresult, cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n));
 
 SIM_API(CUresult, cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t n, CUstream s))
 {
-    return copy(P(dst), src, n, s);
+    return copy(P(dst), src, n, s, CK_HTOD, 0, CBID_MEMCPY_HTOD_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t n, CUstream s), (dst, src, n, s));
 
 SIM_API(CUresult, cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t n, CUstream s))
 {
-    return copy(dst, P(src), n, s);
+    return copy(dst, P(src), n, s, CK_DTOH, 0, CBID_MEMCPY_DTOH_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s));
 
 SIM_API(CUresult, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s))
 {
-    return copy(P(dst), P(src), n, s);
+    return copy(P(dst), P(src), n, s, CK_DTOD, 0, CBID_MEMCPY_DTOD_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s));
 
-static CUresult set8(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
+/* elem: 1 (D8) or 4 (D32); n counts elements */
+static CUresult set(CUdeviceptr dst, unsigned v, size_t n, int elem, CUstream s, int sync, uint32_t cbid)
 {
     if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = sim_check_stream(s);
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
     if (r) return r;
     if (n == 0) return CUDA_SUCCESS;
-    if (!dst) return CUDA_ERROR_INVALID_VALUE;
-    memset(P(dst), v, n);
+    if (!dst || (elem == 4 && (dst & 3))) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes = (uint64_t)n * (uint64_t)elem, t0;
+    uint32_t value = elem == 1 ? (unsigned char)v : v;
+    uint32_t corr = sim_api_begin(&t0);
+    if (q->capture) {
+        struct sim_gnode *g = sim_graph_add(q->capture);
+        if (!g) r = CUDA_ERROR_OUT_OF_MEMORY;
+        else g->kind = SIMCU_OP_MEMSET, g->dst = P(dst), g->bytes = bytes, g->value = value, g->elem = elem;
+        sim_api_end(corr, cbid, t0);
+        return r;
+    }
+    if (elem == 1) {
+        memset(P(dst), (int)value, n);
+    } else {
+        uint32_t *p = P(dst);
+        for (size_t i = 0; i < n; i++) p[i] = v;
+    }
+    struct sim_opdesc op = {.kind = SIMCU_OP_MEMSET, .engine = SIM_ENGINE_COMPUTE, .dur_ns = sim_memset_ns(bytes),
+                            .bytes = bytes, .value = value, .dst_kind = (uint8_t)sim_mem_kind_of(dst)};
+    uint64_t end = sim_dev_submit(q, &op, corr);
+    if (sync) sim_wait_until(end);
+    sim_api_end(corr, cbid, t0);
     return CUDA_SUCCESS;
 }
 
-static CUresult set32(CUdeviceptr dst, unsigned int v, size_t n, CUstream s)
-{
-    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = sim_check_stream(s);
-    if (r) return r;
-    if (n == 0) return CUDA_SUCCESS;
-    if (!dst || (dst & 3)) return CUDA_ERROR_INVALID_VALUE;
-    uint32_t *p = P(dst);
-    for (size_t i = 0; i < n; i++) p[i] = v;
-    return CUDA_SUCCESS;
-}
-
-SIM_API(CUresult, cuMemsetD8_v2, (CUdeviceptr dst, unsigned char uc, size_t n)) { return set8(dst, uc, n, NULL); }
+SIM_API(CUresult, cuMemsetD8_v2, (CUdeviceptr dst, unsigned char uc, size_t n)) { return set(dst, uc, n, 1, NULL, 1, CBID_MEMSET_D8); }
 SIM_VARIANT(CUresult, cuMemsetD8_v2_ptds, cuMemsetD8_v2, (CUdeviceptr dst, unsigned char uc, size_t n), (dst, uc, n));
 
-SIM_API(CUresult, cuMemsetD32_v2, (CUdeviceptr dst, unsigned int ui, size_t n)) { return set32(dst, ui, n, NULL); }
+SIM_API(CUresult, cuMemsetD32_v2, (CUdeviceptr dst, unsigned int ui, size_t n)) { return set(dst, ui, n, 4, NULL, 1, CBID_MEMSET_D32); }
 SIM_VARIANT(CUresult, cuMemsetD32_v2_ptds, cuMemsetD32_v2, (CUdeviceptr dst, unsigned int ui, size_t n), (dst, ui, n));
 
 SIM_API(CUresult, cuMemsetD8Async, (CUdeviceptr dst, unsigned char uc, size_t n, CUstream s))
 {
-    return set8(dst, uc, n, s);
+    return set(dst, uc, n, 1, s, 0, CBID_MEMSET_D8_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemsetD8Async_ptsz, cuMemsetD8Async, (CUdeviceptr dst, unsigned char uc, size_t n, CUstream s), (dst, uc, n, s));
 
 SIM_API(CUresult, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s))
 {
-    return set32(dst, ui, n, s);
+    return set(dst, ui, n, 4, s, 0, CBID_MEMSET_D32_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemsetD32Async_ptsz, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s), (dst, ui, n, s));

@@ -110,7 +110,14 @@
     X("cuGraphExecDestroy", 10000, cuGraphExecDestroy, 0)                   \
     X("cuGraphDestroy", 10000, cuGraphDestroy, 0)                           \
     X("cuTensorMapEncodeTiled", 12000, cuTensorMapEncodeTiled, 0)          \
-    X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)
+    X("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz) \
+    X("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz) \
+    X("cuGraphGetNodes", 10000, cuGraphGetNodes, 0)                         \
+    X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)                     \
+    X("simcuSetKernelDuration", 0, simcuSetKernelDuration, 0)               \
+    X("simcuSetNextLaunchDuration", 0, simcuSetNextLaunchDuration, 0)       \
+    X("simcuSetDeviceModel", 0, simcuSetDeviceModel, 0)                     \
+    X("simcuGetDeviceTime", 0, simcuGetDeviceTime, 0)
 
 /* forward declarations (address only); the X-macro lists each at least once */
 #define DECL(name, ver, fn, ptsz) HIDDEN void sim_##fn(void);

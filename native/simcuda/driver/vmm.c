@@ -47,6 +47,7 @@ static int overlaps_mapping(uint64_t p, size_t n)
 static void release_if_unused(struct vmm_handle *h)
 {
     if (h->released && h->maps == 0) {
+        sim_mem_uncharge(h->device, h->size); /* the physical memory goes back to the device */
         h->magic = MAGIC_DEAD;
         free(h);
     }
@@ -114,12 +115,13 @@ SIM_API(CUresult, cuMemCreate, (CUmemGenericAllocationHandle *handle, size_t siz
     if (prop->type != 1 /* PINNED */ || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         prop->location.id < 0 || prop->location.id >= sim_ndevices())
         return CUDA_ERROR_INVALID_VALUE;
+    if (sim_mem_charge(prop->location.id, size) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
     struct vmm_handle *h = calloc(1, sizeof *h);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-    int fd = memfd_create("simcuda-vmm", MFD_CLOEXEC);
+    int fd = h ? memfd_create("simcuda-vmm", MFD_CLOEXEC) : -1;
     if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
         if (fd >= 0) close(fd);
         free(h);
+        sim_mem_uncharge(prop->location.id, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *h = (struct vmm_handle){MAGIC_VMM, fd, size, prop->location.id, 0, 0};

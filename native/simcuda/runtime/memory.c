@@ -280,24 +280,3 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return CU(d->cuEventDestroy(e));
 }
 
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
-{
-    ENTER(0);
-    return CU(d->cuStreamWaitEvent(s, e, flags));
-}
-cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int flags)
-{
-    ENTER(1);
-    return CU(d->cuStreamWaitEvent(s, e, flags));
-}
-
-cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status)
-{
-    ENTER(0);
-    return CU(d->cuStreamIsCapturing(s, status));
-}
-cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, int *status)
-{
-    ENTER(1);
-    return CU(d->cuStreamIsCapturing(s, status));
-}

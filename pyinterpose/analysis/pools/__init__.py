@@ -393,8 +393,11 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
         else:
             row = _planner_row(prob, name, bound, time_limit, capacity)
         out_rows.append(row)
+    from ..clock import clock_of
+
     return {
         "pid": pid,
+        **clock_of(trace, pid).as_dict(),     # pools read the order of events only; named for every output
         "bound_bytes": int(bound),
         "bound_whole_run_bytes": whole,
         "iteration": {"window": list(attrs["window"]), "events": int(attrs["events"]),

@@ -1,0 +1,606 @@
+/*
+ * cupti.c — the device clock: when each kernel, memcpy and memset ran on the GPU, through CUPTI's
+ * Activity API, joined to the shim's own events.
+ *
+ * Setup is lazy: on the first interposed launch / copy / memset / graph launch of a recording process
+ * that is not made while a stream capture is open (never at load time, never from a constructor).
+ * libcupti is found at run time and never linked (see find_cupti); the activity kinds CONCURRENT_KERNEL,
+ * MEMCPY, MEMSET, EXTERNAL_CORRELATION, DRIVER and RUNTIME are enabled (without an API kind CUPTI
+ * writes no external correlation records).  Around each of those calls hooks.c reserves the event's
+ * ticket first and pushes its seq as a CUSTOM2 external correlation id (cupti.h: why not CUSTOM0) (pi_gpu_push / pi_gpu_pop), so
+ * a record of the device activity names the event it belongs to (cupti_parse.c does the join); a
+ * graph's replayed kernels carry the graph launch's.
+ *
+ * Records reach the ring as PI_OP_GPU events (events.h), their times already on the trace's clock:
+ * the CUPTI clock is aligned by reading cuptiGetTimestamp between two CLOCK_MONOTONIC reads many
+ * times and keeping the tightest pair; the offset and its error bound (half that pair's width) go
+ * into a PI_OP_CLOCK event, again at every flush (the clocks may drift apart).  CUPTI hands buffers
+ * over when they fill (from its own thread) and when flushed: the shim flushes from its own call
+ * path, after a call's event is committed, once per PYINTERPOSE_GPU_FLUSH_MS (100 ms), and at exit
+ * (atexit, registered after the ring's exit handler, so it runs first).  No CUPTI call is made while a
+ * stream capture is open (hooks on Begin/EndCapture count them) — not the setup, not the push, not a
+ * flush.  Records CUPTI dropped are counted (cuptiActivityGetNumDroppedRecords, per buffer) into the
+ * CLOCK events.
+ *
+ * Never harm: when libcupti is missing, refuses (another subscriber: Nsight, torch.profiler, a
+ * debugger) or fails, the program runs on untouched, no further CUPTI call is made, and the process's
+ * ring gets a NOTE and a CLOCK event (state cpu, the reason).  $PYINTERPOSE_GPU_CLOCK=off never loads
+ * it.  A fork() child never uses its parent's CUPTI state (a child forked before the parent set CUPTI
+ * up sets up its own).
+ */
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cupti.h"
+#include "cupti_parse.h"
+#include "pi_cupti.h"
+#include "shim.h"
+
+#define BUF_SIZE (4u << 20) /* CUPTI recommends 1-10 MB; Kineto uses 4 MB */
+#define POOL_MAX 8          /* spare buffers kept for reuse */
+#define ALIGN_TRIES 32
+#define CORR_BITS 18
+
+enum { GS_UNTRIED = 0, GS_ON = 1, GS_OFF = 2 };
+
+static struct {
+    pi_cuptiActivityRegisterCallbacks_fn reg;
+    pi_cuptiActivityEnable_fn enable;
+    pi_cuptiActivityDisable_fn disable;
+    pi_cuptiActivityGetNextRecord_fn next;
+    pi_cuptiActivityFlushAll_fn flush;
+    pi_cuptiActivityGetNumDroppedRecords_fn dropped;
+    pi_cuptiActivityPushExternalCorrelationId_fn push;
+    pi_cuptiActivityPopExternalCorrelationId_fn pop;
+    pi_cuptiGetTimestamp_fn ts;
+    pi_cuptiGetResultString_fn errstr; /* optional */
+} C;
+
+static pthread_mutex_t g_setup_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_parse_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile int g_gs;               /* GS_* */
+static volatile pid_t g_owner;          /* the process that set CUPTI up */
+static int g_reason;                    /* enum pi_clock_reason while off */
+static char g_note[1024];                /* why off (or why the times stopped) */
+static volatile int g_noted_pid;        /* process whose ring has the CLOCK event of the current state */
+static int g_was_on;                    /* this process recorded device times (then stopped: state stays cupti) */
+static PI_TLS int t_hold;               /* this thread holds an uncommitted ticket (between push and tick) */
+static PI_TLS int t_ticking;            /* this thread flushes from a call path (holding nothing): it may wait */
+static _Atomic int g_capturing;         /* stream captures open */
+static _Atomic int64_t g_offset;        /* trace clock = CUPTI clock + offset (the latest alignment) */
+/* CUPTI time -> trace time: linear between the last two alignments (the clocks may drift apart; a
+ * flush's records mostly ran between them), written under g_parse_lock, read by sink() under it */
+static int64_t g_c0, g_off0, g_c1, g_off1;
+static double g_slope;
+static _Atomic uint64_t g_err;          /* largest alignment error bound so far, ns */
+static _Atomic uint64_t g_dropped;      /* records CUPTI dropped */
+static _Atomic uint64_t g_next_flush;
+static uint64_t g_flush_ns = 100000000ull;
+static char g_lib[800];                 /* the libcupti in use */
+static pi_corr_map g_map;
+static pi_gpu_pending g_pending;
+static size_t g_buf_size = BUF_SIZE;   /* PYINTERPOSE_CUPTI_BUFFER (bytes; tests make CUPTI drop records) */
+static uint8_t *g_pool[POOL_MAX];
+static int g_npool;
+
+/* ------------------------------------------------------------------ state and notes */
+static void emit_clock(int state, int reason, const char *note) {
+    uint32_t id = note && note[0] ? pi_intern(note) : 0;
+    if (id) pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, id, 0);
+    pi_emit(PI_OP_CLOCK, 0, reason, (uint64_t)atomic_load(&g_offset), atomic_load(&g_err),
+            atomic_load(&g_dropped), id, (uint16_t)state);
+}
+
+/* the process's CLOCK event for the current (off) state, once per recording process */
+static void note_state(void) {
+    int pid = pi_pid();
+    if (g_noted_pid == pid) return;
+    g_noted_pid = pid;
+    emit_clock(g_was_on ? PI_CLOCK_CUPTI : PI_CLOCK_CPU, g_reason, g_note);
+}
+
+static const char *result_name(pi_CUptiResult r) {
+    const char *s = NULL;
+    if (C.errstr && C.errstr(r, &s) != PI_CUPTI_SUCCESS) s = NULL;
+    return s ? s : "";
+}
+
+static void set_off(int reason, const char *fmt_note) {
+    g_reason = reason;
+    g_noted_pid = 0; /* the next call path writes the CLOCK event saying so */
+    snprintf(g_note, sizeof g_note, "%s", fmt_note);
+    __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE);
+}
+
+/* a CUPTI call failed: off, with the reason named after the call and its result */
+static void fail(const char *call, pi_CUptiResult r, int setup) {
+    char note[1024];
+    const char *name = result_name(r);
+    if (r == PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+        snprintf(note, sizeof note, "device clock off: CUPTI busy — another subscriber holds it (Nsight Systems or "
+                 "Compute, torch.profiler/Kineto, a debugger): %s returned %d%s%s; analyses use the CPU clock",
+                 call, r, name[0] ? " " : "", name);
+    else
+        snprintf(note, sizeof note, "device clock %s: CUPTI failed: %s returned %d%s%s (%s)%s", setup ? "off" : "stopped",
+                 call, r, name[0] ? " " : "", name, g_lib, setup ? "; analyses use the CPU clock"
+                 : "; device times end here");
+    set_off(r == PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? PI_CLOCK_BUSY : PI_CLOCK_FAILED, note);
+}
+
+/* ------------------------------------------------------------------ finding libcupti */
+typedef struct { char dirs[8][300]; int n; } loaded_dirs;
+
+static int collect_dir(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    loaded_dirs *d = arg;
+    const char *path = info->dlpi_name;
+    if (!path || !path[0] || d->n >= 8) return 0;
+    const char *base = strrchr(path, '/');
+    if (!base) return 0;
+    base++;
+    if (strncmp(base, "libcudart.so", 12) && strncmp(base, "libcupti.so", 11) && strncmp(base, "libcublas.so", 12) &&
+        strncmp(base, "libtorch_cuda.so", 16) && strncmp(base, "libcuda.so", 10))
+        return 0;
+    size_t len = (size_t)(base - 1 - path);
+    if (len >= sizeof d->dirs[0]) return 0;
+    for (int i = 0; i < d->n; i++)
+        if (strlen(d->dirs[i]) == len && strncmp(d->dirs[i], path, len) == 0) return 0;
+    memcpy(d->dirs[d->n], path, len);
+    d->dirs[d->n][len] = 0;
+    d->n++;
+    return 0;
+}
+
+static void *open_path(const char *path, char *err, size_t errn) {
+    if (access(path, F_OK) != 0) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && err[0] == 0) {
+        const char *e = dlerror();
+        snprintf(err, errn, "%.280s", e ? e : path);
+    }
+    if (h) snprintf(g_lib, sizeof g_lib, "%s", path);
+    return h;
+}
+
+/* dir/sub/libcupti.so.<major> for each major asked for */
+static void *in_dir(const char *dir, const char *sub, const int *majors, char *err, size_t errn) {
+    char p[800];
+    for (int i = 0; majors[i] >= 0; i++) {
+        if (majors[i]) snprintf(p, sizeof p, "%s%s/libcupti.so.%d", dir, sub, majors[i]);
+        else snprintf(p, sizeof p, "%s%s/libcupti.so", dir, sub);
+        void *h = open_path(p, err, errn);
+        if (h) return h;
+    }
+    return NULL;
+}
+
+/* Where libcupti is looked for, in order: $PYINTERPOSE_CUPTI (only there, when set); one already loaded
+ * (torch.profiler's); beside the CUDA libraries the process loaded (a wheel's nvidia/cuda_cupti/lib or
+ * nvidia/cu13/lib, a toolkit's extras/CUPTI/lib64: the libcupti that matches the runtime in use);
+ * $CUDA_HOME and $CUDA_PATH; the library path (LD_LIBRARY_PATH, ldconfig); /usr/local/cuda.  The major
+ * version of the loaded runtime is tried first. */
+static void *find_cupti(char *why, size_t whyn) {
+    char err[300] = "";
+    const char *env = getenv("PYINTERPOSE_CUPTI");
+    if (env && env[0]) {
+        void *h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            snprintf(g_lib, sizeof g_lib, "%s", env);
+            return h;
+        }
+        const char *e = dlerror();
+        snprintf(why, whyn, "libcupti not found ($PYINTERPOSE_CUPTI=%.200s cannot be loaded: %.200s)", env, e ? e : "?");
+        return NULL;
+    }
+    int rt = pi_rt_major();
+    int majors[4] = {rt, rt == 13 ? 12 : 13, 0, -1};
+    char soname[32];
+    for (int i = 0; majors[i] > 0; i++) { /* already in the process */
+        snprintf(soname, sizeof soname, "libcupti.so.%d", majors[i]);
+        void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (h) {
+            snprintf(g_lib, sizeof g_lib, "%s (already loaded)", soname);
+            return h;
+        }
+    }
+    loaded_dirs d;
+    d.n = 0;
+    dl_iterate_phdr(collect_dir, &d);
+    static const char *const beside[] = {"", "/../extras/CUPTI/lib64", "/../../cuda_cupti/lib",
+                                         "/../../nvidia/cuda_cupti/lib", "/../../nvidia/cu13/lib",
+                                         "/../../nvidia/cu12/lib", NULL};
+    for (int i = 0; i < d.n; i++)
+        for (int j = 0; beside[j]; j++) {
+            void *h = in_dir(d.dirs[i], beside[j], majors, err, sizeof err);
+            if (h) return h;
+        }
+    static const char *const homes[] = {"CUDA_HOME", "CUDA_PATH", NULL};
+    for (int i = 0; homes[i]; i++) {
+        const char *home = getenv(homes[i]);
+        if (!home || !home[0]) continue;
+        void *h = in_dir(home, "/extras/CUPTI/lib64", majors, err, sizeof err);
+        if (!h) h = in_dir(home, "/lib64", majors, err, sizeof err);
+        if (h) return h;
+    }
+    for (int i = 0; majors[i] >= 0; i++) {
+        if (majors[i]) snprintf(soname, sizeof soname, "libcupti.so.%d", majors[i]);
+        else snprintf(soname, sizeof soname, "libcupti.so");
+        void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            snprintf(g_lib, sizeof g_lib, "%s", soname);
+            return h;
+        }
+    }
+    void *h = in_dir("/usr/local/cuda", "/extras/CUPTI/lib64", majors, err, sizeof err);
+    if (!h) h = in_dir("/usr/local/cuda", "/lib64", majors, err, sizeof err);
+    if (h) return h;
+    snprintf(why, whyn, "libcupti not found (looked beside the loaded CUDA libraries, in $CUDA_HOME, $CUDA_PATH, "
+             "on the library path and in /usr/local/cuda; $PYINTERPOSE_CUPTI names one)%s%s",
+             err[0] ? "; " : "", err);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ buffers and records */
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    uint8_t *b = NULL;
+    pthread_mutex_lock(&g_pool_lock);
+    if (g_npool) b = g_pool[--g_npool];
+    pthread_mutex_unlock(&g_pool_lock);
+    if (!b && posix_memalign((void **)&b, 8, g_buf_size) != 0) b = NULL;
+    *buffer = b;
+    *size = b ? g_buf_size : 0; /* no buffer: CUPTI drops the records and counts them */
+    *max_records = 0;
+}
+
+static void buffer_give_back(uint8_t *b) {
+    pthread_mutex_lock(&g_pool_lock);
+    if (g_npool < POOL_MAX) {
+        g_pool[g_npool++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+    free(b);
+}
+
+static inline uint64_t to_trace(uint64_t t) {
+    if (!t) return 0;
+    double d = g_slope * (double)((int64_t)t - g_c1);
+    return (uint64_t)((int64_t)t + g_off1 + (int64_t)(d < 0 ? d - 0.5 : d + 0.5));
+}
+
+/* a new alignment point (c: a CUPTI time, off: trace - CUPTI there); under g_parse_lock */
+static void model_add(int64_t off) {
+    int64_t c = (int64_t)pi_now() - off;
+    if (g_c1 == 0) {
+        g_c0 = g_c1 = c;
+        g_off0 = g_off1 = off;
+        g_slope = 0;
+    } else if (c > g_c1) {
+        g_c0 = g_c1, g_off0 = g_off1;
+        g_c1 = c, g_off1 = off;
+        g_slope = (double)(g_off1 - g_off0) / (double)(g_c1 - g_c0);
+    }
+    atomic_store(&g_offset, off);
+}
+
+/* one device activity -> one PI_OP_GPU event */
+static void sink(void *ctx, const pi_gpu_act *a) {
+    (void)ctx;
+    uint64_t tk;
+    int32_t res = 0;
+    if (a->kind == PI_GPU_KERNEL) {
+        /* a launch names its kernel; a graph's replayed nodes and unmatched kernels are named here */
+        if ((a->graph_node || !a->ext) && a->name) res = (int32_t)pi_intern(a->name);
+    } else if (a->kind == PI_GPU_MEMCPY) {
+        res = a->copy_kind;
+    }
+    if (!pi_reserve(1, &tk)) return;
+    pi_event *e = pi_slot(tk);
+    pi_fill(e, PI_OP_GPU, 0, res, to_trace(a->end), a->bytes, a->graph_node, a->ext, a->kind);
+    uint64_t start = to_trace(a->start);
+    e->t_ns = start && e->addr ? start : 0; /* CUPTI writes 0 for a time it could not take */
+    if (!e->t_ns) e->addr = 0;
+    e->tid = a->stream;
+    e->device = a->device;
+    pi_commit(e, tk);
+}
+
+static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size_t valid);
+
+/* buffers completed on a thread that held an uncommitted ticket (CUPTI may complete one inside the call):
+ * writing their events there could wait for a drain that waits for that ticket; pi_gpu_tick does it */
+#define DEFER_MAX 16 /* 4 MB each; when full, a buffer is processed where it arrives */
+static struct { void *ctx; uint32_t stream; uint8_t *buf; size_t valid; } g_deferred[DEFER_MAX];
+static volatile int g_ndeferred;
+
+static void run_deferred(void) { /* oldest first: pairings come before their activities */
+    for (;;) {
+        pthread_mutex_lock(&g_pool_lock);
+        int n = g_ndeferred;
+        if (n == 0) {
+            pthread_mutex_unlock(&g_pool_lock);
+            return;
+        }
+        void *ctx = g_deferred[0].ctx;
+        uint32_t st = g_deferred[0].stream;
+        uint8_t *b = g_deferred[0].buf;
+        size_t v = g_deferred[0].valid;
+        memmove(&g_deferred[0], &g_deferred[1], (size_t)(n - 1) * sizeof g_deferred[0]);
+        g_ndeferred = n - 1;
+        pthread_mutex_unlock(&g_pool_lock);
+        process_buffer(ctx, st, b, v);
+    }
+}
+
+static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)size;
+    if (!buffer) return;
+    /* Deferred to a call path's tick when this thread holds an uncommitted ticket, and also when the ring
+     * has no room for the buffer's events: CUPTI's own thread must not wait for the drain while CUPTI may
+     * hold a lock that a launch (holding a ticket the drain waits for) needs. */
+    if (t_hold || (!t_ticking && pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024)) {
+        pthread_mutex_lock(&g_pool_lock);
+        int queued = g_ndeferred < DEFER_MAX;
+        if (queued) {
+            g_deferred[g_ndeferred].ctx = context;
+            g_deferred[g_ndeferred].stream = stream;
+            g_deferred[g_ndeferred].buf = buffer;
+            g_deferred[g_ndeferred].valid = valid;
+            g_ndeferred++;
+        }
+        pthread_mutex_unlock(&g_pool_lock);
+        if (queued) return;
+    }
+    process_buffer(context, stream, buffer, valid);
+}
+
+static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size_t valid) {
+    /* only the process that set CUPTI up turns records into events (a fork child never does) */
+    if (g_owner == getpid() && valid && C.next && pi_active()) {
+        int depth = pi_t.depth++;
+        pthread_mutex_lock(&g_parse_lock);
+        pi_cupti_parse(C.next, PI_GPU_CORR_KIND, buffer, valid, &g_map, &g_pending, sink, NULL);
+        pthread_mutex_unlock(&g_parse_lock);
+        size_t dropped = 0;
+        if (C.dropped && C.dropped(context, stream, &dropped) == PI_CUPTI_SUCCESS && dropped)
+            atomic_fetch_add(&g_dropped, dropped);
+        pi_t.depth = depth;
+    }
+    buffer_give_back(buffer);
+}
+
+/* offset and error bound of the CUPTI clock against CLOCK_MONOTONIC; 0 or the failing result */
+static pi_CUptiResult align(int tries, int64_t *offset, uint64_t *err) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < tries; i++) {
+        uint64_t c = 0, a = pi_now();
+        pi_CUptiResult r = C.ts(&c);
+        uint64_t b = pi_now();
+        if (r != PI_CUPTI_SUCCESS) return r;
+        if (b - a < best) {
+            best = b - a;
+            *offset = (int64_t)(a + (b - a) / 2) - (int64_t)c;
+        }
+    }
+    *err = (best + 1) / 2;
+    return PI_CUPTI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ setup, flushes, exit */
+static void at_exit(void);
+
+#define SYM(field, name)                                                       \
+    do {                                                                       \
+        *(void **)&C.field = pi_real_dlsym(h, name);                           \
+        if (!C.field) {                                                        \
+            snprintf(why, sizeof why, "device clock off: %.400s has no %s (CUPTI too old?); analyses use the CPU clock", \
+                     g_lib, name);                                             \
+            set_off(PI_CLOCK_UNSUPPORTED, why);                                \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+static void setup_locked(void) {
+    char why[600];
+    const char *mode = getenv("PYINTERPOSE_GPU_CLOCK");
+    if (mode && strcmp(mode, "off") == 0) {
+        set_off(PI_CLOCK_OFF, "device clock off: --gpu-clock off; analyses use the CPU clock");
+        return;
+    }
+    const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");
+    if (fl && atoi(fl) > 0) g_flush_ns = (uint64_t)atoi(fl) * 1000000ull;
+    const char *bs = getenv("PYINTERPOSE_CUPTI_BUFFER");
+    if (bs && atol(bs) >= 64) g_buf_size = (size_t)atol(bs) & ~(size_t)7;
+    void *h = find_cupti(why, sizeof why);
+    if (!h) {
+        char note[700];
+        snprintf(note, sizeof note, "device clock off: %s; analyses use the CPU clock", why);
+        set_off(PI_CLOCK_NOT_FOUND, note);
+        return;
+    }
+    *(void **)&C.errstr = pi_real_dlsym(h, "cuptiGetResultString");
+    SYM(reg, "cuptiActivityRegisterCallbacks");
+    SYM(enable, "cuptiActivityEnable");
+    SYM(disable, "cuptiActivityDisable");
+    SYM(next, "cuptiActivityGetNextRecord");
+    SYM(flush, "cuptiActivityFlushAll");
+    SYM(dropped, "cuptiActivityGetNumDroppedRecords");
+    SYM(push, "cuptiActivityPushExternalCorrelationId");
+    SYM(pop, "cuptiActivityPopExternalCorrelationId");
+    SYM(ts, "cuptiGetTimestamp");
+    if (!g_map.ext && pi_corr_init(&g_map, CORR_BITS) != 0) {
+        set_off(PI_CLOCK_FAILED, "device clock off: out of memory; analyses use the CPU clock");
+        return;
+    }
+    int64_t off = 0;
+    uint64_t err = 0;
+    pi_CUptiResult r = align(ALIGN_TRIES, &off, &err);
+    if (r != PI_CUPTI_SUCCESS) {
+        fail("cuptiGetTimestamp", r, 1);
+        return;
+    }
+    atomic_store(&g_err, err);
+    model_add(off);
+    g_owner = getpid(); /* before the callbacks can run */
+    r = C.reg(buffer_requested, buffer_completed);
+    if (r != PI_CUPTI_SUCCESS) {
+        fail("cuptiActivityRegisterCallbacks", r, 1);
+        return;
+    }
+    static const uint32_t kinds[] = {PI_CUPTI_KIND_CONCURRENT_KERNEL, PI_CUPTI_KIND_MEMCPY, PI_CUPTI_KIND_MEMSET,
+                                     PI_CUPTI_KIND_EXTERNAL_CORRELATION, PI_CUPTI_KIND_DRIVER,
+                                     PI_CUPTI_KIND_RUNTIME};
+    static const char *const kind_names[] = {"CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "EXTERNAL_CORRELATION",
+                                             "DRIVER", "RUNTIME"};
+    for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        r = C.enable(kinds[i]);
+        if (r != PI_CUPTI_SUCCESS) {
+            char call[96];
+            snprintf(call, sizeof call, "cuptiActivityEnable(%s)", kind_names[i]);
+            for (unsigned j = 0; j < i; j++) C.disable(kinds[j]); /* leave nothing of ours enabled */
+            fail(call, r, 1);
+            return;
+        }
+    }
+    atomic_store(&g_next_flush, pi_now() + g_flush_ns);
+    atexit(at_exit); /* after the ring's exit handler: runs before it */
+    __atomic_store_n(&g_gs, GS_ON, __ATOMIC_RELEASE);
+}
+
+static void setup(void) {
+    pthread_mutex_lock(&g_setup_lock);
+    if (g_gs == GS_UNTRIED) setup_locked();
+    pthread_mutex_unlock(&g_setup_lock);
+    if (g_gs == GS_ON) {
+        g_was_on = 1;
+        g_noted_pid = pi_pid();
+        emit_clock(PI_CLOCK_CUPTI, PI_CLOCK_OK, NULL);
+    }
+}
+
+/* align the clocks again, then hand CUPTI's records over; flag: 0 or FLUSH_FORCED */
+static void flush(uint32_t flag, int final) {
+    int64_t off = 0;
+    uint64_t err;
+    if (align(final ? ALIGN_TRIES : 8, &off, &err) == PI_CUPTI_SUCCESS) {
+        /* a much worse pair (a preemption between the reads) does not move the model */
+        uint64_t best = atomic_load(&g_err);
+        if (err <= 2 * best + 1000) {
+            pthread_mutex_lock(&g_parse_lock);
+            model_add(off);
+            pthread_mutex_unlock(&g_parse_lock);
+            if (err > best) atomic_store(&g_err, err);
+        }
+    }
+    if (g_ndeferred) run_deferred(); /* before the newer buffers the flush hands over */
+    pi_CUptiResult r = C.flush(flag);
+    if (r != PI_CUPTI_SUCCESS) {
+        fail("cuptiActivityFlushAll", r, 0);
+        note_state(); /* the times so far stay: state cupti, the note says where they end */
+        return;
+    }
+    if (g_ndeferred) run_deferred();
+    if (final) {
+        pthread_mutex_lock(&g_parse_lock);
+        pi_cupti_pending_drain(&g_map, &g_pending, sink, NULL);
+        pthread_mutex_unlock(&g_parse_lock);
+    }
+    emit_clock(PI_CLOCK_CUPTI, PI_CLOCK_OK, NULL);
+}
+
+static void at_exit(void) {
+    if (g_gs != GS_ON || g_owner != getpid() || !pi_active()) return;
+    pi_t.depth++;
+    if (atomic_load(&g_capturing) > 0) {
+        set_off(PI_CLOCK_FAILED, "device clock: the records CUPTI still held at exit were not flushed (a stream "
+                "capture was still open)");
+        note_state();
+    } else {
+        t_ticking = 1;
+        flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);
+        t_ticking = 0;
+        __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE); /* no CUPTI call after this */
+    }
+    pi_t.depth--;
+}
+
+/* ------------------------------------------------------------------ the call path */
+int pi_gpu_ready(void) {
+    int s = __atomic_load_n(&g_gs, __ATOMIC_ACQUIRE);
+    if (PI_LIKELY(s == GS_ON)) return 1;
+    if (s == GS_UNTRIED && atomic_load_explicit(&g_capturing, memory_order_relaxed) == 0) setup();
+    if (g_gs == GS_ON) return 1;
+    if (g_gs == GS_OFF) note_state();
+    return 0;
+}
+
+int pi_gpu_push(uint64_t seq) {
+    t_hold = 1; /* this thread holds an uncommitted ticket until pi_gpu_tick */
+    if (PI_UNLIKELY(g_gs != GS_ON) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return 0;
+    pi_CUptiResult r = C.push(PI_GPU_CORR_KIND, seq);
+    if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS)) {
+        fail("cuptiActivityPushExternalCorrelationId", r, 0); /* noted by pi_gpu_tick */
+        return 0;
+    }
+    return 1;
+}
+
+void pi_gpu_pop(void) {
+    uint64_t last = 0;
+    pi_CUptiResult r = C.pop(PI_GPU_CORR_KIND, &last);
+    if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS) && g_gs == GS_ON) fail("cuptiActivityPopExternalCorrelationId", r, 0);
+}
+
+void pi_gpu_tick(uint64_t now) {
+    t_hold = 0;
+    int s = g_gs;
+    if (PI_UNLIKELY(s != GS_ON)) {
+        if (s == GS_OFF) note_state();
+        return;
+    }
+    if (PI_UNLIKELY(g_ndeferred)) {
+        t_ticking = 1;
+        run_deferred();
+        t_ticking = 0;
+    }
+    uint64_t due = atomic_load_explicit(&g_next_flush, memory_order_relaxed);
+    if (PI_LIKELY(now < due) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return;
+    if (!atomic_compare_exchange_strong(&g_next_flush, &due, now + g_flush_ns)) return; /* another thread does it */
+    t_ticking = 1;
+    flush(0, 0);
+    t_ticking = 0;
+}
+
+void pi_gpu_capture(int delta) {
+    if (delta > 0) {
+        atomic_fetch_add(&g_capturing, 1);
+        return;
+    }
+    int c = atomic_load(&g_capturing);
+    while (c > 0 && !atomic_compare_exchange_weak(&g_capturing, &c, c - 1)) {
+    }
+}
+
+int pi_gpu_capturing(void) { return atomic_load(&g_capturing) > 0; }
+
+void pi_gpu_atfork_child(void) {
+    pthread_mutex_init(&g_setup_lock, NULL);
+    pthread_mutex_init(&g_parse_lock, NULL);
+    pthread_mutex_init(&g_pool_lock, NULL);
+    atomic_store(&g_capturing, 0); /* captures belong to the parent's threads */
+    g_ndeferred = 0;
+    t_hold = 0;
+    int was = g_gs == GS_ON || g_was_on;
+    g_was_on = 0;
+    if (was)
+        set_off(PI_CLOCK_FORKED, "device clock off: a fork() child (CUPTI was set up by the parent process, whose "
+                "state a child cannot use); analyses use the CPU clock");
+    g_pending.n = 0;
+}

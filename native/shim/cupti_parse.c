@@ -1,0 +1,149 @@
+/* cupti_parse.c — CUPTI activity buffers to joined device activities; see cupti_parse.h. */
+#include "cupti_parse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "events.h"
+
+int pi_corr_init(pi_corr_map *m, unsigned bits) {
+    size_t n = (size_t)1 << bits;
+    m->corr = calloc(n, sizeof *m->corr);
+    m->ext = calloc(n, sizeof *m->ext);
+    if (!m->corr || !m->ext) {
+        pi_corr_free(m);
+        return -1;
+    }
+    m->mask = (uint32_t)(n - 1);
+    return 0;
+}
+
+void pi_corr_free(pi_corr_map *m) {
+    free(m->corr);
+    free(m->ext);
+    m->corr = NULL;
+    m->ext = NULL;
+    m->mask = 0;
+}
+
+void pi_corr_put(pi_corr_map *m, uint32_t corr, uint64_t ext) {
+    if (!m->ext) return;
+    m->corr[corr & m->mask] = corr;
+    m->ext[corr & m->mask] = ext;
+}
+
+uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr) {
+    if (!m->ext) return 0;
+    uint32_t i = corr & m->mask;
+    return m->corr[i] == corr ? m->ext[i] : 0;
+}
+
+void pi_cupti_view(const pi_cupti_record *r, pi_gpu_act *a) {
+    memset(a, 0, sizeof *a);
+    switch (r->kind) {
+    case PI_CUPTI_KIND_KERNEL:
+    case PI_CUPTI_KIND_CONCURRENT_KERNEL: {
+        const pi_cupti_kernel *k = (const pi_cupti_kernel *)r;
+        a->kind = PI_GPU_KERNEL;
+        a->start = k->start;
+        a->end = k->end;
+        a->device = (int16_t)k->deviceId;
+        a->stream = k->streamId;
+        a->corr = k->correlationId;
+        a->graph_node = k->graphNodeId;
+        a->graph = k->graphId;
+        a->name = k->name;
+        break;
+    }
+    case PI_CUPTI_KIND_MEMCPY: {
+        const pi_cupti_memcpy *c = (const pi_cupti_memcpy *)r;
+        a->kind = PI_GPU_MEMCPY;
+        a->start = c->start;
+        a->end = c->end;
+        a->bytes = c->bytes;
+        a->copy_kind = c->copyKind;
+        a->device = (int16_t)c->deviceId;
+        a->stream = c->streamId;
+        a->corr = c->correlationId;
+        a->graph_node = c->graphNodeId;
+        a->graph = c->graphId;
+        break;
+    }
+    case PI_CUPTI_KIND_MEMSET: {
+        const pi_cupti_memset *s = (const pi_cupti_memset *)r;
+        a->kind = PI_GPU_MEMSET;
+        a->start = s->start;
+        a->end = s->end;
+        a->bytes = s->bytes;
+        a->device = (int16_t)s->deviceId;
+        a->stream = s->streamId;
+        a->corr = s->correlationId;
+        a->graph_node = s->graphNodeId;
+        a->graph = s->graphId;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void pend(pi_gpu_pending *p, const pi_gpu_act *a, pi_gpu_sink sink, void *ctx) {
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 1024;
+        pi_gpu_act *q = cap <= 65536 ? realloc(p->a, cap * sizeof *q) : NULL;
+        if (!q) { /* full (or no memory): it goes out unmatched rather than not at all */
+            sink(ctx, a);
+            return;
+        }
+        p->a = q;
+        p->cap = cap;
+    }
+    p->a[p->n++] = *a;
+}
+
+static void retry(pi_corr_map *m, pi_gpu_pending *p, pi_gpu_sink sink, void *ctx, int final) {
+    size_t keep = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        pi_gpu_act *a = &p->a[i];
+        a->ext = pi_corr_get(m, a->corr);
+        if (a->ext || final || ++a->age > PI_GPU_MAX_AGE) sink(ctx, a);
+        else p->a[keep++] = *a;
+    }
+    p->n = keep;
+}
+
+long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, uint8_t *buf, size_t valid, pi_corr_map *m,
+                    pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx) {
+    long seen = 0;
+    pi_cupti_record *r = NULL;
+    /* one pass: pairings into the map, activities out when their pairing is known, else pending (CUPTI
+     * writes the pairing at the call, the activity when it ends, but a buffer holds one thread's or one
+     * context's records: a pairing can come later in this buffer or in a later one) */
+    for (;;) {
+        pi_CUptiResult res = next(buf, valid, &r);
+        if (res == PI_CUPTI_ERROR_MAX_LIMIT_REACHED) break;
+        if (res != PI_CUPTI_SUCCESS) {
+            seen = -1;
+            break;
+        }
+        seen++;
+        if (r->kind == PI_CUPTI_KIND_EXTERNAL_CORRELATION) {
+            const pi_cupti_external_correlation *x = (const pi_cupti_external_correlation *)r;
+            if (x->externalKind == ext_kind)
+                pi_corr_put(m, x->correlationId, x->externalId);
+            continue;
+        }
+        pi_gpu_act a;
+        pi_cupti_view(r, &a);
+        if (!a.kind) continue;
+        a.ext = pi_corr_get(m, a.corr);
+        if (a.ext) sink(ctx, &a);
+        else pend(pending, &a, sink, ctx);
+    }
+    retry(m, pending, sink, ctx, 0);
+    return seen;
+}
+
+void pi_cupti_pending_drain(pi_corr_map *m, pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx) {
+    retry(m, pending, sink, ctx, 1);
+}

@@ -1,0 +1,70 @@
+/*
+ * cupti_parse.h — turning completed CUPTI activity buffers into device activities joined to the
+ * shim's own events (used by cupti.c; self-contained so tests/c/cupti_parse_check.c can drive it with
+ * hand-made buffers).
+ *
+ * The join has two steps.  Around every interposed launch/copy/memset/graph launch the shim pushes
+ * the seq of that call's event as an external correlation id (kind CUSTOM2); CUPTI then writes an
+ * EXTERNAL_CORRELATION record pairing that id with its own correlationId, and the kernel / memcpy /
+ * memset records of the call carry the same correlationId (kernels replayed from a graph carry the
+ * graph launch's).  The map keeps correlationId -> external id for a window of recent ids; an
+ * activity whose pairing has not been seen yet waits (a few buffers at most) in a pending list.
+ */
+#ifndef PI_CUPTI_PARSE_H
+#define PI_CUPTI_PARSE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pi_cupti.h"
+
+typedef struct pi_gpu_act {
+    uint64_t start, end;      /* CUPTI clock, ns */
+    uint64_t bytes;           /* memcpy / memset */
+    uint64_t graph_node;      /* 0 unless replayed from a graph */
+    uint64_t ext;             /* external id (the event's seq); 0 = none matched */
+    const char *name;         /* kernels: CUPTI's name (shared by CUPTI, valid while the session is) */
+    uint32_t stream;          /* CUPTI stream id */
+    uint32_t corr;            /* CUPTI correlation id */
+    uint32_t graph;           /* CUPTI graph id (0 none) */
+    int16_t device;
+    uint16_t kind;            /* enum pi_gpu_kind (events.h) */
+    uint8_t copy_kind;        /* memcpy: PI_CUPTI_MEMCPY_* */
+    uint8_t age;              /* buffers it has waited for its pairing */
+} pi_gpu_act;
+
+/* correlationId -> external id, direct mapped over the last 2^bits correlation ids */
+typedef struct pi_corr_map {
+    uint32_t *corr;
+    uint64_t *ext;            /* 0 = empty */
+    uint32_t mask;
+} pi_corr_map;
+
+typedef struct pi_gpu_pending {
+    pi_gpu_act *a;
+    size_t n, cap;
+} pi_gpu_pending;
+
+typedef void (*pi_gpu_sink)(void *ctx, const pi_gpu_act *a);
+
+int pi_corr_init(pi_corr_map *m, unsigned bits);  /* 0, or -1 (memory) */
+void pi_corr_free(pi_corr_map *m);
+void pi_corr_put(pi_corr_map *m, uint32_t corr, uint64_t ext);
+uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr);
+
+#define PI_GPU_MAX_AGE 64     /* buffers an activity waits for its pairing before it goes out unmatched */
+
+/* Parse one completed buffer (`valid` bytes) with CUPTI's own record iterator, in one pass: external
+ * correlation records of kind `ext_kind` (the shim's: CUSTOM2) go into the map, kernel / memcpy / memset records to `sink` with their
+ * external id; one whose pairing is not known yet is kept in `pending` (sent unmatched when the list is
+ * full).  Then the pending activities are tried again: those now paired, or older than PI_GPU_MAX_AGE
+ * buffers, go to `sink`.  Returns the records seen, or -1 when the iterator failed. */
+long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, uint8_t *buf, size_t valid, pi_corr_map *m,
+                    pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx);
+
+/* Send every pending activity (paired where the map now knows it, else unmatched): the final flush. */
+void pi_cupti_pending_drain(pi_corr_map *m, pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx);
+
+/* One activity record viewed as a pi_gpu_act (kind 0 when it is no device activity). */
+void pi_cupti_view(const pi_cupti_record *r, pi_gpu_act *a);
+
+#endif

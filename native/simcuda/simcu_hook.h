@@ -1,0 +1,79 @@
+/*
+ * simcu_hook.h — the private seam between simcuda's driver (libcuda.so.1) and its simulated CUPTI
+ * (libcupti.so.13).  Not a CUDA API: a real driver has nothing like it, and the shim never sees it.
+ *
+ * The simulated libcupti, when activity collection is first enabled, finds the driver already loaded
+ * (dlopen("libcuda.so.1", RTLD_NOLOAD), else loads it), looks up simcuInternalAttachCupti and hands it
+ * two callbacks.  The driver then calls, on the thread that made the CUDA call:
+ *   api(corr, cbid, start, end)   once per driver call that enqueues device work (a launch, a copy, a
+ *                                 memset, a graph launch) or is captured into a graph; corr is the
+ *                                 correlation id the driver gave the call (1, 2, ... per process);
+ *   op(op)                        once per device operation, when it is enqueued: its device start and
+ *                                 end are already known (the device clock is computed at enqueue time),
+ *                                 both on CLOCK_MONOTONIC; CUPTI must not deliver the record before the
+ *                                 host clock reaches op->end_ns (the op has not finished before that).
+ * A graph launch makes one api() call and one op() per replayed node, all with the launch's corr.
+ *
+ * The CUPTI clock (cuptiGetTimestamp, record start/end) is CLOCK_MONOTONIC shifted by an offset and a
+ * drift: simcu_cupti_time() below, read by both libraries from the same environment variables.
+ */
+#ifndef SIMCU_HOOK_H
+#define SIMCU_HOOK_H
+#include <stdint.h>
+#include <stdlib.h>
+
+#define SIMCU_HOOK_VERSION 1
+
+enum simcu_op_kind { SIMCU_OP_KERNEL = 1, SIMCU_OP_MEMCPY = 2, SIMCU_OP_MEMSET = 3 };
+
+struct simcu_op {
+    int kind;                 /* SIMCU_OP_* */
+    uint8_t copy_kind;        /* PI_CUPTI_MEMCPY_* (memcpy) */
+    uint8_t src_kind, dst_kind; /* CUpti_ActivityMemoryKind: 1 pageable, 2 pinned, 3 device, 5 managed */
+    uint32_t device;
+    uint32_t stream_id;       /* as CUPTI reports it: 7 for the legacy default stream, then 13, 14, ... */
+    uint32_t corr_id;
+    uint32_t value;           /* memset value */
+    uint64_t bytes;           /* memcpy / memset */
+    uint64_t start_ns, end_ns; /* device time on CLOCK_MONOTONIC */
+    const char *name;         /* kernel name (valid during the call only: copy it) */
+    uint32_t grid[3], block[3];
+    uint32_t graph_id;        /* 0 unless replayed from a graph: the executable graph's id */
+    uint64_t graph_node_id;   /* 0 unless replayed: the executable graph node's id */
+};
+
+struct simcu_hooks {
+    int version; /* SIMCU_HOOK_VERSION */
+    void (*api)(uint32_t corr_id, uint32_t cbid, uint64_t start_ns, uint64_t end_ns);
+    void (*op)(const struct simcu_op *op);
+};
+
+/* exported by libcuda.so.1; hooks == NULL detaches.  Returns SIMCU_HOOK_VERSION. */
+typedef int (*simcu_attach_fn)(const struct simcu_hooks *hooks);
+#define SIMCU_ATTACH_SYMBOL "simcuInternalAttachCupti"
+
+/* ---- the CUPTI clock ----
+ * SIMCUPTI_CLOCK_OFFSET_NS  added to CLOCK_MONOTONIC (default 1700000000000000000, about the Unix time
+ *                           of late 2023 in ns: CUPTI's timestamps are not CLOCK_MONOTONIC)
+ * SIMCUPTI_CLOCK_DRIFT_PPM  the CUPTI clock runs this many parts per million fast (default 0; may be
+ *                           negative or fractional): cupti = mono + offset + mono * ppm / 1e6 */
+#define SIMCU_DEFAULT_CUPTI_OFFSET 1700000000000000000ull
+
+struct simcu_clock { uint64_t offset; double ppm; };
+
+static inline struct simcu_clock simcu_clock_from_env(void)
+{
+    struct simcu_clock c = {SIMCU_DEFAULT_CUPTI_OFFSET, 0.0};
+    const char *o = getenv("SIMCUPTI_CLOCK_OFFSET_NS"), *d = getenv("SIMCUPTI_CLOCK_DRIFT_PPM");
+    if (o && *o) c.offset = strtoull(o, NULL, 10);
+    if (d && *d) c.ppm = strtod(d, NULL);
+    return c;
+}
+
+static inline uint64_t simcu_cupti_time(const struct simcu_clock *c, uint64_t mono_ns)
+{
+    if (mono_ns == 0) return 0;
+    return mono_ns + c->offset + (uint64_t)(int64_t)((double)mono_ns * c->ppm * 1e-6);
+}
+
+#endif

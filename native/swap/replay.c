@@ -1,0 +1,115 @@
+/*
+ * replay.c — a swap schedule played on a discrete-event model of the GPU; see swap.h.
+ *
+ * Ops and transfers are visited once, in one order where everything an item depends on comes
+ * first: ops by release (R, seq), each transfer after the ops released by its planned time.
+ * That order is valid because a schedule never makes an op wait for a transfer planned to start
+ * at or after the op's release, nor a transfer wait for an op released after its planned start
+ * (the validator checks both).  While no stream carries a delay, the ops between two items that
+ * matter (a waiting op, a transfer) all start on time and are skipped: a replay costs the swaps
+ * plus the ops inside delayed stretches, not the whole run.
+ */
+#include "swap.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define TOL_NS 1e-3     /* waits shorter than this are rounding, not delays */
+
+/* how late the timeline runs at time t, from op k (released by t): its delay, less the idle
+ * time between its recorded end and t (which absorbs a delay as it does on the stream) */
+static double shift_at(const double *R, const double *dur, const double *delay, int64_t k, double t) {
+    if (k < 0 || !(delay[k] > 0.0)) return 0.0;
+    double idle = t - (R[k] + dur[k]);
+    double d = delay[k] - (idle > 0.0 ? idle : 0.0);
+    return d > 0.0 ? d : 0.0;
+}
+
+int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int64_t *sprev, const int64_t *snext,
+                   const int64_t *ord,
+                   int64_t n_sw, const pi_swap_xfer *xf, int64_t n_x, const int64_t *x_sw, const int8_t *x_dir,
+                   const int64_t *x_pos, int64_t n_w, const int64_t *w_sw, const int8_t *w_dir, const int64_t *w_pos,
+                   double *delay, double *sw_t, double *slowdown) {
+    double d2h_free = -INFINITY, h2d_free = -INFINITY;
+    double rec_end = -INFINITY, new_end = -INFINITY;
+    for (int64_t i = 0; i < n_ops; i++) {
+        double e = R[i] + dur[i];
+        if (e > rec_end) rec_end = e;
+    }
+    for (int64_t k = 0; k < n_sw; k++) {
+        double *o = sw_t + 5 * k;
+        o[0] = o[1] = o[2] = o[3] = NAN;
+        o[4] = 0.0;
+    }
+    /* ops whose delay is > 0 and whose stream successor is not visited yet: while there are
+     * none, every op until the next waiting op or transfer starts on time */
+    int64_t outstanding = 0;
+    char *counted = calloc((size_t)(n_ops > 0 ? n_ops : 1), 1);
+    if (!counted) return -1;
+    int64_t j = 0, xi = 0, wi = 0;
+    while (j < n_ops || xi < n_x) {
+        if (xi < n_x && x_pos[xi] <= j) {            /* a transfer: its ops are visited */
+            int64_t k = x_sw[xi];
+            const pi_swap_xfer *x = &xf[k];
+            double *o = sw_t + 5 * k;
+            if (x_dir[xi] == 0) {
+                double issue = x->out_start + shift_at(R, dur, delay, x->out_anchor, x->out_start);
+                double s = issue > d2h_free ? issue : d2h_free;
+                o[0] = s;
+                o[1] = s + x->t_out;
+                d2h_free = o[1];
+            } else {
+                double issue = x->in_start + shift_at(R, dur, delay, x->in_anchor, x->in_start);
+                double s = issue > h2d_free ? issue : h2d_free;
+                if (!isnan(o[1]) && o[1] > s) s = o[1];
+                o[2] = s;
+                o[3] = s + x->t_in;
+                h2d_free = o[3];
+            }
+            xi++;
+            continue;
+        }
+        if (j >= n_ops) break;
+        if (outstanding == 0) {                      /* skip the ops that start on time */
+            int64_t nxt = n_ops;
+            if (wi < n_w && w_pos[wi] < nxt) nxt = w_pos[wi];
+            if (xi < n_x && x_pos[xi] < nxt) nxt = x_pos[xi];
+            if (nxt > j) {
+                j = nxt;
+                continue;
+            }
+        }
+        int64_t i = ord ? ord[j] : j;
+        double d = 0.0;
+        int64_t pv = sprev ? sprev[i] : i - 1;
+        if (pv >= 0 && counted[pv]) {
+            outstanding--;
+            counted[pv] = 0;
+            double gap = R[i] - (R[pv] + dur[pv]);    /* idle time on the stream absorbs a delay */
+            d = delay[pv] - (gap > 0.0 ? gap : 0.0);
+            if (d < 0.0) d = 0.0;
+        }
+        double base = R[i] + d;
+        for (; wi < n_w && w_pos[wi] == j; wi++) {
+            double *o = sw_t + 5 * w_sw[wi];
+            double x = w_dir[wi] == 0 ? o[1] : o[3];
+            if (!(x - base > TOL_NS)) continue;
+            o[4] += x - base;                          /* the wait this transfer caused */
+            if (x - R[i] > d) d = x - R[i];
+        }
+        if (!(d > TOL_NS)) d = 0.0;
+        delay[i] = d;
+        if (d > 0.0) {
+            double e = R[i] + dur[i] + d;
+            if (e > new_end) new_end = e;
+            if (snext ? snext[i] >= 0 : i + 1 < n_ops) {   /* its successor on the stream must be visited */
+                counted[i] = 1;
+                outstanding++;
+            }
+        }
+        j++;
+    }
+    free(counted);
+    *slowdown = new_end > rec_end ? new_end - rec_end : 0.0;
+    return 0;
+}

@@ -1,0 +1,259 @@
+"""Which clock a process's analyses run on, and the times they read from it.
+
+The one place that decides: every analysis asks :func:`clock_of` and never applies a rule of
+its own.
+
+* **Device clock** (``"gpu (cupti)"``) when the process's launches or copies carry device times
+  (``dev_start``/``dev_end`` >= 0, recorded through CUPTI and aligned to the trace's clock).
+  An access then lasts from its kernel's device start to its device end; an access interval runs
+  from the END of one accessing kernel to the START of the next on the GPU.
+* **CPU clock** (``"cpu"``) otherwise: every time is the host's, taken when the call was made
+  (a launch is *enqueued* then, not run), as analyses always did.  The clock's note says why
+  (``"no device times: CPU clock (libcupti not found)"``).
+
+Host events (allocations, frees, markers, iteration boundaries) have no device time of their
+own.  On the device clock each is placed where the GPU reached that point of the program:
+``max(t, latest device end of the process's launches and copies recorded before it)`` — the
+host cannot act before it made the call, and the GPU has finished what was enqueued before it
+no earlier than that.  (A stream-ordered free, ``cudaFreeAsync``, is released then; a
+synchronous ``cudaFree`` waits for the device anyway, so both readings agree.)  A launch or copy
+with no device time of its own (a record CUPTI dropped) is placed the same way, with a zero
+duration, and the clock's note counts them.
+
+:class:`Clock` gives:
+
+* :meth:`Clock.host_times` — host events (seq, t) on the clock;
+* :meth:`Clock.op_times` — accesses / launches / copies (seq, t) -> (start, end) on the clock
+  (CPU: both are ``t``);
+* :meth:`Clock.replay_ops` — the compute streams for the swap replay (start, duration, stream);
+* :attr:`Clock.label`, :meth:`Clock.as_dict` — what JSON outputs name (``"clock"``).
+
+:func:`launch_lag` is the launch-to-start lag (``dev_start - t``: how far the CPU ran ahead).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CPU = "cpu"
+
+
+@dataclass
+class Ops:
+    """The process's launches and copies in seq order (what the device clock is read from)."""
+
+    seq: np.ndarray        # int64, ascending
+    t: np.ndarray          # int64: CPU time of the call
+    start: np.ndarray | None = None    # int64: device start (-1 none); None on the CPU clock
+    end: np.ndarray | None = None      # int64: device end (-1 none)
+    stream: np.ndarray | None = None   # int64: the call's stream handle
+    frontier: np.ndarray = field(default=None)   # int64: latest device end among ops[0..i] (-1 none)
+
+    def __post_init__(self):
+        if self.frontier is None and self.start is not None:
+            e = np.where((self.start >= 0) & (self.end >= self.start), self.end, -1)
+            self.frontier = np.maximum.accumulate(e) if len(e) else e
+
+    @property
+    def timed(self) -> np.ndarray:
+        if self.start is None:
+            return np.zeros(len(self.seq), bool)
+        return (self.start >= 0) & (self.end >= self.start)
+
+
+@dataclass
+class Clock:
+    pid: int | None
+    device: bool
+    source: str = CPU           # "cupti" (or what the trace names) on the device clock
+    note: str = ""
+    ops: Ops | None = None
+
+    @property
+    def label(self) -> str:
+        return f"gpu ({self.source})" if self.device else CPU
+
+    def as_dict(self) -> dict:
+        """The keys every JSON output carries: ``clock`` and, when there is one, ``clock_note``."""
+        d = {"clock": self.label}
+        if self.note:
+            d["clock_note"] = self.note
+        return d
+
+    # ---- times -------------------------------------------------------------------------
+
+    def host_times(self, seq, t) -> np.ndarray:
+        """Host events (allocations, frees, boundaries) at ``seq``/``t`` on this clock (int64)."""
+        t = np.asarray(t, dtype=np.int64)
+        if not self.device:
+            return t
+        k = np.searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
+        f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)
+        return np.maximum(t, f)
+
+    def op_times(self, seq, t) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) on this clock of the launches/copies (or their accesses) at ``seq``/``t``:
+        the device start and end; the host position (:meth:`host_times`) for both when the op
+        has no device time; on the CPU clock ``t`` for both."""
+        t = np.asarray(t, dtype=np.int64)
+        if not self.device:
+            return t, t
+        seq = np.asarray(seq, dtype=np.int64)
+        o = self.ops
+        i = np.minimum(np.searchsorted(o.seq, seq, side="left"), max(len(o.seq) - 1, 0))
+        hit = (o.seq[i] == seq) & o.timed[i] if len(o.seq) else np.zeros(len(seq), bool)
+        if hit.all():
+            return o.start[i], o.end[i]
+        h = self.host_times(seq, t)
+        return np.where(hit, o.start[i], h), np.where(hit, o.end[i], h)
+
+    def replay_ops(self) -> dict:
+        """The compute streams for the swap replay (:mod:`.swap.replay`), in seq order:
+
+        ``seq``; ``start`` (float64 ns: when the op started — the device start, or on the CPU
+        clock the call's time); ``dur`` (how long it kept its stream: the device duration, or on
+        the CPU clock the gap to the next call, so the CPU timeline is the stream); ``stream``
+        (dense int32: the CPU clock is one stream, the device clock one per stream handle).
+        An access lasts the op's duration on the device clock and is the instant of the call on
+        the CPU clock; the candidates' interval ends already say so."""
+        o = self.ops
+        n = len(o.seq)
+        if self.device:
+            timed = o.timed
+            h = self.host_times(o.seq, o.t)
+            start = np.where(timed, o.start, h).astype(np.float64)
+            dur = np.where(timed, o.end - o.start, 0).astype(np.float64)
+            _, stream = np.unique(o.stream, return_inverse=True)
+        else:
+            start = o.t.astype(np.float64)
+            dur = np.zeros(n, np.float64)
+            if n > 1:
+                dur[:-1] = np.maximum(np.diff(start), 0.0)
+            stream = np.zeros(n, np.int64)
+        return {"seq": o.seq, "start": start, "dur": dur, "stream": stream.astype(np.int32)}
+
+
+def _ops(trace, pid: int | None, device: bool) -> Ops:
+    """The process's launches and copies in seq order; only seq and t on the CPU clock."""
+    parts = []
+    cols = ("seq", "t", "dev_start", "dev_end", "stream") if device else ("seq", "t")
+    for tab in (trace.launches, trace.copies):
+        if not len(tab):
+            continue
+        m = np.ones(len(tab), bool) if pid is None else tab["pid"].to_numpy() == pid
+        parts.append({k: tab[k].to_numpy()[m] for k in cols})
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return Ops(z, z, *((z, z, z) if device else ()))
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in cols}
+    o = None if len(parts) == 1 and _ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
+
+    def take(k, dtype):
+        a = cat[k] if o is None else cat[k][o]
+        return a.astype(dtype, copy=False)
+    if not device:
+        return Ops(take("seq", np.int64), take("t", np.int64))
+    return Ops(take("seq", np.int64), take("t", np.int64), take("dev_start", np.int64), take("dev_end", np.int64),
+               take("stream", np.uint64).view(np.int64))
+
+
+def _ascending(a: np.ndarray) -> bool:
+    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
+
+
+def _timed_count(trace, pid: int | None) -> tuple[int, int]:
+    """(launches and copies of the process with a device time, all of them)."""
+    n = timed = 0
+    for tab in (trace.launches, trace.copies):
+        if not len(tab):
+            continue
+        m = np.ones(len(tab), bool) if pid is None else tab["pid"].to_numpy() == pid
+        s, e = tab["dev_start"].to_numpy(), tab["dev_end"].to_numpy()
+        n += int(m.sum())
+        timed += int(np.count_nonzero(m & (s >= 0) & (e >= s)))
+    return timed, n
+
+
+def _process_row(trace, pid):
+    p = trace.processes
+    if pid is None or not len(p):
+        return None
+    r = p[p["pid"].to_numpy() == pid]
+    return r.iloc[0] if len(r) else None
+
+
+def clock_of(trace, pid: int | None = None) -> Clock:
+    """The clock of one process of ``trace`` (default: the main process), computed once per trace."""
+    if pid is None:
+        pid = trace.main_pid
+    pid = None if pid is None else int(pid)
+    derived = getattr(trace, "derived", None)
+    if derived is None:
+        return _decide(trace, pid)
+    return derived(("clock", pid), lambda: _decide(trace, pid))
+
+
+def _decide(trace, pid: int | None) -> Clock:
+    row = _process_row(trace, pid)
+    declared = str(row["clock"]) if row is not None and "clock" in row and row["clock"] else CPU
+    why = str(row["clock_note"]) if row is not None and "clock_note" in row and row["clock_note"] else ""
+    n_timed, n_ops = _timed_count(trace, pid)
+    if n_timed == 0:
+        if not why:
+            why = ("the trace has no device timestamps" if n_ops else "the process launched nothing")
+        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", _ops(trace, pid, False))
+    ops = _ops(trace, pid, True)
+    source = declared if declared not in ("", CPU) else "cupti"
+    notes = []
+    if n_timed < n_ops:
+        notes.append(f"{n_ops - n_timed} of {n_ops} launches/copies have no device time: "
+                     "placed where the GPU reached them in program order")
+    if row is not None and "gpu_dropped" in row and int(row["gpu_dropped"]) > 0:
+        notes.append(f"{int(row['gpu_dropped'])} device activity records dropped by CUPTI")
+    if why:
+        notes.append(why)
+    return Clock(pid, True, source, "; ".join(notes), ops)
+
+
+def clock_dict(trace, pid: int | None = None) -> dict:
+    """``clock_of(trace, pid).as_dict()``: the ``clock`` (and ``clock_note``) keys of a JSON output."""
+    return clock_of(trace, pid).as_dict()
+
+
+def launch_lag(trace, pid: int | None = None) -> dict | None:
+    """The launch-to-start lag of a process's launches (``dev_start - t``, ns: how far the CPU ran
+    ahead of the GPU): count, median, p90, p99, max; None on the CPU clock."""
+    c = clock_of(trace, pid)
+    if not c.device:
+        return None
+    la = trace.launches
+    m = la["dev_start"].to_numpy() >= 0
+    if c.pid is not None:
+        m &= la["pid"].to_numpy() == c.pid
+    lag = (la["dev_start"].to_numpy(np.int64)[m] - la["t"].to_numpy(np.int64)[m]).astype(np.float64)
+    if not len(lag):
+        return None
+    q = np.quantile(lag, [0.5, 0.9, 0.99])
+    return {"launches": int(len(lag)), "median_ns": float(q[0]), "p90_ns": float(q[1]), "p99_ns": float(q[2]),
+            "max_ns": float(lag.max())}
+
+
+def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
+    """(t_alloc, t_free) of ``blocks`` (rows of ``trace.blocks``) on each block's process clock:
+    the axis the report's timeline and the live-bytes curves are drawn on."""
+    t_alloc = blocks["t_alloc"].to_numpy(np.int64)
+    t_free = blocks["t_free"].to_numpy(np.int64)
+    if not len(blocks) or not (trace.launches["dev_start"].to_numpy() >= 0).any() and \
+            not (trace.copies["dev_start"].to_numpy() >= 0).any():
+        return t_alloc, t_free
+    pid = blocks["pid"].to_numpy()
+    t_alloc, t_free = t_alloc.copy(), t_free.copy()
+    for p in np.unique(pid):
+        c = clock_of(trace, int(p))
+        if not c.device:
+            continue
+        m = pid == p
+        t_alloc[m] = c.host_times(blocks["seq_alloc"].to_numpy(np.int64)[m], t_alloc[m])
+        t_free[m] = c.host_times(blocks["seq_free"].to_numpy(np.int64)[m], t_free[m])
+    return t_alloc, t_free

@@ -1,0 +1,413 @@
+"""Host-swap evaluation (paper 2, part 2: SINGA's SwapGPU; paper 1's outliers).
+
+Question answered: if some blocks were copied to host memory between two of their
+accesses and copied back before the next one, how far would the peak of live
+device bytes drop, and at what cost in stalls?
+
+Pipeline (pure functions over tables):
+
+1. **Candidates** — :func:`prepare`: the access->access intervals
+   (``access_intervals`` kind ``between``) of the process's device blocks of at
+   least ``min_size`` bytes (default 1 MiB, SINGA's ``smallest_block``), each
+   labelled with its iteration; those that straddle the peak come first in
+   every ordering.
+2. **Scores** — :func:`order`: ``doa`` (duration of absence = ATI minus both
+   transfer times; SINGA subtracted the swap-out time twice), ``aoa`` (DOA x
+   size when DOA >= 0, else DOA / size), ``wdoa`` (time-integral of the overload
+   ``max(0, live - budget)`` over the absence window, divided by the peak
+   overload ``peak - budget``: seconds of absence weighted by how far memory
+   stands above the budget; SINGA's version was dead code), ``vote`` (sum of the
+   three ranks, lowest first), ``size`` (largest first), ``outlier`` (paper 1:
+   ATI x size, largest first).
+3. **Schedulers** — :func:`schedule` (``schedule.py``, the loop in ``native/swap/swap.c``): one
+   PCIe channel per direction, transfers in one direction serialised, each costing
+   ``latency + size / bandwidth``; planned on the process's clock (``analysis/clock.py``).
+   ``no-overhead`` takes a swap only when both transfers hide inside the interval (swap-out
+   after the previous access, swap-in done by the next); ``budget`` aims at peak <= budget:
+   first with swaps that hide and cover all the over-budget time in their interval, then with
+   swaps that make the program pause (a) at the first over-budget moment until the swap-out has
+   ended, (b) at the next access until the swap-in has ended — only with transfers that can run:
+   the swap-out ends by the next access and starts before (a); the swap-in starts before the
+   next access.  Both are greedy in score order and then drop swaps that turn out unnecessary
+   for the peak reached.
+4. **Validation** — :func:`validate_schedule` (``validate.py``) checks every schedule.
+5. **Replay** — ``replay.py``: every schedule is played on a discrete-event model of the GPU
+   (compute streams in recorded order, FIFO copy engines, delays propagating); the reported
+   ``peak_after``, ``stall_seconds`` (the run's slowdown) and ``overhead_fraction`` are the
+   replay's.  A budget is met only when the replayed peak is within it.
+
+Modules: ``problem.py`` (the step function, candidates, compute streams), ``strategies.py``
+(scores, orders), ``schedule.py``, ``validate.py``, ``replay.py``; this file holds the entry
+points (:func:`analyse`, :func:`evaluate`, :func:`pareto`, :class:`SwapWork`).
+
+The greedy decisions use the live-bytes step function on the blocks' alloc/free times (a
+swap lowers a step only if its away window covers the whole step; this never under-states the
+peak).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+from ..bandwidth import Bandwidth, resolve_bandwidth
+
+from .problem import (  # noqa: F401  (the public API, and names the tests read)
+    BLOCK_COLUMNS,
+    EXACT_T,
+    MIN_SIZE,
+    MODES,
+    REPLAY_COLUMNS,
+    SCHEDULE_COLUMNS,
+    STRATEGIES,
+    SWAP_INTERVAL_KIND,
+    SwapProblem,
+    _exact_peak,
+    _iteration_labels,
+    _kind_is,
+    _live_steps,
+    _ops_of_intervals,
+    _peak_after,
+    _steps_f,
+    _steps_inside,
+    _synthetic_ops,
+    prepare,
+    prepare_tables,
+)
+
+from .strategies import (  # noqa: F401  (the public API, and names the tests read)
+    _absence_overload,
+    _order,
+    _rank,
+    _rank_desc_min,
+    _scores,
+    _tie_order,
+    _vote_fixed,
+    _vote_order,
+    _wdoa_points,
+    candidate_table,
+    order,
+    scores,
+    wdoa,
+)
+
+from .schedule import (  # noqa: F401  (the public API, and names the tests read)
+    CAND_DTYPE,
+    SwapResult,
+    _cand_arrays,
+    _iv_steps,
+    _loops,
+    _pack,
+    _schedule_frame,
+    hiding_floor,
+    run_strategy,
+    schedule,
+    schedule_with_candidates,
+)
+
+from .validate import validate_schedule  # noqa: F401,E402
+
+
+def problem_for(trace, bandwidth: Bandwidth | float | None = None, min_size: int = MIN_SIZE, pid: int | None = None,
+            latency_us: float | None = None) -> SwapProblem:
+    """:func:`prepare` with the bandwidth resolved as :func:`analyse` does, prepared once per trace
+    (kept by ``Trace.derived`` when the trace has it): pass it as ``problem=`` to :func:`evaluate`,
+    :func:`analyse` and :func:`pareto` to share it."""
+    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    derived = getattr(trace, "derived", None)
+    if derived is None:
+        return prepare(trace, bw, min_size=min_size, pid=pid)
+    return derived(("swap.prepare", bw, int(min_size), None if pid is None else int(pid)),
+                   lambda: prepare(trace, bw, min_size=min_size, pid=pid))
+
+
+def candidates(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
+               min_size: int = MIN_SIZE, pid: int | None = None, latency_us: float | None = None) -> pd.DataFrame:
+    """Swap candidates of one process of ``trace`` (see :func:`candidate_table`)."""
+    bw = _bandwidth_arg(trace, bandwidth, latency_us)
+    return candidate_table(prepare(trace, bw, min_size=min_size, pid=pid), budget)
+
+
+# ---- entry points ----------------------------------------------------------------------
+
+@dataclass
+class SwapEvaluation:
+    problem: SwapProblem
+    budget: int
+    budget_source: str
+    results: list[SwapResult]
+
+    def as_dict(self) -> dict:
+        p = self.problem
+        c = p.candidates
+        return {
+            **(p.clock or {"clock": "cpu"}),
+            "bandwidth": p.bandwidth.as_dict(),
+            "pid": p.pid,
+            "peak_before": int(p.peak_before),
+            "floor": int(p.floor),
+            "budget": int(self.budget),
+            "budget_source": self.budget_source,
+            "candidates": int(len(c)),
+            "candidates_straddling_peak": int(c["straddles_peak"].sum()) if len(c) else 0,
+            "candidates_hideable": int((c["doa_ns"] >= 0).sum()) if len(c) else 0,
+            "notes": list(p.notes),
+            "strategies": [r.as_dict() for r in self.results],
+        }
+
+    def schedule_table(self) -> pd.DataFrame:
+        """All schedules, one row per swap, times in seconds on the trace's clock."""
+        frames = []
+        for r in self.results:
+            s = r.schedule.copy()
+            s = s.rename(columns={"stall": "planned_stall"})
+            if r.replay is not None and len(s):
+                rf = r.replay.as_frame()
+                for col in rf.columns:
+                    s[col] = rf[col].to_numpy()
+            else:
+                for col in REPLAY_COLUMNS:
+                    s[col] = s[col[len("replay_"):]] if col.startswith("replay_") else 0.0
+            s = s.rename(columns={"wait": "stall"})
+            for col in ("prev_access", "out_start", "out_end", "free_t", "realloc_t", "in_start", "in_end",
+                        "next_access", "stall", "planned_stall", *[c for c in REPLAY_COLUMNS if c != "wait"]):
+                s[col] = s[col] * 1e-9
+            s.insert(0, "mode", r.mode)
+            s.insert(0, "strategy", r.strategy)
+            frames.append(s)
+        cols = ["strategy", "mode", "block_id", "out_start", "out_end", "in_start", "in_end", "next_access",
+                "prev_access", "free_t", "realloc_t", "size", "iteration", "stall", "planned_stall",
+                "replay_out_start", "replay_out_end", "replay_in_start", "replay_in_end"]
+        ren = {"stall": "stall_s", "planned_stall": "planned_stall_s"}
+        if not frames:
+            return pd.DataFrame(columns=[ren.get(c, c) for c in cols])
+        out = pd.concat(frames, ignore_index=True)
+        return out[cols].rename(columns=ren)
+
+
+def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
+    if isinstance(bandwidth, Bandwidth):
+        return bandwidth
+    return resolve_bandwidth(trace, gbps=bandwidth, latency_us=latency_us)
+
+
+def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
+            strategies=None, modes=MODES, min_size: int = MIN_SIZE, pid: int | None = None,
+            latency_us: float | None = None, problem: SwapProblem | None = None,
+            schedules: bool = True) -> SwapEvaluation:
+    """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
+    :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML).
+    ``modes``: the modes to run (default both), each for every strategy.
+    ``problem``: a prepared problem (:func:`problem_for`) to use instead of preparing one
+    (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with).
+    ``schedules=False``: each result keeps only its swaps' sizes (what ``as_dict`` reads), not
+    the whole schedule (at 10 M events ~20 MB a run)."""
+    strategies = list(strategies or STRATEGIES)
+    for m in modes:
+        if m not in MODES:
+            raise PyinterposeError(f"unknown swap mode {m!r} (choose from {', '.join(MODES)})")
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise PyinterposeError(f"unknown swap strategy {s!r} (choose from {', '.join(STRATEGIES)})")
+    if budget is not None and budget < 0:
+        raise PyinterposeError(f"--budget must be >= 0 bytes (got {budget})")
+    if problem is None:
+        problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
+    if budget is None:
+        b, src = problem.default_budget, "default: half-way between the swap floor and the peak"
+    else:
+        b, src = int(budget), "given"
+    runs = [(s, m, b if (m == "budget" or budget is not None) else None) for s in strategies for m in modes]
+    results = _run_all(problem, runs, schedules=schedules)
+    return SwapEvaluation(problem, b, src, results)
+
+
+def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) -> list[SwapResult]:
+    """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
+    and the C scheduler releases the GIL, so they share the machine's cores (two threads at
+    most: each holds its own copy of the curve and the links).  What the runs share is made
+    first: the orders (one per strategy and scoring budget, for both modes) and the
+    scheduler's packed view of a target that several runs schedule at."""
+    keys = list(dict.fromkeys((s, problem.default_budget if b is None else int(b)) for s, _, b in runs))
+    targets = [(m, problem.default_budget if m == "budget" and b is None else (0 if b is None else int(b)))
+               for _, m, b in runs]
+    looping = [t for m, t in targets if _loops(problem, m, t)]
+    shared = [t for t in dict.fromkeys(looping) if looping.count(t) > 1]
+    workers = min(2, os.cpu_count() or 1, len(runs))
+
+    def run(r: tuple) -> SwapResult:
+        res = run_strategy(problem, *r)
+        if not schedules:
+            res.schedule = res.schedule[["size"]]
+        return res
+
+    if any(k[0] == "vote" for k in keys):
+        _prime_votes(problem)
+    try:
+        if workers <= 1:
+            for k in keys:
+                _order(problem, *k)
+            for t in shared:
+                problem.memo[("packed", t)] = _pack(problem, t)
+            return [run(r) for r in runs]
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            list(ex.map(lambda k: _order(problem, *k), keys))
+            for t, pk in zip(shared, ex.map(lambda t: _pack(problem, t), shared)):
+                problem.memo[("packed", t)] = pk
+            return list(ex.map(run, runs))
+    finally:
+        for t in shared:
+            problem.memo.pop(("packed", t), None)
+
+
+def _prime_votes(problem: SwapProblem) -> None:
+    """What every budget's vote order shares, computed once before threads ask for it: the
+    three sorts it starts from side by side (numpy's sorts release the GIL), then the rest."""
+    parts = [lambda: _rank(problem, "doa", 0), lambda: _rank(problem, "aoa", 0), lambda: _tie_order(problem)]
+    if (os.cpu_count() or 1) > 1 and len(problem.candidates) >= 100_000:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pyinterpose-swap") as ex:
+            list(ex.map(lambda f: f(), parts))
+    else:
+        for f in parts:
+            f()
+    _wdoa_points(problem)
+    _vote_fixed(problem)
+
+
+def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
+             strategies=None, min_size: int = MIN_SIZE, pid: int | None = None,
+             latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES) -> dict:
+    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``: see :func:`analyse`)."""
+    return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies, modes=modes,
+                   min_size=min_size, pid=pid, latency_us=latency_us, problem=problem,
+                   schedules=False).as_dict()
+
+
+def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "vote",
+           budgets=None, n: int = 8, min_size: int = MIN_SIZE, pid: int | None = None,
+           latency_us: float | None = None, problem: SwapProblem | None = None) -> list[dict]:
+    """Budget sweep (budget mode): peak reached vs stall overhead, one point per budget.
+
+    ``budgets`` default: ``n`` budgets evenly from the swap floor to the peak.
+    ``problem``: a prepared problem (see :func:`analyse`)."""
+    if problem is None:
+        problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
+    budgets = _pareto_budgets(problem, budgets, n)
+    if strategy not in STRATEGIES:
+        raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    if strategy == "vote":
+        _prime_votes(problem)
+    workers = min(2, os.cpu_count() or 1, len(budgets))
+    if workers <= 1:
+        return [_pareto_point(problem, strategy, b) for b in budgets]
+    with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
+        return list(ex.map(lambda b: _pareto_point(problem, strategy, b), budgets))
+
+
+def _pareto_budgets(problem: SwapProblem, budgets, n: int) -> list[int]:
+    if budgets is None:
+        budgets = np.unique(np.linspace(problem.floor, problem.peak_before, n).astype(np.int64))
+    return [int(b) for b in budgets]
+
+
+def _pareto_point(problem: SwapProblem, strategy: str, b: int) -> dict:
+    """One point of :func:`pareto`.  The budget's order, scores and schedule are let go once the
+    point is made (at 10 M events ~50 MB a budget), except the default budget's, which the
+    other runs share."""
+    d = run_strategy(problem, strategy, "budget", b).as_dict()
+    if b != problem.default_budget:
+        _forget_budget(problem, b)
+    return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],
+            "planned_stall_seconds": d["planned_stall_seconds"],
+            "overhead_fraction": d["overhead_fraction"], "swaps": d["swaps"], "strategy": strategy}
+
+
+class SwapWork:
+    """:func:`evaluate` (every strategy, both modes, at the default budget) and :func:`pareto`
+    (``strategy`` at ``n`` budgets) on one prepared problem, as one list of tasks that any
+    number of threads work through by calling :meth:`work` — the caller's own thread
+    included, once it has nothing else to do, so the machine's cores stay busy without more
+    threads than cores.  :meth:`results` gives what ``evaluate`` and ``pareto`` return (the
+    same values: every run is deterministic)."""
+
+    def __init__(self, problem: SwapProblem, strategy: str = "vote", budgets=None, n: int = 8):
+        if strategy not in STRATEGIES:
+            raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+        self.problem, self.strategy = problem, strategy
+        self.budgets = _pareto_budgets(problem, budgets, n)
+        b = problem.default_budget
+        # a task per strategy (its order, then both modes: the order is made once) and per
+        # budget of the sweep, the heavier (lower) budgets first
+        self._tasks = [("evaluate", s) for s in STRATEGIES] + \
+            [("pareto", k) for k in np.argsort(self.budgets, kind="stable").tolist()]
+        self._eval: dict[str, list[SwapResult]] = {}
+        self._points: list[dict | None] = [None] * len(self.budgets)
+        self._next = itertools.count()          # next(count) is atomic: each task is taken once
+        self._done = threading.Semaphore(0)
+        self._errors: list[BaseException] = []
+        self._primed = threading.Lock()
+        self._is_primed = False
+        self._budget = b
+
+    def _prime(self) -> None:
+        with self._primed:       # what every vote order and the default target's runs share, once
+            if not self._is_primed:
+                _prime_votes(self.problem)
+                for mode, t in (("budget", self._budget), ("no-overhead", 0)):   # each shared by six runs
+                    if _loops(self.problem, mode, t):
+                        self.problem.memo[("packed", t)] = _pack(self.problem, t)
+                self._is_primed = True
+
+    def work(self) -> None:
+        """Run tasks until none is left (returns at once when every task is taken)."""
+        p = self.problem
+        while True:
+            i = next(self._next)
+            if i >= len(self._tasks):
+                return
+            kind, arg = self._tasks[i]
+            try:
+                self._prime()
+                if kind == "evaluate":
+                    self._eval[arg] = [self._slim(run_strategy(p, arg, m, self._budget if m == "budget" else None))
+                                       for m in MODES]
+                else:
+                    self._points[arg] = _pareto_point(p, self.strategy, self.budgets[arg])
+            except BaseException as e:  # noqa: BLE001 - given back by results()
+                self._errors.append(e)
+            finally:
+                self._done.release()
+
+    @staticmethod
+    def _slim(r: SwapResult) -> SwapResult:
+        r.schedule = r.schedule[["size"]]
+        return r
+
+    def results(self) -> tuple[dict, list[dict]]:
+        """(``evaluate``'s object, ``pareto``'s points), once every task has run; the first
+        error of any task is raised here."""
+        self.work()
+        for _ in self._tasks:
+            self._done.acquire()
+        for t in (self._budget, 0):
+            self.problem.memo.pop(("packed", t), None)
+        if self._errors:
+            raise self._errors[0]
+        res = [r for s in STRATEGIES for r in self._eval[s]]
+        ev = SwapEvaluation(self.problem, self._budget, "default: half-way between the swap floor and the peak", res)
+        return ev.as_dict(), list(self._points)
+
+
+def _forget_budget(problem: SwapProblem, budget: int) -> None:
+    """Drop what ``problem.memo`` keeps for one scoring budget (its orders and WDOA/vote scores)."""
+    m = problem.memo
+    # list(m) copies the keys at once (the other worker thread may add its own meanwhile)
+    for key in [k for k in list(m) if isinstance(k, tuple) and len(k) == 3 and k[0] in ("order", "scores")
+                and k[2] == budget]:
+        m.pop(key, None)

@@ -1,0 +1,306 @@
+"""The swap problem: the live-bytes step function, the candidate intervals and the compute streams
+they are replayed on (one process of a trace, or bare tables)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+from ..bandwidth import Bandwidth
+
+
+STRATEGIES = ("doa", "aoa", "wdoa", "vote", "size", "outlier")
+MODES = ("no-overhead", "budget")
+MIN_SIZE = 1 << 20
+SWAP_INTERVAL_KIND = "between"   # access -> access intervals of access_intervals()
+
+BLOCK_COLUMNS = ["block_id", "size", "t_alloc", "t_free", "freed", "counts_device"]   # what prepare reads
+REPLAY_COLUMNS = ["replay_out_start", "replay_out_end", "replay_in_start", "replay_in_end", "wait"]
+SCHEDULE_COLUMNS = ["block_id", "size", "iteration", "prev_access", "out_start", "out_end", "free_t",
+                    "realloc_t", "in_start", "in_end", "next_access", "stall"]
+
+
+# ---- the problem: live-bytes step function + candidate intervals ------------------------
+
+@dataclass
+class SwapProblem:
+    """Everything the schedulers need.  Times in ns (float64 where fractional)."""
+
+    bandwidth: Bandwidth
+    steps_t: np.ndarray        # int64, step k = [steps_t[k], steps_t[k+1]); len = n_steps + 1
+    live: np.ndarray           # int64 live device bytes on each step (len n_steps)
+    events_t: np.ndarray       # int64 alloc/free times of the blocks (exact peak)
+    events_d: np.ndarray       # int64 +size / -size
+    candidates: pd.DataFrame   # one row per candidate interval, see prepare()
+    peak_before: int
+    floor: int                 # lowest peak if every candidate were away for its whole interval
+    span_ns: int               # length of the analysed run
+    pid: int | None = None
+    notes: list = field(default_factory=list)
+    lo_iv: np.ndarray | None = None   # int64 steps [lo_iv, hi_iv) lying inside each candidate's interval
+    hi_iv: np.ndarray | None = None
+    memo: dict = field(default_factory=dict, repr=False, compare=False)   # derived arrays (scores, orders)
+    ops: dict | None = field(default=None, repr=False)    # the compute streams of the replay (.replay)
+    clock: dict | None = None                             # the clock's JSON keys ({"clock": ...})
+
+    @property
+    def default_budget(self) -> int:
+        """Half-way between the swap floor and the peak (used when no budget is given)."""
+        return int(self.floor + (self.peak_before - self.floor) // 2)
+
+
+def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
+    """Index range [lo, hi) of the steps lying entirely inside [a, b) (vectorised)."""
+    n = len(steps_t) - 1
+    lo = np.searchsorted(steps_t, a, side="left")
+    hi = np.searchsorted(steps_t, b, side="right") - 1
+    lo = np.minimum(lo, n)
+    hi = np.clip(hi, lo, n)
+    return lo.astype(np.int64), hi.astype(np.int64)
+
+
+def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(steps_t, live, events_t, events_d) of the blocks' live device bytes; the events in time order."""
+    freed = blocks["freed"].to_numpy(bool)
+    size = blocks["size"].to_numpy(np.int64)
+    t = np.concatenate([blocks["t_free"].to_numpy(np.int64)[freed], blocks["t_alloc"].to_numpy(np.int64)])
+    d = np.concatenate([-size[freed], size])
+    if len(t) == 0:
+        return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), t, d
+    order = np.argsort(t, kind="stable")     # the value after an instant does not depend on the order inside it
+    t, d = t[order], d[order]
+    cum = np.cumsum(d)
+    last = np.ones(len(t), dtype=bool)
+    last[:-1] = t[1:] != t[:-1]          # value after the last event at each instant
+    ut, live = t[last], cum[last]
+    steps_t = np.append(ut, max(int(t_end), int(ut[-1])))
+    return steps_t, live, t, d
+
+
+EXACT_T = float(1 << 53)   # times below this convert to float64 exactly
+
+
+def _exact_peak(events_t, events_d, sched: pd.DataFrame | None = None) -> int:
+    """Peak of live bytes with the swap windows [free_t, realloc_t) taken out (frees first at ties)."""
+    t = events_t.astype(np.float64)
+    d = events_d
+    if sched is not None and len(sched):
+        size = sched["size"].to_numpy(np.int64)
+        t = np.concatenate([t, sched["free_t"].to_numpy(np.float64), sched["realloc_t"].to_numpy(np.float64)])
+        d = np.concatenate([d, -size, size])
+    if len(t) == 0:
+        return 0
+    order = np.lexsort((d, t))
+    return int(max(0, np.cumsum(d[order]).max()))
+
+
+def _peak_after(problem: SwapProblem, sched: pd.DataFrame) -> int:
+    """:func:`_exact_peak` of the problem's events with ``sched``'s away windows, from the step
+    function instead of a sort of every event.
+
+    The running sum over events sorted by (time, delta) peaks at the end of some instant: inside
+    one instant the frees come first, so the sum falls and then rises to its value after the
+    instant.  So the exact peak is max(0, value after each instant), the instants being the
+    steps' starts and the away windows' ends, merged by float64 time as the sort did."""
+    live = problem.live
+    if len(problem.events_t) == 0 or not len(live) or float(problem.steps_t[-1]) >= EXACT_T:
+        return _exact_peak(problem.events_t, problem.events_d, sched)
+    if sched is None or len(sched) == 0:
+        return int(max(0, int(live.max())))
+    size = sched["size"].to_numpy(np.int64)
+    ts = np.concatenate([sched["free_t"].to_numpy(np.float64), sched["realloc_t"].to_numpy(np.float64)])
+    ds = np.concatenate([-size, size])
+    o = np.argsort(ts, kind="stable")
+    ts, cs = ts[o], np.cumsum(ds[o])
+    ut = _steps_f(problem)[:-1]
+    # after each step's instant: its live bytes + the windows' deltas up to it (a window end
+    # counts from the first step starting at or after it)
+    delta = np.zeros(len(ut) + 1, np.int64)
+    np.add.at(delta, np.searchsorted(ut, ts, side="left"), ds[o])
+    at_steps = live + np.cumsum(delta[:-1])
+    # after each window end's instant: the live bytes of the last step starting by it + the deltas up to it
+    kb = np.searchsorted(ut, ts, side="right") - 1
+    at_sched = np.where(kb >= 0, live[np.maximum(kb, 0)], 0) + cs[np.searchsorted(ts, ts, side="right") - 1]
+    return int(max(0, int(at_steps.max()), int(at_sched.max())))
+
+
+def _steps_f(problem: SwapProblem) -> np.ndarray:
+    """The step times as float64 (the scheduler's clock), computed once per problem."""
+    m = problem.memo
+    if "steps_f" not in m:
+        m["steps_f"] = np.ascontiguousarray(problem.steps_t, dtype=np.float64)
+    return m["steps_f"]
+
+
+def _iteration_labels(trace, pid, start_t: np.ndarray) -> tuple[np.ndarray, str]:
+    try:
+        from ..iterations import find_iterations
+        it = find_iterations(trace, pid=pid)
+    except (ImportError, PyinterposeError) as e:
+        return np.full(len(start_t), -1, np.int64), f"iterations not available ({e})"
+    b = np.asarray(getattr(it, "boundaries_t", np.zeros(0)), dtype=np.int64)
+    if getattr(it, "count", 0) < 1 or len(b) < 2:
+        return np.full(len(start_t), -1, np.int64), "no regular iterations found"
+    lab = np.searchsorted(b, start_t, side="right") - 1
+    lab[(lab < 0) | (lab >= len(b) - 1)] = -1
+    return lab.astype(np.int64), f"{it.count} iterations ({it.source})"
+
+
+def _kind_is(kind: pd.Series, name: str) -> np.ndarray:
+    """kind == name, without turning a categorical column into strings first."""
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        return (kind == name).to_numpy(bool)
+    return (kind.astype(str) == name).to_numpy(bool)
+
+
+def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Bandwidth,
+                   min_size: int = MIN_SIZE, t_end: int | None = None,
+                   iteration: np.ndarray | None = None, ops: dict | None = None,
+                   clock: dict | None = None) -> SwapProblem:
+    """Build a :class:`SwapProblem` from a block table and an interval table.
+
+    ``blocks``: the process's blocks (Trace.blocks columns; only ``counts_device``
+    rows count).  ``intervals``: access_intervals() rows (block_id, size, start_t,
+    end_t, kind, and start_seq/end_seq with ``ops``); only kind ``between`` of device blocks
+    with size >= min_size and a positive ATI become candidates.  ``iteration``: optional
+    label per interval row.  ``ops``: the compute streams the schedules are replayed on
+    (:meth:`.clock.Clock.replay_ops`); None: one op at every interval end, one stream.
+    ``clock``: the clock's JSON keys (default CPU)."""
+    if min_size < 0:
+        raise PyinterposeError(f"--min-size must be >= 0 (got {min_size})")
+    if "counts_device" in blocks:
+        blocks = blocks[blocks["counts_device"].to_numpy(bool)]
+    ends = [int(t_end)] if t_end is not None else []
+    if len(blocks):
+        ends += [int(blocks["t_alloc"].max()), int(blocks["t_free"].max())]
+    if len(intervals):
+        ends.append(int(intervals["end_t"].max()))
+    t_stop = max(ends) if ends else 0
+    steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
+
+    iv = intervals
+    iv_size = iv["size"].to_numpy(np.int64)
+    iv_start = iv["start_t"].to_numpy(np.int64)
+    iv_end = iv["end_t"].to_numpy(np.int64)
+    iv_bid = iv["block_id"].to_numpy(np.int64)
+    keep = (iv_size >= max(1, min_size)) & (iv_end > iv_start)
+    if "kind" in iv:
+        keep &= _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
+    keep &= np.isin(iv_bid, blocks["block_id"].to_numpy(np.int64))
+    lab = np.full(len(iv), -1, np.int64) if iteration is None else np.asarray(iteration, np.int64)
+    if ops is None or not len(ops["seq"]) or "start_seq" not in iv:
+        ops, prev_op, next_op = _synthetic_ops(iv[keep], ev_t)
+    else:
+        prev_op, next_op = _ops_of_intervals(ops, iv, keep)
+    c = pd.DataFrame({
+        "block_id": iv_bid[keep],
+        "size": iv_size[keep],
+        "start_t": iv_start[keep],
+        "end_t": iv_end[keep],
+        "iteration": lab[keep],
+        "prev_op": prev_op,
+        "next_op": next_op,
+    }, copy=False)
+    start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
+    c["ati_ns"] = end - start
+    size = size_i.astype(np.float64)
+    c["t_out_ns"] = bandwidth.d2h_seconds(size) * 1e9
+    c["t_in_ns"] = bandwidth.h2d_seconds(size) * 1e9
+    c["doa_ns"] = c["ati_ns"].to_numpy() - c["t_out_ns"].to_numpy() - c["t_in_ns"].to_numpy()
+
+    peak = int(live.max()) if len(live) else 0
+    lo, hi = _steps_inside(steps_t, start, end)
+    if len(steps_t) and float(max(abs(int(steps_t[0])), abs(int(steps_t[-1])))) < EXACT_T:
+        lo_f, hi_f = lo, hi     # int64 times convert to float64 exactly: the scheduler's ranges are these
+    else:
+        lo_f, hi_f = _steps_inside(steps_t.astype(np.float64), start.astype(np.float64), end.astype(np.float64))
+    is_peak = np.concatenate([[0], np.cumsum(live == peak)]) if len(live) else np.zeros(1, np.int64)
+    c["straddles_peak"] = (is_peak[hi] - is_peak[lo]) > 0
+    cover = np.zeros(len(live) + 1, np.int64)
+    np.add.at(cover, lo, size_i)
+    np.add.at(cover, hi, -size_i)
+    floor = int(max(0, (live - np.cumsum(cover)[:-1]).max())) if len(live) else 0
+    span = int(steps_t[-1] - steps_t[0]) if len(steps_t) else 0
+    return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, events_d=ev_d,
+                       candidates=c, peak_before=peak, floor=floor, span_ns=span,
+                       lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
+
+
+def _ops_of_intervals(ops: dict, iv: pd.DataFrame, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each kept interval's previous access op (the last op at or before its start seq) and next
+    access op (the first at or after its end seq; -1 none), as indices into ``ops``."""
+    seq = ops["seq"]
+    n = len(seq)
+    prev = np.searchsorted(seq, iv["start_seq"].to_numpy(np.int64)[keep], side="right") - 1
+    nxt = np.searchsorted(seq, iv["end_seq"].to_numpy(np.int64)[keep], side="left")
+    return prev.astype(np.int64), np.where(nxt < n, nxt, -1).astype(np.int64)
+
+
+def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The compute stream of a problem built from bare tables (no trace): one op at every
+    interval end and every allocation or free, one stream, each keeping it until the next
+    (the CPU clock's reading: the program is the stream)."""
+    start = iv["start_t"].to_numpy(np.int64)
+    end = iv["end_t"].to_numpy(np.int64)
+    times = np.unique(np.concatenate([start, end, np.asarray(events_t, np.int64)]))
+    n = len(times)
+    dur = np.zeros(n, np.float64)
+    if n > 1:
+        dur[:-1] = np.diff(times).astype(np.float64)
+    ops = {"seq": np.arange(n, dtype=np.int64), "start": times.astype(np.float64), "dur": dur,
+           "stream": np.zeros(n, np.int32)}
+    return ops, np.searchsorted(times, start).astype(np.int64), np.searchsorted(times, end).astype(np.int64)
+
+
+def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
+    """:func:`prepare_tables` for one process of a trace (default: the main process)."""
+    from ..access import access_intervals
+
+    pid = trace.main_pid if pid is None else int(pid)
+    if pid is None:
+        raise PyinterposeError("the trace has no allocations: nothing to swap")
+    tb = trace.blocks
+    mine = tb["pid"].to_numpy() == pid
+    # only the columns prepare_tables reads, selected without copying the whole table
+    blocks = pd.DataFrame({k: tb[k].to_numpy()[mine] for k in BLOCK_COLUMNS if k in tb}, copy=False)
+    if len(blocks) == 0:
+        raise PyinterposeError(f"process {pid} has no allocations in this trace")
+    # the iterations (for the candidates' labels) on a side thread while the access intervals
+    # are found: neither needs the other, and numpy and the C pass release the GIL. Both are
+    # kept by Trace.derived: where an analysis found them already, that part returns at once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..iterations import find_iterations
+
+    from ..clock import clock_of
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
+        found = ex.submit(find_iterations, trace, pid=pid)
+        iv = access_intervals(trace, pid=pid)
+        between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
+        between = between & (iv["size"].to_numpy(np.int64) >= max(1, min_size))     # what prepare_tables keeps
+        iv = pd.DataFrame({k: iv[k].to_numpy()[between]
+                           for k in ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")}, copy=False)
+        try:
+            found.result()
+        except PyinterposeError:
+            pass                      # _iteration_labels says why, in the problem's notes
+    lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
+    clock = clock_of(trace, pid)
+    t_end = trace.end_ns
+    if clock.device:         # the blocks' allocations and frees where the GPU reached them
+        blocks = blocks.copy()
+        for t, sq in (("t_alloc", "seq_alloc"), ("t_free", "seq_free")):
+            blocks[t] = clock.host_times(tb[sq].to_numpy()[mine], blocks[t].to_numpy())
+        t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
+    p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=t_end, iteration=lab,
+                       ops=clock.replay_ops(), clock=clock.as_dict())
+    p.pid = pid
+    p.notes.append(note)
+    if clock.note:
+        p.notes.append(clock.note)
+    if len(trace.accesses) == 0:
+        p.notes.append("the trace has no access events (captured with --no-access?): no candidates")
+    return p

@@ -1,0 +1,221 @@
+"""Every swap schedule played on a discrete-event model of the GPU (issue 21).
+
+A schedule is planned on the recorded timeline; this module runs it and reports what would
+happen, so that the peak after, the stall and the overhead of every strategy are the replay's
+figures, never sums over an unshifted timeline.
+
+The model (the loop is ``pi_swap_replay`` in ``native/swap/replay.c``):
+
+* **Compute streams**: the process's launches and copies in recorded order (one stream per
+  stream handle on the device clock; on the CPU clock the whole process is one stream).  Op
+  ``i`` is released at its recorded start ``R[i]`` (device start, or the call's CPU time) and
+  keeps its stream for ``dur[i]`` (the device duration, or on the CPU clock the gap to the
+  next call).  It starts at ``R[i] + delay[i]``: late when the op before it on the stream ends
+  late (idle time on the stream absorbs that), or when it waits for a transfer.
+* **Copy engines**: one D2H and one H2D, each serving its transfers in planned order at the
+  bandwidth and latency of the problem.  A transfer is issued at its planned start shifted by
+  how late the timeline runs then: the delay of its anchor op (a swap-out's: the block's
+  previous access, so never before that access ends; a swap-in's: the last op released by its
+  planned start), less the idle time between that op's end and the planned start.  A swap-in
+  starts no earlier than its own swap-out's end.
+* **Memory**: a block swapped out is released when its swap-out ENDS and taken again when its
+  swap-in STARTS.  The next access waits for the swap-in to end; in budget mode, where the
+  schedule frees a block before its swap-out has ended (``free_t < out_end``: the program must
+  pause there), the first op released at ``free_t`` waits for the swap-out to end.
+* **Peak after**: the live-bytes curve with every allocation shifted by the delay of the first
+  op released at or after it (it comes before that op in the program), every free by the delay
+  of the last op released by it, plus the swaps' releases and retakes at their replayed times.
+* **Slowdown**: how much later the last op ends.  ``stall_ns`` of a result is this number.
+
+A schedule that makes no op wait replays with zero delay and exactly its planned times (then the
+peak after is the planned one, computed without re-sorting).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
+
+
+@dataclass
+class Replay:
+    out_start: np.ndarray      # float64 ns per swap (the schedule's order), replayed
+    out_end: np.ndarray
+    in_start: np.ndarray
+    in_end: np.ndarray
+    wait_ns: np.ndarray        # per swap: how long ops waited for its transfers
+    slowdown_ns: float         # the run's end moved this much later
+    peak_after: int
+    delayed_ops: int           # ops that started late
+
+    def as_frame(self) -> pd.DataFrame:
+        return pd.DataFrame({"replay_out_start": self.out_start, "replay_out_end": self.out_end,
+                             "replay_in_start": self.in_start, "replay_in_end": self.in_end,
+                             "wait": self.wait_ns})
+
+
+def streams(problem) -> dict:
+    """The problem's compute streams as the replay reads them (once per problem): the ops in
+    release order (``ord``, ``R_sorted``, ``pos`` of each op), each op's neighbours on its
+    stream, and where the memory events fall among the releases."""
+    m = problem.memo
+    if "replay_streams" in m:
+        return m["replay_streams"]
+    o = problem.ops
+    n = len(o["seq"])
+    R = np.ascontiguousarray(o["start"], dtype=np.float64)
+    dur = np.ascontiguousarray(o["dur"], dtype=np.float64)
+    stream = np.asarray(o["stream"], dtype=np.int64)
+    # neighbours on the stream, in seq order (the ops are in seq order)
+    if not n or (stream == stream[0]).all():      # one stream (the CPU clock): no arrays needed
+        sprev = snext = None
+    else:
+        by = np.argsort(stream, kind="stable")    # by stream, in seq order within each
+        sprev = np.full(n, -1, np.int64)
+        snext = np.full(n, -1, np.int64)
+        same = stream[by[1:]] == stream[by[:-1]]
+        sprev[by[1:][same]] = by[:-1][same]
+        snext[by[:-1][same]] = by[1:][same]
+    if n < 2 or (R[1:] >= R[:-1]).all():        # already in release order (the CPU clock)
+        ord_ = pos = None
+        r_sorted = R
+    else:
+        ord_ = np.lexsort((o["seq"], R)).astype(np.int64)
+        pos = np.empty(n, np.int64)
+        pos[ord_] = np.arange(n, dtype=np.int64)
+        r_sorted = R[ord_]
+    st = {"n": n, "R": R, "dur": dur, "sprev": sprev, "snext": snext, "ord": ord_, "pos": pos, "R_sorted": r_sorted}
+    m["replay_streams"] = st
+    return st
+
+
+def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
+    """Replay ``sched`` (:func:`~pyinterpose.analysis.swap.schedule_with_candidates`'s table and
+    candidates) on the problem's compute streams; see the module docstring."""
+    from ..._core import ffi, lib
+    from .problem import _peak_after
+
+    n_sw = len(sched)
+    if n_sw == 0:
+        z = np.zeros(0)
+        return Replay(z, z, z, z, z, 0.0, _peak_after(problem, sched), 0)
+    st = streams(problem)
+    n, ord_, rs = st["n"], st["ord"], st["R_sorted"]
+
+    def op_at(k):                          # the op at release positions k (in range)
+        return k if ord_ is None else ord_[k]
+    c = problem.candidates
+    cand = np.asarray(cand, np.int64)
+    prev_op = c["prev_op"].to_numpy(np.int64)[cand]
+    next_op = c["next_op"].to_numpy(np.int64)[cand]
+    os_, oe = sched["out_start"].to_numpy(np.float64), sched["out_end"].to_numpy(np.float64)
+    is_, ie = sched["in_start"].to_numpy(np.float64), sched["in_end"].to_numpy(np.float64)
+    free_t = sched["free_t"].to_numpy(np.float64)
+
+    def last_released(t):                 # the last op released by t (-1 none)
+        k = np.searchsorted(rs, t, side="right") - 1
+        return np.where(k >= 0, op_at(np.maximum(k, 0)), -1) if n else np.full(len(t), -1)
+
+    xf = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
+                               ("t_in", np.float64), ("out_anchor", np.int64), ("in_anchor", np.int64)])
+    xf["out_start"], xf["in_start"] = os_, is_
+    xf["t_out"], xf["t_in"] = oe - os_, ie - is_
+    xf["out_anchor"] = np.where(prev_op >= 0, prev_op, last_released(os_))
+    xf["in_anchor"] = last_released(is_)
+    # transfers in planned order, each after the ops released by its planned start
+    key = np.concatenate([os_, is_])
+    x_dir = np.concatenate([np.zeros(n_sw, np.int8), np.ones(n_sw, np.int8)])
+    x_sw = np.concatenate([np.arange(n_sw), np.arange(n_sw)]).astype(np.int64)
+    xo = np.lexsort((x_dir, key))
+    key, x_dir, x_sw = key[xo], x_dir[xo], x_sw[xo]
+    x_pos = np.searchsorted(rs, key, side="right").astype(np.int64)
+    # waits: the next access for the swap-in; in budget mode the op where the program pauses
+    # (the first released at the early free) for the swap-out
+    gated = np.flatnonzero(oe - free_t > TOL_NS)
+    g_pos = np.searchsorted(rs, free_t[gated], side="left")
+    ok = g_pos < n
+    has_q = np.flatnonzero(next_op >= 0)
+    q_pos = next_op[has_q] if st["pos"] is None else st["pos"][next_op[has_q]]
+    w_pos = np.concatenate([q_pos, g_pos[ok]]).astype(np.int64)
+    w_sw = np.concatenate([has_q, gated[ok]]).astype(np.int64)
+    w_dir = np.concatenate([np.ones(len(has_q), np.int8), np.zeros(int(ok.sum()), np.int8)])
+    wo = np.argsort(w_pos, kind="stable")
+    w_pos, w_sw, w_dir = w_pos[wo], w_sw[wo], w_dir[wo]
+
+    delay = np.zeros(n, np.float64)
+    sw_t = np.empty(5 * n_sw, np.float64)
+    slow = ffi.new("double *")
+
+    def ptr(kind, a):
+        return ffi.cast(kind, a.ctypes.data) if len(a) else ffi.NULL
+
+    def opt(a):
+        return ffi.NULL if a is None else ptr("int64_t *", a)
+
+    rc = lib.pi_swap_replay(n, ptr("double *", st["R"]), ptr("double *", st["dur"]), opt(st["sprev"]),
+                            opt(st["snext"]), opt(ord_), n_sw,
+                            ffi.cast("pi_swap_xfer *", xf.ctypes.data), len(key), ptr("int64_t *", x_sw),
+                            ptr("int8_t *", x_dir), ptr("int64_t *", x_pos), len(w_pos), ptr("int64_t *", w_sw),
+                            ptr("int8_t *", w_dir), ptr("int64_t *", w_pos), ptr("double *", delay),
+                            ffi.cast("double *", sw_t.ctypes.data), slow)
+    if rc < 0:
+        raise MemoryError("swap replay: out of memory")
+    t = sw_t.reshape(n_sw, 5)
+    r_os, r_oe, r_is, r_ie = (np.ascontiguousarray(t[:, k]) for k in range(4))
+    late = np.flatnonzero(delay)
+    if not len(late) and np.array_equal(r_oe, oe) and np.array_equal(r_is, is_):
+        peak = _peak_after(problem, sched)            # nothing moved: the planned peak
+    else:
+        peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), r_oe, r_is)
+    return Replay(r_os, r_oe, r_is, r_ie, np.ascontiguousarray(t[:, 4]), float(slow[0]), peak, int(len(late)))
+
+
+def _event_anchors(problem, st: dict) -> np.ndarray:
+    """Per memory event (``problem.events_t``), the op whose delay moves it: for an allocation
+    the first op released at or after it, for a free the last op released by it (-1: none);
+    once per problem, found when a replay first has delays."""
+    m = problem.memo
+    if "replay_anchors" not in m:
+        t = problem.events_t.astype(np.float64)
+        n = st["n"]
+        alloc = problem.events_d > 0
+        k = np.where(alloc, np.searchsorted(st["R_sorted"], t, side="left"),
+                     np.searchsorted(st["R_sorted"], t, side="right") - 1)
+        ok = (k >= 0) & (k < n)
+        kc = np.clip(k, 0, max(n - 1, 0))
+        a = np.where(ok, kc if st["ord"] is None else st["ord"][kc], -1)
+        m["replay_anchors"] = a.astype(np.int32 if n < 2 ** 31 else np.int64)
+    return m["replay_anchors"]
+
+
+def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
+                   realloc_t: np.ndarray) -> int:
+    """Peak of live bytes on the replayed timeline (module docstring, "Peak after").
+
+    The running sum over the events sorted by (time, delta) peaks at the end of some instant
+    (inside one, frees come first), so the peak is the largest value after an instant.  The
+    memory events usually stay in order once moved (the delays grow along the run), and the
+    swaps' events are few: one stable sort of the two sorted runs then merges them."""
+    t = problem.events_t.astype(np.float64)
+    d = problem.events_d
+    if st["n"] and delay.any():
+        a = _event_anchors(problem, st)
+        t += np.where(a >= 0, delay[np.maximum(a, 0)], 0.0)
+    if len(t) > 1 and not (t[1:] >= t[:-1]).all():
+        o = np.argsort(t, kind="stable")
+        t, d = t[o], d[o]
+    sw_t = np.concatenate([free_t, realloc_t])
+    sw_d = np.concatenate([-size, size])
+    so = np.argsort(sw_t, kind="stable")
+    t = np.concatenate([t, sw_t[so]])
+    d = np.concatenate([d, sw_d[so]])
+    if not len(t):
+        return 0
+    o = np.argsort(t, kind="stable")          # two sorted runs: a merge
+    t, cs = t[o], np.cumsum(d[o])
+    last = np.ones(len(t), bool)
+    last[:-1] = t[1:] != t[:-1]              # the value after each instant
+    return int(max(0, int(cs[last].max())))

@@ -1,0 +1,245 @@
+"""The schedulers (the greedy loop runs in C, native/swap/swap.c) and one strategy's run: order,
+schedule, validate, replay."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+from ..bandwidth import Bandwidth
+from .problem import (MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside)
+from .strategies import _order
+from .validate import validate_schedule
+
+
+# ---- schedulers ------------------------------------------------------------------------
+
+@dataclass
+class SwapResult:
+    strategy: str
+    mode: str
+    budget: int | None
+    peak_before: int
+    peak_after: int
+    stall_ns: float
+    span_ns: int
+    schedule: pd.DataFrame
+    planned_stall_ns: float = 0.0     # the planner's own pauses, summed on the unshifted timeline
+    replay: object | None = None      # .replay.Replay: where peak_after and stall_ns come from
+
+    def as_dict(self) -> dict:
+        s = self.schedule
+        return {
+            "strategy": self.strategy, "mode": self.mode, "budget": self.budget,
+            "peak_before": int(self.peak_before), "peak_after": int(self.peak_after),
+            "reduction": (1 - self.peak_after / self.peak_before) if self.peak_before else 0.0,
+            "stall_seconds": self.stall_ns * 1e-9,
+            "overhead_fraction": self.stall_ns / self.span_ns if self.span_ns else 0.0,
+            "planned_stall_seconds": self.planned_stall_ns * 1e-9,
+            "delayed_ops": 0 if self.replay is None else int(self.replay.delayed_ops),
+            "swaps": int(len(s)), "bytes_moved": int(2 * s["size"].sum()) if len(s) else 0,
+            "budget_met": None if self.budget is None else bool(self.peak_after <= self.budget),
+        }
+
+
+CAND_DTYPE = np.dtype([("start", np.float64), ("end", np.float64), ("t_out", np.float64), ("t_in", np.float64),
+                       ("size", np.int64), ("lo", np.int32), ("hi", np.int32)])   # = pi_swap_cand
+
+
+def _iv_steps(problem: SwapProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Steps [lo, hi) lying inside each candidate's interval, on the scheduler's float64 clock."""
+    if problem.lo_iv is None or problem.hi_iv is None:
+        c = problem.candidates
+        problem.lo_iv, problem.hi_iv = _steps_inside(_steps_f(problem), c["start_t"].to_numpy(np.float64),
+                                                     c["end_t"].to_numpy(np.float64))
+    return problem.lo_iv, problem.hi_iv
+
+
+def _cand_arrays(problem: SwapProblem) -> dict:
+    """The candidates' columns as the scheduler reads them (float64 times), once per problem."""
+    m = problem.memo
+    if "cand_arrays" not in m:
+        c = problem.candidates
+        a = {"start": c["start_t"].to_numpy(np.float64), "end": c["end_t"].to_numpy(np.float64),
+             "t_out": c["t_out_ns"].to_numpy(np.float64), "t_in": c["t_in_ns"].to_numpy(np.float64),
+             "size": c["size"].to_numpy(np.int64)}
+        a["hides"] = a["start"] <= a["end"] - a["t_in"] - a["t_out"]   # the C loop's own test, same expression
+        m["cand_arrays"] = a
+    return m["cand_arrays"]
+
+
+def hiding_floor(problem: SwapProblem) -> int:
+    """A lower bound on the peak any ``no-overhead`` schedule reaches: the live bytes minus, on
+    each step, every candidate that can hide and whose latest possible away window
+    [start + t_out, end - t_in] covers the step (the greedy takes a subset of those swaps, each
+    away for at most that window)."""
+    m = problem.memo
+    if "hiding_floor" not in m:
+        a = _cand_arrays(problem)
+        live = problem.live
+        if not len(live):
+            m["hiding_floor"] = 0
+        else:
+            h = a["hides"]
+            st = _steps_f(problem)
+            n = len(live)
+            lo = np.minimum(np.searchsorted(st, a["start"][h] + a["t_out"][h], side="left"), n)
+            hi = np.clip(np.searchsorted(st, a["end"][h] - a["t_in"][h], side="right") - 1, lo, n)
+            cover = np.zeros(n + 1, np.int64)
+            np.add.at(cover, lo, a["size"][h])
+            np.add.at(cover, hi, -a["size"][h])
+            m["hiding_floor"] = int((live - np.cumsum(cover)[:-1]).max())
+    return m["hiding_floor"]
+
+
+def _pack(problem: SwapProblem, target: int) -> dict:
+    """What the scheduler reads at ``target``: the hot steps (live bytes > target: start, end,
+    value) and every candidate as a ``pi_swap_cand`` record (its interval's hot steps [lo, hi)),
+    with ``has_hot`` (lo < hi).  :func:`_run_all` keeps it in ``problem.memo`` while several runs
+    share a target."""
+    live = problem.live
+    hot = live > target
+    hot_k = np.flatnonzero(hot)
+    hot_before = np.zeros(len(live) + 1, np.int64)
+    np.cumsum(hot, out=hot_before[1:])
+    lo_iv, hi_iv = _iv_steps(problem)
+    a = _cand_arrays(problem)
+    rec = np.empty(len(lo_iv), dtype=CAND_DTYPE)
+    for k in ("start", "end", "t_out", "t_in", "size"):
+        rec[k] = a[k]
+    rec["lo"] = np.take(hot_before, lo_iv)
+    rec["hi"] = np.take(hot_before, hi_iv)
+    st = _steps_f(problem)
+    return {"rec": rec, "has_hot": rec["hi"] > rec["lo"], "hot_t": np.take(st, hot_k),
+            "hot_end": np.take(st, hot_k + 1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
+
+
+def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
+    """Whether :func:`schedule` runs its loop at ``target`` (else it knows the schedule is empty)."""
+    live = problem.live
+    if not len(live) or target >= int(live.max()) or not len(problem.candidates):
+        return False
+    return not (mode == "no-overhead" and hiding_floor(problem) >= int(live.max()))
+
+
+def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.DataFrame:
+    c = problem.candidates
+    a = _cand_arrays(problem)
+    return pd.DataFrame({
+        "block_id": c["block_id"].to_numpy(np.int64)[i], "size": a["size"][i],
+        "iteration": c["iteration"].to_numpy(np.int64)[i], "prev_access": a["start"][i],
+        "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
+        "in_start": t[:, 4], "in_end": t[:, 5], "next_access": a["end"][i], "stall": t[:, 6],
+    }, columns=SCHEDULE_COLUMNS)
+
+
+def schedule(problem: SwapProblem, idx_order: np.ndarray, mode: str, budget: int | None = None) -> pd.DataFrame:
+    """Greedy schedule in ``idx_order``; returns the schedule table (ns, SCHEDULE_COLUMNS)
+    (:func:`schedule_with_candidates` also gives each swap's candidate)."""
+    return schedule_with_candidates(problem, idx_order, mode, budget)[0]
+
+
+def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: str,
+                             budget: int | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """(:func:`schedule`'s table, the candidate of each of its swaps).
+
+    ``no-overhead``: target = budget, or as low as timing allows when None.
+    ``budget``: keep the peak <= budget (required), counting stalls.
+
+    For each candidate in order (skipping those whose interval never stands above
+    the target): the swap-out takes the D2H link's earliest free slot from the
+    previous access, the swap-in the H2D link's latest free slot that ends by the
+    next access (no-overhead: both must hide; budget, second pass: pause at the
+    first over-budget moment and at the next access, counting the stalls — with transfers
+    that can run: the swap-out ends by the next access and, when the program waits for it,
+    starts before the first over-budget moment; the swap-in starts before the next access);
+    the swap is taken when its away window lowers a step above the target.  Then the
+    swaps the reached peak does not need are dropped, lowest priority first.
+
+    The loop runs in C (``native/swap/swap.c``): a 64-ary tree over the steps (range
+    add, range max, first/last step above the target; a few contiguous blocks of 64
+    values per query) and, per link direction, the busy runs in sorted blocks with the
+    widest gap per block (bisect, then walk runs, stepping over blocks no gap of which fits).
+
+    What the loop would only skip is removed before it (the schedule is the same):
+
+    * steps whose live bytes are at most the target: swaps only lower the curve, so such a
+      step never stands above the target and every decision ("max over a range > target",
+      "first/last step above the target") reads only the others (the "hot" steps);
+    * candidates with no hot step inside their interval: every away window lies inside the
+      interval, so they never lower a hot step;
+    * in ``no-overhead``, candidates that cannot hide (start > end - t_in - t_out), and the
+      whole loop when :func:`hiding_floor` is the peak: the swaps taken cannot lower some peak
+      step, the peak reached is the peak, and the last pass drops every swap."""
+    if mode not in MODES:
+        raise PyinterposeError(f"unknown swap mode {mode!r} (choose from {', '.join(MODES)})")
+    if mode == "budget" and budget is None:
+        raise PyinterposeError("budget mode needs a budget")
+    from ..._core import ffi, lib
+
+    target = 0 if budget is None else int(budget)
+    c = problem.candidates
+    n = len(c)
+    idx = np.asarray(idx_order, dtype=np.int64)
+    if len(idx) and (idx.min() < 0 or idx.max() >= n):
+        raise PyinterposeError("swap order refers to a candidate that does not exist")
+    if len(idx) and np.bincount(idx, minlength=n).max() > 1:    # a candidate is visited once, at its first place
+        _, first = np.unique(idx, return_index=True)
+        idx = idx[np.sort(first)]
+    live = problem.live
+    if not len(idx) or not _loops(problem, mode, target):
+        return _schedule_frame(problem, np.zeros(0, np.int64), np.zeros((0, 7))), np.zeros(0, np.int64)
+    if len(live) >= 2 ** 31 - 1:
+        raise PyinterposeError(f"too many steps for the swap scheduler ({len(live)})")
+    pk = problem.memo.get(("packed", target)) or _pack(problem, target)
+    hides = _cand_arrays(problem)["hides"]
+    sel = idx[pk["has_hot"][idx]]
+    if mode == "no-overhead":
+        sel = sel[hides[sel]]
+    cand = np.take(pk["rec"], sel)
+    hide_pos = None
+    if mode == "budget":
+        hide_pos = np.flatnonzero(hides[sel]).astype(np.int64)
+        n_hide = len(hide_pos)
+        if not n_hide:
+            hide_pos = np.zeros(1, np.int64)     # a valid pointer; none of it is read
+    hot_t, hot_end, hot_live = pk["hot_t"], pk["hot_end"], pk["hot_live"]
+    m = len(sel)
+    out_pos = np.zeros(max(m, 1), np.int64)
+    out_t = np.zeros((max(m, 1), 7), np.float64)
+
+    def ptr(kind, arr):
+        return ffi.cast(kind, arr.ctypes.data)
+
+    kept = lib.pi_swap_schedule(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
+                                ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand),
+                                0 if hide_pos is None else n_hide,
+                                ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
+                                1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
+                                ptr("double *", out_t))
+    if kept < 0:
+        raise MemoryError("swap scheduler: out of memory")
+    return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]
+
+
+def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
+    """Order by ``strategy``, schedule in ``mode``, validate, replay on the GPU model
+    (:mod:`.replay`): the peak after and the stall are the replay's."""
+    from .replay import replay
+
+    score_budget = problem.default_budget if budget is None else int(budget)
+    sched, cand = schedule_with_candidates(problem, _order(problem, strategy, score_budget), mode,
+                                           budget if mode == "no-overhead" else score_budget)
+    problems = validate_schedule(sched, mode, problem.bandwidth)
+    if problems:
+        raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
+    rp = replay(problem, sched, cand)
+    return SwapResult(strategy=strategy, mode=mode,
+                      budget=score_budget if mode == "budget" else budget,
+                      peak_before=problem.peak_before,
+                      peak_after=rp.peak_after,
+                      stall_ns=rp.slowdown_ns,
+                      span_ns=problem.span_ns, schedule=sched,
+                      planned_stall_ns=float(sched["stall"].sum()) if len(sched) else 0.0, replay=rp)

@@ -1,0 +1,139 @@
+"""Device-clock records (native/shim/cupti.c) to tables: ``gpu_activity``, the device start/end of
+launches and copies, and each process's clock (see :mod:`pyinterpose.trace.model`).
+
+A GPU record is one CUPTI activity (kernel, memcpy, memset) with its device start and end already on
+the trace's clock and the seq of the LAUNCH / GRAPH_LAUNCH / COPY / MEMSET event it belongs to (the
+external correlation id the shim pushed around the call).  A CLOCK record states a process's clock:
+CUPTI on (with the alignment's error bound, the records CUPTI dropped so far) or the CPU clock and why.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .model import GPU_ACTIVITY_COLUMNS, conform, empty_table
+
+GPU_KINDS = ["none", "kernel", "memcpy", "memset"]   # enum pi_gpu_kind
+CLOCK_CUPTI = 1                                     # enum pi_clock_state
+# a process without CLOCK records (no kernel, copy or memset; or a trace from before the device clock)
+NO_RECORD = {"clock": "cpu", "clock_note": "", "clock_error_ns": -1, "gpu_dropped": 0}
+_PID_SHIFT = 40                                     # key = pid << 40 | seq
+
+
+def _key(pid: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    return (np.asarray(pid).astype(np.int64) << _PID_SHIFT) | np.asarray(seq).astype(np.int64)
+
+
+def _find(keys: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in the sorted keys, found) of each q."""
+    if len(keys) == 0:
+        return np.zeros(len(q), np.int64), np.zeros(len(q), bool)
+    pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    return pos, keys[pos] == q
+
+
+def _order(keys: np.ndarray) -> np.ndarray | None:
+    """A stable sorting order of keys, or None when they are already in order (the usual case: the
+    reader's tables are in (pid, seq) order, device records mostly in the order of their calls)."""
+    if len(keys) < 2 or bool(np.all(keys[1:] >= keys[:-1])):
+        return None
+    return np.argsort(keys, kind="stable")
+
+
+def activity_table(G: np.ndarray, g_pid: np.ndarray, t0: int, strings: dict, kernels: list,
+                   launch_pid: np.ndarray, launch_seq: np.ndarray, launch_kernel: np.ndarray,
+                   copy_pid: np.ndarray, copy_seq: np.ndarray) -> pd.DataFrame:
+    """``gpu_activity`` from the GPU records ``G`` (pi_event rows) of processes ``g_pid``.
+
+    ``seq`` is the owning event's when that event is in the trace (else -1); a kernel's ``kernel`` is
+    its launch's, or (graph replays, unmatched kernels) the name CUPTI gave, added to ``kernels``."""
+    if len(G) == 0:
+        return empty_table(GPU_ACTIVITY_COLUMNS)
+    raw_start = G["t_ns"].view(np.int64)
+    raw_end = G["addr"].view(np.int64)
+    valid = (raw_start > 0) & (raw_end > 0)
+    start = np.where(valid, raw_start - t0, -1)
+    end = np.where(valid, raw_end - t0, -1)
+    ext = G["aux"].view(np.int64)
+    kind = G["flags"].astype(np.int64)
+    # the owning event: a launch (its kernel comes along) or a copy
+    lkey = _key(launch_pid, launch_seq)
+    lkern = np.asarray(launch_kernel, np.int32)
+    lo = _order(lkey)
+    if lo is not None:
+        lkey, lkern = lkey[lo], lkern[lo]
+    q = _key(g_pid, ext)
+    pos, in_launch = _find(lkey, q)
+    kernel = np.where(in_launch, lkern[pos] if len(lkern) else -1, -1).astype(np.int32)
+    ckey = _key(copy_pid, copy_seq)
+    co = _order(ckey)
+    _, in_copy = _find(ckey if co is None else ckey[co], q)
+    seq = np.where((ext > 0) & (in_launch | in_copy), ext, -1)
+    # kernels CUPTI named (graph replays, unmatched): their names join the trace's kernel list
+    res = G["result"].astype(np.int64)
+    named = np.flatnonzero((kind == 1) & (res > 0))
+    if len(named):
+        index = {k: i for i, k in enumerate(kernels)}
+        pairs = np.unique(np.stack([g_pid[named].astype(np.int64), res[named]], axis=1), axis=0)
+        code = {}
+        for p, sid in pairs.tolist():
+            name = strings.get(p, {}).get(sid)
+            if name is None:
+                continue
+            if name not in index:
+                index[name] = len(kernels)
+                kernels.append(name)
+            code[(p, sid)] = index[name]
+        kernel[named] = [code.get((int(p), int(s)), int(k))
+                         for p, s, k in zip(g_pid[named].tolist(), res[named].tolist(), kernel[named].tolist())]
+    kind_codes = np.clip(kind, 0, len(GPU_KINDS) - 1)
+    return conform(pd.DataFrame({
+        "pid": g_pid.astype(np.int32), "seq": seq, "kind": pd.Categorical.from_codes(kind_codes, GPU_KINDS),
+        "start": start, "end": end, "device": G["device"], "stream": G["tid"].astype(np.int64),
+        "graph_node": G["stream"], "kernel": kernel,
+        "bytes": np.where(kind == 1, 0, G["size"].view(np.int64)),
+    }, copy=False), GPU_ACTIVITY_COLUMNS)
+
+
+def event_spans(gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key, first start, last end) of each event (pid, seq) that has device activities, keys sorted: one
+    activity for a kernel or copy, every replayed node for a graph launch."""
+    s = gpu["start"].to_numpy(np.int64)
+    ok = (gpu["seq"].to_numpy(np.int64) >= 0) & (s >= 0)
+    k = _key(gpu["pid"].to_numpy()[ok], gpu["seq"].to_numpy(np.int64)[ok])
+    s, e = s[ok], gpu["end"].to_numpy(np.int64)[ok]
+    if len(k) == 0:
+        return k, s, e
+    o = _order(k)
+    if o is not None:
+        k, s, e = k[o], s[o], e[o]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    return k[first], np.minimum.reduceat(s, first), np.maximum.reduceat(e, first)
+
+
+def event_times(spans, pid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dev_start, dev_end) of the events (pid, seq) from :func:`event_spans`; -1 without activity."""
+    uk, smin, emax = spans
+    if len(uk) == 0 or len(pid) == 0:
+        return np.full(len(pid), -1, np.int64), np.full(len(pid), -1, np.int64)
+    pos, hit = _find(uk, _key(pid, seq))
+    return np.where(hit, smin[pos], -1).astype(np.int64), np.where(hit, emax[pos], -1).astype(np.int64)
+
+
+def process_clocks(side: np.ndarray, side_pid: np.ndarray, side_op: np.ndarray, clock_op: int,
+                   strings: dict) -> dict[int, dict]:
+    """pid -> {clock, clock_note, clock_error_ns, gpu_dropped} from the process's CLOCK records."""
+    out: dict[int, dict] = {}
+    idx = np.flatnonzero(side_op == clock_op)
+    for i in idx.tolist():
+        p = int(side_pid[i])
+        r = side[i]
+        st = out.setdefault(p, {"clock": "cpu", "clock_note": "", "clock_error_ns": -1, "gpu_dropped": 0})
+        if int(r["flags"]) == CLOCK_CUPTI:
+            st["clock"] = "cupti"
+            st["clock_error_ns"] = max(st["clock_error_ns"], int(r["size"]))
+        note = strings.get(p, {}).get(int(r["aux"]), "") if int(r["aux"]) else ""
+        if note:
+            st["clock_note"] = note
+        st["gpu_dropped"] = max(st["gpu_dropped"], int(r["stream"]))
+    return out

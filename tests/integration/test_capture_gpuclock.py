@@ -1,0 +1,247 @@
+"""The device clock end to end on simcuda: the shim's CUPTI records (simcuda's simulated libcupti) against
+simcuda's own device log (SIMCUDA_DEVICE_LOG: when each op really ran), on every call path (PLT, dlsym,
+cuGetProcAddress), graph replays, a fork() child; and the never-harm fallbacks (CUPTI absent, busy,
+failing, --gpu-clock off): the program's output and exit status unchanged, the trace and `run` naming the
+clock and why."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import pyinterpose
+from conftest import last_json_line, run_cli
+
+LOG_COLUMNS = ["op", "pid", "tid", "corr", "device", "stream", "enqueue_ns", "start_ns", "end_ns", "start_cupti",
+               "end_cupti", "graph_id", "graph_node", "bytes", "name"]
+KIND = {"kernel": "kernel", "memset": "memset"}
+
+
+def device_log(path: str) -> list[dict]:
+    """simcuda's ground truth: one dict per device op (an independent parser of its documented format)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            row = dict(zip(LOG_COLUMNS, line.rstrip("\n").split("\t")))
+            for k in LOG_COLUMNS[1:-1]:
+                row[k] = int(row[k])
+            row["kind"] = KIND.get(row["op"], "memcpy")
+            out.append(row)
+    return out
+
+
+@pytest.fixture(scope="module")
+def workload(cbuild):
+    return cbuild("gpuclock_workload")
+
+
+def _run(capture, tmp_path, prog, *args, opts=(), env=None, name="t.pit"):
+    log = str(tmp_path / (name + ".log"))
+    e = {"SIMCUDA_DEVICE_LOG": log}
+    e.update(env or {})
+    path, cp = capture([prog, *args], *opts, name=name, env=e)
+    return path, cp, (device_log(log) if os.path.exists(log) else [])
+
+
+def assert_matches_log(tr, log, pid):
+    """Every device op simcuda ran in `pid` is one gpu_activity row with the same kind, stream, graph
+    node and bytes, and start and end within the alignment bound the trace states."""
+    t0 = int(tr.meta["t0_ns"])
+    proc = tr.processes.set_index("pid").loc[pid]
+    assert proc["clock"] == "cupti" and proc["clock_note"] == "", proc
+    err = int(proc["clock_error_ns"])
+    assert 0 <= err < 5000, err
+    g = tr.gpu_activity[tr.gpu_activity["pid"] == pid]
+    ops = [o for o in log if o["pid"] == pid]
+    assert len(g) == len(ops) > 0
+    ops.sort(key=lambda o: (o["stream"], o["start_ns"], o["end_ns"], o["graph_node"]))
+    g = g.sort_values(["stream", "start", "end", "graph_node"], kind="stable")
+    names = np.array(tr.kernels + [""], dtype=object)
+    for o, r in zip(ops, g.itertuples()):
+        assert r.kind == o["kind"] and r.stream == o["stream"] and r.graph_node == o["graph_node"], (o, r)
+        assert abs(r.start - (o["start_ns"] - t0)) <= err, (o, r, err)
+        assert abs(r.end - (o["end_ns"] - t0)) <= err, (o, r, err)
+        if o["kind"] == "kernel":
+            assert names[r.kernel] == o["name"], (o, r)
+        else:
+            assert r.bytes == o["bytes"], (o, r)
+    return g, err
+
+
+@pytest.mark.parametrize("drift", [0, 50], ids=["no-drift", "drift-50ppm"])
+def test_device_times_equal_device_log_on_every_call_path(capture, tmp_path, workload, drift):
+    path, cp, log = _run(capture, tmp_path, workload, "paths", "4",
+                         env={"SIMCUPTI_CLOCK_DRIFT_PPM": str(drift), "SIMCUDA_H2D_GBPS": "8",
+                              "SIMCUDA_D2H_GBPS": "4", "SIMCUDA_D2D_GBPS": "100", "SIMCUDA_MEMSET_GBPS": "50",
+                              "PYINTERPOSE_GPU_FLUSH_MS": "1"})
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    pid = int(tr.processes["pid"].iloc[0])
+    g, err = assert_matches_log(tr, log, pid)
+    assert (g["kind"] == "kernel").sum() == truth["kernels"]
+    assert (g["kind"] == "memcpy").sum() == truth["copies"] and (g["kind"] == "memset").sum() == truth["memsets"]
+    # each device op joined to the call that made it: the same kernel, the same bytes
+    ev = tr.launches.set_index("seq")
+    k = g[g["kind"] == "kernel"]
+    assert (ev.loc[k["seq"], "kernel"].to_numpy() == k["kernel"].to_numpy()).all()
+    cp_ = tr.copies.set_index("seq")
+    c = g[g["kind"] != "kernel"]
+    assert (cp_.loc[c["seq"], "size"].to_numpy() == c["bytes"].to_numpy()).all()
+    assert (cp_.loc[c["seq"], "op"].astype(str).to_numpy() == np.where(c["kind"] == "memset", "memset", "copy")).all()
+    # every launch and copy has its device time, equal to its one activity's
+    for tab in (tr.launches, tr.copies):
+        assert (tab["dev_start"] >= 0).all() and (tab["dev_end"] >= tab["dev_start"]).all()
+        m = tab.merge(g, on=["pid", "seq"])
+        assert len(m) == len(tab)
+        assert (m["dev_start"] == m["start"]).all() and (m["dev_end"] == m["end"]).all()
+    # on every path: runtime (PLT), driver by dlsym, driver by cuGetProcAddress
+    apis = set(tr.launches["api"].astype(str)) | set(tr.copies["api"].astype(str))
+    assert {"cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpy", "cudaMemcpyAsync",
+            "cudaMemsetAsync", "cuMemcpyDtoDAsync_v2", "cuMemsetD8Async"} <= apis, apis
+    # the device ran behind the host: no kernel started before its launch call
+    assert (tr.launches["dev_start"] >= tr.launches["t"] - err).all()
+
+
+def test_graph_replays_join_their_graph_launch(capture, tmp_path, workload):
+    path, cp, log = _run(capture, tmp_path, workload, "graph", "5")
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    pid = int(tr.processes["pid"].iloc[0])
+    g, err = assert_matches_log(tr, log, pid)
+    gl = tr.launches[tr.launches["graph"]]
+    assert len(gl) == truth["graph_launches"]
+    nodes = g[g["graph_node"] != 0]
+    assert len(nodes) == truth["graph_launches"] * truth["nodes"]
+    # every replayed node belongs to a graph launch; each graph launch has all its nodes
+    assert set(nodes["seq"]) == set(gl["seq"])
+    assert (nodes.groupby("seq").size() == truth["nodes"]).all()
+    # a graph launch's device time: its first node's start to its last node's end
+    span = nodes.groupby("seq").agg(s=("start", "min"), e=("end", "max"))
+    gl = gl.set_index("seq")
+    assert (gl.loc[span.index, "dev_start"] == span["s"]).all() and (gl.loc[span.index, "dev_end"] == span["e"]).all()
+    # the launches captured into the graph never ran as such: no device time
+    captured = tr.launches[~tr.launches["graph"]].iloc[truth["launches_outside"]:]
+    assert len(captured) == 2 and (captured["dev_start"] == -1).all()
+
+
+def test_fork_child_never_uses_the_parents_cupti(capture, tmp_path, workload):
+    path, cp, log = _run(capture, tmp_path, workload, "fork", "3")
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    procs = tr.processes.set_index("pid")
+    parent, child = truth["parent"], truth["child"]
+    assert_matches_log(tr, [o for o in log if o["pid"] == parent], parent)
+    assert procs.loc[child, "clock"] == "cpu" and "fork() child" in procs.loc[child, "clock_note"]
+    assert (tr.launches[tr.launches["pid"] == child]["dev_start"] == -1).all()
+    assert len(tr.launches[tr.launches["pid"] == child]) == 3
+    assert (tr.gpu_activity["pid"] == parent).all()
+
+
+FALLBACKS = [
+    ({"PYINTERPOSE_CUPTI": "/nonexistent/libcupti.so.13"}, (), "libcupti not found", "/nonexistent/libcupti.so.13"),
+    ({"SIMCUPTI_BUSY": "1"}, (), "CUPTI busy", "another subscriber"),
+    ({"SIMCUPTI_FAIL": "cuptiActivityEnable"}, (), "CUPTI failed: cuptiActivityEnable", "cuptiActivityEnable"),
+    ({"SIMCUPTI_FAIL": "cuptiGetTimestamp"}, (), "CUPTI failed: cuptiGetTimestamp", "cuptiGetTimestamp"),
+    ({}, ("--gpu-clock", "off"), "--gpu-clock off", "--gpu-clock off"),
+]
+
+
+@pytest.mark.parametrize("env,opts,run_says,note_says", FALLBACKS,
+                         ids=["absent", "busy", "enable-fails", "timestamp-fails", "off"])
+def test_without_cupti_the_program_runs_unharmed(tmp_path, workload, native, env, opts, run_says, note_says):
+    plain_env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(native, "simcuda"))
+    import subprocess
+    plain = subprocess.run([workload, "paths", "2"], capture_output=True, text=True, env=plain_env)
+    out = str(tmp_path / "t.pit")
+    cp = run_cli("run", "--simulated-gpu", "-o", out, *opts, "--", workload, "paths", "2", env=env)
+    assert cp.returncode == plain.returncode == 0, cp.stderr
+    assert cp.stdout == plain.stdout                       # the program's own output, untouched
+    assert f"device clock: off — {run_says}" in cp.stderr, cp.stderr
+    tr = pyinterpose.load(out)
+    p = tr.processes.iloc[0]
+    assert p["clock"] == "cpu" and note_says in p["clock_note"], p["clock_note"]
+    assert any(note_says in n["note"] for n in tr.meta["capture_notes"])
+    assert len(tr.gpu_activity) == 0 and (tr.launches["dev_start"] == -1).all()
+    assert len(tr.launches) == 6 and tr.counts["copy"] == 6
+
+
+def test_gpu_clock_cupti_required_says_so_and_exits_4(tmp_path, workload):
+    out = str(tmp_path / "t.pit")
+    cp = run_cli("run", "--simulated-gpu", "--gpu-clock", "cupti", "-o", out, "--", workload, "paths", "1",
+                 env={"SIMCUPTI_BUSY": "1"})
+    assert cp.returncode == 4, cp.stderr
+    assert "--gpu-clock cupti: NO device clock in 1 process" in cp.stderr
+    assert pyinterpose.load(out).processes["clock"].iloc[0] == "cpu"
+    ok = run_cli("run", "-q", "--simulated-gpu", "--gpu-clock", "cupti", "-f", "-o", out, "--", workload, "paths", "1")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_cupti_failing_mid_run_keeps_the_times_so_far(tmp_path, workload):
+    out = str(tmp_path / "t.pit")
+    cp = run_cli("run", "--simulated-gpu", "-o", out, "--", workload, "paths", "2",
+                 env={"SIMCUPTI_FAIL": "cuptiActivityPushExternalCorrelationId"})
+    assert cp.returncode == 0, cp.stderr
+    p = pyinterpose.load(out).processes.iloc[0]
+    assert "cuptiActivityPushExternalCorrelationId" in p["clock_note"] and "stopped" in p["clock_note"]
+
+
+def test_dropped_records_are_counted(capture, tmp_path, workload):
+    # buffers too small for a kernel record (216 bytes): CUPTI drops every one and counts it
+    path, cp, log = _run(capture, tmp_path, workload, "many", "50", env={"PYINTERPOSE_CUPTI_BUFFER": "128"})
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    p = tr.processes.iloc[0]
+    kernels = sum(1 for o in log if o["kind"] == "kernel")
+    assert kernels == 50
+    assert p["clock"] == "cupti" and p["gpu_dropped"] == kernels - (tr.gpu_activity["kind"] == "kernel").sum()
+    assert p["gpu_dropped"] > 0
+
+
+def test_threads_each_launch_gets_its_own_device_record(capture, tmp_path, cbuild):
+    """4 threads launching at once: every launch is joined 1:1 to the device record of its own kernel
+    (the external correlation ids are per thread), times as simcuda ran them."""
+    prog = cbuild("shim_workload")
+    path, cp, log = _run(capture, tmp_path, prog, "stress", "4000", "4", env={"SIMCUDA_KERNEL_NS": "2000"})
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    pid = int(tr.processes["pid"].iloc[0])
+    g, _ = assert_matches_log(tr, log, pid)
+    assert len(tr.launches) == truth["launches"] == len(g)
+    assert g["seq"].is_unique and set(g["seq"]) == set(tr.launches["seq"])
+    assert (tr.launches["dev_start"] >= 0).all()
+    assert tr.launches["tid"].nunique() == 4
+
+
+def test_small_buffers_and_a_small_ring_lose_no_device_record(capture, tmp_path, workload):
+    """CUPTI's thread hands over many small buffers while the ring has little room: they are deferred to
+    the call path (or, past 16 waiting, written where they arrive) and every record still arrives."""
+    path, cp, log = _run(capture, tmp_path, workload, "many", "3000", opts=("--ring-records", "1024"),
+                         env={"PYINTERPOSE_CUPTI_BUFFER": "2048", "SIMCUPTI_WORKER_MS": "1"})
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    p = tr.processes.iloc[0]
+    assert p["clock"] == "cupti" and p["gpu_dropped"] == 0 and p["lost"] == 0
+    assert len(tr.launches) == 3000 and (tr.launches["dev_start"] >= 0).all()
+    assert sum(1 for o in log if o["kind"] == "kernel") == 3000 == (tr.gpu_activity["seq"] >= 0).sum()
+
+
+def test_exec_children_each_set_up_their_own(tmp_path, workload):
+    out = str(tmp_path / "t.pit")
+    log = str(tmp_path / "dev.log")
+    cp = run_cli("run", "--simulated-gpu", "-o", out, "--", "sh", "-c", f"{workload} paths 1 && {workload} graph 2",
+                 env={"SIMCUDA_DEVICE_LOG": log})
+    assert cp.returncode == 0, cp.stderr
+    assert "device clock: CUPTI (2 processes), alignment ±" in cp.stderr, cp.stderr
+    tr = pyinterpose.load(out)
+    ran = tr.processes[tr.processes["pid"].isin(tr.launches["pid"])]
+    assert len(ran) == 2 and (ran["clock"] == "cupti").all()
+    dl = device_log(log)
+    for pid in ran["pid"]:
+        assert_matches_log(tr, dl, int(pid))

@@ -1,0 +1,94 @@
+"""An independent replay of a swap schedule on one compute stream (the CPU clock's reading, or
+a single device stream), written from the model's description in issue 21 and never importing
+the code it checks.  It finds the delays by fixed-point iteration (the least solution of "an op
+starts when the op before it on the stream has ended, and after every transfer it waits for"),
+not by the production code's single ordered sweep.  A transfer is issued at its planned time
+plus how late the timeline runs then (its anchor op's delay less the idle time since that op's
+recorded end).
+
+ops: list of (release time R, duration, access-end offset), in stream order.
+swaps: dicts with the planned times (out_start, out_end, free_t, in_start, in_end), size, the
+previous-access op index ``p`` and next-access op index ``q``.
+events: (time, delta) of the blocks' allocations (+) and frees (-).
+"""
+from __future__ import annotations
+
+TOL = 1e-3
+
+
+def replay(ops, swaps, events):
+    n = len(ops)
+    R = [o[0] for o in ops]
+
+    def last_released(t):
+        k = -1
+        for i in range(n):
+            if R[i] <= t:
+                k = i
+        return k
+
+    def first_released_at_or_after(t):
+        for i in range(n):
+            if R[i] >= t:
+                return i
+        return -1
+
+    def shift(k, t):           # how late the timeline runs at t, seen from op k released by t
+        if k < 0:
+            return 0.0
+        return max(0.0, D[k] - max(0.0, t - (R[k] + ops[k][1])))
+
+    D = [0.0] * n
+    for _ in range(10 * n + 10):
+        # transfers, each engine in planned order
+        times = {}
+        free = -float("inf")
+        for k in sorted(range(len(swaps)), key=lambda k: swaps[k]["out_start"]):
+            sw = swaps[k]
+            s = max(sw["out_start"] + shift(sw["p"], sw["out_start"]), free)
+            e = s + (sw["out_end"] - sw["out_start"])
+            times[k] = [s, e, None, None]
+            free = e
+        free = -float("inf")
+        for k in sorted(range(len(swaps)), key=lambda k: swaps[k]["in_start"]):
+            sw = swaps[k]
+            a = last_released(sw["in_start"])
+            s = max(sw["in_start"] + shift(a, sw["in_start"]), free, times[k][1])
+            e = s + (sw["in_end"] - sw["in_start"])
+            times[k][2:] = [s, e]
+            free = e
+        # ops: the stream, then the waits
+        new = [0.0] * n
+        for i in range(n):
+            d = 0.0
+            if i > 0:
+                gap = max(0.0, R[i] - (R[i - 1] + ops[i - 1][1]))
+                d = max(0.0, new[i - 1] - gap)
+            for k, sw in enumerate(swaps):
+                if sw["q"] == i:
+                    d = max(d, times[k][3] - R[i])
+                if sw["out_end"] - sw["free_t"] > TOL and first_released_at_or_after(sw["free_t"]) == i:
+                    d = max(d, times[k][1] - R[i])
+            new[i] = d if d > TOL else 0.0
+        if all(abs(a - b) <= 1e-6 for a, b in zip(new, D)):
+            break
+        D = new
+    end_before = max(R[i] + ops[i][1] for i in range(n))
+    end_after = max(R[i] + ops[i][1] + D[i] for i in range(n))
+    # peak: allocations move with the first op released at or after them, frees with the last
+    # op released by them; swapped blocks leave at their replayed swap-out end and come back at
+    # their replayed swap-in start
+    ev = []
+    for t, dlt in events:
+        if dlt > 0:
+            i = first_released_at_or_after(t)
+        else:
+            i = last_released(t)
+        ev.append((t + (D[i] if i >= 0 else 0.0), dlt))
+    for k, sw in enumerate(swaps):
+        ev += [(times[k][1], -sw["size"]), (times[k][2], sw["size"])]
+    live = peak = 0
+    for t, dlt in sorted(ev):          # frees first at a tie
+        live += dlt
+        peak = max(peak, live)
+    return {"delays": D, "slowdown": max(0.0, end_after - end_before), "peak": peak, "transfers": times}
