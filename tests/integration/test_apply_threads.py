@@ -71,3 +71,22 @@ def test_iterations_from_markers(tmp_path, cbuild):
     a = json.loads(run_cli("summary", trace, "--json").stdout)["applied"]["processes"][0]
     assert a["served"] == a["requests"] == 1 + 25 * 13 and not a["refused"]
     assert [r["iteration"] for r in a["iterations"]] == list(range(-1, 25))   # one row per marker (+ before)
+
+
+def test_nothing_is_served_during_graph_capture(tmp_path, cbuild):
+    exe = cbuild("apply_capture")
+    prof = str(tmp_path / "p.pit")
+    assert run_cli("run", "-q", "--simulated-gpu", "-o", prof, "--", exe, "10").returncode == 0
+    plan = str(tmp_path / "plan.json")
+    cp = run_cli("plan", prof, "-o", plan)
+    assert cp.returncode == 0, cp.stderr
+    trace = str(tmp_path / "a.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", trace, "--apply", plan, "--", exe, "10",
+                 env={"CAPTURE_AT": "5"})
+    assert cp.returncode == 0, cp.stderr
+    made = json.loads(cp.stdout.strip().splitlines()[-1])
+    a = json.loads(run_cli("summary", trace, "--json").stdout)["applied"]["processes"][0]
+    assert a["requests"] == made["requests"] and made["captured"] == 7
+    assert a["by_reason"]["capture"] == 7 and a["served"] == made["requests"] - 7
+    per = {r["iteration"]: r for r in a["iterations"]}
+    assert per[5]["served"] == 0 and per[5]["capture"] == 7
