@@ -53,6 +53,9 @@ def _plan_trace(args) -> int:
 
     A.check_input(args.trace)
     trace = load_trace(args.trace, quiet=args.json)
+    if (trace.meta or {}).get("view") == "reserved":
+        A.warn(f"{args.trace} was recorded with --view reserved: the plan lays out the framework allocator's "
+               "segments, not its tensors (a --view blocks trace gives the plan that saves memory)")
     doc = plan_file.build(trace, args.strategy, 10.0 if args.time_limit is None else args.time_limit,
                           trace_path=args.trace)
     if args.output:
