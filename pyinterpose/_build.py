@@ -57,6 +57,8 @@ LIBRARIES = [
      ["-ldl", "-lpthread"]),
     ("simcuda/libcudart.so.13", "simcuda/runtime", "simcuda/runtime/libcudart.map",
      "libcudart.so.13", ["-ldl", "-lpthread"]),
+    ("libsimnccl.so", "simnccl", None, "libsimnccl.so",
+     ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-lpthread"]),
     ("libsimtrain.so", "simtrain", None, "libsimtrain.so",
      ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-ldl",
       "-lpthread", "-lm"]),

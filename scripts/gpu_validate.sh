@@ -81,6 +81,13 @@ for i in $(seq 1 "$JAX_RUNS"); do
 done
 rm -f "$OUT/jax-repeat.pit"
 
+# ---- ranks: a two-process torchrun on this GPU, each rank against its own max_memory_allocated --------------
+# (issue 23 item 6; prepared without a GPU, not yet run on one)
+mkdir -p "$OUT/ranks"
+run torch-ranks $PI run --view blocks -o "$OUT/torch-ranks.pit" -- \
+    $PY -m torch.distributed.run --nproc-per-node 2 "$W/torch_ranks.py" --out-dir "$OUT/ranks" --steps $STEPS &&
+    run torch-ranks-check $PY "$ROOT/scripts/gpu_ranks_check.py" "$OUT/torch-ranks.pit" "$OUT/ranks"
+
 # ---- compare with the frameworks' own records, overhead, stability: one table -----------------------------
 $PY "$ROOT/scripts/gpu_compare.py" make-truth "$OUT"
 $PY - "$OUT" "$ok" "$JAX_RUNS" >"$OUT/extra-rows.json" <<'EOF'

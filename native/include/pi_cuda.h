@@ -110,6 +110,17 @@ typedef struct CUmemPoolProps_st {
     unsigned char reserved[54];
 } CUmemPoolProps;
 
+/* VMM shareable handles, IPC handles, multicast objects (collective libraries: NCCL) */
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 1
+#define CU_MEM_HANDLE_TYPE_FABRIC 8
+typedef struct CUipcMemHandle_st { char reserved[64]; } CUipcMemHandle; /* passed by value */
+typedef struct CUmulticastObjectProp_st {
+    unsigned int numDevices;
+    size_t size;
+    unsigned long long handleTypes;
+    unsigned long long flags;
+} CUmulticastObjectProp;
+
 /* ---- runtime ---- */
 typedef int cudaError_t;
 typedef CUstream cudaStream_t;
@@ -120,6 +131,8 @@ typedef CUgraph cudaGraph_t;
 typedef CUkernel cudaKernel_t;
 typedef CUlibrary cudaLibrary_t;
 typedef struct CUmemLocation_st cudaMemLocation; /* same layout */
+typedef CUipcMemHandle cudaIpcMemHandle_t;
+typedef CUmemPoolProps cudaMemPoolProps; /* same layout */
 #define cudaSuccess 0
 #define cudaErrorInvalidValue 1
 #define cudaErrorMemoryAllocation 2

@@ -378,7 +378,7 @@ static int is_call(int op)
 {
     switch (op) {
     case PI_OP_ALLOC: case PI_OP_FREE: case PI_OP_LAUNCH: case PI_OP_COPY: case PI_OP_MEMSET:
-    case PI_OP_ADVISE: case PI_OP_PREFETCH: case PI_OP_GRAPH_LAUNCH: case PI_OP_TENSORMAP:
+    case PI_OP_ADVISE: case PI_OP_PREFETCH: case PI_OP_GRAPH_LAUNCH: case PI_OP_TENSORMAP: case PI_OP_OBJECT:
         return 1;
     default:
         return 0;
@@ -461,7 +461,8 @@ int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid)
             tab = ok ? &s->hint : NULL;
             break;
         case PI_OP_STRING: case PI_OP_STRDATA: case PI_OP_MARKER: case PI_OP_SITE: case PI_OP_FRAME:
-        case PI_OP_STACK: case PI_OP_NOTE: case PI_OP_CLOCK: case PI_OP_MEMINFO: case PI_OP_APPLY:
+        case PI_OP_STACK: case PI_OP_NOTE: case PI_OP_CLOCK: case PI_OP_MEMINFO: case PI_OP_CONTEXT:
+        case PI_OP_DEVICE: case PI_OP_GRAPH_DEF: case PI_OP_APPLY:
             tab = &s->side;
             break;
         default:

@@ -345,7 +345,9 @@ static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, si
     /* Deferred to a call path's tick when this thread holds an uncommitted ticket, and also when the ring
      * has no room for the buffer's events: CUPTI's own thread must not wait for the drain while CUPTI may
      * hold a lock that a launch (holding a ticket the drain waits for) needs. */
-    if (t_hold || (!t_ticking && pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024)) {
+    /* Buffers are parsed in the order CUPTI hands them over (a pairing comes before its activities):
+     * while some wait, a new one waits behind them. */
+    if (t_hold || (!t_ticking && (g_ndeferred > 0 || pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024))) {
         pthread_mutex_lock(&g_pool_lock);
         int queued = g_ndeferred < DEFER_MAX;
         if (queued) {
@@ -357,6 +359,7 @@ static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, si
         }
         pthread_mutex_unlock(&g_pool_lock);
         if (queued) return;
+        if (!t_hold) run_deferred(); /* the queue is full: the older ones first, here */
     }
     process_buffer(context, stream, buffer, valid);
 }
@@ -412,6 +415,15 @@ static void setup_locked(void) {
     const char *mode = getenv("PYINTERPOSE_GPU_CLOCK");
     if (mode && strcmp(mode, "off") == 0) {
         set_off(PI_CLOCK_OFF, "device clock off: --gpu-clock off; analyses use the CPU clock");
+        return;
+    }
+    const char *inj = getenv("CUDA_INJECTION64_PATH");
+    if (inj && inj[0]) {
+        /* Nsight Systems / Compute (or another CUPTI-based tool) is injected into CUDA and drives CUPTI;
+         * registering our callbacks would take its activity buffers away */
+        snprintf(why, sizeof why, "device clock off: CUPTI busy — another tool is injected into CUDA "
+                 "(CUDA_INJECTION64_PATH=%.300s: Nsight Systems or Compute?); analyses use the CPU clock", inj);
+        set_off(PI_CLOCK_BUSY, why);
         return;
     }
     const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");

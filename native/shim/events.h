@@ -100,12 +100,33 @@ enum pi_op {
     PI_OP_MEMINFO = 21,     /* aux: seq of the failed ALLOC; addr: free bytes, size: total bytes
                                (cuMemGetInfo_v2 right after the failure); device: cuCtxGetDevice
                                (-1 unknown) */
-    /* serving from a plan (native/shim/apply.c; a number well above the others: room for theirs) */
-    PI_OP_APPLY = 24        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
+    /* Rank and device context (native/shim/context.c) */
+    PI_OP_CONTEXT = 22,     /* aux: string id of "NAME=value": a rank/device variable of the process's
+                               environment when its ring was created (RANK, LOCAL_RANK, WORLD_SIZE,
+                               JAX_PROCESS_ID, TF_CONFIG, CUDA_VISIBLE_DEVICES, ...; HOST=its host name) */
+    PI_OP_DEVICE = 23,      /* a device the process used, recorded at its first allocation there:
+                               device: the ordinal the process sees; addr, size: the 16 bytes of its
+                               UUID (cuDeviceGetUuid); result: that call's CUDA result */
+    PI_OP_OBJECT = 24,      /* a call on a memory object that allocates nothing itself (api says which:
+                               shareable-handle export, IPC handle, multicast bind/unbind, memory pool
+                               create/destroy): addr: address or offset, size: bytes, aux: the object's
+                               handle (pool, multicast or VMM handle), stream: a second handle */
+    PI_OP_GRAPH_DEF = 25,  /* how a CUDA graph came to be (so that its replays can be joined to the calls
+                               captured into it): flags: enum pi_graph_def; api, result: the call;
+                               CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
+                               addr: the executable graph, aux: the graph */
+    /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
+    PI_OP_APPLY = 32        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
                                2 one iteration's counts, 3 plan refused, 4 the last iteration's (at exit);
                                counts as 32-bit pairs: addr served|no_key<<32, size occupied|bigger<<32,
                                stream capture|overlap<<32, aux off|other<<32; result: the iteration (-1:
                                before the first) */
+};
+
+enum pi_graph_def {
+    PI_GRAPH_CAPTURE_BEGIN = 1,
+    PI_GRAPH_CAPTURE_END = 2,
+    PI_GRAPH_INSTANTIATE = 3
 };
 
 enum pi_gpu_kind {
@@ -147,7 +168,9 @@ enum pi_kind {
     PI_KIND_HOST = 6,     /* pinned host: cudaMallocHost / cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc */
     PI_KIND_VMM_RESERVE = 7, /* cuMemAddressReserve (virtual range only) */
     PI_KIND_VMM_CREATE = 8,  /* cuMemCreate (physical, addr = 0, aux = handle) */
-    PI_KIND_VMM_MAP = 9      /* cuMemMap (addressable mapping, aux = handle) */
+    PI_KIND_VMM_MAP = 9,     /* cuMemMap (addressable mapping, aux = handle) */
+    PI_KIND_IPC = 10         /* cudaIpcOpenMemHandle / cuIpcOpenMemHandle: another process's memory
+                                mapped here (addr; size 0 = unknown); freed by ...IpcCloseMemHandle */
 };
 
 enum pi_access_flags {

@@ -85,6 +85,9 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
         pi_commit(s, tk + 1);
     }
     pi_commit(e, tk);
+    if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
+        !(kind == PI_KIND_VMM_CREATE && size == 0))
+        pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
 }
 
 static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fam, int ptsz, int async) {
@@ -191,11 +194,23 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     else call_end(&cx, api, r, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0, &sc); } while (0)
 #define A_SET_DEVICE(dev) AFTER_ONLY(if (r == 0) pi_t.device = (dev))
 #define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))
+#define A_CTX_RETAIN(c, d) AFTER_ONLY(if (r == 0 && (c)) pi_context_remember(*(c), (d)))
+#define A_CTX_CURRENT(c, push) AFTER_ONLY(if (r == 0) pi_context_current((c), (push)))
+#define A_CTX_POP AFTER_ONLY(if (r == 0) pi_context_pop())
+#define A_OBJECT(addr, n, handle, second) AFTER_ONLY( \
+    pi_emit(PI_OP_OBJECT, (uint16_t)api, r, (uint64_t)(addr), (uint64_t)(n), (uint64_t)(second), (uint64_t)(handle), 0))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()
 #define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
-/* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open */
-#define A_CAPTURE_BEGIN AFTER_ONLY(if (r == 0) pi_gpu_capture(1))
-#define A_CAPTURE_END AFTER_ONLY(pi_gpu_capture(-1))
+/* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open; begin, end and
+ * instantiation are recorded (GRAPH_DEF) so that the reader can join a graph's replayed nodes to the calls captured into it */
+#define A_CAPTURE_BEGIN(s) AFTER_ONLY(if (r == 0) pi_gpu_capture(1); \
+    pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, 0, 0, (uint64_t)(s), 0, PI_GRAPH_CAPTURE_BEGIN))
+#define A_CAPTURE_END(s, pg) AFTER_ONLY(pi_gpu_capture(-1); \
+    pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, 0, 0, (uint64_t)(s), r == 0 && (pg) ? (uint64_t)*(pg) : 0, \
+            PI_GRAPH_CAPTURE_END))
+#define A_INSTANTIATE(pe, g) AFTER_ONLY( \
+    pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, r == 0 && (pe) ? (uint64_t)*(pe) : 0, 0, 0, (uint64_t)(g), \
+            PI_GRAPH_INSTANTIATE))
 /* unloads act at every depth and in processes that do not record: the kernel
  * layout cache must see every handle the driver may hand out again */
 #define ALWAYS_ACTS(id) ((id) == PI_API_cuModuleUnload || (id) == PI_API_cuLibraryUnload || \

@@ -85,6 +85,7 @@ static void atfork_child(void) {
     g_forked = 1;
     pi_t.tid = 0;
     pi_gpu_atfork_child(); /* the parent's CUPTI state is not the child's */
+    pi_context_atfork_child();
 }
 
 static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */
@@ -367,9 +368,12 @@ int pi_active(void) {
     if (g_state == 0) init_once();
     if (g_state == 1 && g_ring_pid == 0) {
         if (open_ring() != 0) g_state = 2; /* cannot record: stay out of the way */
-        else if (g_forked) {
-            replay_strings();
-            pi_site_replay(); /* frame and stack definitions, after the strings */
+        else {
+            if (g_forked) {
+                replay_strings();
+                pi_site_replay(); /* frame and stack definitions, after the strings */
+            }
+            pi_context_env(); /* this process's rank variables, now (not at load time) */
         }
     }
     pthread_mutex_unlock(&g_init_lock);

@@ -73,6 +73,18 @@ PI_HIDDEN uint32_t pi_intern(const char *s); /* emits a STRING record once; retu
 PI_HIDDEN void pi_count_unscanned(void);
 PI_HIDDEN void pi_count_oom(void);          /* an allocation failed for lack of memory */
 
+/* --- rank and device context (context.c) --- */
+PI_HIDDEN void pi_context_env(void);   /* CONTEXT records: the rank variables (ring just opened) */
+/* a DEVICE record the first time this process allocates on the thread's device; stream-ordered
+ * allocations (may be inside a graph capture) first ask cuStreamIsCapturing and wait for a later one */
+PI_HIDDEN void pi_context_device(int stream_ordered, uint64_t stream);
+PI_HIDDEN void pi_context_atfork_child(void);
+/* driver contexts (no CUDA call): a retained primary context's device; a context made current sets the
+ * thread's device (push: remembered for the pop) */
+PI_HIDDEN void pi_context_remember(CUcontext ctx, int device);
+PI_HIDDEN void pi_context_current(CUcontext ctx, int push);
+PI_HIDDEN void pi_context_pop(void);
+
 /* --- real symbols (resolve.c) --- */
 PI_HIDDEN void *pi_real(int api);
 PI_HIDDEN void *pi_real_dlsym(void *handle, const char *name);

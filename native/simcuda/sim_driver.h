@@ -106,6 +106,9 @@ struct CUfunc_st {
 
 /* ---- core.c ---- */
 HIDDEN int sim_ndevices(void);
+HIDDEN int sim_physical_device(int ordinal);                /* CUDA_VISIBLE_DEVICES remap */
+HIDDEN void sim_uuid_bytes(int physical, unsigned char out[16]);
+HIDDEN void sim_uuid_text(int physical, char *buf, size_t n); /* GPU-xxxxxxxx-... */
 HIDDEN size_t sim_capacity(void);
 HIDDEN int sim_initialized(void);
 /* CUDA_SUCCESS and *dev = the current context's device, or an error */

@@ -49,6 +49,10 @@
     X(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))               \
     X(CUresult, cuMemPoolCreate, (CUmemoryPool *, const CUmemPoolProps *))                              \
     X(CUresult, cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))                                  \
+    X(CUresult, cuMemPoolDestroy, (CUmemoryPool))                                                       \
+    X(CUresult, cuIpcGetMemHandle, (CUipcMemHandle *, CUdeviceptr))                                     \
+    X(CUresult, cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int))                      \
+    X(CUresult, cuIpcCloseMemHandle, (CUdeviceptr))                                                     \
     X(CUresult, cuMemAdvise, (CUdeviceptr, size_t, int, CUmemLocation))                                 \
     X(CUresult, cuMemPrefetchAsync, (CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream))       \
     X(CUresult, cuMemcpy, (CUdeviceptr, CUdeviceptr, size_t))                                           \

@@ -10,7 +10,9 @@
  * `extra` launch form is decoded with.
  *
  * Environment:
- *   SIMCUDA_DEVICES       number of devices (default 1)
+ *   SIMCUDA_DEVICES       number of (physical) devices (default 1); device d's UUID is
+ *                         "simcuda-" then d + 1 as 8 big-endian bytes (GPU-73696d63-7564-612d-...)
+ *   CUDA_VISIBLE_DEVICES  as on real hardware: indices or UUID prefixes; ordinal i = entry i
  *   SIMCUDA_MEMORY_BYTES  device capacity in bytes, per device (default 16 GiB)
  *
  * The device clock (docs/simcuda-device-clock.md): every stream is a queue on a simulated device clock

@@ -23,7 +23,8 @@
     X(cuMemAlloc_v2, 'a') X(cuMemFree_v2, 'f') X(cuLaunchKernel, 'l')                 \
     X(cuMemcpyHtoD_v2, 'c') X(cuMemcpyDtoH_v2, 'c') X(cuMemsetD8_v2, 'm')             \
     X(cuMemAllocFromPoolAsync, 'a') X(cuMemFreeAsync, 'f') X(cuLaunchKernelEx, 'l')   \
-    X(cuMemcpyHtoDAsync_v2, 'c') X(cuMemcpyDtoHAsync_v2, 'c') X(cuMemsetD8Async, 'm')
+    X(cuMemcpyHtoDAsync_v2, 'c') X(cuMemcpyDtoHAsync_v2, 'c') X(cuMemsetD8Async, 'm')       \
+    X(cuMemPoolCreate, 'o') X(cuMemPoolDestroy, 'o')
 
 enum api {
 #define E(name, cls) API_##name,
@@ -180,10 +181,40 @@ struct run {
     void *cached[64];
     size_t cached_size[64];
     int n_cached;
+    int dev;     /* device ordinal */
+    struct { void *p; size_t n; } *live; /* device buffers held now (a few dozen) */
+    size_t n_live, cap_live;
+    uint64_t live_bytes;
 };
 
 static uint64_t splitmix(uint64_t *s);
 static double uniform(uint64_t *s);
+
+static int live_add(struct run *r, void *p, size_t n)
+{
+    if (r->n_live == r->cap_live) {
+        size_t cap = r->cap_live ? 2 * r->cap_live : 64;
+        void *m = realloc(r->live, cap * sizeof *r->live);
+        if (!m) return -1;
+        r->live = m;
+        r->cap_live = cap;
+    }
+    r->live[r->n_live].p = p;
+    r->live[r->n_live++].n = n;
+    r->live_bytes += n;
+    if (r->live_bytes > r->t->peak_live_bytes) r->t->peak_live_bytes = r->live_bytes;
+    return 0;
+}
+
+static void live_remove(struct run *r, void *p)
+{
+    for (size_t i = r->n_live; i-- > 0;)
+        if (r->live[i].p == p) {
+            r->live_bytes -= r->live[i].n;
+            r->live[i] = r->live[--r->n_live];
+            return;
+        }
+}
 
 static int fail(struct run *r, const char *fmt, ...)
 {
@@ -292,6 +323,7 @@ static int raw_alloc(struct run *r, void **p, size_t n, int workspace, enum api 
 static int counted_alloc(struct run *r, void *p, size_t n, enum api a)
 {
     count(r, a);
+    if (live_add(r, p, n)) return fail(r, "out of host memory");
     r->t->allocs++;
     r->t->bytes += n;
     if (r->regular) r->regular_allocs++;
@@ -331,6 +363,7 @@ static int dev_free_on(struct run *r, void *p, CUstream stream)
         TRY(r->d.cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, stream), "cuMemFreeAsync");
     }
     count(r, a);
+    live_remove(r, p);
     r->t->frees++;
     if (r->cfg && r->cfg->oom) oom_track_remove((uint64_t)(uintptr_t)p);
     return 0;
@@ -538,7 +571,7 @@ static int setup(struct run *r)
 {
     if (r->fw == SIMTRAIN_TORCH) {
         r->async_backend = torch_alloc_conf_async();
-        TRY(cudaSetDevice(0), "cudaSetDevice");
+        TRY(cudaSetDevice(r->dev), "cudaSetDevice");
         TRY(cudaStreamCreate(&r->stream), "cudaStreamCreate");
         for (int k = 0; k < K_COUNT; k++) {
             const struct kernel_desc *kd = &KERNELS[k];
@@ -600,7 +633,7 @@ static int setup(struct run *r)
     CUdevice dev;
     CUcontext ctx;
     TRY(r->d.cuInit(0), "cuInit");
-    TRY(r->d.cuDeviceGet(&dev, 0), "cuDeviceGet");
+    TRY(r->d.cuDeviceGet(&dev, r->dev), "cuDeviceGet");
     TRY(r->d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     TRY(r->d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     for (int k = 0; k < K_COUNT; k++) {
@@ -616,6 +649,7 @@ static int setup(struct run *r)
         props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         props.location.id = dev;
         TRY(r->d.cuMemPoolCreate(&r->ws_pool, &props), "cuMemPoolCreate");
+        count(r, API_cuMemPoolCreate);
     }
     return 0;
 }
@@ -630,9 +664,10 @@ static int teardown(struct run *r)
     if (r->fw == SIMTRAIN_TF) {
         TRY(r->d.cuStreamSynchronize(r->stream), "cuStreamSynchronize");
         TRY(r->d.cuMemPoolDestroy(r->ws_pool), "cuMemPoolDestroy");
+        count(r, API_cuMemPoolDestroy);
         TRY(r->d.cuStreamDestroy(r->stream), "cuStreamDestroy");
     }
-    TRY(r->d.cuDevicePrimaryCtxRelease(0), "cuDevicePrimaryCtxRelease");
+    TRY(r->d.cuDevicePrimaryCtxRelease(r->dev), "cuDevicePrimaryCtxRelease");
     return 0;
 }
 
@@ -801,9 +836,10 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     r->t = out;
     if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
         cfg->noise < 0 || cfg->noise > 1 || cfg->device_time < 0 || cfg->device_time > 1 || cfg->oom < 0 ||
-        cfg->oom > 2)
+        cfg->oom > 2 || cfg->device < 0)
         return fail(r, "invalid configuration");
     r->fw = cfg->framework;
+    r->dev = cfg->device;
     r->device_time = cfg->device_time;
     r->cfg = cfg;
     r->role = "persistent";
@@ -874,6 +910,7 @@ done:
     }
     free(r->live);
     free(md.w), free(md.m), free(md.v), free(md.g), free(md.act), free(md.host);
+    free(r->live);
     if (r->lib) dlclose(r->lib);
     return rc;
 }

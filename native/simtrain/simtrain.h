@@ -31,6 +31,7 @@ struct simtrain_config {
     int oom;              /* enum simtrain_oom */
     int oom_step;         /* the step that asks for too much (-1: the last step) */
     const char *oom_truth; /* JSON lines, one per failed request (NULL: not written) */
+    int device;      /* device ordinal the loop runs on (cudaSetDevice / cuDeviceGet) */
     unsigned noise_kinds; /* what a noisy step does (SIMTRAIN_NOISE_*); 0 = SIMTRAIN_NOISE_EXTRA */
 };
 
@@ -66,13 +67,14 @@ struct simtrain_truth {
     uint64_t allocs, frees, bytes, accesses, launches;
     uint64_t allocs_per_step; /* allocations of one regular step */
     uint64_t noise_steps;
+    uint64_t peak_live_bytes; /* most device bytes (not pinned host) the loop held at once */
     uint64_t by_api[SIMTRAIN_MAX_API]; /* index: simtrain_api_name(i) */
     char error[256];                   /* set when simtrain_run returns non-zero */
     uint64_t failed_allocs;            /* allocation calls that failed (out-of-memory mode) */
 };
 
 /* number of API names, the name of API i, and its class:
- * 'a' allocation, 'f' free, 'l' launch, 'c' copy, 'm' memset */
+ * 'a' allocation, 'f' free, 'l' launch, 'c' copy, 'm' memset, 'o' a memory-pool object (create/destroy) */
 int simtrain_api_count(void);
 const char *simtrain_api_name(int i);
 int simtrain_api_class(int i);

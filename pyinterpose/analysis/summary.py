@@ -6,6 +6,7 @@ import numpy as np
 from ..trace.model import Trace, peak_live_bytes_of
 from .machine import machine
 from .owners import allocator_info, bytes_by_owner
+from .ranks import job_view, per_rank
 from ..trace.stacks import top_call_sites_json
 
 
@@ -37,6 +38,7 @@ def summarize(trace: Trace) -> dict:
 
     for row in per_pid:
         row.update(clock_of(trace, row["pid"]).as_dict())
+    ranks = per_rank(trace)
     return {
         **clock_of(trace).as_dict(),
         "launch_lag": launch_lag(trace),
@@ -72,6 +74,8 @@ def summarize(trace: Trace) -> dict:
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
         **_oom(trace),
+        "per_rank": ranks,
+        "ranks": job_view(ranks),
     }
 
 

@@ -11,7 +11,8 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="compare traces side by side (frameworks, views, ranks)",
                        description="Peak live and reserved bytes, allocations per iteration, size distribution, "
                                    "fragmentation per pool strategy, ATI and swap potential for each trace.")
-    p.add_argument("traces", metavar="FILE", nargs="+", help="trace files (two or more)")
+    p.add_argument("traces", metavar="FILE", nargs="+",
+                   help="trace files (two or more); a folder or a glob: its traces (a job's ranks)")
     p.add_argument("--labels", help="comma-separated labels, one per trace (default: file names)")
     p.add_argument("-o", "--output", help="also write a self-contained HTML page here")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the HTML file if it exists")
@@ -36,6 +37,12 @@ def run(args) -> int:
     from ..report.compare_view import print_table, render_html
     from ..report.text import load_trace, print_json, progress
 
+    import glob
+
+    from ..analysis.job import expand_paths
+
+    if any(os.path.isdir(t) or (not os.path.exists(t) and glob.has_magic(t)) for t in args.traces):
+        args.traces = expand_paths(args.traces)      # folders and globs: their traces
     if len(args.traces) < 2:
         raise PyinterposeError("compare needs at least two trace files")
     labels = ([s.strip() for s in args.labels.split(",")] if args.labels

@@ -13,7 +13,9 @@ def register(sub) -> None:
                                    "memory over time by block class, block sizes, access intervals and the "
                                    "bandwidth filter, pool strategies against the bound, the swap Pareto curve, "
                                    "and the largest/outlier blocks.")
-    p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
+    p.add_argument("trace", metavar="FILE", nargs="+",
+                   help="trace file written by `pyinterpose run`; several files, a folder or a glob: the traces "
+                        "of one job, reported side by side per rank (default output: job.html)")
     p.add_argument("-o", "--output", help="HTML file to write (default: FILE with .html)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
     p.add_argument("--bandwidth", type=A.bandwidth_gbps, metavar="GBPS",
@@ -22,6 +24,8 @@ def register(sub) -> None:
                    help="time limit for the exact pool planner, seconds (default 5)")
     p.add_argument("--top", type=A.count(1), default=15, help="rows in the largest-blocks table (default 15)")
     p.add_argument("--json", action="store_true", help="print the headlines as one JSON object")
+    from .summary import add_job_options
+    add_job_options(p)
     A.add_site_skip(p)
     p.set_defaults(func=run)
 
@@ -32,6 +36,11 @@ def default_output(trace_path: str) -> str:
 
 
 def run(args) -> int:
+    from ..analysis import job
+
+    if job.is_many(args.trace):
+        return _run_job(args)
+    args.trace = args.trace[0]
     from ..outfile import atomic_output
     from ..report import html
     from ..report.text import console, load_trace, print_json, print_kv, progress
@@ -57,3 +66,36 @@ def run(args) -> int:
         con.print(f"  {n}")
     con.print(f"Report written to {out}")
     return 0
+
+
+def _run_job(args) -> int:
+    """Many traces: the job's ranks side by side in one HTML page."""
+    from ..report import html
+    from ..report.ranks_view import job_report
+    from ..report.text import console, print_kv, to_jsonable
+    from .summary import run_job_analysis
+
+    out = args.output or "job.html"
+    A.check_output(out, args.force)
+    res = run_job_analysis(argparse_namespace(args))
+    rep = job_report(res, f"pyinterpose job report: {len(res['traces'])} traces")
+    from ..outfile import atomic_output
+    try:
+        with atomic_output(out, "w", encoding="utf-8") as f:
+            f.write(html.render(rep))
+    except OSError as e:
+        raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
+    if args.json:
+        import json
+        print(json.dumps(to_jsonable({"output": out, "headlines": rep.headlines}), indent=2, default=str))
+        return 0
+    con = console()
+    print_kv(rep.facts, title="Job", out=con)
+    con.print(f"Report written to {out}")
+    return 0
+
+
+def argparse_namespace(args):
+    """``args`` as summary's job analysis reads it (the traces in ``file``)."""
+    import argparse
+    return argparse.Namespace(file=args.trace, scheduler=args.scheduler, workers=args.workers)

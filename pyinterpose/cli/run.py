@@ -19,7 +19,9 @@ def register(sub) -> None:
                "but the capture is incomplete (a process could not be recorded, events were lost, or the "
                "trace could not be written) -- one line on stderr says what; 4 when --gpu-clock cupti was asked, the "
                "program exited 0, and a process that ran kernels or copies got no device clock.")
-    p.add_argument("-o", "--output", metavar="FILE", help="trace file (default: pyinterpose-<prog>-<pid>.pit)")
+    p.add_argument("-o", "--output", metavar="FILE", type=_output_template,
+                   help="trace file (default: pyinterpose-<prog>-<pid>.pit); a template for a job's nodes: "
+                        "{host}, {pid}, {rank}, {local_rank}, {world_size}, e.g. trace-{host}-{rank}.pit")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the trace file if it exists")
     p.add_argument("--view", choices=["blocks", "reserved"], default="blocks",
                    help="blocks: make each tensor its own CUDA allocation (framework knobs set and recorded); "
@@ -45,6 +47,15 @@ def register(sub) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the program and its arguments")
     p.set_defaults(func=_run, outputs=(("output", "-o"),))
+
+
+def _output_template(text: str) -> str:
+    from ..capture.output import expand
+
+    try:
+        return expand(text)
+    except PyinterposeError as e:
+        raise argparse.ArgumentTypeError(str(e).replace(f"-o {text}: ", "", 1))
 
 
 def _run(args) -> int:

@@ -3,15 +3,28 @@ from __future__ import annotations
 
 import json
 
+from . import _args as A
+
 
 def register(sub) -> None:
     p = sub.add_parser("summary", help="what a trace holds: counts, processes, peak, loss",
                        description="Summarise a trace: event counts, APIs, processes, peak live bytes, loss.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", nargs="+",
+                   help="a trace file; several files, a folder or a glob: the traces of one job (per rank)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    add_job_options(p)
     from ._args import add_site_skip
     add_site_skip(p)
     p.set_defaults(func=_run)
+
+
+def add_job_options(p) -> None:
+    """--scheduler / --workers: where the traces of a job are analysed (pyinterpose.analysis.job)."""
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="analyse the traces on this Dask distributed scheduler (tcp://HOST:PORT; default: "
+                        "$PYINTERPOSE_SCHEDULER, else a local process pool)")
+    p.add_argument("--workers", type=A.count(1), default=None, metavar="N",
+                   help="local process pool size (default: the machine's cores)")
 
 
 def _fmt_bytes(n) -> str:
@@ -23,6 +36,11 @@ def _fmt_bytes(n) -> str:
 
 
 def _run(args) -> int:
+    from ..analysis import job
+
+    if job.is_many(args.file):
+        return _run_job(args)
+    args.file = args.file[0]
     from ..analysis.summary import summarize
     from ..report.text import load_trace
 
@@ -88,6 +106,7 @@ def _run(args) -> int:
     _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
     print_oom(con, s)
+    print_ranks(con, s["per_rank"], s["ranks"])
     if s.get("applied"):
         print_applied(con, s["applied"], _fmt_bytes)
     return 0
@@ -130,6 +149,27 @@ def _print_clock(con, s: dict) -> None:
     if lag:
         con.print(f"launch-to-start lag over {lag['launches']} launches: median {fmt_ns(lag['median_ns'])}, "
                   f"p90 {fmt_ns(lag['p90_ns'])}, p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])}")
+
+
+def print_ranks(con, per_rank: list, job: dict) -> None:
+    """The per-rank table and the job's imbalance line (nothing when no process has a rank)."""
+    from rich.table import Table
+
+    if not per_rank or all(r["rank"] is None for r in per_rank):
+        return
+    t = Table(title="ranks", show_header=True)
+    for c in ("rank", "host", "pid", "device", "uuid", "peak live", "peak at", "collective lib", "iterations"):
+        t.add_column(c, justify="left" if c in ("host", "uuid") else "right", overflow="fold")
+    for r in per_rank:
+        at = f"{r['peak_t_ns'] / 1e9:.2f} s" if r["peak_t_ns"] is not None and r["peak_t_ns"] >= 0 else "-"
+        t.add_row(str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["device"]), r["device_uuid"] or "?",
+                  _fmt_bytes(r["peak_live_bytes"]), at, _fmt_bytes(r["collective_peak_bytes"]),
+                  str(r["iterations"]))
+    con.print(t)
+    if job.get("imbalance") is not None:
+        con.print(f"{job['ranks']} ranks: imbalance (max peak / median) [bold]{job['imbalance']:.3f}[/bold]; "
+                  f"highest peak: rank {job['max_rank']} ({_fmt_bytes(job['max_peak_bytes'])}); "
+                  f"first to reach its peak: rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")
 
 
 def allocator_line(s: dict) -> str:
@@ -183,3 +223,37 @@ def print_call_sites(con, sites: dict, fmt_bytes, title_suffix: str = "") -> Non
                   + ", ".join(sites["helpers"]))
     for n in sites.get("notes") or []:
         con.print(f"note (pid {n['pid']}): {n['note']}")
+
+
+def run_job_analysis(args) -> dict:
+    """The job (many traces) of ``args.file`` on the executor ``args`` names."""
+    from ..analysis import job
+    from ..errors import PyinterposeError
+
+    if args.workers is not None and args.workers < 1:
+        raise PyinterposeError("--workers must be at least 1")
+    paths = job.expand_paths(args.file)
+    return job.analyse_job(paths, scheduler=job.scheduler_address(args.scheduler), max_workers=args.workers)
+
+
+def _run_job(args) -> int:
+    res = run_job_analysis(args)
+    if args.json:
+        print(json.dumps(res, indent=2, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"{len(res['traces'])} traces of one job", show_header=True)
+    for c in ("trace", "host", "processes", "events", "lost", "peak live", "complete"):
+        t.add_column(c, justify="left" if c in ("trace", "host") else "right", overflow="fold")
+    for tr in res["traces"]:
+        t.add_row(tr["trace"], tr["host"], str(tr["processes"]), str(tr["events"]), str(tr["lost_events"]),
+                  _fmt_bytes(tr["peak_live_bytes"]), "yes" if tr["complete"] else "[bold red]NO[/bold red]")
+    con.print(t)
+    print_ranks(con, res["per_rank"], res["ranks"])
+    for tr in res["traces"]:
+        for w in tr["warnings"]:
+            con.print(f"warning: {tr['trace']}: {w}")
+    return 0

@@ -24,7 +24,9 @@ the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time a
 
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
-(exact names called), noise_steps, pids; device_time when it is not off; failed_allocs with --oom.
+(exact names called), noise_steps, pids, peaks (each process's peak live device bytes, in
+the order of pids); device_time when it is not off; failed_allocs with --oom.
+``--ranks N``: a job of N rank processes (pyinterpose.examples.simranks).
 
 Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
 allocator's cache (allocated, freed by the program, kept from CUDA), then asks for more than the
@@ -61,15 +63,15 @@ class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
                 ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
                 ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("noise_kinds", ctypes.c_uint)]
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint)]
 
 
 class _Truth(ctypes.Structure):
     _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
-                ("by_api", ctypes.c_uint64 * MAX_API), ("error", ctypes.c_char * 256),
-                ("failed_allocs", ctypes.c_uint64)]
+                ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
+                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64)]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -84,8 +86,9 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
-    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset'."""
-    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset"}
+    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset' | 'object' (pool create/destroy)."""
+    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset",
+             ord("o"): "object"}
     return {lib.simtrain_api_name(i).decode(): names[lib.simtrain_api_class(i)]
             for i in range(lib.simtrain_api_count())}
 
@@ -105,10 +108,10 @@ def noise_mask(kinds: str) -> int:
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
              device_time: str = "off", oom: str = "none", oom_step: int = -1,
-             oom_truth: str | None = None, noise_kinds: int = 1) -> dict:
+             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1) -> dict:
     """Run the loop in this process; its truth (one process)."""
     cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
-                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, noise_kinds)
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -117,7 +120,8 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
         if t.by_api[i]:
             by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
     out = {k: int(getattr(t, k)) for k in COUNTERS}
-    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()])
+    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()],
+               peak_live_bytes=int(t.peak_live_bytes))
     if oom != "none":
         out["failed_allocs"] = int(t.failed_allocs)
     return out
@@ -132,6 +136,7 @@ def _merge(parts: list[dict]) -> dict:
     total["by_api"] = dict(sorted(by_api.items()))
     total["allocs_per_step"] = parts[0]["allocs_per_step"]
     total["pids"] = [pid for p in parts for pid in p["pids"]]
+    total["peaks"] = [p["peak_live_bytes"] for p in parts]   # per process, in the order of pids
     if "failed_allocs" in parts[0]:
         total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
     return total
@@ -159,7 +164,7 @@ def _child(lib, args, wfd: int) -> None:
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
-            noise_mask(getattr(args, "noise_kinds", "extra")))
+            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -233,6 +238,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "succeeds) or final (it fails: out-of-memory error, exit status 1)")
     p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
     p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
+    from . import simranks
+
+    simranks.add_arguments(p)
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -240,6 +248,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise PyinterposeError("--layers must be at least 1")
     if args.workers < 0:
         raise PyinterposeError("--workers must be 0 or more")
+    simranks.check_arguments(args)
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
     noise_mask(args.noise_kinds)
@@ -261,9 +270,16 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         args = parse_args(argv)
+        if args.rank_child:
+            from . import simranks
+            return simranks.child_main(args)
         if args.oom != "none":
             os.environ.setdefault("SIMCUDA_MEMORY_BYTES", str(OOM_DEFAULT_DEVICE_BYTES))
-        truth = run(args)
+        if args.ranks:
+            from . import simranks
+            truth = simranks.run_ranks(args)
+        else:
+            truth = run(args)
     except PyinterposeError as e:
         print(f"simtrain: error: {e}", file=sys.stderr)
         return 1
@@ -271,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.truth, "w") as f:
             json.dump(truth, f, indent=1)
             f.write("\n")
+    if args.ranks:
+        print(f"simtrain {truth['framework']}: {truth['steps']} steps x {args.ranks} ranks: peaks "
+              + ", ".join(str(r["peak_live_bytes"]) for r in truth["ranks"]))
+        return 0
     print(f"simtrain {truth['framework']}: {truth['steps']} steps x {len(truth['pids'])} process(es): "
           f"{truth['allocs']} allocs, {truth['frees']} frees, {truth['launches']} launches, "
           f"{truth['accesses']} accesses, {truth['noise_steps']} noisy steps")

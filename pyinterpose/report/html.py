@@ -522,6 +522,14 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.duration_ns)))
     sections.append(s)
 
+    # ---- ranks of a multi-GPU job (only when its processes name ranks)
+    from .ranks_view import ranks_section
+    s = Section("ranks", "Ranks")
+    _safe(s, lambda: sections.append(ranks_section(trace, heads)))
+    if s.notes:
+        sections.append(s)
+    sections[:] = [x for x in sections if x is not None]
+
     # ---- largest / outliers
     s = Section("blocks", "Largest and outlier blocks",
                 "The largest device allocations with their lifetime and class; outliers are blocks whose"

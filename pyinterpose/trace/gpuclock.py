@@ -137,3 +137,77 @@ def process_clocks(side: np.ndarray, side_pid: np.ndarray, side_op: np.ndarray, 
             st["clock_note"] = note
         st["gpu_dropped"] = max(st["gpu_dropped"], int(r["stream"]))
     return out
+
+
+GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_INSTANTIATE = 1, 2, 3   # enum pi_graph_def
+
+
+def captured_calls(side: np.ndarray, side_pid: np.ndarray, side_op: np.ndarray, graph_def_op: int,
+                   calls: pd.DataFrame, graph_launches: pd.DataFrame) -> dict[tuple[int, int], np.ndarray]:
+    """(pid, seq of a GRAPH_LAUNCH) -> the seqs, in order, of the calls captured into the graph it ran.
+
+    From the GRAPH_DEF records: a capture's calls are those on its stream between its begin and end
+    (``calls``: pid, seq, stream of every launch, copy and memset); an executable graph is the graph
+    last instantiated into that handle before the launch; a graph handle, the last capture ending in it
+    before that instantiation (handles are reused after a destroy)."""
+    out: dict[tuple[int, int], np.ndarray] = {}
+    idx = np.flatnonzero(side_op == graph_def_op)
+    if len(idx) == 0 or len(graph_launches) == 0:
+        return out
+    by_pid: dict[int, list[int]] = {}
+    for i in idx.tolist():
+        by_pid.setdefault(int(side_pid[i]), []).append(i)
+    for p, rows in by_pid.items():
+        mine = calls[calls["pid"] == p]
+        c_seq, c_stream = mine["seq"].to_numpy(np.int64), mine["stream"].to_numpy(np.uint64)
+        o = np.argsort(c_seq, kind="stable")
+        c_seq, c_stream = c_seq[o], c_stream[o]
+        open_at: dict[int, int] = {}
+        ends: dict[int, list] = {}        # graph -> [(seq of the end, captured seqs)]
+        insts: dict[int, list] = {}       # exec -> [(seq of the instantiation, graph)]
+        for i in sorted(rows, key=lambda i: int(side["seq"][i])):
+            r = side[i]
+            kind, seq, ok = int(r["flags"]), int(r["seq"]), int(r["result"]) == 0
+            if kind == GRAPH_CAPTURE_BEGIN and ok:
+                open_at[int(r["stream"])] = seq
+            elif kind == GRAPH_CAPTURE_END:
+                begin = open_at.pop(int(r["stream"]), None)
+                if ok and begin is not None and int(r["aux"]):
+                    lo, hi = np.searchsorted(c_seq, [begin, seq])
+                    sel = c_seq[lo:hi][c_stream[lo:hi] == np.uint64(int(r["stream"]))]
+                    ends.setdefault(int(r["aux"]), []).append((seq, sel))
+            elif kind == GRAPH_INSTANTIATE and ok and int(r["addr"]):
+                insts.setdefault(int(r["addr"]), []).append((seq, int(r["aux"])))
+        gl = graph_launches[graph_launches["pid"] == p]
+        for seq, ex in zip(gl["seq"].tolist(), gl["exec"].tolist()):
+            inst = [g for s, g in insts.get(int(ex), []) if s < seq]
+            if not inst:
+                continue
+            inst_seq = max(s for s, _ in insts[int(ex)] if s < seq)
+            cap = [c for s, c in ends.get(inst[-1], []) if s < inst_seq]
+            if cap:
+                out[(p, int(seq))] = cap[-1]
+    return out
+
+
+def join_captured(gpu: pd.DataFrame, captured: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
+    """``gpu_activity.captured_seq``: the k-th replayed node of a graph launch (graph node id order) is the
+    k-th call captured into its graph, when the numbers agree; -1 otherwise."""
+    out = np.full(len(gpu), -1, np.int64)
+    if not captured or len(gpu) == 0:
+        return out
+    node = gpu["graph_node"].to_numpy(np.uint64)
+    seq = gpu["seq"].to_numpy(np.int64)
+    pid = gpu["pid"].to_numpy(np.int64)
+    rows = np.flatnonzero((node != 0) & (seq >= 0))
+    if len(rows) == 0:
+        return out
+    rows = rows[np.lexsort((node[rows], seq[rows], pid[rows]))]
+    k = _key(pid[rows], seq[rows])
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    sizes = np.diff(np.r_[first, len(rows)])
+    for f, n in zip(first.tolist(), sizes.tolist()):
+        cap = captured.get((int(pid[rows[f]]), int(seq[rows[f]])))
+        if cap is not None and len(cap) == n:
+            out[rows[f:f + n]] = cap
+    return out

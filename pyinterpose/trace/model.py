@@ -15,10 +15,12 @@ address: addresses are reused)
     pid: int32
     device: int16
     api: category        e.g. "cudaMallocAsync", "cuMemAlloc_v2"
-    kind: category       device|pitch|async|pool|managed|host|vmm|vmm_create
+    kind: category       device|pitch|async|pool|managed|host|vmm|vmm_create|vmm_import|multicast|ipc
                          (vmm = one VMM buffer: reserve + create + map joined, see
                          pyinterpose.trace.vmm; vmm_create = a physical handle that
-                         was never mapped)
+                         was never mapped; vmm_import = a map of another process's
+                         memory, multicast = a map of a multicast object, ipc = a peer's
+                         buffer opened with cudaIpcOpenMemHandle: none of these three counts)
     address: uint64      0 for vmm_create (physical handle, see ``handle``)
     size: int64          bytes (vmm: the physical bytes behind the mapping)
     handle: uint64       pool handle (pool), VMM handle (vmm/vmm_create), else 0
@@ -30,6 +32,10 @@ address: addresses are reused)
     owner: category      basename of the shared object that made the call ("" unknown;
                          see pyinterpose.trace.stacks)
     stack_id: int64      the allocation's call stack in ``stacks`` (-1 none)
+    device_bytes: int64  (only in traces with VMM blocks) the device bytes the block adds to the
+                         live total: its size, 0 where counts_device is False, and for a mapping
+                         partly overlapping a live mapping of its handle only the part not yet
+                         counted (model.counted_bytes)
     counts_device: bool  True when the block holds device memory
                          (device/pitch/async/pool/managed/vmm/vmm_create): the rows
                          that add up to live device bytes.  host rows are False, and
@@ -41,6 +47,9 @@ address: addresses are reused)
                          never released); -1 for other kinds or when the create is
                          not in the trace.  A vmm block's t_alloc/t_free are its
                          map -> unmap.
+    handle_types: int64  vmm/vmm_create/multicast: the shareable-handle types the handle was created with
+                         (cuMemCreate's requestedHandleTypes: 1 POSIX fd, 8 fabric; 0 none or unknown):
+                         non-zero = exportable to other processes (NCCL's buffers)
     reservation_id: int64  vmm: the row of ``reservations`` whose virtual range holds
                          the mapping; -1 otherwise
 
@@ -70,7 +79,10 @@ expandable segments, the segment's peak size)
     external correlation id; -1 when none matched), kind (category: kernel|memcpy|memset), start,
     end (int64 ns since the start of the run), device (int16), stream (int64: CUPTI's stream id),
     graph_node (uint64: 0 unless replayed from a CUDA graph), kernel (int32: index into ``kernels``,
-    -1 none), bytes (int64: memcpy/memset size, 0 for kernels)
+    -1 none), bytes (int64: memcpy/memset size, 0 for kernels), captured_seq (int64: a node replayed from
+    a graph captured in the trace: the seq of the LAUNCH / COPY / MEMSET captured into it that this node
+    runs — the k-th node of a replay, in graph node id order, is the k-th call captured, when their
+    numbers agree; -1 otherwise)
 ``hints`` — cudaMemAdvise/cudaMemPrefetchAsync: pid, seq, t, api, op (advise|prefetch), address, size, value
 ``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result, stream (uint64),
     device (int16: the device the shim queried at an out-of-memory failure, else the thread's last
@@ -85,6 +97,9 @@ expandable segments, the segment's peak size)
     the arena's real allocation), arena (uint64: its base), capacity (int64), and the requests counted:
     served, no_key, occupied, bigger, capture, overlap, off, other (int64; pyinterpose.analysis.applied)
 ``processes`` — pid, ppid, exe, forked (bool), start_ns, written, lost, waits, unscanned_launches,
+    context (object: JSON text of the rank variables of its environment, {NAME: value}: RANK, LOCAL_RANK,
+    WORLD_SIZE, JAX_PROCESS_ID, TF_CONFIG, CUDA_VISIBLE_DEVICES, HOST, ...; pyinterpose.trace.context),
+    devices (object: JSON text of [[ordinal, "GPU-<uuid>"], ...]: the devices it allocated on),
     clock (object: "cupti" when this process's device times were recorded, else "cpu"),
     clock_note (object: why not, or "" — "libcupti not found", "CUPTI busy: another subscriber
     (Nsight, torch.profiler)", "--gpu-clock off", ...), clock_error_ns (int64: bound of the
@@ -120,7 +135,7 @@ import numpy as np
 import pandas as pd
 
 KINDS = {1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
-         7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map"}
+         7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map", 10: "ipc"}
 DEVICE_KINDS = frozenset({"device", "pitch", "async", "pool", "managed", "vmm", "vmm_create"})
 
 BLOCK_COLUMNS = {
@@ -128,6 +143,7 @@ BLOCK_COLUMNS = {
     "address": "uint64", "size": "int64", "handle": "uint64", "t_alloc": "int64", "t_free": "int64",
     "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "stream": "uint64",
     "counts_device": "bool", "handle_t_create": "int64", "handle_t_release": "int64", "reservation_id": "int64",
+    "handle_types": "int64",
     "owner": "category", "stack_id": "int64",
 }
 RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int16", "api": "category",
@@ -136,8 +152,8 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
                        "mapped_peak": "int64"}
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
 COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
-                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "free_bytes": -1,
-                   "total_bytes": -1}
+                   "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "captured_seq": -1,
+                   "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]"}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
@@ -149,7 +165,7 @@ COPY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category",
                 "dev_start": "int64", "dev_end": "int64"}
 GPU_ACTIVITY_COLUMNS = {"pid": "int32", "seq": "int64", "kind": "category", "start": "int64", "end": "int64",
                         "device": "int16", "stream": "int64", "graph_node": "uint64", "kernel": "int32",
-                        "bytes": "int64"}
+                        "bytes": "int64", "captured_seq": "int64"}
 HINT_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
                 "address": "uint64", "size": "int64", "value": "int64"}
 FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
@@ -163,7 +179,7 @@ APPLY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "catego
 PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "bool",
                    "start_ns": "int64", "written": "int64", "lost": "int64", "waits": "int64",
                    "unscanned_launches": "int64", "clock": "object", "clock_note": "object",
-                   "clock_error_ns": "int64", "gpu_dropped": "int64"}
+                   "clock_error_ns": "int64", "gpu_dropped": "int64", "context": "object", "devices": "object"}
 NVML_COLUMNS = {"t": "int64", "device": "int16", "used_bytes": "int64", "pcie_tx_kbs": "float64",
                 "pcie_rx_kbs": "float64"}
 
@@ -376,6 +392,15 @@ def _by_t_then_d(t: np.ndarray, d: np.ndarray) -> np.ndarray:
     return o
 
 
+def counted_bytes(blocks: pd.DataFrame) -> np.ndarray:
+    """The device bytes each block adds to the live total: its ``device_bytes`` where the VMM join
+    set them (a mapping partly overlapping another live mapping of its handle adds only the part
+    not covered yet; pyinterpose.trace.vmm), else its size."""
+    if "device_bytes" in blocks:
+        return blocks["device_bytes"].to_numpy(np.int64)
+    return blocks["size"].to_numpy(np.int64)
+
+
 def live_bytes_curve(blocks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Step curve of live device bytes over time: (t_ns, live_bytes) after each event.
 
@@ -385,7 +410,7 @@ def live_bytes_curve(blocks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     if len(b) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     freed = b["freed"].to_numpy(bool)
-    size = b["size"].to_numpy(np.int64)
+    size = counted_bytes(b)
     t = np.concatenate([b["t_free"].to_numpy(np.int64)[freed], b["t_alloc"].to_numpy(np.int64)])
     d = np.concatenate([-size[freed], size])
     order = event_order(t, d, int(freed.sum()))  # at equal t, negative deltas first
@@ -406,7 +431,7 @@ def live_events(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows = np.flatnonzero(b["counts_device"].to_numpy(bool))
         freed = b["freed"].to_numpy(bool)[rows]
         fr = rows[freed]
-        size = b["size"].to_numpy(np.int64)
+        size = counted_bytes(b)
         t = np.concatenate([b["t_free"].to_numpy(np.int64)[fr], b["t_alloc"].to_numpy(np.int64)[rows]])
         d = np.concatenate([-size[fr], size[rows]])
         r = np.concatenate([fr, rows])

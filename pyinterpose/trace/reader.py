@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..capture import records
 from ..errors import TraceError
+from . import context
 from . import failures as failure_details
 from . import format as fmt
 from . import gpuclock
@@ -623,6 +624,9 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     }, copy=False)
     launches = conform(launches, LAUNCH_COLUMNS)
     l_kid = kid
+    gl_rows = np.flatnonzero(launches["graph"].to_numpy())
+    graph_launches = pd.DataFrame({"pid": launches["pid"].to_numpy()[gl_rows],
+                                   "seq": launches["seq"].to_numpy()[gl_rows], "exec": L["addr"][gl_rows]})
     del L, l_pid, n_acc, l_op, l_aux, lm
 
     # ---- copies, hints, failures, markers ----
@@ -645,6 +649,11 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                                            copies["seq"].to_numpy())
     del G, g_pid, l_kid, kid
     if len(gpu_activity):
+        if len(graph_launches) and (side_op == O.GRAPH_DEF).any():
+            calls = pd.concat([launches.loc[~launches["graph"], ["pid", "seq", "stream"]],
+                               copies[["pid", "seq", "stream"]]])
+            gpu_activity["captured_seq"] = gpuclock.join_captured(gpu_activity, gpuclock.captured_calls(
+                side, side_pid, side_op, O.GRAPH_DEF, calls, graph_launches))
         spans = gpuclock.event_spans(gpu_activity)
         for tab in (launches, copies):
             tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(), tab["seq"].to_numpy())
@@ -675,21 +684,24 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         "label": [strings.get(int(p), {}).get(int(sid), "") for p, sid in zip(side_pid[mi], side["aux"][mi])]}),
         MARKER_COLUMNS)
     applied = _applied(side, side_pid, side_op, col, tcol)
-    del side, side_pid, side_op
 
     # ---- processes ----
     counters = {}
     for pr in (raw.trailer or {}).get("processes", []):
         counters[pr.get("ring")] = pr
     prow = []
+    ctx = context.per_process(side, side_op, side_pid, strings, getattr(O, "CONTEXT", None),
+                              getattr(O, "DEVICE", None))
     for pr in raw.processes:
         c = counters.get(pr.get("ring"), {})
+        cx, dv = ctx.get(int(pr["pid"]), ("{}", "[]"))
         prow.append({"pid": pr["pid"], "ppid": pr.get("ppid", 0), "exe": pr.get("exe", ""),
                      "forked": bool(pr.get("forked")), "start_ns": int(pr.get("start_ns", t0)) - t0,
                      "written": c.get("written", -1), "lost": c.get("lost", -1), "waits": c.get("waits", 0),
-                     "unscanned_launches": c.get("unscanned_launches", 0),
+                     "unscanned_launches": c.get("unscanned_launches", 0), "context": cx, "devices": dv,
                      **clocks.get(pr["pid"], gpuclock.NO_RECORD)})
     processes = conform(pd.DataFrame(prow), PROCESS_COLUMNS) if prow else empty_table(PROCESS_COLUMNS)
+    del side, side_pid, side_op
 
     # ---- NVML samples ----
     if raw.nvml:

@@ -15,10 +15,21 @@ analysis needs:
   the physical handle's own lifetime in ``handle_t_create`` / ``handle_t_release``
   (``cuMemCreate`` → ``cuMemRelease``; -1 when the create is not in the trace) and
   the enclosing reservation in ``reservation_id`` (-1 when none);
-* **physical bytes counted once**: a mapping counts device bytes
-  (``counts_device``) unless the same bytes of the same handle (by offset range) are
-  already mapped elsewhere at that moment — one handle mapped twice counts once,
-  partial maps of one handle count each part;
+* **physical bytes counted once**: a mapping counts the bytes of its offset range that no
+  earlier mapping of the same handle, still live at its map time, already covers
+  (``device_bytes``; ``counts_device`` when that is more than 0) — one handle mapped twice
+  counts once, partial maps of one handle count each part, two live maps that partly overlap
+  count their union (the second adds only what the first does not cover).  Known limit: when the
+  first of two overlapping maps is unmapped while the second lives on, the bytes only the first
+  counted are not counted again (a per-block constant cannot change mid-life), so the live
+  curve can only be low there, never double;
+* ``handle_types``: cuMemCreate's ``requestedHandleTypes`` (1 POSIX fd, 8 fabric, 0 none: a handle
+  the program may export to other processes; recorded in the create's stream field; 0 in older traces);
+* **the collective library's memory** (NCCL): a map of a handle imported from another process
+  (``cuMemImportFromShareableHandle``) is kind ``vmm_import`` and a map of a multicast object
+  (``cuMulticastCreate``) kind ``multicast``: neither counts (``device_bytes`` 0) — the peer's
+  memory counts in the peer's process, against its device, and a multicast object holds no memory
+  of its own (the memory bound to it is counted where it was created);
 * a handle that is **never mapped** stays a ``vmm_create`` row (address 0; it holds
   device memory, so it counts);
 * **reservations** leave ``blocks`` (a virtual range holds no memory) for
@@ -44,6 +55,17 @@ from .model import RESERVATION_COLUMNS, conform, empty_table
 
 RAW_KINDS = ("vmm_reserve", "vmm_create", "vmm_map")
 KIND = "vmm"
+IMPORT_KIND = "vmm_import"        # a mapping of another process's memory (cuMemImportFromShareableHandle)
+MULTICAST_KIND = "multicast"      # a mapping of a multicast object (cuMulticastCreate)
+OWN, IMPORTED, MULTICAST = 0, 1, 2
+IMPORT_APIS = ("cuMemImportFromShareableHandle",)
+MULTICAST_APIS = ("cuMulticastCreate",)
+
+
+def _origin(creates: pd.DataFrame) -> np.ndarray:
+    """Per vmm_create row: OWN (cuMemCreate), IMPORTED (a peer's handle) or MULTICAST."""
+    api = creates["api"].astype(str).to_numpy() if len(creates) else np.zeros(0, object)
+    return np.where(np.isin(api, IMPORT_APIS), IMPORTED, np.where(np.isin(api, MULTICAST_APIS), MULTICAST, OWN))
 
 
 def join(trace):
@@ -68,10 +90,24 @@ def join(trace):
     return trace
 
 
+def _union_length(ranges: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for lo, hi in sorted(ranges):
+        if end is None or lo > end:
+            total += hi - lo
+            end = hi
+        elif hi > end:
+            total += hi - end
+            end = hi
+    return total
+
+
 def _cover_counts(maps: pd.DataFrame) -> np.ndarray:
-    """counts_device per mapping: False when an earlier mapping of the same physical handle,
-    still mapped at this one's map time, already covers its offset range."""
-    out = np.ones(len(maps), bool)
+    """Physical bytes each mapping adds (its ``device_bytes``): its offset range less the part that
+    earlier mappings of the same physical handle, still mapped at this one's map time, already
+    cover — all of it for a first mapping, none for a second mapping of the same bytes, the
+    uncovered part when the two partly overlap (the union counts once)."""
+    out = maps["size"].to_numpy(np.int64).copy()
     key = maps["_create"].to_numpy(np.int64)
     # mappings without a known create row: one physical object per (pid, handle)
     nokey = key < 0
@@ -93,12 +129,16 @@ def _cover_counts(maps: pd.DataFrame) -> np.ndarray:
     sf = sub["seq_free"].to_numpy(np.int64)[order]
     for i in range(len(order)):
         j = i - 1
-        lo, hi = off[i], off[i] + size[i]
+        lo, hi = int(off[i]), int(off[i] + size[i])
+        cover = []
         while j >= 0 and k_s[j] == k_s[i]:
-            if sf[j] > sa[i] and off[j] <= lo and off[j] + size[j] >= hi:
-                out[pos[order[i]]] = False
-                break
+            if sf[j] > sa[i]:
+                a, b = max(lo, int(off[j])), min(hi, int(off[j] + size[j]))
+                if a < b:
+                    cover.append((a, b))
             j -= 1
+        if cover:
+            out[pos[order[i]]] = (hi - lo) - _union_length(cover)
     return out
 
 
@@ -153,9 +193,10 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     # map -> the latest create of the same (pid, handle) before it
     maps["_row"] = np.arange(len(maps))
     maps["_offset"] = maps["stream"].to_numpy(np.uint64).astype(np.int64)  # cuMemMap's offset (0 in old traces)
-    cr = creates[["pid", "handle", "seq_alloc", "t_alloc", "t_free", "block_id", "device"]].rename(
+    cr = creates[["pid", "handle", "seq_alloc", "t_alloc", "t_free", "block_id", "device", "stream"]].rename(
         columns={"seq_alloc": "_cseq", "t_alloc": "handle_t_create", "t_free": "handle_t_release",
-                 "block_id": "_create", "device": "_cdev"})
+                 "block_id": "_create", "device": "_cdev", "stream": "_htypes"})
+    cr["_origin"] = _origin(creates)
     m_sorted = maps.sort_values("seq_alloc", kind="stable")
     if len(cr):
         j = pd.merge_asof(m_sorted, cr.sort_values("_cseq", kind="stable"), left_on="seq_alloc", right_on="_cseq",
@@ -166,6 +207,9 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     maps = maps.reset_index(drop=True)
     for c in ("handle_t_create", "handle_t_release", "_create"):
         maps[c] = j[c].fillna(-1).to_numpy(np.int64)
+    origin = j["_origin"].fillna(OWN).to_numpy(np.int64) if "_origin" in j else np.full(len(maps), OWN)
+    maps["handle_types"] = (j["_htypes"].fillna(0).to_numpy(np.float64).astype(np.int64) if "_htypes" in j
+                            else np.zeros(len(maps), np.int64))
 
     # reservation of each map; an unmap that never came ends at the reservation's free
     rid = _reservation_of(maps, res)
@@ -182,10 +226,15 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
         maps.loc[idx, "freed"] = True
         maps.loc[idx, "seq_free"] = r_sf[clip]
         maps.loc[idx, "t_free"] = r_tf[clip]
-    maps["counts_device"] = _cover_counts(maps) if len(maps) else np.zeros(0, bool)
+    dev_bytes = _cover_counts(maps) if len(maps) else np.zeros(0, np.int64)
+    dev_bytes[origin != OWN] = 0          # a peer's memory, a multicast object: not this process's
+    maps["device_bytes"] = dev_bytes
+    maps["counts_device"] = dev_bytes > 0
 
     cats = list(kind.cat.categories) if hasattr(kind, "cat") else []
-    maps["kind"] = pd.Categorical([KIND] * len(maps), categories=cats + ([KIND] if KIND not in cats else []))
+    cats += [k for k in (KIND, IMPORT_KIND, MULTICAST_KIND) if k not in cats]
+    names = np.array([KIND, IMPORT_KIND, MULTICAST_KIND], dtype=object)
+    maps["kind"] = pd.Categorical(names[origin], categories=cats)
     maps["stream"] = np.zeros(len(maps), np.uint64)
 
     # reservations table
@@ -199,9 +248,14 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     keep_create = is_create & ~b["block_id"].isin(mapped_creates).to_numpy()
     rest = b[~(is_map | is_res | is_create) | keep_create].copy()
     kc = (rest["kind"] == "vmm_create").to_numpy()
+    rest["handle_types"] = np.where(kc, rest["stream"].to_numpy(np.uint64).astype(np.int64), 0)
+    rest["device_bytes"] = np.where(rest["counts_device"].to_numpy(bool), rest["size"].to_numpy(np.int64), 0)
     if kc.any():   # a handle never mapped: its own lifetime
         rest.loc[kc, "handle_t_create"] = rest.loc[kc, "t_alloc"]
         rest.loc[kc, "handle_t_release"] = rest.loc[kc, "t_free"]
+        foreign = kc & (_origin(rest) != OWN)   # an imported handle, a multicast object: no memory here
+        rest.loc[foreign, "counts_device"] = False
+        rest.loc[foreign, "device_bytes"] = 0
     if len(rest):
         rest["kind"] = rest["kind"].cat.set_categories(maps["kind"].cat.categories) if hasattr(rest["kind"], "cat") \
             else rest["kind"]
@@ -226,7 +280,7 @@ def _mapped_peak(maps: pd.DataFrame, n_res: int) -> np.ndarray:
         return out
     r = np.concatenate([m["reservation_id"].to_numpy(np.int64)] * 2)
     s = np.concatenate([m["seq_alloc"].to_numpy(np.int64), m["seq_free"].to_numpy(np.int64)])
-    d = np.concatenate([m["size"].to_numpy(np.int64), -m["size"].to_numpy(np.int64)])
+    d = np.concatenate([m["device_bytes"].to_numpy(np.int64), -m["device_bytes"].to_numpy(np.int64)])
     order = np.lexsort((d, s, r))
     r, d = r[order], d[order]
     cum = np.cumsum(d)

@@ -129,3 +129,23 @@ def test_bench_fit_smallest(tmp_path):
     d, _ = bench("bench_fit.py", sample, "--runs", "1", cwd=tmp_path)
     assert d["blocks"] > 0 and d["failures"] == 0 and d["captured_need_bytes"] >= d["lower_bound_bytes"] > 0
     assert set(d["median_s"]) == {"load", "explain", "model", "table", "tight"}
+
+
+@needs_native
+def test_bench_job_smallest(tmp_path):
+    pytest.importorskip("distributed")
+    d, _ = bench("bench_job.py", "--ranks", "2", "--events", "20000", "--cache", str(tmp_path / "cache"),
+                 cwd=tmp_path, timeout=300)
+    assert d["traces"] == 2 and d["same_result"] is True
+    assert [r["executor"] for r in d["runs"]] == ["local", "dask"]
+    assert all(sum(w["tasks"] for w in r["workers"]) == 2 and r["max_worker_rss_mb"] > 0 for r in d["runs"])
+
+
+@needs_native
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_bench_gpu_clock_smallest(tmp_path):
+    d, _ = bench("bench_gpu_clock.py", "--rounds", "1", "--launches", "2000", "--repeats", "1", cwd=tmp_path)
+    assert d["benchmark"] == "device_clock_cost_simcuda"
+    assert d["trace"]["auto"]["clock"] == "cupti" and d["trace"]["off"]["clock"] == "cpu"
+    assert d["trace"]["auto"]["launches_with_device_time"] == d["trace"]["auto"]["launches"] > 0
+    assert set(d["within_target"]) == {"launch_added_ns", "shim_added_ns", "cpu_added_ns"}

@@ -127,6 +127,19 @@ def test_graph_replays_join_their_graph_launch(capture, tmp_path, workload):
     # the launches captured into the graph never ran as such: no device time
     captured = tr.launches[~tr.launches["graph"]].iloc[truth["launches_outside"]:]
     assert len(captured) == 2 and (captured["dev_start"] == -1).all()
+    # each replayed node names the call captured into the graph that it runs: the captured kernel
+    # launches (same kernel) and memset, in capture order
+    calls = sorted(captured["seq"].tolist() + tr.copies["seq"].tolist())
+    assert len(calls) == truth["captured"]
+    for seq, grp in nodes.groupby("seq"):
+        grp = grp.sort_values("graph_node")
+        assert grp["captured_seq"].tolist() == calls, (seq, grp)
+    launch_kernel = tr.launches.set_index("seq")["kernel"]
+    kn = nodes[nodes["kind"] == "kernel"]
+    assert (launch_kernel.loc[kn["captured_seq"]].to_numpy() == kn["kernel"].to_numpy()).all()
+    ms = nodes[nodes["kind"] == "memset"]
+    assert (tr.copies.set_index("seq").loc[ms["captured_seq"], "op"].astype(str) == "memset").all()
+    assert (g[g["graph_node"] == 0]["captured_seq"] == -1).all()
 
 
 def test_fork_child_never_uses_the_parents_cupti(capture, tmp_path, workload):
@@ -146,6 +159,8 @@ def test_fork_child_never_uses_the_parents_cupti(capture, tmp_path, workload):
 FALLBACKS = [
     ({"PYINTERPOSE_CUPTI": "/nonexistent/libcupti.so.13"}, (), "libcupti not found", "/nonexistent/libcupti.so.13"),
     ({"SIMCUPTI_BUSY": "1"}, (), "CUPTI busy", "another subscriber"),
+    ({"CUDA_INJECTION64_PATH": "/opt/nsight/libToolsInjection64.so"}, (), "CUPTI busy",
+     "CUDA_INJECTION64_PATH=/opt/nsight/libToolsInjection64.so"),
     ({"SIMCUPTI_FAIL": "cuptiActivityEnable"}, (), "CUPTI failed: cuptiActivityEnable", "cuptiActivityEnable"),
     ({"SIMCUPTI_FAIL": "cuptiGetTimestamp"}, (), "CUPTI failed: cuptiGetTimestamp", "cuptiGetTimestamp"),
     ({}, ("--gpu-clock", "off"), "--gpu-clock off", "--gpu-clock off"),
@@ -153,7 +168,7 @@ FALLBACKS = [
 
 
 @pytest.mark.parametrize("env,opts,run_says,note_says", FALLBACKS,
-                         ids=["absent", "busy", "enable-fails", "timestamp-fails", "off"])
+                         ids=["absent", "busy", "injected", "enable-fails", "timestamp-fails", "off"])
 def test_without_cupti_the_program_runs_unharmed(tmp_path, workload, native, env, opts, run_says, note_says):
     plain_env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(native, "simcuda"))
     import subprocess
@@ -245,3 +260,20 @@ def test_exec_children_each_set_up_their_own(tmp_path, workload):
     dl = device_log(log)
     for pid in ran["pid"]:
         assert_matches_log(tr, dl, int(pid))
+
+
+@pytest.mark.parametrize("fw", ["torch", "jax", "tf"])
+def test_simtrain_framework_paths_get_device_times(capture, tmp_path, fw):
+    """simtrain's three framework call paths (cudart PLT; dlopen libcuda + dlsym; cuGetProcAddress) with
+    H100-like device durations: every launch and copy has its device time, as simcuda ran it."""
+    import sys
+    path, cp, log = _run(capture, tmp_path, sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", fw,
+                         "--steps", "12", "--device-time", "h100-like")
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    pid = int(tr.launches["pid"].iloc[0])
+    assert_matches_log(tr, log, pid)
+    for tab in (tr.launches, tr.copies):
+        assert len(tab) and (tab["dev_start"] >= 0).all()
+    # the host runs ahead of the device: kernels start after their launch call
+    assert (tr.launches["dev_start"] > tr.launches["t"]).mean() > 0.9

@@ -50,7 +50,11 @@ def test_demo_captures_analyses_and_reports(tmp_path):
         assert page.count(chart_js()) == 1 and 'class="pit-tl"' in page
         page = page.replace(chart_js(), "")
     assert "https://" not in page and "http://" not in page
-    assert len(re.findall(r'src="data:image/svg\+xml;base64,', page)) >= 4
+    # four figures; three when no runnable swap schedule lowers the peak (the demo runs on simcuda's
+    # device clock, where a block's kernels run back to back: at 16 GB/s no swap-out ends before the
+    # block's next access), and the swap section then says so
+    figures = len(re.findall(r'src="data:image/svg\+xml;base64,', page))
+    assert figures >= 4 or (figures == 3 and "Pareto curve not applicable: no budget lowers the peak" in page)
     # the terminal form prints the summary and where the report went
     r = run_cli("demo", "-o", "out2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

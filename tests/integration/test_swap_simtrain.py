@@ -59,9 +59,18 @@ def test_swap_on_simtrain(simtrain_trace, native):
     dur_in = bw["latency_s"] + sched["size"] / bw["h2d_bytes_per_s"]
     assert np.allclose(sched["out_end"] - sched["out_start"], dur_out, atol=1e-9)
     assert np.allclose(sched["in_end"] - sched["in_start"], dur_in, atol=1e-9)
-    # next_access and prev_access are real access times of that block in the trace
+    # next_access and prev_access are real access times of that block in the trace, on its clock:
+    # the accessing op's start and end on the GPU (simcuda's device clock), its call's time on the CPU's
     acc = trace.accesses[trace.accesses["pid"] == res["pid"]]
-    times = set(zip(acc["block_id"].tolist(), (acc["t"] * 1e-9).round(9).tolist()))
+    if res["clock"] == "cpu":
+        starts = ends = acc["t"]
+    else:
+        ops = pd.concat([trace.launches[["pid", "seq", "dev_start", "dev_end"]],
+                         trace.copies[["pid", "seq", "dev_start", "dev_end"]]])
+        j = acc.merge(ops, on=["pid", "seq"], how="left")
+        starts, ends = j["dev_start"], j["dev_end"]
+    at_start = set(zip(acc["block_id"].tolist(), (starts * 1e-9).round(9).tolist()))
+    at_end = set(zip(acc["block_id"].tolist(), (ends * 1e-9).round(9).tolist()))
     for row in sched.head(200).itertuples():
-        assert (row.block_id, round(row.next_access, 9)) in times
-        assert (row.block_id, round(row.prev_access, 9)) in times
+        assert (row.block_id, round(row.next_access, 9)) in at_start
+        assert (row.block_id, round(row.prev_access, 9)) in at_end

@@ -76,15 +76,17 @@ def replay(ops, swaps, events):
     end_before = max(R[i] + ops[i][1] for i in range(n))
     end_after = max(R[i] + ops[i][1] + D[i] for i in range(n))
     # peak: allocations move with the first op released at or after them, frees with the last
-    # op released by them; swapped blocks leave at their replayed swap-out end and come back at
+    # op released by them, in their order; swapped blocks leave at their replayed swap-out end and come back at
     # their replayed swap-in start
     ev = []
-    for t, dlt in events:
+    latest = -float("inf")
+    for t, dlt in sorted(events):      # in time order, frees first: the program's order
         if dlt > 0:
             i = first_released_at_or_after(t)
         else:
             i = last_released(t)
-        ev.append((t + (D[i] if i >= 0 else 0.0), dlt))
+        latest = max(latest, t + (D[i] if i >= 0 else 0.0))     # none moves before the one before it
+        ev.append((latest, dlt))
     for k, sw in enumerate(swaps):
         ev += [(times[k][1], -sw["size"]), (times[k][2], sw["size"])]
     live = peak = 0

@@ -30,7 +30,7 @@ EXPECTED_APIS = {
               "cudaMemsetAsync"},
     "jax": {"cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel", "cuMemcpyHtoD_v2", "cuMemsetD8_v2"},
     "tf": {"cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuLaunchKernelEx", "cuMemcpyHtoDAsync_v2",
-           "cuMemsetD8Async"},
+           "cuMemsetD8Async", "cuMemPoolCreate", "cuMemPoolDestroy"},
 }
 CLASSES = {  # API name -> what it does, independent of the C table
     "alloc": {"cudaMalloc", "cudaMallocAsync", "cudaMallocHost", "cuMemAlloc_v2", "cuMemAllocFromPoolAsync"},

@@ -7,6 +7,7 @@
 
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 static int g_ndevices = 1;
+static int g_physical[SIM_MAX_DEVICES]; /* visible ordinal -> physical device (CUDA_VISIBLE_DEVICES) */
 static size_t g_capacity = (size_t)16 << 30;
 static volatile int g_init;
 static struct CUctx_st g_primary[SIM_MAX_DEVICES];
@@ -33,12 +34,63 @@ static void read_env(void)
         unsigned long long v = strtoull(m, NULL, 10);
         if (v > 0) g_capacity = (size_t)v;
     }
+    for (int i = 0; i < SIM_MAX_DEVICES; i++) g_physical[i] = i;
+    /* CUDA_VISIBLE_DEVICES: a comma-separated list of physical indices or UUIDs (GPU-...), as the real
+     * driver reads it: the list stops at the first entry that names no device; ordinal i is entry i. */
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (vis) {
+        int n = 0, used[SIM_MAX_DEVICES] = {0};
+        const char *q = vis;
+        while (*q && n < SIM_MAX_DEVICES) {
+            while (*q == ' ') q++;
+            size_t len = strcspn(q, ",");
+            int phys = -1;
+            char item[64];
+            snprintf(item, sizeof item, "%.*s", (int)(len < 63 ? len : 63), q);
+            if (item[0] >= '0' && item[0] <= '9') {
+                char *end;
+                long v = strtol(item, &end, 10);
+                if ((*end == 0 || *end == ' ') && v >= 0 && v < g_ndevices) phys = (int)v;
+            } else if (strncmp(item, "GPU-", 4) == 0) {
+                for (int d = 0; d < g_ndevices && phys < 0; d++) {
+                    char u[48];
+                    sim_uuid_text(d, u, sizeof u);
+                    if (strlen(item) >= 8 && strncmp(u, item, strlen(item)) == 0) phys = d;
+                }
+            }
+            if (phys < 0 || used[phys]) break;
+            used[phys] = 1;
+            g_physical[n++] = phys;
+            q += len;
+            if (*q == ',') q++;
+        }
+        g_ndevices = n;
+    }
     for (int i = 0; i < SIM_MAX_DEVICES; i++) {
         g_primary[i].magic = MAGIC_CTX;
         g_primary[i].device = i;
     }
     pthread_atfork(ctx_atfork_prepare, ctx_atfork_parent, ctx_atfork_child);
 }
+
+/* the 16 bytes of physical device d's UUID: "simcuda-" then d + 1 (big endian) */
+HIDDEN void sim_uuid_bytes(int d, unsigned char out[16])
+{
+    memcpy(out, "simcuda-", 8);
+    uint64_t v = (uint64_t)d + 1;
+    for (int i = 0; i < 8; i++) out[15 - i] = (unsigned char)(v >> (8 * i));
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L and CUDA_VISIBLE_DEVICES write it */
+HIDDEN void sim_uuid_text(int d, char *buf, size_t n)
+{
+    unsigned char b[16];
+    sim_uuid_bytes(d, b);
+    snprintf(buf, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+HIDDEN int sim_physical_device(int ordinal) { pthread_once(&g_env_once, read_env); return g_physical[ordinal]; }
 
 HIDDEN int sim_ndevices(void) { pthread_once(&g_env_once, read_env); return g_ndevices; }
 HIDDEN size_t sim_capacity(void) { pthread_once(&g_env_once, read_env); return g_capacity; }
@@ -146,7 +198,7 @@ SIM_API(CUresult, cuDeviceGetAttribute, (int *pi, int attrib, CUdevice dev))
     case 16: v = 132; break;            /* MULTIPROCESSOR_COUNT */
     case 18: v = 0; break;              /* INTEGRATED */
     case 19: v = 1; break;              /* CAN_MAP_HOST_MEMORY */
-    case 33: v = dev + 1; break;        /* PCI_BUS_ID */
+    case 33: v = sim_physical_device(dev) + 1; break; /* PCI_BUS_ID */
     case 34: v = 0; break;              /* PCI_DEVICE_ID */
     case 36: v = 2619000; break;        /* MEMORY_CLOCK_RATE kHz */
     case 37: v = 5120; break;           /* GLOBAL_MEMORY_BUS_WIDTH */
@@ -175,8 +227,7 @@ SIM_API(CUresult, cuDeviceGetUuid, (sim_CUuuid *uuid, CUdevice dev))
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = check_device(dev);
     if (r) return r;
-    memcpy(uuid->bytes, "simcuda-gpu-0000", 16);
-    uuid->bytes[15] = (char)('0' + dev % 10);
+    sim_uuid_bytes(sim_physical_device(dev), (unsigned char *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 SIM_ALIAS(CUresult, cuDeviceGetUuid_v2, cuDeviceGetUuid, (sim_CUuuid *uuid, CUdevice dev));

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "../sim_driver.h"
 
@@ -14,6 +15,7 @@ struct entry {
     enum sim_kind kind;
     int device;
     CUmemoryPool pool;
+    int fd;     /* shared memory behind the buffer (IPC-capable, see shareable()), else -1 */
     struct entry *next;
 };
 
@@ -181,6 +183,30 @@ static int cache_put(struct entry *e)
     return 1;
 }
 
+/* cudaMalloc / cuMemAlloc buffers of whole 2 MiB pages live in shared memory (a memfd mapped
+ * MAP_SHARED), so that cuIpcGetMemHandle can hand them to another process, which maps the very same
+ * pages (cuIpcOpenMemHandle).  Smaller buffers stay on the heap: IPC needs a 2 MiB multiple. */
+static int shareable(enum sim_kind k, size_t size)
+{
+    return k == SK_DEVICE && size >= SIM_GRANULARITY && size % SIM_GRANULARITY == 0;
+}
+
+static void *shared_buffer(size_t size, int device, int *fd_out)
+{
+    char name[32];
+    snprintf(name, sizeof name, "simcuda-dev%d", sim_physical_device(device));
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) return NULL;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)size) == 0) p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return NULL;
+    }
+    *fd_out = fd;
+    return p;
+}
+
 static int counts_against_capacity(enum sim_kind k) { return k == SK_DEVICE || k == SK_PITCH || k == SK_ASYNC; }
 
 HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind, int device,
@@ -200,16 +226,27 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
     if (charge && g_used[device] > g_peak[device]) g_peak[device] = g_used[device];
     g_allocs++;
     unlock();
+    void *p = NULL;
+    int fd = -1;
+    if (shareable(kind, size)) {
+        p = shared_buffer(size, device, &fd);
+    } else {
+        lock();
+        p = cache_take(size);
+        unlock();
+        if (!p && posix_memalign(&p, SIM_ALIGN, size) != 0) p = NULL;
+    }
     lock();
-    void *p = cache_take(size);
-    unlock();
-    if (!p && posix_memalign(&p, SIM_ALIGN, size) != 0) p = NULL;
-    lock();
-    if (!p || (*e = (struct entry){(uint64_t)(uintptr_t)p, size, kind, device, pool, NULL},
+    if (!p || (*e = (struct entry){(uint64_t)(uintptr_t)p, size, kind, device, pool, fd, NULL},
                table_insert(e))) {
         if (charge) g_used[device] -= size;
         unlock();
-        free(p);
+        if (fd >= 0) {
+            if (p) munmap(p, size);
+            close(fd);
+        } else {
+            free(p);
+        }
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -229,6 +266,12 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     unlock();
     if (!e) return CUDA_ERROR_INVALID_VALUE;
     if (checking()) memset((void *)(uintptr_t)e->addr, 0xDB, e->size);
+    if (e->fd >= 0) {
+        munmap((void *)(uintptr_t)e->addr, e->size);
+        close(e->fd);
+        free(e);
+        return CUDA_SUCCESS;
+    }
     lock();
     g_frees++;
     int kept = cache_put(e);
@@ -667,3 +710,72 @@ SIM_API(CUresult, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n,
     return set(dst, ui, n, 4, s, 0, CBID_MEMSET_D32_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemsetD32Async_ptsz, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s), (dst, ui, n, s));
+
+/* ---------------- IPC memory handles ----------------
+ * The handle (64 opaque bytes) names the exporting process and its memfd; the importer opens
+ * /proc/<pid>/fd/<fd> and maps the same pages.  Opened mappings are tracked for cuIpcCloseMemHandle. */
+#define IPC_MAGIC 0x43504953u /* "SIPC" */
+struct ipc_handle { uint32_t magic; int32_t pid; int32_t fd; int32_t device; uint64_t size; };
+struct ipc_open { uint64_t addr; size_t size; struct ipc_open *next; };
+static struct ipc_open *g_ipc_open;
+
+SIM_API(CUresult, cuIpcGetMemHandle, (CUipcMemHandle *handle, CUdeviceptr dptr))
+{
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    lock();
+    struct entry *e = NULL;
+    if (g_nbuckets)
+        for (e = g_buckets[hash(dptr, g_nbuckets)]; e && e->addr != dptr; e = e->next) {}
+    struct ipc_handle h = {0};
+    if (e && e->fd >= 0) h = (struct ipc_handle){IPC_MAGIC, (int32_t)getpid(), e->fd, sim_physical_device(e->device), e->size};
+    unlock();
+    if (!h.magic) return CUDA_ERROR_INVALID_VALUE; /* not a cuMemAlloc base pointer of 2 MiB pages */
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &h, sizeof h);
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuIpcOpenMemHandle_v2, (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags))
+{
+    if (!pdptr) return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    struct ipc_handle h;
+    memcpy(&h, handle.reserved, sizeof h);
+    if (h.magic != IPC_MAGIC || h.size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (h.pid == (int32_t)getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* not in the exporting process */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;
+    void *p = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct ipc_open *o = malloc(sizeof *o);
+    if (!o) {
+        munmap(p, h.size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    lock();
+    *o = (struct ipc_open){(uint64_t)(uintptr_t)p, h.size, g_ipc_open};
+    g_ipc_open = o;
+    unlock();
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+SIM_ALIAS(CUresult, cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags));
+
+SIM_API(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr))
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    lock();
+    struct ipc_open **pp = &g_ipc_open;
+    while (*pp && (*pp)->addr != dptr) pp = &(*pp)->next;
+    struct ipc_open *o = *pp;
+    if (o) *pp = o->next;
+    unlock();
+    if (!o) return CUDA_ERROR_INVALID_VALUE;
+    munmap((void *)(uintptr_t)o->addr, o->size);
+    free(o);
+    return CUDA_SUCCESS;
+}

@@ -75,6 +75,17 @@
     X("cuMemMap", 10020, cuMemMap, 0)                                       \
     X("cuMemUnmap", 10020, cuMemUnmap, 0)                                   \
     X("cuMemSetAccess", 10020, cuMemSetAccess, 0)                           \
+    X("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle, 0) \
+    X("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle, 0) \
+    X("cuMulticastCreate", 12010, cuMulticastCreate, 0)                     \
+    X("cuMulticastAddDevice", 12010, cuMulticastAddDevice, 0)               \
+    X("cuMulticastBindMem", 12010, cuMulticastBindMem, 0)                   \
+    X("cuMulticastBindAddr", 12010, cuMulticastBindAddr, 0)                 \
+    X("cuMulticastUnbind", 12010, cuMulticastUnbind, 0)                     \
+    X("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle, 0)                      \
+    X("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle_v2, 0)                 \
+    X("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2, 0)                \
+    X("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle, 0)                  \
     X("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds)                                 \
     X("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz)                  \
     X("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds)               \

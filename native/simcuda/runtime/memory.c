@@ -126,6 +126,36 @@ cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const CUmemPoolProps *props)
     return CU(d->cuMemPoolCreate(pool, props));
 }
 
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool)
+{
+    ENTER(0);
+    return CU(d->cuMemPoolDestroy(pool));
+}
+
+/* ---------------- IPC memory handles ---------------- */
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+    ENTER(0);
+    return CU(d->cuIpcGetMemHandle(handle, DP(devPtr)));
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    ENTER(0);
+    if (!devPtr) return rt_ret(cudaErrorInvalidValue);
+    CUdeviceptr p = 0;
+    cudaError_t e = CU(d->cuIpcOpenMemHandle(&p, handle, flags));
+    if (e == cudaSuccess) *devPtr = (void *)(uintptr_t)p;
+    return e;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    ENTER(0);
+    return CU(d->cuIpcCloseMemHandle(DP(devPtr)));
+}
+
 /* ---------------- UVM hints (CUDA 13 signatures) ---------------- */
 
 cudaError_t cudaMemAdvise(const void *devPtr, size_t count, int advice, cudaMemLocation location)

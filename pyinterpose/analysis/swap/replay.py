@@ -24,7 +24,9 @@ The model (the loop is ``pi_swap_replay`` in ``native/swap/replay.c``):
   pause there), the first op released at ``free_t`` waits for the swap-out to end.
 * **Peak after**: the live-bytes curve with every allocation shifted by the delay of the first
   op released at or after it (it comes before that op in the program), every free by the delay
-  of the last op released by it, plus the swaps' releases and retakes at their replayed times.
+  of the last op released by it, none moving before the event before it (they keep the
+  program's order), plus the swaps' releases and retakes at their replayed times.  So a
+  replayed peak is never above the peak before swapping.
 * **Slowdown**: how much later the last op ends.  ``stall_ns`` of a result is this number.
 
 A schedule that makes no op wait replays with zero delay and exactly its planned times (then the
@@ -204,9 +206,9 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     if st["n"] and delay.any():
         a = _event_anchors(problem, st)
         t += np.where(a >= 0, delay[np.maximum(a, 0)], 0.0)
-    if len(t) > 1 and not (t[1:] >= t[:-1]).all():
-        o = np.argsort(t, kind="stable")
-        t, d = t[o], d[o]
+        # the allocations and frees keep their order (the program's): none moves before the one
+        # before it (a free moved late by the op it follows holds back the allocations after it)
+        np.maximum.accumulate(t, out=t)
     sw_t = np.concatenate([free_t, realloc_t])
     sw_d = np.concatenate([-size, size])
     so = np.argsort(sw_t, kind="stable")

@@ -1,0 +1,180 @@
+"""Many traces as one job: the traces of a multi-node run (one per node or per rank, ``run -o
+trace-{host}-{rank}.pit``), analysed side by side.
+
+* :func:`expand_paths` — files, folders (their ``*.pit``) and globs, in a stable order;
+* :func:`analyse_trace` — one trace -> a small plain dict (its headline figures and its ``per_rank``
+  entries: pyinterpose.analysis.ranks).  It is the unit of work: only these dicts travel back from a
+  worker, never tables of events;
+* :func:`analyse_job` — every trace on an executor, then the job view over all ranks
+  (imbalance, highest rank, first to peak, per device).
+
+Executors (:func:`executor`): a local process pool by default (``max_workers``: the machine's
+cores, at most one per trace; one trace is analysed in this process), or a Dask distributed
+cluster when a scheduler address is given (``--scheduler tcp://HOST:PORT`` or the environment
+variable ``PYINTERPOSE_SCHEDULER``); Dask is imported only then.  The work is the same pure
+function either way, so the results are identical; on a cluster the trace paths must be readable
+by the workers (a shared file system).  Work fans out per trace: the ranks inside one trace (the
+processes of one node's ``torchrun``) are analysed by the task that loaded it, as loading dominates.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+
+from ..errors import PyinterposeError
+
+SCHEDULER_ENV = "PYINTERPOSE_SCHEDULER"
+TRACE_SUFFIX = ".pit"
+
+
+def expand_paths(items: list[str]) -> list[str]:
+    """Trace files named by ``items``: a file as is, a folder's ``*.pit`` files (sorted), a glob's
+    matches (sorted); duplicates dropped, order kept.  A name that matches nothing is an error."""
+    out: list[str] = []
+    for item in items:
+        if os.path.isdir(item):
+            found = sorted(os.path.join(item, f) for f in os.listdir(item)
+                           if f.endswith(TRACE_SUFFIX) and os.path.isfile(os.path.join(item, f)))
+            if not found:
+                raise PyinterposeError(f"{item}: a folder with no trace files (*{TRACE_SUFFIX}) in it")
+        elif os.path.exists(item):
+            found = [item]
+        elif glob.has_magic(item):
+            found = sorted(p for p in glob.glob(item) if os.path.isfile(p))
+            if not found:
+                raise PyinterposeError(f"{item}: no trace file matches")
+        else:
+            raise PyinterposeError(f"no such trace file: {item}")
+        out.extend(found)
+    seen: set = set()
+    return [p for p in out if not (os.path.abspath(p) in seen or seen.add(os.path.abspath(p)))]
+
+
+def is_many(items: list[str]) -> bool:
+    """Do ``items`` name more than one trace, or a folder/glob (a job rather than one trace)?"""
+    return len(items) > 1 or any(os.path.isdir(i) or (not os.path.exists(i) and glob.has_magic(i)) for i in items)
+
+
+def analyse_trace(path: str) -> dict:
+    """One trace's part of the job (a small dict of plain values; the same on any executor)."""
+    from .. import load
+    from .ranks import per_rank
+    from ..trace.model import peak_live_bytes_of
+
+    trace = load(path)
+    tr = trace.meta.get("trailer") or {}
+    procs = trace.processes
+    return {
+        "trace": path,
+        "host": trace.meta.get("host") or "",
+        "command": trace.meta.get("command"),
+        "start_time": trace.meta.get("start_time"),
+        "duration_s": trace.duration_ns / 1e9,
+        "complete": bool(trace.meta.get("complete", bool(tr))),
+        "warnings": list(trace.warnings),
+        "processes": len(trace.pids),
+        "events": int(trace.counts.get("events", 0)),
+        "lost_events": int(procs["lost"].clip(lower=0).sum()) if len(procs) else 0,
+        "peak_live_bytes": peak_live_bytes_of(trace),
+        "per_rank": per_rank(trace, iterations=True),
+    }
+
+
+def worker_task(path: str) -> dict:
+    """:func:`analyse_trace` as a worker runs it: first the glibc settings every command runs with
+    (pyinterpose.cli.keep_freed_memory: freed arrays stay in the heap for the next ones).  A Dask
+    worker needs them most: its nanny starts it with MALLOC_TRIM_THRESHOLD_=65536, so each of the
+    analysis's large temporary arrays would be handed back to the kernel and faulted in again
+    (32 traces of 1 M events: 2.5x the local pool's time before this)."""
+    from ..cli import keep_freed_memory
+
+    keep_freed_memory()
+    return analyse_trace(path)
+
+
+def combine(parts: list[dict]) -> dict:
+    """The job: every trace's headline, all ranks (sorted by rank, host, pid), the job view."""
+    from .ranks import job_view
+
+    ranks = [r for p in parts for r in p["per_rank"]]
+    ranks.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["host"], r["pid"]))
+    traces = [{k: v for k, v in p.items() if k != "per_rank"} for p in parts]
+    return {"traces": traces, "per_rank": ranks, "ranks": job_view(ranks),
+            "complete": all(t["complete"] for t in traces),
+            "lost_events": sum(t["lost_events"] for t in traces)}
+
+
+def scheduler_address(given: str | None) -> str | None:
+    """--scheduler, else $PYINTERPOSE_SCHEDULER, else None (the local pool)."""
+    addr = given if given else os.environ.get(SCHEDULER_ENV, "")
+    return addr.strip() or None
+
+
+class _DaskExecutor:
+    """map() over a Dask distributed cluster (client.map + gather; results in input order)."""
+
+    def __init__(self, address: str):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise PyinterposeError("--scheduler needs Dask distributed (pip install 'dask[distributed]')")
+        try:
+            self.client = Client(address, timeout="20s", set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise PyinterposeError(f"cannot reach the Dask scheduler at {address}: {e}")
+
+    def map(self, fn, items):
+        futures = self.client.map(fn, list(items), pure=False)
+        return self.client.gather(futures)
+
+    def close(self):
+        self.client.close()
+
+
+class _PoolExecutor:
+    def __init__(self, max_workers: int | None):
+        import concurrent.futures
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["pyinterpose.analysis.job", "pyinterpose.trace.reader"])
+        self.pool = concurrent.futures.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx)
+
+    def map(self, fn, items):
+        return list(self.pool.map(fn, items))
+
+    def close(self):
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _InlineExecutor:
+    def map(self, fn, items):
+        return [fn(i) for i in items]
+
+    def close(self):
+        pass
+
+
+@contextlib.contextmanager
+def executor(scheduler: str | None = None, max_workers: int | None = None, n_items: int | None = None):
+    """An object with ``map(fn, items) -> list`` (input order): Dask when ``scheduler`` names one,
+    else a local process pool (this process alone for a single item or ``max_workers=1``)."""
+    if scheduler:
+        ex = _DaskExecutor(scheduler)
+    else:
+        n = max_workers or os.cpu_count() or 1
+        if n_items is not None:
+            n = min(n, n_items)
+        ex = _InlineExecutor() if n <= 1 else _PoolExecutor(n)
+    try:
+        yield ex
+    finally:
+        ex.close()
+
+
+def analyse_job(paths: list[str], scheduler: str | None = None, max_workers: int | None = None) -> dict:
+    """Every trace of ``paths`` (already expanded) analysed on the executor, combined."""
+    with executor(scheduler, max_workers, len(paths)) as ex:
+        parts = ex.map(worker_task, paths)
+    return combine(parts)

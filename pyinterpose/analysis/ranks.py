@@ -1,0 +1,237 @@
+"""Ranks of a multi-GPU job: each rank's memory side by side, and which rank runs out first.
+
+A process's rank comes from the rank variables the shim recorded from its environment
+(``trace.processes.context``, see pyinterpose.trace.context), first match wins:
+
+==========  =================================================================================
+rank        ``RANK`` (torchrun), ``JAX_PROCESS_ID``, ``TF_CONFIG`` task index (its position among
+            every task of the cluster, in the order chief, master, worker, ps, evaluator),
+            ``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``PMIX_RANK``
+world_size  ``WORLD_SIZE``, ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_COUNT``, the TF_CONFIG cluster's
+            task count, ``SLURM_NTASKS``, ``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``
+local_rank  ``LOCAL_RANK``, ``SLURM_LOCALID``, ``OMPI_COMM_WORLD_LOCAL_RANK``
+==========  =================================================================================
+
+A rank's device is the ordinal its device memory was allocated on (most bytes), named by the UUID
+the shim recorded for it (``trace.processes.devices``): the UUID is the physical GPU whatever
+``CUDA_VISIBLE_DEVICES`` remapped.  Processes that share a rank (a DataLoader worker forked from
+the rank inherits its environment) are folded into it: the rank is its process with the highest
+peak, the others are listed in ``other_pids``.  A trace where no process has a rank variable has
+one entry per process that allocated device memory, with ``rank`` None.
+
+Everything here is a pure function of one Trace and returns small plain dicts (what travels back
+from a worker when many traces are analysed on a cluster: pyinterpose.analysis.job).
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..trace.context import context_of, devices_of
+from ..trace.model import Trace, live_events
+
+RANK_VARS = ("RANK", "JAX_PROCESS_ID", "@TF_CONFIG", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+WORLD_VARS = ("WORLD_SIZE", "JAX_NUM_PROCESSES", "JAX_PROCESS_COUNT", "@TF_CONFIG", "SLURM_NTASKS",
+              "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+TF_TASK_ORDER = ("chief", "master", "worker", "ps", "evaluator")
+# the collective library: the calling object's name (block owner) -> library
+COLLECTIVE_OWNERS = (("nccl", re.compile(r"^lib(sim)?nccl")), ("rccl", re.compile(r"^librccl")),
+                     ("nvshmem", re.compile(r"^libnvshmem")))
+
+
+def _int(v) -> int | None:
+    try:
+        return int(str(v).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _tf_config(text: str) -> tuple[int | None, int | None]:
+    """(rank, world size) of TF_CONFIG's task within its cluster."""
+    try:
+        cfg = json.loads(text)
+        cluster, task = cfg.get("cluster") or {}, cfg.get("task") or {}
+        kinds = [k for k in TF_TASK_ORDER if k in cluster] + sorted(k for k in cluster if k not in TF_TASK_ORDER)
+        world = sum(len(cluster[k]) for k in kinds)
+        base = 0
+        for k in kinds:
+            if k == task.get("type"):
+                idx = _int(task.get("index", 0))
+                return (base + idx if idx is not None else None), world
+            base += len(cluster[k])
+        return None, world or None
+    except (TypeError, ValueError, AttributeError):
+        return None, None
+
+
+def _first(ctx: dict, names: tuple, which: int) -> tuple[int | None, str]:
+    for n in names:
+        if n.startswith("@"):
+            if "TF_CONFIG" in ctx:
+                v = _tf_config(ctx["TF_CONFIG"])[which]
+                if v is not None:
+                    return v, "TF_CONFIG"
+            continue
+        v = _int(ctx.get(n))
+        if v is not None:
+            return v, n
+    return None, ""
+
+
+def rank_context(ctx: dict) -> dict:
+    """rank, world_size, local_rank, local_world_size (None when unknown) and rank_source (the
+    variable the rank came from) of one process's recorded environment."""
+    rank, source = _first(ctx, RANK_VARS, 0)
+    world, _ = _first(ctx, WORLD_VARS, 1)
+    local, _ = _first(ctx, LOCAL_RANK_VARS, 0)
+    lworld, _ = _first(ctx, LOCAL_WORLD_VARS, 0)
+    return {"rank": rank, "world_size": world, "local_rank": local, "local_world_size": lworld,
+            "rank_source": source}
+
+
+def collective_library(owner: str) -> str:
+    """"nccl" (or "rccl", "nvshmem") when the calling object is that library, else ""."""
+    for name, pat in COLLECTIVE_OWNERS:
+        if pat.search(owner or ""):
+            return name
+    return ""
+
+
+def _peak_of(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
+    """(peak live device bytes of the blocks in ``mask``, the first time it was reached, -1 none), over
+    the trace's live events (sorted once per trace: model.live_events)."""
+    t, d, r = live_events(trace)
+    if len(d) == 0 or not mask.any():
+        return 0, -1
+    live = np.cumsum(d * mask[r])
+    k = int(np.argmax(live))
+    return (int(live[k]), int(t[k])) if live[k] > 0 else (0, -1)
+
+
+def _collective_mask(b) -> np.ndarray:
+    """Blocks allocated by the collective library (by owner; one test per distinct owner)."""
+    if "owner" not in b or len(b) == 0:
+        return np.zeros(len(b), bool)
+    codes, names = pd.factorize(b["owner"].astype(str) if not hasattr(b["owner"], "cat") else b["owner"])
+    hit = np.array([bool(collective_library(str(n))) for n in names], bool)
+    return hit[codes] if len(hit) else np.zeros(len(b), bool)
+
+
+def per_process(trace: Trace) -> list[dict]:
+    """One dict per process: pid, host, rank context, device, device_uuid, peak_live_bytes,
+    peak_t_ns (ns since the start of the trace when the peak was first reached, -1 none),
+    peak_wall_s (the same on the wall clock: the trace's start_time + peak_t_ns; comparable between
+    traces of one job written on different nodes), collective_peak_bytes (the peak of the
+    collective library's own blocks), iterations (None: filled by :func:`per_rank`), allocs, devices (each
+    device the process allocated on: device, device_uuid, its own peak_live_bytes)."""
+    b = trace.blocks
+    pid_col = b["pid"].to_numpy()
+    coll = _collective_mask(b)
+    start = trace.meta.get("start_time")
+    host = trace.meta.get("host") or ""
+    procs = {int(p): r for p, r in zip(trace.processes["pid"].tolist(), trace.processes.to_dict("records"))}
+    out = []
+    for pid in trace.pids:
+        rows = np.flatnonzero(pid_col == pid)
+        pr = procs.get(int(pid), {})
+        ctx = context_of(pr.get("context"))
+        devs = dict(devices_of(pr.get("devices")))
+        mine = pid_col == pid
+        peak, peak_t = _peak_of(trace, mine)
+        coll_peak, _ = _peak_of(trace, mine & coll) if coll[rows].any() else (0, -1)
+        dev_rows = rows[b["counts_device"].to_numpy(bool)[rows]]
+        device, per_device = None, []
+        if len(dev_rows):
+            d, sz = b["device"].to_numpy()[dev_rows], b["size"].to_numpy(np.int64)[dev_rows]
+            uniq = np.unique(d)
+            device = int(uniq[np.argmax([sz[d == u].sum() for u in uniq])])
+            if len(uniq) == 1:
+                per_device = [{"device": device, "device_uuid": devs.get(device, ""), "peak_live_bytes": peak}]
+            else:   # one process on several GPUs (JAX's one process per host): each device's own peak
+                dcol = b["device"].to_numpy()
+                per_device = [{"device": int(u), "device_uuid": devs.get(int(u), ""),
+                               "peak_live_bytes": _peak_of(trace, mine & (dcol == u))[0]} for u in uniq.tolist()]
+        elif devs:
+            device = min(devs)
+        entry = {"pid": int(pid), "host": ctx.get("HOST") or host, **rank_context(ctx),
+                 "device": device, "device_uuid": devs.get(device, "") if device is not None else "",
+                 "cuda_visible_devices": ctx.get("CUDA_VISIBLE_DEVICES"),
+                 "peak_live_bytes": peak, "peak_t_ns": peak_t,
+                 "peak_wall_s": (float(start) + peak_t / 1e9) if (start is not None and peak_t >= 0) else None,
+                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(rows)),
+                 "devices": per_device,
+                 "trace": trace.path}
+        out.append(entry)
+    return out
+
+
+def fold_ranks(procs: list[dict]) -> list[dict]:
+    """Per-process entries -> one entry per rank (sorted by rank, then host and pid).  Processes
+    sharing a rank fold into the one with the highest peak (``other_pids``: the rest); without any
+    rank variable, every process that allocated device memory is an entry of its own (rank None)."""
+    ranked = [p for p in procs if p["rank"] is not None]
+    if not ranked:
+        return [dict(p, other_pids=[]) for p in sorted(procs, key=lambda p: (p["host"], p["pid"]))
+                if p["peak_live_bytes"] > 0]
+    groups: dict = {}
+    for p in ranked:
+        groups.setdefault((p["rank"], p.get("world_size")), []).append(p)
+    out = []
+    for _, ps in groups.items():
+        ps = sorted(ps, key=lambda p: (-p["peak_live_bytes"], p["host"], p["pid"]))
+        out.append(dict(ps[0], other_pids=[p["pid"] for p in ps[1:]]))
+    return sorted(out, key=lambda p: (p["rank"], p["host"], p["pid"]))
+
+
+def job_view(ranks: list[dict]) -> dict:
+    """The side-by-side figures: imbalance (max peak over the median peak; 1.0 = balanced, None
+    without ranks), the rank with the highest peak, the rank that reached its peak first (on the
+    wall clock when every rank has one, else on the trace clock), per-device totals."""
+    if not ranks:
+        return {"ranks": 0, "imbalance": None, "max_rank": None, "first_to_peak": None, "per_device": []}
+    peaks = np.array([r["peak_live_bytes"] for r in ranks], dtype=np.float64)
+    med = float(np.median(peaks))
+    imb = float(peaks.max() / med) if med > 0 else None
+    top = ranks[int(np.argmax(peaks))]
+    wall = all(r.get("peak_wall_s") is not None for r in ranks)
+    key = (lambda r: r["peak_wall_s"]) if wall else (lambda r: r["peak_t_ns"] if r["peak_t_ns"] >= 0 else np.inf)
+    first = min(ranks, key=lambda r: (key(r), r["rank"] if r["rank"] is not None else -1))
+    per_dev: dict = {}
+    for r in ranks:
+        for dv in r.get("devices") or [{"device": r["device"], "device_uuid": r["device_uuid"],
+                                        "peak_live_bytes": r["peak_live_bytes"]}]:
+            k = (r["host"], dv["device_uuid"] or f"device {dv['device']}")
+            e = per_dev.setdefault(k, {"host": k[0], "device_uuid": dv["device_uuid"], "ranks": [],
+                                       "sum_of_peaks": 0})
+            e["ranks"].append(r["rank"])
+            e["sum_of_peaks"] += int(dv["peak_live_bytes"])
+    return {"ranks": len(ranks), "imbalance": imb, "max_rank": top["rank"], "max_peak_bytes": int(peaks.max()),
+            "median_peak_bytes": med, "first_to_peak": first["rank"], "first_to_peak_pid": first["pid"],
+            "first_to_peak_clock": "wall" if wall else "trace",
+            "per_device": sorted(per_dev.values(), key=lambda e: (e["host"], e["device_uuid"]))}
+
+
+PER_RANK_KEYS = ("rank", "local_rank", "world_size", "local_world_size", "rank_source", "pid", "other_pids", "host",
+                 "device", "device_uuid", "devices", "cuda_visible_devices", "peak_live_bytes", "peak_t_ns", "peak_wall_s",
+                 "collective_peak_bytes", "iterations", "allocs", "trace")
+
+
+def per_rank(trace: Trace, iterations: bool | None = None) -> list[dict]:
+    """``summary --json``'s ``per_rank``: one entry per rank of this trace (keys PER_RANK_KEYS).
+    ``iterations``: find each rank's training iterations (regular steps, 0 when none were found);
+    default: when the trace has ranks (a trace without rank variables leaves them None: the
+    ``iterations`` command finds them for any process)."""
+    ranks = fold_ranks(per_process(trace))
+    if iterations is None:
+        iterations = any(r["rank"] is not None for r in ranks)
+    if iterations:
+        from .iterations import find_iterations
+
+        for r in ranks:
+            r["iterations"] = int(find_iterations(trace, int(r["pid"])).count)
+    return [{k: r.get(k) for k in PER_RANK_KEYS} for r in ranks]

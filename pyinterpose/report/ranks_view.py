@@ -1,0 +1,67 @@
+"""The report's view of a multi-GPU job: each rank's memory side by side (one trace with several
+ranks: a section of its report; many traces: a job report of its own, ``report DIR -o job.html``)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .text import fmt_bytes
+
+EXPLAIN = ("One row per rank (the process whose environment named it: RANK, JAX_PROCESS_ID, TF_CONFIG, "
+           "SLURM_PROCID, ...): its device by the UUID the process saw (CUDA_VISIBLE_DEVICES remaps ordinals, "
+           "not UUIDs), its peak of live device bytes and when it was first reached, the part of that held by "
+           "the collective library (NCCL: its own buffers and pool; peers' buffers it imported count in "
+           "the peer's row, never twice), and the training iterations found in it. Imbalance: the highest "
+           "peak over the median peak.")
+
+
+def _table(per_rank: list[dict]) -> pd.DataFrame:
+    rows = [{"rank": r["rank"], "host": r["host"], "pid": r["pid"], "device": r["device"],
+             "device UUID": r["device_uuid"] or "?", "peak live": fmt_bytes(r["peak_live_bytes"]),
+             "peak at (s)": (f"{r['peak_t_ns'] / 1e9:.3f}" if r["peak_t_ns"] is not None and r["peak_t_ns"] >= 0
+                             else "–"),
+             "collective library": fmt_bytes(r["collective_peak_bytes"]),
+             "iterations": "–" if r["iterations"] is None else r["iterations"]} for r in per_rank]
+    return pd.DataFrame(rows)
+
+
+def facts(job: dict) -> list[tuple[str, str]]:
+    if not job.get("ranks"):
+        return []
+    return [("ranks", str(job["ranks"])),
+            ("imbalance (max peak / median)", "–" if job["imbalance"] is None else f"{job['imbalance']:.3f}"),
+            ("highest peak", f"rank {job['max_rank']} ({fmt_bytes(job['max_peak_bytes'])})"),
+            ("first to reach its peak", f"rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")]
+
+
+def ranks_section(trace, heads: dict):
+    """The ranks section of one trace's report; None when no process of it has a rank."""
+    from ..analysis.ranks import job_view, per_rank
+    from .html import Section
+
+    pr = per_rank(trace)
+    if not pr or all(r["rank"] is None for r in pr):
+        return None
+    job = job_view(pr)
+    s = Section("ranks", "Ranks", EXPLAIN)
+    s.facts = facts(job)
+    s.tables.append(("per rank", _table(pr)))
+    heads["ranks"] = job
+    heads["per_rank"] = pr
+    return s
+
+
+def job_report(res: dict, title: str):
+    """A Report (pyinterpose.report.html) of a job analysed by pyinterpose.analysis.job."""
+    from .html import Report, Section
+
+    s = Section("ranks", "Ranks", EXPLAIN)
+    s.facts = facts(res["ranks"])
+    s.tables.append(("per rank", _table(res["per_rank"])))
+    t = Section("traces", "Traces", "The job's traces, one per node or per rank (run -o trace-{host}-{rank}.pit).")
+    t.tables.append(("traces", pd.DataFrame([{
+        "trace": x["trace"], "host": x["host"], "processes": x["processes"], "events": x["events"],
+        "lost events": x["lost_events"], "peak live": fmt_bytes(x["peak_live_bytes"]),
+        "complete": "yes" if x["complete"] else "NO"} for x in res["traces"]])))
+    warnings = [f"{x['trace']}: {w}" for x in res["traces"] for w in x["warnings"]]
+    return Report(title=title, facts=facts(res["ranks"]) + [("traces", str(len(res["traces"])))], sections=[s, t],
+                  headlines={"ranks": res["ranks"], "per_rank": res["per_rank"]}, warnings=warnings)
