@@ -168,8 +168,8 @@ struct run {
     uint64_t regular_allocs;
     CUstream stream2;        /* SIMTRAIN_NOISE_STREAM2 */
     int check;               /* SIMCUDA_CHECK: patterns in every live block */
-    struct live { void *p; size_t n; uint64_t serial; } *live;
-    size_t nlive, cap_live;
+    struct chk_block { void *p; size_t n; uint64_t serial; } *chk; /* SIMCUDA_CHECK's live blocks */
+    size_t nchk, cap_chk;
     uint64_t serial;
     int device_time;                                  /* enum simtrain_device_time */
     uint64_t dev_rng;                                 /* kernel durations (apart from the noise stream) */
@@ -238,15 +238,15 @@ static void count(struct run *r, enum api a) { r->t->by_api[a]++; }
 #define PAT_EDGE 64
 static uint64_t pat_word(uint64_t serial, size_t i) { return (serial * 0x9E3779B97F4A7C15ull) ^ (i * 0xD6E8FEB86659FD93ull); }
 
-static struct live *live_find(struct run *r, void *p)
+static struct chk_block *chk_find(struct run *r, void *p)
 {
-    for (size_t i = r->nlive; i-- > 0;)
-        if (r->live[i].p == p) return &r->live[i];
+    for (size_t i = r->nchk; i-- > 0;)
+        if (r->chk[i].p == p) return &r->chk[i];
     return NULL;
 }
 
 #define PAT_MAX ((size_t)256 << 20) /* larger blocks (an out-of-memory probe) are not patterned */
-static void pattern_write(const struct live *b)
+static void pattern_write(const struct chk_block *b)
 {
     if (b->n <= 2 * PAT_EDGE || b->n > PAT_MAX) return;
     uint64_t *w = (uint64_t *)((char *)b->p + PAT_EDGE);
@@ -254,7 +254,7 @@ static void pattern_write(const struct live *b)
     for (size_t i = 0; i < k; i++) w[i] = pat_word(b->serial, i);
 }
 
-static int pattern_check(struct run *r, const struct live *b)
+static int pattern_check(struct run *r, const struct chk_block *b)
 {
     if (b->n <= 2 * PAT_EDGE || b->n > PAT_MAX) return 0;
     const uint64_t *w = (const uint64_t *)((const char *)b->p + PAT_EDGE);
@@ -270,14 +270,14 @@ static int pattern_check(struct run *r, const struct live *b)
 static int checked_alloc(struct run *r, void *p, size_t n)
 {
     if (!r->check) return 0;
-    if (r->nlive == r->cap_live) {
-        size_t c = r->cap_live ? 2 * r->cap_live : 256;
-        struct live *nl = realloc(r->live, c * sizeof *nl);
+    if (r->nchk == r->cap_chk) {
+        size_t c = r->cap_chk ? 2 * r->cap_chk : 256;
+        struct chk_block *nl = realloc(r->chk, c * sizeof *nl);
         if (!nl) return fail(r, "out of host memory");
-        r->live = nl, r->cap_live = c;
+        r->chk = nl, r->cap_chk = c;
     }
-    struct live *b = &r->live[r->nlive++];
-    *b = (struct live){p, n, ++r->serial};
+    struct chk_block *b = &r->chk[r->nchk++];
+    *b = (struct chk_block){p, n, ++r->serial};
     pattern_write(b);
     return 0;
 }
@@ -285,17 +285,17 @@ static int checked_alloc(struct run *r, void *p, size_t n)
 /* the program wrote the block itself (a copy or memset into it): its pattern again */
 static void checked_rewrite(struct run *r, void *p)
 {
-    struct live *b = r->check ? live_find(r, p) : NULL;
+    struct chk_block *b = r->check ? chk_find(r, p) : NULL;
     if (b) pattern_write(b);
 }
 
 static int checked_free(struct run *r, void *p)
 {
     if (!r->check) return 0;
-    struct live *b = live_find(r, p);
+    struct chk_block *b = chk_find(r, p);
     if (!b) return fail(r, "data check: freeing %p, which simtrain did not allocate", p);
     if (pattern_check(r, b)) return -1;
-    *b = r->live[--r->nlive];
+    *b = r->chk[--r->nchk];
     return 0;
 }
 
@@ -910,7 +910,7 @@ done:
     }
     free(r->live);
     free(md.w), free(md.m), free(md.v), free(md.g), free(md.act), free(md.host);
-    free(r->live);
+    free(r->chk);
     if (r->lib) dlclose(r->lib);
     return rc;
 }
