@@ -309,4 +309,3 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     ENTER(0);
     return CU(d->cuEventDestroy(e));
 }
-
