@@ -71,6 +71,7 @@ struct simtrain_truth {
     uint64_t by_api[SIMTRAIN_MAX_API]; /* index: simtrain_api_name(i) */
     char error[256];                   /* set when simtrain_run returns non-zero */
     uint64_t failed_allocs;            /* allocation calls that failed (out-of-memory mode) */
+    uint64_t result_hash;              /* the trained weights' and moments' first values (FNV-1a) */
 };
 
 /* number of API names, the name of API i, and its class:

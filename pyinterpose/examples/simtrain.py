@@ -25,7 +25,9 @@ the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time a
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
 (exact names called), noise_steps, pids, peaks (each process's peak live device bytes, in
-the order of pids); device_time when it is not off; failed_allocs with --oom.
+the order of pids); device_time when it is not off; failed_allocs with --oom; result_hashes (per
+process: a hash of the trained weights' and moments' first values, comparable between runs with
+SIMCUDA_CHECK=1, which zeroes the values the kernels read first).
 ``--ranks N``: a job of N rank processes (pyinterpose.examples.simranks).
 
 Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
@@ -71,7 +73,8 @@ class _Truth(ctypes.Structure):
                 ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
                 ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
-                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64)]
+                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64),
+                ("result_hash", ctypes.c_uint64)]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -121,7 +124,7 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
             by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
     out = {k: int(getattr(t, k)) for k in COUNTERS}
     out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()],
-               peak_live_bytes=int(t.peak_live_bytes))
+               peak_live_bytes=int(t.peak_live_bytes), result_hash=f"{int(t.result_hash):016x}")
     if oom != "none":
         out["failed_allocs"] = int(t.failed_allocs)
     return out
@@ -137,6 +140,7 @@ def _merge(parts: list[dict]) -> dict:
     total["allocs_per_step"] = parts[0]["allocs_per_step"]
     total["pids"] = [pid for p in parts for pid in p["pids"]]
     total["peaks"] = [p["peak_live_bytes"] for p in parts]   # per process, in the order of pids
+    total["result_hashes"] = [p["result_hash"] for p in parts]  # the trained state (SIMCUDA_CHECK=1: comparable)
     if "failed_allocs" in parts[0]:
         total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
     return total

@@ -68,6 +68,7 @@ def test_data_intact_and_high_water_is_the_arena(tmp_path, torch_plan):
     # the program did the same work with and without the plan
     for k in ("allocs", "frees", "bytes", "launches", "accesses", "by_api"):
         assert truth[k] == truth0[k], k
+    assert truth["result_hashes"] == truth0["result_hashes"]   # the trained state, bit for bit
     # the trace still has every block, with its address in the arena
     t = pyinterpose.load(trace)
     dev = t.blocks[t.blocks["kind"].astype(str) != "host"]
@@ -81,6 +82,8 @@ def test_noise_falls_through_and_high_water_is_arena_plus_fall_through(tmp_path,
             "--seed", "3"]
     cp, trace, st, truth = _run(tmp_path, "noisy", args, plan=plan)
     assert cp.returncode == 0, cp.stderr
+    cp0, _, _, truth0 = _run(tmp_path, "noisy-plain", args)
+    assert cp0.returncode == 0 and truth["result_hashes"] == truth0["result_hashes"]
     assert truth["noise_steps"] > 0
     s = _applied(trace)["processes"][0]
     assert s["fell_through"] > 0 and s["by_reason"]["no_key"] > 0   # the extra requests
@@ -134,6 +137,8 @@ def test_driver_apis_are_served(tmp_path, framework):
     plan, info = _plan(tmp_path, framework, args)
     cp, trace, st, truth = _run(tmp_path, framework, args, plan=plan)
     assert cp.returncode == 0, cp.stderr
+    _, _, _, truth0 = _run(tmp_path, framework + "-plain", args)
+    assert truth["result_hashes"] == truth0["result_hashes"]
     s = _applied(trace)["processes"][0]
     assert s["served"] == s["requests"] == truth["allocs"] and s["fell_through"] == 0
     assert st[0]["peak_bytes"][0] == info["capacity"]
