@@ -154,6 +154,47 @@ typedef pi_CUptiResult (*pi_cuptiActivityPushExternalCorrelationId_fn)(uint32_t 
 typedef pi_CUptiResult (*pi_cuptiActivityPopExternalCorrelationId_fn)(uint32_t kind, uint64_t *lastId);
 typedef pi_CUptiResult (*pi_cuptiGetTimestamp_fn)(uint64_t *timestamp);
 typedef pi_CUptiResult (*pi_cuptiGetResultString_fn)(pi_CUptiResult result, const char **str);
+/* ---- the callback API, resource domain: graph nodes created in a stream capture and cloned by
+ * instantiation (how a kernel replayed from a graph — its record carries the executable node's
+ * graphNodeId — leads back to the captured launch: CLONED gives originalNode -> node) ---- */
+#define PI_CUPTI_CB_DOMAIN_RESOURCE 3
+#define PI_CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED 13
+#define PI_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED 20
+/* CUgraphNodeType */
+#define PI_CU_GRAPH_NODE_TYPE_KERNEL 0
+#define PI_CU_GRAPH_NODE_TYPE_MEMCPY 1
+#define PI_CU_GRAPH_NODE_TYPE_MEMSET 2
+
+/* CUpti_ResourceData (the callback's cbdata in the resource domain) */
+typedef struct {
+    void *context;             /* 0: CUcontext */
+    void *stream;              /* 8: resourceHandle.stream */
+    void *resourceDescriptor;  /* 16: a pi_cupti_graph_data for the graph callbacks */
+} pi_cupti_resource_data;
+
+/* CUpti_GraphData */
+typedef struct {
+    void *graph;               /* 0: CUgraph */
+    void *originalGraph;       /* 8 */
+    void *node;                /* 16: CUgraphNode (for CLONED: the clone) */
+    void *originalNode;        /* 24: for CLONED: the node it was cloned from */
+    int nodeType;              /* 32: CUgraphNodeType */
+    void *dependency;          /* 40 */
+    void *graphExec;           /* 48: for CLONED: the executable graph */
+} pi_cupti_graph_data;
+
+typedef void (*pi_cupti_callback_fn)(void *userdata, uint32_t domain, uint32_t cbid, const void *cbdata);
+typedef struct pi_cupti_subscriber_st *pi_cupti_subscriber;
+typedef pi_CUptiResult (*pi_cuptiSubscribe_fn)(pi_cupti_subscriber *subscriber, pi_cupti_callback_fn callback,
+                                               void *userdata);
+typedef pi_CUptiResult (*pi_cuptiUnsubscribe_fn)(pi_cupti_subscriber subscriber);
+typedef pi_CUptiResult (*pi_cuptiEnableCallback_fn)(uint32_t enable, pi_cupti_subscriber subscriber,
+                                                    uint32_t domain, uint32_t cbid);
+typedef pi_CUptiResult (*pi_cuptiEnableDomain_fn)(uint32_t enable, pi_cupti_subscriber subscriber, uint32_t domain);
+typedef pi_CUptiResult (*pi_cuptiGetGraphNodeId_fn)(void *node, uint64_t *nodeId);
+typedef pi_CUptiResult (*pi_cuptiGetGraphId_fn)(void *graph, uint32_t *id);
+typedef pi_CUptiResult (*pi_cuptiGetGraphExecId_fn)(void *graphExec, uint32_t *id);
+
 /* GetNextRecord returns this when the buffer holds no further record */
 #define PI_CUPTI_ERROR_MAX_LIMIT_REACHED_END PI_CUPTI_ERROR_MAX_LIMIT_REACHED
 

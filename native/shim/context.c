@@ -150,3 +150,18 @@ void pi_context_pop(void) {
     t_npushed--;
     if (t_npushed < PI_CTX_STACK) pi_t.device = t_pushed[t_npushed];
 }
+
+/* ---- the size of a peer's buffer opened with cudaIpcOpenMemHandle / cuIpcOpenMemHandle ----
+ * The open does not say it; cuMemGetAddressRange_v2 does.  One CUDA call per open (an IPC open never
+ * happens inside a stream capture; none is made while one is open in the process anyway); 0 when the
+ * driver has no answer (the block is then not resolved from kernel arguments). */
+typedef CUresult (*range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+
+uint64_t pi_ipc_size(uint64_t ptr) {
+    if (!ptr || pi_gpu_capturing()) return 0;
+    range_fn f = (range_fn)pi_sym_near(NULL, "cuMemGetAddressRange_v2");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!f || f(&base, &size, (CUdeviceptr)ptr) != 0 || base != ptr) return 0;
+    return size;
+}

@@ -89,6 +89,17 @@ static pi_gpu_pending g_pending;
 static size_t g_buf_size = BUF_SIZE;   /* PYINTERPOSE_CUPTI_BUFFER (bytes; tests make CUPTI drop records) */
 static uint8_t *g_pool[POOL_MAX];
 static int g_npool;
+/* the queue of handed-over buffers (see buffer_completed) */
+#define QUEUE_MAX 4096     /* entries; g_qcap = 64 MB of buffers, 16..QUEUE_MAX */
+#define QUEUE_BYTES (64u << 20)
+static struct { void *ctx; uint32_t stream; uint8_t *buf; size_t valid; } g_queue[QUEUE_MAX];
+static int g_qhead;                 /* under g_pool_lock */
+static volatile int g_nqueued;      /* written under g_pool_lock; read without it as a hint */
+static int g_draining;              /* a thread is parsing the queue's oldest buffer (under g_pool_lock) */
+static int g_outstanding;           /* buffers CUPTI holds (requested, not completed) */
+static int g_qcap = 16;
+static _Atomic uint64_t g_refused;  /* buffers refused to CUPTI (queue full) */
+static uint64_t g_evicted_noted;    /* pending activities evicted, as far as a NOTE said so */
 
 /* ------------------------------------------------------------------ state and notes */
 static void emit_clock(int state, int reason, const char *note) {
@@ -250,10 +261,19 @@ static void *find_cupti(char *why, size_t whyn) {
 /* ------------------------------------------------------------------ buffers and records */
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     uint8_t *b = NULL;
+    int refuse;
     pthread_mutex_lock(&g_pool_lock);
-    if (g_npool) b = g_pool[--g_npool];
+    refuse = g_nqueued + g_outstanding >= g_qcap; /* bounded memory: the queue is full */
+    if (!refuse && g_npool) b = g_pool[--g_npool];
     pthread_mutex_unlock(&g_pool_lock);
-    if (!b && posix_memalign((void **)&b, 8, g_buf_size) != 0) b = NULL;
+    if (!refuse && !b && posix_memalign((void **)&b, 8, g_buf_size) != 0) b = NULL;
+    if (b) {
+        pthread_mutex_lock(&g_pool_lock);
+        g_outstanding++;
+        pthread_mutex_unlock(&g_pool_lock);
+    } else if (refuse) {
+        atomic_fetch_add(&g_refused, 1);
+    }
     *buffer = b;
     *size = b ? g_buf_size : 0; /* no buffer: CUPTI drops the records and counts them */
     *max_records = 0;
@@ -314,54 +334,88 @@ static void sink(void *ctx, const pi_gpu_act *a) {
 
 static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size_t valid);
 
-/* buffers completed on a thread that held an uncommitted ticket (CUPTI may complete one inside the call):
- * writing their events there could wait for a drain that waits for that ticket; pi_gpu_tick does it */
-#define DEFER_MAX 16 /* 4 MB each; when full, a buffer is processed where it arrives */
-static struct { void *ctx; uint32_t stream; uint8_t *buf; size_t valid; } g_deferred[DEFER_MAX];
-static volatile int g_ndeferred;
+/* The queue of handed-over buffers.  Every buffer CUPTI completes is appended here, in the order CUPTI
+ * handed it over, and parsed from here, oldest first, by one thread at a time (g_draining): a pairing is
+ * always parsed before the activities of later buffers, whichever thread got which buffer.  A thread
+ * parses only when it may write to the ring: never while it holds an uncommitted ticket (CUPTI may
+ * complete a buffer inside a call: writing there could wait for a drain that waits for that ticket), and
+ * CUPTI's own thread only while the ring has room for the buffer's events (it must not wait for the
+ * drain while CUPTI may hold a lock that a launch, holding a ticket the drain waits for, needs); the
+ * rest waits for a call path's tick.  Nobody waits for the thread that is parsing: it takes whatever
+ * was appended meanwhile.  Bounded: buffer_requested gives CUPTI no buffer while the queued buffers and
+ * those CUPTI holds reach g_qcap (CUPTI then drops records and counts them: gpu_dropped). */
 
-static void run_deferred(void) { /* oldest first: pairings come before their activities */
+static int may_parse(size_t valid) {
+    if (t_hold) return 0;
+    return t_ticking || pi_ring_room() >= valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024;
+}
+
+/* parse queued buffers, oldest first, while this thread may and no other thread is parsing */
+static void drain_queue(void) {
     for (;;) {
         pthread_mutex_lock(&g_pool_lock);
-        int n = g_ndeferred;
-        if (n == 0) {
+        if (g_draining || g_nqueued == 0 || !may_parse(g_queue[g_qhead].valid)) {
             pthread_mutex_unlock(&g_pool_lock);
             return;
         }
-        void *ctx = g_deferred[0].ctx;
-        uint32_t st = g_deferred[0].stream;
-        uint8_t *b = g_deferred[0].buf;
-        size_t v = g_deferred[0].valid;
-        memmove(&g_deferred[0], &g_deferred[1], (size_t)(n - 1) * sizeof g_deferred[0]);
-        g_ndeferred = n - 1;
+        g_draining = 1;
+        int h = g_qhead;
+        void *ctx = g_queue[h].ctx;
+        uint32_t st = g_queue[h].stream;
+        uint8_t *b = g_queue[h].buf;
+        size_t v = g_queue[h].valid;
+        g_qhead = (h + 1) % QUEUE_MAX;
+        g_nqueued--;
         pthread_mutex_unlock(&g_pool_lock);
         process_buffer(ctx, st, b, v);
+        pthread_mutex_lock(&g_pool_lock);
+        g_draining = 0;
+        pthread_mutex_unlock(&g_pool_lock);
     }
+}
+
+/* the final flush: every queued buffer parsed (by this thread, or the one parsing now) */
+static void drain_queue_all(void) {
+    struct timespec ts = {0, 50000};
+    for (;;) {
+        drain_queue();
+        pthread_mutex_lock(&g_pool_lock);
+        int done = g_nqueued == 0 && !g_draining;
+        pthread_mutex_unlock(&g_pool_lock);
+        if (done || t_hold) return;
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* records in a buffer that cannot be queued (cannot happen: buffer_requested bounds them): counted dropped */
+static void drop_buffer(uint8_t *buffer, size_t valid) {
+    uint64_t n = 0;
+    pi_cupti_record *r = NULL;
+    while (C.next && C.next(buffer, valid, &r) == PI_CUPTI_SUCCESS) n++;
+    atomic_fetch_add(&g_dropped, n);
+    buffer_give_back(buffer);
 }
 
 static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
     (void)size;
     if (!buffer) return;
-    /* Deferred to a call path's tick when this thread holds an uncommitted ticket, and also when the ring
-     * has no room for the buffer's events: CUPTI's own thread must not wait for the drain while CUPTI may
-     * hold a lock that a launch (holding a ticket the drain waits for) needs. */
-    /* Buffers are parsed in the order CUPTI hands them over (a pairing comes before its activities):
-     * while some wait, a new one waits behind them. */
-    if (t_hold || (!t_ticking && (g_ndeferred > 0 || pi_ring_room() < valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024))) {
-        pthread_mutex_lock(&g_pool_lock);
-        int queued = g_ndeferred < DEFER_MAX;
-        if (queued) {
-            g_deferred[g_ndeferred].ctx = context;
-            g_deferred[g_ndeferred].stream = stream;
-            g_deferred[g_ndeferred].buf = buffer;
-            g_deferred[g_ndeferred].valid = valid;
-            g_ndeferred++;
-        }
-        pthread_mutex_unlock(&g_pool_lock);
-        if (queued) return;
-        if (!t_hold) run_deferred(); /* the queue is full: the older ones first, here */
+    pthread_mutex_lock(&g_pool_lock);
+    if (g_outstanding > 0) g_outstanding--;
+    int queued = g_nqueued < QUEUE_MAX;
+    if (queued) {
+        int t = (g_qhead + g_nqueued) % QUEUE_MAX;
+        g_queue[t].ctx = context;
+        g_queue[t].stream = stream;
+        g_queue[t].buf = buffer;
+        g_queue[t].valid = valid;
+        g_nqueued++;
     }
-    process_buffer(context, stream, buffer, valid);
+    pthread_mutex_unlock(&g_pool_lock);
+    if (!queued) {
+        drop_buffer(buffer, valid);
+        return;
+    }
+    drain_queue();
 }
 
 static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size_t valid) {
@@ -430,6 +484,8 @@ static void setup_locked(void) {
     if (fl && atoi(fl) > 0) g_flush_ns = (uint64_t)atoi(fl) * 1000000ull;
     const char *bs = getenv("PYINTERPOSE_CUPTI_BUFFER");
     if (bs && atol(bs) >= 64) g_buf_size = (size_t)atol(bs) & ~(size_t)7;
+    size_t qc = QUEUE_BYTES / g_buf_size;
+    g_qcap = qc < 16 ? 16 : qc > QUEUE_MAX ? QUEUE_MAX : (int)qc;
     void *h = find_cupti(why, sizeof why);
     if (!h) {
         char note[700];
@@ -497,6 +553,30 @@ static void setup(void) {
     }
 }
 
+/* a NOTE when activities went out unmatched because the pending list hit its bound, or CUPTI got no
+ * buffer because the queue was full (its dropped records are counted apart, in the CLOCK events) */
+static void note_losses(void) {
+    static uint64_t refused_noted;
+    char note[400];
+    pthread_mutex_lock(&g_parse_lock);
+    uint64_t ev = g_pending.evicted;
+    pthread_mutex_unlock(&g_parse_lock);
+    if (ev > g_evicted_noted) {
+        snprintf(note, sizeof note, "device clock: %llu device records went out unmatched (seq -1): their pairing "
+                 "had not come while %d other unpaired records waited (the bound)",
+                 (unsigned long long)ev, PI_GPU_PENDING_MAX);
+        g_evicted_noted = ev;
+        pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, pi_intern(note), 0);
+    }
+    uint64_t rf = atomic_load(&g_refused);
+    if (rf > refused_noted) {
+        snprintf(note, sizeof note, "device clock: CUPTI got no buffer %llu times: %d buffers were waiting to be "
+                 "parsed (the bound); the records it dropped are counted", (unsigned long long)rf, g_qcap);
+        refused_noted = rf;
+        pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, pi_intern(note), 0);
+    }
+}
+
 /* align the clocks again, then hand CUPTI's records over; flag: 0 or FLUSH_FORCED */
 static void flush(uint32_t flag, int final) {
     int64_t off = 0;
@@ -511,19 +591,22 @@ static void flush(uint32_t flag, int final) {
             if (err > best) atomic_store(&g_err, err);
         }
     }
-    if (g_ndeferred) run_deferred(); /* before the newer buffers the flush hands over */
+    drain_queue(); /* the flush's buffers queue behind the ones waiting */
     pi_CUptiResult r = C.flush(flag);
     if (r != PI_CUPTI_SUCCESS) {
         fail("cuptiActivityFlushAll", r, 0);
         note_state(); /* the times so far stay: state cupti, the note says where they end */
         return;
     }
-    if (g_ndeferred) run_deferred();
     if (final) {
+        drain_queue_all();
         pthread_mutex_lock(&g_parse_lock);
         pi_cupti_pending_drain(&g_map, &g_pending, sink, NULL);
         pthread_mutex_unlock(&g_parse_lock);
+    } else {
+        drain_queue();
     }
+    note_losses();
     emit_clock(PI_CLOCK_CUPTI, PI_CLOCK_OK, NULL);
 }
 
@@ -577,9 +660,9 @@ void pi_gpu_tick(uint64_t now) {
         if (s == GS_OFF) note_state();
         return;
     }
-    if (PI_UNLIKELY(g_ndeferred)) {
+    if (PI_UNLIKELY(g_nqueued)) {
         t_ticking = 1;
-        run_deferred();
+        drain_queue();
         t_ticking = 0;
     }
     uint64_t due = atomic_load_explicit(&g_next_flush, memory_order_relaxed);
@@ -607,7 +690,10 @@ void pi_gpu_atfork_child(void) {
     pthread_mutex_init(&g_parse_lock, NULL);
     pthread_mutex_init(&g_pool_lock, NULL);
     atomic_store(&g_capturing, 0); /* captures belong to the parent's threads */
-    g_ndeferred = 0;
+    g_nqueued = 0;
+    g_qhead = 0;
+    g_draining = 0;
+    g_outstanding = 0;
     t_hold = 0;
     int was = g_gs == GS_ON || g_was_on;
     g_was_on = 0;

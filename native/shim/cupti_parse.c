@@ -87,26 +87,44 @@ void pi_cupti_view(const pi_cupti_record *r, pi_gpu_act *a) {
     }
 }
 
+/* the oldest quarter of a full list goes out unmatched (counted in p->evicted): bounded memory */
+static void evict(pi_gpu_pending *p, pi_gpu_sink sink, void *ctx) {
+    size_t k = p->n / 4 ? p->n / 4 : p->n;
+    for (size_t i = 0; i < k; i++) {
+        p->a[i].ext = 0;
+        sink(ctx, &p->a[i]);
+    }
+    memmove(p->a, p->a + k, (p->n - k) * sizeof *p->a);
+    p->n -= k;
+    p->evicted += k;
+}
+
 static void pend(pi_gpu_pending *p, const pi_gpu_act *a, pi_gpu_sink sink, void *ctx) {
-    if (p->n == p->cap) {
+    if (p->n == p->cap && p->cap < PI_GPU_PENDING_MAX) {
         size_t cap = p->cap ? 2 * p->cap : 1024;
-        pi_gpu_act *q = cap <= 65536 ? realloc(p->a, cap * sizeof *q) : NULL;
-        if (!q) { /* full (or no memory): it goes out unmatched rather than not at all */
-            sink(ctx, a);
-            return;
+        if (cap > PI_GPU_PENDING_MAX) cap = PI_GPU_PENDING_MAX;
+        pi_gpu_act *q = realloc(p->a, cap * sizeof *q);
+        if (q) {
+            p->a = q;
+            p->cap = cap;
         }
-        p->a = q;
-        p->cap = cap;
+    }
+    if (p->n == p->cap && p->n) evict(p, sink, ctx);
+    if (p->n == p->cap) { /* no memory at all: it goes out unmatched rather than not at all */
+        sink(ctx, a);
+        p->evicted++;
+        return;
     }
     p->a[p->n++] = *a;
 }
 
+/* pending activities now paired go out, in their order; the others keep waiting (all go at the final drain) */
 static void retry(pi_corr_map *m, pi_gpu_pending *p, pi_gpu_sink sink, void *ctx, int final) {
     size_t keep = 0;
     for (size_t i = 0; i < p->n; i++) {
         pi_gpu_act *a = &p->a[i];
         a->ext = pi_corr_get(m, a->corr);
-        if (a->ext || final || ++a->age > PI_GPU_MAX_AGE) sink(ctx, a);
+        if (a->ext || final) sink(ctx, a);
         else p->a[keep++] = *a;
     }
     p->n = keep;
@@ -114,7 +132,8 @@ static void retry(pi_corr_map *m, pi_gpu_pending *p, pi_gpu_sink sink, void *ctx
 
 long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, uint8_t *buf, size_t valid, pi_corr_map *m,
                     pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx) {
-    long seen = 0;
+    long seen = 0, paired = 0;
+    size_t waited = pending->n; /* pending before this buffer: only a new pairing can pair them */
     pi_cupti_record *r = NULL;
     /* one pass: pairings into the map, activities out when their pairing is known, else pending (CUPTI
      * writes the pairing at the call, the activity when it ends, but a buffer holds one thread's or one
@@ -129,8 +148,10 @@ long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, ui
         seen++;
         if (r->kind == PI_CUPTI_KIND_EXTERNAL_CORRELATION) {
             const pi_cupti_external_correlation *x = (const pi_cupti_external_correlation *)r;
-            if (x->externalKind == ext_kind)
+            if (x->externalKind == ext_kind) {
                 pi_corr_put(m, x->correlationId, x->externalId);
+                paired++;
+            }
             continue;
         }
         pi_gpu_act a;
@@ -140,7 +161,7 @@ long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, ui
         if (a.ext) sink(ctx, &a);
         else pend(pending, &a, sink, ctx);
     }
-    retry(m, pending, sink, ctx, 0);
+    if (paired && (waited || pending->n)) retry(m, pending, sink, ctx, 0);
     return seen;
 }
 

@@ -8,7 +8,10 @@
  * EXTERNAL_CORRELATION record pairing that id with its own correlationId, and the kernel / memcpy /
  * memset records of the call carry the same correlationId (kernels replayed from a graph carry the
  * graph launch's).  The map keeps correlationId -> external id for a window of recent ids; an
- * activity whose pairing has not been seen yet waits (a few buffers at most) in a pending list.
+ * activity whose pairing has not been seen yet waits in a pending list until the pairing comes (buffers
+ * are parsed in the order CUPTI handed them over, but a pairing may still come in a later buffer than
+ * its activity), or the final drain.  The list is bounded (PI_GPU_PENDING_MAX): past it the oldest
+ * quarter goes out unmatched, counted in `evicted` (the shim writes a NOTE saying so).
  */
 #ifndef PI_CUPTI_PARSE_H
 #define PI_CUPTI_PARSE_H
@@ -29,7 +32,6 @@ typedef struct pi_gpu_act {
     int16_t device;
     uint16_t kind;            /* enum pi_gpu_kind (events.h) */
     uint8_t copy_kind;        /* memcpy: PI_CUPTI_MEMCPY_* */
-    uint8_t age;              /* buffers it has waited for its pairing */
 } pi_gpu_act;
 
 /* correlationId -> external id, direct mapped over the last 2^bits correlation ids */
@@ -42,6 +44,7 @@ typedef struct pi_corr_map {
 typedef struct pi_gpu_pending {
     pi_gpu_act *a;
     size_t n, cap;
+    uint64_t evicted;         /* activities sent unmatched because the list was full (or no memory) */
 } pi_gpu_pending;
 
 typedef void (*pi_gpu_sink)(void *ctx, const pi_gpu_act *a);
@@ -51,13 +54,14 @@ void pi_corr_free(pi_corr_map *m);
 void pi_corr_put(pi_corr_map *m, uint32_t corr, uint64_t ext);
 uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr);
 
-#define PI_GPU_MAX_AGE 64     /* buffers an activity waits for its pairing before it goes out unmatched */
+#define PI_GPU_PENDING_MAX 65536 /* unpaired activities kept waiting for their pairing (~5 MB) */
 
 /* Parse one completed buffer (`valid` bytes) with CUPTI's own record iterator, in one pass: external
  * correlation records of kind `ext_kind` (the shim's: CUSTOM2) go into the map, kernel / memcpy / memset records to `sink` with their
- * external id; one whose pairing is not known yet is kept in `pending` (sent unmatched when the list is
- * full).  Then the pending activities are tried again: those now paired, or older than PI_GPU_MAX_AGE
- * buffers, go to `sink`.  Returns the records seen, or -1 when the iterator failed. */
+ * external id; one whose pairing is not known yet is kept in `pending` (when the list is full, its oldest
+ * quarter is sent unmatched and counted in pending->evicted).  Then, when the buffer brought pairings, the
+ * pending activities are tried again: those now paired go to `sink`, in order; the others keep waiting
+ * (no age limit).  Returns the records seen, or -1 when the iterator failed. */
 long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, uint8_t *buf, size_t valid, pi_corr_map *m,
                     pi_gpu_pending *pending, pi_gpu_sink sink, void *ctx);
 

@@ -170,7 +170,8 @@ enum pi_kind {
     PI_KIND_VMM_CREATE = 8,  /* cuMemCreate (physical, addr = 0, aux = handle) */
     PI_KIND_VMM_MAP = 9,     /* cuMemMap (addressable mapping, aux = handle) */
     PI_KIND_IPC = 10         /* cudaIpcOpenMemHandle / cuIpcOpenMemHandle: another process's memory
-                                mapped here (addr; size 0 = unknown); freed by ...IpcCloseMemHandle */
+                                mapped here (addr; size from cuMemGetAddressRange_v2, 0 = unknown);
+                                freed by ...IpcCloseMemHandle */
 };
 
 enum pi_access_flags {

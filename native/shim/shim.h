@@ -84,6 +84,8 @@ PI_HIDDEN void pi_context_atfork_child(void);
 PI_HIDDEN void pi_context_remember(CUcontext ctx, int device);
 PI_HIDDEN void pi_context_current(CUcontext ctx, int push);
 PI_HIDDEN void pi_context_pop(void);
+/* bytes of the peer buffer an IPC open just mapped at ptr (cuMemGetAddressRange_v2; 0 unknown) */
+PI_HIDDEN uint64_t pi_ipc_size(uint64_t ptr);
 
 /* --- real symbols (resolve.c) --- */
 PI_HIDDEN void *pi_real(int api);

@@ -80,6 +80,10 @@ HIDDEN int sim_take_next_launch_ns(uint64_t *ns); /* this thread's per-launch du
 HIDDEN uint64_t sim_copy_ns(enum sim_engine e, uint64_t bytes);
 HIDDEN uint64_t sim_memset_ns(uint64_t bytes);
 
+/* the simulated CUPTI's graph callback, or NULL (clock.c) */
+typedef void (*sim_graph_hook_fn)(uint32_t, void *, void *, void *, void *, int, void *);
+HIDDEN sim_graph_hook_fn sim_graph_hook(void);
+
 /* pointer -> CUpti_ActivityMemoryKind (memory.c): 1 pageable host, 2 pinned, 3 device, 5 managed */
 HIDDEN int sim_mem_kind_of(uint64_t p);
 

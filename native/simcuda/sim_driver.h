@@ -73,8 +73,8 @@ struct CUevent_st { uint32_t magic; int recorded; uint64_t t_ns; };
 struct CUmemPoolHandle_st { uint32_t magic; int device; int is_default; };
 /* a node of a graph captured from a stream (launch.c) */
 struct sim_gnode {
-    int kind;                  /* SIMCU_OP_* */
     uint64_t id;               /* CUPTI graph node id */
+    int kind;                  /* SIMCU_OP_* */
     struct CUfunc_st *f;       /* kernel: the function, a copy of its arguments, pointers into it */
     char *args;
     void **params;
@@ -121,6 +121,8 @@ HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q);
 /* ---- launch.c ---- */
 /* append a node to the graph a stream is capturing into; returns a pointer to fill (NULL: no memory) */
 HIDDEN struct sim_gnode *sim_graph_add(struct CUgraph_st *g);
+/* a captured node is filled in: tell CUPTI (GRAPHNODE_CREATED), on the capturing thread */
+HIDDEN void sim_graph_node_created(struct CUgraph_st *g, struct sim_gnode *n);
 
 /* ---- module.c ---- */
 HIDDEN void sim_image_kernel(CUfunction f, void **params); /* body of kernels loaded from an image */

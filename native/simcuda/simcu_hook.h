@@ -13,6 +13,10 @@
  *                                 both on CLOCK_MONOTONIC; CUPTI must not deliver the record before the
  *                                 host clock reaches op->end_ns (the op has not finished before that).
  * A graph launch makes one api() call and one op() per replayed node, all with the launch's corr.
+ *   graph_node(cbid, ...)         a graph node was created by a stream capture (cbid 13, on the capturing
+ *                                 thread, inside the captured call) or cloned by instantiation (cbid 20):
+ *                                 CUPTI's resource callbacks GRAPHNODE_CREATED / GRAPHNODE_CLONED.
+ * CUPTI reads ids of graph handles with simcuInternalGraphId (cuptiGetGraphNodeId & co.).
  *
  * The CUPTI clock (cuptiGetTimestamp, record start/end) is CLOCK_MONOTONIC shifted by an offset and a
  * drift: simcu_cupti_time() below, read by both libraries from the same environment variables.
@@ -22,7 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define SIMCU_HOOK_VERSION 1
+#define SIMCU_HOOK_VERSION 2
 
 enum simcu_op_kind { SIMCU_OP_KERNEL = 1, SIMCU_OP_MEMCPY = 2, SIMCU_OP_MEMSET = 3 };
 
@@ -46,11 +50,21 @@ struct simcu_hooks {
     int version; /* SIMCU_HOOK_VERSION */
     void (*api)(uint32_t corr_id, uint32_t cbid, uint64_t start_ns, uint64_t end_ns);
     void (*op)(const struct simcu_op *op);
+    void (*graph_node)(uint32_t cbid, void *graph, void *original_graph, void *node, void *original_node,
+                       int node_type, void *graph_exec);
 };
 
-/* exported by libcuda.so.1; hooks == NULL detaches.  Returns SIMCU_HOOK_VERSION. */
+/* exported by libcuda.so.1: the id of a graph node (what 0), graph (1) or executable graph (2);
+ * 0 on success, -1 for a handle that is not one */
+typedef int (*simcu_graph_id_fn)(int what, void *handle, uint64_t *id);
+#define SIMCU_GRAPH_ID_SYMBOL "simcuInternalGraphId"
+
+/* exported by libcuda.so.1: returns SIMCU_HOOK_VERSION, or -1 when another CUPTI is attached;
+ * detach removes the hooks if they are the attached ones (libcupti's destructor calls it) */
 typedef int (*simcu_attach_fn)(const struct simcu_hooks *hooks);
+typedef void (*simcu_detach_fn)(const struct simcu_hooks *hooks);
 #define SIMCU_ATTACH_SYMBOL "simcuInternalAttachCupti"
+#define SIMCU_DETACH_SYMBOL "simcuInternalDetachCupti"
 
 /* ---- the CUPTI clock ----
  * SIMCUPTI_CLOCK_OFFSET_NS  added to CLOCK_MONOTONIC (default 1700000000000000000, about the Unix time

@@ -534,6 +534,8 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
                  * for it), starts before that moment; the swap-in starts before the next access
                  * (which waits for it when it ends late) */
                 double first_over = hot_t[k1], last_over_end = hot_end[k2];
+                /* (the limit at the next access is also implied by the swap-in's: a swap-out
+                 * ending after it leaves no swap-in start before it) */
                 double lim = c->end - c->t_out;
                 if (first_over < lim) lim = first_over;
                 if (!channel_earliest(&d2h, c->start, c->t_out, lim, &os)) continue;

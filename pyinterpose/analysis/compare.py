@@ -126,6 +126,13 @@ def _clock_keys(trace: Trace) -> dict[str, Any]:
     return {**c.as_dict(), "launch_lag": launch_lag(trace)}
 
 
+def _ranks_of(trace: Trace) -> list[int]:
+    """The ranks the trace's processes name (pyinterpose.analysis.ranks; [] for none)."""
+    from .ranks import per_rank
+
+    return [r["rank"] for r in per_rank(trace, iterations=False) if r["rank"] is not None]
+
+
 def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = None,
               time_limit: float = 2.0, pools: bool = True, swap: bool = True) -> dict[str, Any]:
     """One comparison row for ``trace`` (see the module docstring)."""
@@ -162,6 +169,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "view": view,
         **_clock_keys(trace),
         "processes": len(trace.pids),
+        "ranks": _ranks_of(trace),
         "devices": sorted(int(d) for d in b["device"].unique()),
         "blocks": int(len(b)),
         "peak_live_bytes": int(peak),

@@ -107,7 +107,7 @@ class FitModel:
     """What one process of a trace needs, computed once; :meth:`answer` per capacity."""
 
     def __init__(self, trace, pid: int | None = None, bandwidth_bytes_per_s: float | None = None,
-                 plan_time_limit: float = PLAN_TIME_LIMIT):
+                 plan_time_limit: float = PLAN_TIME_LIMIT, swap: bool = True):
         from ..trace.model import peak_live_bytes_of
         from . import pools
         from .oom import oom_failures, reserve_at, live_mask
@@ -138,13 +138,9 @@ class FitModel:
         o_d = np.concatenate([size[outside], -size[outside & freed]])
         order = np.argsort(o_seq, kind="stable")
         self._out_seq, self._out_live = o_seq[order], np.cumsum(o_d[order])
-        # the allocator's request stream as numpy columns (what pools.reserved_curve replays; no DataFrame)
-        cols = pools._block_columns(trace, pools._device_mask(trace, self.pid, True, allocator_mask(trace)))
-        rq = pools._request_columns(cols, times=False)
-        self._req_seq = rq["seq"]
-        self._arrs = pools.allocators.RequestArrays.of_columns(
-            rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
-            lambda: pools._request_frame(pools._request_columns(cols)))
+        self._arrs_made = None
+        self._req_seq = None
+        self.try_swap = swap
         self.notes: list[str] = []
         if self.reserved_view:
             self.notes.append("a reserved-view trace: its blocks are the framework allocator's segments, so the "
@@ -171,6 +167,7 @@ class FitModel:
                               "live then plus the request (what the run did afterwards is unknown)")
         self.lower_bound = max(self.lower_bound, unmet_live)
         self._needs: dict = {}
+        self._config_note()
         self.captured_need = self.allocator_need(self.simulator, self._captured_options())
         if self.unmet:
             self.captured_need = max(self.captured_need, unmet_reserve)
@@ -178,27 +175,66 @@ class FitModel:
         self._planned = None
         self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
 
+    def _config_note(self) -> None:
+        """What the user's own settings (recorded in the trace's meta["user_env"]) make of the answers: the
+        captured answer simulates a growing BFC; a JAX run that did not turn preallocation off, or a
+        TensorFlow run on its default allocator, gets the "default" answer's behaviour."""
+        env = self.trace.meta.get("user_env")
+        if env is None or self.reserved_view:
+            return
+        if self.framework == "jax" and str(env.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")).lower() not in ("false", "0"):
+            if str(env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "")).lower() != "platform":
+                self.notes.append("your run's settings (as the trace recorded them) leave JAX preallocating 75 % of "
+                                  "the GPU: its outcome is the 'JAX default' answer, tried when the growing BFC "
+                                  "does not fit")
+        if self.framework == "tensorflow" and not env.get("TF_GPU_ALLOCATOR"):
+            self.notes.append("your run's settings (as the trace recorded them) leave TensorFlow on its default BFC "
+                              "(one region of the whole memory unless TF_FORCE_GPU_ALLOW_GROWTH is set): its "
+                              "outcome is the 'TensorFlow default BFC' answer, tried when the growing BFC does not fit")
+
     # ---- needs
     def _captured_options(self) -> dict:
         if self.simulator == "pytorch":
             from .pools.allocators import pytorch_options
             return dict(pytorch_options(self.trace.meta, None)[0])
-        if self.simulator == "bfc":
-            return {"allow_growth": True}
-        return {}
+        return {}   # bfc: allow_growth (growing regions) is the simulator's default
+
+    @property
+    def _arrs(self):
+        """The allocator's request stream as numpy columns (what pools.reserved_curve replays; no
+        DataFrame), made when a simulation other than the captured one is needed."""
+        if self._arrs_made is None:
+            from . import pools
+            from .owners import allocator_mask
+            cols = pools._block_columns(self.trace, pools._device_mask(self.trace, self.pid, True,
+                                                                         allocator_mask(self.trace)))
+            rq = pools._request_columns(cols, times=False)
+            self._req_seq = rq["seq"]
+            self._arrs_made = pools.allocators.RequestArrays.of_columns(
+                rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
+                lambda: pools._request_frame(pools._request_columns(cols)))
+        return self._arrs_made
 
     def allocator_need(self, sim: str, options: dict) -> int:
         """Peak over time of the simulated reserve (no limit) plus the device bytes outside the
-        allocator at that moment (``sim`` "none": the allocator's blocks as captured)."""
+        allocator at that moment (``sim`` "none": the allocator's blocks as captured).  The captured
+        allocator's curve is pools.reserved_curve's (computed once per trace: the report's timeline
+        shares it)."""
         if sim == "none":
             from ..trace.model import peak_live_bytes_of
             b = self.trace.blocks
             return peak_live_bytes_of(self.trace, b["counts_device"].to_numpy(bool) & (b["pid"].to_numpy() == self.pid))
         key = (sim, tuple(sorted(options.items())))
         if key not in self._needs:
-            from .pools import simulate
-            r = simulate(self._arrs, sim, None, series=True, **options)
-            self._needs[key] = _curve_max(self._req_seq, r["reserved_after"], self._out_seq, self._out_live)
+            if sim == self.simulator and options == self._captured_options():
+                from .pools import reserved_curve
+                rc = reserved_curve(self.trace, sim, self.pid)
+                seq, curve = np.asarray(rc["seq"], np.int64), rc["bytes"]
+            else:
+                from .pools import simulate
+                curve = simulate(self._arrs, sim, None, series=True, **options)["reserved_after"]
+                seq = self._req_seq
+            self._needs[key] = _curve_max(seq, curve, self._out_seq, self._out_live)
         return self._needs[key]
 
     def allocator_fits_limited(self, sim: str, options: dict, limit: int) -> bool:
@@ -297,7 +333,10 @@ class FitModel:
             not_tried.append("allocator knobs and a planned pool: the capacity is below the lower bound "
                              "(peak of live bytes)")
         if not fits and not self.reserved_view:
-            fits = self._swap(C, gpu, add)
+            if self.try_swap:
+                fits = self._swap(C, gpu, add)
+            else:
+                not_tried.append(f"host swapping (pyinterpose fit FILE --capacity {C} evaluates it)")
         chosen = next((a for a in answers if a["fits"]), None)
         if chosen is None:
             needs = [a["need_bytes"] for a in answers if a["need_bytes"] is not None]
@@ -363,10 +402,11 @@ def _gpu_public(g: dict | None) -> dict | None:
 
 
 def fit(trace, capacities: list[tuple[str, int, dict | None]] | None = None, pid: int | None = None,
-        bandwidth_bytes_per_s: float | None = None) -> dict:
+        bandwidth_bytes_per_s: float | None = None, swap: bool = True) -> dict:
     """The ``fit`` JSON: ``capacities``: (label, bytes, gpu entry or None); default: every card of
-    the GPU table."""
+    the GPU table.  ``swap=False``: host swapping is not evaluated (the report: one swap evaluation
+    per card costs seconds at a million events)."""
     if capacities is None:
         capacities = [(g["name"], g["capacity_bytes"], g) for g in gpu_table()]
-    m = FitModel(trace, pid=pid, bandwidth_bytes_per_s=bandwidth_bytes_per_s)
+    m = FitModel(trace, pid=pid, bandwidth_bytes_per_s=bandwidth_bytes_per_s, swap=swap)
     return {**m.summary(), "capacities": [m.answer(c, label, g) for label, c, g in capacities]}

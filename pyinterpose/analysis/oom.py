@@ -31,7 +31,8 @@ The explanation of one failure (:func:`explain_failure`):
   trace the reserve is *simulated* (the framework's allocator replayed on its request stream up to
   the failure: ``pytorch`` caching allocator, ``bfc`` for JAX/TensorFlow); in a reserved-view trace
   the live blocks are the reserve itself and what was allocated inside is not in the trace (said in
-  ``note``).
+  ``note``).  ``shortfall_share``: the free bytes inside the reserve as a share of the shortfall
+  (request minus device free, at most 1): how much of what was missing the allocator held unused.
 """
 from __future__ import annotations
 
@@ -199,13 +200,11 @@ def reserve_at(trace: Trace, pid: int, seq: int, allocator_live: int) -> dict:
     from . import pools
 
     try:
-        curve = trace.derived(("oom.reserved_curve", sim, int(pid)),
-                              lambda: (pools.reserved_curve(trace, sim, pid),
-                                       pools.requests(trace, pid, allocator_only=True)["seq"].to_numpy(np.int64)))
+        rc = pools.reserved_curve(trace, sim, pid)
     except Exception as e:  # noqa: BLE001 - the explanation goes on without it
         return {"source": "none", "allocator": sim, "reserve_bytes": None, "allocated_bytes": int(allocator_live),
                 "free_in_reserve_bytes": None, "fragmentation": None, "note": f"simulation failed: {e}"}
-    rc, req_seq = curve
+    req_seq = np.asarray(rc["seq"], np.int64)
     k = int(np.searchsorted(req_seq, seq, side="left"))
     reserve = int(rc["bytes"][k - 1]) if k > 0 else 0
     free_in = max(reserve - int(allocator_live), 0)
@@ -290,6 +289,10 @@ def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
                                  "by_call_site": _group(since, "call_site", top)} if boundary else None),
         "reserve": reserve_at(trace, pid, seq, alloc_live),
     }
+    # the fragmentation share of the failure: how much of what was missing sat free inside the reserve
+    r, short = out["reserve"], out["shortfall_bytes"]
+    r["shortfall_share"] = (min(1.0, r["free_in_reserve_bytes"] / short)
+                            if r.get("free_in_reserve_bytes") is not None and short and short > 0 else None)
     return out
 
 

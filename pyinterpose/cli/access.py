@@ -46,6 +46,7 @@ def run(args) -> int:
     q = r["ati_quantiles"] or {}
     head = [
         ("process", r["pid"]),
+        ("clock", r.get("clock", "cpu") + (f" ({r['clock_note']})" if r.get("clock_note") else "")),
         ("iterations", f"{r['iterations']['count']} ({r['iterations']['source']})"),
         ("blocks", f"{r['blocks']} ({r['accessed_blocks']} accessed)"),
         ("accesses", r["accesses"]),

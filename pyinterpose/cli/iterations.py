@@ -49,6 +49,7 @@ def run(args) -> int:
         ("process", it.pid),
         ("source", it.source + (" (pyinterpose.mark_step markers)" if it.source == "markers" else
                                 " (detected from allocations)")),
+        ("clock", d.get("clock", "cpu") + (f" ({d['clock_note']})" if d.get("clock_note") else "")),
         ("allocations per step", it.period_allocs),
         ("steps", it.count),
         ("first steady seq", it.first_steady_seq),

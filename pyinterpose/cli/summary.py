@@ -166,6 +166,14 @@ def print_ranks(con, per_rank: list, job: dict) -> None:
                   _fmt_bytes(r["peak_live_bytes"]), at, _fmt_bytes(r["collective_peak_bytes"]),
                   str(r["iterations"]))
     con.print(t)
+    if len(job.get("per_device") or []) > 1 or any(len(e["ranks"]) > 1 for e in job.get("per_device") or []):
+        t = Table(title="devices", show_header=True)
+        for c in ("host", "uuid", "ranks", "sum of peaks"):
+            t.add_column(c, justify="right" if c == "sum of peaks" else "left", overflow="fold")
+        for e in job["per_device"]:
+            t.add_row(str(e["host"]), e["device_uuid"] or "?", ", ".join(str(r) for r in e["ranks"]),
+                      _fmt_bytes(e["sum_of_peaks"]))
+        con.print(t)
     if job.get("imbalance") is not None:
         con.print(f"{job['ranks']} ranks: imbalance (max peak / median) [bold]{job['imbalance']:.3f}[/bold]; "
                   f"highest peak: rank {job['max_rank']} ({_fmt_bytes(job['max_peak_bytes'])}); "

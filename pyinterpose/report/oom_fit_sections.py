@@ -56,7 +56,7 @@ def fill_fit(s, trace, heads: dict) -> None:
     from ..analysis.fit import fit
     from .fit_text import capacity_line
 
-    res = fit(trace)
+    res = fit(trace, swap=False)
     heads["fit"] = {c["label"]: c["fits"] for c in res["capacities"]}
     s.facts += [("lower bound (peak live bytes)", fmt_bytes(res["lower_bound_bytes"])),
                 ("its allocator's segments as recorded need" if res["simulator"] == "none" else
@@ -67,4 +67,6 @@ def fill_fit(s, trace, heads: dict) -> None:
         "step time": "" if not c["step_time_cost"] else f"+{100 * c['step_time_cost']:.1f} %"}
         for c in res["capacities"]])))
     s.notes.extend(res.get("notes") or [])
+    s.notes.append("host swapping is not evaluated here (seconds per card on a large trace): "
+                   "`pyinterpose fit FILE --gpu NAME` adds it with the card's PCIe bandwidth")
     s.notes.extend(capacity_line(c) for c in res["capacities"] if not c["fits"])

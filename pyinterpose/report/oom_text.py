@@ -67,9 +67,11 @@ def _reserve_line(e: dict) -> str | None:
         return f"reserve: {r.get('note', '')}" if r.get("note") else None
     if r.get("allocated_bytes") is None:
         return f"allocator reserve {fmt_bytes(r['reserve_bytes'])} ({r['source']}); {r.get('note', '')}"
+    share = (f"; it would cover {100 * r['shortfall_share']:.0f} % of the shortfall"
+             if r.get("shortfall_share") is not None else "")
     return (f"{r['allocator']} allocator reserve {fmt_bytes(r['reserve_bytes'])}, allocated inside "
             f"{fmt_bytes(r['allocated_bytes'])}, free inside {fmt_bytes(r['free_in_reserve_bytes'])} "
-            f"({100 * (r['fragmentation'] or 0):.0f} % of the reserve; {r['source'].split(' (')[0]})")
+            f"({100 * (r['fragmentation'] or 0):.0f} % of the reserve{share}; {r['source'].split(' (')[0]})")
 
 
 def compact(ex: dict, trace_path: str, limit: int = 3) -> list[str]:

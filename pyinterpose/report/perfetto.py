@@ -178,6 +178,7 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
                        "pid": int(pid), "tid": 1, "ts": _us(t),
                        "args": {"block_id": int(bid), "size": int(size), "api": api, "kind": kind,
                                 "device": int(dev)}})
+    events.extend(_oom_instants(trace))
     allnotes = _notes(trace, tls, max_points, big_total, max_instants, knotes)
     mark = _marker(trace, devices, allnotes)
     if mark is not None:
@@ -185,6 +186,20 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
     if notes is not None:
         notes.extend(allnotes)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(trace, large, allnotes)}
+
+
+def _oom_instants(trace: Trace) -> list[dict]:
+    """An instant on the process's "large allocations" track per allocation that failed for lack of
+    memory (pyinterpose.analysis.oom: near = a retry succeeded)."""
+    from ..analysis.oom import oom_failures
+
+    f = oom_failures(trace)
+    return [{"name": f"OOM ({outcome}) {api} {_mib(size)}", "cat": "oom", "ph": "i", "s": "t", "pid": int(pid),
+             "tid": 1, "ts": _us(t), "args": {"size": int(size), "api": api, "outcome": outcome,
+                                              "attempt": int(att), "free_bytes": int(fb)}}
+            for pid, t, size, api, outcome, att, fb in zip(
+                f["pid"].tolist(), f["t"].tolist(), f["size"].tolist(), f["api"].astype(str).tolist(),
+                f["outcome"].tolist(), f["attempt"].tolist(), f["free_bytes"].tolist())]
 
 
 def _owner_series(trace: Trace):
@@ -473,6 +488,9 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
                   for bid, pid, t, size, api, kind, dev in zip(
                       big["block_id"].tolist(), big["pid"].tolist(), big["t_alloc"].tolist(), big["size"].tolist(),
                       big["api"].astype(str).tolist(), big["kind"].astype(str).tolist(), big["device"].tolist())])
+    oom = _oom_instants(trace)
+    if oom:
+        doc.add("i", [json.dumps(e, separators=(",", ":")) for e in oom])
     allnotes = _notes(trace, tls, max_points, big_total, max_instants, knotes)
     mark = _marker(trace, devices, allnotes)
     if mark is not None:

@@ -303,3 +303,29 @@ def swap_pareto_png(points: pd.DataFrame, peak_before: int | None, floor: int | 
     _legend_outside(ax)
     _layout(fig, left=0.8, bottom=0.6, top=0.15, outside=[ax])
     return _png(fig, tight=False)
+
+
+def ranks_png(labels: Sequence[str], peaks: Sequence[int], highlight: int | None, median: float | None) -> str:
+    """Each rank's peak of live device bytes side by side: ``highlight`` (the index of the highest rank)
+    in its own colour, the median peak as a line (the imbalance is the highest over it)."""
+    peaks = np.asarray(peaks, dtype=np.float64)
+    div, unit = _byte_unit(float(peaks.max()) if len(peaks) else 0.0)
+    fig = Figure(figsize=(min(12.0, max(5.0, 1.5 + 0.45 * len(peaks))), 3.2))
+    ax = fig.add_subplot(1, 1, 1)
+    x = np.arange(len(peaks))
+    top = np.zeros(len(peaks), bool)
+    if highlight is not None and 0 <= highlight < len(peaks):
+        top[highlight] = True
+    if (~top).any():
+        ax.bar(x[~top], peaks[~top] / div, color=PALETTE[0], label="peak of a rank")
+    if top.any():
+        ax.bar(x[top], peaks[top] / div, color=PALETTE[3], label="the highest peak")
+    if median:
+        ax.axhline(median / div, color="black", linewidth=1.0, linestyle="--", label="median peak")
+    ax.set_xticks(x)
+    ax.set_xticklabels(list(labels), fontsize=8, rotation=0 if len(peaks) <= 16 else 90)
+    ax.set_xlabel("rank", fontsize=8)
+    ax.set_ylabel(f"peak live device memory ({unit})", fontsize=8)
+    _legend_outside(ax)
+    _layout(fig, left=0.8, bottom=0.6, top=0.2, outside=[ax])
+    return _png(fig, tight=False)

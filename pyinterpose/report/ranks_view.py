@@ -24,6 +24,22 @@ def _table(per_rank: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _device_table(job: dict) -> pd.DataFrame:
+    return pd.DataFrame([{"host": e["host"], "device UUID": e["device_uuid"] or "?",
+                          "ranks": ", ".join(str(r) for r in e["ranks"]),
+                          "sum of the ranks' peaks": fmt_bytes(e["sum_of_peaks"])} for e in job.get("per_device") or []])
+
+
+def _figure(per_rank: list[dict], job: dict) -> tuple[str, str]:
+    from .plots import ranks_png
+
+    labels = ["?" if r["rank"] is None else str(r["rank"]) for r in per_rank]
+    peaks = [r["peak_live_bytes"] for r in per_rank]
+    top = max(range(len(peaks)), key=lambda i: peaks[i]) if peaks else None
+    alt = "peak live device memory per rank; " + ", ".join(f"rank {a}: {fmt_bytes(p)}" for a, p in zip(labels, peaks))
+    return ranks_png(labels, peaks, top, job.get("median_peak_bytes")), alt
+
+
 def facts(job: dict) -> list[tuple[str, str]]:
     if not job.get("ranks"):
         return []
@@ -44,7 +60,9 @@ def ranks_section(trace, heads: dict):
     job = job_view(pr)
     s = Section("ranks", "Ranks", EXPLAIN)
     s.facts = facts(job)
+    s.figures.append(_figure(pr, job))
     s.tables.append(("per rank", _table(pr)))
+    s.tables.append(("per device (ranks sharing a GPU add up there)", _device_table(job)))
     heads["ranks"] = job
     heads["per_rank"] = pr
     return s
@@ -56,7 +74,11 @@ def job_report(res: dict, title: str):
 
     s = Section("ranks", "Ranks", EXPLAIN)
     s.facts = facts(res["ranks"])
+    if res["per_rank"]:
+        s.figures.append(_figure(res["per_rank"], res["ranks"]))
     s.tables.append(("per rank", _table(res["per_rank"])))
+    if res["ranks"].get("per_device"):
+        s.tables.append(("per device (ranks sharing a GPU add up there)", _device_table(res["ranks"])))
     t = Section("traces", "Traces", "The job's traces, one per node or per rank (run -o trace-{host}-{rank}.pit).")
     t.tables.append(("traces", pd.DataFrame([{
         "trace": x["trace"], "host": x["host"], "processes": x["processes"], "events": x["events"],

@@ -84,7 +84,8 @@ expandable segments, the segment's peak size)
     runs — the k-th node of a replay, in graph node id order, is the k-th call captured, when their
     numbers agree; -1 otherwise)
 ``hints`` — cudaMemAdvise/cudaMemPrefetchAsync: pid, seq, t, api, op (advise|prefetch), address, size, value
-``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result, stream (uint64),
+``failures`` — calls whose CUDA result was non-zero: pid, seq, t, api, op, size, result, stream (uint64: the
+    stream of a stream-ordered allocation or free, else 0),
     device (int16: the device the shim queried at an out-of-memory failure, else the thread's last
     cudaSetDevice), kind (category: the allocation kind for alloc/free, "" otherwise), pool (uint64:
     the pool of a failed pool allocation, else 0), owner (category) and stack_id (int64, -1 none): the

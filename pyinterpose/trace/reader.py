@@ -673,7 +673,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     failures = conform(pd.DataFrame({
         "pid": x_pid, "seq": col(X, "seq"), "t": tcol(X), "api": api_name(X["api"]),
         "op": pd.Categorical(opname[X["op"].astype(np.uint8)]), "size": col(X, "size"),
-        "result": X["result"], "stream": np.where(x_mem & (x_kind != 9), X["stream"], 0).astype(np.uint64),
+        "result": X["result"], "stream": np.where(x_mem & (x_kind != 8) & (x_kind != 9), X["stream"], 0).astype(np.uint64),
         "device": X["device"], "kind": categorical(np.clip(x_kind, 0, 9), [""] + [KINDS[k] for k in range(1, 10)]),
         "pool": np.where(x_kind == 4, X["aux"], 0).astype(np.uint64)}), FAILURE_COLUMNS)
     failure_details.attach(failures, side, side_pid, side_op, getattr(O, "MEMINFO", None), sites)

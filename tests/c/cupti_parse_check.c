@@ -57,8 +57,10 @@ static void api(buffer *B, uint32_t corr) {
 #define MAXOUT 64
 static pi_gpu_act out[MAXOUT];
 static int nout;
+static long ntotal;
 static void sink(void *ctx, const pi_gpu_act *a) {
     (void)ctx;
+    ntotal++;
     if (nout < MAXOUT) out[nout++] = *a;
 }
 
@@ -117,14 +119,25 @@ int main(void) {
         EXPECT(out[i].ext == 5020 && out[i].graph_node == (uint64_t)(i + 1) && out[i].graph == 7);
     EXPECT(pend.n == 1); /* the CUSTOM0 one still waits */
 
-    /* 3: an activity never paired goes out unmatched after PI_GPU_MAX_AGE buffers */
+    /* 3: an activity waits for its pairing however many buffers come first (no age limit): 200 buffers of
+     * other calls' pairings, then its own */
     nout = 0;
     B.n = 0;
-    api(&B, 120);
-    for (int i = 0; i < PI_GPU_MAX_AGE + 1 && nout == 0; i++) pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
-    EXPECT(nout == 1 && out[0].corr == 104 && out[0].ext == 0 && pend.n == 0);
+    kernel(&B, 120, 6500, 6600, 13, 0, "waits");
+    pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+    for (int i = 0; i < 200; i++) {
+        B.n = 0;
+        api(&B, 200 + i);
+        ext(&B, 200 + i, 6000 + i, OURS);
+        pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+    }
+    EXPECT(nout == 0 && pend.n == 2);
+    B.n = 0;
+    ext(&B, 120, 5025, OURS);
+    pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+    EXPECT(nout == 1 && out[0].corr == 120 && out[0].ext == 5025 && pend.n == 1 && pend.evicted == 0);
 
-    /* 4: the final drain sends what still waits, paired where known */
+    /* 4: the final drain sends what still waits, paired where known, in order */
     nout = 0;
     B.n = 0;
     kernel(&B, 130, 7000, 7100, 13, 0, "late");
@@ -132,7 +145,8 @@ int main(void) {
     pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
     pi_corr_put(&m, 130, 5030);
     pi_cupti_pending_drain(&m, &pend, sink, NULL);
-    EXPECT(nout == 2 && out[0].ext == 5030 && out[1].ext == 0 && pend.n == 0);
+    EXPECT(nout == 3 && out[0].corr == 104 && out[0].ext == 0 && out[1].ext == 5030 && out[2].ext == 0 &&
+           pend.n == 0 && pend.evicted == 0);
 
     /* 5: the map's window: an id 2^10 later overwrites the slot, the old one is no longer known */
     pi_corr_put(&m, 140, 1);
@@ -141,9 +155,22 @@ int main(void) {
 
     /* 6: a failing iterator */
     EXPECT(pi_cupti_parse(nx, OURS, B.b, 0, &m, &pend, sink, NULL) == 0); /* an empty buffer */
+    /* 7: the bound: past PI_GPU_PENDING_MAX unpaired activities the oldest quarter goes out unmatched, counted */
+    nout = 0;
+    ntotal = 0;
+    B.n = 0;
+    int per = (int)(sizeof mem / PI_CUPTI_SIZEOF_KERNEL10), sent = 0;
+    while (sent < PI_GPU_PENDING_MAX + 10) {
+        B.n = 0;
+        for (int i = 0; i < per; i++, sent++) kernel(&B, 300000u + (uint32_t)sent, 1, 2, 13, 0, "lost");
+        pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+    }
+    EXPECT(pend.evicted == PI_GPU_PENDING_MAX / 4 && ntotal == (long)pend.evicted && out[0].ext == 0 &&
+           out[0].corr == 300000u);
+    EXPECT(pend.n == (size_t)sent - pend.evicted && pend.n <= PI_GPU_PENDING_MAX);
     pi_corr_free(&m);
     free(pend.a);
     if (fails) return 1;
-    printf("ok %d\n", 6);
+    printf("ok %d\n", 7);
     return 0;
 }

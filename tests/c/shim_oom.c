@@ -4,8 +4,9 @@
  * while a stream capture is open (the shim must not query the device then); then the program ends
  * the way argv[1] says: "exit" (exit status 1, like a framework's OOM error), "crash" (SIGSEGV) or
  * "ok".  Prints, before ending, the truth as one JSON line: the failed calls in order
- * {"api", "size", "capturing"}, the device's free/total bytes during the failures (one 1 MiB block
- * is live) and the stream handle.
+ * {"api", "size", "capturing", "device"}, the device's free/total bytes during the failures (one 1 MiB
+ * block is live on device 0) and the stream handle.  With a second argument "dev1" (run with
+ * SIMCUDA_DEVICES=2) it ends with one more failure on device 1 (nothing live there: "free1").
  */
 #include <dlfcn.h>
 #include <signal.h>
@@ -33,13 +34,16 @@ static char out[8192];
 static size_t n_out;
 static int first = 1;
 
+static int g_dev;
+
 static void note(const char *api, size_t size, int rc, int capturing) {
     if (rc == 0) {
         fprintf(stderr, "%s(%zu) did not fail\n", api, size);
         exit(3);
     }
-    n_out += (size_t)snprintf(out + n_out, sizeof out - n_out, "%s{\"api\": \"%s\", \"size\": %zu, \"capturing\": %d}",
-                              first ? "" : ", ", api, size, capturing);
+    n_out += (size_t)snprintf(out + n_out, sizeof out - n_out,
+                              "%s{\"api\": \"%s\", \"size\": %zu, \"capturing\": %d, \"device\": %d}",
+                              first ? "" : ", ", api, size, capturing, g_dev);
     first = 0;
 }
 
@@ -88,6 +92,7 @@ int main(int argc, char **argv) {
     prop.type = 1;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
+    prop.requestedHandleTypes = 1; /* POSIX fd, as NCCL asks: the record's stream field carries it, not a stream */
     CUmemGenericAllocationHandle h;
     note("cuMemCreate", BIG, create(&h, BIG, &prop, 0), 0);
     /* a stream capture is open: the shim records the failure but does not query the device */
@@ -96,8 +101,14 @@ int main(int argc, char **argv) {
     CUgraph g;
     if (end((CUstream)st, &g)) return 3;
     note("cuMemAlloc_v2", BIG + MiB, alloc(&d, BIG + MiB), 0);
-    printf("{\"failures\": [%s], \"free\": %zu, \"total\": %zu, \"stream\": %llu}\n", out, freeb, total,
-           (unsigned long long)(uintptr_t)st);
+    size_t free1 = 0;
+    if (argc > 2 && strcmp(argv[2], "dev1") == 0) {
+        if (cudaSetDevice(1) || cudaMemGetInfo(&free1, &total)) return 3;
+        g_dev = 1;
+        note("cudaMalloc", BIG, cudaMalloc(&p, BIG), 0);
+    }
+    printf("{\"failures\": [%s], \"free\": %zu, \"total\": %zu, \"stream\": %llu, \"free1\": %zu}\n", out, freeb,
+           total, (unsigned long long)(uintptr_t)st, free1);
     fflush(stdout);
     if (strcmp(how, "crash") == 0) raise(SIGSEGV);
     if (strcmp(how, "exit") == 0) {

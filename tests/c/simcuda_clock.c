@@ -104,6 +104,8 @@ static size_t g_bufsize = 1 << 16;
 static pthread_mutex_t g_out = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t g_main;
 
+static void *g_cupti;
+
 static void *load_cupti(void)
 {
     /* SIMCLOCK_CUPTI: another name to load (an absolute path with nothing there = CUPTI absent: the
@@ -111,6 +113,7 @@ static void *load_cupti(void)
     const char *name = getenv("SIMCLOCK_CUPTI");
     void *h = dlopen(name && *name ? name : "libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
     if (!h) return NULL;
+    g_cupti = h;
 #define SYM(field, name) CHECK((*(void **)&C.field = dlsym(h, name)) != NULL)
     SYM(reg, "cuptiActivityRegisterCallbacks");
     SYM(enable, "cuptiActivityEnable");
@@ -376,6 +379,143 @@ static int case_fork(void)
     return 0;
 }
 
+/* the device-clock functions through dlsym and cuGetProcAddress_v2, as the jax- and tf-like paths reach them */
+typedef CUresult (*getproc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static int case_procaddr(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    CHECK(h);
+    getproc_fn gp = (getproc_fn)dlsym(h, "cuGetProcAddress_v2");
+    CHECK(gp);
+    /* name asked for -> the exported symbol it must resolve to */
+    const char *names[][2] = {{"simcuSetKernelDuration", "simcuSetKernelDuration"},
+                              {"simcuSetNextLaunchDuration", "simcuSetNextLaunchDuration"},
+                              {"simcuSetDeviceModel", "simcuSetDeviceModel"},
+                              {"simcuGetDeviceTime", "simcuGetDeviceTime"},
+                              {"cuStreamBeginCapture", "cuStreamBeginCapture_v2"},
+                              {"cuStreamEndCapture", "cuStreamEndCapture"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult st;
+        CHECK_EQ(gp(names[i][0], &fn, 13000, 0, &st), CUDA_SUCCESS);
+        CHECK(fn != NULL && fn == dlsym(h, names[i][1]));
+    }
+    void *ptsz = NULL;
+    CHECK_EQ(gp("cuStreamBeginCapture", &ptsz, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL), CUDA_SUCCESS);
+    CHECK(ptsz == dlsym(h, "cuStreamBeginCapture_v2_ptsz"));
+    /* one launch duration set through the resolved pointer, seen on the device clock */
+    CUresult (*set_next)(unsigned long long) = NULL;
+    CHECK_EQ(gp("simcuSetNextLaunchDuration", (void **)&set_next, 13000, 0, NULL), CUDA_SUCCESS);
+    CUresult (*get_time)(unsigned long long *, unsigned long long *) = NULL;
+    CHECK_EQ(gp("simcuGetDeviceTime", (void **)&get_time, 13000, 0, NULL), CUDA_SUCCESS);
+    setup();
+    CUfunction f = kernel("k_procaddr");
+    unsigned long long t0, c0;
+    CHECK_EQ(get_time(&t0, &c0), CUDA_SUCCESS);
+    CHECK(c0 > t0);
+    CHECK_EQ(set_next(30000000), CUDA_SUCCESS);
+    launch(f, NULL, 1);
+    CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+    CHECK(mono() >= t0 + 30000000);
+    printf("ok procaddr\n");
+    return 0;
+}
+
+/* graph nodes through the callback API: a node created inside a captured call (GRAPHNODE_CREATED) is
+ * tied to the external id of that call; instantiation's GRAPHNODE_CLONED ties each executable node to
+ * its original; a replayed record's graphNodeId then leads back to the captured call */
+static uint64_t g_current_ext;           /* the id the program pushed around its current call */
+static uint64_t g_created[16][2], g_cloned[16][2];
+static int g_ncreated, g_ncloned;
+static struct {
+    pi_cuptiSubscribe_fn subscribe;
+    pi_cuptiEnableCallback_fn enable_cb;
+    pi_cuptiEnableDomain_fn enable_domain;
+    pi_cuptiGetGraphNodeId_fn node_id;
+    pi_cuptiGetGraphId_fn graph_id;
+    pi_cuptiGetGraphExecId_fn exec_id;
+} CB;
+
+static void on_resource(void *ud, uint32_t domain, uint32_t cbid, const void *cbdata)
+{
+    const pi_cupti_resource_data *rd = cbdata;
+    const pi_cupti_graph_data *gd = rd->resourceDescriptor;
+    CHECK_EQ(domain, PI_CUPTI_CB_DOMAIN_RESOURCE);
+    CHECK(ud == (void *)&g_current_ext);
+    uint64_t id = 0, orig = 0;
+    CHECK_EQ(CB.node_id(gd->node, &id), PI_CUPTI_SUCCESS);
+    if (cbid == PI_CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
+        g_created[g_ncreated][0] = id;
+        g_created[g_ncreated++][1] = g_current_ext;
+        printf("created %llu %llu %d\n", (unsigned long long)id, (unsigned long long)g_current_ext, gd->nodeType);
+    } else if (cbid == PI_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED) {
+        CHECK_EQ(CB.node_id(gd->originalNode, &orig), PI_CUPTI_SUCCESS);
+        uint32_t exec = 0;
+        CHECK_EQ(CB.exec_id(gd->graphExec, &exec), PI_CUPTI_SUCCESS);
+        g_cloned[g_ncloned][0] = id;
+        g_cloned[g_ncloned++][1] = orig;
+        printf("cloned %llu %llu %u\n", (unsigned long long)id, (unsigned long long)orig, exec);
+    }
+}
+
+static int case_graphcb(void)
+{
+    cupti_on();
+    void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(h);
+    CHECK((*(void **)&CB.subscribe = dlsym(h, "cuptiSubscribe")));
+    CHECK((*(void **)&CB.enable_cb = dlsym(h, "cuptiEnableCallback")));
+    CHECK((*(void **)&CB.enable_domain = dlsym(h, "cuptiEnableDomain")));
+    CHECK((*(void **)&CB.node_id = dlsym(h, "cuptiGetGraphNodeId")));
+    CHECK((*(void **)&CB.graph_id = dlsym(h, "cuptiGetGraphId")));
+    CHECK((*(void **)&CB.exec_id = dlsym(h, "cuptiGetGraphExecId")));
+    pi_cupti_subscriber sub, other;
+    CHECK_EQ(CB.subscribe(&sub, on_resource, &g_current_ext), PI_CUPTI_SUCCESS);
+    CHECK_EQ(CB.subscribe(&other, on_resource, NULL), PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED);
+    CHECK_EQ(CB.enable_cb(1, sub, PI_CUPTI_CB_DOMAIN_RESOURCE, PI_CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED), PI_CUPTI_SUCCESS);
+    CHECK_EQ(CB.enable_cb(1, sub, PI_CUPTI_CB_DOMAIN_RESOURCE, PI_CUPTI_CBID_RESOURCE_GRAPHNODE_CLONED), PI_CUPTI_SUCCESS);
+    CHECK_EQ(CB.enable_cb(1, sub, 1 /* DRIVER_API */, 307), PI_CUPTI_ERROR_NOT_COMPATIBLE);
+    CHECK_EQ(CB.enable_domain(1, sub, 6 /* STATE */), PI_CUPTI_ERROR_NOT_COMPATIBLE);
+    setup();
+    CUstream st;
+    CHECK_EQ(cuStreamCreate(&st, 0), CUDA_SUCCESS);
+    CUfunction f = kernel("k_cb");
+    CHECK_EQ(simcuSetKernelDuration(f, 100000), CUDA_SUCCESS);
+    CHECK_EQ(C.enable(PI_CUPTI_KIND_MEMSET), PI_CUPTI_SUCCESS);
+    CUdeviceptr d;
+    CHECK_EQ(cuMemAlloc_v2(&d, 4096), CUDA_SUCCESS);
+    CHECK_EQ(cuStreamBeginCapture_v2(st, 0), CUDA_SUCCESS);
+    g_current_ext = 500;
+    with_ext(500);
+    launch(f, st, 1);
+    end_ext(500);
+    g_current_ext = 501;
+    with_ext(501);
+    CHECK_EQ(cuMemsetD8Async(d, 1, 4096, st), CUDA_SUCCESS);
+    end_ext(501);
+    g_current_ext = 502;
+    with_ext(502);
+    launch(f, st, 1);
+    end_ext(502);
+    g_current_ext = 0;
+    CUgraph gr;
+    CHECK_EQ(cuStreamEndCapture(st, &gr), CUDA_SUCCESS);
+    uint32_t gid = 0;
+    CHECK_EQ(CB.graph_id(gr, &gid), PI_CUPTI_SUCCESS);
+    printf("graph %u\n", gid);
+    CUgraphExec ex;
+    CHECK_EQ(cuGraphInstantiateWithFlags(&ex, gr, 0), CUDA_SUCCESS);
+    with_ext(600);
+    CHECK_EQ(cuGraphLaunch(ex, st), CUDA_SUCCESS);
+    end_ext(600);
+    CHECK_EQ(cuStreamSynchronize(st), CUDA_SUCCESS);
+    CHECK_EQ(C.flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), PI_CUPTI_SUCCESS);
+    CHECK_EQ(g_ncreated, 3);
+    CHECK_EQ(g_ncloned, 3);
+    printf("ok graphcb\n");
+    return 0;
+}
+
 /* Disable stops a kind; KERNEL instead of CONCURRENT_KERNEL gives kind-3 records */
 static int case_kinds(void)
 {
@@ -423,6 +563,9 @@ static int case_refused(const char *name)
     } else {
         printf("register %d\n", C.reg(buf_requested, buf_completed));
         printf("enable %d\n", C.enable(PI_CUPTI_KIND_CONCURRENT_KERNEL));
+        pi_cuptiSubscribe_fn subscribe = (pi_cuptiSubscribe_fn)dlsym(g_cupti, "cuptiSubscribe");
+        pi_cupti_subscriber sub;
+        if (subscribe) printf("subscribe %d\n", subscribe(&sub, NULL, NULL));
         uint64_t t;
         printf("timestamp %d\n", C.ts(&t));
     }
@@ -532,6 +675,8 @@ int main(int argc, char **argv)
     if (!strcmp(c, "threads")) return case_threads();
     if (!strcmp(c, "fork")) return case_fork();
     if (!strcmp(c, "kinds")) return case_kinds();
+    if (!strcmp(c, "procaddr")) return case_procaddr();
+    if (!strcmp(c, "graphcb")) return case_graphcb();
     fprintf(stderr, "unknown case %s\n", c);
     return 2;
 }

@@ -235,8 +235,8 @@ def test_threads_each_launch_gets_its_own_device_record(capture, tmp_path, cbuil
 
 
 def test_small_buffers_and_a_small_ring_lose_no_device_record(capture, tmp_path, workload):
-    """CUPTI's thread hands over many small buffers while the ring has little room: they are deferred to
-    the call path (or, past 16 waiting, written where they arrive) and every record still arrives."""
+    """CUPTI's thread hands over many small buffers while the ring has little room: they are queued for
+    the call path, parsed in the order CUPTI handed them over, and every record still arrives."""
     path, cp, log = _run(capture, tmp_path, workload, "many", "3000", opts=("--ring-records", "1024"),
                          env={"PYINTERPOSE_CUPTI_BUFFER": "2048", "SIMCUPTI_WORKER_MS": "1"})
     assert cp.returncode == 0, cp.stderr
@@ -277,3 +277,47 @@ def test_simtrain_framework_paths_get_device_times(capture, tmp_path, fw):
         assert len(tab) and (tab["dev_start"] >= 0).all()
     # the host runs ahead of the device: kernels start after their launch call
     assert (tr.launches["dev_start"] > tr.launches["t"]).mean() > 0.9
+
+
+@pytest.mark.parametrize("per_buffer", [1, 3])
+def test_buffers_are_parsed_in_the_order_cupti_handed_them_over(capture, tmp_path, workload, cbuild, per_buffer):
+    """A stand-in libcupti (tests/c/cupti_order_fake.c) hands over, at each flush, the calls' pairings from
+    its own thread while the ring has little room (the shim queues that buffer), then on the flushing thread
+    each kernel record in a buffer of its own — far more buffers than an unpaired activity used to wait.
+    Parsed in the order they were handed over, every kernel joins its launch."""
+    fake = cbuild("cupti_order_fake", shared=True, link_cudart=False)
+    log = str(tmp_path / "fake.log")
+    path, cp, _ = _run(capture, tmp_path, workload, "many", "300", opts=("--ring-records", "1024"),
+                       env={"PYINTERPOSE_CUPTI": fake, "FAKECUPTI_LOG": log, "FAKECUPTI_PER_BUFFER": str(per_buffer),
+                            "PYINTERPOSE_CUPTI_BUFFER": "4096"})
+    assert cp.returncode == 0, cp.stderr
+    handed = [line.split() for line in open(log)]
+    assert sum(int(h[3]) for h in handed) == 300 == sum(int(h[1]) for h in handed)
+    tr = pyinterpose.load(path)
+    p = tr.processes.iloc[0]
+    assert p["clock"] == "cupti" and p["gpu_dropped"] == 0 and p["lost"] == 0
+    assert len(tr.launches) == 300 and len(tr.gpu_activity) == 300
+    unmatched = int((tr.gpu_activity["seq"] < 0).sum())
+    assert unmatched == 0, f"{unmatched} of 300 kernels not joined to their launch"
+    assert set(tr.gpu_activity["seq"]) == set(tr.launches["seq"]) and (tr.launches["dev_start"] >= 0).all()
+
+
+def test_unpaired_activities_past_the_bound_are_counted_and_noted(capture, tmp_path, workload, cbuild):
+    """70000 kernel records no pairing will ever name (more than the 65536 the shim keeps waiting): the
+    oldest quarter of the waiting list goes out unmatched when it fills, the rest at the final flush; none
+    is lost, the trace says how many went out at the bound, and the launches' own kernels still join."""
+    fake = cbuild("cupti_order_fake", shared=True, link_cudart=False)
+    log = str(tmp_path / "fake.log")
+    path, cp, _ = _run(capture, tmp_path, workload, "many", "50",
+                       env={"PYINTERPOSE_CUPTI": fake, "FAKECUPTI_LOG": log, "FAKECUPTI_UNPAIRED": "70000"})
+    assert cp.returncode == 0, cp.stderr
+    handed = [line.split() for line in open(log)]
+    assert sum(int(h[3]) for h in handed) == 50 + 70000
+    tr = pyinterpose.load(path)
+    p = tr.processes.iloc[0]
+    assert p["gpu_dropped"] == 0 and p["lost"] == 0
+    g = tr.gpu_activity
+    assert len(g) == 70050 and (g["seq"] < 0).sum() == 70000
+    assert set(g[g["seq"] >= 0]["seq"]) == set(tr.launches["seq"]) and (tr.launches["dev_start"] >= 0).all()
+    notes = [n["note"] for n in tr.meta["capture_notes"]]
+    assert any(n.startswith(f"device clock: {65536 // 4} device records went out unmatched") for n in notes), notes

@@ -94,8 +94,10 @@ def test_report_and_compare_take_the_folder(job_dir, tmp_path):
     heads = json.loads(cp.stdout)["headlines"]
     assert [r["peak_live_bytes"] for r in heads["per_rank"]] == [truths[r]["peaks"][0] for r in range(3)]
     page = out.read_text()
-    assert page.count("GPU-73696d63-7564-612d-0000-000000000001") == 3 and "imbalance" in page
+    # three rank rows and the device row (all three ranks share the one simulated GPU)
+    assert page.count("GPU-73696d63-7564-612d-0000-000000000001") == 4 and "imbalance" in page
     cp = run_cli("compare", str(job_dir), "--no-pools", "--no-swap", "--json")
     assert cp.returncode == 0, cp.stderr
-    labels = [t["label"] for t in json.loads(cp.stdout)["traces"]]
-    assert labels == sorted(f for f in os.listdir(job_dir) if f.endswith(".pit"))
+    rows = json.loads(cp.stdout)["traces"]
+    assert [t["label"] for t in rows] == sorted(f for f in os.listdir(job_dir) if f.endswith(".pit"))
+    assert [t["ranks"] for t in rows] == [[0], [1], [2]]

@@ -41,10 +41,23 @@ def test_every_alloc_api_failure_recorded_whole(capture, cbuild, how, status):
         else:
             assert r["total_bytes"] == truth["total"] == 64 << 20, w
             assert r["free_bytes"] == truth["free"], w
-            assert r["device"] == 0
+            assert r["device"] == w["device"] == 0
         # the call site, as for a block: the calling object, and a native stack in the program
         assert str(r["owner"]) == "shim_oom", w
         assert r["stack_id"] >= 0, w
     assert sum(w["capturing"] for w in want) == 1
     assert tr.counts["failure"] == len(want)
     assert int(tr.processes["lost"].sum()) == 0
+
+
+def test_failure_on_another_device_records_that_device(capture, cbuild):
+    """Two simulated devices: a failure after cudaSetDevice(1) is recorded on device 1 with device 1's free
+    bytes (nothing live there), not device 0's."""
+    path, cp = capture([cbuild("shim_oom"), "ok", "dev1"], env={**ENV, "SIMCUDA_DEVICES": "2"})
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    truth = last_json_line(cp.stdout)
+    f = pyinterpose.load(path).failures.sort_values("seq")
+    last = f.iloc[-1]
+    assert truth["failures"][-1]["device"] == 1 and int(last["device"]) == 1
+    assert int(last["free_bytes"]) == truth["free1"] == 64 << 20 != truth["free"]
+    assert (f["device"].iloc[:-1] == 0).all()

@@ -73,6 +73,9 @@ def test_live_set_owners_sites_and_split(capture, tmp_path, fw, mode):
         assert e["since_last_boundary"]["bytes"] == step_bytes
         assert e["largest_blocks"][0]["bytes"] == max(s for _, s, _ in t["live"])
         assert e["reserve"]["allocated_bytes"] == t["live_bytes"]
+        r = e["reserve"]   # simulated in this blocks-view trace: the share of the shortfall free inside it
+        assert r["reserve_bytes"] >= t["live_bytes"] and r["free_in_reserve_bytes"] == r["reserve_bytes"] - t["live_bytes"]
+        assert r["shortfall_share"] == min(1.0, r["free_in_reserve_bytes"] / (t["size"] - t["free_bytes"]))
         if mode == "near":
             rb = b[b["block_id"] == e["retry"]["block_id"]].iloc[0]
             assert int(rb["size"]) == t["size"] and int(rb["seq_alloc"]) > int(row["seq"])
@@ -198,3 +201,30 @@ def test_many_failures_explained_at_both_ends(monkeypatch):
     assert all(e["live_bytes"] == 1 << 20 for e in ex["entries"] if "detail" not in e)
     from pyinterpose.report.oom_text import full
     assert sum("omitted" in line for line in full(ex)) == 3
+
+
+def test_perfetto_marks_each_failure(capture, tmp_path):
+    from pyinterpose.report import perfetto
+
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "jax", "--steps", "5",
+                        "--oom", "final"], env=ENV)
+    tr = pyinterpose.load(path)
+    for doc in (perfetto.chrome_trace(tr), json.loads(perfetto.chrome_trace_json(tr)[0])):
+        ooms = [e for e in doc["traceEvents"] if e.get("cat") == "oom"]
+        assert [e["args"]["attempt"] for e in ooms] == [1, 2]
+        assert all(e["name"].startswith("OOM (final) cuMemAlloc_v2") and e["ph"] == "i" for e in ooms)
+
+
+def test_reserved_view_says_what_it_cannot_see(capture, tmp_path):
+    """In a reserved-view trace the live blocks are the allocator's segments: the reserve is what was live,
+    what was allocated inside it is unknown and the entry says so."""
+    truth_path = str(tmp_path / "oom.jsonl")
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "torch", "--steps", "5",
+                        "--oom", "near", "--oom-truth", truth_path], "--view", "reserved", env=ENV)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    (t,) = _truth(truth_path)
+    (e,) = oom.explain(pyinterpose.load(path))["entries"]
+    assert e["outcome"] == "near" and e["api"] == "cudaMalloc" and e["live_bytes"] == t["live_bytes"]
+    r = e["reserve"]
+    assert r["reserve_bytes"] == t["live_bytes"] and r["allocated_bytes"] is None and r["shortfall_share"] is None
+    assert "--view blocks" in r["note"]

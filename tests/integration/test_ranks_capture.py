@@ -59,6 +59,9 @@ def test_collective_memory_is_attributed_and_never_counted_twice(three_ranks):
         lib = mine[mine["owner"].astype(str) == "libsimnccl.so"]
         kinds = lib["kind"].astype(str).value_counts().to_dict()
         assert kinds == {"vmm": 2, "vmm_import": 2, "ipc": 2, "multicast": 1, "device": 1, "pool": 4}, kinds
+        # a peer's IPC buffer opened here: its size known (cuMemGetAddressRange_v2), never counted here
+        ipc = lib[lib["kind"].astype(str) == "ipc"]
+        assert (ipc["size"] == 2 * MiB).all() and not ipc["counts_device"].any()
         # peers' buffers, IPC opens and the multicast object count nothing here
         assert not lib[lib["kind"].astype(str).isin(["vmm_import", "ipc", "multicast"])]["counts_device"].any()
         # the two windows (4 + 4 MiB) of one 6 MiB handle count 6 MiB
@@ -96,7 +99,9 @@ def test_the_report_shows_each_rank(three_ranks):
     rep = html.build(tr, time_limit=0.2)
     want = {t["rank"]: t["peak_live_bytes"] for t in truth["ranks"]}
     assert {r["rank"]: r["peak_live_bytes"] for r in rep.headlines["per_rank"]} == want
-    assert any(s.id == "ranks" and s.tables for s in rep.sections)
+    sec = [s for s in rep.sections if s.id == "ranks"]
+    assert len(sec) == 1 and sec[0].tables and len(sec[0].figures) == 1
+    assert all(f"rank {t['rank']}: " in sec[0].figures[0][1] for t in truth["ranks"])
     assert rep.headlines["ranks"]["max_rank"] == truth["heavy_rank"]
 
 
@@ -113,3 +118,18 @@ def test_driver_api_programs_name_their_device(capture, tmp_path, framework):
     assert set(dev["device"].tolist()) == {1}
     devices = json.loads(tr.processes["devices"].iloc[0])
     assert devices == [[1, "GPU-73696d63-7564-612d-0000-000000000002"]]
+
+
+def test_summary_text_and_json_of_one_trace(three_ranks):
+    from conftest import run_cli
+
+    tr, truth = three_ranks
+    cp = run_cli("summary", tr.path, env={"COLUMNS": "200"})
+    assert cp.returncode == 0, cp.stderr
+    assert "3 ranks: imbalance (max peak / median)" in cp.stdout and "first to reach its peak: rank" in cp.stdout
+    cp = run_cli("summary", tr.path, "--json")
+    assert cp.returncode == 0, cp.stderr
+    pr = json.loads(cp.stdout)["per_rank"]
+    assert [(r["rank"], r["pid"], r["peak_live_bytes"]) for r in pr] == \
+        [(t["rank"], t["pid"], t["peak_live_bytes"]) for t in sorted(truth["ranks"], key=lambda t: t["rank"])]
+    assert all(r["device_uuid"].startswith("GPU-") for r in pr)

@@ -261,7 +261,7 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
         k = int(ev["flags"][i]) if mem_op else 0
         own, sid = site_of.get((int(pid[i]), int(seq[i])), ("", -1))
         fb, tb, dev = meminfo.get((int(pid[i]), int(seq[i])), (-1, -1, -1))
-        rows.append({"stream": int(ev["stream"][i]) if mem_op and k != 9 else 0,
+        rows.append({"stream": int(ev["stream"][i]) if mem_op and k not in (8, 9) else 0,
                      "device": dev if dev >= 0 else int(ev["device"][i]), "kind": kind_names.get(k, ""),
                      "pool": int(aux[i]) if k == 4 else 0, "owner": own, "stack_id": sid,
                      "free_bytes": fb, "total_bytes": tb})

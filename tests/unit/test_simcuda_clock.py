@@ -225,6 +225,27 @@ def test_enable_disable_and_kernel_kind(exe, libs):
     assert sorted(r["corr"] for r in recs["api"]) == [ext[1], ext[2], ext[3]]
 
 
+def test_graph_node_callbacks_lead_replays_back_to_captured_calls(exe, libs):
+    lines = _run(exe, libs, "graphcb")
+    ext_of_node = {int(p[1]): int(p[2]) for p in (line.split() for line in lines) if p[0] == "created"}
+    types = [int(p[3]) for p in (line.split() for line in lines) if p[0] == "created"]
+    orig_of_clone = {int(p[1]): int(p[2]) for p in (line.split() for line in lines) if p[0] == "cloned"}
+    exec_ids = {int(p[3]) for p in (line.split() for line in lines) if p[0] == "cloned"}
+    assert sorted(ext_of_node.values()) == [500, 501, 502] and types == [0, 2, 0]  # kernel, memset, kernel
+    recs = _records(lines)
+    replayed = sorted(recs["kernel"] + recs["memset"], key=lambda r: (r["start"], r["end"]))
+    assert len(replayed) == 3
+    # record -> executable node -> original node -> the captured call's external id
+    assert [ext_of_node[orig_of_clone[r["node_id"]]] for r in replayed] == [500, 501, 502]
+    assert {r["graph_id"] for r in replayed} == exec_ids  # the record's graphId is the executable graph's
+    graph_id = next(int(line.split()[1]) for line in lines if line.startswith("graph "))
+    assert graph_id not in exec_ids
+
+
+def test_device_clock_api_through_get_proc_address(exe, libs):
+    assert _run(exe, libs, "procaddr")[-1] == "ok procaddr"
+
+
 def test_forked_child_has_only_its_own_records(exe, libs):
     lines = _run(exe, libs, "fork")
     child = lines[lines.index("child"):lines.index("child end")]
@@ -256,13 +277,14 @@ def test_runtime_path(libs, tmp_path):
 
 def test_cupti_busy(exe, libs):
     lines = _run(exe, libs, "busy", env={"SIMCUPTI_BUSY": "1"})
-    assert lines[:2] == ["register 39", "enable 39"]  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+    # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED from the activity API and the callback API
+    assert lines[:2] == ["register 39", "enable 39"] and "subscribe 39" in lines
     assert "work ok" in lines
 
 
 def test_cupti_fail_knob(exe, libs):
     lines = _run(exe, libs, "fail", env={"SIMCUPTI_FAIL": "cuptiActivityEnable,cuptiGetTimestamp"})
-    assert lines[:3] == ["register 0", "enable 999", "timestamp 999"]
+    assert lines[:4] == ["register 0", "enable 999", "subscribe 0", "timestamp 999"]
     assert "work ok" in lines
 
 
@@ -273,6 +295,80 @@ def test_cupti_absent(exe, libs, tmp_path):
     # the ld.so cache may know a real libcupti (this machine's CUDA 13 install does): name a missing file
     lines = _run(exe, str(bare), "absent", env={"SIMCLOCK_CUPTI": str(bare / "libcupti.so.13")})
     assert lines[0] == "absent" and "work ok" in lines
+
+
+TWO_COPIES = r"""
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+int main(void)
+{
+    void *a = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL), *b = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
+    int (*ea)(uint32_t) = (int (*)(uint32_t))dlsym(a, "cuptiActivityEnable");
+    int (*eb)(uint32_t) = (int (*)(uint32_t))dlsym(b, "cuptiActivityEnable");
+    int first = ea(10), second = eb(10);
+    printf("%d %d %d\n", a != b, first, second);
+    return 0;
+}
+"""
+
+
+def test_a_second_copy_of_cupti_does_not_take_the_records(libs, tmp_path):
+    # a wheel has libcupti.so and libcupti.so.13 as two files: a program loading both gets two libraries;
+    # the second must be refused (CUPTI_ERROR_NOT_INITIALIZED), not silently take the driver's records
+    d = tmp_path / "lib"
+    d.mkdir()
+    for name in ("libcuda.so.1", "libcupti.so.13"):
+        shutil.copy(os.path.join(libs, name), d / name)
+    shutil.copy(os.path.join(libs, "libcupti.so.13"), d / "libcupti.so")
+    src, exe = tmp_path / "two.c", str(tmp_path / "two")
+    src.write_text(TWO_COPIES)
+    subprocess.run(["cc", "-o", exe, str(src), "-ldl"], check=True, capture_output=True)
+    assert _run(exe, str(d)) == ["1 0 15"]
+
+
+RELOAD = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include "pi_cuda.h"
+#include "simcuda.h"
+CUresult cuInit(unsigned int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                        void **, void **);
+static void k(void **p) { (void)p; }
+static int enable(void **h)
+{
+    *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+    int (*en)(unsigned) = (int (*)(unsigned))dlsym(*h, "cuptiActivityEnable");
+    return en(10);
+}
+int main(void)
+{
+    CUcontext c;
+    CUfunction f;
+    void *h;
+    cuInit(0), cuDevicePrimaryCtxRetain(&c, 0), cuCtxSetCurrent(c);
+    simcuRegisterKernel("k", k, 0, NULL, NULL, &f);
+    int first = enable(&h);
+    cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    dlclose(h); /* unmapped: the driver must not call it any more */
+    cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    int again = enable(&h);
+    cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    printf("%d %d\n", first, again);
+    return 0;
+}
+"""
+
+
+def test_cupti_unloaded_and_loaded_again(libs, tmp_path):
+    src, exe = tmp_path / "reload.c", str(tmp_path / "reload")
+    src.write_text(RELOAD)
+    subprocess.run(["cc", *INCLUDES, "-o", exe, str(src), "-L" + libs, "-l:libcuda.so.1", "-ldl"], check=True,
+                   capture_output=True)
+    assert _run(exe, libs) == ["0 0"]
 
 
 def _real_cupti_include():

@@ -241,3 +241,71 @@ def test_no_swap_out_ends_after_its_next_access_at_any_bandwidth(seed, gbps):
                 assert (sched["in_start"] < sched["next_access"]).all()
                 if mode == "no-overhead":
                     assert r.stall_ns == 0 and r.replay.delayed_ops == 0
+
+
+def test_two_streams_released_out_of_seq_order():
+    """Kernels on two streams whose device starts are not in seq order (the replay's release order
+    differs from the program's): no-overhead schedules replay with zero delay; a late swap-in
+    delays its own stream only."""
+    rng = np.random.default_rng(11)
+    us = 1000
+    kern, t = [], 0
+    ends = {0: 0, 1: 0}
+    nblocks = 12
+    for i in range(120):
+        s = i % 2
+        start = max(ends[s], 200 * us + 37 * us * i // 2 + int(rng.integers(0, 30)) * us * s)
+        end = start + int(rng.integers(5, 60)) * us
+        ends[s] = end
+        kern.append((2 * i + 10, t, start, end, [int(rng.integers(0, nblocks))], s))
+        t += 1000
+    # long-lived blocks, and a big one alive across kernels 60..80 only (the peak the swaps lower)
+    kern = [k if not 60 <= i < 80 or i % 2 else (*k[:4], k[4] + [nblocks], k[5]) for i, k in enumerate(kern)]
+    # block 0 is not used across kernels 40..100: one long interval around the peak
+    kern = [k if k[4][0] != 0 or not 40 <= i < 100 else (*k[:4], [1], k[5]) for i, k in enumerate(kern)]
+    blocks = [(b, int(rng.integers(1, 6)) * M, b + 1, b * 10, 10_000, 400_000 * us) for b in range(nblocks)]
+    blocks.append((nblocks, 20 * M, 2 * 60 + 9, 60 * 1000 - 500, 2 * 80 + 9, 80 * 1000 - 500))
+    nblocks += 1
+    la = pd.DataFrame({"pid": 5, "tid": 5, "seq": [k[0] for k in kern], "t": [k[1] for k in kern],
+                       "stream": [100 + k[5] for k in kern], "api": "cudaLaunchKernel", "kernel": 0,
+                       "kernel_name": "k", "n_access": 1, "graph": False,
+                       "dev_start": [k[2] for k in kern], "dev_end": [k[3] for k in kern]})
+    acc = pd.DataFrame([dict(block_id=b, pid=5, seq=k[0], t=k[1], kernel=0, op="launch", flags=1)
+                        for k in kern for b in k[4]])
+    bl = pd.DataFrame({"block_id": [b[0] for b in blocks], "pid": 5, "device": 0, "api": "cudaMalloc",
+                       "kind": "device", "address": [(i + 1) << 24 for i in range(nblocks)],
+                       "size": [b[1] for b in blocks], "seq_alloc": [b[2] for b in blocks],
+                       "t_alloc": [b[3] for b in blocks], "seq_free": [b[4] for b in blocks],
+                       "t_free": [b[5] for b in blocks], "freed": True, "stream": 100})
+    tr = Trace.from_tables(blocks=bl, accesses=acc, launches=la, kernels=["k"])
+    assert not (np.diff(la["dev_start"].to_numpy()) >= 0).all()       # releases out of seq order
+    swaps = 0
+    for gbps in (2.0, 20.0, 200.0):
+        p = swap.problem_for(tr, Bandwidth(gbps * 1e9, gbps * 1e9, 5e-6, "x"))
+        for s in swap.STRATEGIES:
+            for b in (p.floor, p.default_budget):
+                r0 = swap.run_strategy(p, s, "no-overhead", b)
+                assert r0.stall_ns == 0 and r0.replay.delayed_ops == 0
+                assert r0.peak_after == swap._exact_peak(p.events_t, p.events_d, r0.schedule)
+                r1 = swap.run_strategy(p, s, "budget", b)
+                assert r1.peak_after <= p.peak_before
+                assert (r1.schedule["out_end"] <= r1.schedule["next_access"] + 1e-6).all()
+                swaps += len(r0.schedule)
+    assert swaps > 0                         # no-overhead swaps on the two streams, replayed without delay
+
+
+def test_launches_without_device_times_are_placed_and_named():
+    """Some device records missing (CUPTI dropped them): the clock stays the device's and its note
+    counts them; such a launch is placed where the GPU reached it (after every earlier op's end)
+    with no duration; the swap analysis runs on it."""
+    tr, kern, _ = _ati_trace()
+    la = tr.launches.copy()
+    la.loc[la["seq"] == kern[2][0], ["dev_start", "dev_end"]] = -1
+    tr2 = Trace.from_tables(blocks=tr.blocks, accesses=tr.accesses, launches=la,
+                            processes=tr.processes.assign(gpu_dropped=1), kernels=tr.kernels)
+    c = clock_of(tr2)
+    assert c.device and "1 of 6 launches/copies have no device time" in c.note and "1 device activity" in c.note
+    s, e = c.op_times(np.array([kern[2][0]]), np.array([kern[2][1]]))
+    assert s[0] == e[0] == max(kern[2][1], kern[1][3])          # the end of the op before it
+    d = swap.evaluate(tr2, bandwidth=100.0, latency_us=0)
+    assert d["clock"] == "gpu (cupti)" and any("no device time" in n for n in d["notes"])

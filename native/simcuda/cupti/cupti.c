@@ -11,12 +11,15 @@
  *   - external-correlation records (CUSTOM0..2 ids pushed per thread) appear only when DRIVER or
  *     RUNTIME activity is enabled as well — the documented pitfall;
  *   - timestamps are on the CUPTI clock: CLOCK_MONOTONIC + offset (+ drift), simcu_hook.h.
+ * The callback API is there for one purpose: the resource domain's GRAPHNODE_CREATED (inside each
+ * captured call) and GRAPHNODE_CLONED (instantiation), which tie a replayed record's graphNodeId to the
+ * captured call; one subscriber.
  * Simplifications: one correlation id per driver call (the runtime call that made it has the same
  * one); with DRIVER and/or RUNTIME enabled an API record of each enabled kind is written per call that
  * enqueues device work, nothing for other calls.
  *
  * Test knobs (docs/simcuda-device-clock.md):
- *   SIMCUPTI_BUSY=1        cuptiActivityRegisterCallbacks and cuptiActivityEnable return
+ *   SIMCUPTI_BUSY=1        cuptiActivityRegisterCallbacks, cuptiActivityEnable and cuptiSubscribe return
  *                          CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (another profiler holds CUPTI)
  *   SIMCUPTI_FAIL=a,b      the named entry points (e.g. cuptiActivityEnable) return CUPTI_ERROR_UNKNOWN
  *   SIMCUPTI_WORKER_MS     how often the CUPTI thread looks for finished ops and full buffers (10)
@@ -408,7 +411,29 @@ static void on_op(const struct simcu_op *op)
     pthread_mutex_unlock(&g_lock);
 }
 
-static const struct simcu_hooks g_hooks = {SIMCU_HOOK_VERSION, on_api, on_op};
+/* ---------------- the callback API: one subscriber, the resource domain's graph-node callbacks ---------------- */
+
+struct pi_cupti_subscriber_st { pi_cupti_callback_fn cb; void *userdata; uint64_t resource_cbids; };
+static struct pi_cupti_subscriber_st g_sub;
+static int g_subscribed;
+static simcu_graph_id_fn g_graph_id;
+static simcu_detach_fn g_detach;
+
+static void on_graph_node(uint32_t cbid, void *graph, void *original_graph, void *node, void *original_node,
+                          int node_type, void *graph_exec)
+{
+    pthread_mutex_lock(&g_lock);
+    int fire = g_subscribed && cbid < 64 && (g_sub.resource_cbids >> cbid & 1);
+    pi_cupti_callback_fn cb = g_sub.cb;
+    void *ud = g_sub.userdata;
+    pthread_mutex_unlock(&g_lock);
+    if (!fire || !cb) return;
+    pi_cupti_graph_data gd = {graph, original_graph, node, original_node, node_type, NULL, graph_exec};
+    pi_cupti_resource_data rd = {NULL, NULL, &gd};
+    cb(ud, PI_CUPTI_CB_DOMAIN_RESOURCE, cbid, &rd);
+}
+
+static const struct simcu_hooks g_hooks = {SIMCU_HOOK_VERSION, on_api, on_op, on_graph_node};
 
 /* caller holds g_lock: find simcuda's driver (loading it if the program has not yet) and attach */
 static int attach(void)
@@ -418,8 +443,16 @@ static int attach(void)
     if (!h) h = dlopen("libcuda.so.1", RTLD_LAZY);
     simcu_attach_fn fn = h ? (simcu_attach_fn)dlsym(h, SIMCU_ATTACH_SYMBOL) : NULL;
     if (!fn || fn(&g_hooks) != SIMCU_HOOK_VERSION) return 0; /* not simcuda's driver */
+    g_graph_id = (simcu_graph_id_fn)dlsym(h, SIMCU_GRAPH_ID_SYMBOL);
+    g_detach = (simcu_detach_fn)dlsym(h, SIMCU_DETACH_SYMBOL);
     g_attached = 1;
     return 1;
+}
+
+/* unloaded (dlclose) or at exit: the driver must not call into a library that is gone */
+__attribute__((destructor)) static void detach(void)
+{
+    if (g_attached && g_detach) g_detach(&g_hooks);
 }
 
 /* ---------------- the API ---------------- */
@@ -563,6 +596,94 @@ API CUptiResult cuptiGetTimestamp(uint64_t *timestamp)
     if (!timestamp) return ERR_INVALID_PARAMETER;
     *timestamp = simcu_cupti_time(&g_clock, now_ns());
     return PI_CUPTI_SUCCESS;
+}
+
+API CUptiResult cuptiSubscribe(pi_cupti_subscriber *subscriber, pi_cupti_callback_fn callback, void *userdata)
+{
+    pthread_once(&g_once, init);
+    FAIL_IF_ASKED("cuptiSubscribe");
+    if (busy()) return PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    if (!subscriber) return ERR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_lock);
+    CUptiResult r = PI_CUPTI_SUCCESS;
+    if (g_subscribed) r = PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED; /* one subscriber, as CUDA <= 13.2 */
+    else if (!attach()) r = PI_CUPTI_ERROR_NOT_INITIALIZED;
+    else {
+        g_sub = (struct pi_cupti_subscriber_st){callback, userdata, 0};
+        g_subscribed = 1;
+        *subscriber = &g_sub;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+API CUptiResult cuptiUnsubscribe(pi_cupti_subscriber subscriber)
+{
+    FAIL_IF_ASKED("cuptiUnsubscribe");
+    pthread_mutex_lock(&g_lock);
+    CUptiResult r = g_subscribed && subscriber == &g_sub ? PI_CUPTI_SUCCESS : ERR_INVALID_PARAMETER;
+    if (!r) g_subscribed = 0;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+/* only the resource domain is simulated (GRAPHNODE_CREATED and GRAPHNODE_CLONED fire; other resource
+ * callbacks are accepted and never fire); other domains: CUPTI_ERROR_NOT_COMPATIBLE */
+API CUptiResult cuptiEnableCallback(uint32_t enable, pi_cupti_subscriber subscriber, uint32_t domain, uint32_t cbid)
+{
+    FAIL_IF_ASKED("cuptiEnableCallback");
+    pthread_mutex_lock(&g_lock);
+    CUptiResult r = PI_CUPTI_SUCCESS;
+    if (!g_subscribed || subscriber != &g_sub) r = ERR_INVALID_PARAMETER;
+    else if (domain != PI_CUPTI_CB_DOMAIN_RESOURCE) r = PI_CUPTI_ERROR_NOT_COMPATIBLE;
+    else if (cbid >= 64) r = ERR_INVALID_PARAMETER;
+    else if (enable) g_sub.resource_cbids |= 1ull << cbid;
+    else g_sub.resource_cbids &= ~(1ull << cbid);
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+API CUptiResult cuptiEnableDomain(uint32_t enable, pi_cupti_subscriber subscriber, uint32_t domain)
+{
+    FAIL_IF_ASKED("cuptiEnableDomain");
+    pthread_mutex_lock(&g_lock);
+    CUptiResult r = PI_CUPTI_SUCCESS;
+    if (!g_subscribed || subscriber != &g_sub) r = ERR_INVALID_PARAMETER;
+    else if (domain != PI_CUPTI_CB_DOMAIN_RESOURCE) r = PI_CUPTI_ERROR_NOT_COMPATIBLE;
+    else g_sub.resource_cbids = enable ? ~0ull : 0;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static CUptiResult graph_id(int what, void *handle, uint64_t *id)
+{
+    if (!handle || !id) return ERR_INVALID_PARAMETER;
+    if (!g_graph_id) return PI_CUPTI_ERROR_NOT_INITIALIZED;
+    return g_graph_id(what, handle, id) == 0 ? PI_CUPTI_SUCCESS : ERR_INVALID_PARAMETER;
+}
+
+API CUptiResult cuptiGetGraphNodeId(void *node, uint64_t *nodeId)
+{
+    FAIL_IF_ASKED("cuptiGetGraphNodeId");
+    return graph_id(0, node, nodeId);
+}
+
+API CUptiResult cuptiGetGraphId(void *graph, uint32_t *pId)
+{
+    FAIL_IF_ASKED("cuptiGetGraphId");
+    uint64_t id = 0;
+    CUptiResult r = graph_id(1, graph, pId ? &id : NULL);
+    if (!r) *pId = (uint32_t)id;
+    return r;
+}
+
+API CUptiResult cuptiGetGraphExecId(void *graphExec, uint32_t *pId)
+{
+    FAIL_IF_ASKED("cuptiGetGraphExecId");
+    uint64_t id = 0;
+    CUptiResult r = graph_id(2, graphExec, pId ? &id : NULL);
+    if (!r) *pId = (uint32_t)id;
+    return r;
 }
 
 API CUptiResult cuptiGetVersion(uint32_t *version)

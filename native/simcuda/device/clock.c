@@ -357,10 +357,27 @@ HIDDEN uint64_t sim_queue_mark(struct sim_queue *q)
 
 /* ---------------- the seam to the simulated libcupti ---------------- */
 
+HIDDEN sim_graph_hook_fn sim_graph_hook(void)
+{
+    const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
+    return h ? h->graph_node : NULL;
+}
+
 SIM_API(int, simcuInternalAttachCupti, (const struct simcu_hooks *hooks))
 {
     pthread_once(&g_once, init);
     if (hooks && hooks->version != SIMCU_HOOK_VERSION) return -1;
-    __atomic_store_n(&g_hooks, hooks, __ATOMIC_RELEASE);
+    /* one CUPTI at a time: a second copy of the library (a wheel ships libcupti.so and libcupti.so.13
+     * as two files, and a program may dlopen both names) must not take the first one's records */
+    const struct simcu_hooks *none = NULL;
+    if (hooks && !__atomic_compare_exchange_n(&g_hooks, &none, hooks, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return none == hooks ? SIMCU_HOOK_VERSION : -1;
     return SIMCU_HOOK_VERSION;
+}
+
+/* the attached CUPTI goes away (dlclose, or its destructor at exit): only its own hooks are removed */
+SIM_API(void, simcuInternalDetachCupti, (const struct simcu_hooks *hooks))
+{
+    const struct simcu_hooks *expect = hooks;
+    __atomic_compare_exchange_n(&g_hooks, &expect, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }

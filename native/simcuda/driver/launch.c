@@ -81,6 +81,7 @@ static CUresult capture_kernel(struct sim_queue *q, CUfunction f, void **params,
             n->params[i] = n->args + f->offsets[i];
         }
     }
+    sim_graph_node_created(q->capture, n);
     return CUDA_SUCCESS;
 }
 
@@ -242,6 +243,28 @@ HIDDEN struct sim_gnode *sim_graph_add(struct CUgraph_st *g)
     return n;
 }
 
+static int node_type(const struct sim_gnode *n)
+{
+    return n->kind == SIMCU_OP_KERNEL ? 0 : n->kind == SIMCU_OP_MEMCPY ? 1 : 2; /* CUgraphNodeType */
+}
+
+HIDDEN void sim_graph_node_created(struct CUgraph_st *g, struct sim_gnode *n)
+{
+    sim_graph_hook_fn hook = sim_graph_hook();
+    if (hook) hook(13 /* GRAPHNODE_CREATED */, g, NULL, n, NULL, node_type(n), NULL);
+}
+
+SIM_API(int, simcuInternalGraphId, (int what, void *handle, uint64_t *id))
+{
+    if (!handle || !id) return -1;
+    if (what == 0) *id = ((struct sim_gnode *)handle)->id; /* a node handle is only ever one of ours */
+    else if (what == 1 && ((struct CUgraph_st *)handle)->magic == MAGIC_GRAPH) *id = ((struct CUgraph_st *)handle)->id;
+    else if (what == 2 && ((struct CUgraphExec_st *)handle)->magic == MAGIC_GEXEC)
+        *id = ((struct CUgraphExec_st *)handle)->id;
+    else return -1;
+    return 0;
+}
+
 static struct CUgraph_st *graph_new(void)
 {
     struct CUgraph_st *g = calloc(1, sizeof *g);
@@ -339,6 +362,9 @@ SIM_API(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phExec, CUgraph g, 
     e->id = __atomic_add_fetch(&g_next_graph_id, 1, __ATOMIC_RELAXED);
     e->magic = MAGIC_GEXEC;
     *phExec = e;
+    sim_graph_hook_fn hook = sim_graph_hook();
+    for (unsigned i = 0; hook && i < g->n; i++) /* GRAPHNODE_CLONED: each executable node and its original */
+        hook(20, g, g, &e->nodes[i], &g->nodes[i], node_type(&g->nodes[i]), e);
     return CUDA_SUCCESS;
 }
 

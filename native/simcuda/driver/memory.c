@@ -609,6 +609,7 @@ static CUresult copy(void *dst, const void *src, size_t n, CUstream s, int ck, i
             g->kind = SIMCU_OP_MEMCPY;
             g->dst = dst, g->src = src, g->bytes = n;
             g->copy_kind = (uint8_t)ck, g->src_kind = (uint8_t)sk, g->dst_kind = (uint8_t)dk, g->engine = eng;
+            sim_graph_node_created(q->capture, g);
         }
         sim_api_end(corr, cbid, t0);
         return r;
@@ -675,7 +676,10 @@ static CUresult set(CUdeviceptr dst, unsigned v, size_t n, int elem, CUstream s,
     if (q->capture) {
         struct sim_gnode *g = sim_graph_add(q->capture);
         if (!g) r = CUDA_ERROR_OUT_OF_MEMORY;
-        else g->kind = SIMCU_OP_MEMSET, g->dst = P(dst), g->bytes = bytes, g->value = value, g->elem = elem;
+        else {
+            g->kind = SIMCU_OP_MEMSET, g->dst = P(dst), g->bytes = bytes, g->value = value, g->elem = elem;
+            sim_graph_node_created(q->capture, g);
+        }
         sim_api_end(corr, cbid, t0);
         return r;
     }
@@ -710,6 +714,8 @@ SIM_API(CUresult, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n,
     return set(dst, ui, n, 4, s, 0, CBID_MEMSET_D32_ASYNC);
 }
 SIM_VARIANT(CUresult, cuMemsetD32Async_ptsz, cuMemsetD32Async, (CUdeviceptr dst, unsigned int ui, size_t n, CUstream s), (dst, ui, n, s));
+
+#define SIM_ERROR_NOT_FOUND_RANGE CUDA_ERROR_INVALID_VALUE
 
 /* ---------------- IPC memory handles ----------------
  * The handle (64 opaque bytes) names the exporting process and its memfd; the importer opens
@@ -777,5 +783,25 @@ SIM_API(CUresult, cuIpcCloseMemHandle, (CUdeviceptr dptr))
     if (!o) return CUDA_ERROR_INVALID_VALUE;
     munmap((void *)(uintptr_t)o->addr, o->size);
     free(o);
+    return CUDA_SUCCESS;
+}
+
+/* base and size of the allocation holding dptr: an opened IPC buffer, or a device/managed/host
+ * allocation (a scan of the table: for tools, not for every call) */
+SIM_API(CUresult, cuMemGetAddressRange_v2, (CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr))
+{
+    if (!sim_initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    uint64_t base = 0;
+    size_t size = 0;
+    lock();
+    for (struct ipc_open *o = g_ipc_open; o && !size; o = o->next)
+        if (dptr >= o->addr && dptr < o->addr + o->size) base = o->addr, size = o->size;
+    for (size_t i = 0; i < g_nbuckets && !size; i++)
+        for (struct entry *e = g_buckets[i]; e && !size; e = e->next)
+            if (dptr >= e->addr && dptr < e->addr + e->size) base = e->addr, size = e->size;
+    unlock();
+    if (!size) return SIM_ERROR_NOT_FOUND_RANGE;
+    if (pbase) *pbase = base;
+    if (psize) *psize = size;
     return CUDA_SUCCESS;
 }

@@ -82,6 +82,7 @@
     X("cuMulticastBindMem", 12010, cuMulticastBindMem, 0)                   \
     X("cuMulticastBindAddr", 12010, cuMulticastBindAddr, 0)                 \
     X("cuMulticastUnbind", 12010, cuMulticastUnbind, 0)                     \
+    X("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2, 0)              \
     X("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle, 0)                      \
     X("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle_v2, 0)                 \
     X("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2, 0)                \

@@ -286,11 +286,20 @@ def _planner_row(prob: pd.DataFrame, name: str, bound: int, time_limit: float, c
 def reserved_curve(trace: Trace, allocator: str, pid: int | None = None) -> dict:
     """The reserved curve of one simulated allocator on the framework allocator's request
     stream of ``pid`` (default: the main process), as :func:`evaluate` replays it (the
-    same requests and options, no capacity): {"block_id", "is_alloc", "bytes"}, one entry
-    per request (``bytes``: see ``simulate(..., series=True)``; its maximum is the
-    allocator row's ``peak_bytes``)."""
+    same requests and options, no capacity): {"block_id", "is_alloc", "seq", "bytes"}, one entry
+    per request (``seq``: the request's sequence number; ``bytes``: see ``simulate(..., series=True)``;
+    its maximum is the allocator row's ``peak_bytes``).  Computed once per trace, allocator and
+    process (``Trace.derived``: the report's timeline, ``fit`` and ``oom`` share it; read-only)."""
     if allocator not in ALLOCATORS:
         raise PyinterposeError(f"unknown allocator {allocator!r} (choose from {', '.join(ALLOCATORS)})")
+    derived = getattr(trace, "derived", None)
+    if derived is None:
+        return _reserved_curve(trace, allocator, pid)
+    return derived(("pools.reserved_curve", allocator, _pid(trace, pid)),
+                   lambda: _reserved_curve(trace, allocator, pid))
+
+
+def _reserved_curve(trace: Trace, allocator: str, pid: int | None) -> dict:
     opts = pytorch_options(trace.meta, None)[0] if allocator == "pytorch" else {}
     from ..owners import allocator_mask
     cols = _block_columns(trace, _device_mask(trace, _pid(trace, pid), True, allocator_mask(trace)))
@@ -298,7 +307,7 @@ def reserved_curve(trace: Trace, allocator: str, pid: int | None = None) -> dict
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
                                     lambda: _request_frame(_request_columns(cols)))
     r = simulate(arrs, allocator, series=True, **opts)
-    return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "bytes": r["reserved_after"]}
+    return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "seq": rq["seq"], "bytes": r["reserved_after"]}
 
 
 def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
