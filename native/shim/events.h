@@ -111,10 +111,16 @@ enum pi_op {
                                shareable-handle export, IPC handle, multicast bind/unbind, memory pool
                                create/destroy): addr: address or offset, size: bytes, aux: the object's
                                handle (pool, multicast or VMM handle), stream: a second handle */
-    PI_OP_GRAPH_DEF = 25   /* how a CUDA graph came to be (so that its replays can be joined to the calls
+    PI_OP_GRAPH_DEF = 25,  /* how a CUDA graph came to be (so that its replays can be joined to the calls
                                captured into it): flags: enum pi_graph_def; api, result: the call;
                                CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
                                addr: the executable graph, aux: the graph */
+    /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
+    PI_OP_APPLY = 32        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
+                               2 one iteration's counts, 3 plan refused, 4 the last iteration's (at exit);
+                               counts as 32-bit pairs: addr served|no_key<<32, size occupied|bigger<<32,
+                               stream capture|overlap<<32, aux off|other<<32; result: the iteration (-1:
+                               before the first) */
 };
 
 enum pi_graph_def {

@@ -19,6 +19,9 @@
 enum { PI_BEFORE = 0, PI_AFTER = 1 };
 
 typedef struct pi_ctx {
+    int served;      /* apply.c served the call: the real function is not called, `r` is cx.r */
+    int r;
+    int quiet;       /* a free at depth > 0 or in a process that does not record: only the arena is checked */
     uint64_t tk;     /* ticket reserved before a free */
     int ok;          /* ticket valid */
     int have_b;      /* the freed block was found in the live map */
@@ -87,7 +90,11 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
         pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
 }
 
-static void free_pre(pi_ctx *c, uint64_t addr, int kind) {
+static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fam, int ptsz, int async) {
+    /* a block served from the arena goes back to it, never to the real free */
+    if (PI_UNLIKELY(pi_apply_has_arena()) && pi_apply_owns(addr))
+        c->served = pi_apply_release(addr, stream, fam, ptsz, async, &c->r);
+    if (c->quiet) return;
     /* Leave the live map and take the ticket *before* the real free, so a
      * racing allocation that reuses the address is always ordered after it. */
     c->addr = addr;
@@ -96,6 +103,7 @@ static void free_pre(pi_ctx *c, uint64_t addr, int kind) {
 }
 
 static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
+    if (c->quiet) return;
     if (r != 0 && c->have_b) pi_map_insert(c->b.base, c->b.size, c->b.seq); /* still live */
     if (!c->ok) return;
     pi_event *e = pi_slot(c->tk);
@@ -158,7 +166,13 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_NONE ((void)0)
 #define A_ALLOC(addr, size, kind, stream, aux) AFTER_ONLY( \
     rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux), cx.caller))
-#define A_FREE_PRE(addr, kind) free_pre(&cx, (uint64_t)(addr), kind)
+#define A_FREE_PRE(addr, kind) free_pre(&cx, (uint64_t)(addr), kind, 0, (api_lib == PI_LIB_DRV), 0, 0)
+#define A_FREE_PRE_ASYNC(addr, kind, s, ptsz) \
+    free_pre(&cx, (uint64_t)(addr), kind, (uint64_t)(s), (api_lib == PI_LIB_DRV), ptsz, 1)
+/* apply.c: serve the request from the plan's arena when it is known (then the real call is skipped) */
+#define A_SERVE(pp, size, s, ptsz, async) \
+    (cx.served = pi_apply_serve(api, (void *)(pp), (uint64_t)(size), (uint64_t)(s), (api_lib == PI_LIB_DRV), \
+                                ptsz, async, cx.caller, &cx.r))
 #define A_FREE_POST(kind, stream, aux) AFTER_ONLY(free_post(&cx, api, r, kind, (uint64_t)(stream), (uint64_t)(aux)))
 #define A_LAUNCH_RT(f, argv, s) (pi_scan_rt((f), (argv), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
 #define A_LAUNCH_DRV(f, params, extra, s) \
@@ -201,18 +215,29 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
  * layout cache must see every handle the driver may hand out again */
 #define ALWAYS_ACTS(id) ((id) == PI_API_cuModuleUnload || (id) == PI_API_cuLibraryUnload || \
                          (id) == PI_API_cudaLibraryUnload)
+/* frees that may hand a block back to apply.c's arena at any depth, recorded or not */
+#define APPLY_FREES(id) ((id) == PI_API_cudaFree || (id) == PI_API_cudaFreeAsync || (id) == PI_API_cudaFreeAsync_ptsz || \
+                         (id) == PI_API_cuMemFree_v2 || (id) == PI_API_cuMemFreeAsync || \
+                         (id) == PI_API_cuMemFreeAsync_ptsz)
 
 #define HOOK(name, lib, base, minver, ptsz, params, args, pre, post)                \
     typedef int (*name##_real_t) params;                                             \
     __attribute__((visibility("default"))) int name params {                        \
         name##_real_t real_ = (name##_real_t)pi_real(PI_API_##name);                 \
         if (PI_UNLIKELY(!real_)) return 500; /* CUDA_ERROR_NOT_FOUND */             \
-        if (!ALWAYS_ACTS(PI_API_##name) && (pi_t.depth > 0 || !pi_active()))         \
-            return real_ args;                                                       \
+        int quiet_ = 0;                                                              \
+        if (!ALWAYS_ACTS(PI_API_##name) && (pi_t.depth > 0 || !pi_active())) {       \
+            if (!APPLY_FREES(PI_API_##name) || PI_LIKELY(!pi_apply_has_arena()))     \
+                return real_ args;                                                   \
+            quiet_ = 1;                                                              \
+        }                                                                            \
         const int api = PI_API_##name;                                               \
+        const int api_lib = PI_LIB_##lib;                                            \
         pi_ctx cx;                                                                   \
         pi_scan sc;                                                                  \
         memset(&cx, 0, sizeof cx);                                                   \
+        cx.quiet = quiet_;                                                           \
+        (void)api_lib;                                                               \
         cx.caller = (uint64_t)__builtin_return_address(0);                           \
         sc.n = 0;                                                                    \
         (void)sc; (void)api;                                                         \
@@ -220,7 +245,7 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
         pi_t.depth++;                                                                \
         pre;                                                                         \
         { const int pi_phase = PI_BEFORE; (void)pi_phase; post; }                    \
-        r = real_ args;                                                              \
+        r = cx.served ? cx.r : real_ args;                                           \
         { const int pi_phase = PI_AFTER; (void)pi_phase; post; }                     \
         pi_t.depth--;                                                                \
         return r;                                                                    \

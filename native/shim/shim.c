@@ -77,6 +77,7 @@ static void atfork_parent(void) {
 }
 static void atfork_child(void) {
     pi_map_atfork_child();
+    pi_apply_atfork_child();
     pthread_mutex_init(&g_init_lock, NULL);
     /* The child gets its own ring on its next event; the parent's mapping
      * stays mapped but is never written again from here. */
@@ -162,6 +163,9 @@ static int consumer_alive(pi_ring_header *h) {
 
 static void on_exit_close(void) {
     if (g_ring && g_ring_pid == getpid()) {
+        pi_t.depth++;
+        pi_apply_exit(); /* the last iteration's counts and the status line for `run` */
+        pi_t.depth--;
         __atomic_store_n(&g_ring->closed, 1, __ATOMIC_RELEASE);
         /* never attached and no drain any more: nothing else would remove the ring */
         if (!__atomic_load_n(&g_ring->attached, __ATOMIC_ACQUIRE) && !consumer_alive(g_ring)) unlink_ring();
@@ -347,7 +351,10 @@ __attribute__((visibility("default"))) pid_t fork(void) {
         __atomic_store_n(&g_real_fork, f, __ATOMIC_RELEASE);
     }
     pid_t p = f();
-    if (p == 0) g_forked = 1;
+    if (p == 0) {
+        g_forked = 1;
+        pi_apply_atfork_child();
+    }
     return p;
 }
 
@@ -575,6 +582,7 @@ __attribute__((visibility("default"))) int pyinterpose_mark(const char *label) {
     pi_t.depth++;
     uint32_t id = pi_intern(label ? label : "step");
     pi_emit(PI_OP_MARKER, 0, 0, 0, 0, 0, id, 0);
+    pi_apply_mark(); /* a plan keyed by markers begins an iteration here */
     pi_t.depth--;
     return 1;
 }

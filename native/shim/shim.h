@@ -130,4 +130,15 @@ PI_HIDDEN void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t a
 PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);
 PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
+
+/* --- serving allocations from a planned arena (apply.c) --- */
+/* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */
+PI_HIDDEN int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, int ptsz, int async,
+                             uint64_t caller, int *result);
+PI_HIDDEN int pi_apply_has_arena(void);
+PI_HIDDEN int pi_apply_owns(uint64_t p);
+PI_HIDDEN int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, int async, int *result);
+PI_HIDDEN void pi_apply_mark(void);
+PI_HIDDEN void pi_apply_exit(void);
+PI_HIDDEN void pi_apply_atfork_child(void);
 #endif

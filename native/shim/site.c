@@ -448,3 +448,12 @@ void pi_site_fill(pi_event *e, const pi_event *alloc, const pi_site *s) {
     e->device = alloc->device;
     e->flags = s->flags;
 }
+
+/* ------------------------------------------------------------------ plan keys (apply.c) */
+uint64_t pi_site_owner_hash(uint64_t caller) {
+    const seg *sg = caller ? find_seg(caller) : NULL;
+    const char *b = sg ? sg->base : "";
+    uint64_t h = 14695981039346656037ull; /* FNV-1a 64 offset basis */
+    for (; *b; b++) h = (h ^ (unsigned char)*b) * 1099511628211ull;
+    return h;
+}

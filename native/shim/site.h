@@ -28,6 +28,10 @@ PI_HIDDEN uint32_t pi_stack_node(uint32_t parent, uint32_t frame);
 PI_HIDDEN void pi_note(const char *text);
 PI_HIDDEN void *pi_site_table(size_t bytes); /* zeroed, never freed (lazy pages) */
 
+/* FNV-1a 64 of the basename of the object that holds `caller` ("" when unknown): the call path a plan
+ * keys requests by (pyinterpose/analysis/apply_plan.py computes the same from the trace's owner). */
+PI_HIDDEN uint64_t pi_site_owner_hash(uint64_t caller);
+
 /* pystack.c: the calling thread's Python stack id (0 none); ORs PI_SITE_* into *flags. */
 PI_HIDDEN uint32_t pi_pystack(uint16_t *flags);
 #endif

@@ -138,5 +138,8 @@ HIDDEN CUresult sim_mem_used(int device, size_t *used);
 HIDDEN CUresult sim_mem_charge(int device, size_t size);
 HIDDEN void sim_mem_uncharge(int device, size_t size);
 HIDDEN CUmemoryPool sim_default_pool(int device);
+/* SIMCUDA_STATS / SIMCUDA_CHECK (memory.c): the device's high-water mark, counters written at exit */
+HIDDEN void sim_count_stream_wait(void);
+HIDDEN void sim_count_event_record(void);
 
 #endif

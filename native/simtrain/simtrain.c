@@ -166,6 +166,11 @@ struct run {
     struct simtrain_truth *t;
     int regular; /* counting the regular part of the step (allocs_per_step) */
     uint64_t regular_allocs;
+    CUstream stream2;        /* SIMTRAIN_NOISE_STREAM2 */
+    int check;               /* SIMCUDA_CHECK: patterns in every live block */
+    struct chk_block { void *p; size_t n; uint64_t serial; } *chk; /* SIMCUDA_CHECK's live blocks */
+    size_t nchk, cap_chk;
+    uint64_t serial;
     int device_time;                                  /* enum simtrain_device_time */
     uint64_t dev_rng;                                 /* kernel durations (apart from the noise stream) */
     CUresult (*set_next_duration)(unsigned long long); /* simcuSetNextLaunchDuration */
@@ -228,6 +233,77 @@ static int fail(struct run *r, const char *fmt, ...)
 
 static void count(struct run *r, enum api a) { r->t->by_api[a]++; }
 
+/* ---------------- the data check (SIMCUDA_CHECK=1) ----------------
+ * The kernels write a block's first and last words; the pattern covers the bytes in between. */
+#define PAT_EDGE 64
+static uint64_t pat_word(uint64_t serial, size_t i) { return (serial * 0x9E3779B97F4A7C15ull) ^ (i * 0xD6E8FEB86659FD93ull); }
+
+static struct chk_block *chk_find(struct run *r, void *p)
+{
+    for (size_t i = r->nchk; i-- > 0;)
+        if (r->chk[i].p == p) return &r->chk[i];
+    return NULL;
+}
+
+#define PAT_MAX ((size_t)256 << 20) /* larger blocks (an out-of-memory probe) are not patterned */
+static void pattern_write(const struct chk_block *b)
+{
+    if (b->n <= 2 * PAT_EDGE || b->n > PAT_MAX) return;
+    uint64_t *w = (uint64_t *)((char *)b->p + PAT_EDGE);
+    size_t k = (b->n - 2 * PAT_EDGE) / 8;
+    for (size_t i = 0; i < k; i++) w[i] = pat_word(b->serial, i);
+}
+
+static int pattern_check(struct run *r, const struct chk_block *b)
+{
+    if (b->n <= 2 * PAT_EDGE || b->n > PAT_MAX) return 0;
+    const uint64_t *w = (const uint64_t *)((const char *)b->p + PAT_EDGE);
+    size_t k = (b->n - 2 * PAT_EDGE) / 8;
+    for (size_t i = 0; i < k; i++)
+        if (w[i] != pat_word(b->serial, i))
+            return fail(r, "data check: block %p (%zu bytes, allocation #%llu) was overwritten while live "
+                        "(byte %zu: %016llx instead of %016llx)", b->p, b->n, (unsigned long long)b->serial,
+                        PAT_EDGE + 8 * i, (unsigned long long)w[i], (unsigned long long)pat_word(b->serial, i));
+    return 0;
+}
+
+static int checked_alloc(struct run *r, void *p, size_t n)
+{
+    if (!r->check) return 0;
+    if (r->nchk == r->cap_chk) {
+        size_t c = r->cap_chk ? 2 * r->cap_chk : 256;
+        struct chk_block *nl = realloc(r->chk, c * sizeof *nl);
+        if (!nl) return fail(r, "out of host memory");
+        r->chk = nl, r->cap_chk = c;
+    }
+    struct chk_block *b = &r->chk[r->nchk++];
+    *b = (struct chk_block){p, n, ++r->serial};
+    /* the edges the kernels read and write start at zero: the run's results then depend on nothing but
+     * the computation (the truth's result_hash can be compared between runs) */
+    size_t e = n < PAT_EDGE ? n : PAT_EDGE;
+    memset(p, 0, e);
+    if (n > e) memset((char *)p + n - (n - e < PAT_EDGE ? n - e : PAT_EDGE), 0, n - e < PAT_EDGE ? n - e : PAT_EDGE);
+    pattern_write(b);
+    return 0;
+}
+
+/* the program wrote the block itself (a copy or memset into it): its pattern again */
+static void checked_rewrite(struct run *r, void *p)
+{
+    struct chk_block *b = r->check ? chk_find(r, p) : NULL;
+    if (b) pattern_write(b);
+}
+
+static int checked_free(struct run *r, void *p)
+{
+    if (!r->check) return 0;
+    struct chk_block *b = chk_find(r, p);
+    if (!b) return fail(r, "data check: freeing %p, which simtrain did not allocate", p);
+    if (pattern_check(r, b)) return -1;
+    *b = r->chk[--r->nchk];
+    return 0;
+}
+
 /* one allocation call on the framework's path; its CUDA result (nothing counted) */
 static int raw_alloc(struct run *r, void **p, size_t n, int workspace, enum api *a)
 {
@@ -258,7 +334,7 @@ static int counted_alloc(struct run *r, void *p, size_t n, enum api a)
     if (r->regular) r->regular_allocs++;
     if (r->cfg && r->cfg->oom && oom_track_add((uint64_t)(uintptr_t)p, n, r->role ? r->role : "other"))
         return fail(r, "out of host memory");
-    return 0;
+    return checked_alloc(r, p, n);
 }
 
 static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
@@ -269,14 +345,15 @@ static int dev_alloc(struct run *r, void **p, size_t n, int workspace)
     return counted_alloc(r, *p, n, a);
 }
 
-static int dev_free(struct run *r, void *p)
+static int dev_free_on(struct run *r, void *p, CUstream stream)
 {
     enum api a;
+    if (checked_free(r, p)) return -1;
     switch (r->fw) {
     case SIMTRAIN_TORCH:
         if (r->async_backend) {
             a = API_cudaFreeAsync;
-            TRY(cudaFreeAsync(p, r->stream), "cudaFreeAsync");
+            TRY(cudaFreeAsync(p, stream), "cudaFreeAsync");
         } else {
             a = API_cudaFree;
             TRY(cudaFree(p), "cudaFree");
@@ -288,7 +365,7 @@ static int dev_free(struct run *r, void *p)
         break;
     default:
         a = API_cuMemFreeAsync;
-        TRY(r->d.cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, r->stream), "cuMemFreeAsync");
+        TRY(r->d.cuMemFreeAsync((CUdeviceptr)(uintptr_t)p, stream), "cuMemFreeAsync");
     }
     count(r, a);
     live_remove(r, p);
@@ -296,6 +373,8 @@ static int dev_free(struct run *r, void *p)
     if (r->cfg && r->cfg->oom) oom_track_remove((uint64_t)(uintptr_t)p);
     return 0;
 }
+
+static int dev_free(struct run *r, void *p) { return dev_free_on(r, p, r->stream); }
 
 /* torch copies through its cudaMallocHost staging buffer: a CUDA allocation
  * too, so the copy touches two allocations (jax/tf use plain host memory). */
@@ -319,6 +398,7 @@ static int h2d(struct run *r, void *dst, const void *src, size_t n)
     }
     count(r, a);
     r->t->accesses += 1 + pinned_side(r); /* the device buffer, plus a pinned staging buffer */
+    checked_rewrite(r, dst);
     return 0;
 }
 
@@ -361,6 +441,7 @@ static int dev_zero(struct run *r, void *p, size_t n)
     }
     count(r, a);
     r->t->accesses += 1;
+    checked_rewrite(r, p);
     return 0;
 }
 
@@ -695,10 +776,12 @@ static int oom_request(struct run *r, int s)
     return 0;
 }
 
-static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy)
+static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy, unsigned kinds)
 {
     int L = md->layers;
     void *x, *loss_grad;
+    int skip_ws = noisy && (kinds & SIMTRAIN_NOISE_MISSING) ? (int)(splitmix(rng) % (uint64_t)L) : -1;
+    int x_on_stream2 = noisy && (kinds & SIMTRAIN_NOISE_STREAM2) && r->stream2;
     r->role = "step";
     r->regular = 1;
     r->regular_allocs = 0;
@@ -708,12 +791,14 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
         void *ws, *in = i ? md->act[i - 1] : x;
         uint64_t n = act_bytes(i) / sizeof(float);
         int layer = i;
-        if (dev_alloc(r, &md->act[i], act_bytes(i), 0) || dev_alloc(r, &ws, ws_bytes(i), 1)) return -1;
+        if (dev_alloc(r, &md->act[i], act_bytes(i), 0)) return -1;
+        if (i == skip_ws) ws = md->act[i]; /* noise: no workspace this time */
+        else if (dev_alloc(r, &ws, ws_bytes(i), 1)) return -1;
         if (r->cfg->oom && i == L / 2 && s == (r->cfg->oom_step < 0 ? r->cfg->steps - 1 : r->cfg->oom_step) &&
             oom_request(r, s))
             return -1;
         void *args[] = {&md->w[i], &in, &md->act[i], &ws, &n, &layer};
-        if (launch(r, K_FWD, args, 4) || dev_free(r, ws)) return -1;
+        if (launch(r, K_FWD, args, 4) || (i != skip_ws && dev_free(r, ws))) return -1;
     }
     uint64_t n_out = act_bytes(L - 1) / sizeof(float);
     if (dev_alloc(r, &loss_grad, act_bytes(L - 1), 0)) return -1;
@@ -730,7 +815,7 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
         if (launch(r, K_BWD, args, 4) || dev_free(r, md->act[i]) || dev_free(r, gout)) return -1;
         gout = gin;
     }
-    if (dev_free(r, x)) return -1;
+    if (dev_free_on(r, x, x_on_stream2 ? r->stream2 : r->stream)) return -1;
     /* optimizer (Adam: W, G, M, V), gradients freed */
     for (int i = 0; i < L; i++) {
         float lr = 1e-3f;
@@ -743,7 +828,7 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
     if (r->device_time && step_sync(r)) return -1;
     if (noisy) {
         r->t->noise_steps++;
-        if (noise_pass(r, md, rng)) return -1;
+        if ((kinds & SIMTRAIN_NOISE_EXTRA) && noise_pass(r, md, rng)) return -1;
     }
     return 0;
 }
@@ -772,6 +857,19 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
         goto done;
     }
     if (setup(r)) goto done;
+    unsigned kinds = cfg->noise_kinds ? cfg->noise_kinds : SIMTRAIN_NOISE_EXTRA;
+    const char *chk = getenv("SIMCUDA_CHECK");
+    r->check = chk && chk[0] && chk[0] != '0';
+    if ((kinds & SIMTRAIN_NOISE_STREAM2) && cfg->noise > 0) {
+        if (r->fw == SIMTRAIN_TORCH && r->async_backend && cudaStreamCreate(&r->stream2) != cudaSuccess) {
+            fail(r, "cudaStreamCreate failed");
+            goto done;
+        }
+        if (r->fw == SIMTRAIN_TF && r->d.cuStreamCreate(&r->stream2, 0) != CUDA_SUCCESS) {
+            fail(r, "cuStreamCreate failed");
+            goto done;
+        }
+    }
     if (r->device_time && device_time_setup(r, cfg->seed)) goto done;
     /* persistent state: weights and Adam moments, a host staging buffer */
     if (r->fw == SIMTRAIN_TORCH) {
@@ -796,7 +894,16 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     uint64_t rng = cfg->seed;
     for (int s = 0; s < cfg->steps; s++) {
         int noisy = uniform(&rng) < cfg->noise;
-        if (step(r, &md, s, &rng, noisy)) goto done;
+        if (step(r, &md, s, &rng, noisy, kinds)) goto done;
+    }
+    /* the model's state after training, as the program computed it (FNV-1a of each weight's and moment's
+     * first value): the same with and without a plan, when the inputs are (SIMCUDA_CHECK=1 zeroes them) */
+    out->result_hash = 14695981039346656037ull;
+    for (int i = 0; i < L; i++) {
+        const void *vals[3] = {md.w[i], md.m[i], md.v[i]};
+        for (int k = 0; k < 3; k++)
+            for (int b = 0; b < 4; b++)
+                out->result_hash = (out->result_hash ^ ((const unsigned char *)vals[k])[b]) * 1099511628211ull;
     }
     for (int i = 0; i < L; i++)
         if (dev_free(r, md.w[i]) || dev_free(r, md.m[i]) || dev_free(r, md.v[i])) goto done;
@@ -811,8 +918,13 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     }
     rc = teardown(r);
 done:
-    free(md.w), free(md.m), free(md.v), free(md.g), free(md.act), free(md.host);
+    if (r->stream2) {
+        if (r->fw == SIMTRAIN_TORCH) cudaStreamDestroy(r->stream2);
+        else r->d.cuStreamDestroy(r->stream2);
+    }
     free(r->live);
+    free(md.w), free(md.m), free(md.v), free(md.g), free(md.act), free(md.host);
+    free(r->chk);
     if (r->lib) dlclose(r->lib);
     return rc;
 }

@@ -32,7 +32,18 @@ struct simtrain_config {
     int oom_step;         /* the step that asks for too much (-1: the last step) */
     const char *oom_truth; /* JSON lines, one per failed request (NULL: not written) */
     int device;      /* device ordinal the loop runs on (cudaSetDevice / cuDeviceGet) */
+    unsigned noise_kinds; /* what a noisy step does (SIMTRAIN_NOISE_*); 0 = SIMTRAIN_NOISE_EXTRA */
 };
+
+enum simtrain_noise {
+    SIMTRAIN_NOISE_EXTRA = 1,   /* an evaluation pass or a logging buffer after the step */
+    SIMTRAIN_NOISE_MISSING = 2, /* one layer's forward workspace is not allocated (the output serves) */
+    SIMTRAIN_NOISE_STREAM2 = 4  /* the input is freed on a second stream (torch async backend and tf) */
+};
+
+/* With SIMCUDA_CHECK=1 in the environment, simtrain writes a pattern of its own into every block it
+ * allocates (and again after each copy or memset into it) and checks it before the block is freed:
+ * any other writer of those bytes while the block is live makes simtrain_run fail with a message. */
 
 /* SIMTRAIN_OOM_NEAR: at oom_step a request larger than the free memory fails, the cached blocks
  * are released (freed for real), the same request is retried and succeeds; the run goes on.
@@ -60,6 +71,7 @@ struct simtrain_truth {
     uint64_t by_api[SIMTRAIN_MAX_API]; /* index: simtrain_api_name(i) */
     char error[256];                   /* set when simtrain_run returns non-zero */
     uint64_t failed_allocs;            /* allocation calls that failed (out-of-memory mode) */
+    uint64_t result_hash;              /* the trained weights' and moments' first values (FNV-1a) */
 };
 
 /* number of API names, the name of API i, and its class:

@@ -68,6 +68,7 @@ def summarize(trace: Trace) -> dict:
         "outside_allocator": info["outside"],
         "by_owner": bytes_by_owner(trace).to_dict("records"),
         "reservations": int(len(trace.reservations)),
+        "applied": _applied(trace),
         "graph_launches": graph_launches,
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
@@ -76,6 +77,13 @@ def summarize(trace: Trace) -> dict:
         "per_rank": ranks,
         "ranks": job_view(ranks),
     }
+
+
+def _applied(trace: Trace) -> dict | None:
+    """What a plan served (``run --apply``); None without one."""
+    from .applied import summary
+
+    return summary(trace)
 
 
 def _oom(trace: Trace) -> dict:

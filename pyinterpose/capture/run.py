@@ -260,7 +260,8 @@ def _make_ring_dir(session: str, ring_dir: str | None) -> tuple[str | None, str 
 def capture(argv: list[str], output: str | None = None, view: str = "blocks", access: bool = True,
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
             env: dict[str, str] | None = None, stacks: str = "python", cwd: str | None = None,
-            force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto", after=None) -> int:
+            force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto", after=None,
+            apply: str | None = None) -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
     (128+N when killed by signal N), or CAPTURE_INCOMPLETE_EXIT when the program exited 0 but some
     process was not recorded, events were lost or the trace could not be written, or
@@ -319,6 +320,14 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
+    apply_meta = None
+    if apply:   # --apply plan.json: its digest for the shim (pyinterpose.capture.apply)
+        from . import apply as applying
+        try:
+            apply_meta = applying.prepare(apply, rdir, argv, knobs, child_env)
+        except BaseException:
+            _remove_dir(rdir)
+            raise
     try:
         lease_s = float(os.environ.get("PYINTERPOSE_LEASE_S", "") or DEFAULT_LEASE_S)
     except ValueError:
@@ -329,7 +338,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     meta = {
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
         "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
-        "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock,
+        "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock, "apply": apply_meta,
         "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
@@ -356,6 +365,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     finally:
         procs = drain.finish()
         unrecorded = drain.unrecorded()
+        apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)
         try:
             nvml_rows = sampler.stop() if sampler else None
@@ -388,6 +398,10 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         writer.close()
     if not quiet:
         _print_done(output, procs, writer.events_written, status)
+    if apply:
+        for line in applying.report(apply, apply_status, quiet):
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
     if after is not None:
         after(output, procs)
     problems = _capture_problems(procs, unrecorded, capture_error)

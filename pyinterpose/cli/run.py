@@ -1,4 +1,4 @@
-"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] -- CMD ..."""
+"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply PLAN] -- CMD ..."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,8 @@ def register(sub) -> None:
         "run", help="run a program under the profiler and write a trace",
         description="Run CMD with the CUDA interposer preloaded and write one trace file.",
         usage="pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] "
-              "[--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] -- CMD ...",
+              "[--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply plan.json] "
+              "-- CMD ...",
         epilog="Exit status: the program's own (128+N when killed by signal N); 3 when the program exited 0 "
                "but the capture is incomplete (a process could not be recorded, events were lost, or the "
                "trace could not be written) -- one line on stderr says what; 4 when --gpu-clock cupti was asked, the "
@@ -39,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--ring-dir", metavar="DIR",
                    help="where rings go when /dev/shm has no room (default: $TMPDIR); a private folder is made "
                         "and removed there")
+    p.add_argument("--apply", metavar="PLAN",
+                   help="serve the program's allocations from the arena of a plan file (pyinterpose plan TRACE "
+                        "-o plan.json; docs/apply.md); requests the plan does not know go to the real allocator")
     p.add_argument("--ring-records", type=A.count(64, 1 << 30), default=None, help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the program and its arguments")
@@ -65,7 +69,7 @@ def _run(args) -> int:
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
                    simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
                    stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, gpu_clock=args.gpu_clock,
-                   after=explain_oom)
+                   after=explain_oom, apply=args.apply)
 
 
 def explain_oom(output: str, procs: list[dict]) -> None:

@@ -107,7 +107,37 @@ def _run(args) -> int:
     print_call_sites(con, s["call_sites"], _fmt_bytes)
     print_oom(con, s)
     print_ranks(con, s["per_rank"], s["ranks"])
+    if s.get("applied"):
+        print_applied(con, s["applied"], _fmt_bytes)
     return 0
+
+
+def print_applied(con, ap: dict, fmt_bytes) -> None:
+    """What the plan of a ``run --apply`` served (pyinterpose.analysis.applied)."""
+    from rich.table import Table
+
+    plan = ap.get("plan") or {}
+    for p in ap["processes"]:
+        why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in p["by_reason"].items() if v)
+        con.print(f"[bold]plan[/bold] {plan.get('plan', '')} (pid {p['pid']}): served {p['served']} of "
+                  f"{p['requests']} requests ({p['served_blocks']} blocks, {fmt_bytes(p['served_bytes'])}) from a "
+                  f"{fmt_bytes(p['arena_capacity'])} arena"
+                  + ("" if p["arena_reserved"] else " (never reserved)")
+                  + (f"; {p['fell_through']} fell through ({why})" if p["fell_through"] else "")
+                  + f"; real device peak {fmt_bytes(p['real_peak_bytes'])}")
+        if p["refused"]:
+            con.print(f"[bold red]plan refused[/bold red] at iteration {p['refused_at_iteration']}: "
+                      + "; ".join(p["notes"]))
+        rows = p["iterations"]
+        if rows:
+            t = Table(title=f"plan per iteration (pid {p['pid']})", show_header=True)
+            cols = ["iteration", "served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other"]
+            for c in cols:
+                t.add_column(c.replace("_", " "), justify="right")
+            shown = rows if len(rows) <= 12 else rows[:6] + rows[-6:]
+            for r in shown:
+                t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
+            con.print(t)
 
 
 def _print_clock(con, s: dict) -> None:

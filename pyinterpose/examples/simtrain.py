@@ -2,9 +2,12 @@
 CUDA call path, with a truth file that says exactly what they did.
 
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
-        [--workers K] [--noise F] [--truth FILE.json] [--layers L] [--seed S]
-        [--device-time off|h100-like]
+        [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
+        [--seed S] [--device-time off|h100-like]
         [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
+
+With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
+overwritten while live ends the run with an error (exit status 1).
 
 torch: libcudart through the PLT (cudaMallocAsync/cudaFreeAsync when
 PYTORCH_CUDA_ALLOC_CONF or PYTORCH_ALLOC_CONF has backend:cudaMallocAsync, else
@@ -22,7 +25,9 @@ the H100 (docs/simcuda-device-clock.md); the default ``off`` leaves every time a
 Truth keys: framework, steps, workers, layers, seed, noise, allocs, frees, bytes,
 accesses, launches, allocs_per_step (one regular step of one process), by_api
 (exact names called), noise_steps, pids, peaks (each process's peak live device bytes, in
-the order of pids); device_time when it is not off; failed_allocs with --oom.
+the order of pids); device_time when it is not off; failed_allocs with --oom; result_hashes (per
+process: a hash of the trained weights' and moments' first values, comparable between runs with
+SIMCUDA_CHECK=1, which zeroes the values the kernels read first).
 ``--ranks N``: a job of N rank processes (pyinterpose.examples.simranks).
 
 Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
@@ -60,7 +65,7 @@ class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
                 ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
                 ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("device", ctypes.c_int)]
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint)]
 
 
 class _Truth(ctypes.Structure):
@@ -68,7 +73,8 @@ class _Truth(ctypes.Structure):
                 ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
                 ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
-                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64)]
+                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64),
+                ("result_hash", ctypes.c_uint64)]
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -90,12 +96,25 @@ def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
             for i in range(lib.simtrain_api_count())}
 
 
+NOISE_KINDS = {"extra": 1, "missing": 2, "stream2": 4}
+
+
+def noise_mask(kinds: str) -> int:
+    """--noise-kinds extra,missing,stream2 -> simtrain.h's SIMTRAIN_NOISE_* bits."""
+    mask = 0
+    for k in (k.strip() for k in kinds.split(",") if k.strip()):
+        if k not in NOISE_KINDS:
+            raise PyinterposeError(f"--noise-kinds: unknown kind {k!r} (choose from {', '.join(NOISE_KINDS)})")
+        mask |= NOISE_KINDS[k]
+    return mask or NOISE_KINDS["extra"]
+
+
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
              device_time: str = "off", oom: str = "none", oom_step: int = -1,
-             oom_truth: str | None = None, device: int = 0) -> dict:
+             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1) -> dict:
     """Run the loop in this process; its truth (one process)."""
     cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
-                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device)
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -105,7 +124,7 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
             by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
     out = {k: int(getattr(t, k)) for k in COUNTERS}
     out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()],
-               peak_live_bytes=int(t.peak_live_bytes))
+               peak_live_bytes=int(t.peak_live_bytes), result_hash=f"{int(t.result_hash):016x}")
     if oom != "none":
         out["failed_allocs"] = int(t.failed_allocs)
     return out
@@ -121,6 +140,7 @@ def _merge(parts: list[dict]) -> dict:
     total["allocs_per_step"] = parts[0]["allocs_per_step"]
     total["pids"] = [pid for p in parts for pid in p["pids"]]
     total["peaks"] = [p["peak_live_bytes"] for p in parts]   # per process, in the order of pids
+    total["result_hashes"] = [p["result_hash"] for p in parts]  # the trained state (SIMCUDA_CHECK=1: comparable)
     if "failed_allocs" in parts[0]:
         total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
     return total
@@ -148,7 +168,7 @@ def _child(lib, args, wfd: int) -> None:
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
-            getattr(args, "device", 0))
+            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -208,6 +228,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--workers", type=int, default=0, help="forked worker processes besides this one")
     p.add_argument("--noise", type=float, default=0.0, help="fraction of steps with extra allocations")
+    p.add_argument("--noise-kinds", default="extra", metavar="K[,K]",
+                   help="what a noisy step does: extra (an evaluation pass or a logging buffer), missing (a "
+                        "layer's workspace is not allocated), stream2 (the input is freed on a second stream); "
+                        "default extra")
     p.add_argument("--truth", help="write the truth JSON here")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
@@ -231,6 +255,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     simranks.check_arguments(args)
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
+    noise_mask(args.noise_kinds)
     if not 0 <= args.seed < 2**64:
         raise PyinterposeError("--seed must be between 0 and 2**64-1")
     if args.oom_step >= args.steps:

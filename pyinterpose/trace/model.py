@@ -93,6 +93,10 @@ expandable segments, the segment's peak size)
     allocation failure, -1 when not recorded — during stream capture, or older traces); see
     pyinterpose.trace.failures and pyinterpose.analysis.oom
 ``markers`` — pyinterpose.mark_step(): pid, seq, t, label
+``applied`` — serving from a plan (``run --apply``, native/shim/apply.c), one row per record: pid, seq, t,
+    record (category: arena|iteration|refused|last), iteration (int64, -1 before the first), result (int32:
+    the arena's real allocation), arena (uint64: its base), capacity (int64), and the requests counted:
+    served, no_key, occupied, bigger, capture, overlap, off, other (int64; pyinterpose.analysis.applied)
 ``processes`` — pid, ppid, exe, forked (bool), start_ns, written, lost, waits, unscanned_launches,
     context (object: JSON text of the rank variables of its environment, {NAME: value}: RANK, LOCAL_RANK,
     WORLD_SIZE, JAX_PROCESS_ID, TF_CONFIG, CUDA_VISIBLE_DEVICES, HOST, ...; pyinterpose.trace.context),
@@ -170,6 +174,9 @@ FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "categor
                    "pool": "uint64", "owner": "category", "stack_id": "int64", "free_bytes": "int64",
                    "total_bytes": "int64"}
 MARKER_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "label": "object"}
+APPLY_COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other")
+APPLY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "category", "iteration": "int64",
+                 "result": "int32", "arena": "uint64", "capacity": "int64", **{c: "int64" for c in APPLY_COUNTS}}
 PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "bool",
                    "start_ns": "int64", "written": "int64", "lost": "int64", "waits": "int64",
                    "unscanned_launches": "int64", "clock": "object", "clock_note": "object",
@@ -240,6 +247,7 @@ class Trace:
     frames: pd.DataFrame = field(default_factory=lambda: _stacks().empty_frames())
     stacks: pd.DataFrame = field(default_factory=lambda: _stacks().empty_stacks())
     gpu_activity: pd.DataFrame = field(default_factory=lambda: empty_table(GPU_ACTIVITY_COLUMNS))
+    applied: pd.DataFrame = field(default_factory=lambda: empty_table(APPLY_COLUMNS))
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derived(self, key, compute):

@@ -683,6 +683,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         "pid": side_pid[mi], "seq": col(side, "seq")[mi], "t": tcol(side)[mi],
         "label": [strings.get(int(p), {}).get(int(sid), "") for p, sid in zip(side_pid[mi], side["aux"][mi])]}),
         MARKER_COLUMNS)
+    applied = _applied(side, side_pid, side_op, col, tcol)
 
     # ---- processes ----
     counters = {}
@@ -725,8 +726,41 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
-               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity)
+               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied)
     return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+
+
+def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
+    """PI_OP_APPLY records (native/shim/apply.c) as the ``applied`` table."""
+    from .model import APPLY_COLUMNS
+
+    code = getattr(records.OP, "APPLY", None)
+    ai = np.flatnonzero(side_op == code) if code is not None and len(side) else np.zeros(0, np.int64)
+    if len(ai) == 0:
+        return empty_table(APPLY_COLUMNS)
+    A = side[ai]
+    kind = A["flags"].astype(np.int64)
+    lo32, hi32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+    arena = kind == 1
+
+    def pair(f):
+        v = A[f].astype(np.uint64)
+        return np.where(arena, 0, v & lo32).astype(np.int64), np.where(arena, 0, v >> hi32).astype(np.int64)
+
+    served, no_key = pair("addr")
+    occupied, bigger = pair("size")
+    capture, overlap = pair("stream")
+    off, other = pair("aux")
+    names = {1: "arena", 2: "iteration", 3: "refused", 4: "last"}
+    return conform(pd.DataFrame({
+        "pid": side_pid[ai], "seq": col(side, "seq")[ai], "t": tcol(side)[ai],
+        "record": pd.Categorical([names.get(int(k), str(int(k))) for k in kind]),
+        "iteration": np.where(arena, -1, A["result"]).astype(np.int64),
+        "result": np.where(arena, A["result"], 0).astype(np.int32),
+        "arena": np.where(arena, A["addr"], 0).astype(np.uint64),
+        "capacity": np.where(arena, A["size"].astype(np.int64), 0),
+        "served": served, "no_key": no_key, "occupied": occupied, "bigger": bigger, "capture": capture,
+        "overlap": overlap, "off": off, "other": other}), APPLY_COLUMNS)
 
 
 def load(path: str, progress: bool = False) -> Trace:

@@ -111,6 +111,17 @@ def test_bench_report_smallest(tmp_path):
 
 
 @needs_native
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_bench_apply_smallest(tmp_path):
+    d, _ = bench("bench_apply.py", "--steps", "3", "--layers", "2", "--iters", "5", "--k", "4", "--repeat", "1",
+                 "--workloads", "simtrain-torch", cwd=tmp_path)
+    w = d["workloads"]["simtrain-torch"]
+    assert w["served"] == w["requests"] > 0 and w["peak_bytes_with_plan"] == w["arena_bytes"]
+    for api in ("cudaMalloc", "cudaMallocAsync"):
+        assert set(d["alloc_time_ns"][api]) == {"bare", "recorded", "applied"}
+
+
+@needs_native
 def test_bench_fit_smallest(tmp_path):
     sample = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
     if not os.path.exists(sample):

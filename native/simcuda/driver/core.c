@@ -409,6 +409,7 @@ SIM_API(CUresult, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned int flags)
     CUresult r = sim_check_stream(s);
     if (r) return r;
     if (!e || e->magic != MAGIC_EVENT) return CUDA_ERROR_INVALID_HANDLE;
+    sim_count_stream_wait();
     struct sim_queue *q;
     if (g_init && e->recorded && sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_queue_wait_for(q, e->t_ns);
     return CUDA_SUCCESS;
@@ -438,6 +439,7 @@ SIM_API(CUresult, cuEventRecord, (CUevent e, CUstream s))
     if (r) return r;
     e->t_ns = sim_queue_mark(q); /* the device time when the stream's work so far is done */
     e->recorded = 1;
+    sim_count_event_record();
     return CUDA_SUCCESS;
 }
 SIM_VARIANT(CUresult, cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, s));

@@ -31,8 +31,46 @@ static void atfork_prepare(void) { pthread_mutex_lock(&g_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&g_lock); }
 static void atfork_child(void) { pthread_mutex_init(&g_lock, NULL); }
 
+/* ---- SIMCUDA_STATS=path: one JSON line per process, appended at exit (the device's high-water mark of
+ * bytes counted against its capacity, and counters); SIMCUDA_CHECK=1: freed memory is poisoned (0xDB) and
+ * new memory filled with 0xCD, so a block used after its free, or two blocks sharing bytes, show. ---- */
+static size_t g_peak[SIM_MAX_DEVICES];
+static uint64_t g_allocs, g_frees, g_waits, g_records;
+static int g_check = -1;
+
+HIDDEN void sim_count_stream_wait(void) { __atomic_fetch_add(&g_waits, 1, __ATOMIC_RELAXED); }
+HIDDEN void sim_count_event_record(void) { __atomic_fetch_add(&g_records, 1, __ATOMIC_RELAXED); }
+
+static int checking(void)
+{
+    if (g_check < 0) {
+        const char *c = getenv("SIMCUDA_CHECK");
+        g_check = c && c[0] && c[0] != '0';
+    }
+    return g_check;
+}
+
+static void write_stats(void)
+{
+    const char *path = getenv("SIMCUDA_STATS");
+    if (!path || !*path) return;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "{\"pid\": %d, \"allocs\": %llu, \"frees\": %llu, \"stream_waits\": %llu, "
+                     "\"event_records\": %llu, \"peak_bytes\": [", (int)getpid(), (unsigned long long)g_allocs,
+                     (unsigned long long)g_frees, (unsigned long long)g_waits, (unsigned long long)g_records);
+    for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
+        n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)g_peak[i]);
+    n += snprintf(line + n, sizeof line - n, "]}\n");
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    ssize_t w = write(fd, line, (size_t)n);
+    (void)w;
+    close(fd);
+}
+
 static void table_init(void)
 {
+    atexit(write_stats);
     for (int i = 0; i < SIM_MAX_DEVICES; i++) {
         g_default_pools[i] = (struct CUmemPoolHandle_st){MAGIC_POOL, i, 1};
         g_current_pools[i] = &g_default_pools[i];
@@ -185,6 +223,8 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (charge) g_used[device] += size;
+    if (charge && g_used[device] > g_peak[device]) g_peak[device] = g_used[device];
+    g_allocs++;
     unlock();
     void *p = NULL;
     int fd = -1;
@@ -211,6 +251,7 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     unlock();
+    if (checking()) memset(p, 0xCD, size);
     *out = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -224,6 +265,7 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     if (e && counts_against_capacity(e->kind)) g_used[e->device] -= e->size;
     unlock();
     if (!e) return CUDA_ERROR_INVALID_VALUE;
+    if (checking()) memset((void *)(uintptr_t)e->addr, 0xDB, e->size);
     if (e->fd >= 0) {
         munmap((void *)(uintptr_t)e->addr, e->size);
         close(e->fd);
@@ -231,6 +273,7 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
         return CUDA_SUCCESS;
     }
     lock();
+    g_frees++;
     int kept = cache_put(e);
     unlock();
     if (!kept) {

@@ -1,0 +1,101 @@
+"""``pyinterpose run --apply plan.json``: hand a plan to the shim, and say afterwards what it served.
+
+The plan file (pyinterpose.analysis.pools.plan_file) is read and checked here, in the parent; its
+compact binary digest goes into the run's private ring directory and the shim finds it through
+``PYINTERPOSE_APPLY`` (native/shim/apply.c maps it at the first allocation request).  At exit each
+process that had the plan writes one status line (``apply-<pid>`` in the ring directory), which
+:func:`read_status` reads before the directory is removed and :func:`report` turns into the lines
+``run`` prints.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import PyinterposeError
+
+ENV = "PYINTERPOSE_APPLY"
+COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other")
+
+
+def prepare(plan_path: str, rdir: str | None, argv: list[str], knobs: dict, env: dict) -> dict:
+    """Read and check the plan, write its digest for the shim, set the environment; the trace's
+    ``meta["apply"]``."""
+    import hashlib
+
+    from ..analysis.pools import plan_file
+
+    try:
+        doc = plan_file.read(plan_path)
+    except PyinterposeError as e:
+        raise PyinterposeError(f"--apply {e}") from None
+    if not rdir:
+        raise PyinterposeError("--apply: no private directory for the plan's digest (see --ring-dir)")
+    bin_path = os.path.join(rdir, "plan.bin")
+    data = plan_file.digest(doc)
+    with open(bin_path, "wb") as f:
+        f.write(data)
+    env[ENV] = bin_path
+    with open(plan_path, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    planned_knobs = doc.get("knobs") or {}
+    differ = sorted(k for k in set(planned_knobs) | set(knobs) if planned_knobs.get(k) != knobs.get(k))
+    if differ:
+        _warn(f"--apply {plan_path}: the plan was made with other framework knobs ({', '.join(differ)}): "
+              "its requests may not match")
+    cmd = (doc.get("program") or {}).get("command") or []
+    if cmd and [os.path.basename(str(c)) for c in cmd] != [os.path.basename(str(c)) for c in argv]:
+        _warn(f"--apply {plan_path}: the plan was made for another command ({' '.join(map(str, cmd))})")
+    return {"plan": os.path.abspath(plan_path), "sha256": sha, "capacity": int(doc["capacity"]),
+            "strategy": (doc.get("planner") or {}).get("strategy"), "trace": (doc.get("trace") or {}).get("path"),
+            "boundary": doc["iteration"]["boundary"], "iteration_requests": int(doc["iteration"]["requests"])}
+
+
+def read_status(rdir: str | None) -> list[dict]:
+    """The shim's status lines (one per process that had the plan)."""
+    out = []
+    if not rdir or not os.path.isdir(rdir):
+        return out
+    for name in sorted(os.listdir(rdir)):
+        if not name.startswith("apply-"):
+            continue
+        try:
+            with open(os.path.join(rdir, name)) as f:
+                line = f.readline().rstrip("\n")
+        except OSError:
+            continue
+        head, _, reason = line.partition("\treason=")
+        d = dict(kv.split("=", 1) for kv in head.split() if "=" in kv)
+        rec = {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in d.items()}
+        if reason:
+            rec["reason"] = reason
+        out.append(rec)
+    return out
+
+
+def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]:
+    """The lines ``run`` prints about the plan (also when quiet: a refused plan is never silent)."""
+    from ..report.text import fmt_bytes
+
+    lines = []
+    if not status:
+        return [f"pyinterpose: --apply {plan_path}: no process asked for memory the plan covers; nothing served"]
+    for s in status:
+        fell = sum(int(s.get(c, 0)) for c in COUNTS if c != "served")
+        why = ", ".join(f"{c.replace('_', ' ')} {s[c]}" for c in COUNTS[1:] if s.get(c))
+        head = f"pyinterpose: --apply {plan_path}: pid {s.get('pid')}: "
+        if s.get("state") == "refused":
+            lines.append(head + f"the plan does not match this program ({s.get('reason', '')}); nothing served "
+                                f"after that ({s.get('served', 0)} before)")
+        elif not quiet:
+            lines.append(head + f"served {s.get('served', 0)} of {int(s.get('served', 0)) + fell} requests from "
+                                f"a {fmt_bytes(int(s.get('capacity', 0)))} arena over {s.get('iterations', 0)} "
+                                f"iterations" + (f"; {fell} fell through ({why})" if fell else ""))
+        if s.get("arena") == "failed":
+            lines.append(head + "the arena could not be reserved; nothing served")
+    return lines
+
+
+def _warn(msg: str) -> None:
+    sys.stderr.write(f"pyinterpose: warning: {msg}\n")
+    sys.stderr.flush()
