@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # $PY, $PI, $T, $J hold command words: split on purpose
 # gpu_apply.sh OUTDIR — `pyinterpose run --apply` on a real NVIDIA GPU, PyTorch ResNet-18 ("cnn") and the
 # 6-layer "transformer" of scripts/gpu_workloads/torch_train.py (issue 25, part 5).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # $PY, $PI, $T, $J hold command words: split on purpose
 # gpu_validate.sh OUTDIR — pyinterpose on a real NVIDIA GPU against the frameworks' own records.
 #
 # Captures PyTorch (ResNet-18 "cnn", a 6-layer "transformer") and JAX ("attn") in both views with the
@@ -88,6 +89,80 @@ run torch-ranks $PI run --view blocks -o "$OUT/torch-ranks.pit" -- \
     $PY -m torch.distributed.run --nproc-per-node 2 "$W/torch_ranks.py" --out-dir "$OUT/ranks" --steps $STEPS &&
     run torch-ranks-check $PY "$ROOT/scripts/gpu_ranks_check.py" "$OUT/torch-ranks.pit" "$OUT/ranks"
 
+# ---- later steps: each bounded by timeout, each leaves rows-NAME.json (rows of the final table) ----------
+STEP_TIMEOUT=${STEP_TIMEOUT:-600}
+TO=(timeout -k 10 "$STEP_TIMEOUT")
+rows() {  # rows NAME CMD...: CMD prints a JSON list of table rows; anything else becomes one FAIL row
+    local name=$1; shift
+    echo "+ $*" >>"$OUT/commands.txt"
+    "${TO[@]}" "$@" >"$OUT/rows-$name.json" 2>"$OUT/rows-$name.err"
+    local rc=$?
+    if ! $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); assert isinstance(r, list)' "$OUT/rows-$name.json" \
+        2>/dev/null; then
+        $PY -c 'import json,sys; print(json.dumps([{"trace": sys.argv[1], "check": "step ran", "measured":
+            "exit " + sys.argv[2] + ", see rows-" + sys.argv[1] + ".err", "expected": "rows", "result": "FAIL"}]))' \
+            "$name" "$rc" >"$OUT/rows-$name.json"
+    fi
+    [ $rc -eq 0 ] || { echo "gpu_validate: $name: a check failed (exit $rc), see $OUT/rows-$name.json" >&2; FAILED=1; }
+}
+
+# ---- device clock (issue 21 item 7): --gpu-clock cupti vs torch.profiler, cost, JAX ----------------------
+T="$W/torch_train.py --model transformer --steps $STEPS"
+for c in cupti off; do
+    run "clock-torch-transformer-$c" "${TO[@]}" $PI run -f --gpu-clock $c --view reserved \
+        -o "$OUT/clock-torch-transformer-$c.pit" -- $PY $T --out "$OUT/clock-torch-transformer-$c.json"
+done
+# the same program once more, no pyinterpose, under torch.profiler: its kernel records are the reference
+run profile-torch-transformer "${TO[@]}" $PY $T --profile-json "$OUT/profile-torch-transformer.trace.json" \
+    --out "$OUT/profile-torch-transformer.json"
+rows clock-kernels $PY "$ROOT/scripts/gpu_clock_check.py" kernels "$OUT/clock-torch-transformer-cupti.pit" \
+    "$OUT/profile-torch-transformer.trace.json" --detail "$OUT/clock-kernels-detail.json"
+rows clock-cost-torch $PY "$ROOT/scripts/gpu_clock_check.py" cost "torch transformer, reserved" \
+    "$OUT/clock-torch-transformer-cupti.json" "$OUT/clock-torch-transformer-off.json" \
+    "$OUT/plain-torch-transformer-native.json"
+for c in cupti off; do
+    run "clock-jax-attn-$c" "${TO[@]}" $PI run -f --gpu-clock $c --view blocks -o "$OUT/clock-jax-attn-$c.pit" -- \
+        $PY $J --out "$OUT/clock-jax-attn-$c.json"
+done
+rows clock-jax $PY "$ROOT/scripts/gpu_clock_check.py" coverage "$OUT/clock-jax-attn-cupti.pit" "jax attn, cupti"
+rows clock-cost-jax $PY "$ROOT/scripts/gpu_clock_check.py" cost "jax attn, blocks" "$OUT/clock-jax-attn-cupti.json" \
+    "$OUT/clock-jax-attn-off.json" "$OUT/plain-jax-attn-platform.json"
+
+# ---- out of memory (issue 22 item 5): batch doubled until the framework raises; explanation vs its message --
+run oom-torch "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-torch.pit" -- \
+    $PY "$W/torch_train.py" --model transformer --oom --out "$OUT/oom-torch.json"
+rows oom-torch $PY "$ROOT/scripts/gpu_oom_check.py" torch "$OUT/oom-torch.pit" "$OUT/oom-torch.json" \
+    "torch transformer OOM, blocks"
+run oom-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-jax.pit" -- \
+    $PY "$W/jax_train.py" --model attn --donate --oom --out "$OUT/oom-jax.json"
+rows oom-jax $PY "$ROOT/scripts/gpu_oom_check.py" jax "$OUT/oom-jax.pit" "$OUT/oom-jax.json" "jax attn OOM, blocks"
+
+# ---- run --apply (issue 25): scripts/gpu_apply.sh in OUT/apply, its JSON turned into rows ------------------
+echo "+ scripts/gpu_apply.sh $OUT/apply" >>"$OUT/commands.txt"
+"${TO[@]}" bash "$ROOT/scripts/gpu_apply.sh" "$OUT/apply" >"$OUT/apply.json" 2>"$OUT/apply.err"
+apply_rc=$?
+[ $apply_rc -eq 0 ] || { echo "gpu_validate: gpu_apply.sh failed (exit $apply_rc), see $OUT/apply.err" >&2; FAILED=1; }
+$PY - "$OUT/apply.json" "$apply_rc" >"$OUT/rows-apply.json" <<'EOF'
+import json, sys
+rows = []
+try:
+    res = json.load(open(sys.argv[1]))
+except Exception:
+    res = {}
+for m in ("cnn", "transformer"):
+    r = res.get(m) or {}
+    eq = r.get("loss_bitwise_equal")
+    rows.append({"trace": f"apply {m}", "check": "loss with the plan = without (bitwise)", "measured": eq,
+                 "expected": True, "result": "PASS" if eq is True else "FAIL"})
+    a, n = (r.get("apply") or {}), (r.get("native") or {})
+    rows.append({"trace": f"apply {m}", "check": "NVML peak with plan / native max_memory_reserved",
+                 "measured": f"{a.get('nvml_peak_used_bytes')} / {n.get('max_memory_reserved')}", "expected": "-",
+                 "result": "PASS" if a and n else "FAIL"})
+rows.append({"trace": "apply", "check": "gpu_apply.sh exit status", "measured": int(sys.argv[2]), "expected": 0,
+             "result": "PASS" if sys.argv[2] == "0" else "FAIL"})
+print(json.dumps(rows))
+EOF
+
 # ---- compare with the frameworks' own records, overhead, stability: one table -----------------------------
 $PY "$ROOT/scripts/gpu_compare.py" make-truth "$OUT"
 $PY - "$OUT" "$ok" "$JAX_RUNS" >"$OUT/extra-rows.json" <<'EOF'
@@ -113,6 +188,9 @@ for traced, plain, what in [("torch-cnn-blocks", "plain-torch-cnn-async", "torch
                  "result": "PASS" if a is not None and b is not None else "FAIL"})
 rows.append({"trace": "jax attn, blocks, 60 steps", "check": f"runs that finished (of {runs})", "measured": ok,
              "expected": runs, "result": "PASS" if ok == runs else "FAIL"})
+import glob
+for p in sorted(glob.glob(os.path.join(out, "rows-*.json"))):  # the later steps' rows (clock, oom, apply)
+    rows += json.load(open(p))
 print(json.dumps(rows))
 EOF
 $PY "$ROOT/scripts/gpu_compare.py" "$OUT" --extra "$OUT/extra-rows.json" | tee "$OUT/table.txt"
