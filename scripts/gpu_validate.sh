@@ -6,7 +6,11 @@
 # workloads in scripts/gpu_workloads/, turns what the workloads themselves report (torch memory history,
 # max_memory_reserved/allocated, JAX memory_stats) into NAME.truth.json, compares (scripts/gpu_compare.py),
 # times the capture overhead (median step time with and without pyinterpose), and runs the JAX blocks view
-# 10 more times (60 steps): 10/10 must finish.  Prints one table; exits 1 if any check fails.
+# 10 more times (60 steps): 10/10 must finish; a torchrun ranks step; then, each under timeout (STEP_TIMEOUT):
+# the device clock (--gpu-clock cupti vs torch.profiler's kernel durations, launch lag, cost; JAX coverage),
+# out of memory (PyTorch and JAX --oom: summary --json 'oom' vs the frameworks' messages) and
+# scripts/gpu_apply.sh.  A step's failure does not stop the others.  Prints one table (steps:
+# docs/gpu-validation.md); exits 1 if any check fails.
 #
 # Needs: an NVIDIA GPU, python3 with torch, torchvision, jax (CUDA), optax, numpy, pandas, matplotlib, rich,
 # a C compiler; cffi (+ pycparser) as wheels in .whl/ when the machine has none (docs/gpu-validation.md).
