@@ -51,6 +51,24 @@ def _demangle(names: list[str]) -> dict[str, str]:
     return out
 
 
+def base_name(name: str) -> str:
+    """A kernel's qualified name without template arguments and parameters, from either spelling:
+    ``_ZN2at6native6kernelIfEEvT_`` and ``void at::native::kernel<float>(float)`` both give ``at::native::kernel``
+    (the join key when c++filt is missing: instantiations of one template share it)."""
+    if name.startswith("_Z"):
+        i, parts = 2 + (name[2:3] == "N"), []
+        while i < len(name) and name[i].isdigit():
+            j = i
+            while j < len(name) and name[j].isdigit():
+                j += 1
+            n = int(name[i:j])
+            parts.append(name[j:j + n])
+            i = j + n
+        return "::".join(parts) or name
+    head = name.split("<", 1)[0].split("(", 1)[0].strip()
+    return head.split()[-1] if head else name
+
+
 def profiler_kernels(prof: dict):
     """The profiler's kernel records as a DataFrame (name, dur_ns)."""
     import pandas as pd
@@ -79,6 +97,9 @@ def compare_kernels(trace, prof: dict, label: str = "torch transformer, cupti", 
 
     mine, theirs = trace_kernels(trace), profiler_kernels(prof)
     names = _demangle(sorted(set(mine["name"]) | set(theirs["name"])))
+    by_base = any(n.startswith("_Z") and d == n for n, d in names.items())  # no c++filt: join by base name
+    if by_base:
+        names = {n: base_name(n) for n in names}
     mine["key"] = mine["name"].map(names)
     theirs["key"] = theirs["name"].map(names)
     a = mine.groupby("key")["dur_ns"].agg(["median", "size"])
@@ -94,7 +115,8 @@ def compare_kernels(trace, prof: dict, label: str = "torch transformer, cupti", 
     bad = [d for d in detail if not d["pass"]]
     worst = max((d["rel_diff"] for d in detail), default=None)
     rows = [
-        _row(label, f"kernel names with >= {min_samples} samples on both sides", len(detail), "> 0", len(detail) > 0),
+        _row(label, f"kernel names with >= {min_samples} samples on both sides"
+             + (" (joined by base name: c++filt missing)" if by_base else ""), len(detail), "> 0", len(detail) > 0),
         _row(label, f"median device duration = torch.profiler's (within {tol:.0%})",
              f"{len(detail) - len(bad)}/{len(detail)} ok, worst {worst:.1%}" if worst is not None else "-",
              f"all within {tol:.0%}", len(detail) > 0 and not bad),

@@ -115,3 +115,15 @@ def test_oom_compare_rows():
     assert goc.compare("jax", [dict(ok, requested_bytes=17179869184 + (2 << 20))], {"oom": True, "message": XLA},
                        "j")[1]["result"] == "PASS"
     assert goc.compare("jax", [ok], {"oom": False}, "j")[0]["result"] == "FAIL"
+
+
+def test_base_name_of_both_spellings_and_mangled_names_join_the_profilers_demangled_ones():
+    m = "_ZN2at6native29vectorized_elementwise_kernelILi2ENS0_21CUDAFunctorOnSelf_addIlEESt5arrayIPcLm2EEEEviT0_T1_"
+    assert gcc.base_name(m) == "at::native::vectorized_elementwise_kernel"
+    assert gcc.base_name("void at::native::vectorized_elementwise_kernel<2, at::native::CUDAFunctorOnSelf_add<long>, "
+                         "std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<long>, std::array<char*, "
+                         "2ul>)") == "at::native::vectorized_elementwise_kernel"
+    assert gcc.base_name("_Z6kernelPf") == "kernel" and gcc.base_name("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
+    tr = _trace({"_Z6kernelPf": [4000] * 20})
+    rows, detail = gcc.compare_kernels(tr, _prof({"kernel(float*)": [4.1] * 20}))
+    assert len(detail) == 1 and rows[1]["result"] == "PASS"          # c++filt or base name: the same kernel
