@@ -20,6 +20,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-20}
 JAX_RUNS=${JAX_RUNS:-10}
+# PARTS: which parts run (comma-separated; default all).  A device call is limited to 10 minutes: split the
+# parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply.
+PARTS=${PARTS:-torch,jax,ranks,clock,oom,apply}
+want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
@@ -54,8 +58,11 @@ ASYNC=(env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync PYTORCH_ALLOC_CONF=ba
 PLATFORM=(env XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false
           XLA_FLAGS=--xla_gpu_enable_command_buffer=)
 
+J="$W/jax_train.py --model attn --steps $STEPS --donate"
+ok=0
+
 # ---- PyTorch ---------------------------------------------------------------------------------------------
-for m in cnn transformer; do
+want torch && for m in cnn transformer; do
     T="$W/torch_train.py --model $m --steps $STEPS"
     # baselines without pyinterpose: the same allocator each view runs with
     run "plain-torch-$m-native" $PY $T --out "$OUT/plain-torch-$m-native.json"
@@ -71,7 +78,7 @@ for m in cnn transformer; do
 done
 
 # ---- JAX -------------------------------------------------------------------------------------------------
-J="$W/jax_train.py --model attn --steps $STEPS --donate"
+if want jax; then
 run plain-jax-attn-bfc $PY $J --out "$OUT/plain-jax-attn-bfc.json"
 run plain-jax-attn-platform "${PLATFORM[@]}" $PY $J --out "$OUT/plain-jax-attn-platform.json"
 run jax-attn-blocks $PI run --view blocks -o "$OUT/jax-attn-blocks.pit" -- $PY $J --out "$OUT/jax-attn-blocks.json"
@@ -79,19 +86,21 @@ run jax-attn-reserved $PI run --view reserved -o "$OUT/jax-attn-reserved.pit" --
     $PY $J --out "$OUT/jax-attn-reserved.json"
 
 # the crash of issue 11 came in about half of the 60-step runs: 10 more, all must finish
-ok=0
 for i in $(seq 1 "$JAX_RUNS"); do
     if $PI run --view blocks -o "$OUT/jax-repeat.pit" -- $PY "$W/jax_train.py" --model attn --steps 60 --donate \
         >"$OUT/jax-repeat-$i.log" 2>&1; then ok=$((ok + 1)); fi
 done
 rm -f "$OUT/jax-repeat.pit"
+fi
 
 # ---- ranks: a two-process torchrun on this GPU, each rank against its own max_memory_allocated --------------
 # (issue 23 item 6; prepared without a GPU, not yet run on one)
+if want ranks; then
 mkdir -p "$OUT/ranks"
 run torch-ranks $PI run --view blocks -o "$OUT/torch-ranks.pit" -- \
     $PY -m torch.distributed.run --nproc-per-node 2 "$W/torch_ranks.py" --out-dir "$OUT/ranks" --steps $STEPS &&
     run torch-ranks-check $PY "$ROOT/scripts/gpu_ranks_check.py" "$OUT/torch-ranks.pit" "$OUT/ranks"
+fi
 
 # ---- later steps: each bounded by timeout, each leaves rows-NAME.json (rows of the final table) ----------
 STEP_TIMEOUT=${STEP_TIMEOUT:-600}
@@ -111,7 +120,13 @@ rows() {  # rows NAME CMD...: CMD prints a JSON list of table rows; anything els
 }
 
 # ---- device clock (issue 21 item 7): --gpu-clock cupti vs torch.profiler, cost, JAX ----------------------
+if want clock; then
 T="$W/torch_train.py --model transformer --steps $STEPS"
+# the baselines without pyinterpose, when the torch / jax parts did not leave them
+[ -f "$OUT/plain-torch-transformer-native.json" ] ||
+    run plain-torch-transformer-native "${TO[@]}" $PY $T --out "$OUT/plain-torch-transformer-native.json"
+[ -f "$OUT/plain-jax-attn-platform.json" ] ||
+    run plain-jax-attn-platform "${TO[@]}" "${PLATFORM[@]}" $PY $J --out "$OUT/plain-jax-attn-platform.json"
 for c in cupti off; do
     run "clock-torch-transformer-$c" "${TO[@]}" $PI run -f --gpu-clock $c --view reserved \
         -o "$OUT/clock-torch-transformer-$c.pit" -- $PY $T --out "$OUT/clock-torch-transformer-$c.json"
@@ -131,8 +146,10 @@ done
 rows clock-jax $PY "$ROOT/scripts/gpu_clock_check.py" coverage "$OUT/clock-jax-attn-cupti.pit" "jax attn, cupti"
 rows clock-cost-jax $PY "$ROOT/scripts/gpu_clock_check.py" cost "jax attn, blocks" "$OUT/clock-jax-attn-cupti.json" \
     "$OUT/clock-jax-attn-off.json" "$OUT/plain-jax-attn-platform.json"
+fi
 
 # ---- out of memory (issue 22 item 5): batch doubled until the framework raises; explanation vs its message --
+if want oom; then
 run oom-torch "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-torch.pit" -- \
     $PY "$W/torch_train.py" --model transformer --oom --out "$OUT/oom-torch.json"
 rows oom-torch $PY "$ROOT/scripts/gpu_oom_check.py" torch "$OUT/oom-torch.pit" "$OUT/oom-torch.json" \
@@ -140,8 +157,10 @@ rows oom-torch $PY "$ROOT/scripts/gpu_oom_check.py" torch "$OUT/oom-torch.pit" "
 run oom-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-jax.pit" -- \
     $PY "$W/jax_train.py" --model attn --donate --oom --out "$OUT/oom-jax.json"
 rows oom-jax $PY "$ROOT/scripts/gpu_oom_check.py" jax "$OUT/oom-jax.pit" "$OUT/oom-jax.json" "jax attn OOM, blocks"
+fi
 
 # ---- run --apply (issue 25): scripts/gpu_apply.sh in OUT/apply, its JSON turned into rows ------------------
+if want apply; then
 echo "+ scripts/gpu_apply.sh $OUT/apply" >>"$OUT/commands.txt"
 "${TO[@]}" bash "$ROOT/scripts/gpu_apply.sh" "$OUT/apply" >"$OUT/apply.json" 2>"$OUT/apply.err"
 apply_rc=$?
@@ -166,12 +185,13 @@ rows.append({"trace": "apply", "check": "gpu_apply.sh exit status", "measured": 
              "result": "PASS" if sys.argv[2] == "0" else "FAIL"})
 print(json.dumps(rows))
 EOF
+fi
 
 # ---- compare with the frameworks' own records, overhead, stability: one table -----------------------------
 $PY "$ROOT/scripts/gpu_compare.py" make-truth "$OUT"
-$PY - "$OUT" "$ok" "$JAX_RUNS" >"$OUT/extra-rows.json" <<'EOF'
+$PY - "$OUT" "$ok" "$JAX_RUNS" "$PARTS" >"$OUT/extra-rows.json" <<'EOF'
 import json, os, sys
-out, ok, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, ok, runs, parts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(",")
 def med(name):
     p = os.path.join(out, name + ".json")
     try:
@@ -186,12 +206,15 @@ for traced, plain, what in [("torch-cnn-blocks", "plain-torch-cnn-async", "torch
                              "torch transformer, reserved"),
                             ("jax-attn-blocks", "plain-jax-attn-platform", "jax attn, blocks view"),
                             ("jax-attn-reserved", "plain-jax-attn-bfc", "jax attn, reserved view")]:
+    if ("jax" if "jax" in traced else "torch") not in parts:  # a part this call did not run
+        continue
     a, b = med(traced), med(plain)
     meas = "-" if a is None or b is None else f"{a:.2f} ms vs {b:.2f} ms ({(a / b - 1) * 100:+.1f}%)"
     rows.append({"trace": what, "check": "median step: traced vs plain", "measured": meas, "expected": "-",
                  "result": "PASS" if a is not None and b is not None else "FAIL"})
-rows.append({"trace": "jax attn, blocks, 60 steps", "check": f"runs that finished (of {runs})", "measured": ok,
-             "expected": runs, "result": "PASS" if ok == runs else "FAIL"})
+if "jax" in parts:
+    rows.append({"trace": "jax attn, blocks, 60 steps", "check": f"runs that finished (of {runs})", "measured": ok,
+                 "expected": runs, "result": "PASS" if ok == runs else "FAIL"})
 import glob
 for p in sorted(glob.glob(os.path.join(out, "rows-*.json"))):  # the later steps' rows (clock, oom, apply)
     rows += json.load(open(p))
