@@ -68,12 +68,12 @@ want torch && for m in cnn transformer; do
     run "plain-torch-$m-native" $PY $T --out "$OUT/plain-torch-$m-native.json"
     run "plain-torch-$m-async" "${ASYNC[@]}" $PY $T --out "$OUT/plain-torch-$m-async.json"
     # blocks view (cudaMallocAsync, set by pyinterpose) and reserved view with the memory history
-    run "torch-$m-blocks" $PI run --view blocks -o "$OUT/torch-$m-blocks.pit" -- \
+    run "torch-$m-blocks" $PI run -f --view blocks -o "$OUT/torch-$m-blocks.pit" -- \
         $PY $T --out "$OUT/torch-$m-blocks.json"
-    run "torch-$m-reserved" $PI run --view reserved -o "$OUT/torch-$m-reserved.pit" -- \
+    run "torch-$m-reserved" $PI run -f --view reserved -o "$OUT/torch-$m-reserved.pit" -- \
         $PY $T --history-json "$OUT/torch-$m-history.json" --out "$OUT/torch-$m-reserved.json"
     # reserved view without the history: the overhead of capture alone
-    run "overhead-torch-$m" $PI run --view reserved -o "$OUT/overhead-torch-$m.pit" -- \
+    run "overhead-torch-$m" $PI run -f --view reserved -o "$OUT/overhead-torch-$m.pit" -- \
         $PY $T --out "$OUT/overhead-torch-$m.json"
 done
 
@@ -81,13 +81,13 @@ done
 if want jax; then
 run plain-jax-attn-bfc $PY $J --out "$OUT/plain-jax-attn-bfc.json"
 run plain-jax-attn-platform "${PLATFORM[@]}" $PY $J --out "$OUT/plain-jax-attn-platform.json"
-run jax-attn-blocks $PI run --view blocks -o "$OUT/jax-attn-blocks.pit" -- $PY $J --out "$OUT/jax-attn-blocks.json"
-run jax-attn-reserved $PI run --view reserved -o "$OUT/jax-attn-reserved.pit" -- \
+run jax-attn-blocks $PI run -f --view blocks -o "$OUT/jax-attn-blocks.pit" -- $PY $J --out "$OUT/jax-attn-blocks.json"
+run jax-attn-reserved $PI run -f --view reserved -o "$OUT/jax-attn-reserved.pit" -- \
     $PY $J --out "$OUT/jax-attn-reserved.json"
 
 # the crash of issue 11 came in about half of the 60-step runs: 10 more, all must finish
 for i in $(seq 1 "$JAX_RUNS"); do
-    if $PI run --view blocks -o "$OUT/jax-repeat.pit" -- $PY "$W/jax_train.py" --model attn --steps 60 --donate \
+    if $PI run -f --view blocks -o "$OUT/jax-repeat.pit" -- $PY "$W/jax_train.py" --model attn --steps 60 --donate \
         >"$OUT/jax-repeat-$i.log" 2>&1; then ok=$((ok + 1)); fi
 done
 rm -f "$OUT/jax-repeat.pit"
@@ -97,7 +97,7 @@ fi
 # (issue 23 item 6; prepared without a GPU, not yet run on one)
 if want ranks; then
 mkdir -p "$OUT/ranks"
-run torch-ranks $PI run --view blocks -o "$OUT/torch-ranks.pit" -- \
+run torch-ranks $PI run -f --view blocks -o "$OUT/torch-ranks.pit" -- \
     $PY -m torch.distributed.run --nproc-per-node 2 "$W/torch_ranks.py" --out-dir "$OUT/ranks" --steps $STEPS &&
     run torch-ranks-check $PY "$ROOT/scripts/gpu_ranks_check.py" "$OUT/torch-ranks.pit" "$OUT/ranks"
 fi
