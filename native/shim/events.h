@@ -115,12 +115,27 @@ enum pi_op {
                                captured into it): flags: enum pi_graph_def; api, result: the call;
                                CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
                                addr: the executable graph, aux: the graph */
+    /* capture windows (native/shim/window.c; 40-49): where a window opens or closes.  The drain
+     * (pyinterpose/capture/window.py) decides what reaches the trace; these records mark the program's
+     * own requests.  flags: enum pi_window_flags; aux: enum pi_window_source; api, result: the call
+     * (cudaProfilerStart/Stop, cuProfilerStart/Stop; 0 for pyinterpose.start()/stop()) */
+    PI_OP_WINDOW = 40,
     /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
     PI_OP_APPLY = 32        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
                                2 one iteration's counts, 3 plan refused, 4 the last iteration's (at exit);
                                counts as 32-bit pairs: addr served|no_key<<32, size occupied|bigger<<32,
                                stream capture|overlap<<32, aux off|other<<32; result: the iteration (-1:
                                before the first) */
+};
+
+enum pi_window_flags {
+    PI_WINDOW_START = 1,
+    PI_WINDOW_STOP = 2
+};
+
+enum pi_window_source {
+    PI_WINDOW_PROFILER = 1,   /* cudaProfilerStart/Stop, cuProfilerStart/Stop */
+    PI_WINDOW_MARKERS = 2     /* pyinterpose.start() / pyinterpose.stop() */
 };
 
 enum pi_graph_def {

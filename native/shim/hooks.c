@@ -199,6 +199,8 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_CTX_POP AFTER_ONLY(if (r == 0) pi_context_pop())
 #define A_OBJECT(addr, n, handle, second) AFTER_ONLY( \
     pi_emit(PI_OP_OBJECT, (uint16_t)api, r, (uint64_t)(addr), (uint64_t)(n), (uint64_t)(second), (uint64_t)(handle), 0))
+/* window.c: a capture window's edge (PI_OP_WINDOW) */
+#define A_WINDOW(edge) AFTER_ONLY(pi_window_edge(api, r, (edge), PI_WINDOW_PROFILER))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()
 #define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
 /* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open; begin, end and

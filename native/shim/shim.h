@@ -131,6 +131,9 @@ PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);
 PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
 
+/* --- capture windows (window.c) --- */
+PI_HIDDEN void pi_window_edge(int api, int result, int edge, int source); /* a PI_OP_WINDOW record */
+
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */
 PI_HIDDEN int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, int ptsz, int async,

@@ -1,0 +1,1 @@
+"""``run --live``: placeholder replaced below."""
