@@ -179,6 +179,7 @@ class Process:
         self.dirty_owners: set[int] = set()
         self.history = History()
         self.step = -1                           # the step the process is in (-1: before its first marker)
+        self.work_since_marker = 0               # allocations and frees since the step's marker
         self.markers = 0
         self.steps_source = "markers"
         self.since_cut = 0                       # records since the last marker or pseudo-step cut
@@ -204,6 +205,7 @@ class Process:
             self._account(old, -1)
         b = Block(raw, int(rec["size"]), kind, int(rec["seq"]))
         b.in_trace = self.open
+        self.work_since_marker += 1
         self.live[key] = b
         self.by_seq = {b.seq: b}
         self._account(b, 1)
@@ -248,6 +250,7 @@ class Process:
         kind = int(rec["flags"])
         key = (family(kind), int(rec["aux"]) if kind == KIND_VMM_CREATE else int(rec["addr"]))
         b = self.live.pop(key, None)
+        self.work_since_marker += 1
         if b is not None:
             self._account(b, -1)
             self.history.note_free()
@@ -260,6 +263,7 @@ class Process:
                        self.dirty_sites, self.dirty_owners)
         self.step += 1
         self.markers += 1
+        self.work_since_marker = 0
         self.since_cut = 0
         h.begin(self.step, t, self.live_bytes)
 
@@ -377,6 +381,9 @@ class Process:
         elif self.windows:
             self.windows[-1]["end_ns"] = t
             self.windows[-1]["end_step"] = self.step
+            # the last step with allocations inside: a window closed before its step allocated anything
+            # (at the step's marker, or right after it) ended with the step before
+            self.windows[-1]["last_step"] = self.step - 1 if self.work_since_marker == 0 else self.step
         self.open = on
 
     # ---- the flight recorder ----------------------------------------------------------------------
@@ -442,7 +449,7 @@ class Process:
                 t0 = int(arrays[0]["t_ns"][0])
             out.extend(arrays)
         win = {"start_ns": t0, "start_step": first, "snapshot_blocks": len(snap), "snapshot_bytes": live0,
-               "live_at_start": live0, "end_ns": self.last_t, "end_step": self.step}
+               "live_at_start": live0, "end_ns": self.last_t, "end_step": self.step, "last_step": self.step}
         return out, win
 
     def meta(self) -> dict:

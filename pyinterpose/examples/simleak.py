@@ -3,6 +3,7 @@ truth file that says what it did (``python -m pyinterpose.examples.simtrain --le
 
     python -m pyinterpose.examples.simtrain --leak [--steps N] [--leak-bytes B] [--leak-every K]
         [--oom-step S] [--window A:B] [--window-api profiler|markers] [--truth FILE.json]
+        [--wait-dir D --wait-steps S[,S]]
 
 Each step begins with ``pyinterpose.mark_step()`` (step k begins at the k-th marker), allocates its
 activations (cudaMalloc), writes them (cudaMemset: accesses), and frees them in reverse order.  Every
@@ -10,6 +11,8 @@ activations (cudaMalloc), writes them (cudaMemset: accesses), and frees them in 
 ``_leaky_cache`` and never frees them: a slow leak of leak_bytes / leak_every bytes per step at one call
 site.  At ``--oom-step`` it asks for more than the device has free (a batch too large): the request
 fails, the program prints an out-of-memory error and exits with status 1 (a final OOM).
+``--wait-dir D --wait-steps S`` (tests): at the start of step S, write D/ready-S (pid, step, the live set
+as below) and wait for D/go-S.
 ``--window A:B`` calls cudaProfilerStart at the start of step A and cudaProfilerStop at the start of step
 B (``--window-api markers``: pyinterpose.start() / pyinterpose.stop()).
 
@@ -100,6 +103,25 @@ def _window_edge(loop: Loop, api: str, start: bool) -> None:
     loop.window_peak = loop.live_bytes if start else loop.window_peak
 
 
+def _wait(folder: str, step: int, loop: Loop) -> None:
+    """Tests: at the start of ``step`` write ``ready-STEP`` (pid, step, the live set) and wait for ``go-STEP``
+    (a signal to `run` or to this process happens meanwhile)."""
+    import os
+    import time
+
+    info = {"pid": os.getpid(), "step": step, "live_bytes": loop.live_bytes,
+            "live": [[a, n] for a, n in loop.live.items()]}
+    tmp = os.path.join(folder, f".ready-{step}")
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, os.path.join(folder, f"ready-{step}"))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(folder, f"go-{step}")):
+        if time.monotonic() > deadline:
+            raise PyinterposeError(f"--wait-dir: no go-{step} within 120 s")
+        time.sleep(0.01)
+
+
 def run(args: argparse.Namespace) -> tuple[dict, int]:
     import pyinterpose
 
@@ -113,8 +135,11 @@ def run(args: argparse.Namespace) -> tuple[dict, int]:
     win = args.window
     status = 0
     step = 0
+    waits = set(args.wait_steps)
     for step in range(args.steps):
         pyinterpose.mark_step()
+        if step in waits:
+            _wait(args.wait_dir, step, loop)
         if win and step == win[0]:
             _window_edge(loop, args.window_api, True)
             truth["window"] = {"first_step": win[0], "last_step": win[1] - 1, "live_at_start": loop.live_bytes}
@@ -176,7 +201,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--window", type=_window, metavar="A:B")
     p.add_argument("--window-api", choices=("profiler", "markers"), default="profiler")
     p.add_argument("--truth")
+    p.add_argument("--wait-dir", help="with --wait-steps: where ready-S / go-S files go (tests)")
+    p.add_argument("--wait-steps", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
+                   metavar="S[,S]", help="at the start of each of these steps, write ready-S and wait for go-S")
     args = p.parse_args(argv)
+    if args.wait_steps and not args.wait_dir:
+        raise PyinterposeError("--wait-steps needs --wait-dir")
     if args.steps < 1 or args.leak_every < 1 or args.leak_bytes < 1:
         raise PyinterposeError("--steps, --leak-every and --leak-bytes must be at least 1")
     return args
