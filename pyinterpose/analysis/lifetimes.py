@@ -99,6 +99,8 @@ def classify(trace: Trace, iters: Iterations | None = None, pid: int | None = No
 def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
     cols = ["block_id", "pid", "size", "kind", "api", "counts_device", "t_alloc", "t_free",
             "seq_alloc", "seq_free", "freed"]
+    if "stack_id" in trace.blocks:
+        cols = cols + ["stack_id"]                # leaks are found per call site (_leaks)
     out = trace.blocks[cols]                     # a copy of these columns only
     if pid is not None:
         m = out["pid"].to_numpy() == pid
@@ -156,9 +158,9 @@ def _leaks(trace: Trace, out: pd.DataFrame, ia: np.ndarray, freed: np.ndarray, i
 
     n = len(out)
     mask = np.zeros(n, bool)
-    if n == 0 or "stack_id" not in trace.blocks:
+    if n == 0 or "stack_id" not in out:
         return mask
-    sid = trace.blocks.set_index("block_id")["stack_id"].reindex(out["block_id"]).fillna(-1).to_numpy(np.int64)
+    sid = out["stack_id"].to_numpy(np.int64)
     pid = out["pid"].to_numpy(np.int64)
     live = ~freed & (sid >= 0)
     for p, s in leak_stacks(trace):
