@@ -167,7 +167,7 @@ class Process:
         self.pid = pid
         self.cfg = cfg
         self.live: dict[tuple[int, int], Block] = {}
-        self.by_seq: dict[int, Block] = {}       # the last ALLOC (its SITE comes next)
+        self.last_alloc: Block | None = None     # the last ALLOC (its SITE comes next)
         self.live_bytes = 0
         self.reserved_bytes = 0
         self.peak = 0
@@ -193,46 +193,46 @@ class Process:
         self.defs: list[np.ndarray] = []
         self.chunks: collections.deque = collections.deque()   # [step, [arrays]]
         self.base: dict[tuple[int, int], list] = {}             # live at the oldest kept step's start
-        self.base_pending: dict[int, tuple] = {}
+        self.base_last: list | None = None      # the last ALLOC moved into base (its SITE comes next)
         self.oom_seen = 0
 
     # ---- the live map and the history -----------------------------------------------------------
-    def _alloc(self, rec: np.void, raw: bytes) -> None:
-        kind = int(rec["flags"])
-        key = (family(kind), int(rec["aux"]) if kind == KIND_VMM_CREATE else int(rec["addr"]))
+    def _alloc(self, seq: int, addr: int, size: int, aux: int, kind: int, raw: bytes) -> None:
+        key = (family(kind), aux if kind == KIND_VMM_CREATE else addr)
         old = self.live.pop(key, None)
         if old is not None:
             self._account(old, -1)
-        b = Block(raw, int(rec["size"]), kind, int(rec["seq"]))
+        b = Block(raw, size, kind, seq)
         b.in_trace = self.open
         self.work_since_marker += 1
         self.live[key] = b
-        self.by_seq = {b.seq: b}
+        self.last_alloc = b
         self._account(b, 1)
-        self.history.note_alloc(b.size, self.live_bytes)
+        self.history.note_alloc(size, self.live_bytes)
 
-    def _site(self, rec: np.void, raw: bytes) -> None:
-        b = self.by_seq.get(int(rec["seq"]) - 1)
-        if b is None or b.site is not None:
+    def _site(self, seq: int, owner: int, py: int, native: int, pc: int, raw: bytes) -> None:
+        b = self.last_alloc
+        if b is None or b.seq != seq - 1 or b.site is not None:
             return
         b.site = raw
-        sk = (int(rec["stream"]), int(rec["aux"]), int(rec["size"]), int(rec["addr"]))
+        sk = (owner, py, native, pc)
         sid = self.site_index.get(sk)
         if sid is None:
             sid = self.site_index[sk] = len(self.sites)
-            self.sites.append([sk[0], sk[1], sk[2], sk[3], self.pid, b.seq])
+            self.sites.append([owner, py, native, pc, self.pid, b.seq])
         self.sites[sid][5] = b.seq
         if live_kind(b.kind):                    # move the block's bytes from "no site" to its site
-            self.site_bytes[b.site_id] -= b.size
-            self.owner_bytes[b.owner] -= b.size
-            self.dirty_sites.add(b.site_id)
-            self.dirty_owners.add(b.owner)
-        b.site_id, b.owner = sid, sk[0]
-        if live_kind(b.kind):
-            self.site_bytes[sid] += b.size
-            self.owner_bytes[b.owner] += b.size
-            self.dirty_sites.add(sid)
-            self.dirty_owners.add(b.owner)
+            sb, ob = self.site_bytes, self.owner_bytes
+            sb[b.site_id] -= b.size
+            ob[b.owner] -= b.size
+            sb[sid] += b.size
+            ob[owner] += b.size
+            ds, do = self.dirty_sites, self.dirty_owners
+            ds.add(b.site_id)
+            ds.add(sid)
+            do.add(b.owner)
+            do.add(owner)
+        b.site_id, b.owner = sid, owner
 
     def _account(self, b: Block, sign: int) -> None:
         if live_kind(b.kind):
@@ -246,10 +246,8 @@ class Process:
         if reserved_kind(b.kind):
             self.reserved_bytes += sign * b.size
 
-    def _free(self, rec: np.void) -> Block | None:
-        kind = int(rec["flags"])
-        key = (family(kind), int(rec["aux"]) if kind == KIND_VMM_CREATE else int(rec["addr"]))
-        b = self.live.pop(key, None)
+    def _free(self, addr: int, aux: int, kind: int) -> Block | None:
+        b = self.live.pop((family(kind), aux if kind == KIND_VMM_CREATE else addr), None)
         self.work_since_marker += 1
         if b is not None:
             self._account(b, -1)
@@ -310,42 +308,51 @@ class Process:
                     out.append(sel.copy())
             seg[0] = at
 
-        for i in watch.tolist():
-            while ti < len(toggles) and t_col[i] >= toggles[ti]:   # SIGUSR2: at the first record after it
+        w_op = op[watch].tolist()
+        w_res = batch["result"][watch].tolist()
+        w_seq = batch["seq"][watch].tolist()
+        w_addr = batch["addr"][watch].tolist()
+        w_size = batch["size"][watch].tolist()
+        w_aux = batch["aux"][watch].tolist()
+        w_stream = batch["stream"][watch].tolist()
+        w_flags = batch["flags"][watch].tolist()
+        w_t = t_col[watch].tolist()
+        OA, OF, OS, OM, OW = O.ALLOC, O.FREE, O.SITE, O.MARKER, O.WINDOW
+        for j, i in enumerate(watch.tolist()):
+            while ti < len(toggles) and w_t[j] >= toggles[ti]:   # SIGUSR2: at the first record after it
                 cut(i)
-                self._set_open(not self.open, int(t_col[i]), out, batch.dtype)
+                self._set_open(not self.open, w_t[j], out, batch.dtype)
                 ti += 1
-            o = int(op[i])
-            rec = batch[i]
-            if o == O.ALLOC:
-                r = int(rec["result"])
+            o = w_op[j]
+            if o == OA:
+                r = w_res[j]
                 if r == 0:
-                    self._alloc(rec, raw_rows[i].tobytes())
+                    self._alloc(w_seq[j], w_addr[j], w_size[j], w_aux[j], w_flags[j], raw_rows[i].tobytes())
                 elif r == OOM_RESULT:
                     self.oom_seen += 1
-            elif o == O.SITE:
-                self._site(rec, raw_rows[i].tobytes())
-            elif o == O.FREE:
-                if int(rec["result"]) == 0:
-                    b = self._free(rec)
+            elif o == OS:
+                self._site(w_seq[j], w_stream[j], w_aux[j], w_size[j], w_addr[j], raw_rows[i].tobytes())
+            elif o == OF:
+                if w_res[j] == 0:
+                    b = self._free(w_addr[j], w_aux[j], w_flags[j])
                     if not flight and not self.open and b is not None and b.in_trace:
                         keep[i] = True        # the trace holds the block: its free too
-            elif o == O.MARKER:
+            elif o == OM:
                 cut(i)
-                self._marker(int(rec["t_ns"]))
+                self._marker(w_t[j])
                 if flight:
                     self._new_chunk()
                 elif self.cfg.range == "steps":
                     a, b = self.cfg.steps
                     if self.step == a or (self.step == b and self.open):
-                        self._set_open(self.step == a, int(rec["t_ns"]), out, batch.dtype)
-            elif o == O.WINDOW and mode == "range" and int(rec["result"]) == 0:
+                        self._set_open(self.step == a, w_t[j], out, batch.dtype)
+            elif o == OW and mode == "range" and w_res[j] == 0:
                 want = {"cudaProfilerApi": SOURCE_PROFILER, "markers": SOURCE_MARKERS}.get(self.cfg.range)
-                if int(rec["aux"]) == want:
-                    on = int(rec["flags"]) == WINDOW_START
+                if w_aux[j] == want:
+                    on = w_flags[j] == WINDOW_START
                     if on != self.open:
                         cut(i + 1 if on else i)   # the start record outside, the stop record outside
-                        self._set_open(on, int(rec["t_ns"]), out, batch.dtype)
+                        self._set_open(on, w_t[j], out, batch.dtype)
         last_t = int(t_col[-1]) if len(batch) else self.last_t
         while ti < len(toggles):
             cut(len(batch))
@@ -409,22 +416,26 @@ class Process:
         """The live map at the oldest kept step's start, moved past a dropped step."""
         op = a["op"]
         idx = np.flatnonzero(((op == O.ALLOC) | (op == O.FREE)) & (a["result"] == 0) | (op == O.SITE))
+        if len(idx) == 0:
+            return
         raw = a.view(np.uint8).reshape(len(a), a.dtype.itemsize)
-        for i in idx.tolist():
-            o = int(op[i])
-            kind = int(a["flags"][i])
+        ops, kinds = op[idx].tolist(), a["flags"][idx].tolist()
+        seqs, addrs, auxs = a["seq"][idx].tolist(), a["addr"][idx].tolist(), a["aux"][idx].tolist()
+        base = self.base
+        for j, i in enumerate(idx.tolist()):
+            o, kind = ops[j], kinds[j]
             if o == O.SITE:
-                ent = self.base_pending.pop(int(a["seq"][i]) - 1, None)
-                if ent is not None:
+                ent = self.base_last
+                if ent is not None and ent[2] == seqs[j] - 1 and ent[1] is None:
                     ent[1] = raw[i].tobytes()
                 continue
-            key = (family(kind), int(a["aux"][i]) if kind == KIND_VMM_CREATE else int(a["addr"][i]))
+            key = (family(kind), auxs[j] if kind == KIND_VMM_CREATE else addrs[j])
             if o == O.ALLOC:
-                ent = [raw[i].tobytes(), None, int(a["seq"][i])]
-                self.base[key] = ent
-                self.base_pending = {ent[2]: ent}
+                ent = [raw[i].tobytes(), None, seqs[j]]
+                base[key] = ent
+                self.base_last = ent
             else:
-                self.base.pop(key, None)
+                base.pop(key, None)
 
     def flight_records(self, dtype: np.dtype) -> tuple[list[np.ndarray], dict]:
         """(arrays to write in order: definitions, the snapshot, the kept steps; the window's metadata)."""
