@@ -378,9 +378,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     try:
         status = _spawn(argv, child_env, cwd)
     finally:
-        if live is not None:
-            live.stop()
         procs = drain.finish()
+        if live is not None:
+            live.stop()     # after the last records: its last frame shows the run's end
         if windows is not None:
             signals.__exit__(None, None, None)
             window_run.finish(windows, writer, drain._write)

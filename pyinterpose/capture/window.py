@@ -184,6 +184,8 @@ class Process:
         self.steps_source = "markers"
         self.since_cut = 0                       # records since the last marker or pseudo-step cut
         self.strings: dict[int, str] = {}
+        self.frame_defs: dict[int, str] = {}
+        self.stack_defs: dict[int, tuple[int, int]] = {}
         self._string_parts: tuple[int, int, list] | None = None
         # range windows
         self.open = False
@@ -274,6 +276,33 @@ class Process:
             text = rows.view(np.uint8).reshape(k, -1)[:, 16:48].tobytes()[:n]
             self.strings[int(rec["aux"])] = text.decode("utf-8", "replace")
 
+    def _frame_or_stack(self, batch: np.ndarray, i: int) -> None:
+        rec = batch[i]
+        if int(rec["op"]) == O.STACK:
+            self.stack_defs[int(rec["aux"])] = (int(rec["addr"]), int(rec["size"]))
+            return
+        n = int(rec["size"])
+        k = -(-n // records.STR_PAYLOAD)
+        rows = batch[i + 1:i + 1 + k]
+        if len(rows) != k:
+            return
+        text = rows.view(np.uint8).reshape(k, -1)[:, 16:48].tobytes()[:n].decode("utf-8", "replace")
+        if int(rec["flags"]) == 1:
+            fname, _, func = text.partition("\0")
+            self.frame_defs[int(rec["aux"])] = f"{fname.rsplit('/', 1)[-1]}:{int(rec['addr'])} in {func}"
+        else:
+            self.frame_defs[int(rec["aux"])] = f"{int(rec['stream']):#x} ({text.rsplit('/', 1)[-1]})"
+
+    def site_frames(self, sid: int) -> list[str]:
+        """The frames of a call site's Python (else native) stack, innermost first (run --live)."""
+        owner, py, native, pc = self.sites[sid][:4]
+        out, node, guard = [], py or native, 0
+        while node and guard < 256:
+            parent, frame = self.stack_defs.get(node, (0, 0))
+            out.append(self.frame_defs.get(frame, "?"))
+            node, guard = parent, guard + 1
+        return out
+
     # ---- one batch of records, in ring order --------------------------------------------------------
     def feed(self, batch: np.ndarray) -> list[np.ndarray]:
         """Update the state with ``batch``; returns what to write now (range windows), in order."""
@@ -282,6 +311,9 @@ class Process:
         is_def = np.isin(op, DEF_OPS)
         for i in np.flatnonzero(op == O.STRING).tolist():
             self._string(batch, i)
+        if self.cfg.names:      # frames and stacks, to name call sites while the run goes on (run --live)
+            for i in np.flatnonzero((op == O.FRAME) | (op == O.STACK)).tolist():
+                self._frame_or_stack(batch, i)
         watch = np.flatnonzero(np.isin(op, WATCH_OPS))
         mode = self.cfg.mode
         flight = mode == "flight"
@@ -489,6 +521,7 @@ class Windows:
         self.steps = steps
         self.flight_steps = flight_steps
         self.procs: dict[int, Process] = {}
+        self.names = False                     # decode frames and stacks as they come (run --live)
         self._toggles: list[int] = []          # CLOCK_MONOTONIC ns of each SIGUSR2 (signal range)
         self._consumed: dict[int, int] = {}
 
