@@ -81,7 +81,11 @@ class History:
         self._owner_last: dict[int, int] = {}
 
     def begin(self, step: int, t: int, live: int) -> None:
-        self.cur = [step, 0, t, t, live, live, 0, live, 0, 0, 0]
+        """A step begins (a row covering several steps goes on: its first step's values stay)."""
+        if self.cur is None:
+            self.cur = [step, 0, t, t, live, live, 0, live, 0, 0, 0]
+        elif live > self.cur[7]:
+            self.cur[7] = live
 
     def end_step(self, t: int, live: int, reserved: int, site_bytes: dict, owner_bytes: dict,
                  dirty_sites: set, dirty_owners: set) -> None:
