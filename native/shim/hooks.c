@@ -101,6 +101,7 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
  * correlation id (cupti.c): the one place every such call passes through.  The event is filled and
  * committed after the call (call_end); the device clock is ticked once it is committed. */
 static void call_begin(pi_ctx *c, const pi_scan *sc) {
+    if (!pi_window_recording()) return; /* window.c: outside a capture window, the allocation stream only */
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
     int ok = pi_writer_open(&c->w, 1 + (uint64_t)sc->n);
     c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
@@ -108,6 +109,7 @@ static void call_begin(pi_ctx *c, const pi_scan *sc) {
 
 static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t stream,
                      uint64_t aux, const pi_scan *sc) {
+    if (c->w.t == 0) return; /* call_begin wrote nothing (outside a capture window) */
     if (c->pushed) pi_gpu_pop();
     uint64_t t = c->w.t;
     pi_put_call(&c->w, op, (uint16_t)api, r, addr, size, stream, aux, sc);
@@ -136,6 +138,7 @@ static void rec_copy(pi_ctx *c, pi_scan *sc, int phase, int api, int r, uint16_t
 }
 
 static void rec_tensormap(int api, int r, uint64_t gaddr) {
+    if (!pi_window_recording()) return;
     pi_scan sc;
     sc.n = 0;
     if (r == 0 && pi_access_enabled()) {

@@ -153,6 +153,9 @@ PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* d
 
 /* --- capture windows (window.c) --- */
 PI_HIDDEN void pi_window_edge(int api, int result, int edge, int source); /* a PI_OP_WINDOW record */
+/* 0 while a window the shim gates ($PYINTERPOSE_WINDOW_GATE) is closed: launches, copies, memsets and their
+ * accesses are then not written (allocations, frees, sites, markers and definitions always are) */
+PI_HIDDEN int pi_window_recording(void);
 
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */

@@ -318,6 +318,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env["PYINTERPOSE_GPU_CLOCK"] = gpu_clock
     if ring_records:
         child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
+    if windows is not None:   # windows the program opens: the shim leaves launches out while closed
+        child_env.pop("PYINTERPOSE_WINDOW_GATE", None)
+        child_env.update(windows.shim_environment())
     pidns = _pid_namespace()
     if pidns:
         child_env["PYINTERPOSE_CONSUMER_PIDNS"] = pidns   # the shim sees a dead `run` at once (native/shim)

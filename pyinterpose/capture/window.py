@@ -539,6 +539,12 @@ class Windows:
             d["flight_recorder_steps"] = self.flight_steps
         return d
 
+    def shim_environment(self) -> dict[str, str]:
+        """What the shim needs (native/shim/window.c): windows that the program opens itself are gated in
+        the shim too (no launch, copy, memset or access record while closed)."""
+        gate = {"cudaProfilerApi": SOURCE_PROFILER, "markers": SOURCE_MARKERS}.get(self.range or "")
+        return {"PYINTERPOSE_WINDOW_GATE": str(gate)} if self.mode == "range" and gate else {}
+
     def toggle(self, t_ns: int) -> None:
         """SIGUSR2 reached ``run`` at t_ns: the window of every process toggles there."""
         self._toggles.append(t_ns)
