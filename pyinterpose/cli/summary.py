@@ -106,10 +106,28 @@ def _run(args) -> int:
     _print_clock(con, s)
     print_call_sites(con, s["call_sites"], _fmt_bytes)
     print_oom(con, s)
+    print_window(con, s)
     print_ranks(con, s["per_rank"], s["ranks"])
     if s.get("applied"):
         print_applied(con, s["applied"], _fmt_bytes)
     return 0
+
+
+def print_window(con, s: dict) -> None:
+    """A windowed or flight-recorder trace: the steps it covers and the whole run's growth."""
+    w, g = s.get("window"), s.get("growth")
+    if not w:
+        return
+    for p in w.get("processes", []):
+        con.print(f"pid {p['pid']}: steps {p['first_step']} to {p['last_step']} of {p['steps_in_run']} in this trace "
+                  f"({w['mode']}); live at the window's start: {_fmt_bytes(p['live_bytes_at_start'] or 0)} "
+                  f"in {p['snapshot_blocks']} blocks")
+    if g:
+        con.print(f"growth over the whole run: [bold]{g['bytes_per_step']:+,.0f} B per step[/bold]")
+        for p in g["processes"]:
+            for c in p["call_sites"][:5]:
+                con.print(f"  {'LEAK ' if c['leak'] else ''}{c['call_site']}: +{_fmt_bytes(c['grew_bytes'])} "
+                          f"({c['bytes_per_step']:+,.0f} B per step), {_fmt_bytes(c['live_bytes_at_end'])} live at the end")
 
 
 def print_applied(con, ap: dict, fmt_bytes) -> None:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from .. import __version__
 from ..trace.model import Trace
-from . import analyses, data, oom_fit_sections, plots, timeline
+from . import analyses, data, growth_section, oom_fit_sections, plots, timeline
 from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info, allocator_mask
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
@@ -370,6 +370,12 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     if oom_fit_sections.has_failures(trace):
         s = Section("oom", "Out of memory", oom_fit_sections.OOM_EXPLAIN)
         _safe(s, lambda: oom_fit_sections.fill_oom(s, trace, heads))
+        sections.append(s)
+
+    # ---- the whole run (windowed and flight-recorder traces): above the window's own detail
+    if growth_section.has_history(trace):
+        s = Section("whole-run", "The whole run", growth_section.EXPLAIN)
+        _safe(s, lambda: growth_section.fill(s, trace, heads))
         sections.append(s)
 
     # ---- memory over time

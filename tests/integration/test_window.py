@@ -221,3 +221,21 @@ def test_sigusr2_toggles_a_signal_window(tmp_path):
     live = b[(b["t_alloc"] <= m) & (~b["freed"] | (b["t_free"] > m))]
     assert sorted(zip(live["address"].astype("int64"), live["size"].astype("int64"))) == \
         sorted((a, n) for a, n in info[400]["live"])
+
+
+def test_report_and_summary_show_the_whole_run(tmp_path):
+    fr, truth, _ = _run(tmp_path, "r", ["--flight-recorder", "10"], ["--steps", "800"])
+    html = str(tmp_path / "r.html")
+    p = subprocess.run([sys.executable, "-m", "pyinterpose", "report", fr, "-o", html], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    with open(html) as f:
+        text = f.read()
+    whole, memory = text.index('id="whole-run"'), text.index('id="memory"')
+    assert whole < memory                                    # the whole run's curve above the window's detail
+    section = text[whole:memory]
+    assert f"{truth['steps']}" in section and f"{truth['steps'] - 10} to {truth['steps'] - 1}" in section
+    assert "in _leaky_cache" in section and "<img" in section
+    p = subprocess.run([sys.executable, "-m", "pyinterpose", "summary", fr], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert f"steps {truth['steps'] - 10} to {truth['steps'] - 1} of {truth['steps']}" in p.stdout
+    assert "LEAK simleak.py" in p.stdout
