@@ -386,7 +386,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
             live.stop()     # after the last records: its last frame shows the run's end
         if windows is not None:
             signals.__exit__(None, None, None)
-            window_run.finish(windows, writer, drain._write)
+            window_run.finish(windows, writer, drain._write, drain.dumper, procs)
         unrecorded = drain.unrecorded()
         apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)

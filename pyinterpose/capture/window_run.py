@@ -51,8 +51,9 @@ def dump_path(output: str, k: int) -> str:
 
 
 class Dumper:
-    """Flight-recorder dumps while the program runs: on SIGUSR1 to ``run`` and at the first allocation
-    that fails for lack of memory in any process (every process of the job is dumped, at that moment).
+    """Flight-recorder dumps while the program runs: on SIGUSR1 to ``run`` and at each process's first
+    allocation that fails for lack of memory (every process of the job is dumped, at that moment: the
+    failing rank beside the others).
     Dumps are written from the drain's thread, between batches."""
 
     def __init__(self, output: str, meta: dict, windows: Windows, force: bool, quiet: bool):
@@ -64,7 +65,8 @@ class Dumper:
         self.requested = 0
         self.done = 0
         self.k = 0
-        self.oom_dumped = False
+        self.oom_dumped: set[int] = set()     # processes whose first OOM was dumped
+        self.pending_oom = False
         self.paths: list[str] = []
         self.errors: list[str] = []
 
@@ -72,17 +74,26 @@ class Dumper:
         self.requested += 1
 
     def poll(self, drain) -> None:
-        while self.done < self.requested:
-            self.done += 1
-            drain.poll()              # what the rings hold up to now first
-            self.dump(drain, "signal")
+        """From the drain's loop: the dumps asked for (SIGUSR1) or due (an OOM), each after draining what
+        every ring holds up to now (so that all processes are shown at the same moment)."""
+        while self.done < self.requested or self.pending_oom:
+            drain.poll()
+            if self.done < self.requested:
+                self.done += 1
+                self.dump(_headers(drain), "signal")
+            else:
+                self.pending_oom = False
+                self.dump(_headers(drain), "oom")
 
     def after_batch(self, drain) -> None:
-        if not self.oom_dumped and self.windows.oom_failures():
-            self.oom_dumped = True
-            self.dump(drain, "oom")
+        """Each process's first out-of-memory failure: a dump of every process (the job at that moment), due
+        at the drain's next round."""
+        failed = {pid for pid, p in list(self.windows.procs.items()) if p.oom_seen}
+        if failed - self.oom_dumped:
+            self.oom_dumped |= failed
+            self.pending_oom = True
 
-    def dump(self, drain, reason: str) -> str | None:
+    def dump(self, headers: list[dict], reason: str) -> str | None:
         from ..trace.writer import TraceWriter
 
         self.k += 1
@@ -92,9 +103,8 @@ class Dumper:
                 raise OSError(f"{path} exists (pass -f to overwrite)")
             w = TraceWriter(path, dict(self.meta, dump={"k": self.k, "reason": reason}))
             try:
-                for ring in list(drain._rings.values()):
-                    if getattr(ring, "_announced", False):
-                        w.process(ring.header())
+                for h in headers:
+                    w.process(h)
                 self.windows.dump(w, records.event_dtype())
                 w.trailer({"dump": self.k, "reason": reason, "exit_status": None,
                            "end_ns": time.monotonic_ns(), "events_written": w.events_written,
@@ -110,6 +120,17 @@ class Dumper:
             sys.stderr.write(f"pyinterpose: flight recorder dumped to {path} ({why})\n")
             sys.stderr.flush()
         return path
+
+
+def _headers(drain) -> list[dict]:
+    out = []
+    for ring in list(drain._rings.values()):
+        if getattr(ring, "_announced", False):
+            try:
+                out.append(ring.header())
+            except (OSError, ValueError):
+                continue
+    return out
 
 
 class Signals:
@@ -133,9 +154,19 @@ class Signals:
             signal.signal(sig, h)
 
 
-def finish(windows: Windows, writer, write) -> None:
-    """At the end of the run (the program exited or was killed): the flight recorder's state, or the
-    windows' side tables, into the trace (``write(fn, *args)``: the drain's guarded writer call)."""
+def finish(windows: Windows, writer, write, dumper: Dumper | None = None, procs: list[dict] | None = None) -> None:
+    """At the end of the run (the program exited or was killed): a dump still due (an OOM right before the
+    end), then the flight recorder's state, or the windows' side tables, into the trace (``write(fn,
+    *args)``: the drain's guarded writer call)."""
+    if dumper is not None and (dumper.pending_oom or dumper.done < dumper.requested):
+        keys = ("pid", "ppid", "exe", "forked", "start_ns", "capacity", "ring", "ring_backing", "ring_reduced")
+        heads = [{k: p[k] for k in keys if k in p} for p in procs or []]
+        while dumper.done < dumper.requested:
+            dumper.done += 1
+            dumper.dump(heads, "signal")
+        if dumper.pending_oom:
+            dumper.pending_oom = False
+            dumper.dump(heads, "oom")
     if windows.mode == "flight":
         write(windows.dump, writer, records.event_dtype())
         return

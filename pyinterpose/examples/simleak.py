@@ -3,7 +3,7 @@ truth file that says what it did (``python -m pyinterpose.examples.simtrain --le
 
     python -m pyinterpose.examples.simtrain --leak [--steps N] [--leak-bytes B] [--leak-every K]
         [--oom-step S] [--window A:B] [--window-api profiler|markers] [--truth FILE.json]
-        [--wait-dir D --wait-steps S[,S]]
+        [--wait-dir D --wait-steps S[,S]] [--ranks N [--oom-rank R]]
 
 Each step begins with ``pyinterpose.mark_step()`` (step k begins at the k-th marker), allocates its
 activations (cudaMalloc), writes them (cudaMemset: accesses), and frees them in reverse order.  Every
@@ -19,7 +19,8 @@ B (``--window-api markers``: pyinterpose.start() / pyinterpose.stop()).
 Truth keys: steps (steps begun), leak_bytes, leak_every, leak_per_step, leak_function, weights_bytes,
 peak_live_bytes, live_at_end (bytes), window (first_step, last_step, live_at_start, peak) when
 --window is given, oom (step, request, live: [[address, size], ...] in allocation order, live_bytes)
-when the OOM step is reached.  Live bytes are the sum of the sizes asked for of the blocks allocated
+when the OOM step is reached.  ``--ranks N``: N rank processes (RANK, LOCAL_RANK, WORLD_SIZE set; only
+``--oom-rank`` runs out of memory), the truth is ``{"ranks": [each rank's truth, with "rank"]}``.  Live bytes are the sum of the sizes asked for of the blocks allocated
 and not yet freed.
 """
 from __future__ import annotations
@@ -201,6 +202,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--window", type=_window, metavar="A:B")
     p.add_argument("--window-api", choices=("profiler", "markers"), default="profiler")
     p.add_argument("--truth")
+    p.add_argument("--ranks", type=int, default=1, help="rank processes (RANK/WORLD_SIZE set), forked")
+    p.add_argument("--oom-rank", type=int, default=0, help="with --ranks: the rank that runs out of memory")
     p.add_argument("--wait-dir", help="with --wait-steps: where ready-S / go-S files go (tests)")
     p.add_argument("--wait-steps", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                    metavar="S[,S]", help="at the start of each of these steps, write ready-S and wait for go-S")
@@ -212,13 +215,48 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _ranks(args: argparse.Namespace) -> tuple[dict, int]:
+    """--ranks N: N processes (rank 0 this one, the others forked before any CUDA call), each with RANK,
+    LOCAL_RANK and WORLD_SIZE set, each running the loop; only --oom-rank runs out of memory."""
+    import os
+
+    oom_step = args.oom_step
+    children = []
+    rank = 0
+    for r in range(1, args.ranks):
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            rank = r
+            break
+        os.close(wfd)
+        children.append((pid, rfd))
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.ranks))
+    args.oom_step = oom_step if rank == args.oom_rank else -1
+    truth, status = run(args)
+    truth["rank"] = rank
+    if rank:
+        with os.fdopen(wfd, "w") as w:
+            json.dump(truth, w)
+        os._exit(status)
+    per = [truth]
+    for pid, rfd in children:
+        with os.fdopen(rfd) as f:
+            data = f.read()
+        _, st = os.waitpid(pid, 0)
+        status = max(status, os.waitstatus_to_exitcode(st))
+        per.append(json.loads(data) if data else {"error": f"rank process {pid} sent nothing"})
+    return {"ranks": sorted(per, key=lambda t: t.get("rank", -1))}, status
+
+
 def main(argv: list[str]) -> int:
     import os
 
     try:
         args = parse_args(argv)
         os.environ.setdefault("SIMCUDA_MEMORY_BYTES", str(DEFAULT_DEVICE_BYTES))
-        truth, status = run(args)
+        truth, status = _ranks(args) if args.ranks > 1 else run(args)
     except PyinterposeError as e:
         print(f"simleak: error: {e}", file=sys.stderr)
         return 1
@@ -226,6 +264,6 @@ def main(argv: list[str]) -> int:
         with open(args.truth, "w") as f:
             json.dump(truth, f)
             f.write("\n")
-    if status == 0:
+    if status == 0 and args.ranks <= 1:
         print(f"simleak: {truth['steps']} steps, {truth['leaked_blocks']} blocks leaked")
     return status

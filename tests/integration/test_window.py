@@ -239,3 +239,29 @@ def test_report_and_summary_show_the_whole_run(tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"steps {truth['steps'] - 10} to {truth['steps'] - 1} of {truth['steps']}" in p.stdout
     assert "LEAK simleak.py" in p.stdout
+
+
+def test_each_rank_dumps_every_rank_at_its_own_oom(tmp_path):
+    out, truth, err = _run(tmp_path, "rk", ["--flight-recorder", "10"],
+                           ["--steps", "400", "--ranks", "3", "--oom-rank", "1", "--oom-step", "250"], check_status=1)
+    ranks = {t["rank"]: t for t in truth["ranks"]}
+    assert "oom" in ranks[1] and "oom" not in ranks[0] and "oom" not in ranks[2]
+    dump = out[:-4] + "-dump1.pit"
+    assert f"flight recorder dumped to {dump} (an allocation failed for lack of memory)" in err
+    assert not os.path.exists(out[:-4] + "-dump2.pit")          # one OOM, one dump
+    t = pyinterpose.load(dump)
+    s = summarize(t)
+    assert sorted(r["rank"] for r in s["per_rank"]) == [0, 1, 2]   # every rank of the job, at that moment
+    (entry,) = s["oom"]
+    pid1 = next(r["pid"] for r in s["per_rank"] if r["rank"] == 1)
+    assert entry["pid"] == pid1
+    assert _live_at_failure(t) == sorted((a, n) for a, n in ranks[1]["oom"]["live"])
+    w = {p["pid"]: p for p in s["window"]["processes"]}
+    assert (w[pid1]["first_step"], w[pid1]["last_step"]) == (241, 250)
+    for r in s["per_rank"]:
+        assert w[r["pid"]]["steps_in_run"] >= 1 and w[r["pid"]]["last_step"] - w[r["pid"]]["first_step"] <= 9
+    # the final trace: every rank to its end (the failing one to its OOM)
+    s_end = summarize(pyinterpose.load(out))
+    steps = {p["pid"]: p["steps_in_run"] for p in s_end["window"]["processes"]}
+    by_rank = {r["rank"]: steps[r["pid"]] for r in s_end["per_rank"]}
+    assert by_rank == {0: 400, 1: 251, 2: 400}
