@@ -81,3 +81,18 @@ def values_at_rows(changes: pd.DataFrame, n_rows: int) -> np.ndarray:
     ok = pos >= 0
     out[ok] = b[pos[ok]]
     return out
+
+
+def step_offset(trace, pid: int) -> int:
+    """The run's step number of the first marker of ``pid`` in this trace, less 0: what to add to a marker's
+    index in the trace to get its step in the run (0 for a full capture, or when the history cannot say)."""
+    h = history(trace)
+    m = trace.markers
+    if len(h) == 0 or len(m) == 0:
+        return 0
+    t = m.loc[m["pid"] == pid, "t"]
+    if len(t) == 0:
+        return 0
+    hp = h[h["pid"] == pid]
+    hit = hp.loc[hp["t_start"] == int(t.min()), "step"]
+    return int(hit.iloc[0]) if len(hit) else 0

@@ -61,6 +61,8 @@ def test_flight_recorder_explains_the_oom_as_a_full_capture(tmp_path, steps):
     for k in ("live_bytes", "live_blocks", "requested_bytes", "shortfall_bytes", "by_call_site", "outcome"):
         assert e_fr[k] == e_full[k], k
     assert e_fr["live_bytes"] == truth_fr["oom"]["live_bytes"]
+    # "since step S began": S is the run's step in both (the recorder's trace starts at step oom - 19)
+    assert e_fr["since_last_boundary"]["step"] == e_full["since_last_boundary"]["step"] == oom
     assert _class_bytes(e_fr) == _class_bytes(e_full)
     assert _class_bytes(e_fr)["leak"] == truth_fr["leaked_blocks"] * truth_fr["leak_bytes"]
     # the recorder kept 20 steps, the full capture all of them
