@@ -322,7 +322,7 @@ class Process:
         mode = self.cfg.mode
         flight = mode == "flight"
         # keep[i]: written now whatever the window (range) or kept in the current step (flight)
-        keep = is_def.copy() if not flight else ~is_def
+        keep = (is_def | (op == O.WINDOW)) if not flight else ~is_def   # the program's window edges: always
         if flight and is_def.any():
             self.defs.append(batch[is_def].copy())
         raw_rows = batch.view(np.uint8).reshape(len(batch), batch.dtype.itemsize)

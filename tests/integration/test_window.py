@@ -267,3 +267,44 @@ def test_each_rank_dumps_every_rank_at_its_own_oom(tmp_path):
     steps = {p["pid"]: p["steps_in_run"] for p in s_end["window"]["processes"]}
     by_rank = {r["rank"]: steps[r["pid"]] for r in s_end["per_rank"]}
     assert by_rank == {0: 400, 1: 251, 2: 400}
+
+
+DRIVER_PROFILER = r"""
+import ctypes
+from pyinterpose.examples._simlib import load_simcuda
+cu, rt = load_simcuda()
+rt.cudaFree(None)
+p, q = ctypes.c_void_p(), ctypes.c_void_p()
+rt.cudaMalloc(ctypes.byref(q), 3 << 20)          # before the window: in the snapshot
+assert cu.cuProfilerStart() == 0                # the driver's own entry point
+rt.cudaMalloc(ctypes.byref(p), 1 << 20)
+assert cu.cuProfilerStop() == 0
+rt.cudaMalloc(ctypes.byref(ctypes.c_void_p()), 5 << 20)   # between the windows: live when the second opens
+assert rt.cudaProfilerStart() == 0 and rt.cudaProfilerStop() == 0
+rt.cudaFree(p)                                  # a block the trace holds: its free is written
+"""
+
+
+def test_cuProfilerStart_and_cudaProfilerStart_both_open_windows(tmp_path):
+    from pyinterpose.capture import records
+    from pyinterpose.trace.reader import read_file
+
+    prog = tmp_path / "prof.py"
+    prog.write_text(DRIVER_PROFILER)
+    out = str(tmp_path / "prof.pit")
+    p = subprocess.run([sys.executable, "-m", "pyinterpose", "run", "-q", "-o", out, "--simulated-gpu",
+                        "--capture-range", "cudaProfilerApi", "--", sys.executable, str(prog)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    names = records.api_names()
+    recs = np.concatenate([a for arrs in read_file(out).events.values() for a in arrs])
+    w = recs[recs["op"] == records.OP.WINDOW]
+    assert [(names[int(r["api"])], int(r["flags"])) for r in w] == [("cuProfilerStart", 1), ("cuProfilerStop", 2),
+                                                                       ("cudaProfilerStart", 1), ("cudaProfilerStop", 2)]
+    t = pyinterpose.load(out)
+    # 3 MiB: the first window's snapshot; 1 MiB: inside it; 5 MiB: between the windows, in the second one's snapshot
+    assert sorted(t.blocks["size"].tolist()) == [1 << 20, 3 << 20, 5 << 20]
+    one = t.blocks[t.blocks["size"] == 1 << 20].iloc[0]
+    assert bool(one["freed"])                   # freed after both windows: the free is there
+    wins = t.meta["window"][0]["processes"][0]["windows"]
+    assert [(w["snapshot_blocks"], w["snapshot_bytes"]) for w in wins] == [(1, 3 << 20), (1, 5 << 20)]
