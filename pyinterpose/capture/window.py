@@ -187,10 +187,10 @@ class Process:
         self.markers = 0
         self.steps_source = "markers"
         self.since_cut = 0                       # records since the last marker or pseudo-step cut
+        self.pending_toggles: list[int] = []     # SIGUSR2 times not yet reached by this process's records
         self.strings: dict[int, str] = {}
         self.frame_defs: dict[int, str] = {}
         self.stack_defs: dict[int, tuple[int, int]] = {}
-        self._string_parts: tuple[int, int, list] | None = None
         # range windows
         self.open = False
         self.windows: list[dict] = []
@@ -326,7 +326,19 @@ class Process:
         if flight and is_def.any():
             self.defs.append(batch[is_def].copy())
         raw_rows = batch.view(np.uint8).reshape(len(batch), batch.dtype.itemsize)
-        toggles = self.cfg.signal_toggles(self) if mode == "range" and self.cfg.range == "signal" else []
+        if mode == "range" and self.cfg.range == "signal":
+            self.pending_toggles += self.cfg.signal_toggles(self)
+        # each SIGUSR2 acts at the first record at or after it (ring order); a signal later than every record
+        # so far waits (records the program wrote before it may still be in the ring)
+        toggle_at: list[int] = []
+        start = 0
+        for T in self.pending_toggles:
+            idx = np.flatnonzero(batch["t_ns"][start:] >= T)
+            if len(idx) == 0:
+                break
+            start += int(idx[0])
+            toggle_at.append(start)
+        del self.pending_toggles[:len(toggle_at)]
         ti = 0
         t_col = batch["t_ns"]
         seg = [0]                # first record not yet passed on
@@ -355,9 +367,9 @@ class Process:
         w_t = t_col[watch].tolist()
         OA, OF, OS, OM, OW = O.ALLOC, O.FREE, O.SITE, O.MARKER, O.WINDOW
         for j, i in enumerate(watch.tolist()):
-            while ti < len(toggles) and w_t[j] >= toggles[ti]:   # SIGUSR2: at the first record after it
-                cut(i)
-                self._set_open(not self.open, w_t[j], out, batch.dtype)
+            while ti < len(toggle_at) and toggle_at[ti] <= i:
+                cut(toggle_at[ti])
+                self._set_open(not self.open, int(t_col[toggle_at[ti]]), out, batch.dtype)
                 ti += 1
             o = w_op[j]
             if o == OA:
@@ -390,9 +402,9 @@ class Process:
                         cut(i + 1 if on else i)   # the start record outside, the stop record outside
                         self._set_open(on, w_t[j], out, batch.dtype)
         last_t = int(t_col[-1]) if len(batch) else self.last_t
-        while ti < len(toggles):
-            cut(len(batch))
-            self._set_open(not self.open, max(last_t, toggles[ti]), out, batch.dtype)
+        while ti < len(toggle_at):
+            cut(toggle_at[ti])
+            self._set_open(not self.open, int(t_col[toggle_at[ti]]), out, batch.dtype)
             ti += 1
         cut(len(batch))
         self.last_t = last_t

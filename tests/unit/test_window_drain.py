@@ -169,3 +169,27 @@ def test_history_is_bounded_and_keeps_peaks():
     for r in j["rows"]:        # each row's peak is its steps' highest, its end the last step's
         assert r[7] == max(peaks[r[0]:r[0] + r[1]])
         assert r[5] == 10 * (r[0] + r[1])
+
+
+def test_a_signal_window_opens_at_the_first_record_after_the_signal():
+    recs = _program(steps=100, window=(999, 999))       # no profiler records
+    t = recs["t_ns"]
+    t_on, t_off = int(t[400]) - 1, int(t[900]) + 1      # between records 399/400 and 900/901
+    w = Windows("range", range="signal")
+    got = []
+    got += w.feed(7, recs[:350].copy())                 # the drain is behind: the signal comes later
+    w.toggle(t_on)
+    got += w.feed(7, recs[350:380].copy())               # records before the signal: still outside
+    got += w.feed(7, recs[380:700].copy())
+    w.toggle(t_off)
+    got += w.feed(7, recs[700:].copy())
+    got = np.concatenate(got)
+    inside = recs[400:901]
+    assert np.isin(inside["seq"], got["seq"]).all()
+    outside = np.concatenate([recs[:400], recs[901:]])
+    leaked_in = outside[np.isin(outside["seq"], got["seq"])]
+    # outside: only the definitions, the snapshot (earlier ALLOC/SITE) and frees of blocks the trace holds
+    assert set(leaked_in[leaked_in["seq"] > int(recs["seq"][900])]["op"].tolist()) <= {O.FREE}
+    assert not np.isin(recs[350:400]["seq"][recs[350:400]["op"] == O.LAUNCH], got["seq"]).any()
+    info = w.side_tables()[0]["processes"][0]["windows"][0]
+    assert (info["start_ns"], info["end_ns"]) == (int(t[400]), int(t[901]))
