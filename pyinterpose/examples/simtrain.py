@@ -5,6 +5,7 @@ CUDA call path, with a truth file that says exactly what they did.
         [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
         [--seed S] [--device-time off|h100-like]
         [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
+        [--outside-bytes N] [--oom-neighbour N] [--oom-retry release|smaller]   (simaside.py)
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -51,6 +52,8 @@ import sys
 
 from pyinterpose.errors import PyinterposeError
 
+from . import simaside
+
 FRAMEWORKS = ("torch", "jax", "tf")
 DEVICE_TIMES = ("off", "h100-like")
 MAX_API = 32
@@ -65,7 +68,7 @@ class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
                 ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
                 ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint)]
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint), ("oom_retry", ctypes.c_int)]
 
 
 class _Truth(ctypes.Structure):
@@ -111,10 +114,11 @@ def noise_mask(kinds: str) -> int:
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
              device_time: str = "off", oom: str = "none", oom_step: int = -1,
-             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1) -> dict:
+             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1, oom_retry: str = "release") -> dict:
     """Run the loop in this process; its truth (one process)."""
     cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
-                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds)
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds,
+                  simaside.OOM_RETRIES.index(oom_retry))
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -168,11 +172,21 @@ def _child(lib, args, wfd: int) -> None:
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
-            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")))
+            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")),
+            getattr(args, "oom_retry", "release"))
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Run the workload in this process and ``args.workers`` forked children."""
+    """Run the workload in this process and ``args.workers`` forked children (beside the memory of
+    --outside-bytes and --oom-neighbour: simaside)."""
+    with simaside.Neighbour(getattr(args, "oom_neighbour", 0), getattr(args, "oom_truth", None)), \
+            simaside.Outside(args.framework, getattr(args, "outside_bytes", 0), getattr(args, "device", 0)) as outside:
+        truth = _run(args)
+        truth.update(outside.truth())
+    return truth
+
+
+def _run(args: argparse.Namespace) -> dict:
     lib = _bind(_load())
     children = []
     for _ in range(args.workers):
@@ -245,6 +259,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from . import simranks
 
     simranks.add_arguments(p)
+    simaside.add_arguments(p)
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -253,6 +268,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.workers < 0:
         raise PyinterposeError("--workers must be 0 or more")
     simranks.check_arguments(args)
+    simaside.check_arguments(args)
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
     noise_mask(args.noise_kinds)
