@@ -26,7 +26,7 @@ import collections
 
 import numpy as np
 
-from . import records
+from ..trace import records
 
 O = records.OP
 KIND_VMM_RESERVE, KIND_VMM_CREATE, KIND_VMM_MAP, KIND_HOST = 7, 8, 9, 6

@@ -9,7 +9,7 @@ import sys
 import time
 
 from ..errors import PyinterposeError
-from . import records
+from ..trace import records
 from .window import CAPTURE_RANGES, Windows
 
 

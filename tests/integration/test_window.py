@@ -286,7 +286,7 @@ rt.cudaFree(p)                                  # a block the trace holds: its f
 
 
 def test_cuProfilerStart_and_cudaProfilerStart_both_open_windows(tmp_path):
-    from pyinterpose.capture import records
+    from pyinterpose.trace import records
     from pyinterpose.trace.reader import read_file
 
     prog = tmp_path / "prof.py"

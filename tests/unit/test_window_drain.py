@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyinterpose.capture import records
+from pyinterpose.trace import records
 from pyinterpose.capture.window import HISTORY_ROWS, History, Windows
 
 O = records.OP
