@@ -13,6 +13,7 @@ import ctypes
 import os
 
 from pyinterpose.errors import PyinterposeError
+from pyinterpose.examples.simaside import OOM_RETRIES
 
 NATIVE_ENV = "PYINTERPOSE_NATIVE_DIR"
 
@@ -91,7 +92,7 @@ class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
                 ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
                 ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint)]
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint), ("oom_retry", ctypes.c_int)]
 
 
 class _Truth(ctypes.Structure):
@@ -129,10 +130,12 @@ def bind_simtrain() -> ctypes.CDLL:
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
              device_time: str = "off", oom: str = "none", oom_step: int = -1,
-             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1) -> dict:
+             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1,
+             oom_retry: str = "release") -> dict:
     """Run the loop in this process; its truth (one process)."""
     cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
-                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds)
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds,
+                  OOM_RETRIES.index(oom_retry))
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")

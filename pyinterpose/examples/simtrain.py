@@ -5,6 +5,7 @@ CUDA call path, with a truth file that says exactly what they did.
         [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
         [--seed S] [--device-time off|h100-like]
         [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
+        [--outside-bytes N] [--oom-neighbour N] [--oom-retry release|smaller]   (simaside.py)
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -53,6 +54,7 @@ from pyinterpose.errors import PyinterposeError
 from pyinterpose.examples import simranks
 from pyinterpose.examples._simlib import (COUNTERS, DEVICE_TIMES, FRAMEWORKS, OOM_DEFAULT_DEVICE_BYTES, OOM_MODES,
                                           bind_simtrain, run_once)
+from pyinterpose.examples import simaside
 
 NOISE_KINDS = {"extra": 1, "missing": 2, "stream2": 4}
 
@@ -105,11 +107,21 @@ def _child(lib, args, wfd: int) -> None:
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
-            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")))
+            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")),
+            getattr(args, "oom_retry", "release"))
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Run the workload in this process and ``args.workers`` forked children."""
+    """Run the workload in this process and ``args.workers`` forked children (beside the memory of
+    --outside-bytes and --oom-neighbour: simaside)."""
+    with simaside.Neighbour(getattr(args, "oom_neighbour", 0), getattr(args, "oom_truth", None)), \
+            simaside.Outside(args.framework, getattr(args, "outside_bytes", 0), getattr(args, "device", 0)) as outside:
+        truth = _run(args)
+        truth.update(outside.truth())
+    return truth
+
+
+def _run(args: argparse.Namespace) -> dict:
     lib = bind_simtrain()
     children = []
     for _ in range(args.workers):
@@ -174,6 +186,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
     p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
     simranks.add_arguments(p)
+    simaside.add_arguments(p)
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -182,6 +195,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.workers < 0:
         raise PyinterposeError("--workers must be 0 or more")
     simranks.check_arguments(args)
+    simaside.check_arguments(args)
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
     noise_mask(args.noise_kinds)
