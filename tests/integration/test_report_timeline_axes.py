@@ -118,8 +118,8 @@ def test_timeline_axes_one_origin_and_minimap_window(tmp_path, demo_trace, which
         blocks = tr.blocks.set_index("block_id")
         for bid, a_ns, f_ns in m["rows"]:
             assert abs(a_ns - int(blocks.at[bid, "t_alloc"])) < m["tq"], (bid, a_ns)
-            if f_ns is not None:
-                assert abs(f_ns - int(blocks.at[bid, "t_free"])) < m["tq"], (bid, f_ns)
+            assert (f_ns is not None) == bool(blocks.at[bid, "freed"]), (bid, f_ns)
+            assert f_ns is None or abs(f_ns - int(blocks.at[bid, "t_free"])) < m["tq"], (bid, f_ns)
         assert abs(m["peak_at"] - m["peak_t"]) < m["tq"]           # the facts' "peak ... at" is on the axis
         assert min(tr.blocks["t_alloc"]) > 0 and m["rows"][0][1] > 0       # (the two origins differed)
 
