@@ -79,9 +79,9 @@ def _check_axes(axes, what):
             ts = [s[3] for s in shown]
             # the labels are the times, rounded
             assert all(abs(float(x) - t / unit) <= 0.5 * 10 ** -d + 1e-9 for x, t in zip(nums, ts)), (what, labels)
-            if d > 0:   # just enough: one decimal less and two ticks at different times would read the same
-                fewer = [f"{t / unit:.{d - 1}f}" for t in ts]
-                assert any(a == b for a, b in zip(fewer, fewer[1:])), (what, labels)
+            # just enough: one decimal less and two ticks at different times would read the same
+            fewer = [f"{t / unit:.{max(d - 1, 0)}f}" for t in ts]
+            assert d == 0 or any(a == b for a, b in zip(fewer, fewer[1:])), (what, labels)
 
 
 def _views(b):
