@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .oom_text import fmt_bytes
+from ..units import fmt_bytes
+from .reporter import Reporter
 
 EXPLAIN = ("The trace holds part of the run (a capture window or the flight recorder's last steps); this is the"
            " whole run from its per-step history: live device bytes at every step boundary and each step's peak"
@@ -71,3 +72,7 @@ def fill(s, trace, heads: dict) -> None:
             for p in (g or {}).get("processes", []) for c in p["call_sites"]]
     if rows:
         s.tables.append(("call sites whose live bytes grew over the run", pd.DataFrame(rows)))
+
+
+GROWTH = Reporter("whole-run", "The whole run", lambda s, ctx: fill(s, ctx.trace, ctx.heads), explain=EXPLAIN,
+                  applies=lambda ctx: has_history(ctx.trace))
