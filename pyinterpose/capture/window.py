@@ -596,9 +596,11 @@ class Windows:
         win["processes"] = []
         for p in self.procs.values():
             arrays, w = p.flight_records(dtype)
-            for a in arrays:
-                if len(a):
-                    writer.events(p.pid, a)
+            arrays = [a for a in arrays if len(a)]
+            if arrays:
+                allrec = np.concatenate(arrays)
+                for k in range(0, len(allrec), 1 << 16):      # chunks of at most 4 MiB of records
+                    writer.events(p.pid, allrec[k:k + (1 << 16)])
             m = p.meta()
             m["windows"] = [w]
             win["processes"].append(m)
