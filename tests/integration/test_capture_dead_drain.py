@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT
 from pyinterpose.trace.reader import read_file
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 # A loop of cudaMalloc/cudaFree pairs on simcuda for DURATION seconds of its own clock; it writes the longest
 # gap between two pairs (its stall) and how many pairs it made.
 WORKLOAD = r"""

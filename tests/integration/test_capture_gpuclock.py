@@ -13,6 +13,8 @@ import pytest
 import pyinterpose
 from conftest import last_json_line, run_cli
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 LOG_COLUMNS = ["op", "pid", "tid", "corr", "device", "stream", "enqueue_ns", "start_ns", "end_ns", "start_cupti",
                "end_cupti", "graph_id", "graph_node", "bytes", "name"]
 KIND = {"kernel": "kernel", "memset": "memset"}

@@ -19,8 +19,9 @@ from conftest import gpu_trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or (
     "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install -y chromium): "
-                                                          "headless browser test skipped")
+pytestmark = [pytest.mark.slow,  # every test here captures or drives a browser (> a few s)
+              pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install -y chromium): "
+                                                          "headless browser test skipped")]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-logging=stderr", "--v=0"]
 
