@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, counted_bytes
 from .data import CLASS_ORDER
 
 NEVER = np.uint32(0xFFFFFFFF)
@@ -187,7 +187,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         mask &= bl["counts_device"].to_numpy(bool)
     # only the columns used here (a copy of every column of millions of blocks costs hundreds of MB)
     cols = [c for c in ("block_id", "pid", "device", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
-                        "api", "owner", "stack_id") if c in bl.columns]
+                        "device_bytes", "api", "owner", "stack_id") if c in bl.columns]
     b = bl.loc[mask, cols]
     if len(b) == 0:
         return None
@@ -218,7 +218,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     f_ev[bad] = a_ev[bad]  # lifetime 0 events: never live in the drawing, as in the data
 
     # the device's live bytes after every event: its peak and where the area ends
-    size_rows = b["size"].to_numpy(np.int64)
+    size_rows = counted_bytes(b)     # the live-bytes sizes: a double-mapped window's overlap counts once
     total = np.cumsum(np.where(is_alloc, size_rows[r], -size_rows[r]))
     ipk = int(np.argmax(total)) if n else 0
     stats = {"peak_bytes": int(total[ipk]) if n else 0, "peak_t_ns": int(t[ipk]) if n else 0,
