@@ -163,7 +163,7 @@ def per_process(trace: Trace) -> list[dict]:
                  "cuda_visible_devices": ctx.get("CUDA_VISIBLE_DEVICES"),
                  "peak_live_bytes": peak, "peak_t_ns": peak_t,
                  "peak_wall_s": (float(start) + peak_t / 1e9) if (start is not None and peak_t >= 0) else None,
-                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(rows)),
+                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(dev_rows)),
                  "devices": per_device,
                  "trace": trace.path}
         out.append(entry)

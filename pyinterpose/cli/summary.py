@@ -80,10 +80,11 @@ def _run(args) -> int:
         t.add_row(k, str(v))
     con.print(t)
     t = Table(title="processes", show_header=True)
-    for c in ("pid", "ppid", "forked", "allocs", "launches", "peak live", "lost"):
+    for c in ("pid", "ppid", "forked", "device allocs", "host allocs", "launches", "peak live", "lost"):
         t.add_column(c, justify="right")
     for p in s["per_process"]:
-        t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p["launches"]),
+        t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p.get("host_allocs", 0)),
+                  str(p["launches"]),
                   _fmt_bytes(p["peak_live_bytes"]), str(p["lost_events"]))
     con.print(t)
     al = s["allocator"]
