@@ -299,6 +299,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=t_end, iteration=lab,
                        ops=clock.replay_ops(), clock=clock.as_dict())
     p.pid = pid
+    p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
     p.notes.append(note)
     if clock.note:
         p.notes.append(clock.note)
