@@ -188,6 +188,11 @@ def fold_ranks(procs: list[dict]) -> list[dict]:
     return sorted(out, key=lambda p: (p["rank"], p["host"], p["pid"]))
 
 
+def who(r: dict) -> str:
+    """A rank entry as a reader names it: "rank R", or "pid P" for a process without a rank variable."""
+    return f"rank {r['rank']}" if r.get("rank") is not None else f"pid {r['pid']}"
+
+
 def job_view(ranks: list[dict]) -> dict:
     """The side-by-side figures: imbalance (max peak over the median peak; 1.0 = balanced, None
     without ranks), the rank with the highest peak, the rank that reached its peak first (on the
@@ -210,7 +215,9 @@ def job_view(ranks: list[dict]) -> dict:
                                        "sum_of_peaks": 0})
             e["ranks"].append(r["rank"])
             e["sum_of_peaks"] += int(dv["peak_live_bytes"])
-    return {"ranks": len(ranks), "imbalance": imb, "max_rank": top["rank"], "max_peak_bytes": int(peaks.max()),
+    return {"ranks": len(ranks), "imbalance": imb, "max_rank": top["rank"], "max_pid": top["pid"],
+            "max_label": who(top), "first_to_peak_label": who(first),
+            "ranked": any(r["rank"] is not None for r in ranks), "max_peak_bytes": int(peaks.max()),
             "median_peak_bytes": med, "first_to_peak": first["rank"], "first_to_peak_pid": first["pid"],
             "first_to_peak_clock": "wall" if wall else "trace",
             "per_device": sorted(per_dev.values(), key=lambda e: (e["host"], e["device_uuid"]))}

@@ -177,8 +177,9 @@ def print_ranks(con, per_rank: list, job: dict) -> None:
         con.print(t)
     if job.get("imbalance") is not None:
         con.print(f"{job['ranks']} ranks: imbalance (max peak / median) [bold]{job['imbalance']:.3f}[/bold]; "
-                  f"highest peak: rank {job['max_rank']} ({_fmt_bytes(job['max_peak_bytes'])}); "
-                  f"first to reach its peak: rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")
+                  f"highest peak: {job.get('max_label') or 'rank ' + str(job['max_rank'])} "
+                  f"({_fmt_bytes(job['max_peak_bytes'])}); first to reach its peak: "
+                  f"{job.get('first_to_peak_label') or 'rank ' + str(job['first_to_peak'])} ({job['first_to_peak_clock']} clock)")
 
 
 def allocator_line(s: dict) -> str:
@@ -262,6 +263,14 @@ def _run_job(args) -> int:
                   _fmt_bytes(tr["peak_live_bytes"]), "yes" if tr["complete"] else "[bold red]NO[/bold red]")
     con.print(t)
     print_ranks(con, res["per_rank"], res["ranks"])
+    job = res["ranks"]
+    if res["per_rank"] and not job.get("ranked", True) and job.get("imbalance") is not None:
+        con.print(f"{job['ranks']} processes (no rank variables): imbalance (max peak / median) "
+                  f"{job['imbalance']:.3f}; highest peak: {job['max_label']} ({_fmt_bytes(job['max_peak_bytes'])})")
+    from ..report.ranks_view import duplicate_line
+
+    for d in res.get("duplicates") or []:
+        con.print(f"warning: {duplicate_line(d)}", soft_wrap=True)
     for tr in res["traces"]:
         for w in tr["warnings"]:
             con.print(f"warning: {tr['trace']}: {w}")
