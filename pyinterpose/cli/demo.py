@@ -5,6 +5,7 @@ driver) and the simtrain example, so no GPU is needed.  ``--sample`` uses a
 real-GPU trace committed under samples/ instead."""
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -79,6 +80,23 @@ def sample_of(samples: list[str], framework: str) -> str:
     return min(found)[1]
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr(on: bool = True):
+    """File descriptor 1 goes to stderr meanwhile (the program the capture starts inherits it)."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def simtrain_command(framework: str) -> list[str]:
     return [sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", framework]
 
@@ -142,7 +160,8 @@ def run(args) -> int:
         if not args.json:
             con.print(f"Capturing a simulated {args.framework} training run (simcuda, no GPU needed) ...")
         with progress("capturing", enabled=None if not args.json else False):
-            capture_simulated(trace_path, args.framework, quiet=True)
+            with _stdout_to_stderr(args.json):     # --json: stdout holds the JSON object only
+                capture_simulated(trace_path, args.framework, quiet=True)
         source = f"simulated {args.framework} run"
     trace = load(trace_path)
     warn_incomplete(trace)
