@@ -279,6 +279,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
 
     iters_ev: list[int] = []
     iters_t: list[int] = []
+    iterations = _own_iterations(trace, b, iterations)
     if iterations is not None and getattr(iterations, "count", 0):
         bt = np.asarray(iterations.boundaries_t, dtype=np.int64)
         iters_ev = np.searchsorted(t, bt, side="left").astype(np.int64).tolist()
@@ -323,6 +324,26 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         "initial": initial,
         "stats": stats,
     }
+
+
+def _own_iterations(trace: Trace, b: pd.DataFrame, iterations):
+    """The iterations to mark on this device: ``iterations`` when they are of a process with blocks here,
+    else those of the process holding most of this device's blocks (a rank's GPU shows that rank's steps,
+    not another rank's boundaries placed on its events)."""
+    pids = b["pid"].to_numpy()
+    if not len(pids):
+        return iterations
+    if iterations is not None and getattr(iterations, "pid", None) is not None and \
+            (pids == int(iterations.pid)).any():
+        return iterations
+    vals, counts = np.unique(pids, return_counts=True)
+    from ..analysis.iterations import find_iterations
+    from ..errors import PyinterposeError
+
+    try:
+        return find_iterations(trace, pid=int(vals[np.argmax(counts)]))
+    except PyinterposeError:
+        return None
 
 
 def _reserved_steps(block_id: np.ndarray, a_ev: np.ndarray, f_ev: np.ndarray, reserved: dict) -> dict | None:
