@@ -133,8 +133,13 @@ def print_applied(con, ap: dict, fmt_bytes) -> None:
             cols = ["iteration", "served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other"]
             for c in cols:
                 t.add_column(c.replace("_", " "), justify="right")
-            shown = rows if len(rows) <= 12 else rows[:6] + rows[-6:]
+            shown = rows if len(rows) <= 12 else rows[:6] + [None] + rows[-6:]
             for r in shown:
+                if r is None:       # the rows left out, said so
+                    hidden = rows[6:-6]
+                    t.add_row(f"… {len(hidden)} iterations ({hidden[0]['iteration']}–{hidden[-1]['iteration']}) "
+                              f"not shown", *("…" for _ in cols[1:]))
+                    continue
                 t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
             con.print(t)
 
