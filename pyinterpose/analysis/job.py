@@ -143,6 +143,27 @@ def scheduler_address(given: str | None) -> str | None:
     return addr.strip() or None
 
 
+def _probe(address: str, timeout_s: float = 3.0) -> None:
+    """Fail at once when nothing listens at a tcp:// scheduler address (Dask's client retries a refused
+    connection until its 20 s timeout); other schemes are left to Dask."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if "://" in address and not address.startswith("tcp://"):
+        return
+    u = urlsplit(address if "://" in address else "tcp://" + address)
+    try:
+        host, port = u.hostname, u.port
+    except ValueError as e:
+        raise PyinterposeError(f"--scheduler {address}: {e}")
+    if not host or not port:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise PyinterposeError(f"cannot reach the Dask scheduler at {address}: {e.strerror or e}")
+
+
 class _DaskExecutor:
     """map() over a Dask distributed cluster (client.map + gather; results in input order)."""
 
@@ -151,6 +172,7 @@ class _DaskExecutor:
             from distributed import Client
         except ImportError:
             raise PyinterposeError("--scheduler needs Dask distributed (pip install 'dask[distributed]')")
+        _probe(address)
         try:
             self.client = Client(address, timeout="20s", set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
