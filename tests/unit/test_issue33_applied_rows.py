@@ -9,8 +9,8 @@ import io
 
 from rich.console import Console
 
-from pyinterpose.cli.summary import print_applied
-from pyinterpose.report.text import fmt_bytes
+from pyinterpose.report.summary_text import print_applied
+from pyinterpose.units import fmt_bytes
 
 
 def _process(n_iter: int) -> dict:
