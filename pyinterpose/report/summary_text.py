@@ -128,16 +128,24 @@ def print_clock(con, s: dict) -> None:
                   f"p90 {fmt_ns(lag['p90_ns'])}, p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])}")
 
 
+def short_uuid(uuid: str | None) -> str:
+    """A GPU UUID as a table shows it: 'GPU-…00000001' (its last 8 hex digits; the whole UUID
+    is in --json).  "?" when unknown."""
+    if not uuid:
+        return "?"
+    return uuid if len(uuid) <= 13 else f"{uuid[:4]}…{uuid[-8:]}"
+
+
 def print_ranks(con, per_rank: list, job: dict) -> None:
     """The per-rank table and the job's imbalance line (nothing when no process has a rank)."""
     if not per_rank or all(r["rank"] is None for r in per_rank):
         return
     t = Table(title="ranks", show_header=True)
-    for c in ("rank", "host", "pid", "device", "uuid", "peak live", "peak at", "collective lib", "iterations"):
-        t.add_column(c, justify="left" if c in ("host", "uuid") else "right", overflow="fold")
+    for c in ("rank", "host", "pid", "dev", "uuid", "peak live", "peak at", "coll. lib", "iters"):
+        t.add_column(c, justify="left" if c in ("host", "uuid") else "right", overflow="fold", no_wrap=c == "uuid")
     for r in per_rank:
         at = f"{r['peak_t_ns'] / 1e9:.2f} s" if r["peak_t_ns"] is not None and r["peak_t_ns"] >= 0 else "-"
-        t.add_row(str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["device"]), r["device_uuid"] or "?",
+        t.add_row(str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["device"]), short_uuid(r["device_uuid"]),
                   fmt_bytes(r["peak_live_bytes"]), at, fmt_bytes(r["collective_peak_bytes"]),
                   str(r["iterations"]))
     con.print(t)
@@ -146,7 +154,7 @@ def print_ranks(con, per_rank: list, job: dict) -> None:
         for c in ("host", "uuid", "ranks", "sum of peaks"):
             t.add_column(c, justify="right" if c == "sum of peaks" else "left", overflow="fold")
         for e in job["per_device"]:
-            t.add_row(str(e["host"]), e["device_uuid"] or "?", ", ".join(str(r) for r in e["ranks"]),
+            t.add_row(str(e["host"]), short_uuid(e["device_uuid"]), ", ".join(str(r) for r in e["ranks"]),
                       fmt_bytes(e["sum_of_peaks"]))
         con.print(t)
     if job.get("imbalance") is not None:
