@@ -168,11 +168,11 @@ class _DaskExecutor:
     """map() over a Dask distributed cluster (client.map + gather; results in input order)."""
 
     def __init__(self, address: str):
+        _probe(address)             # before importing Dask (seconds on a loaded machine)
         try:
             from distributed import Client
         except ImportError:
             raise PyinterposeError("--scheduler needs Dask distributed (pip install 'dask[distributed]')")
-        _probe(address)
         try:
             self.client = Client(address, timeout="20s", set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:

@@ -40,12 +40,18 @@ def test_pools_swap_fit_count_the_double_mapped_window_once(job):
     path, truth = job
     for t in truth["ranks"]:
         pid, peak = str(t["pid"]), t["peak_live_bytes"]
-        assert _json("pools", path, "--pid", pid, "--strategies", "cudamalloc")["bound_whole_run_bytes"] == peak
+        # pools replays the framework allocator's blocks (simtrain declares torch); the collective library's
+        # own buffers are outside it: the 6 MiB handle mapped through two 4 MiB windows plus its 2 MiB IPC
+        # buffer, each physical byte once (the pool objects go through cudaMallocFromPoolAsync: the allocator's)
+        n = t["nccl"]
+        pools = _json("pools", path, "--pid", pid, "--strategies", "cudamalloc")
+        assert pools["outside_allocator"]["peak_live_bytes"] == n["buffer_bytes"] + n["ipc_bytes"]
+        assert pools["bound_whole_run_bytes"] <= peak
         assert _json("swap", path, "--pid", pid, "--bandwidth", "25")["peak_before"] == peak
         f = _json("fit", path, "--pid", pid, "--capacity", str(peak))
         assert f["lower_bound_bytes"] == peak
-        assert f["captured_need_bytes"] == peak      # the cudamalloc replay: one cudaMalloc per block
-        assert f["capacities"][0]["fits"] is True
+        assert f["outside_allocator_peak_bytes"] == n["buffer_bytes"] + n["ipc_bytes"]
+        assert f["capacities"][0]["fits"] is True    # the summary's peak fits (issue: "short by 2.0 MiB")
 
 
 def test_report_gpu_peaks_equal_the_ranks_truth(job, tmp_path):

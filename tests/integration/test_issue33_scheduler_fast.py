@@ -21,4 +21,6 @@ def test_unreachable_scheduler_fails_fast(tmp_path):
     s.close()
     assert cp.returncode == 2, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1 and f"127.0.0.1:{port}" in cp.stderr, cp.stderr
-    assert took < 8, took
+    # refused by the probe, not Dask's client timing out after 20 s (no wall-clock bound: the machine's
+    # load decides how long Python takes to start)
+    assert "refused" in cp.stderr.lower() and "20 s" not in cp.stderr, (took, cp.stderr)
