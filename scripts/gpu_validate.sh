@@ -22,7 +22,7 @@ STEPS=${STEPS:-20}
 JAX_RUNS=${JAX_RUNS:-10}
 # PARTS: which parts run (comma-separated; default all).  A device call is limited to 10 minutes: split the
 # parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply.
-PARTS=${PARTS:-torch,jax,ranks,clock,oom,apply}
+PARTS=${PARTS:-torch,jax,ranks,clock,oom,apply,interrupt}
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -157,6 +157,11 @@ rows oom-torch $PY "$ROOT/scripts/gpu_oom_check.py" torch "$OUT/oom-torch.pit" "
 run oom-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-jax.pit" -- \
     $PY "$W/jax_train.py" --model attn --donate --oom --out "$OUT/oom-jax.json"
 rows oom-jax $PY "$ROOT/scripts/gpu_oom_check.py" jax "$OUT/oom-jax.pit" "$OUT/oom-jax.json" "jax attn OOM, blocks"
+fi
+
+# ---- interrupt (issue 33 item 7): SIGINT / SIGTERM to the whole job while it trains: 0 lost ----------------
+if want interrupt; then
+rows interrupt $PY "$ROOT/scripts/gpu_interrupt_check.py" "$OUT" "$W/torch_train.py"
 fi
 
 # ---- run --apply (issue 25): scripts/gpu_apply.sh in OUT/apply, its JSON turned into rows ------------------

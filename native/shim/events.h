@@ -32,7 +32,8 @@
 /* BEGIN CDEF */
 typedef struct pi_event {
     uint64_t t_ns;    /* CLOCK_MONOTONIC, ns */
-    uint64_t seq;     /* per-process ticket; == slot ticket when committed */
+    uint64_t seq;     /* per-process ticket; == slot ticket when committed; == ticket | PI_SEQ_HELD while a
+                       * call that holds the slot across the real call is in flight (pi_writer_hold) */
     uint64_t addr;    /* ALLOC/FREE/ACCESS: block base; LAUNCH: function handle;
                          COPY/MEMSET: destination; ADVISE/PREFETCH: range start */
     uint64_t size;    /* bytes (ACCESS: the block's size; LAUNCH: param bytes scanned;
@@ -46,6 +47,14 @@ typedef struct pi_event {
     int16_t  device;  /* current device ordinal, -1 = unknown / host */
     uint16_t flags;   /* ALLOC/FREE: enum pi_kind; ACCESS: enum pi_access_flags */
 } pi_event;
+
+/* A slot held across a real call (launch, copy, memset, graph launch, free) is pre-filled before the call
+ * with its record as if the call were interrupted (result PI_RESULT_INTERRUPTED) and marked seq = ticket |
+ * PI_SEQ_HELD; the record is rewritten and committed when the call returns.  The drain waits on a held slot
+ * like on an uncommitted one, except in its final pass (the process is gone: killed by a signal inside the
+ * call), which takes the held record as it is: the call was made and never returned, nothing is lost. */
+#define PI_SEQ_HELD 0x8000000000000000
+enum pi_result { PI_RESULT_INTERRUPTED = -1000 };
 
 enum pi_op {
     PI_OP_NONE = 0,

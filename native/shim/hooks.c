@@ -76,7 +76,7 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
         pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
 }
 
-static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fam, int ptsz, int async) {
+static void free_pre(pi_ctx *c, int api, uint64_t addr, int kind, uint64_t stream, int fam, int ptsz, int async) {
     /* a block served from the arena goes back to it, never to the real free */
     if (PI_UNLIKELY(pi_apply_has_arena()) && pi_apply_owns(addr))
         c->served = pi_apply_release(addr, stream, fam, ptsz, async, &c->r);
@@ -85,7 +85,8 @@ static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fa
      * racing allocation that reuses the address is always ordered after it. */
     c->addr = addr;
     c->have_b = addressable(kind) ? pi_map_remove(addr, &c->b) : 0;
-    pi_writer_open(&c->w, 1);
+    if (pi_writer_open(&c->w, 1)) /* held across the real free: a kill inside it leaves it recorded */
+        pi_writer_hold(&c->w, PI_OP_FREE, (uint16_t)api, addr, c->have_b ? c->b.size : 0, stream, 0, (uint16_t)kind);
 }
 
 static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
@@ -100,9 +101,11 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
  * before the real call, so the device clock can push that seq around the call as CUPTI's external
  * correlation id (cupti.c): the one place every such call passes through.  The event is filled and
  * committed after the call (call_end); the device clock is ticked once it is committed. */
-static void call_begin(pi_ctx *c, const pi_scan *sc) {
+static void call_begin(pi_ctx *c, const pi_scan *sc, int api, uint16_t op, uint64_t addr, uint64_t size,
+                       uint64_t stream, uint64_t aux) {
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
     int ok = pi_writer_open(&c->w, 1 + (uint64_t)sc->n);
+    pi_writer_hold(&c->w, op, (uint16_t)api, addr, size, stream, aux, 0); /* a kill inside the call */
     c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
 }
 
@@ -129,7 +132,7 @@ static void rec_copy(pi_ctx *c, pi_scan *sc, int phase, int api, int r, uint16_t
                      uint64_t n, uint64_t stream) {
     if (phase == PI_BEFORE) {
         copy_scan(sc, op, dst, src);
-        call_begin(c, sc);
+        call_begin(c, sc, api, op, dst, n, stream, op == PI_OP_COPY ? src : 0);
     } else {
         call_end(c, api, r, op, dst, n, stream, op == PI_OP_COPY ? src : 0, sc);
     }
@@ -151,9 +154,9 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_NONE ((void)0)
 #define A_ALLOC(addr, size, kind, stream, aux) AFTER_ONLY( \
     rec_alloc(api, r, (uint64_t)(addr), (uint64_t)(size), kind, (uint64_t)(stream), (uint64_t)(aux), cx.caller))
-#define A_FREE_PRE(addr, kind) free_pre(&cx, (uint64_t)(addr), kind, 0, (api_lib == PI_LIB_DRV), 0, 0)
+#define A_FREE_PRE(addr, kind) free_pre(&cx, api, (uint64_t)(addr), kind, 0, (api_lib == PI_LIB_DRV), 0, 0)
 #define A_FREE_PRE_ASYNC(addr, kind, s, ptsz) \
-    free_pre(&cx, (uint64_t)(addr), kind, (uint64_t)(s), (api_lib == PI_LIB_DRV), ptsz, 1)
+    free_pre(&cx, api, (uint64_t)(addr), kind, (uint64_t)(s), (api_lib == PI_LIB_DRV), ptsz, 1)
 /* apply.c: serve the request from the plan's arena when it is known (then the real call is skipped) */
 #define A_SERVE(pp, size, s, ptsz, async) \
     (cx.served = pi_apply_serve(api, (void *)(pp), (uint64_t)(size), (uint64_t)(s), (api_lib == PI_LIB_DRV), \
@@ -162,7 +165,8 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_LAUNCH_RT(f, argv, s) (pi_scan_rt((f), (argv), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
 #define A_LAUNCH_DRV(f, params, extra, s) \
     (pi_scan_drv((f), (params), (extra), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
-#define A_LAUNCH_POST do { if (pi_phase == PI_BEFORE) call_begin(&cx, &sc); \
+#define A_LAUNCH_POST do { if (pi_phase == PI_BEFORE) \
+        call_begin(&cx, &sc, api, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel); \
     else call_end(&cx, api, r, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel, &sc); \
 } while (0)
 #define A_COPY(d, s, n, st) \
@@ -175,7 +179,8 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     pi_emit(PI_OP_PREFETCH, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(s), (uint64_t)(loc), 0))
 /* runtime 12.x: (ptr, n, int dev, stream); 13.x: (ptr, n, location, flags, stream) */
 #define A_PREFETCH_RT(p, n, a3, a4, a5) A_PREFETCH(p, n, a3, pi_rt_major() >= 13 ? (a5) : (a4))
-#define A_GRAPH(g, s) do { if (pi_phase == PI_BEFORE) call_begin(&cx, &sc); \
+#define A_GRAPH(g, s) do { if (pi_phase == PI_BEFORE) \
+        call_begin(&cx, &sc, api, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0); \
     else call_end(&cx, api, r, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0, &sc); } while (0)
 #define A_SET_DEVICE(dev) AFTER_ONLY(if (r == 0) pi_t.device = (dev))
 #define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))

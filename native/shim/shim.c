@@ -486,6 +486,26 @@ void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len) {
     }
 }
 
+void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size, uint64_t stream,
+                    uint64_t aux, uint16_t flags) {
+    if (!w->ok) return;
+    for (uint64_t i = 0; i < w->n; i++) {
+        pi_event *e = slot(w->seq + i);
+        e->t_ns = w->t;
+        e->addr = i ? 0 : addr;
+        e->size = i ? 0 : size;
+        e->stream = i ? 0 : stream;
+        e->aux = i ? 0 : aux;
+        e->tid = pi_tid();
+        e->op = i ? PI_OP_NONE : op;
+        e->api = api;
+        e->result = PI_RESULT_INTERRUPTED;
+        e->device = (int16_t)pi_t.device;
+        e->flags = i ? 0 : flags;
+        __atomic_store_n(&e->seq, (w->seq + i) | PI_SEQ_HELD, __ATOMIC_RELEASE);
+    }
+}
+
 void pi_writer_close(pi_writer *w) {
     if (!w->ok) return;
     commit(slot(w->seq), w->seq);

@@ -82,6 +82,12 @@ PI_HIDDEN void pi_put_as(pi_writer *w, uint64_t i, const pi_event *e); /* e->seq
 static inline uint64_t pi_text_records(size_t len) { return (len + PI_STR_PAYLOAD - 1) / PI_STR_PAYLOAD; }
 PI_HIDDEN void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len);
 PI_HIDDEN void pi_writer_close(pi_writer *w);
+/* Before a real call that the writer's records describe: fill record 0 as (op, api, PI_RESULT_INTERRUPTED,
+ * addr, size, stream, aux, flags) and records 1..n-1 as NONE, each marked held (events.h, PI_SEQ_HELD),
+ * so a process killed inside the call leaves the call recorded as interrupted instead of lost slots.
+ * The writer is then filled and closed as usual after the call. */
+PI_HIDDEN void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size,
+                              uint64_t stream, uint64_t aux, uint16_t flags);
 /* one record, now */
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);

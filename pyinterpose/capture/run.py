@@ -463,6 +463,16 @@ def _remove_file(path: str) -> None:
         pass
 
 
+def exit_words(status: int) -> str:
+    """'program exited with 0', or 'program killed by SIGSEGV (exit status 139)' for 128+N."""
+    if status > 128:
+        try:
+            return f"program killed by {signal.Signals(status - 128).name} (exit status {status})"
+        except ValueError:
+            pass
+    return f"program exited with {status}"
+
+
 def _print_done(output: str, procs: list[dict], events: int, status: int) -> None:
     lost = sum(p["lost"] for p in procs)
     waits = sum(p["waits"] for p in procs)
@@ -470,7 +480,7 @@ def _print_done(output: str, procs: list[dict], events: int, status: int) -> Non
     if waits:
         note += f", producers waited {waits}x for the drain"
     msg = (f"pyinterpose: wrote {output} ({events} events from {len(procs)} process"
-           f"{'es' if len(procs) != 1 else ''}{note}); program exited with {status}\n"
+           f"{'es' if len(procs) != 1 else ''}{note}); {exit_words(status)}\n"
            f"  next: pyinterpose summary {output}\n"
            f"        pyinterpose iterations {output}\n"
            f"        pyinterpose pools {output}\n"

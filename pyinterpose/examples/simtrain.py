@@ -217,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         args = parse_args(argv)
+        # declare the framework path this process emulates, as a launcher may for a real one: the shim
+        # records it (CONTEXT), so the trace says which framework ran whatever the command line was
+        os.environ["PYINTERPOSE_FRAMEWORK"] = args.framework
         if args.rank_child:
             return simranks.child_main(args)
         if args.oom != "none":

@@ -470,6 +470,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     meta = dict(b.meta)
     meta["trailer"] = raw.trailer
     meta["capture_notes"] = sites.notes
+    raw.warnings.extend(failure_details.interrupted_warnings(failures))
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
