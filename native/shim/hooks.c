@@ -30,6 +30,7 @@ typedef struct pi_ctx {
     uint64_t fn, stream;
     uint64_t caller; /* return address of this (outermost) hooked call: the call site */
     uint64_t t;      /* when a launch / copy / memset / graph launch was called */
+    uint32_t slots;  /* a graph launch: the node slots reserved after its event (graphs.c) */
     int pushed;      /* its seq was pushed as CUPTI's external correlation id */
 } pi_ctx;
 
@@ -85,6 +86,7 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
         pi_commit(s, tk + 1);
     }
     pi_commit(e, tk);
+    if (kind == PI_KIND_ASYNC || kind == PI_KIND_POOL) pi_graph_captured(stream, 1); /* a memory node */
     if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
         !(kind == PI_KIND_VMM_CREATE && size == 0))
         pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
@@ -109,6 +111,7 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
     pi_event *e = pi_slot(c->tk);
     pi_fill(e, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
     pi_commit(e, c->tk);
+    if (r == 0 && kind == PI_KIND_ASYNC) pi_graph_captured(stream, 1); /* a free node when capturing */
 }
 
 /* Launches, copies, memsets and graph launches reserve their event's tickets (the event and its accesses)
@@ -126,6 +129,35 @@ static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint
                      uint64_t aux, const pi_scan *sc) {
     if (c->pushed) pi_gpu_pop();
     if (c->ok) pi_emit_reserved(c->tk, c->t, op, (uint16_t)api, r, addr, size, stream, aux, sc);
+    if (r == 0) pi_graph_captured(stream, 1); /* a node of the graph being captured on the stream */
+    pi_gpu_tick(c->t);
+}
+
+/* A graph launch reserves its event, then one NODE_SLOT record per node of its graph (graphs.c): node k
+ * of this replay has the seq of the launch + 1 + k.  Launched into a capture, it is a child graph: its
+ * nodes count for the graph being captured.  After a launch outside any capture, the device's graph
+ * memory (GRAPH_MEM). */
+static void graph_begin(pi_ctx *c, uint64_t exec) {
+    int gpu = pi_gpu_ready();
+    c->slots = pi_graph_exec_nodes(exec);
+    c->ok = pi_reserve(1 + (uint64_t)c->slots, &c->tk);
+    c->t = pi_now();
+    c->pushed = c->ok && gpu ? pi_gpu_push(c->tk) : 0;
+}
+
+static void graph_end(pi_ctx *c, int api, int r, uint64_t exec, uint64_t stream) {
+    if (c->pushed) pi_gpu_pop();
+    if (c->ok) {
+        for (uint32_t k = 0; k < c->slots; k++) {
+            pi_event *e = pi_slot(c->tk + 1 + k);
+            pi_fill(e, PI_OP_GRAPH_DEF, (uint16_t)api, r, exec, c->slots, stream, k, PI_GRAPH_NODE_SLOT);
+            e->t_ns = c->t;
+            pi_commit(e, c->tk + 1 + k);
+        }
+        pi_emit_reserved(c->tk, c->t, PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, exec, c->slots, stream, 0, NULL);
+    }
+    if (r == 0) pi_graph_captured(stream, c->slots);
+    if (r == 0 && c->ok && !pi_gpu_capturing()) pi_graph_mem_record(api, c->tk);
     pi_gpu_tick(c->t);
 }
 
@@ -190,8 +222,8 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     pi_emit(PI_OP_PREFETCH, (uint16_t)api, r, (uint64_t)(p), (uint64_t)(n), (uint64_t)(s), (uint64_t)(loc), 0))
 /* runtime 12.x: (ptr, n, int dev, stream); 13.x: (ptr, n, location, flags, stream) */
 #define A_PREFETCH_RT(p, n, a3, a4, a5) A_PREFETCH(p, n, a3, pi_rt_major() >= 13 ? (a5) : (a4))
-#define A_GRAPH(g, s) do { if (pi_phase == PI_BEFORE) call_begin(&cx, &sc); \
-    else call_end(&cx, api, r, PI_OP_GRAPH_LAUNCH, (uint64_t)(g), 0, (uint64_t)(s), 0, &sc); } while (0)
+#define A_GRAPH(g, s) do { if (pi_phase == PI_BEFORE) graph_begin(&cx, (uint64_t)(g)); \
+    else graph_end(&cx, api, r, (uint64_t)(g), (uint64_t)(s)); } while (0)
 #define A_SET_DEVICE(dev) AFTER_ONLY(if (r == 0) pi_t.device = (dev))
 #define A_TENSORMAP(gaddr) AFTER_ONLY(rec_tensormap(api, r, (gaddr)))
 #define A_CTX_RETAIN(c, d) AFTER_ONLY(if (r == 0 && (c)) pi_context_remember(*(c), (d)))
@@ -203,12 +235,14 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
 /* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open; begin, end and
  * instantiation are recorded (GRAPH_DEF) so that the reader can join a graph's replayed nodes to the calls captured into it */
-#define A_CAPTURE_BEGIN(s) AFTER_ONLY(if (r == 0) pi_gpu_capture(1); \
+#define A_CAPTURE_BEGIN(s) AFTER_ONLY(if (r == 0) { pi_gpu_capture(1); pi_graph_capture_begin((uint64_t)(s)); } \
     pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, 0, 0, (uint64_t)(s), 0, PI_GRAPH_CAPTURE_BEGIN))
 #define A_CAPTURE_END(s, pg) AFTER_ONLY(pi_gpu_capture(-1); \
+    pi_graph_capture_end((uint64_t)(s), r == 0 && (pg) ? (uint64_t)*(pg) : 0); \
     pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, 0, 0, (uint64_t)(s), r == 0 && (pg) ? (uint64_t)*(pg) : 0, \
             PI_GRAPH_CAPTURE_END))
 #define A_INSTANTIATE(pe, g) AFTER_ONLY( \
+    if (r == 0 && (pe)) pi_graph_instantiated((uint64_t)*(pe), (uint64_t)(g)); \
     pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, r == 0 && (pe) ? (uint64_t)*(pe) : 0, 0, 0, (uint64_t)(g), \
             PI_GRAPH_INSTANTIATE))
 /* unloads act at every depth and in processes that do not record: the kernel

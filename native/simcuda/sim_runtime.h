@@ -86,7 +86,10 @@
     X(CUresult, cuStreamIsCapturing, (CUstream, int *))                                                 \
     X(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))              \
     X(CUresult, cuGraphExecDestroy, (CUgraphExec))                                                      \
-    X(CUresult, cuGraphDestroy, (CUgraph))
+    X(CUresult, cuGraphDestroy, (CUgraph))                                                              \
+    X(CUresult, cuDeviceGraphMemTrim, (CUdevice))                                                       \
+    X(CUresult, cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))                                  \
+    X(CUresult, cuDeviceSetGraphMemAttribute, (CUdevice, int, void *))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

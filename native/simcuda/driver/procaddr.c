@@ -125,6 +125,9 @@
     X("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz) \
     X("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz) \
     X("cuGraphGetNodes", 10000, cuGraphGetNodes, 0)                         \
+    X("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim, 0)               \
+    X("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute, 0) \
+    X("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute, 0) \
     X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)                     \
     X("simcuSetKernelDuration", 0, simcuSetKernelDuration, 0)               \
     X("simcuSetNextLaunchDuration", 0, simcuSetNextLaunchDuration, 0)       \
