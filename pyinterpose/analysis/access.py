@@ -571,16 +571,20 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     del kcode, hides, seg_size, seg_size_i, block_size
 
     out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
-    # kernels inside CUDA graph replays are not recorded one by one: their accesses are missing
+    # CUDA graph replays are expanded into their nodes' accesses by the reader (trace/graphs.py), except
+    # those of a graph not captured in the trace
     la = trace.launches
     if pid is not None and len(la):
         g = int(la["graph"].to_numpy()[la["pid"].to_numpy() == pid].sum())
     else:
         g = int(la["graph"].sum())
     out["graph_launches"] = g
-    out["notes"] = [] if not g else [
-        f"{g} CUDA graph launches: the kernels inside graph replays are not seen, so their accesses are "
-        "missing here (ATIs across a replay are too long, blocks used only inside graphs look untouched)"]
+    unexpanded = min(g, int(trace.counts.get("graph_launches_unexpanded", g)))
+    out["graph_launches_unexpanded"] = unexpanded
+    out["notes"] = [] if not unexpanded else [
+        f"{unexpanded} of {g} CUDA graph launches ran a graph not captured in the trace (instantiated before "
+        "recording started, or built node by node): their kernels' accesses are missing here (ATIs across "
+        "such a replay are too long, blocks used only inside it look untouched)"]
     return out
 
 

@@ -4,7 +4,7 @@ CUDA call path, with a truth file that says exactly what they did.
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
         [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
         [--seed S] [--device-time off|h100-like]
-        [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
+        [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]] [--graphs [WARMUP]]
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -29,6 +29,14 @@ the order of pids); device_time when it is not off; failed_allocs with --oom; re
 process: a hash of the trained weights' and moments' first values, comparable between runs with
 SIMCUDA_CHECK=1, which zeroes the values the kernels read first).
 ``--ranks N``: a job of N rank processes (pyinterpose.examples.simranks).
+
+CUDA graphs (``--graphs [WARMUP]``, torch path with ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``):
+WARMUP eager steps (default 2), then one step captured into a graph (its cudaMallocAsync/cudaFreeAsync
+become memory nodes, nothing runs at capture) and every later step one replay (cudaGraphLaunch), as
+``torch.cuda.graph`` / ``torch.compile(mode="reduce-overhead")`` do.  The truth counts what ran:
+``allocs``, ``accesses``, ``launches``, ... are totals over the eager steps and the replays (the capture
+counts nothing); ``graphs`` holds warmup_steps, replays and what one replay does (allocs, frees, bytes,
+accesses, launches).  ``by_api`` counts calls made (the captured ones once, cudaGraphLaunch per replay).
 
 Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
 allocator's cache (allocated, freed by the program, kept from CUDA), then asks for more than the
@@ -65,7 +73,7 @@ class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
                 ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
                 ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint)]
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint), ("graphs", ctypes.c_int)]
 
 
 class _Truth(ctypes.Structure):
@@ -74,7 +82,10 @@ class _Truth(ctypes.Structure):
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
                 ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
                 ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64),
-                ("result_hash", ctypes.c_uint64)]
+                ("result_hash", ctypes.c_uint64), ("graph_replays", ctypes.c_uint64),
+                ("graph_allocs", ctypes.c_uint64), ("graph_frees", ctypes.c_uint64), ("graph_bytes", ctypes.c_uint64),
+                ("graph_accesses", ctypes.c_uint64), ("graph_launches", ctypes.c_uint64)]
+GRAPH_COUNTERS = ("graph_replays", "graph_allocs", "graph_frees", "graph_bytes", "graph_accesses", "graph_launches")
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -111,10 +122,11 @@ def noise_mask(kinds: str) -> int:
 
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
              device_time: str = "off", oom: str = "none", oom_step: int = -1,
-             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1) -> dict:
+             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1, graphs: int = 0) -> dict:
     """Run the loop in this process; its truth (one process)."""
     cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
-                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds)
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds,
+                  graphs)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -127,6 +139,8 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
                peak_live_bytes=int(t.peak_live_bytes), result_hash=f"{int(t.result_hash):016x}")
     if oom != "none":
         out["failed_allocs"] = int(t.failed_allocs)
+    if graphs:
+        out["graphs"] = {"warmup_steps": graphs, **{k[len("graph_"):]: int(getattr(t, k)) for k in GRAPH_COUNTERS}}
     return out
 
 
@@ -143,6 +157,8 @@ def _merge(parts: list[dict]) -> dict:
     total["result_hashes"] = [p["result_hash"] for p in parts]  # the trained state (SIMCUDA_CHECK=1: comparable)
     if "failed_allocs" in parts[0]:
         total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
+    if "graphs" in parts[0]:
+        total["graphs"] = parts[0]["graphs"]   # per process (every process replays the same graph)
     return total
 
 
@@ -168,7 +184,7 @@ def _child(lib, args, wfd: int) -> None:
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
-            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")))
+            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")), getattr(args, "graphs", 0))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -242,6 +258,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "succeeds) or final (it fails: out-of-memory error, exit status 1)")
     p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
     p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
+    p.add_argument("--graphs", type=int, nargs="?", const=2, default=0, metavar="WARMUP",
+                   help="CUDA graphs (torch path, cudaMallocAsync backend): WARMUP eager steps (default 2), then "
+                        "one step captured into a graph and replayed for every later step")
     from . import simranks
 
     simranks.add_arguments(p)
@@ -262,6 +281,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise PyinterposeError(f"--oom-step must be below --steps ({args.steps})")
     if args.oom_step < -1:
         raise PyinterposeError("--oom-step must be 0 or more")
+    if args.graphs < 0 or (args.graphs and args.steps <= args.graphs):
+        raise PyinterposeError(f"--graphs WARMUP must be 1 or more and below --steps ({args.steps})")
     return args
 
 

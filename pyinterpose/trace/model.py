@@ -154,16 +154,21 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
 COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
                    "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "captured_seq": -1,
-                   "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]"}
+                   "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]", "node": -1}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
-                  "kernel": "int32", "op": "category", "flags": "uint16"}
+                  "kernel": "int32", "op": "category", "flags": "uint16", "node": "int32"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
                   "stream": "uint64", "api": "category", "kernel": "int32",
                   "kernel_name": "category", "n_access": "int32", "graph": "bool",
-                  "dev_start": "int64", "dev_end": "int64"}
+                  "dev_start": "int64", "dev_end": "int64", "node": "int32"}
 COPY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
                 "dst": "uint64", "src": "uint64", "size": "int64", "stream": "uint64",
-                "dev_start": "int64", "dev_end": "int64"}
+                "dev_start": "int64", "dev_end": "int64", "node": "int32"}
+GRAPH_MEMORY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "device": "int16", "reserved": "int64",
+                        "reserved_high": "int64", "used": "int64"}
+GRAPH_NODE_COLUMNS = {"pid": "int32", "graph": "uint64", "capture_seq": "int64", "node": "int32",
+                      "kind": "category", "seq": "int64", "stream": "uint64", "kernel": "int32", "size": "int64",
+                      "replays": "int64"}
 GPU_ACTIVITY_COLUMNS = {"pid": "int32", "seq": "int64", "kind": "category", "start": "int64", "end": "int64",
                         "device": "int16", "stream": "int64", "graph_node": "uint64", "kernel": "int32",
                         "bytes": "int64", "captured_seq": "int64"}
@@ -248,6 +253,8 @@ class Trace:
     stacks: pd.DataFrame = field(default_factory=lambda: _stacks().empty_stacks())
     gpu_activity: pd.DataFrame = field(default_factory=lambda: empty_table(GPU_ACTIVITY_COLUMNS))
     applied: pd.DataFrame = field(default_factory=lambda: empty_table(APPLY_COLUMNS))
+    graph_nodes: pd.DataFrame = field(default_factory=lambda: empty_table(GRAPH_NODE_COLUMNS))
+    graph_memory: pd.DataFrame = field(default_factory=lambda: empty_table(GRAPH_MEMORY_COLUMNS))
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derived(self, key, compute):

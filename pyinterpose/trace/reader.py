@@ -22,6 +22,7 @@ from . import context
 from . import failures as failure_details
 from . import format as fmt
 from . import gpuclock
+from . import graphs
 from . import stacks as site_tables
 from . import vmm
 from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS, KINDS,
@@ -701,7 +702,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                      "unscanned_launches": c.get("unscanned_launches", 0), "context": cx, "devices": dv,
                      **clocks.get(pr["pid"], gpuclock.NO_RECORD)})
     processes = conform(pd.DataFrame(prow), PROCESS_COLUMNS) if prow else empty_table(PROCESS_COLUMNS)
-    del side, side_pid, side_op
+    graph_memory = graphs.graph_memory(side, side_pid, side_op, getattr(O, "GRAPH_MEM", None), t0)
 
     # ---- NVML samples ----
     if raw.nvml:
@@ -727,7 +728,10 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
                frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied)
-    return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+    tr.graph_memory = graph_memory
+    tr = vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+    # CUDA graphs: captured calls out of the eager stream, every replay expanded (trace/graphs.py)
+    return graphs.expand(tr, side, side_pid, side_op, O.GRAPH_DEF, graph_launches)
 
 
 def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:

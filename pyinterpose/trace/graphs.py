@@ -1,0 +1,336 @@
+"""CUDA graphs: captured calls become graph nodes, and every replay is expanded into what its nodes did.
+
+The one place every analysis gets graph replays from (called by the reader once the tables are built).
+
+**Capture.**  A call recorded on a stream between its ``cudaStreamBeginCapture`` and
+``cudaStreamEndCapture`` (GRAPH_DEF CAPTURE_BEGIN/END records, same process) did not run: it is a node of
+the graph the capture ended in.  Its nodes, in call order (node id = that order, 0-based; a single-stream
+capture is one chain, node k depends on node k-1): the launches (kernel nodes, with the accesses their
+scanned arguments gave), copies and memsets, the stream-ordered allocations (memory alloc nodes: their
+block) and frees (memory free nodes), and graph launches (child graphs: the child's nodes inlined).  They
+leave ``launches``, ``copies``, ``accesses`` and ``blocks`` (not eager work) and are listed in
+``Trace.graph_nodes``.
+
+**Instantiation** (GRAPH_DEF INSTANTIATE) ties an executable graph to its graph: a graph launch runs the
+graph last instantiated into that handle before it, whose nodes are those of the last capture that ended
+in that graph handle before the instantiation (handles are reused after a destroy).
+
+**Replays.**  Each graph launch of a known graph expands into its nodes, in node order:
+
+* node k has seq ``launch seq + 1 + k`` (the shim reserved one NODE_SLOT ticket per node after the launch:
+  native/shim/graphs.c; where it could not, the launch's seq) and, on the CPU clock, time
+  ``launch t + k`` ns (at the launch's time, in node order);
+* a kernel node is a row of ``launches`` (``node`` = k, ``graph`` False, ``api`` the graph launch's, its
+  device start/end from the ``gpu_activity`` row CUPTI gave for that node: ``captured_seq``), a copy or
+  memset node a row of ``copies``; their accesses are rows of ``accesses`` with ``op`` "graph" and
+  ``node`` = k;
+* a memory alloc node is a block of its own in each replay, at the address the capture fixed, alive from
+  its alloc node to its free node (a node never freed in the graph: until the next replay of the same
+  graph, or the end of the trace).
+
+So iterations, access intervals, lifetimes, pools, swap, OOM and fit all read the expanded stream.  Graph
+launches whose graph is unknown (instantiated before recording started, or built with the explicit
+construction API) stay single ``launches`` rows: ``counts["graph_launches_unexpanded"]``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .model import GRAPH_MEMORY_COLUMNS, GRAPH_NODE_COLUMNS, conform, empty_table
+
+CAPTURE_BEGIN, CAPTURE_END, INSTANTIATE, NODE_SLOT = 1, 2, 3, 4   # enum pi_graph_def
+STREAM_ORDERED = ("async", "pool")
+NODE_KINDS = ["kernel", "copy", "memset", "alloc", "free"]
+MAX_DEPTH = 8   # child graphs inside child graphs
+
+
+@dataclass
+class _Graph:
+    """The nodes of one captured graph, in node order (parallel lists)."""
+    kind: list = field(default_factory=list)       # index into NODE_KINDS
+    cap_seq: list = field(default_factory=list)    # seq of the captured call
+    row: list = field(default_factory=list)        # launches row / copies row / blocks row
+    stream: int = 0
+    graph: int = 0
+    end_seq: int = 0
+
+
+def _defs(side, side_pid, side_op, graph_def_op: int) -> dict[int, np.ndarray]:
+    idx = np.flatnonzero(side_op == graph_def_op) if len(side) else np.zeros(0, np.int64)
+    out: dict[int, list] = {}
+    for i in idx.tolist():
+        out.setdefault(int(side_pid[i]), []).append(i)
+    return {p: np.array(sorted(r, key=lambda i: int(side["seq"][i])), np.int64) for p, r in out.items()}
+
+
+def graph_memory(side, side_pid, side_op, graph_mem_op: int | None, t0: int) -> pd.DataFrame:
+    """GRAPH_MEM records: the device's graph memory pool after each replay (reserved current and high,
+    used current; ``cudaDeviceGetGraphMemAttribute``)."""
+    if graph_mem_op is None or not len(side):
+        return empty_table(GRAPH_MEMORY_COLUMNS)
+    i = np.flatnonzero((side_op == graph_mem_op) & (side["result"] == 0))
+    if not len(i):
+        return empty_table(GRAPH_MEMORY_COLUMNS)
+    r = side[i]
+    return conform(pd.DataFrame({
+        "pid": side_pid[i], "seq": r["aux"].astype(np.int64), "t": r["t_ns"].view(np.int64) - t0,
+        "device": r["device"], "reserved": r["addr"].astype(np.int64), "reserved_high": r["size"].view(np.int64),
+        "used": r["stream"].astype(np.int64)}), GRAPH_MEMORY_COLUMNS)
+
+
+def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.DataFrame):
+    """Move captured calls into ``tr.graph_nodes`` and expand every replay of a known graph (module
+    docstring); ``graph_launches``: pid, seq, exec of every GRAPH_LAUNCH.  Returns ``tr`` (its tables
+    replaced)."""
+    launches, copies, blocks, acc = tr.launches, tr.copies, tr.blocks, tr.accesses
+    defs = _defs(side, side_pid, side_op, graph_def_op)
+    n_graph_launch = int(launches["graph"].sum()) if len(launches) else 0
+    tr.counts["graph_launches_unexpanded"] = n_graph_launch
+    if not defs:
+        return tr
+    l_pid, l_seq = launches["pid"].to_numpy(np.int64), launches["seq"].to_numpy(np.int64)
+    l_stream, l_graph = launches["stream"].to_numpy(np.uint64), launches["graph"].to_numpy(bool)
+    c_pid, c_seq = copies["pid"].to_numpy(np.int64), copies["seq"].to_numpy(np.int64)
+    c_stream = copies["stream"].to_numpy(np.uint64)
+    b_pid, b_sa = blocks["pid"].to_numpy(np.int64), blocks["seq_alloc"].to_numpy(np.int64)
+    b_sf, b_freed = blocks["seq_free"].to_numpy(np.int64), blocks["freed"].to_numpy(bool)
+    b_stream = blocks["stream"].to_numpy(np.uint64)
+    b_so = blocks["kind"].isin(STREAM_ORDERED).to_numpy()
+    l_exec = np.zeros(len(launches), np.uint64)
+    gl_rows = np.flatnonzero(l_graph)
+    execs = {(int(p), int(q)): int(e) for p, q, e in zip(graph_launches["pid"].tolist(),
+                                                           graph_launches["seq"].tolist(),
+                                                           graph_launches["exec"].tolist())}
+    for r in gl_rows.tolist():
+        l_exec[r] = execs.get((int(l_pid[r]), int(l_seq[r])), 0)
+
+    drop_l = np.zeros(len(launches), bool)
+    drop_c = np.zeros(len(copies), bool)
+    drop_b = np.zeros(len(blocks), bool)
+    graphs: dict[tuple[int, int], list[_Graph]] = {}      # (pid, graph handle) -> captures ending in it
+    insts: dict[tuple[int, int], list] = {}               # (pid, exec) -> [(seq, graph)]
+    slots: dict[tuple[int, int], int] = {}                # (pid, launch seq) -> node slots reserved
+    captured_launch: dict[int, tuple[int, int]] = {}      # launches row of a captured graph launch -> (pid, seq)
+    for p, rows in defs.items():
+        open_at: dict[int, int] = {}
+        for i in rows.tolist():
+            r = side[i]
+            kind, seq, ok = int(r["flags"]), int(r["seq"]), int(r["result"]) == 0
+            if kind == CAPTURE_BEGIN and ok:
+                open_at[int(r["stream"])] = seq
+            elif kind == CAPTURE_END:
+                begin = open_at.pop(int(r["stream"]), None)
+                if begin is None:
+                    continue
+                s = np.uint64(int(r["stream"]))
+                g = _Graph(stream=int(s), graph=int(r["aux"]), end_seq=seq)
+                lm = np.flatnonzero((l_pid == p) & (l_stream == s) & (l_seq > begin) & (l_seq < seq))
+                cm = np.flatnonzero((c_pid == p) & (c_stream == s) & (c_seq > begin) & (c_seq < seq))
+                am = np.flatnonzero((b_pid == p) & b_so & (b_stream == s) & (b_sa > begin) & (b_sa < seq))
+                fm = am[b_freed[am] & (b_sf[am] < seq)]
+                drop_l[lm], drop_c[cm], drop_b[am] = True, True, True
+                items = [(int(l_seq[j]), 0, j) for j in lm.tolist()]
+                items += [(int(c_seq[j]), 1 if copies["op"].iat[j] == "copy" else 2, j) for j in cm.tolist()]
+                items += [(int(b_sa[j]), 3, j) for j in am.tolist()] + [(int(b_sf[j]), 4, j) for j in fm.tolist()]
+                for sq, k, j in sorted(items):
+                    g.cap_seq.append(sq)
+                    g.kind.append(k)
+                    g.row.append(j)
+                    if k == 0 and l_graph[j]:
+                        captured_launch[j] = (p, sq)
+                if ok and g.graph:
+                    graphs.setdefault((p, g.graph), []).append(g)
+            elif kind == INSTANTIATE and ok and int(r["addr"]):
+                insts.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"])))
+            elif kind == NODE_SLOT:
+                slots[(p, seq - 1 - int(r["aux"]))] = int(r["size"])
+
+    def graph_of(p: int, ex: int, seq: int) -> _Graph | None:
+        inst = [(s, g) for s, g in insts.get((p, ex), []) if s < seq]
+        if not inst:
+            return None
+        s_i, gh = inst[-1]
+        caps = [c for c in graphs.get((p, gh), []) if c.end_seq < s_i]
+        return caps[-1] if caps else None
+
+    def flat(g: _Graph, depth: int = 0) -> list[tuple[int, int, int]]:
+        """(kind, row, cap_seq) of every node of g, child graphs inlined."""
+        out = []
+        for k, j, sq in zip(g.kind, g.row, g.cap_seq):
+            if k == 0 and l_graph[j]:
+                child = graph_of(int(l_pid[j]), int(l_exec[j]), int(l_seq[j])) if depth < MAX_DEPTH else None
+                if child is not None:
+                    out += flat(child, depth + 1)
+                continue
+            out.append((k, j, sq))
+        return out
+
+    # ---- the graph nodes table, and the replays of each graph ----
+    node_rows = []
+    flats: dict[int, list] = {}
+    replays: dict[int, list[int]] = {}        # id(graph) -> launches rows of its replays
+    graph_by_id: dict[int, _Graph] = {}
+    for r in gl_rows.tolist():
+        if drop_l[r]:
+            continue                           # a child graph launched into a capture: expanded with its parent
+        g = graph_of(int(l_pid[r]), int(l_exec[r]), int(l_seq[r]))
+        if g is None:
+            continue
+        replays.setdefault(id(g), []).append(r)
+        graph_by_id[id(g)] = g
+    for gs in graphs.values():
+        for g in gs:
+            f = flats[id(g)] = flat(g)
+            for k, (kind, j, sq) in enumerate(f):
+                node_rows.append({
+                    "pid": int(l_pid[j]) if kind == 0 else int(c_pid[j]) if kind in (1, 2) else int(b_pid[j]),
+                    "graph": g.graph, "capture_seq": g.end_seq, "node": k, "kind": NODE_KINDS[kind], "seq": sq,
+                    "stream": g.stream, "kernel": int(launches["kernel"].iat[j]) if kind == 0 else -1,
+                    "size": int(copies["size"].iat[j]) if kind in (1, 2) else
+                    int(blocks["size"].iat[j]) if kind in (3, 4) else 0,
+                    "replays": len(replays.get(id(g), []))})
+    tr.graph_nodes = conform(pd.DataFrame(node_rows), GRAPH_NODE_COLUMNS) if node_rows \
+        else empty_table(GRAPH_NODE_COLUMNS)
+    tr.counts["captured"] = int(drop_l.sum() + drop_c.sum() + drop_b.sum())
+
+    # ---- captured accesses: templates of their node, out of the eager stream ----
+    a_pid, a_seq = acc["pid"].to_numpy(np.int64), acc["seq"].to_numpy(np.int64)
+    cap_keys = np.concatenate([(l_pid[drop_l] << 40) ^ l_seq[drop_l], (c_pid[drop_c] << 40) ^ c_seq[drop_c]])
+    a_key = (a_pid << 40) ^ a_seq
+    a_cap = np.isin(a_key, cap_keys) if len(cap_keys) else np.zeros(len(acc), bool)
+    a_bid = acc["block_id"].to_numpy(np.int64)
+    a_cap |= drop_b[a_bid] if len(acc) else False     # any access of a memory node's capture-time block
+
+    new_blocks, new_acc, new_l, new_c = [], [], [], []
+    next_bid = len(blocks)
+    gpu = tr.gpu_activity
+    dev_of = {}
+    if len(gpu) and "captured_seq" in gpu:
+        m = gpu["captured_seq"].to_numpy(np.int64) >= 0
+        for p, s, cs, st, en in zip(gpu["pid"].to_numpy()[m].tolist(), gpu["seq"].to_numpy()[m].tolist(),
+                                    gpu["captured_seq"].to_numpy()[m].tolist(), gpu["start"].to_numpy()[m].tolist(),
+                                    gpu["end"].to_numpy()[m].tolist()):
+            dev_of[(p, s, cs)] = (st, en)
+    by_seq = {}
+    if a_cap.any():
+        ci = np.flatnonzero(a_cap)
+        o = ci[np.argsort(a_key[ci], kind="stable")]
+        ks = a_key[o]
+        first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+        for f, e in zip(first.tolist(), np.r_[first[1:], len(o)].tolist()):
+            by_seq[int(ks[f])] = o[f:e]
+    l_t = launches["t"].to_numpy(np.int64)
+    l_api = launches["api"]
+    n_expanded = 0
+    for gid, rows in replays.items():
+        g = graph_by_id[gid]
+        f = flats[gid]
+        if not f:
+            continue
+        n_expanded += len(rows)
+        alloc_nodes = [k for k, (kind, _, _) in enumerate(f) if kind == 3]
+        free_node = {int(f[k][1]): k for k, (kind, _, _) in enumerate(f) if kind == 4}
+        rows = sorted(rows, key=lambda r: (int(l_pid[r]), int(l_seq[r])))
+        for ri, r in enumerate(rows):
+            p, ls, lt = int(l_pid[r]), int(l_seq[r]), int(l_t[r])
+            ns = slots.get((p, ls), 0)
+            kk = np.arange(len(f))
+            seq_k = np.where(kk < ns, ls + 1 + kk, ls)
+            t_k = lt + kk
+            nxt = rows[ri + 1] if ri + 1 < len(rows) and int(l_pid[rows[ri + 1]]) == p else None
+            bmap = {}
+            for k in alloc_nodes:
+                j = int(f[k][1])
+                fk = free_node.get(j)
+                row = blocks.iloc[j].to_dict()
+                row.update(t_alloc=int(t_k[k]), seq_alloc=int(seq_k[k]))
+                if fk is not None:
+                    row.update(t_free=int(t_k[fk]), seq_free=int(seq_k[fk]), freed=True)
+                elif nxt is not None:
+                    row.update(t_free=int(l_t[nxt]), seq_free=int(l_seq[nxt]), freed=True)
+                else:
+                    row.update(t_free=int(blocks["t_free"].iat[j]) if not b_freed[j] else tr_end(tr),
+                               seq_free=int(b_sf[j]) if not b_freed[j] else int(b_sf.max()) + 1, freed=False)
+                row["block_id"] = next_bid
+                bmap[j] = next_bid
+                next_bid += 1
+                new_blocks.append(row)
+            for k, (kind, j, sq) in enumerate(f):
+                if kind in (3, 4):
+                    continue
+                key = (p << 40) ^ sq
+                src = by_seq.get(key)
+                if src is not None and len(src):
+                    bid = a_bid[src]
+                    bid = np.array([bmap.get(int(b), int(b)) for b in bid], np.int64)
+                    keep = np.array([b >= len(blocks) or not drop_b[b] for b in bid.tolist()], bool)
+                    new_acc.append(pd.DataFrame({
+                        "block_id": bid[keep], "pid": p, "seq": int(seq_k[k]), "t": int(t_k[k]),
+                        "kernel": acc["kernel"].to_numpy()[src][keep], "op": "graph",
+                        "flags": acc["flags"].to_numpy()[src][keep], "node": k}))
+                ds, de = dev_of.get((p, ls, sq), (-1, -1))
+                if kind == 0:
+                    lr = launches.iloc[j].to_dict()
+                    lr.update(seq=int(seq_k[k]), t=int(t_k[k]), api=l_api.iat[r], graph=False, node=k,
+                              dev_start=ds, dev_end=de, stream=int(l_stream[r]), tid=int(launches["tid"].iat[r]))
+                    new_l.append(lr)
+                else:
+                    cr = copies.iloc[j].to_dict()
+                    cr.update(seq=int(seq_k[k]), t=int(t_k[k]), api=l_api.iat[r], node=k, dev_start=ds,
+                              dev_end=de, stream=int(l_stream[r]))
+                    new_c.append(cr)
+    tr.counts["graph_launches_unexpanded"] = n_graph_launch - n_expanded - len(captured_launch)
+    tr.counts["graph_replays"] = n_expanded
+
+    # ---- the tables, replaced ----
+    tr.launches = _concat(launches[~drop_l], new_l, launches)
+    tr.copies = _concat(copies[~drop_c], new_c, copies)
+    kept_b = blocks[~drop_b]
+    allb = pd.concat([kept_b, pd.DataFrame(new_blocks, columns=blocks.columns)], ignore_index=True) \
+        if new_blocks else kept_b.reset_index(drop=True)
+    for c in blocks.columns:
+        if str(allb[c].dtype) != str(blocks[c].dtype):
+            allb[c] = allb[c].astype(blocks[c].dtype)
+    o = np.lexsort((allb["seq_alloc"].to_numpy(np.int64), allb["pid"].to_numpy(np.int64),
+                    allb["t_alloc"].to_numpy(np.int64)))
+    allb = allb.iloc[o].reset_index(drop=True)
+    old_to_new = np.full(next_bid, -1, np.int64)
+    old_to_new[allb["block_id"].to_numpy(np.int64)] = np.arange(len(allb))
+    allb["block_id"] = np.arange(len(allb), dtype=np.int64)
+    tr.blocks = allb
+    eager = acc[~a_cap] if len(acc) else acc
+    parts = [eager] + new_acc
+    a = pd.concat(parts, ignore_index=True) if new_acc else eager.reset_index(drop=True)
+    if new_acc:
+        a["op"] = pd.Categorical(a["op"].astype(str), categories=list(dict.fromkeys(
+            list(acc["op"].cat.categories) + ["graph"])))
+    a["block_id"] = old_to_new[a["block_id"].to_numpy(np.int64)]
+    a = a[a["block_id"].to_numpy() >= 0]
+    o = np.lexsort((a["seq"].to_numpy(np.int64), a["pid"].to_numpy(np.int64)))
+    tr.accesses = a.iloc[o].reset_index(drop=True)
+    tr.counts["access"] = int(len(tr.accesses))
+    return tr
+
+
+def tr_end(tr) -> int:
+    b = tr.blocks
+    return int(max(b["t_free"].max() if len(b) else 0, tr.launches["t"].max() if len(tr.launches) else 0))
+
+
+def _concat(kept: pd.DataFrame, new: list[dict], like: pd.DataFrame) -> pd.DataFrame:
+    if not new:
+        return kept.reset_index(drop=True)
+    add = pd.DataFrame(new, columns=like.columns)
+    out = pd.concat([kept, add], ignore_index=True)
+    for c in like.columns:
+        if isinstance(like[c].dtype, pd.CategoricalDtype):
+            out[c] = pd.Categorical(out[c].astype(str) if out[c].dtype == object else out[c],
+                                    categories=like[c].cat.categories)
+        elif str(out[c].dtype) != str(like[c].dtype):
+            out[c] = out[c].astype(like[c].dtype)
+    o = np.lexsort((out["seq"].to_numpy(np.int64), out["pid"].to_numpy(np.int64)))
+    return out.iloc[o].reset_index(drop=True)
+
