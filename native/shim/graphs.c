@@ -145,10 +145,10 @@ void pi_graph_mem_record(int api, uint64_t launch_seq) {
     int r = (int)attr(dev, 2, &res);                  /* CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT */
     if (r == 0) r = (int)attr(dev, 3, &res_high);     /* ..._RESERVED_MEM_HIGH */
     if (r == 0) r = (int)attr(dev, 0, &used);         /* ..._USED_MEM_CURRENT */
-    uint64_t tk;
-    if (!pi_reserve(1, &tk)) return;
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_GRAPH_MEM, (uint16_t)api, r, res, res_high, used, launch_seq, 0);
-    e->device = (int16_t)dev;
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1)) return;
+    pi_event e = {.t_ns = w.t, .addr = res, .size = res_high, .stream = used, .aux = launch_seq, .tid = pi_tid(),
+                  .op = PI_OP_GRAPH_MEM, .api = (uint16_t)api, .result = r, .device = (int16_t)dev};
+    pi_put_as(&w, 0, &e);
+    pi_writer_close(&w);
 }

@@ -22,15 +22,13 @@ typedef struct pi_ctx {
     int served;      /* apply.c served the call: the real function is not called, `r` is cx.r */
     int r;
     int quiet;       /* a free at depth > 0 or in a process that does not record: only the arena is checked */
-    uint64_t tk;     /* ticket reserved before a free */
-    int ok;          /* ticket valid */
+    pi_writer w;     /* the records of a free, or of a launch / copy / memset / graph launch, held before the call */
     int have_b;      /* the freed block was found in the live map */
     pi_block b;
     uint64_t addr;   /* the address argument of a free */
     uint64_t fn, stream;
     uint64_t caller; /* return address of this (outermost) hooked call: the call site */
-    uint64_t t;      /* when a launch / copy / memset / graph launch was called */
-    uint32_t slots;  /* a graph launch: the node slots reserved after its event (graphs.c) */
+    uint32_t slots;  /* a graph launch: the node slots held after its event (graphs.c) */
     int pushed;      /* its seq was pushed as CUPTI's external correlation id */
 } pi_ctx;
 
@@ -46,24 +44,17 @@ static void rec_failed_alloc(int api, int r, uint64_t size, int kind, uint64_t s
     int dev = -1;
     int nm = r == 2 && kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_MAP &&
              pi_meminfo(&freeb, &total, &dev);
-    uint64_t tk;
-    if (!pi_reserve(1 + (uint64_t)ns + (uint64_t)nm, &tk)) return;
+    pi_writer w;
+    if (!pi_writer_open(&w, 1 + (uint64_t)ns + (uint64_t)nm)) return;
     if (r == 2) pi_count_oom(); /* after the reservation: a forked child has its own ring by now */
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
-    if (ns) {
-        pi_event *s = pi_slot(tk + 1);
-        pi_site_fill(s, e, &site);
-        pi_commit(s, tk + 1);
-    }
+    pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+    if (ns) pi_site_put(&w, 1, (uint16_t)api, &site);
     if (nm) {
-        pi_event *m = pi_slot(tk + 1 + (uint64_t)ns);
-        pi_fill(m, PI_OP_MEMINFO, (uint16_t)api, 0, freeb, total, 0, tk, 0);
-        m->t_ns = e->t_ns;
-        m->device = (int16_t)dev;
-        pi_commit(m, tk + 1 + (uint64_t)ns);
+        pi_event m = {.t_ns = w.t, .addr = freeb, .size = total, .aux = pi_writer_seq(&w, 0), .tid = pi_tid(),
+                      .op = PI_OP_MEMINFO, .api = (uint16_t)api, .device = (int16_t)dev};
+        pi_put_as(&w, 1 + (uint64_t)ns, &m);
     }
-    pi_commit(e, tk);
+    pi_writer_close(&w);
 }
 
 static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
@@ -74,18 +65,13 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
     int ns = pi_site_capture(caller, &site);
-    uint64_t tk;
-    int ok = pi_reserve(1 + (uint64_t)ns, &tk);
-    if (addressable(kind)) pi_map_insert(addr, size, ok ? tk : 0);
+    pi_writer w;
+    int ok = pi_writer_open(&w, 1 + (uint64_t)ns);
+    if (addressable(kind)) pi_map_insert(addr, size, ok ? pi_writer_seq(&w, 0) : 0);
     if (!ok) return;
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
-    if (ns) { /* the SITE record follows its ALLOC (seq + 1), same time and thread */
-        pi_event *s = pi_slot(tk + 1);
-        pi_site_fill(s, e, &site);
-        pi_commit(s, tk + 1);
-    }
-    pi_commit(e, tk);
+    pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
+    if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
+    pi_writer_close(&w);
     if (kind == PI_KIND_ASYNC || kind == PI_KIND_POOL) pi_graph_captured(stream, 1); /* a memory node */
     if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
         !(kind == PI_KIND_VMM_CREATE && size == 0))
@@ -101,16 +87,15 @@ static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fa
      * racing allocation that reuses the address is always ordered after it. */
     c->addr = addr;
     c->have_b = addressable(kind) ? pi_map_remove(addr, &c->b) : 0;
-    c->ok = pi_reserve(1, &c->tk);
+    pi_writer_open(&c->w, 1);
 }
 
 static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
     if (c->quiet) return;
     if (r != 0 && c->have_b) pi_map_insert(c->b.base, c->b.size, c->b.seq); /* still live */
-    if (!c->ok) return;
-    pi_event *e = pi_slot(c->tk);
-    pi_fill(e, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
-    pi_commit(e, c->tk);
+    c->w.t = pi_now(); /* a free is recorded at its return */
+    pi_put(&c->w, 0, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
+    pi_writer_close(&c->w);
     if (r == 0 && kind == PI_KIND_ASYNC) pi_graph_captured(stream, 1); /* a free node when capturing */
 }
 
@@ -120,45 +105,41 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
  * committed after the call (call_end); the device clock is ticked once it is committed. */
 static void call_begin(pi_ctx *c, const pi_scan *sc) {
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
-    c->ok = pi_reserve(1 + (uint64_t)sc->n, &c->tk);
-    c->t = pi_now();
-    c->pushed = c->ok && gpu ? pi_gpu_push(c->tk) : 0;
+    int ok = pi_writer_open(&c->w, 1 + (uint64_t)sc->n);
+    c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
 }
 
 static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t stream,
                      uint64_t aux, const pi_scan *sc) {
     if (c->pushed) pi_gpu_pop();
-    if (c->ok) pi_emit_reserved(c->tk, c->t, op, (uint16_t)api, r, addr, size, stream, aux, sc);
+    uint64_t t = c->w.t;
+    pi_put_call(&c->w, op, (uint16_t)api, r, addr, size, stream, aux, sc);
     if (r == 0) pi_graph_captured(stream, 1); /* a node of the graph being captured on the stream */
-    pi_gpu_tick(c->t);
+    pi_gpu_tick(t);
 }
 
-/* A graph launch reserves its event, then one NODE_SLOT record per node of its graph (graphs.c): node k
- * of this replay has the seq of the launch + 1 + k.  Launched into a capture, it is a child graph: its
- * nodes count for the graph being captured.  After a launch outside any capture, the device's graph
- * memory (GRAPH_MEM). */
+/* A graph launch holds its event, then one NODE_SLOT record per node of its graph (graphs.c): node k of
+ * this replay has the seq of the launch + 1 + k.  Launched into a capture, it is a child graph: its nodes
+ * count for the graph being captured.  After a launch outside any capture, the device's graph memory
+ * (GRAPH_MEM). */
 static void graph_begin(pi_ctx *c, uint64_t exec) {
-    int gpu = pi_gpu_ready();
+    int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
     c->slots = pi_graph_exec_nodes(exec);
-    c->ok = pi_reserve(1 + (uint64_t)c->slots, &c->tk);
-    c->t = pi_now();
-    c->pushed = c->ok && gpu ? pi_gpu_push(c->tk) : 0;
+    int ok = pi_writer_open(&c->w, 1 + (uint64_t)c->slots);
+    c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
 }
 
 static void graph_end(pi_ctx *c, int api, int r, uint64_t exec, uint64_t stream) {
     if (c->pushed) pi_gpu_pop();
-    if (c->ok) {
-        for (uint32_t k = 0; k < c->slots; k++) {
-            pi_event *e = pi_slot(c->tk + 1 + k);
-            pi_fill(e, PI_OP_GRAPH_DEF, (uint16_t)api, r, exec, c->slots, stream, k, PI_GRAPH_NODE_SLOT);
-            e->t_ns = c->t;
-            pi_commit(e, c->tk + 1 + k);
-        }
-        pi_emit_reserved(c->tk, c->t, PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, exec, c->slots, stream, 0, NULL);
-    }
+    uint64_t t = c->w.t, seq = pi_writer_seq(&c->w, 0);
+    int ok = c->w.ok;
+    for (uint32_t k = 0; k < c->slots; k++)
+        pi_put(&c->w, 1 + k, PI_OP_GRAPH_DEF, (uint16_t)api, r, exec, c->slots, stream, k, PI_GRAPH_NODE_SLOT);
+    pi_put(&c->w, 0, PI_OP_GRAPH_LAUNCH, (uint16_t)api, r, exec, c->slots, stream, 0, 0);
+    pi_writer_close(&c->w);
     if (r == 0) pi_graph_captured(stream, c->slots);
-    if (r == 0 && c->ok && !pi_gpu_capturing()) pi_graph_mem_record(api, c->tk);
-    pi_gpu_tick(c->t);
+    if (r == 0 && ok && !pi_gpu_capturing()) pi_graph_mem_record(api, seq);
+    pi_gpu_tick(t);
 }
 
 /* a copy's destination and source blocks (looked up before the call: the same blocks are live after it) */
