@@ -134,7 +134,15 @@ enum pi_graph_def {
     PI_GRAPH_CAPTURE_BEGIN = 1,
     PI_GRAPH_CAPTURE_END = 2,
     PI_GRAPH_INSTANTIATE = 3,
-    PI_GRAPH_NODE_SLOT = 4
+    PI_GRAPH_NODE_SLOT = 4,
+    /* graphs built node by node (hooks.c): the node's own record (LAUNCH, COPY, MEMSET, ALLOC, FREE)
+     * precedes it; see docs/trace-format.md */
+    PI_GRAPH_NODE_ADD = 5,    /* addr: node handle, aux: graph, size: seq of the node's record, stream: deps */
+    PI_GRAPH_CHILD = 6,       /* addr: node handle, aux: graph, stream: the child graph */
+    PI_GRAPH_EXEC_SET = 7,    /* addr: executable graph, aux: node handle, size: seq of the LAUNCH with the new
+                                 arguments (cuGraphExecKernelNodeSetParams) */
+    PI_GRAPH_EXEC_UPDATE = 8, /* addr: executable graph, aux: the graph whose parameters it took */
+    PI_GRAPH_CREATE = 9       /* aux: the graph (cuGraphCreate / cudaGraphCreate) */
 };
 
 enum pi_gpu_kind {

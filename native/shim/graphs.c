@@ -9,7 +9,8 @@
  * EndCapture (launches, copies, memsets, stream-ordered allocations and frees, graph launches captured
  * as child graphs: their own N), and carries the count from the stream to the graph (EndCapture) and
  * from the graph to its executable graphs (instantiate).  Unknown graphs (made before the shim
- * recorded, or built explicitly) reserve no slot: their nodes then share the launch's seq.
+ * recorded) reserve no slot: their nodes then share the launch's seq.  Graphs built node by node
+ * (cuGraphAdd*Node, hooks.c) count their nodes as they are added; a child graph adds its own count.
  *
  * Tables are small fixed arrays behind a spin lock (taken for a few instructions, never across a CUDA
  * call); a forked child starts with no capture open.  The fast path of every recorded call is one
@@ -113,6 +114,26 @@ uint32_t pi_graph_exec_nodes(uint64_t exec) {
     uint32_t n = hget(g_execs, exec);
     unlock();
     return n;
+}
+
+/* explicit construction: nodes added to a graph, a graph made (a handle reused starts from 0) */
+void pi_graph_added(uint64_t graph, uint32_t nodes) {
+    lock();
+    hput(g_graphs, graph, hget(g_graphs, graph) + nodes);
+    unlock();
+}
+
+uint32_t pi_graph_nodes(uint64_t graph) {
+    lock();
+    uint32_t n = hget(g_graphs, graph);
+    unlock();
+    return n;
+}
+
+void pi_graph_created(uint64_t graph) {
+    lock();
+    hput(g_graphs, graph, 0);
+    unlock();
 }
 
 void pi_graph_atfork_child(void) {

@@ -57,18 +57,20 @@ static void rec_failed_alloc(int api, int r, uint64_t size, int kind, uint64_t s
     pi_writer_close(&w);
 }
 
-static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
-                      uint64_t caller) {
+/* returns the ALLOC's seq (0: nothing recorded) */
+static uint64_t rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
+                          uint64_t caller) {
     if (r != 0) { /* a failed allocation is a failure record, never a block */
         rec_failed_alloc(api, r, size, kind, stream, aux, caller);
-        return;
+        return 0;
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
     int ns = pi_site_capture(caller, &site);
     pi_writer w;
     int ok = pi_writer_open(&w, 1 + (uint64_t)ns);
     if (addressable(kind)) pi_map_insert(addr, size, ok ? pi_writer_seq(&w, 0) : 0);
-    if (!ok) return;
+    if (!ok) return 0;
+    uint64_t seq = pi_writer_seq(&w, 0);
     pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
     if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
     pi_writer_close(&w);
@@ -76,6 +78,7 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
     if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
         !(kind == PI_KIND_VMM_CREATE && size == 0))
         pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
+    return seq;
 }
 
 static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fam, int ptsz, int async) {
@@ -92,6 +95,7 @@ static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fa
 
 static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
     if (c->quiet) return;
+    c->fn = c->w.ok ? pi_writer_seq(&c->w, 0) : 0; /* the FREE's seq (a graph's memory free node names it) */
     if (r != 0 && c->have_b) pi_map_insert(c->b.base, c->b.size, c->b.seq); /* still live */
     c->w.t = pi_now(); /* a free is recorded at its return */
     pi_put(&c->w, 0, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
@@ -226,6 +230,91 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
     if (r == 0 && (pe)) pi_graph_instantiated((uint64_t)*(pe), (uint64_t)(g)); \
     pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, r == 0 && (pe) ? (uint64_t)*(pe) : 0, 0, 0, (uint64_t)(g), \
             PI_GRAPH_INSTANTIATE))
+/* ---- CUDA graphs built node by node (cuGraphAdd*Node), executable graphs updated ----
+ * A node is recorded as the call it stands for would be (a LAUNCH with the ACCESS records of its scanned
+ * arguments, a COPY / MEMSET with theirs, an ALLOC / FREE of a memory node), under the API that added it,
+ * followed by a GRAPH_DEF record naming the graph: NODE_ADD (addr: the node handle, aux: the graph, size:
+ * the seq of the node's record, stream: the number of dependencies), CHILD (addr: the node handle, aux:
+ * the graph, stream: the child graph), EXEC_SET (addr: the executable graph, aux: the node handle, size:
+ * the seq of the LAUNCH holding the new arguments), EXEC_UPDATE (addr: the executable graph, aux: the
+ * graph), CREATE (aux: the graph).  graphs.c counts the nodes for the replays' slots.  No extra CUDA call. */
+static void rec_node_call(int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t aux,
+                          const pi_scan *sc, uint16_t def, uint64_t d_addr, uint64_t d_aux, uint64_t d_stream) {
+    pi_writer w;
+    uint64_t n = (uint64_t)sc->n;
+    if (!pi_writer_open(&w, 2 + n)) return;
+    pi_put(&w, 1 + n, PI_OP_GRAPH_DEF, (uint16_t)api, r, d_addr, pi_writer_seq(&w, 0), d_stream, d_aux, def);
+    pi_put_call(&w, op, (uint16_t)api, r, addr, size, 0, aux, sc);
+}
+
+static void rec_kernel_node(int api, int r, CUgraphNode *ph, CUgraph g, size_t nd, uint64_t fn, pi_scan *sc) {
+    rec_node_call(api, r, PI_OP_LAUNCH, fn, sc->scanned, (uint64_t)sc->kernel, sc, PI_GRAPH_NODE_ADD,
+                  r == 0 && ph ? (uint64_t)*ph : 0, (uint64_t)g, (uint64_t)nd);
+    if (r == 0) pi_graph_added((uint64_t)g, 1);
+}
+
+static void rec_copy_node(int api, int r, CUgraphNode *ph, CUgraph g, size_t nd, uint16_t op, uint64_t dst,
+                          uint64_t src, uint64_t n) {
+    pi_scan sc;
+    copy_scan(&sc, op, dst, src);
+    rec_node_call(api, r, op, dst, n, op == PI_OP_COPY ? src : 0, &sc, PI_GRAPH_NODE_ADD,
+                  r == 0 && ph ? (uint64_t)*ph : 0, (uint64_t)g, (uint64_t)nd);
+    if (r == 0) pi_graph_added((uint64_t)g, 1);
+}
+
+static void rec_node_def(int api, int r, uint16_t def, uint64_t addr, uint64_t size, uint64_t stream, uint64_t aux) {
+    pi_emit(PI_OP_GRAPH_DEF, (uint16_t)api, r, addr, size, stream, aux, def);
+}
+
+/* the memory of a CUDA_MEMCPY3D: host or device / unified address of one side */
+static uint64_t m3d_src(const CUDA_MEMCPY3D *p) {
+    return (p->srcMemoryType == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)p->srcHost : p->srcDevice) + p->srcXInBytes;
+}
+static uint64_t m3d_dst(const CUDA_MEMCPY3D *p) {
+    return (p->dstMemoryType == CU_MEMORYTYPE_HOST ? (uint64_t)(uintptr_t)p->dstHost : p->dstDevice) + p->dstXInBytes;
+}
+
+#define A_GRAPH_CREATE(pg) AFTER_ONLY(if (r == 0 && (pg)) { \
+    pi_graph_created((uint64_t)*(pg)); rec_node_def(api, r, PI_GRAPH_CREATE, 0, 0, 0, (uint64_t)*(pg)); })
+#define A_NODE_KERNEL_DRV(ph, g, nd, p) AFTER_ONLY(if (p) { pi_scan_drv((p)->func, (p)->kernelParams, (p)->extra, &sc); \
+    rec_kernel_node(api, r, ph, g, nd, (uint64_t)(p)->func, &sc); })
+#define A_NODE_KERNEL_RT(ph, g, nd, p) AFTER_ONLY(if (p) { pi_scan_rt((p)->func, (p)->kernelParams, &sc); \
+    rec_kernel_node(api, r, ph, g, nd, (uint64_t)(p)->func, &sc); })
+#define A_NODE_MEMSET(ph, g, nd, dst, n) AFTER_ONLY(rec_copy_node(api, r, ph, g, nd, PI_OP_MEMSET, (uint64_t)(dst), 0, \
+    (uint64_t)(n)))
+#define A_NODE_MEMCPY(ph, g, nd, dst, src, n) AFTER_ONLY(rec_copy_node(api, r, ph, g, nd, PI_OP_COPY, (uint64_t)(dst), \
+    (uint64_t)(src), (uint64_t)(n)))
+#define A_NODE_CHILD(ph, g, child) AFTER_ONLY(if (r == 0) pi_graph_added((uint64_t)(g), \
+    pi_graph_nodes((uint64_t)(child))); \
+    rec_node_def(api, r, PI_GRAPH_CHILD, r == 0 && (ph) ? (uint64_t)*(ph) : 0, 0, (uint64_t)(child), (uint64_t)(g)))
+#define A_NODE_MEMALLOC(ph, g, nd, p) AFTER_ONLY(if (p) { \
+    uint64_t s_ = rec_alloc(api, r, r == 0 ? (uint64_t)(p)->dptr : 0, (uint64_t)(p)->bytesize, PI_KIND_ASYNC, 0, 0, \
+                            cx.caller); \
+    if (r == 0) { pi_graph_added((uint64_t)(g), 1); \
+        rec_node_def(api, r, PI_GRAPH_NODE_ADD, (ph) ? (uint64_t)*(ph) : 0, s_, (uint64_t)(nd), (uint64_t)(g)); } })
+/* a memory free node: the address stays in the live map (kernel nodes added later, and new arguments given
+ * to an executable graph, may still name it: it is the graph's, valid in every replay) */
+static void free_node_pre(pi_ctx *c, uint64_t addr) {
+    if (c->quiet) return;
+    c->addr = addr;
+    pi_map_rdlock();
+    c->have_b = pi_map_find_locked(addr, &c->b);
+    pi_map_unlock();
+    pi_writer_open(&c->w, 1);
+}
+#define A_FREE_NODE_PRE(addr) free_node_pre(&cx, (uint64_t)(addr))
+#define A_NODE_MEMFREE(ph, g, nd) AFTER_ONLY(if (r != 0) cx.have_b = 0; free_post(&cx, api, r, PI_KIND_ASYNC, 0, 0); \
+    if (r == 0) { pi_graph_added((uint64_t)(g), 1); \
+        rec_node_def(api, r, PI_GRAPH_NODE_ADD, (ph) ? (uint64_t)*(ph) : 0, cx.fn, (uint64_t)(nd), (uint64_t)(g)); })
+#define A_EXEC_SET_DRV(e, node, p) AFTER_ONLY(if (p) { pi_scan_drv((p)->func, (p)->kernelParams, (p)->extra, &sc); \
+    rec_node_call(api, r, PI_OP_LAUNCH, (uint64_t)(p)->func, sc.scanned, (uint64_t)sc.kernel, &sc, \
+                  PI_GRAPH_EXEC_SET, (uint64_t)(e), (uint64_t)(node), 0); })
+#define A_EXEC_SET_RT(e, node, p) AFTER_ONLY(if (p) { pi_scan_rt((p)->func, (p)->kernelParams, &sc); \
+    rec_node_call(api, r, PI_OP_LAUNCH, (uint64_t)(p)->func, sc.scanned, (uint64_t)sc.kernel, &sc, \
+                  PI_GRAPH_EXEC_SET, (uint64_t)(e), (uint64_t)(node), 0); })
+#define A_EXEC_UPDATE(e, g) AFTER_ONLY(if (r == 0) pi_graph_instantiated((uint64_t)(e), (uint64_t)(g)); \
+    rec_node_def(api, r, PI_GRAPH_EXEC_UPDATE, (uint64_t)(e), 0, 0, (uint64_t)(g)))
+
 /* unloads act at every depth and in processes that do not record: the kernel
  * layout cache must see every handle the driver may hand out again */
 #define ALWAYS_ACTS(id) ((id) == PI_API_cuModuleUnload || (id) == PI_API_cuLibraryUnload || \

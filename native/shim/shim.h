@@ -158,6 +158,9 @@ PI_HIDDEN void pi_graph_captured(uint64_t stream, uint32_t nodes); /* a call rec
 PI_HIDDEN int pi_graph_stream_capturing(uint64_t stream);
 PI_HIDDEN void pi_graph_instantiated(uint64_t exec, uint64_t graph);
 PI_HIDDEN uint32_t pi_graph_exec_nodes(uint64_t exec);
+PI_HIDDEN void pi_graph_added(uint64_t graph, uint32_t nodes);   /* explicit construction */
+PI_HIDDEN uint32_t pi_graph_nodes(uint64_t graph);
+PI_HIDDEN void pi_graph_created(uint64_t graph);
 PI_HIDDEN void pi_graph_atfork_child(void);
 PI_HIDDEN void pi_graph_mem_record(int api, uint64_t launch_seq); /* GRAPH_MEM after a replay */
 

@@ -89,6 +89,8 @@ struct sim_gnode {
     uint32_t value;
     int elem;                  /* memset element size (1 or 4) */
     int device;                /* memory alloc / free nodes: the device of the graph's pool */
+    uint64_t handle;           /* the CUgraphNode handed out for it (its address when made; stays the same
+                                  when the node array grows, and in the executable graph's copy) */
 };
 struct CUgraph_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n, cap; };
 struct CUgraphExec_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n; };

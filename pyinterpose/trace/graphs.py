@@ -41,7 +41,9 @@ import pandas as pd
 
 from .model import GRAPH_MEMORY_COLUMNS, GRAPH_NODE_COLUMNS, conform, empty_table
 
-CAPTURE_BEGIN, CAPTURE_END, INSTANTIATE, NODE_SLOT = 1, 2, 3, 4   # enum pi_graph_def
+# enum pi_graph_def (native/shim/events.h)
+CAPTURE_BEGIN, CAPTURE_END, INSTANTIATE, NODE_SLOT, NODE_ADD, CHILD, EXEC_SET, EXEC_UPDATE, CREATE = range(1, 10)
+CHILD_NODE = -1   # a node kind of its own while a graph is being assembled: a child graph added to it
 STREAM_ORDERED = ("async", "pool")
 NODE_KINDS = ["kernel", "copy", "memset", "alloc", "free"]
 MAX_DEPTH = 8   # child graphs inside child graphs
@@ -52,10 +54,12 @@ class _Graph:
     """The nodes of one captured graph, in node order (parallel lists)."""
     kind: list = field(default_factory=list)       # index into NODE_KINDS
     cap_seq: list = field(default_factory=list)    # seq of the captured call
-    row: list = field(default_factory=list)        # launches row / copies row / blocks row
+    row: list = field(default_factory=list)        # launches row / copies row / blocks row (child: its graph)
+    handle: list = field(default_factory=list)     # the CUgraphNode of a node added explicitly (0: captured)
     stream: int = 0
     graph: int = 0
     end_seq: int = 0
+    pid: int = 0
 
 
 def _defs(side, side_pid, side_op, graph_def_op: int) -> dict[int, np.ndarray]:
@@ -110,10 +114,37 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     drop_l = np.zeros(len(launches), bool)
     drop_c = np.zeros(len(copies), bool)
     drop_b = np.zeros(len(blocks), bool)
+    # (pid, seq) of a record -> its row: the records of explicitly added nodes and of exec updates name them
+    l_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(l_pid.tolist(), l_seq.tolist()))}
+    c_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(c_pid.tolist(), c_seq.tolist()))}
+    ba_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(b_pid.tolist(), b_sa.tolist()))}
+    bf_at = {(int(p), int(q)): j for j, (p, q, f) in enumerate(zip(b_pid.tolist(), b_sf.tolist(), b_freed.tolist()))
+             if f}
     graphs: dict[tuple[int, int], list[_Graph]] = {}      # (pid, graph handle) -> captures ending in it
-    insts: dict[tuple[int, int], list] = {}               # (pid, exec) -> [(seq, graph)]
+    added: dict[tuple[int, int], list] = {}               # (pid, graph) -> [(seq, kind, row, rec seq, handle, child)]
+    created: dict[tuple[int, int], list] = {}             # (pid, graph) -> seqs of cuGraphCreate
+    insts: dict[tuple[int, int], list] = {}               # (pid, exec) -> [(seq, graph)] (instantiate, update)
+    sets: dict[tuple[int, int], list] = {}                # (pid, exec) -> [(seq, node handle, launches row)]
     slots: dict[tuple[int, int], int] = {}                # (pid, launch seq) -> node slots reserved
     captured_launch: dict[int, tuple[int, int]] = {}      # launches row of a captured graph launch -> (pid, seq)
+
+    def node_of(p: int, rec: int):
+        """(kind, row) of the record at (p, rec) an added node stands for, or None."""
+        for at, kinds in ((l_at, None), (c_at, "copy"), (ba_at, 3), (bf_at, 4)):
+            j = at.get((p, rec))
+            if j is None:
+                continue
+            if kinds is None:
+                drop_l[j] = True
+                return 0, j
+            if kinds == "copy":
+                drop_c[j] = True
+                return (1 if copies["op"].iat[j] == "copy" else 2), j
+            if kinds == 3:
+                drop_b[j] = True
+            return kinds, j
+        return None
+
     for p, rows in defs.items():
         open_at: dict[int, int] = {}
         for i in rows.tolist():
@@ -126,7 +157,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                 if begin is None:
                     continue
                 s = np.uint64(int(r["stream"]))
-                g = _Graph(stream=int(s), graph=int(r["aux"]), end_seq=seq)
+                g = _Graph(stream=int(s), graph=int(r["aux"]), end_seq=seq, pid=p)
                 lm = np.flatnonzero((l_pid == p) & (l_stream == s) & (l_seq > begin) & (l_seq < seq))
                 cm = np.flatnonzero((c_pid == p) & (c_stream == s) & (c_seq > begin) & (c_seq < seq))
                 am = np.flatnonzero((b_pid == p) & b_so & (b_stream == s) & (b_sa > begin) & (b_sa < seq))
@@ -139,33 +170,85 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                     g.cap_seq.append(sq)
                     g.kind.append(k)
                     g.row.append(j)
+                    g.handle.append(0)
                     if k == 0 and l_graph[j]:
                         captured_launch[j] = (p, sq)
                 if ok and g.graph:
                     graphs.setdefault((p, g.graph), []).append(g)
-            elif kind == INSTANTIATE and ok and int(r["addr"]):
+            elif kind in (INSTANTIATE, EXEC_UPDATE) and ok and int(r["addr"]):
                 insts.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"])))
             elif kind == NODE_SLOT:
                 slots[(p, seq - 1 - int(r["aux"]))] = int(r["size"])
+            elif kind == NODE_ADD:
+                nk = node_of(p, int(r["size"]))
+                if ok and nk is not None:
+                    added.setdefault((p, int(r["aux"])), []).append(
+                        (seq, nk[0], nk[1], int(r["size"]), int(r["addr"]), 0))
+            elif kind == CHILD and ok:
+                added.setdefault((p, int(r["aux"])), []).append((seq, CHILD_NODE, -1, seq, int(r["addr"]),
+                                                                 int(r["stream"])))
+            elif kind == CREATE and ok:
+                created.setdefault((p, int(r["aux"])), []).append(seq)
+            elif kind == EXEC_SET:
+                j = l_at.get((p, int(r["size"])))
+                if j is not None:
+                    drop_l[j] = True
+                    if ok:
+                        sets.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"]), j))
 
-    def graph_of(p: int, ex: int, seq: int) -> _Graph | None:
+    snapshots: dict[tuple[int, int, int], _Graph] = {}
+
+    def graph_at(p: int, gh: int, at: int) -> _Graph | None:
+        """The nodes of graph gh as they were at seq ``at``: its last capture before then, and the nodes
+        added to it since (or since it was created)."""
+        key = (p, gh, at)
+        if key in snapshots:
+            return snapshots[key]
+        caps = [c for c in graphs.get((p, gh), []) if c.end_seq < at]
+        since = max([s for s in created.get((p, gh), []) if s < at], default=-1)
+        cap = caps[-1] if caps and caps[-1].end_seq > since else None
+        lo = cap.end_seq if cap is not None else since
+        adds = [a for a in added.get((p, gh), []) if lo < a[0] < at]
+        if cap is None and not adds:
+            snapshots[key] = None
+            return None
+        if not adds:
+            snapshots[key] = cap
+            return cap
+        g = _Graph(stream=cap.stream if cap else 0, graph=gh, end_seq=at, pid=p)
+        if cap is not None:
+            g.kind, g.row, g.cap_seq, g.handle = list(cap.kind), list(cap.row), list(cap.cap_seq), list(cap.handle)
+        for sq, k, j, rec, h, child in adds:
+            g.kind.append(k)
+            g.row.append(j if k != CHILD_NODE else child)
+            g.cap_seq.append(rec)
+            g.handle.append(h)
+        snapshots[key] = g
+        return g
+
+    def graph_of(p: int, ex: int, seq: int) -> tuple[_Graph | None, int]:
+        """The graph an executable graph runs at seq, and the seq of its instantiation (or update)."""
         inst = [(s, g) for s, g in insts.get((p, ex), []) if s < seq]
         if not inst:
-            return None
+            return None, -1
         s_i, gh = inst[-1]
-        caps = [c for c in graphs.get((p, gh), []) if c.end_seq < s_i]
-        return caps[-1] if caps else None
+        return graph_at(p, gh, s_i), s_i
 
-    def flat(g: _Graph, depth: int = 0) -> list[tuple[int, int, int]]:
-        """(kind, row, cap_seq) of every node of g, child graphs inlined."""
+    def flat(g: _Graph, p: int, depth: int = 0) -> list[tuple[int, int, int, int]]:
+        """(kind, row, cap_seq, handle) of every node of g, child graphs inlined."""
         out = []
-        for k, j, sq in zip(g.kind, g.row, g.cap_seq):
-            if k == 0 and l_graph[j]:
-                child = graph_of(int(l_pid[j]), int(l_exec[j]), int(l_seq[j])) if depth < MAX_DEPTH else None
+        for k, j, sq, h in zip(g.kind, g.row, g.cap_seq, g.handle):
+            if k == CHILD_NODE:            # added as a child graph node: the child as it was then
+                child = graph_at(p, j, sq) if depth < MAX_DEPTH else None
                 if child is not None:
-                    out += flat(child, depth + 1)
+                    out += flat(child, p, depth + 1)
                 continue
-            out.append((k, j, sq))
+            if k == 0 and l_graph[j]:      # a graph launched into a capture
+                child = graph_of(int(l_pid[j]), int(l_exec[j]), int(l_seq[j]))[0] if depth < MAX_DEPTH else None
+                if child is not None:
+                    out += flat(child, p, depth + 1)
+                continue
+            out.append((k, j, sq, h))
         return out
 
     # ---- the graph nodes table, and the replays of each graph ----
@@ -173,25 +256,28 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     flats: dict[int, list] = {}
     replays: dict[int, list[int]] = {}        # id(graph) -> launches rows of its replays
     graph_by_id: dict[int, _Graph] = {}
+    inst_of: dict[int, int] = {}              # launches row of a replay -> seq of its instantiation
     for r in gl_rows.tolist():
         if drop_l[r]:
             continue                           # a child graph launched into a capture: expanded with its parent
-        g = graph_of(int(l_pid[r]), int(l_exec[r]), int(l_seq[r]))
+        g, s_i = graph_of(int(l_pid[r]), int(l_exec[r]), int(l_seq[r]))
         if g is None:
             continue
         replays.setdefault(id(g), []).append(r)
         graph_by_id[id(g)] = g
-    for gs in graphs.values():
-        for g in gs:
-            f = flats[id(g)] = flat(g)
-            for k, (kind, j, sq) in enumerate(f):
-                node_rows.append({
-                    "pid": int(l_pid[j]) if kind == 0 else int(c_pid[j]) if kind in (1, 2) else int(b_pid[j]),
-                    "graph": g.graph, "capture_seq": g.end_seq, "node": k, "kind": NODE_KINDS[kind], "seq": sq,
-                    "stream": g.stream, "kernel": int(launches["kernel"].iat[j]) if kind == 0 else -1,
-                    "size": int(copies["size"].iat[j]) if kind in (1, 2) else
-                    int(blocks["size"].iat[j]) if kind in (3, 4) else 0,
-                    "replays": len(replays.get(id(g), []))})
+        inst_of[r] = s_i
+    listed = [g for gs in graphs.values() for g in gs]
+    listed += [g for g in snapshots.values() if g is not None and all(g is not c for c in listed)]
+    for g in listed:
+        f = flats[id(g)] = flat(g, g.pid)
+        for k, (kind, j, sq, h) in enumerate(f):
+            node_rows.append({
+                "pid": int(l_pid[j]) if kind == 0 else int(c_pid[j]) if kind in (1, 2) else int(b_pid[j]),
+                "graph": g.graph, "capture_seq": g.end_seq, "node": k, "kind": NODE_KINDS[kind], "seq": sq,
+                "stream": g.stream, "kernel": int(launches["kernel"].iat[j]) if kind == 0 else -1,
+                "size": int(copies["size"].iat[j]) if kind in (1, 2) else
+                int(blocks["size"].iat[j]) if kind in (3, 4) else 0,
+                "replays": len(replays.get(id(g), []))})
     tr.graph_nodes = conform(pd.DataFrame(node_rows), GRAPH_NODE_COLUMNS) if node_rows \
         else empty_table(GRAPH_NODE_COLUMNS)
     tr.counts["captured"] = int(drop_l.sum() + drop_c.sum() + drop_b.sum())
@@ -231,8 +317,8 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         if not f:
             continue
         n_expanded += len(rows)
-        alloc_nodes = [k for k, (kind, _, _) in enumerate(f) if kind == 3]
-        free_node = {int(f[k][1]): k for k, (kind, _, _) in enumerate(f) if kind == 4}
+        alloc_nodes = [k for k, (kind, _, _, _) in enumerate(f) if kind == 3]
+        free_node = {int(f[k][1]): k for k, (kind, _, _, _) in enumerate(f) if kind == 4}
         rows = sorted(rows, key=lambda r: (int(l_pid[r]), int(l_seq[r])))
         for ri, r in enumerate(rows):
             p, ls, lt = int(l_pid[r]), int(l_seq[r]), int(l_t[r])
@@ -258,9 +344,16 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                 bmap[j] = next_bid
                 next_bid += 1
                 new_blocks.append(row)
-            for k, (kind, j, sq) in enumerate(f):
+            # kernel nodes whose arguments the executable graph got since (cuGraphExecKernelNodeSetParams)
+            s_i = inst_of[r]
+            newer = {h: j2 for sq2, h, j2 in sets.get((p, int(l_exec[r])), []) if s_i < sq2 < ls}
+            for k, (kind, j, sq, h) in enumerate(f):
                 if kind in (3, 4):
                     continue
+                ds, de = dev_of.get((p, ls, sq), (-1, -1))
+                if kind == 0 and h and h in newer:
+                    j = newer[h]
+                    sq = int(l_seq[j])
                 key = (p << 40) ^ sq
                 src = by_seq.get(key)
                 if src is not None and len(src):
@@ -271,7 +364,6 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                         "block_id": bid[keep], "pid": p, "seq": int(seq_k[k]), "t": int(t_k[k]),
                         "kernel": acc["kernel"].to_numpy()[src][keep], "op": "graph",
                         "flags": acc["flags"].to_numpy()[src][keep], "node": k}))
-                ds, de = dev_of.get((p, ls, sq), (-1, -1))
                 if kind == 0:
                     lr = launches.iloc[j].to_dict()
                     lr.update(seq=int(seq_k[k]), t=int(t_k[k]), api=l_api.iat[r], graph=False, node=k,

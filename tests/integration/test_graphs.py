@@ -150,3 +150,40 @@ def test_simtrain_graphs_analyses_match_its_truth(simtrain_pair):
     assert acc["graph_launches_unexpanded"] == 0 and acc["notes"] == []
     sw, esw = (json.loads(run_cli("swap", p, "--bandwidth", "25", "--json").stdout) for p in (path, epath))
     assert sw["peak_before"] == truth["peaks"][0] and sw["candidates"] == esw["candidates"] > 0
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory, cbuild):
+    d = tmp_path_factory.mktemp("graphs_explicit")
+    exe = cbuild("graph_explicit")
+    out = str(d / "e.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", exe, "4", "3", "2")
+    assert cp.returncode == 0, cp.stderr
+    return pyinterpose.load(out), last_json_line(cp.stdout)
+
+
+def test_a_graph_built_node_by_node_is_expanded(explicit):
+    """cudaGraphAdd{MemAlloc,Kernel,Memset,Memcpy1D,ChildGraph,MemFree}Node, cudaGraphExecKernelNodeSetParams
+    and cudaGraphExecUpdate: each block gets exactly what the replays did, phase by phase."""
+    tr, truth = explicit
+    b, a = tr.blocks, tr.accesses
+    per = a.groupby("block_id").size()
+
+    def counts(addr):
+        return [int(per.get(int(i), 0)) for i in b.loc[b["address"] == addr, "block_id"]]
+    assert counts(truth["a"]) == [truth["a_accesses"]]
+    assert counts(truth["b"]) == [truth["b_accesses"]]
+    # one block per replay of each memory alloc node; the set parameters kept the node on T
+    assert counts(truth["t"]) == [1] * (truth["n1"] + truth["n2"])
+    assert counts(truth["t2"]) == [1] * truth["n3"]
+    # the nodes never ran as calls: no eager launch, copy or memset, no construction-time block
+    la = tr.launches
+    assert int(((la["node"] < 0) & ~la["graph"]).sum()) == 0 and (tr.copies["node"] >= 0).all()
+    assert tr.counts["graph_replays"] == truth["n1"] + truth["n2"] + truth["n3"]
+    assert tr.counts["graph_launches_unexpanded"] == 0
+    kinds = tr.graph_nodes.groupby("graph")["kind"].apply(lambda k: list(k.astype(str)))
+    assert kinds.tolist() == [["alloc", "kernel", "memset", "copy", "kernel", "free"]] * 2
+    # the shim held one slot per node: node k at the launch's seq + 1 + k
+    g = a[a["op"] == "graph"]
+    launch_seq = set(la.loc[la["graph"], "seq"].tolist())
+    assert set((g["seq"] - 1 - g["node"]).tolist()) <= launch_seq

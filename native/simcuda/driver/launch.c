@@ -240,6 +240,7 @@ HIDDEN struct sim_gnode *sim_graph_add(struct CUgraph_st *g)
     struct sim_gnode *n = &g->nodes[g->n++];
     memset(n, 0, sizeof *n);
     n->id = __atomic_add_fetch(&g_next_node_id, 1, __ATOMIC_RELAXED);
+    n->handle = (uint64_t)(uintptr_t)n;
     return n;
 }
 
@@ -351,7 +352,7 @@ SIM_API(CUresult, cuGraphGetNodes, (CUgraph g, void **nodes, size_t *numNodes))
 {
     if (!g || g->magic != MAGIC_GRAPH || !numNodes) return CUDA_ERROR_INVALID_VALUE;
     if (nodes)
-        for (size_t i = 0; i < *numNodes && i < g->n; i++) nodes[i] = &g->nodes[i];
+        for (size_t i = 0; i < *numNodes && i < g->n; i++) nodes[i] = (void *)(uintptr_t)g->nodes[i].handle;
     else *numNodes = g->n;
     return CUDA_SUCCESS;
 }
