@@ -114,6 +114,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     drop_l = np.zeros(len(launches), bool)
     drop_c = np.zeros(len(copies), bool)
     drop_b = np.zeros(len(blocks), bool)
+    b_graph = blocks["graph"].to_numpy(np.uint64).copy() if "graph" in blocks else np.zeros(len(blocks), np.uint64)
     # (pid, seq) of a record -> its row: the records of explicitly added nodes and of exec updates name them
     l_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(l_pid.tolist(), l_seq.tolist()))}
     c_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(c_pid.tolist(), c_seq.tolist()))}
@@ -175,6 +176,9 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                         captured_launch[j] = (p, sq)
                 if ok and g.graph:
                     graphs.setdefault((p, g.graph), []).append(g)
+                    # memory allocated while the capture was open, not as a node: the graph's private pool
+                    pm = np.flatnonzero((b_pid == p) & ~b_so & (b_sa > begin) & (b_sa < seq))
+                    b_graph[pm] = np.uint64(g.graph)
             elif kind in (INSTANTIATE, EXEC_UPDATE) and ok and int(r["addr"]):
                 insts.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"])))
             elif kind == NODE_SLOT:
@@ -341,6 +345,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                     row.update(t_free=int(blocks["t_free"].iat[j]) if not b_freed[j] else tr_end(tr),
                                seq_free=int(b_sf[j]) if not b_freed[j] else int(b_sf.max()) + 1, freed=False)
                 row["block_id"] = next_bid
+                row["graph"] = g.graph
                 bmap[j] = next_bid
                 next_bid += 1
                 new_blocks.append(row)
@@ -380,6 +385,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     # ---- the tables, replaced ----
     tr.launches = _concat(launches[~drop_l], new_l, launches)
     tr.copies = _concat(copies[~drop_c], new_c, copies)
+    blocks = blocks.assign(graph=b_graph)
     kept_b = blocks[~drop_b]
     allb = pd.concat([kept_b, pd.DataFrame(new_blocks, columns=blocks.columns)], ignore_index=True) \
         if new_blocks else kept_b.reset_index(drop=True)

@@ -6,6 +6,8 @@
  *     eager:    A, B = cudaMalloc(1 MiB); k_ab(A, B); cudaMemsetAsync(A)          A: 2 accesses, B: 1
  *     captured: T = cudaMallocAsync(4 MiB, s); k_at(A, T); k_tb(T, B); k_ab(A, B); cudaFreeAsync(T, s)
  *               (per replay: A 2, B 2, T 2 accesses; T is a graph memory node)
+ *     a 64 KiB cudaMalloc while the capture is open (relaxed mode: a private pool segment, as PyTorch's
+ *     caching allocator takes for torch.cuda.graph), freed at the end
  *     N replays (cudaGraphLaunch), then the graph pool (cudaDeviceGetGraphMemAttribute) and the device's
  *     free memory (cudaMemGetInfo) before the replays, after them and after cudaDeviceGraphMemTrim.
  */
@@ -69,7 +71,9 @@ int main(int argc, char **argv) {
 
     cudaGraph_t gr;
     cudaGraphExec_t ex;
-    CHECK(cudaStreamBeginCapture(s, 0));
+    void *pool;
+    CHECK(cudaStreamBeginCapture(s, 2 /* cudaStreamCaptureModeRelaxed */));
+    CHECK(cudaMalloc(&pool, 64 << 10));
     CHECK(cudaMallocAsync(&t, 4 << 20, s));
     CHECK(cudaLaunchKernel(&stub_at, g, bl, at, 0, s));
     CHECK(cudaLaunchKernel(&stub_tb, g, bl, tb, 0, s));
@@ -92,13 +96,14 @@ int main(int argc, char **argv) {
     CHECK(cudaGraphDestroy(gr));
     CHECK(cudaFree(a));
     CHECK(cudaFree(b));
-    printf("{\"replays\": %d, \"a\": %llu, \"b\": %llu, \"t\": %llu, \"t_bytes\": %d, "
+    CHECK(cudaFree(pool));
+    printf("{\"pool\": %llu, \"pool_bytes\": %d, \"replays\": %d, \"a\": %llu, \"b\": %llu, \"t\": %llu, \"t_bytes\": %d, "
            "\"eager_accesses\": {\"a\": 2, \"b\": 1}, \"graph_accesses\": {\"a\": 2, \"b\": 2, \"t\": 2}, "
            "\"graph_kernels\": 3, \"eager_kernels\": 1, "
            "\"used\": %llu, \"used_high\": %llu, \"reserved\": %llu, \"reserved_high\": %llu, "
            "\"reserved_trimmed\": %llu, \"free_before\": %zu, \"free_captured\": %zu, \"free_replayed\": %zu, "
            "\"free_trimmed\": %zu}\n",
-           n, (unsigned long long)(uintptr_t)a, (unsigned long long)(uintptr_t)b, (unsigned long long)(uintptr_t)t,
+           (unsigned long long)(uintptr_t)pool, 64 << 10, n, (unsigned long long)(uintptr_t)a, (unsigned long long)(uintptr_t)b, (unsigned long long)(uintptr_t)t,
            4 << 20, used, used_high, reserved, reserved_high, reserved_trimmed, free0, free_captured, free1, free2);
     return 0;
 }

@@ -84,6 +84,18 @@ def test_replayed_kernels_carry_their_own_device_times(memnodes):
     assert sorted(nodes["dev_start"].tolist()) == sorted(replayed["start"].tolist())
 
 
+def test_memory_allocated_during_the_capture_is_the_graphs(memnodes):
+    """a cudaMalloc while the capture is open (PyTorch's private graph pool) is attributed to the graph; the
+    replays' memory node blocks too; eager blocks to none"""
+    tr, truth = memnodes
+    b = tr.blocks
+    graph = int(tr.graph_nodes["graph"].iloc[0])
+    pool = b[b["address"] == truth["pool"]]
+    assert len(pool) == 1 and int(pool["graph"].iloc[0]) == graph and int(pool["size"].iloc[0]) == truth["pool_bytes"]
+    assert (b.loc[b["address"] == truth["t"], "graph"] == graph).all()
+    assert (b.loc[b["address"].isin([truth["a"], truth["b"]]), "graph"] == 0).all()
+
+
 def test_graph_memory_pool_as_simcuda_reported_it(memnodes):
     tr, truth = memnodes
     gm = tr.graph_memory
@@ -91,9 +103,10 @@ def test_graph_memory_pool_as_simcuda_reported_it(memnodes):
     assert (gm["reserved"] == truth["reserved"]).all() and (gm["reserved_high"] == truth["reserved_high"]).all()
     assert (gm["used"] == truth["used"]).all()
     # simcuda: memory taken at the launch, kept by the graph's pool until trimmed
-    assert truth["free_captured"] == truth["free_before"]
-    assert truth["free_before"] - truth["free_replayed"] == truth["t_bytes"] == truth["reserved"]
-    assert truth["free_trimmed"] == truth["free_before"] and truth["reserved_trimmed"] == 0
+    # (the capture itself took only the private pool segment: the memory node takes nothing until a replay)
+    assert truth["free_before"] - truth["free_captured"] == truth["pool_bytes"]
+    assert truth["free_captured"] - truth["free_replayed"] == truth["t_bytes"] == truth["reserved"]
+    assert truth["free_trimmed"] == truth["free_captured"] and truth["reserved_trimmed"] == 0
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +200,15 @@ def test_a_graph_built_node_by_node_is_expanded(explicit):
     g = a[a["op"] == "graph"]
     launch_seq = set(la.loc[la["graph"], "seq"].tolist())
     assert set((g["seq"] - 1 - g["node"]).tolist()) <= launch_seq
+
+
+def test_summary_puts_graph_memory_beside_the_allocator(memnodes):
+    tr, truth = memnodes
+    from pyinterpose.analysis.summary import summarize
+
+    g = summarize(tr)["cuda_graphs"]
+    assert g["graph_launches"] == g["replays_expanded"] == truth["replays"] and g["replays_unexpanded"] == 0
+    assert g["memory_node_blocks"] == truth["replays"]
+    assert g["private_pool_blocks"] == 1 and g["private_pool_bytes"] == truth["pool_bytes"]
+    assert g["graph_pool_reserved_high"] == truth["reserved_high"]
+    assert g["nodes"] == {"kernel": 3, "alloc": 1, "free": 1}
