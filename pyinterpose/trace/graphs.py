@@ -296,15 +296,8 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
 
     new_blocks, new_acc, new_l, new_c = [], [], [], []
     next_bid = len(blocks)
-    gpu = tr.gpu_activity
-    dev_of = {}
-    if len(gpu) and "captured_seq" in gpu:
-        m = gpu["captured_seq"].to_numpy(np.int64) >= 0
-        for p, s, cs, st, en in zip(gpu["pid"].to_numpy()[m].tolist(), gpu["seq"].to_numpy()[m].tolist(),
-                                    gpu["captured_seq"].to_numpy()[m].tolist(), gpu["start"].to_numpy()[m].tolist(),
-                                    gpu["end"].to_numpy()[m].tolist()):
-            dev_of[(p, s, cs)] = (st, en)
-    by_seq = {}
+    dev = _device_times(tr.gpu_activity)
+    by_seq: dict[int, np.ndarray] = {}        # (pid << 40) ^ seq of a captured call -> its access rows
     if a_cap.any():
         ci = np.flatnonzero(a_cap)
         o = ci[np.argsort(a_key[ci], kind="stable")]
@@ -312,73 +305,114 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         first = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
         for f, e in zip(first.tolist(), np.r_[first[1:], len(o)].tolist()):
             by_seq[int(ks[f])] = o[f:e]
+    a_kernel, a_flags = acc["kernel"].to_numpy(), acc["flags"].to_numpy()
     l_t = launches["t"].to_numpy(np.int64)
-    l_api = launches["api"]
+    l_api, l_tid = launches["api"].to_numpy(), launches["tid"].to_numpy()
+    b_t_free = blocks["t_free"].to_numpy(np.int64)
+    end_t, end_seq = tr_end(tr), (int(b_sf.max()) + 1 if len(b_sf) else 0)
     n_expanded = 0
     for gid, rows in replays.items():
-        g = graph_by_id[gid]
-        f = flats[gid]
+        g, f = graph_by_id[gid], flats[gid]
         if not f:
             continue
-        n_expanded += len(rows)
-        alloc_nodes = [k for k, (kind, _, _, _) in enumerate(f) if kind == 3]
-        free_node = {int(f[k][1]): k for k, (kind, _, _, _) in enumerate(f) if kind == 4}
-        rows = sorted(rows, key=lambda r: (int(l_pid[r]), int(l_seq[r])))
-        for ri, r in enumerate(rows):
-            p, ls, lt = int(l_pid[r]), int(l_seq[r]), int(l_t[r])
-            ns = slots.get((p, ls), 0)
-            kk = np.arange(len(f))
-            seq_k = np.where(kk < ns, ls + 1 + kk, ls)
-            t_k = lt + kk
-            nxt = rows[ri + 1] if ri + 1 < len(rows) and int(l_pid[rows[ri + 1]]) == p else None
-            bmap = {}
-            for k in alloc_nodes:
-                j = int(f[k][1])
-                fk = free_node.get(j)
-                row = blocks.iloc[j].to_dict()
-                row.update(t_alloc=int(t_k[k]), seq_alloc=int(seq_k[k]))
-                if fk is not None:
-                    row.update(t_free=int(t_k[fk]), seq_free=int(seq_k[fk]), freed=True)
-                elif nxt is not None:
-                    row.update(t_free=int(l_t[nxt]), seq_free=int(l_seq[nxt]), freed=True)
-                else:
-                    row.update(t_free=int(blocks["t_free"].iat[j]) if not b_freed[j] else tr_end(tr),
-                               seq_free=int(b_sf[j]) if not b_freed[j] else int(b_sf.max()) + 1, freed=False)
-                row["block_id"] = next_bid
-                row["graph"] = g.graph
-                bmap[j] = next_bid
-                next_bid += 1
-                new_blocks.append(row)
-            # kernel nodes whose arguments the executable graph got since (cuGraphExecKernelNodeSetParams)
-            s_i = inst_of[r]
-            newer = {h: j2 for sq2, h, j2 in sets.get((p, int(l_exec[r])), []) if s_i < sq2 < ls}
-            for k, (kind, j, sq, h) in enumerate(f):
-                if kind in (3, 4):
-                    continue
-                ds, de = dev_of.get((p, ls, sq), (-1, -1))
-                if kind == 0 and h and h in newer:
-                    j = newer[h]
-                    sq = int(l_seq[j])
-                key = (p << 40) ^ sq
-                src = by_seq.get(key)
+        p = g.pid
+        rows = np.array(sorted(rows, key=lambda r: int(l_seq[r])), np.int64)
+        R, n = len(rows), len(f)
+        n_expanded += R
+        kinds = np.array([x[0] for x in f], np.int64)
+        jrow = np.array([x[1] for x in f], np.int64)
+        capseq = np.array([x[2] for x in f], np.int64)
+        handle = [x[3] for x in f]
+        LS, LT = l_seq[rows], l_t[rows]
+        NS = np.array([slots.get((p, int(q)), 0) for q in LS.tolist()], np.int64)
+        kk = np.arange(n, dtype=np.int64)
+        SEQ = np.where(kk[None, :] < NS[:, None], LS[:, None] + 1 + kk[None, :], LS[:, None])
+        T = LT[:, None] + kk[None, :]
+        # kernel nodes given new arguments since the instantiation (cuGraphExecKernelNodeSetParams)
+        J, CS = np.tile(jrow, (R, 1)), np.tile(capseq, (R, 1))
+        ex_sets = sets.get((p, int(l_exec[rows[0]])), []) if len(rows) else []
+        if ex_sets:
+            for ri, r in enumerate(rows.tolist()):
+                newer = {h: j2 for sq2, h, j2 in ex_sets if inst_of[r] < sq2 < int(l_seq[r])}
+                for k in range(n):
+                    if kinds[k] == 0 and handle[k] and handle[k] in newer:
+                        J[ri, k], CS[ri, k] = newer[handle[k]], l_seq[newer[handle[k]]]
+        # ---- memory alloc nodes: a block per replay ----
+        alloc_k = np.flatnonzero(kinds == 3)
+        A = len(alloc_k)
+        new_id = {}                               # construction-time block row -> (R, ) new ids
+        if A:
+            brow = jrow[alloc_k]
+            free_of = {int(jrow[k]): int(k) for k in np.flatnonzero(kinds == 4)}
+            fk = np.array([free_of.get(int(j), -1) for j in brow], np.int64)
+            ids = next_bid + np.arange(R * A, dtype=np.int64)
+            next_bid += R * A
+            for a_i, j in enumerate(brow.tolist()):
+                new_id[j] = ids[a_i::A]
+            has_f = np.tile(fk >= 0, R)
+            nxt_seq = np.r_[LS[1:], -1]
+            nxt_t = np.r_[LT[1:], -1]
+            fkc = np.maximum(fk, 0)
+            seq_f = np.where(has_f, SEQ[:, fkc].ravel(), np.repeat(nxt_seq, A))
+            t_f = np.where(has_f, T[:, fkc].ravel(), np.repeat(nxt_t, A))
+            freed = has_f | (seq_f >= 0)
+            orig_f = np.tile(b_freed[brow], R)
+            seq_f = np.where(freed, seq_f, np.where(orig_f, end_seq, np.tile(b_sf[brow], R)))
+            t_f = np.where(freed, t_f, np.where(orig_f, end_t, np.tile(b_t_free[brow], R)))
+            nb = blocks.iloc[np.tile(brow, R)].reset_index(drop=True)
+            nb["block_id"] = ids
+            nb["t_alloc"], nb["seq_alloc"] = T[:, alloc_k].ravel(), SEQ[:, alloc_k].ravel()
+            nb["t_free"], nb["seq_free"], nb["freed"] = t_f, seq_f, freed
+            nb["graph"] = np.uint64(g.graph)
+            new_blocks.append(nb)
+        # ---- kernel, copy and memset nodes: rows of launches / copies, and their accesses ----
+        call_k = np.flatnonzero((kinds != 3) & (kinds != 4))
+        if not len(call_k):
+            continue
+        variants, vof = np.unique(CS[:, call_k], axis=0, return_inverse=True)
+        vof = np.asarray(vof).reshape(-1)
+        for v in range(len(variants)):
+            RI = np.flatnonzero(vof == v)
+            src_parts, k_parts = [], []
+            for k in call_k.tolist():
+                src = by_seq.get((p << 40) ^ int(CS[RI[0], k]))
                 if src is not None and len(src):
-                    bid = a_bid[src]
-                    bid = np.array([bmap.get(int(b), int(b)) for b in bid], np.int64)
-                    keep = np.array([b >= len(blocks) or not drop_b[b] for b in bid.tolist()], bool)
-                    new_acc.append(pd.DataFrame({
-                        "block_id": bid[keep], "pid": p, "seq": int(seq_k[k]), "t": int(t_k[k]),
-                        "kernel": acc["kernel"].to_numpy()[src][keep], "op": "graph",
-                        "flags": acc["flags"].to_numpy()[src][keep], "node": k}))
-                if kind == 0:
-                    lr = launches.iloc[j].to_dict()
-                    lr.update(seq=int(seq_k[k]), t=int(t_k[k]), api=l_api.iat[r], graph=False, node=k,
-                              dev_start=ds, dev_end=de, stream=int(l_stream[r]), tid=int(launches["tid"].iat[r]))
-                    new_l.append(lr)
-                else:
-                    cr = copies.iloc[j].to_dict()
-                    cr.update(seq=int(seq_k[k]), t=int(t_k[k]), api=l_api.iat[r], node=k, dev_start=ds,
-                              dev_end=de, stream=int(l_stream[r]))
-                    new_c.append(cr)
+                    src_parts.append(src)
+                    k_parts.append(np.full(len(src), k, np.int64))
+            if src_parts:
+                src = np.concatenate(src_parts)
+                ka = np.concatenate(k_parts)
+                m = len(src)
+                bid = np.tile(a_bid[src], len(RI))
+                ri_rep = np.repeat(RI, m)
+                for j, ids_j in new_id.items():     # a memory node's block: this replay's
+                    hit = bid == j
+                    if hit.any():
+                        bid[hit] = ids_j[ri_rep[hit]]
+                keep = (bid >= len(blocks)) | ~drop_b[np.minimum(bid, len(blocks) - 1)]
+                new_acc.append(pd.DataFrame({
+                    "block_id": bid[keep], "pid": np.int32(p), "seq": SEQ[RI][:, ka].ravel()[keep],
+                    "t": T[RI][:, ka].ravel()[keep], "kernel": np.tile(a_kernel[src], len(RI))[keep],
+                    "op": "graph", "flags": np.tile(a_flags[src], len(RI))[keep],
+                    "node": np.tile(ka, len(RI))[keep].astype(np.int32)}))
+            for kind_set, out, table in (((0,), new_l, launches), ((1, 2), new_c, copies)):
+                ks = call_k[np.isin(kinds[call_k], kind_set)]
+                if not len(ks):
+                    continue
+                tmpl = J[RI][:, ks].ravel()
+                nr = table.iloc[tmpl].reset_index(drop=True)
+                rr = np.repeat(rows[RI], len(ks))
+                nr["seq"], nr["t"] = SEQ[RI][:, ks].ravel(), T[RI][:, ks].ravel()
+                nr["api"] = pd.Categorical(l_api[rr], categories=table["api"].cat.categories) \
+                    if isinstance(table["api"].dtype, pd.CategoricalDtype) else l_api[rr]
+                nr["stream"] = l_stream[rr]
+                nr["node"] = np.tile(ks, len(RI)).astype(np.int32)
+                ds, de = dev(p, l_seq[rr], CS[RI][:, ks].ravel())
+                nr["dev_start"], nr["dev_end"] = ds, de
+                if table is launches:
+                    nr["graph"] = False
+                    nr["tid"] = l_tid[rr]
+                out.append(nr)
     tr.counts["graph_launches_unexpanded"] = n_graph_launch - n_expanded - len(captured_launch)
     tr.counts["graph_replays"] = n_expanded
 
@@ -387,8 +421,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     tr.copies = _concat(copies[~drop_c], new_c, copies)
     blocks = blocks.assign(graph=b_graph)
     kept_b = blocks[~drop_b]
-    allb = pd.concat([kept_b, pd.DataFrame(new_blocks, columns=blocks.columns)], ignore_index=True) \
-        if new_blocks else kept_b.reset_index(drop=True)
+    allb = pd.concat([kept_b] + new_blocks, ignore_index=True) if new_blocks else kept_b.reset_index(drop=True)
     for c in blocks.columns:
         if str(allb[c].dtype) != str(blocks[c].dtype):
             allb[c] = allb[c].astype(blocks[c].dtype)
@@ -418,11 +451,30 @@ def tr_end(tr) -> int:
     return int(max(b["t_free"].max() if len(b) else 0, tr.launches["t"].max() if len(tr.launches) else 0))
 
 
-def _concat(kept: pd.DataFrame, new: list[dict], like: pd.DataFrame) -> pd.DataFrame:
+def _device_times(gpu: pd.DataFrame):
+    """dev(pid, launch seqs, captured seqs) -> (start, end) arrays: the device times CUPTI gave the node of a
+    replay (``gpu_activity`` rows joined to their captured call: ``captured_seq``); -1 where none."""
+    m = gpu["captured_seq"].to_numpy(np.int64) >= 0 if len(gpu) and "captured_seq" in gpu else np.zeros(0, bool)
+    if not m.any():
+        return lambda p, ls, cs: (np.full(len(ls), -1, np.int64), np.full(len(ls), -1, np.int64))
+    key = pd.MultiIndex.from_arrays([gpu["pid"].to_numpy(np.int64)[m], gpu["seq"].to_numpy(np.int64)[m],
+                                     gpu["captured_seq"].to_numpy(np.int64)[m]])
+    st, en = gpu["start"].to_numpy(np.int64)[m], gpu["end"].to_numpy(np.int64)[m]
+    first = ~key.duplicated()
+    key, st, en = key[first], st[first], en[first]
+
+    def dev(p, ls, cs):
+        q = pd.MultiIndex.from_arrays([np.full(len(ls), p, np.int64), np.asarray(ls, np.int64),
+                                       np.asarray(cs, np.int64)])
+        i = key.get_indexer(q)
+        return np.where(i >= 0, st[np.maximum(i, 0)], -1), np.where(i >= 0, en[np.maximum(i, 0)], -1)
+    return dev
+
+
+def _concat(kept: pd.DataFrame, new: list[pd.DataFrame], like: pd.DataFrame) -> pd.DataFrame:
     if not new:
         return kept.reset_index(drop=True)
-    add = pd.DataFrame(new, columns=like.columns)
-    out = pd.concat([kept, add], ignore_index=True)
+    out = pd.concat([kept] + new, ignore_index=True)
     for c in like.columns:
         if isinstance(like[c].dtype, pd.CategoricalDtype):
             out[c] = pd.Categorical(out[c].astype(str) if out[c].dtype == object else out[c],
