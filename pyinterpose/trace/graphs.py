@@ -62,12 +62,28 @@ class _Graph:
     pid: int = 0
 
 
-def _defs(side, side_pid, side_op, graph_def_op: int) -> dict[int, np.ndarray]:
-    idx = np.flatnonzero(side_op == graph_def_op) if len(side) else np.zeros(0, np.int64)
-    out: dict[int, list] = {}
-    for i in idx.tolist():
-        out.setdefault(int(side_pid[i]), []).append(i)
-    return {p: np.array(sorted(r, key=lambda i: int(side["seq"][i])), np.int64) for p, r in out.items()}
+def _defs(side, side_pid, side_op, graph_def_op: int) -> tuple[dict[int, np.ndarray], dict[tuple[int, int], int]]:
+    """The GRAPH_DEF rows of each process in seq order, NODE_SLOT records left out; and from those, the node
+    slots each graph launch holds: (pid, launch seq) -> slots."""
+    if not len(side):
+        return {}, {}
+    idx = np.flatnonzero(side_op == graph_def_op)
+    flags = side["flags"][idx].astype(np.int64)
+    sl = idx[flags == NODE_SLOT]
+    slots: dict[tuple[int, int], int] = {}
+    if len(sl):
+        first = side["aux"][sl].astype(np.int64) == 0        # one per replay: its node 0
+        sl = sl[first]
+        launch = side["seq"][sl].astype(np.int64) - 1
+        slots = dict(zip(zip(side_pid[sl].astype(np.int64).tolist(), launch.tolist()),
+                         side["size"][sl].astype(np.int64).tolist()))
+    idx = idx[flags != NODE_SLOT]
+    out: dict[int, np.ndarray] = {}
+    pid = side_pid[idx]
+    for p in np.unique(pid).tolist():
+        rows = idx[pid == p]
+        out[int(p)] = rows[np.argsort(side["seq"][rows].astype(np.int64), kind="stable")]
+    return out, slots
 
 
 def graph_memory(side, side_pid, side_op, graph_mem_op: int | None, t0: int) -> pd.DataFrame:
@@ -90,7 +106,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     docstring); ``graph_launches``: pid, seq, exec of every GRAPH_LAUNCH.  Returns ``tr`` (its tables
     replaced)."""
     launches, copies, blocks, acc = tr.launches, tr.copies, tr.blocks, tr.accesses
-    defs = _defs(side, side_pid, side_op, graph_def_op)
+    defs, slots = _defs(side, side_pid, side_op, graph_def_op)
     n_graph_launch = int(launches["graph"].sum()) if len(launches) else 0
     tr.counts["graph_launches_unexpanded"] = n_graph_launch
     if not defs:
@@ -116,17 +132,19 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     drop_b = np.zeros(len(blocks), bool)
     b_graph = blocks["graph"].to_numpy(np.uint64).copy() if "graph" in blocks else np.zeros(len(blocks), np.uint64)
     # (pid, seq) of a record -> its row: the records of explicitly added nodes and of exec updates name them
-    l_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(l_pid.tolist(), l_seq.tolist()))}
-    c_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(c_pid.tolist(), c_seq.tolist()))}
-    ba_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(b_pid.tolist(), b_sa.tolist()))}
+    # (only built when the trace has graphs built node by node or exec parameter changes)
+    explicit = any(((side["flags"][rows] == NODE_ADD) | (side["flags"][rows] == EXEC_SET)).any()
+                   for rows in defs.values())
+    l_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(l_pid.tolist(), l_seq.tolist()))} if explicit else {}
+    c_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(c_pid.tolist(), c_seq.tolist()))} if explicit else {}
+    ba_at = {(int(p), int(q)): j for j, (p, q) in enumerate(zip(b_pid.tolist(), b_sa.tolist()))} if explicit else {}
     bf_at = {(int(p), int(q)): j for j, (p, q, f) in enumerate(zip(b_pid.tolist(), b_sf.tolist(), b_freed.tolist()))
-             if f}
+             if f} if explicit else {}
     graphs: dict[tuple[int, int], list[_Graph]] = {}      # (pid, graph handle) -> captures ending in it
     added: dict[tuple[int, int], list] = {}               # (pid, graph) -> [(seq, kind, row, rec seq, handle, child)]
     created: dict[tuple[int, int], list] = {}             # (pid, graph) -> seqs of cuGraphCreate
     insts: dict[tuple[int, int], list] = {}               # (pid, exec) -> [(seq, graph)] (instantiate, update)
     sets: dict[tuple[int, int], list] = {}                # (pid, exec) -> [(seq, node handle, launches row)]
-    slots: dict[tuple[int, int], int] = {}                # (pid, launch seq) -> node slots reserved
     captured_launch: dict[int, tuple[int, int]] = {}      # launches row of a captured graph launch -> (pid, seq)
 
     def node_of(p: int, rec: int):
@@ -181,8 +199,6 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                     b_graph[pm] = np.uint64(g.graph)
             elif kind in (INSTANTIATE, EXEC_UPDATE) and ok and int(r["addr"]):
                 insts.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"])))
-            elif kind == NODE_SLOT:
-                slots[(p, seq - 1 - int(r["aux"]))] = int(r["size"])
             elif kind == NODE_ADD:
                 nk = node_of(p, int(r["size"]))
                 if ok and nk is not None:
