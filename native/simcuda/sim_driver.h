@@ -150,6 +150,8 @@ HIDDEN void sim_graph_mem_give(int dev, uint64_t bytes);
 /* ---- launch.c: memory nodes appended to a graph (capture or explicit construction) ---- */
 HIDDEN CUresult sim_graph_alloc_node(struct CUgraph_st *g, CUdeviceptr p, uint64_t bytes, int dev);
 HIDDEN CUresult sim_graph_free_node(struct CUgraph_st *g, CUdeviceptr p, uint64_t bytes, int dev);
+/* ---- graphbuild.c: a node copied with its own argument buffer (ids and handle of dst kept) ---- */
+HIDDEN CUresult sim_graph_node_copy(struct sim_gnode *dst, const struct sim_gnode *src);
 /* SIMCUDA_STATS / SIMCUDA_CHECK (memory.c): the device's high-water mark, counters written at exit */
 HIDDEN void sim_count_stream_wait(void);
 HIDDEN void sim_count_event_record(void);

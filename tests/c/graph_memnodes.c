@@ -2,12 +2,14 @@
  * graph_memnodes.c — a CUDA graph with a memory node, replayed N times, for the graph tests
  * (tests/integration/test_graphs.py).  Prints its own truth (JSON, last line).
  *
- *   graph_memnodes N
+ *   graph_memnodes N [M]
  *     eager:    A, B = cudaMalloc(1 MiB); k_ab(A, B); cudaMemsetAsync(A)          A: 2 accesses, B: 1
  *     captured: T = cudaMallocAsync(4 MiB, s); k_at(A, T); k_tb(T, B); k_ab(A, B); cudaFreeAsync(T, s)
  *               (per replay: A 2, B 2, T 2 accesses; T is a graph memory node)
  *     a 64 KiB cudaMalloc while the capture is open (relaxed mode: a private pool segment, as PyTorch's
  *     caching allocator takes for torch.cuda.graph), freed at the end
+ *     M > 0: a second graph captured on the same stream: the first graph launched into it (a child graph)
+ *     then k_ab(A, B); replayed M times (per replay: A 3, B 3, T 2 accesses; one T block)
  *     N replays (cudaGraphLaunch), then the graph pool (cudaDeviceGetGraphMemAttribute) and the device's
  *     free memory (cudaMemGetInfo) before the replays, after them and after cudaDeviceGraphMemTrim.
  */
@@ -52,7 +54,7 @@ static unsigned long long attr(int a) {
 }
 
 int main(int argc, char **argv) {
-    int n = argc > 1 ? atoi(argv[1]) : 10;
+    int n = argc > 1 ? atoi(argv[1]) : 10, m = argc > 2 ? atoi(argv[2]) : 0;
     CHECK(simcudaRegisterFunction(&stub_ab, "k_ab", k2, 2, off2, sz2));
     CHECK(simcudaRegisterFunction(&stub_at, "k_at", k2, 2, off2, sz2));
     CHECK(simcudaRegisterFunction(&stub_tb, "k_tb", k2, 2, off2, sz2));
@@ -84,6 +86,19 @@ int main(int argc, char **argv) {
     CHECK(cudaMemGetInfo(&free_captured, &total));
     CHECK(cudaGraphInstantiate(&ex, gr, 0));
     for (int i = 0; i < n; i++) CHECK(cudaGraphLaunch(ex, s));
+    if (m > 0) { /* the graph launched into another capture: a child graph node */
+        cudaGraph_t outer;
+        cudaGraphExec_t oex;
+        CHECK(cudaStreamBeginCapture(s, 0));
+        CHECK(cudaGraphLaunch(ex, s));
+        CHECK(cudaLaunchKernel(&stub_ab, g, bl, ab, 0, s));
+        CHECK(cudaStreamEndCapture(s, &outer));
+        CHECK(cudaGraphInstantiate(&oex, outer, 0));
+        for (int i = 0; i < m; i++) CHECK(cudaGraphLaunch(oex, s));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaGraphExecDestroy(oex));
+        CHECK(cudaGraphDestroy(outer));
+    }
     CHECK(cudaStreamSynchronize(s));
     size_t free1;
     CHECK(cudaMemGetInfo(&free1, &total));
@@ -97,13 +112,13 @@ int main(int argc, char **argv) {
     CHECK(cudaFree(a));
     CHECK(cudaFree(b));
     CHECK(cudaFree(pool));
-    printf("{\"pool\": %llu, \"pool_bytes\": %d, \"replays\": %d, \"a\": %llu, \"b\": %llu, \"t\": %llu, \"t_bytes\": %d, "
+    printf("{\"outer_replays\": %d, \"pool\": %llu, \"pool_bytes\": %d, \"replays\": %d, \"a\": %llu, \"b\": %llu, \"t\": %llu, \"t_bytes\": %d, "
            "\"eager_accesses\": {\"a\": 2, \"b\": 1}, \"graph_accesses\": {\"a\": 2, \"b\": 2, \"t\": 2}, "
            "\"graph_kernels\": 3, \"eager_kernels\": 1, "
            "\"used\": %llu, \"used_high\": %llu, \"reserved\": %llu, \"reserved_high\": %llu, "
            "\"reserved_trimmed\": %llu, \"free_before\": %zu, \"free_captured\": %zu, \"free_replayed\": %zu, "
            "\"free_trimmed\": %zu}\n",
-           (unsigned long long)(uintptr_t)pool, 64 << 10, n, (unsigned long long)(uintptr_t)a, (unsigned long long)(uintptr_t)b, (unsigned long long)(uintptr_t)t,
+           m, (unsigned long long)(uintptr_t)pool, 64 << 10, n, (unsigned long long)(uintptr_t)a, (unsigned long long)(uintptr_t)b, (unsigned long long)(uintptr_t)t,
            4 << 20, used, used_high, reserved, reserved_high, reserved_trimmed, free0, free_captured, free1, free2);
     return 0;
 }

@@ -212,3 +212,26 @@ def test_summary_puts_graph_memory_beside_the_allocator(memnodes):
     assert g["private_pool_blocks"] == 1 and g["private_pool_bytes"] == truth["pool_bytes"]
     assert g["graph_pool_reserved_high"] == truth["reserved_high"]
     assert g["nodes"] == {"kernel": 3, "alloc": 1, "free": 1}
+
+
+def test_a_graph_launched_into_a_capture_is_its_child(tmp_path, cbuild):
+    """graph_memnodes 4 2: the first graph replayed 4 times, then launched inside a second capture (with one more
+    kernel), and that outer graph replayed twice: its replays run the child's nodes inline."""
+    out = str(tmp_path / "child.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", cbuild("graph_memnodes"), "4", "2")
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(out)
+    n, m = truth["replays"], truth["outer_replays"]
+    b, per = tr.blocks, tr.accesses.groupby("block_id").size()
+
+    def counts(addr):
+        return [int(per.get(int(i), 0)) for i in b.loc[b["address"] == addr, "block_id"]]
+    ga = truth["graph_accesses"]
+    assert counts(truth["a"]) == [truth["eager_accesses"]["a"] + (n + m) * ga["a"] + m]
+    assert counts(truth["b"]) == [truth["eager_accesses"]["b"] + (n + m) * ga["b"] + m]
+    assert counts(truth["t"]) == [ga["t"]] * (n + m)
+    # the launch captured into the outer graph is a node of it, not a replay: every replay is expanded
+    assert tr.counts["graph_replays"] == n + m and tr.counts["graph_launches_unexpanded"] == 0
+    outer = tr.graph_nodes[tr.graph_nodes["replays"] == m]
+    assert outer["kind"].astype(str).tolist() == ["alloc", "kernel", "kernel", "kernel", "free", "kernel"]

@@ -144,7 +144,7 @@ SIM_API(CUresult, cuGraphAddMemcpyNode, (CUgraphNode *ph, CUgraph g, const CUgra
 }
 
 /* a deep copy of src into dst (its own argument buffer) */
-static CUresult node_copy(struct sim_gnode *dst, const struct sim_gnode *src)
+HIDDEN CUresult sim_graph_node_copy(struct sim_gnode *dst, const struct sim_gnode *src)
 {
     uint64_t id = dst->id, handle = dst->handle;
     *dst = *src;
@@ -171,7 +171,7 @@ SIM_API(CUresult, cuGraphAddChildGraphNode, (CUgraphNode *ph, CUgraph g, const C
     unsigned first = g->n, cn = child->n;
     for (unsigned i = 0; i < cn; i++) {
         struct sim_gnode *n = sim_graph_add(g);
-        if (!n || node_copy(n, &child->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
+        if (!n || sim_graph_node_copy(n, &child->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
         sim_graph_node_created(g, n);
     }
     /* the child graph node's handle: its first node's (an empty child: a node that does nothing) */
@@ -248,7 +248,7 @@ SIM_API(CUresult, cuGraphExecUpdate_v2, (CUgraphExec e, CUgraph g, CUgraphExecUp
         free(e->nodes[i].args);
         free(e->nodes[i].params);
         uint64_t handle = g->nodes[i].handle;
-        if (node_copy(&e->nodes[i], &g->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
+        if (sim_graph_node_copy(&e->nodes[i], &g->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
         e->nodes[i].handle = handle; /* node handles of the new graph address the updated nodes */
     }
     return CUDA_SUCCESS;

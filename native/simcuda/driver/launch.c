@@ -438,6 +438,14 @@ SIM_API(CUresult, cuGraphLaunch, (CUgraphExec e, CUstream s))
     struct sim_queue *q;
     CUresult r = sim_stream_queue(s, &q);
     if (r) return r;
+    if (q->capture) { /* launched into a capture: the graph's nodes become nodes of the captured graph */
+        for (unsigned i = 0; i < e->n; i++) {
+            struct sim_gnode *n = sim_graph_add(q->capture);
+            if (!n || sim_graph_node_copy(n, &e->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
+            sim_graph_node_created(q->capture, n);
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t t0;
     uint32_t corr = sim_api_begin(&t0);
     for (unsigned i = 0; i < e->n; i++) {
