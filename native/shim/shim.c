@@ -86,6 +86,7 @@ static void atfork_child(void) {
     pi_t.tid = 0;
     pi_gpu_atfork_child(); /* the parent's CUPTI state is not the child's */
     pi_context_atfork_child();
+    pi_graph_atfork_child();
 }
 
 static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */

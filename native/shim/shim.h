@@ -157,6 +157,19 @@ PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);
 PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
 
+/* --- CUDA graphs: node counts, so that a replay reserves a ticket per node (graphs.c) --- */
+PI_HIDDEN void pi_graph_capture_begin(uint64_t stream);
+PI_HIDDEN void pi_graph_capture_end(uint64_t stream, uint64_t graph);
+PI_HIDDEN void pi_graph_captured(uint64_t stream, uint32_t nodes); /* a call recorded on the stream */
+PI_HIDDEN int pi_graph_stream_capturing(uint64_t stream);
+PI_HIDDEN void pi_graph_instantiated(uint64_t exec, uint64_t graph);
+PI_HIDDEN uint32_t pi_graph_exec_nodes(uint64_t exec);
+PI_HIDDEN void pi_graph_added(uint64_t graph, uint32_t nodes);   /* explicit construction */
+PI_HIDDEN uint32_t pi_graph_nodes(uint64_t graph);
+PI_HIDDEN void pi_graph_created(uint64_t graph);
+PI_HIDDEN void pi_graph_atfork_child(void);
+PI_HIDDEN void pi_graph_mem_record(int api, uint64_t launch_seq); /* GRAPH_MEM after a replay */
+
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */
 PI_HIDDEN int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, int ptsz, int async,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.model import Trace, peak_live_bytes_of
+from .graphs import graph_summary
 from .machine import machine
 from .owners import allocator_info, bytes_by_owner
 from .ranks import job_view, per_rank
@@ -74,6 +75,7 @@ def summarize(trace: Trace) -> dict:
         "reservations": int(len(trace.reservations)),
         "applied": _applied(trace),
         "graph_launches": graph_launches,
+        "cuda_graphs": graph_summary(trace),
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),

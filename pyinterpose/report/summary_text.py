@@ -73,9 +73,18 @@ def print_owners(con, s: dict, path: str) -> None:
 
 
 def print_graphs(con, s: dict, path: str) -> None:
+    g = s.get("cuda_graphs") or {}
     if s["graph_launches"]:
-        con.print(f"{s['graph_launches']} CUDA graph launches: the kernels inside graph replays are not seen "
-                  "(their accesses are missing from the access analysis)")
+        line = (f"CUDA graphs: {s['graph_launches']} replays, {g.get('replays_expanded', 0)} expanded into their "
+                f"nodes ({g.get('memory_node_blocks', 0)} memory-node blocks)")
+        if g.get("graph_pool_reserved_high") is not None:
+            line += f"; graph pool reserved (high): {fmt_bytes(g['graph_pool_reserved_high'])}"
+        if g.get("private_pool_bytes"):
+            line += f"; allocated during capture (private pools): {fmt_bytes(g['private_pool_bytes'])}"
+        con.print(line)
+        if g.get("replays_unexpanded"):
+            con.print(f"{g['replays_unexpanded']} of them ran a graph not captured in the trace: their kernels' "
+                      "accesses are missing from the access analysis")
 
 
 def print_completeness(con, s: dict, path: str) -> None:
