@@ -768,8 +768,16 @@ def load(path: str, progress: bool = False) -> Trace:
     streamed through the native record pass, so the records are never all in memory at once."""
     if os.path.isdir(path):
         raise TraceError(f"{path}: is a directory, not a trace file")
+    from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
+
+    cached = colcache.read(path) if os.path.isfile(path) else None
+    if cached is not None:
+        return cached
     sp = _Split()
     raw = _read(path, lambda size: sp.feed, threads=True)
     sp.flush()
     raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
-    return _build(sp, raw, path)
+    trace = _build(sp, raw, path)
+    if not being_written(path):
+        colcache.write(trace, path)
+    return trace

@@ -1,0 +1,145 @@
+"""The memory-mapped columnar cache (pyinterpose.trace.colcache): a trace read from its cache gives the
+very tables, and every command the very output, of the trace read from the file (``--no-cache``)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+
+SAMPLES = ["graphs-blocks.pit", "jax-attn-blocks.pit", "jax-attn-reserved.pit", "loader-blocks.pit",
+           "torch-cnn-blocks.pit", "torch-cnn-reserved.pit"]
+COMMANDS = [["summary", "--json"], ["iterations", "--json"], ["access", "--json", "--bandwidth", "25"],
+            ["pools", "--json"], ["swap", "--json", "--bandwidth", "25"]]
+
+
+def _cli(args, env):
+    e = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+    r = subprocess.run([sys.executable, "-m", "pyinterpose", *args], capture_output=True, text=True, env=e,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def _tables_equal(a, b):
+    from pyinterpose.trace import colcache
+
+    for name in colcache.TABLES:
+        x, y = getattr(a, name), getattr(b, name)
+        assert list(x.columns) == list(y.columns), name
+        assert [str(d) for d in x.dtypes] == [str(d) for d in y.dtypes], name
+        pd.testing.assert_frame_equal(x, y, check_exact=True, obj=name)
+    assert a.kernels == b.kernels and a.meta == b.meta and a.counts == b.counts and a.warnings == b.warnings
+
+
+def _load_both(path, monkeypatch):
+    from pyinterpose.trace import colcache, reader
+
+    monkeypatch.setenv("PYINTERPOSE_CACHE_MIN_BYTES", "0")
+    monkeypatch.setenv("PYINTERPOSE_NO_CACHE", "1")
+    fresh = reader.load(path)
+    assert not os.path.exists(colcache.cache_dir(path))          # --no-cache writes nothing
+    monkeypatch.delenv("PYINTERPOSE_NO_CACHE")
+    first = reader.load(path)                                    # reads the file, writes the cache
+    assert os.path.exists(os.path.join(colcache.cache_dir(path), "manifest.json"))
+    cached = colcache.read(path)
+    assert cached is not None
+    again = reader.load(path)
+    return fresh, first, cached, again
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_cached_tables_are_the_files_tables(name, tmp_path, monkeypatch):
+    from pyinterpose.trace import colcache
+
+    path = str(tmp_path / name)
+    shutil.copy(os.path.join(ROOT, "samples", name), path)
+    fresh, first, cached, again = _load_both(path, monkeypatch)
+    _tables_equal(fresh, first)
+    _tables_equal(fresh, cached)
+    _tables_equal(fresh, again)
+    # the big columns are memory-mapped from the cache, copy-on-write: a change stays in this process
+    size = cached.blocks["size"].to_numpy()
+    maps, b = [], size
+    while b is not None:
+        maps += [b] if isinstance(b, np.memmap) else []
+        b = getattr(b, "base", None)
+    assert len(maps) == 1 and maps[0].mode == "c"            # private: a write never reaches the file
+    if len(size):
+        maps[0][0] += 1
+        assert colcache.read(path).blocks["size"].iloc[0] == fresh.blocks["size"].iloc[0]
+
+
+def test_stale_or_foreign_cache_is_not_used(tmp_path, monkeypatch):
+    from pyinterpose.trace import colcache, reader
+
+    path = str(tmp_path / "t.pit")
+    shutil.copy(os.path.join(ROOT, "samples", "torch-cnn-blocks.pit"), path)
+    _load_both(path, monkeypatch)
+    man = os.path.join(colcache.cache_dir(path), "manifest.json")
+    m = json.load(open(man))
+    m["key"]["reader"] = "another reader"
+    json.dump(m, open(man, "w"))
+    assert colcache.read(path) is None                          # made by other code: not used
+    reader.load(path)                                           # rebuilt
+    assert colcache.read(path) is not None
+    with open(path, "ab") as f:                                 # the trace changed (size, mtime)
+        f.write(b"\0")
+    assert colcache.read(path) is None
+    # a cache folder that is damaged is ignored, and the trace still loads
+    shutil.rmtree(colcache.cache_dir(path))
+    reader.load(path)
+    os.remove(os.path.join(colcache.cache_dir(path), "blocks.0.npy"))
+    assert colcache.read(path) is None
+    assert len(reader.load(path).blocks) > 0
+
+
+def test_small_traces_get_no_cache_by_default(tmp_path, monkeypatch):
+    from pyinterpose.trace import colcache, reader
+
+    monkeypatch.delenv("PYINTERPOSE_CACHE_MIN_BYTES", raising=False)
+    path = str(tmp_path / "t.pit")
+    shutil.copy(os.path.join(ROOT, "samples", "torch-cnn-blocks.pit"), path)
+    reader.load(path)
+    assert os.path.getsize(path) < colcache.MIN_BYTES and not os.path.exists(colcache.cache_dir(path))
+
+
+def _commands_equal(path):
+    env = {"PYINTERPOSE_CACHE_MIN_BYTES": "0"}
+    for cmd in COMMANDS:
+        args = [cmd[0], path, *cmd[1:]]
+        fresh = _cli(args + ["--no-cache"], env)
+        assert not os.path.exists(path + ".picache")
+        first = _cli(args, env)                                 # writes the cache
+        assert os.path.exists(path + ".picache/manifest.json")
+        cached = _cli(args, env)                                # reads it
+        assert json.loads(fresh) == json.loads(first) == json.loads(cached), cmd
+        assert fresh == cached, cmd
+        shutil.rmtree(path + ".picache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SAMPLES)
+def test_commands_from_cache_match_the_file_samples(name, tmp_path):
+    path = str(tmp_path / name)
+    shutil.copy(os.path.join(ROOT, "samples", name), path)
+    _commands_equal(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("steps", [60, 4600])     # the demo's size, and about 1 M events
+def test_commands_from_cache_match_the_file_simtrain(steps, tmp_path, capture):
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "torch",
+                        "--steps", str(steps)], timeout=600)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    if steps > 1000:
+        events = json.loads(_cli(["summary", path, "--json", "--no-cache"], {}))["counts"]["events"]
+        assert events > 1_000_000
+    _commands_equal(path)
