@@ -49,6 +49,14 @@ def min_bytes() -> int:
         return MIN_BYTES
 
 
+def wanted(path: str) -> bool:
+    """Whether a load of ``path`` should write its cache (on, and the file large enough)."""
+    try:
+        return enabled() and os.path.getsize(path) >= min_bytes()
+    except OSError:
+        return False
+
+
 def cache_dir(path: str) -> str:
     return path + SUFFIX
 
@@ -129,7 +137,7 @@ def write(trace, path: str) -> bool:
     """Store ``trace``'s tables in the cache beside ``path``; False when not written (too small,
     disabled, not writable, or something in it that would not come back exactly)."""
     try:
-        if not enabled() or os.path.getsize(path) < min_bytes():
+        if not wanted(path):
             return False
         key = _key(path)
         extras = {"kernels": list(trace.kernels), "meta": trace.meta, "counts": trace.counts,

@@ -143,3 +143,34 @@ def test_commands_from_cache_match_the_file_simtrain(steps, tmp_path, capture):
         events = json.loads(_cli(["summary", path, "--json", "--no-cache"], {}))["counts"]["events"]
         assert events > 1_000_000
     _commands_equal(path)
+
+
+def test_no_progress_bar_off_a_terminal(tmp_path):
+    path = str(tmp_path / "t.pit")
+    shutil.copy(os.path.join(ROOT, "samples", "torch-cnn-blocks.pit"), path)
+    e = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-m", "pyinterpose", "summary", path], capture_output=True, text=True,
+                       env=e, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == "" and "reading" not in r.stdout
+
+
+def test_progress_bar_reports_the_read(tmp_path, monkeypatch):
+    from pyinterpose.trace import progress, reader
+
+    seen = []
+
+    class Bar:
+        def __enter__(self):
+            return lambda fraction, description=None: seen.append((fraction, description))
+
+        def __exit__(self, *a):
+            return False
+
+    monkeypatch.setattr(progress, "bar", lambda description, enabled: Bar())
+    monkeypatch.setenv("PYINTERPOSE_NO_CACHE", "1")
+    path = str(tmp_path / "t.pit")
+    shutil.copy(os.path.join(ROOT, "samples", "torch-cnn-blocks.pit"), path)
+    reader.load(path, progress=True)
+    assert seen[-1] == (1.0, "building the tables")
+    fr = [f for f, _ in seen]
+    assert fr == sorted(fr) and all(0 <= f <= 1 for f in fr)
