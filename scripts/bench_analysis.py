@@ -61,6 +61,7 @@ LOAD_CODE = ("import sys, pyinterpose; t = pyinterpose.load(sys.argv[1]); "
 # columnar cache beside it (pyinterpose.trace.colcache; removed first); every other command then runs
 # on that cache unless --no-cache, which also gives "load" for every command's first step.
 NO_CACHE = False
+RSS_CAP_MB = 0      # --rss-cap-mb: a child whose RSS passes this is killed (0: never)
 RSS_TARGET_MB = 2048
 # issue 30 (traces of 50 M events and more): 60 s per command, 120 s for report and exports, 4 GiB
 LONG_EVENTS, LONG_RSS_TARGET_MB = 50_000_000, 4096
@@ -121,6 +122,13 @@ def run_child(argv: list[str], timeout: float, stdout=subprocess.DEVNULL, env: d
             break
         a, f = rss_split(p.pid)
         anon, file = max(anon, a), max(file, f)
+        if RSS_CAP_MB and (a + f) > RSS_CAP_MB * 1024:   # a shared machine: never let one child take it all
+            p.kill()
+            pid, status, ru = os.wait4(p.pid, 0)
+            return {"wall_s": round(time.perf_counter() - t0, 2), "rss_mb": round(ru.ru_maxrss / 1024),
+                    "rss_anon_mb": round(anon / 1024), "rss_file_mb": round(file / 1024),
+                    "cpu_s": round(ru.ru_utime + ru.ru_stime, 2), "rc": None, "killed_over_rss_mb": RSS_CAP_MB,
+                    "loadavg": round(os.getloadavg()[0], 1)}
         if time.perf_counter() > deadline:
             p.kill()
             pid, status, ru = os.wait4(p.pid, 0)
@@ -235,11 +243,14 @@ def main() -> int:
                     + ", ".join(COMMANDS))
     ap.add_argument("--timeout", type=float, default=900, help="seconds per command before it is killed")
     ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--rss-cap-mb", type=int, default=0,
+                    help="kill a command whose RSS (anonymous + file-backed) passes this many MiB "
+                         "(recorded as killed_over_rss_mb; 0: no cap)")
     ap.add_argument("--no-cache", action="store_true",
                     help="every command reads the trace file itself (no columnar cache beside the trace)")
     args = ap.parse_args()
-    global NO_CACHE
-    NO_CACHE = args.no_cache
+    global NO_CACHE, RSS_CAP_MB
+    NO_CACHE, RSS_CAP_MB = args.no_cache, args.rss_cap_mb
     names = [c for c in args.commands.split(",") if c]
     bad = [c for c in names if c not in COMMANDS]
     if bad:

@@ -174,3 +174,57 @@ def test_progress_bar_reports_the_read(tmp_path, monkeypatch):
     assert seen[-1] == (1.0, "building the tables")
     fr = [f for f, _ in seen]
     assert fr == sorted(fr) and all(0 <= f <= 1 for f in fr)
+
+
+@pytest.fixture(scope="module")
+def ranks_trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ranks")
+    path = str(d / "ranks.pit")
+    e = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-o", path, "--",
+                        sys.executable, "-m", "pyinterpose.examples.simtrain", "--ranks", "3", "--steps", "7",
+                        "--truth", str(d / "truth.json")], capture_output=True, text=True, env=e, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return path, json.load(open(d / "truth.json"))
+
+
+def test_one_trace_fans_out_per_process_on_the_pool_and_on_dask(ranks_trace, monkeypatch):
+    """summary of one 3-rank trace: per-rank iterations computed one task per process (local pool, and a
+    local Dask cluster) equal the serial run's and the workload's own step count."""
+    from pyinterpose.analysis import fanout
+    from pyinterpose.analysis.summary import summarize
+    from pyinterpose.trace import reader
+
+    path, truth = ranks_trace
+    monkeypatch.setenv("PYINTERPOSE_CACHE_MIN_BYTES", "0")
+    monkeypatch.setenv("PYINTERPOSE_FANOUT_MIN_BLOCKS", "0")
+    trace = reader.load(path)                          # writes the cache the workers read
+    serial = summarize(trace)
+    assert len(serial["per_rank"]) == 3 and [r["iterations"] for r in serial["per_rank"]] == [truth["steps"]] * 3
+    calls = []
+    real = fanout.iterations_task
+    monkeypatch.setattr(fanout, "iterations_task", lambda item: calls.append(item) or real(item))
+    with fanout.using(None, 1):                        # one worker: serial, no task
+        assert summarize(trace) == serial and calls == []
+    monkeypatch.setattr(fanout, "iterations_task", real)
+    with fanout.using(None, 2):
+        assert fanout._fannable(trace, 3)
+        assert summarize(trace) == serial
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        log = path + ".tasks"                          # the task is serialized to the workers: they log to a file
+
+        def logged(item, log=log, real=real):
+            with open(log, "a") as f:
+                f.write(f"{item[1]}\n")
+            return real(item)
+        monkeypatch.setattr(fanout, "iterations_task", logged)
+        with fanout.using(cluster.scheduler_address, None):
+            assert summarize(trace) == serial
+        assert sorted(int(x) for x in open(log).read().split()) == sorted(r["pid"] for r in serial["per_rank"])
+        cp = subprocess.run([sys.executable, "-m", "pyinterpose", "summary", path, "--json", "--scheduler",
+                             cluster.scheduler_address], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+        assert cp.returncode == 0, cp.stderr[-2000:]
+        assert json.loads(cp.stdout)["per_rank"] == json.loads(json.dumps(serial["per_rank"]))
