@@ -34,6 +34,15 @@ FORMAT = 1
 MIN_BYTES = 32 << 20
 TABLES = ("blocks", "accesses", "launches", "copies", "hints", "failures", "markers", "processes", "nvml",
           "reservations", "frames", "stacks", "gpu_activity", "applied")
+OTHER_FIELDS = frozenset({"kernels", "meta", "counts", "warnings", "path", "_derived"})
+
+
+def _knows_every_field(trace) -> bool:
+    """The Trace holds nothing this module does not store (a table or field added to the model later
+    would otherwise come back empty from the cache: then no cache is written)."""
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(trace)} == set(TABLES) | OTHER_FIELDS
 _fingerprint: str | None = None
 
 
@@ -137,7 +146,7 @@ def write(trace, path: str) -> bool:
     """Store ``trace``'s tables in the cache beside ``path``; False when not written (too small,
     disabled, not writable, or something in it that would not come back exactly)."""
     try:
-        if not wanted(path):
+        if not wanted(path) or not _knows_every_field(trace):
             return False
         key = _key(path)
         extras = {"kernels": list(trace.kernels), "meta": trace.meta, "counts": trace.counts,

@@ -101,6 +101,16 @@ def test_stale_or_foreign_cache_is_not_used(tmp_path, monkeypatch):
     assert len(reader.load(path).blocks) > 0
 
 
+def test_every_field_of_the_trace_is_stored():
+    """A table or field added to Trace must be added to the cache too (else it would come back empty)."""
+    import dataclasses
+
+    from pyinterpose.trace import colcache
+    from pyinterpose.trace.model import Trace
+
+    assert {f.name for f in dataclasses.fields(Trace)} == set(colcache.TABLES) | colcache.OTHER_FIELDS
+
+
 def test_small_traces_get_no_cache_by_default(tmp_path, monkeypatch):
     from pyinterpose.trace import colcache, reader
 
