@@ -60,7 +60,13 @@ static void write_stats(void)
                      (unsigned long long)g_frees, (unsigned long long)g_waits, (unsigned long long)g_records);
     for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
         n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)g_peak[i]);
-    n += snprintf(line + n, sizeof line - n, "]}\n");
+    n += snprintf(line + n, sizeof line - n, "], \"resident_peak_bytes\": [");
+    for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
+        n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)sim_res_peak(i));
+    uint64_t faults, pf, pfb;
+    sim_res_counts(&faults, &pf, &pfb);
+    n += snprintf(line + n, sizeof line - n, "], \"faults\": %llu, \"prefetches\": %llu, \"prefetch_bytes\": %llu}\n",
+                  (unsigned long long)faults, (unsigned long long)pf, (unsigned long long)pfb);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return;
     ssize_t w = write(fd, line, (size_t)n);
@@ -251,6 +257,8 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     unlock();
+    if (charge) sim_res_device_bytes(device, (int64_t)size);
+    if (kind == SK_MANAGED) sim_res_managed_alloc((uint64_t)(uintptr_t)p, size, device);
     if (checking()) memset(p, 0xCD, size);
     *out = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
@@ -265,6 +273,8 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     if (e && counts_against_capacity(e->kind)) g_used[e->device] -= e->size;
     unlock();
     if (!e) return CUDA_ERROR_INVALID_VALUE;
+    if (counts_against_capacity(e->kind)) sim_res_device_bytes(e->device, -(int64_t)e->size);
+    if (e->kind == SK_MANAGED) sim_res_managed_free(e->addr);
     if (checking()) memset((void *)(uintptr_t)e->addr, 0xDB, e->size);
     if (e->fd >= 0) {
         munmap((void *)(uintptr_t)e->addr, e->size);
@@ -530,11 +540,21 @@ SIM_API(CUresult, cuMemAdvise_v2, (CUdeviceptr p, size_t n, int advice, CUmemLoc
     return r;
 }
 
+/* the prefetch on the stream's device clock (residency.c) */
+static CUresult prefetch(CUdeviceptr p, size_t n, int to_device, int dev, CUstream s)
+{
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    return sim_res_prefetch(p, n, to_device, dev, q);
+}
+
 SIM_API(CUresult, cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice dstDevice, CUstream s))
 {
     CUresult r = check_managed(p, n);
     if (!r) r = check_device_or_cpu(dstDevice);
     if (!r) r = sim_check_stream(s);
+    if (!r) r = prefetch(p, n, dstDevice >= 0, dstDevice, s);
     return r;
 }
 SIM_VARIANT(CUresult, cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice dstDevice, CUstream s), (p, n, dstDevice, s));
@@ -545,6 +565,7 @@ SIM_API(CUresult, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation
     CUresult r = check_managed(p, n);
     if (!r) r = check_location(location);
     if (!r) r = sim_check_stream(s);
+    if (!r) r = prefetch(p, n, location.type == CU_MEM_LOCATION_TYPE_DEVICE, location.id, s);
     return r;
 }
 SIM_VARIANT(CUresult, cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream s), (p, n, location, flags, s));
