@@ -1,0 +1,242 @@
+"""The swap section of a plan file (``pyinterpose plan TRACE --swap``; issue 31, docs/swap-run.md).
+
+A plan's arena is laid out for one steady iteration (:mod:`..pools.plan_file`); this module chooses, in
+that same iteration, the swaps ``run --apply`` executes in every iteration, and predicts what the applied
+run reaches:
+
+1. :func:`window_problem` — the swap problem (:mod:`.problem`) of the plan's window only: the process's
+   device blocks clipped to it, the access->access intervals of the plan's own requests that lie inside
+   it, the compute ops released in it.  Intervals the swap engine cannot order are left out, each with
+   why (``not_swapped``): its neighbouring access is a copy or memset (the engine acts at kernel
+   launches), or its block outlives the iteration (two instances of its request are live at once).
+2. :func:`choose` — a strategy in a mode (``no-overhead``, or ``budget`` with a budget) on that problem,
+   validated (:func:`.validate_schedule`: no swap-out ends after the next access) and replayed
+   (:mod:`.replay`); each swap keyed as the shim sees it: the block's request key (phase, size, site,
+   ordinal), the launch after which it leaves, the launch after which it is sent back, and the launch
+   before which it must be back, each as (kernel name, ordinal of that kernel's launches within the
+   iteration).
+3. :func:`predict` — the applied run's resident device bytes over the iteration: the arena (re-planned
+   without the swapped requests, which are served from managed memory) plus each swapped block while it
+   is resident (from its first touch to its swap-out's end, from its swap-in's start to its next swap-out or
+   its free, at the replayed times) plus the device blocks the plan does not serve; its maximum is the
+   section's ``predicted_peak_bytes``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+from ..bandwidth import Bandwidth
+from .problem import MIN_SIZE, MODES, STRATEGIES, SWAP_INTERVAL_KIND, _kind_is, prepare_tables
+
+MECHANISM = "uvm"
+
+
+def _block_times(trace, pid: int, clock) -> pd.DataFrame:
+    """The process's blocks with t_alloc / t_free on the swap clock (device clock: where the GPU reached them)."""
+    tb = trace.blocks
+    mine = tb["pid"].to_numpy() == pid
+    b = tb[mine].copy()
+    if clock.device:
+        for t, sq in (("t_alloc", "seq_alloc"), ("t_free", "seq_free")):
+            b[t] = clock.host_times(b[sq].to_numpy(), b[t].to_numpy())
+    return b
+
+
+def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE):
+    """(problem, context) of the plan's window; see the module docstring."""
+    from ..access import access_intervals
+    from ..clock import clock_of
+
+    pid = int(doc["trace"]["pid"])
+    lo, hi = (int(x) for x in doc["iteration"]["window_seq"])
+    clock = clock_of(trace, pid)
+    blocks = _block_times(trace, pid, clock)
+    at_lo = blocks.loc[blocks["seq_alloc"] == lo, "t_alloc"]
+    at_hi = blocks.loc[blocks["seq_alloc"] == hi, "t_alloc"]
+    if at_lo.empty or at_hi.empty:
+        raise PyinterposeError("the plan's window does not match the trace (its boundary requests are missing)")
+    t_lo, t_hi = int(at_lo.iat[0]), int(at_hi.iat[0])
+    ops_all = clock.replay_ops()
+    m = (ops_all["seq"] >= lo) & (ops_all["seq"] < hi)
+    ops = {k: np.ascontiguousarray(v[m]) for k, v in ops_all.items()}
+    # the plan's requests: block -> its key (no alternate rows: no block of the trace)
+    reqs = [r for r in doc["requests"] if not r.get("alternate") and int(r["block_id"]) >= 0]
+    key_of = {int(r["block_id"]): r for r in reqs}
+    outlives = {(int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"] if r.get("alternate")}
+    # what kind of op each op seq is: a launch (kernel name) or a copy / memset
+    L = trace.launches
+    L = L[L["pid"].to_numpy() == pid]
+    lseq = L["seq"].to_numpy(np.int64)
+    inw = (lseq > lo) & (lseq < hi)
+    names = L["kernel_name"].astype(str).to_numpy()[inw]
+    lseq = lseq[inw]
+    ordinal = pd.Series(names).groupby(names, sort=False).cumcount().to_numpy()
+    launch_key = {int(s): (str(n), int(o)) for s, n, o in zip(lseq, names, ordinal)}
+    # candidate intervals
+    iv = access_intervals(trace, pid=pid)
+    keep = _kind_is(iv["kind"], SWAP_INTERVAL_KIND) & (iv["size"].to_numpy(np.int64) >= max(1, min_size)) \
+        & (iv["start_seq"].to_numpy(np.int64) >= lo) & (iv["end_seq"].to_numpy(np.int64) < hi)
+    iv = iv[keep].reset_index(drop=True)
+    not_swapped = []
+    ok = np.ones(len(iv), bool)
+    oseq = ops["seq"]
+    for i, (bid, ss, es, size) in enumerate(zip(iv["block_id"].to_numpy(), iv["start_seq"].to_numpy(),
+                                                 iv["end_seq"].to_numpy(), iv["size"].to_numpy())):
+        r = key_of.get(int(bid))
+        why = None
+        if r is None:
+            why = "not served by the plan (a function --apply does not serve, or another process)"
+        elif (int(r["size"]), int(r["site"]), int(r["ordinal"])) in outlives and r["phase"] == "iteration":
+            why = "outlives its iteration (two instances of its request are live at once)"
+        else:
+            # the access ops themselves: the last op at or before the start, the first at or after the end
+            p = int(np.searchsorted(oseq, ss, side="right")) - 1
+            n = int(np.searchsorted(oseq, es, side="left"))
+            if p < 0 or n >= len(oseq) or int(oseq[p]) not in launch_key or int(oseq[n]) not in launch_key:
+                why = "its neighbouring access is a copy or memset (the swap engine acts at kernel launches)"
+        if why:
+            ok[i] = False
+            not_swapped.append({"block_id": int(bid), "size": int(size), "why": why,
+                                **({"request": _req_key(r)} if r is not None else {})})
+    iv = iv[ok].reset_index(drop=True)
+    # the window's blocks, clipped to it
+    dev = blocks[blocks["counts_device"].to_numpy(bool)]
+    freed = dev["freed"].to_numpy(bool)
+    ta, tf = dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64)
+    live = (ta < t_hi) & (~freed | (tf > t_lo))
+    wb = pd.DataFrame({"block_id": dev["block_id"].to_numpy()[live], "size": dev["size"].to_numpy(np.int64)[live],
+                       "t_alloc": np.maximum(ta[live], t_lo),
+                       "t_free": np.where(freed[live], np.minimum(tf[live], t_hi), t_hi),
+                       "freed": np.ones(int(live.sum()), bool), "counts_device": np.ones(int(live.sum()), bool)})
+    problem = prepare_tables(wb, iv, bandwidth, min_size=min_size, t_end=t_hi, ops=ops, clock=clock.as_dict())
+    problem.pid = pid
+    ctx = {"pid": pid, "t_lo": t_lo, "t_hi": t_hi, "ops": ops, "launch_key": launch_key, "key_of": key_of,
+           "not_swapped": not_swapped, "window_blocks": wb, "clock": clock.as_dict(),
+           "iterations": int(doc["iteration"].get("iterations_in_trace", 0))}
+    return problem, ctx
+
+
+def _req_key(r: dict) -> dict:
+    return {"phase": str(r["phase"]), "size": int(r["size"]), "site": int(r["site"]), "ordinal": int(r["ordinal"])}
+
+
+def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead", budget: int | None = None) -> dict:
+    """The schedule (see the module docstring) as the plan's ``swap`` section, without the prediction."""
+    from .replay import replay
+    from .schedule import schedule_with_candidates
+    from .strategies import _order
+    from .validate import validate_schedule
+
+    if strategy not in STRATEGIES:
+        raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    if mode not in MODES:
+        raise PyinterposeError(f"unknown swap mode {mode!r}")
+    if mode == "budget" and budget is None:
+        budget = problem.default_budget
+    score_budget = problem.default_budget if budget is None else int(budget)
+    sched, cand = schedule_with_candidates(problem, _order(problem, strategy, score_budget), mode,
+                                           budget if mode == "budget" else None)
+    problems = validate_schedule(sched, mode, problem.bandwidth)
+    if problems:
+        raise PyinterposeError(f"the {strategy}/{mode} swap schedule failed its check: " + "; ".join(problems[:3]))
+    rp = replay(problem, sched, cand)
+    ops, lk = ctx["ops"], ctx["launch_key"]
+    oseq, ostart = ops["seq"], ops["start"]
+    c = problem.candidates
+    order_rel = np.argsort(ostart, kind="stable")
+    rel_sorted = ostart[order_rel]
+    launch_idx = np.array([int(s) in lk for s in oseq], bool)
+    swaps = []
+    for j in range(len(sched)):
+        ci = int(cand[j])
+        prev_op, next_op = int(c["prev_op"].iat[ci]), int(c["next_op"].iat[ci])
+        # the swap-in is sent after the last launch released by its planned start (never before the swap-out's)
+        k = int(np.searchsorted(rel_sorted, float(sched["in_start"].iat[j]), side="right")) - 1
+        in_op = int(order_rel[k]) if k >= 0 else prev_op
+        while in_op > prev_op and not launch_idx[in_op]:
+            in_op -= 1
+        in_op = max(in_op, prev_op)
+        if in_op >= next_op:
+            in_op = prev_op
+        bid = int(sched["block_id"].iat[j])
+        r = ctx["key_of"][bid]
+
+        def key(op):
+            n, o = lk[int(oseq[op])]
+            return {"kernel": n, "ordinal": o}
+        swaps.append({
+            "request": _req_key(r), "block_id": bid, "size": int(sched["size"].iat[j]),
+            "out_after": key(prev_op), "in_after": key(in_op), "in_before": key(next_op),
+            "planned_ns": {k2: float(sched[k2].iat[j]) - ctx["t_lo"]
+                           for k2 in ("out_start", "out_end", "in_start", "in_end")},
+            "replayed_ns": {"out_start": float(rp.out_start[j]) - ctx["t_lo"], "out_end": float(rp.out_end[j]) - ctx["t_lo"],
+                            "in_start": float(rp.in_start[j]) - ctx["t_lo"], "in_end": float(rp.in_end[j]) - ctx["t_lo"]},
+            "first_touch_ns": _first_touch(problem, ctx, bid),
+        })
+    swaps.sort(key=lambda s: s["planned_ns"]["out_start"])
+    bw = problem.bandwidth
+    return {
+        "mechanism": MECHANISM, "strategy": strategy, "mode": mode, "budget": None if budget is None else int(budget),
+        "bandwidth": {"h2d_gbps": bw.h2d_bytes_per_s / 1e9, "d2h_gbps": bw.d2h_bytes_per_s / 1e9,
+                      "latency_us": bw.latency_s * 1e6, "source": bw.source},
+        "clock": ctx["clock"].get("clock", "cpu"), "min_size": None,
+        "window_ns": ctx["t_hi"] - ctx["t_lo"],
+        "peak_before_bytes": int(problem.peak_before), "swap_model_peak_bytes": int(rp.peak_after),
+        "predicted_stall_ns": float(rp.slowdown_ns),
+        "swaps": swaps, "not_swapped": ctx["not_swapped"],
+    }
+
+
+def _first_touch(problem, ctx: dict, bid: int) -> float:
+    """When the block is first touched in the window (its managed pages become resident), relative to the
+    window's start; 0 for a block allocated before the window."""
+    wb = ctx["window_blocks"]
+    row = wb[wb["block_id"] == bid]
+    ta = int(row["t_alloc"].iat[0]) if len(row) else ctx["t_lo"]
+    c = problem.candidates
+    mine = c[c["block_id"] == bid]
+    if ta <= ctx["t_lo"] or mine.empty:
+        return 0.0
+    return float(mine["start_t"].min()) - ctx["t_lo"]
+
+
+def predict(section: dict, ctx: dict, capacity: int, arena_blocks: set) -> dict:
+    """``predicted_peak_bytes`` (see the module docstring) and the curve's parts, added to ``section``.
+    ``arena_blocks``: the blocks the arena serves (every other device block counts while it lives,
+    a swapped one while it is resident)."""
+    wb = ctx["window_blocks"]
+    t_lo, t_hi = ctx["t_lo"], ctx["t_hi"]
+    swapped = {}
+    for s in section["swaps"]:
+        swapped.setdefault(s["block_id"], []).append(s)
+    ts, ds = [], []
+    for bid, size, ta, tf in zip(wb["block_id"].to_numpy(), wb["size"].to_numpy(np.int64),
+                                 wb["t_alloc"].to_numpy(np.int64), wb["t_free"].to_numpy(np.int64)):
+        bid = int(bid)
+        if bid in swapped:
+            sw = sorted(swapped[bid], key=lambda s: s["replayed_ns"]["out_start"])
+            start = t_lo + sw[0]["first_touch_ns"]
+            for s in sw:
+                ts += [start, t_lo + s["replayed_ns"]["out_end"]]
+                ds += [size, -size]
+                start = t_lo + s["replayed_ns"]["in_start"]
+            ts += [start, tf]
+            ds += [size, -size]
+        elif bid not in arena_blocks:      # beside the arena: the real allocator
+            ts += [int(ta), int(tf)]
+            ds += [size, -size]
+    managed_peak = 0
+    if ts:
+        t = np.asarray(ts, np.float64)
+        d = np.asarray(ds, np.int64)
+        o = np.lexsort((d, t))
+        managed_peak = int(max(0, np.cumsum(d[o]).max()))
+    section["arena_bytes"] = int(capacity)
+    section["beside_arena_peak_bytes"] = managed_peak
+    section["predicted_peak_bytes"] = int(capacity) + managed_peak
+    n_it = max(1, int(ctx.get("iterations") or 1))
+    section["predicted_stall_ns_per_iteration"] = section["predicted_stall_ns"]
+    section["iterations_in_trace"] = n_it
+    return section
