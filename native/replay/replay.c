@@ -144,7 +144,10 @@ int pi_replay_run(const pi_replay_in *in, pi_replay_out *out, char *err, int err
             uint64_t due = t0 + (uint64_t)((double)in->t[i] / in->speed);
             uint64_t now = now_ns();
             if (now < due) sleep_until(due);
-            else if ((double)(now - due) > out->late_ns) out->late_ns = (double)(now - due);
+            else if ((double)(now - due) > out->late_ns) {
+                out->late_ns = (double)(now - due);
+                out->latest_op = i;
+            }
         }
         cudaStream_t s = st[in->stream[i] >= 0 && in->stream[i] < in->n_streams ? in->stream[i] : 0];
         int64_t a = in->a[i];

@@ -46,6 +46,7 @@ typedef struct {
     double device_ns;         /* first op's release -> the device's end (cudaEventElapsedTime) */
     double host_ns;           /* first op's release -> the last op issued */
     double late_ns;           /* the most the host was behind its recorded pace */
+    int64_t latest_op;        /* the op it was most behind at */
 } pi_replay_out;
 
 /* 0 on success; otherwise err holds one line */

@@ -535,7 +535,8 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
             if (crossed) pi_swap_boundary(finished);
             if (have || refused_now) after_boundary(have, &fin, refused_now);
             if (mode >= SLOT_MANAGED && g_state == ST_ARMED &&
-                pi_swap_serve((uint32_t)(mode - SLOT_MANAGED), size, pp, result, current_device(fam))) {
+                pi_swap_serve((uint32_t)(mode - SLOT_MANAGED), size, pp, result, current_device(fam),
+                              stream_of(stream, ptsz), async)) {
                 lock();
                 count(C_SERVED);
                 unlock();

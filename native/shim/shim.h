@@ -145,7 +145,8 @@ PI_HIDDEN void pi_apply_atfork_child(void);
 /* swap.c: the swap engine beside apply.c's arena (issue 31) */
 PI_HIDDEN void pi_swap_load(const void *section, uint64_t bytes, int device);
 PI_HIDDEN int pi_swap_active(void);
-PI_HIDDEN int pi_swap_serve(uint32_t managed, uint64_t size, void *pp, int *result, int device);
+PI_HIDDEN int pi_swap_serve(uint32_t managed, uint64_t size, void *pp, int *result, int device, uint64_t stream,
+                            int async);
 PI_HIDDEN int pi_swap_owns(uint64_t p);
 PI_HIDDEN int pi_swap_release(uint64_t p, uint64_t stream, int async, int *result);
 PI_HIDDEN void pi_swap_count_real(void);

@@ -11,14 +11,17 @@
  * location), moved with cuMemPrefetchAsync on one of two copy streams of our own (non-blocking: one per
  * direction), ordered with events only:
  *   out:  event on the launch's stream -> the D2H stream waits for it -> prefetch to the host -> event;
- *   in:   the H2D stream waits for the out event -> prefetch to the device -> event;
+ *   in:   event on the launch's stream -> the H2D stream waits for it and for the out event -> prefetch
+ *         to the device -> event;
  *   use:  a launch whose arguments name the block waits (cuStreamWaitEvent on its own stream) for the in
  *         event.  A block still out when a launch names it is sent back right then, and that launch waits
  *         for it: counted `late` when the plan expected that launch, `unforeseen` when it did not.
- * Nothing waits on the host on the program's threads.  A free of a managed block records an event on the
- * freeing stream; a thread of ours (started at the first such free) waits for it and for the block's
- * last transfer, then frees the managed memory (a synchronous free synchronises the device first, as the
- * real one does).  The address of a block never changes.
+ * Nothing waits on the host on the program's threads.  Each managed request has one buffer for the run
+ * (its blocks come back at the same address every iteration); a free of its block discards the pages in
+ * stream order (cuMemDiscardBatchAsync, CUDA 12.8: after the block's last transfer, where the freeing
+ * stream gets to the free; a synchronous free synchronises the device first, as the real one does).
+ * Without that call, a thread of ours (started at the first such free) waits for the free's event and
+ * the block's last transfer, then frees the buffer, and the next block gets a new one.
  *
  * The plan's section (appended to apply.c's digest; header words reserved[0..2]):
  *   managed[n_managed]: { u64 size, u64 flags }
@@ -44,9 +47,13 @@ static const char *const K_NAME[K_N] = {"swap_out", "swap_in", "swap_late", "swa
                                         "swap_managed", "swap_real"};
 
 typedef struct m_rt {
-    uint64_t ptr;
+    uint64_t ptr;                  /* the request's managed buffer, kept across iterations */
+    int live;                      /* a block of the program occupies it */
+    uint64_t free_stream;          /* where its last block was freed (discarded) */
+    void *ev_free;                 /* recorded after that discard */
     int state;
     void *ev_dep, *ev_out, *ev_in; /* created at the block's first transfer, recorded again each time */
+    void *ev_in_dep;               /* the launch a planned swap-in follows, on the device */
     int out_pending, in_pending;   /* a transfer recorded that a free must wait for */
 } m_rt;
 
@@ -82,12 +89,13 @@ typedef int (*ev_record_fn)(void *, void *);
 typedef int (*wait_fn)(void *, void *, unsigned);
 typedef int (*stream_create_fn)(void **, unsigned);
 typedef int (*sync_fn)(void);
+typedef int (*discard_fn)(uint64_t *, size_t *, size_t, unsigned long long, void *);
 enum { D_ALLOC, D_FREE, D_ADVISE, D_PF2, D_PF1, D_EV_CREATE, D_EV_DESTROY, D_EV_SYNC, D_EV_RECORD, D_WAIT,
-       D_STREAM, D_SYNC, D_N };
+       D_STREAM, D_SYNC, D_DISCARD, D_N };
 static const char *const D_NAME[D_N] = {"cuMemAllocManaged", "cuMemFree_v2", "cuMemAdvise", "cuMemPrefetchAsync_v2",
                                         "cuMemPrefetchAsync", "cuEventCreate", "cuEventDestroy_v2",
                                         "cuEventSynchronize", "cuEventRecord", "cuStreamWaitEvent",
-                                        "cuStreamCreate", "cuCtxSynchronize"};
+                                        "cuStreamCreate", "cuCtxSynchronize", "cuMemDiscardBatchAsync"};
 static void *g_fn[D_N];
 static int g_fn_done;
 
@@ -187,30 +195,33 @@ static uint32_t next_ordinal(uint64_t kname) {
 }
 
 /* ---------------------------------------------------------------- serve and free */
-int pi_swap_serve(uint32_t m, uint64_t size, void *pp, int *result, int device) {
+int pi_swap_serve(uint32_t m, uint64_t size, void *pp, int *result, int device, uint64_t stream, int async) {
     if (m >= g_nm || size > g_m[m].size) return 0;
     if (device >= 0) g_device = device;
-    lock_again:
     pthread_mutex_lock(&g_lock);
-    if (g_rt[m].ptr) { /* its block of the previous iteration is still live: to the real allocator */
+    m_rt *b = &g_rt[m];
+    if (b->live) { /* its block of the previous iteration is still live: to the real allocator */
         pthread_mutex_unlock(&g_lock);
         return 0;
     }
-    pthread_mutex_unlock(&g_lock);
-    alloc_managed_fn a = (alloc_managed_fn)fn(D_ALLOC);
-    uint64_t p = 0;
-    if (!a || a(&p, size, 1 /* CU_MEM_ATTACH_GLOBAL */) != 0 || !p) return 0;
-    advise_fn adv = (advise_fn)fn(D_ADVISE);
-    if (adv) adv(p, size, 3 /* SET_PREFERRED_LOCATION */, g_device);
-    pthread_mutex_lock(&g_lock);
-    if (g_rt[m].ptr) { /* another thread took it meanwhile */
-        pthread_mutex_unlock(&g_lock);
-        ((free_fn)fn(D_FREE))(p);
-        goto lock_again;
+    if (!b->ptr) { /* the request's buffer, made once (the address of its blocks never changes in a run) */
+        alloc_managed_fn a = (alloc_managed_fn)fn(D_ALLOC);
+        uint64_t p = 0;
+        if (!a || a(&p, g_m[m].size, 1 /* CU_MEM_ATTACH_GLOBAL */) != 0 || !p) {
+            pthread_mutex_unlock(&g_lock);
+            return 0;
+        }
+        advise_fn adv = (advise_fn)fn(D_ADVISE);
+        if (adv) adv(p, g_m[m].size, 3 /* SET_PREFERRED_LOCATION */, g_device);
+        b->ptr = p;
+    } else if (b->ev_free && (!async || stream != b->free_stream)) {
+        /* its last block was discarded on another stream: this one's work comes after that */
+        wait_ev((void *)(uintptr_t)(async ? stream : 0), b->ev_free);
     }
-    g_rt[m].ptr = p;
-    g_rt[m].state = S_RESIDENT;
-    g_rt[m].out_pending = g_rt[m].in_pending = 0;
+    b->live = 1;
+    b->state = S_RESIDENT;
+    b->out_pending = b->in_pending = 0;
+    uint64_t p = b->ptr;
     g_cnt[K_MANAGED]++;
     g_tot[K_MANAGED]++;
     pthread_mutex_unlock(&g_lock);
@@ -229,7 +240,7 @@ void pi_swap_count_real(void) {
 /* g_lock held */
 static int64_t managed_of(uint64_t p) {
     for (uint32_t i = 0; i < g_nm; i++)
-        if (g_rt[i].ptr && p >= g_rt[i].ptr && p - g_rt[i].ptr < g_m[i].size) return i;
+        if (g_rt[i].live && p >= g_rt[i].ptr && p - g_rt[i].ptr < g_m[i].size) return i;
     return -1;
 }
 
@@ -278,6 +289,33 @@ int pi_swap_release(uint64_t p, uint64_t stream, int async, int *result) {
         return 0;
     }
     m_rt *b = &g_rt[i];
+    discard_fn dis = (discard_fn)fn(D_DISCARD);
+    if (dis) {
+        /* stream order: after the block's last transfers, its pages are dropped where the freeing stream
+         * gets to the free; the buffer stays for the request's next block */
+        uint64_t st = async ? stream : 0;
+        if (!async) {
+            sync_fn sy = (sync_fn)fn(D_SYNC);
+            if (sy) sy();
+        }
+        if (b->out_pending && b->ev_out) wait_ev((void *)(uintptr_t)st, b->ev_out);
+        if (b->in_pending && b->ev_in) wait_ev((void *)(uintptr_t)st, b->ev_in);
+        uint64_t p0 = b->ptr;
+        size_t n0 = g_m[i].size;
+        if (dis(&p0, &n0, 1, 0, (void *)(uintptr_t)st) == 0) {
+            if (!b->ev_free) b->ev_free = new_event();
+            record(b->ev_free, (void *)(uintptr_t)st);
+            b->free_stream = st;
+            b->live = 0;
+            b->state = S_NONE;
+            b->out_pending = b->in_pending = 0;
+            pthread_mutex_unlock(&g_lock);
+            *result = 0;
+            return 1;
+        }
+    }
+    /* no stream-ordered discard (a driver before 12.8): a thread of ours frees the buffer once the device
+     * is done with it; the request's next block gets a new one */
     reap *r = calloc(1, sizeof *r);
     int done = 0;
     if (async && r) {
@@ -292,6 +330,7 @@ int pi_swap_release(uint64_t p, uint64_t stream, int async, int *result) {
         }
     }
     b->ptr = 0;
+    b->live = 0;
     b->state = S_NONE;
     pthread_mutex_unlock(&g_lock);
     if (done) {
@@ -340,10 +379,14 @@ static void send_out(uint32_t m, void *stream) {
     g_tot[K_OUT]++;
 }
 
-static void bring_back(uint32_t m) {
+/* after_stream: the planned swap-in follows the launch just made there, on the device (the host runs ahead
+ * of the device: sent at once it would come back too early); NULL: at once (a launch is waiting for it) */
+static void bring_back(uint32_t m, void *after_stream, int after) {
     m_rt *b = &g_rt[m];
     if (b->state != S_OUT || copy_streams()) return;
     if (!b->ev_in) b->ev_in = new_event();
+    if (after && !b->ev_in_dep) b->ev_in_dep = new_event();
+    if (after && (record(b->ev_in_dep, after_stream) || wait_ev(g_h2d, b->ev_in_dep))) return;
     if (wait_ev(g_h2d, b->ev_out) || prefetch(b->ptr, g_m[m].size, 1, g_h2d) != 0 || record(b->ev_in, g_h2d)) {
         /* could not be ordered: leave it to the fault (UVM still brings it back, slowly) */
         b->state = S_RESIDENT;
@@ -376,7 +419,7 @@ void pi_swap_launch(const pi_scan *sc, uint64_t stream, int after) {
                     if (g_a[k].kind == A_BEFORE && g_a[k].managed == (uint32_t)m) planned = 1;
                 g_cnt[planned ? K_LATE : K_UNFORESEEN]++;
                 g_tot[planned ? K_LATE : K_UNFORESEEN]++;
-                bring_back((uint32_t)m);
+                bring_back((uint32_t)m, NULL, 0);
             }
             if (b->state == S_IN) {
                 if (wait_ev(st, b->ev_in) == 0) {
@@ -392,9 +435,9 @@ void pi_swap_launch(const pi_scan *sc, uint64_t stream, int after) {
         for (int pass = 0; pass < 2 && a0 >= 0; pass++) /* out first: a block may leave and be sent back here */
             for (int64_t k = a0; k < g_na && g_a[k].kname == t_kname && g_a[k].ordinal == t_ord; k++) {
                 const sw_action *a = &g_a[k];
-                if (a->managed >= g_nm || !g_rt[a->managed].ptr) continue;
+                if (a->managed >= g_nm || !g_rt[a->managed].live) continue;
                 if (pass == 0 && a->kind == A_OUT) send_out(a->managed, st);
-                if (pass == 1 && a->kind == A_IN) bring_back(a->managed);
+                if (pass == 1 && a->kind == A_IN) bring_back(a->managed, st, 1);
             }
     }
     pthread_mutex_unlock(&g_lock);

@@ -12,7 +12,10 @@ other (native/replay/replay.c does the loop):
 * each launch as a kernel registered under the recorded kernel's name, whose arguments are the blocks
   the recorded launch named (its access events), with the recorded device duration — or, on a trace
   without device times, the gap to the next launch or copy (the CPU clock: the program is the stream);
-* each copy as ``cudaMemcpyAsync`` between the recorded block(s) and a pinned host buffer.
+* each copy as a kernel (``pyinterpose_replay_memcpy``) on its stream, naming the block(s) it touched, for the
+  recorded time (so the copy engines are left to what is being measured, as the recorded timeline had
+  them); ``--copies memcpy`` replays them as ``cudaMemcpyAsync`` between the block(s) and a pinned host
+  buffer instead, on simcuda's copy engines.
 
 With ``SIMCUDA_CHECK=1`` every kernel verifies, in every block it touches, the pattern the previous
 kernel wrote there (first and last word, one word per MiB), then writes its own: a block served at a
@@ -57,10 +60,13 @@ class _In(ctypes.Structure):
 class _Out(ctypes.Structure):
     _fields_ = [(k, ctypes.c_int64) for k in ("allocs", "frees", "launches", "copies", "failed_calls",
                                                "check_errors", "checked_words", "first_error_op")] + \
-        [(k, ctypes.c_double) for k in ("device_ns", "host_ns", "late_ns")]
+        [(k, ctypes.c_double) for k in ("device_ns", "host_ns", "late_ns")] + [("latest_op", ctypes.c_int64)]
 
 
-def build_ops(trace, pid: int | None = None) -> dict:
+COPY_KERNEL = "pyinterpose_replay_memcpy"
+
+
+def build_ops(trace, pid: int | None = None, copies_as_kernels: bool = True) -> dict:
     """The process's operations as the C loop reads them (arrays in seq order), and what was left out."""
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
@@ -126,19 +132,27 @@ def build_ops(trace, pid: int | None = None) -> dict:
         rows.append((int(sq), LAUNCH, int(t), k, len(acc_list), len(slots), int(dur[j]), sidx(st)))
         acc_list += slots
     n_copies_skipped = 0
+    nL = len(L)
     for j, (sq, t, st, n) in enumerate(zip(C["seq"].to_numpy().tolist(), C["t"].to_numpy().tolist(),
                                            C["stream"].to_numpy().tolist(), C["size"].to_numpy().tolist())):
-        touched = by_seq.get(sq, [])
-        dst = [s for s, fl in touched if fl & 4]
-        src = [s for s, fl in touched if fl & 2]
+        touched = [s for s, _ in by_seq.get(sq, [])][:MAX_ARGS]
+        if not touched:
+            n_copies_skipped += 1
+            continue
+        if copies_as_kernels:   # the recorded copy's time on its stream, not the copy engines'
+            k = names.setdefault(COPY_KERNEL, len(names))
+            rows.append((int(sq), LAUNCH, int(t), k, len(acc_list), len(touched), int(dur[nL + j]), sidx(st)))
+            acc_list += touched
+            continue
+        fl = dict(by_seq.get(sq, []))
+        dst = [s for s in touched if fl[s] & 4]
+        src = [s for s in touched if fl[s] & 2]
         if dst and src:
             rows.append((int(sq), COPY, int(t), dst[0], src[0], int(n), 0, sidx(st)))
         elif dst:
             rows.append((int(sq), COPY, int(t), dst[0], -1, int(n), 0, sidx(st)))
-        elif src:
-            rows.append((int(sq), COPY, int(t), src[0], -1, int(n), 1, sidx(st)))
         else:
-            n_copies_skipped += 1
+            rows.append((int(sq), COPY, int(t), src[0], -1, int(n), 1, sidx(st)))
     rows.sort(key=lambda r: (r[0], r[1]))
     arr = np.array(rows, np.int64).reshape(-1, 8)
     t = arr[:, 2] - arr[0, 2] if len(arr) else arr[:, 2]
@@ -206,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                          "of the device model dilated, bandwidths scaled, the summary's times back on the "
                          "recorded clock (a loaded host keeps its pace); 0 as fast as possible (default 1)")
     ap.add_argument("--json", metavar="OUT", help="write the summary to this file as well")
+    ap.add_argument("--copies", choices=("kernels", "memcpy"), default="kernels",
+                    help="replay copies as kernels of their recorded time (default) or as cudaMemcpyAsync")
     args = ap.parse_args(argv)
     try:
         if not os.path.isfile(args.trace):
@@ -213,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         import pyinterpose
 
         trace = pyinterpose.load(args.trace)
-        ops = build_ops(trace, args.pid)
+        ops = build_ops(trace, args.pid, copies_as_kernels=args.copies == "kernels")
         check = os.environ.get("SIMCUDA_CHECK", "0") not in ("", "0")
         res = run_ops(ops, check, args.speed)
     except PyinterposeError as e:

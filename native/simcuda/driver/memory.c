@@ -403,6 +403,8 @@ SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream
     lock();
     CUmemoryPool pool = g_current_pools[dev];
     unlock();
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_res_stream_time(sim_queue_done_at(q));
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, dev, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), (dptr, bytesize, s));
@@ -414,6 +416,8 @@ SIM_API(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, 
     if (r) return r;
     if ((r = sim_check_stream(s))) return r;
     if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_res_stream_time(sim_queue_done_at(q));
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, pool->device, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s), (dptr, bytesize, pool, s));
@@ -423,6 +427,8 @@ SIM_API(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s))
     CUresult r = sim_check_stream(s);
     if (r) return r;
     if (dptr == 0) return sim_initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_res_stream_time(sim_queue_done_at(q));
     return sim_mem_free(dptr, 0);
 }
 SIM_VARIANT(CUresult, cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s));
@@ -569,6 +575,19 @@ SIM_API(CUresult, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation
     return r;
 }
 SIM_VARIANT(CUresult, cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream s), (p, n, location, flags, s));
+
+/* CUDA 12.8: discard managed ranges in stream order (their pages freed; contents undefined afterwards) */
+SIM_API(CUresult, cuMemDiscardBatchAsync, (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags,
+                                          CUstream s))
+{
+    if (!dptrs || !sizes || count == 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_check_stream(s);
+    for (size_t i = 0; !r && i < count; i++) r = check_managed(dptrs[i], sizes[i]);
+    struct sim_queue *q = NULL;
+    if (!r) r = sim_stream_queue(s, &q);
+    for (size_t i = 0; !r && i < count; i++) r = sim_res_discard(dptrs[i], q);
+    return r;
+}
 
 /* ---------------- copies and memsets on the device clock ----------------
  * The bytes move at once, on the calling thread; the op is put on the stream's queue and its copy

@@ -16,9 +16,11 @@
  *    landed on the host and runs SIMCUDA_FAULT_NS (default 20000) + bytes / h2d_gbps longer, the bytes
  *    resident from its start (counted: "faults");
  *  - freeing a managed allocation gives its resident bytes back at once.
- * Ordinary device allocations count from the host time of their allocation to that of their free.  The
+ * Ordinary device allocations count from the host time of their allocation to that of their free (the
+ * stream-ordered ones from where their stream gets to the call, when that is later).  The
  * high-water mark is taken over all of it, sorted by time (frees first at equal times), at exit.
  * Residency is tracked per allocation, not per page. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../sim_driver.h"
@@ -35,7 +37,7 @@ struct mres {
 static pthread_mutex_t g_rlock = PTHREAD_MUTEX_INITIALIZER;
 static struct mres *g_m;          /* sorted by addr */
 static size_t g_nm, g_capm;
-struct rev { uint64_t t; int64_t d; int device; };
+struct rev { uint64_t t; int64_t d; int device, managed; };
 static struct rev *g_ev;
 static size_t g_nev, g_capev;
 static int g_logging = -1;
@@ -54,6 +56,7 @@ static int logging(void)
 }
 
 /* g_rlock held */
+static int g_log_managed = 1;
 static void log_ev(uint64_t t, int64_t d, int device)
 {
     if (!logging() || d == 0) return;
@@ -64,15 +67,23 @@ static void log_ev(uint64_t t, int64_t d, int device)
         g_ev = e;
         g_capev = n;
     }
-    g_ev[g_nev++] = (struct rev){t, d, device};
+    g_ev[g_nev++] = (struct rev){t, d, device, g_log_managed};
 }
+
+/* the stream-ordered allocator's calls count where their stream gets to them (sim_res_stream_time) */
+static __thread uint64_t t_stream_time;
+HIDDEN void sim_res_stream_time(uint64_t t) { t_stream_time = t; }
 
 HIDDEN void sim_res_device_bytes(int device, int64_t delta)
 {
     if (!logging()) return;
     uint64_t now = sim_now_ns();
+    if (t_stream_time > now) now = t_stream_time;
+    t_stream_time = 0;
     pthread_mutex_lock(&g_rlock);
+    g_log_managed = 0;
     log_ev(now, delta, device);
+    g_log_managed = 1;
     pthread_mutex_unlock(&g_rlock);
 }
 
@@ -221,11 +232,20 @@ static int cmp_ev(const void *a, const void *b)
     return (x->d > y->d) - (x->d < y->d); /* frees first */
 }
 
-/* the high-water mark of resident device bytes on device dev (sorts the log: at exit) */
+/* the high-water mark of resident device bytes on device dev (sorts the log: at exit);
+ * SIMCUDA_RESIDENT_LOG=path: the sorted log too, one "time delta device managed" line per change (a test aid) */
 HIDDEN uint64_t sim_res_peak(int dev)
 {
     pthread_mutex_lock(&g_rlock);
     qsort(g_ev, g_nev, sizeof *g_ev, cmp_ev);
+    const char *lp = getenv("SIMCUDA_RESIDENT_LOG");
+    if (lp && *lp && dev == 0) {
+        FILE *f = fopen(lp, "w");
+        for (size_t i = 0; f && i < g_nev; i++)
+            fprintf(f, "%llu %lld %d %d\n", (unsigned long long)g_ev[i].t, (long long)g_ev[i].d, g_ev[i].device,
+                    g_ev[i].managed);
+        if (f) fclose(f);
+    }
     int64_t cur = 0, peak = 0;
     for (size_t i = 0; i < g_nev; i++) {
         if (g_ev[i].device != dev) continue;
@@ -241,4 +261,27 @@ HIDDEN void sim_res_counts(uint64_t *faults, uint64_t *prefetches, uint64_t *byt
     *faults = g_faults;
     *prefetches = g_prefetches;
     *bytes = g_prefetch_bytes;
+}
+
+/* a stream-ordered discard (cuMemDiscardBatchAsync): the range's pages are dropped where they are, when
+ * the stream gets there; the next touch populates them afresh (their contents are undefined, as the real
+ * call says) */
+HIDDEN CUresult sim_res_discard(uint64_t p, struct sim_queue *q)
+{
+    struct sim_opdesc op = {.kind = SIMCU_OP_MEMSET, .engine = SIM_ENGINE_COMPUTE, .unrecorded = 1};
+    uint64_t start = 0;
+    sim_dev_submit_at(q, &op, 0, &start);
+    if (!start) start = sim_now_ns();
+    pthread_mutex_lock(&g_rlock);
+    long i = find(p);
+    if (i >= 0) {
+        struct mres *m = &g_m[i];
+        if (m->loc == LOC_DEVICE) log_ev(start, -(int64_t)m->size, m->device);
+        else if (m->loc == LOC_HOST && m->at > start) /* still leaving: gone at the discard instead */
+            log_ev(start, -(int64_t)m->size, m->device), log_ev(m->at, (int64_t)m->size, m->device);
+        m->loc = LOC_NONE;
+        m->at = 0;
+    }
+    pthread_mutex_unlock(&g_rlock);
+    return CUDA_SUCCESS;
 }

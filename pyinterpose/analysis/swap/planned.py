@@ -173,6 +173,7 @@ def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead",
                            for k2 in ("out_start", "out_end", "in_start", "in_end")},
             "replayed_ns": {"out_start": float(rp.out_start[j]) - ctx["t_lo"], "out_end": float(rp.out_end[j]) - ctx["t_lo"],
                             "in_start": float(rp.in_start[j]) - ctx["t_lo"], "in_end": float(rp.in_end[j]) - ctx["t_lo"]},
+            "next_access_ns": float(c["end_t"].iat[ci]) - ctx["t_lo"],
             "first_touch_ns": _first_touch(problem, ctx, bid),
         })
     swaps.sort(key=lambda s: s["planned_ns"]["out_start"])
@@ -239,4 +240,194 @@ def predict(section: dict, ctx: dict, capacity: int, arena_blocks: set) -> dict:
     n_it = max(1, int(ctx.get("iterations") or 1))
     section["predicted_stall_ns_per_iteration"] = section["predicted_stall_ns"]
     section["iterations_in_trace"] = n_it
+    return section
+
+
+def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa", budget: int | None = None,
+                  min_size: int = MIN_SIZE, planner: str = "optimal", time_limit: float = 10.0) -> dict:
+    """Add the swap section to a pool plan (``doc``, :func:`..pools.plan_file.build`'s), in place: the
+    swapped requests are served from managed memory (``serve: managed``), the other requests of the
+    iteration of at least ``min_size`` bytes by the program's own allocator (``serve: real``: their
+    memory is then free for others while it is not in use, as the swapped blocks' is while they are
+    away), the rest by the arena, re-planned without them.  Returns ``doc``."""
+    from ..pools.plan_file import servable
+    from ..pools.planners import plan as run_planner
+
+    mode = "no-overhead" if budget is None else "budget"
+    problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size)
+    section = choose(problem, ctx, strategy, mode, budget)
+    section["min_size"] = int(min_size)
+    swapped = {s["block_id"] for s in section["swaps"]}
+    reqs = doc["requests"]
+    keys_swapped = {(r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"]))
+                    for r in reqs if not r.get("alternate") and int(r["block_id"]) in swapped}
+    n_managed = 0
+    for r in reqs:
+        key = (r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"]))
+        if key in keys_swapped and not r.get("alternate"):
+            r["serve"], r["managed_index"] = "managed", n_managed
+            n_managed += 1
+        elif key in keys_swapped or (r["phase"] == "iteration" and int(r["size"]) >= min_size):
+            r["serve"] = "real"
+        else:
+            r["serve"] = "arena"
+    arena = [r for r in reqs if r["serve"] == "arena"]
+    if arena:
+        prob = pd.DataFrame({"id": np.arange(len(arena)), "lower": [r["lifetime"][0] for r in arena],
+                             "upper": [r["lifetime"][1] for r in arena],
+                             "size": [r["slot_size"] for r in arena]})
+        p = run_planner(prob, planner, time_limit=time_limit)
+        if p.offsets is None:
+            raise PyinterposeError(f"the {planner} planner found no plan for the arena within {time_limit:g} s")
+        offs = np.asarray(p.offsets, np.int64)
+        for r, o in zip(arena, offs):
+            r["offset"] = int(o)
+        doc["capacity"] = int((offs + prob["size"].to_numpy(np.int64)).max())
+        from ..pools.problem import load
+        doc["load_bytes"] = int(load(prob["lower"], prob["upper"], prob["size"]))
+    else:
+        doc["capacity"], doc["load_bytes"] = 0, 0
+    for r in reqs:
+        if r["serve"] != "arena":
+            r["offset"] = 0
+    req = servable(trace, ctx["pid"])
+    arena_blocks = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist()) | \
+        {int(r["block_id"]) for r in arena}
+    predict(section, ctx, doc["capacity"], arena_blocks)
+    section["window_peak_bytes"] = section["predicted_peak_bytes"]
+    predict_run(trace, doc, section)
+    section["managed"] = n_managed
+    doc["swap"] = section
+    return doc
+
+
+def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> dict:
+    """The applied run's resident device bytes over the whole trace, every iteration with its own times
+    (the schedule is keyed by launches, so each iteration moves the same blocks at its own pace): the
+    arena from its first request on, every device block the arena does not serve while it lives, a
+    swapped one while it is resident.  Per swap and iteration: the swap-out starts when the launch it
+    follows has ended and its copy engine is free (one per direction, in the order they are sent), the
+    swap-in is sent after its launch and starts once its swap-out has ended and its engine is free.
+    Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
+    after the launch that needs them starts) and ``predicted_stall_ns_run`` (how much later the run
+    ends: the program waits at each late swap-in's next access, a wait moving the later ones along),
+    and returns ``section``."""
+    from ..clock import clock_of
+    from ..pools.plan_file import servable
+
+    pid = int(doc["trace"]["pid"])
+    clock = clock_of(trace, pid)
+    ops = clock.replay_ops()
+    oseq, ostart, odur = ops["seq"], ops["start"], ops["dur"]
+    blocks = _block_times(trace, pid, clock)
+    dev = blocks[blocks["counts_device"].to_numpy(bool)]
+    req = servable(trace, pid)
+    min_size = int(section.get("min_size") or MIN_SIZE)
+    it = doc["iteration"]
+    anchor = it.get("anchor") or {}
+    # iteration boundaries: the anchor's allocations (seq)
+    if it["boundary"] == "anchor":
+        bnd = np.sort(req.loc[(req["size"].to_numpy() == int(anchor["size"]))
+                              & (req["site"].to_numpy(np.uint64) == np.uint64(int(anchor["site"]))),
+                              "seq_alloc"].to_numpy(np.int64))
+    else:
+        bnd = np.asarray(doc["iteration"]["window_seq"], np.int64)
+    # launches: iteration and ordinal of their kernel within it
+    L = trace.launches
+    L = L[L["pid"].to_numpy() == pid]
+    lseq = L["seq"].to_numpy(np.int64)
+    lit = np.searchsorted(bnd, lseq, side="right") - 1
+    names = L["kernel_name"].astype(str).to_numpy()
+    lord = pd.DataFrame({"it": lit, "n": names}).groupby(["it", "n"], sort=False).cumcount().to_numpy()
+    op_of_seq = {int(s): i for i, s in enumerate(oseq)}
+    at = {(int(i), str(n), int(o)): op_of_seq.get(int(s), -1) for i, n, o, s in zip(lit, names, lord, lseq)}
+    # block instances of the managed keys: iteration rows per iteration, persistent rows once
+    rseq = req["seq_alloc"].to_numpy(np.int64)
+    rit = np.searchsorted(bnd, rseq, side="right") - 1
+    rkey = pd.DataFrame({"it": rit, "size": req["size"].to_numpy(), "site": req["site"].to_numpy()})
+    it_ord = rkey.groupby(["it", "size", "site"], sort=False).cumcount().to_numpy()
+    life_ord = rkey.groupby(["size", "site"], sort=False).cumcount().to_numpy()
+    bid = req["block_id"].to_numpy()
+    inst_it = {(int(i), int(s), int(si), int(o)): int(b) for i, s, si, o, b in
+               zip(rit, req["size"], req["site"], it_ord, bid)}
+    inst_life = {(int(s), int(si), int(o)): int(b) for s, si, o, b in zip(req["size"], req["site"], life_ord, bid)}
+    bw = section["bandwidth"]
+    lat = bw["latency_us"] * 1e3
+    t_out = lambda n: lat + n / bw["d2h_gbps"]      # noqa: E731  (ns: 1 GB/s = 1 byte/ns)
+    t_in = lambda n: lat + n / bw["h2d_gbps"]       # noqa: E731
+    acc = trace.accesses
+    acc = acc[acc["pid"].to_numpy() == pid]
+    first_acc = acc.groupby("block_id")["seq"].min()
+    # per block: resident intervals (managed) or its life (real)
+    pers = {int(r["block_id"]) for r in doc["requests"] if r["phase"] == "persistent" and r.get("serve") == "arena"}
+    small = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist())
+    moves: dict[int, list] = {}
+    late = 0
+    n_it = len(bnd)
+    items = []      # (block, size, out issue, in issue, next access start)
+    for k in range(n_it):
+        for s in section["swaps"]:
+            q = s["request"]
+            b = inst_life.get((q["size"], q["site"], q["ordinal"])) if q["phase"] == "persistent" else \
+                inst_it.get((k, q["size"], q["site"], q["ordinal"]))
+            o_op = at.get((k, s["out_after"]["kernel"], s["out_after"]["ordinal"]), -1)
+            i_op = at.get((k, s["in_after"]["kernel"], s["in_after"]["ordinal"]), -1)
+            n_op = at.get((k, s["in_before"]["kernel"], s["in_before"]["ordinal"]), -1)
+            if b is None or o_op < 0 or i_op < 0 or n_op < 0:
+                continue
+            items.append((b, s["size"], ostart[o_op] + odur[o_op], ostart[i_op], ostart[n_op]))
+    out_end = np.zeros(len(items))
+    free = -np.inf
+    for j in sorted(range(len(items)), key=lambda j: items[j][2]):       # D2H: first sent, first served
+        free = max(items[j][2], free) + t_out(items[j][1])
+        out_end[j] = free
+    free = -np.inf
+    lateness = []
+    for j in sorted(range(len(items)), key=lambda j: items[j][3]):       # H2D
+        b, size, _, issue, nxt = items[j]
+        start = max(issue, free, out_end[j])
+        free = start + t_in(size)
+        if free > nxt + 1.0:
+            late += 1
+            lateness.append((nxt, free - nxt))
+        moves.setdefault(b, []).append((out_end[j], start))
+    # the run's stall: the program (one stream on the CPU clock) waits at each late swap-in's next access;
+    # a swap-in is sent after a launch, so a wait moves the later ones along with the program: each adds
+    # its own lateness
+    delay = float(sum(lt for _, lt in lateness))
+    ts, ds = [], []
+    seq_t = dict(zip(oseq.tolist(), ostart.tolist()))
+    for b, size, ta, tf, fr in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
+                                   dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
+                                   dev["freed"].to_numpy(bool)):
+        b = int(b)
+        end = float(tf) if fr else float(trace.end_ns)
+        if b in pers or b in small:
+            continue
+        if b in moves:
+            fa = first_acc.get(b)
+            start = float(seq_t.get(int(fa), ta)) if fa is not None else float(ta)
+            for oe, is_ in sorted(moves[b]):
+                ts += [start, oe]
+                ds += [size, -size]
+                start = is_
+            ts += [start, end]
+            ds += [size, -size]
+        else:
+            ts += [float(ta), end]
+            ds += [size, -size]
+    # the arena, from the first request it serves on
+    cap = int(doc["capacity"])
+    if cap:
+        ts += [float(req["seq_alloc"].size and blocks.loc[blocks["block_id"].isin(req["block_id"]), "t_alloc"].min())]
+        ds += [cap]
+    t = np.asarray(ts, np.float64)
+    d = np.asarray(ds, np.int64)
+    o = np.lexsort((d, t))
+    if curve is not None:          # the curve itself (time ns on the trace's clock, resident bytes)
+        curve += [t[o], np.cumsum(d[o])]
+    section["predicted_peak_bytes"] = int(max(0, np.cumsum(d[o]).max())) if len(d) else 0
+    section["predicted_late_swap_ins"] = int(late)
+    section["iterations_in_trace"] = int(n_it)
+    section["predicted_stall_ns_run"] = float(delay)
     return section
