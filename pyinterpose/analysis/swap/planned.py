@@ -50,9 +50,9 @@ def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_S
     from ..clock import clock_of
 
     pid = int(doc["trace"]["pid"])
-    lo, hi = (int(x) for x in doc["iteration"]["window_seq"])
     clock = clock_of(trace, pid)
     blocks = _block_times(trace, pid, clock)
+    lo, hi = _tightest_iteration(trace, doc, pid, blocks)
     at_lo = blocks.loc[blocks["seq_alloc"] == lo, "t_alloc"]
     at_hi = blocks.loc[blocks["seq_alloc"] == hi, "t_alloc"]
     if at_lo.empty or at_hi.empty:
@@ -61,9 +61,7 @@ def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_S
     ops_all = clock.replay_ops()
     m = (ops_all["seq"] >= lo) & (ops_all["seq"] < hi)
     ops = {k: np.ascontiguousarray(v[m]) for k, v in ops_all.items()}
-    # the plan's requests: block -> its key (no alternate rows: no block of the trace)
-    reqs = [r for r in doc["requests"] if not r.get("alternate") and int(r["block_id"]) >= 0]
-    key_of = {int(r["block_id"]): r for r in reqs}
+    key_of = _keys_of_window(trace, doc, pid, lo, hi)
     outlives = {(int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"] if r.get("alternate")}
     # what kind of op each op seq is: a launch (kernel name) or a copy / memset
     L = trace.launches
@@ -116,6 +114,60 @@ def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_S
            "not_swapped": not_swapped, "window_blocks": wb, "clock": clock.as_dict(),
            "iterations": int(doc["iteration"].get("iterations_in_trace", 0))}
     return problem, ctx
+
+
+def _anchor_seqs(trace, doc: dict, pid: int) -> np.ndarray:
+    """The seqs of the plan's iteration boundaries in the trace (the anchor's requests, or the window)."""
+    from ..pools.plan_file import servable
+
+    it = doc["iteration"]
+    if it["boundary"] != "anchor":
+        return np.asarray(it["window_seq"], np.int64)
+    req = servable(trace, pid)
+    a = it["anchor"]
+    m = (req["size"].to_numpy() == int(a["size"])) & (req["site"].to_numpy(np.uint64) == np.uint64(int(a["site"])))
+    return np.sort(req.loc[m, "seq_alloc"].to_numpy(np.int64))
+
+
+def _tightest_iteration(trace, doc: dict, pid: int, blocks: pd.DataFrame) -> tuple[int, int]:
+    """[lo, hi) seqs of the shortest complete iteration after the first (the schedule is keyed by launches and
+    repeated in every iteration: swaps whose transfers hide in the tightest one hide in the others too, as
+    far as the iterations are alike); the plan's own window when there is no other."""
+    b = _anchor_seqs(trace, doc, pid)
+    if len(b) < 4:
+        lo, hi = (int(x) for x in doc["iteration"]["window_seq"])
+        return lo, hi
+    t = blocks.set_index("seq_alloc")["t_alloc"]
+    tb = np.array([int(t.get(int(x), 0)) for x in b], np.int64)
+    d = np.diff(tb)[1:]                     # iterations 1 .. n-2 (the first is the warm-up)
+    k = 1 + int(np.argmin(d))
+    return int(b[k]), int(b[k + 1])
+
+
+def _keys_of_window(trace, doc: dict, pid: int, lo: int, hi: int) -> dict:
+    """block id -> its request key (phase, size, site, ordinal) for the blocks of the window [lo, hi): the
+    iteration's requests by their ordinal within it, the blocks that live across iterations by the plan's
+    persistent rows; only keys the plan has."""
+    from ..pools.plan_file import servable
+
+    req = servable(trace, pid)
+    sa = req["seq_alloc"].to_numpy(np.int64)
+    inw = (sa >= lo) & (sa < hi)
+    w = req[inw]
+    ordinal = w.groupby(["size", "site"], sort=False).cumcount().to_numpy()
+    have = {("iteration", int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"]
+            if r["phase"] == "iteration" and not r.get("alternate")}
+    out = {}
+    for bid, size, site, o in zip(w["block_id"].to_numpy(), w["size"].to_numpy(), w["site"].to_numpy(), ordinal):
+        k = ("iteration", int(size), int(site), int(o))
+        if k in have:
+            out[int(bid)] = {"phase": k[0], "size": k[1], "site": k[2], "ordinal": k[3]}
+    first = dict(zip(req["block_id"].to_numpy().tolist(), sa.tolist()))
+    for r in doc["requests"]:
+        if r["phase"] == "persistent" and int(r["block_id"]) >= 0 and first.get(int(r["block_id"]), hi) < lo:
+            out[int(r["block_id"])] = {"phase": "persistent", "size": int(r["size"]), "site": int(r["site"]),
+                                       "ordinal": int(r["ordinal"])}
+    return out
 
 
 def _req_key(r: dict) -> dict:
@@ -257,10 +309,9 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
     problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size)
     section = choose(problem, ctx, strategy, mode, budget)
     section["min_size"] = int(min_size)
-    swapped = {s["block_id"] for s in section["swaps"]}
     reqs = doc["requests"]
-    keys_swapped = {(r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"]))
-                    for r in reqs if not r.get("alternate") and int(r["block_id"]) in swapped}
+    keys_swapped = {(s["request"]["phase"], int(s["request"]["size"]), int(s["request"]["site"]),
+                     int(s["request"]["ordinal"])) for s in section["swaps"]}
     n_managed = 0
     for r in reqs:
         key = (r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"]))
@@ -326,12 +377,7 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     it = doc["iteration"]
     anchor = it.get("anchor") or {}
     # iteration boundaries: the anchor's allocations (seq)
-    if it["boundary"] == "anchor":
-        bnd = np.sort(req.loc[(req["size"].to_numpy() == int(anchor["size"]))
-                              & (req["site"].to_numpy(np.uint64) == np.uint64(int(anchor["site"]))),
-                              "seq_alloc"].to_numpy(np.int64))
-    else:
-        bnd = np.asarray(doc["iteration"]["window_seq"], np.int64)
+    bnd = _anchor_seqs(trace, doc, pid)
     # launches: iteration and ordinal of their kernel within it
     L = trace.launches
     L = L[L["pid"].to_numpy() == pid]
@@ -358,6 +404,8 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     acc = trace.accesses
     acc = acc[acc["pid"].to_numpy() == pid]
     first_acc = acc.groupby("block_id")["seq"].min()
+    acc_seqs = {int(k): np.sort(v.to_numpy(np.int64)) for k, v in acc.groupby("block_id")["seq"]}
+    unforeseen = 0
     # per block: resident intervals (managed) or its life (real)
     pers = {int(r["block_id"]) for r in doc["requests"] if r["phase"] == "persistent" and r.get("serve") == "arena"}
     small = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist())
@@ -365,7 +413,7 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     late = 0
     n_it = len(bnd)
     items = []      # (block, size, out issue, in issue, next access start)
-    for k in range(n_it):
+    for k in range(-1, n_it):       # -1: before the first boundary (the shim counts from the start there)
         for s in section["swaps"]:
             q = s["request"]
             b = inst_life.get((q["size"], q["site"], q["ordinal"])) if q["phase"] == "persistent" else \
@@ -375,6 +423,18 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
             n_op = at.get((k, s["in_before"]["kernel"], s["in_before"]["ordinal"]), -1)
             if b is None or o_op < 0 or i_op < 0 or n_op < 0:
                 continue
+            # a launch naming the block while it is away (this iteration's accesses differ from the
+            # planned one's) brings it back right then and waits for it, as the shim does
+            acc_b = acc_seqs.get(b)
+            if acc_b is not None:
+                j = int(np.searchsorted(acc_b, oseq[o_op], side="right"))
+                if j < len(acc_b) and acc_b[j] < oseq[n_op]:
+                    u = op_of_seq.get(int(acc_b[j]), -1)
+                    if 0 <= u and u < n_op:
+                        unforeseen += 1
+                        if u <= o_op:
+                            continue
+                        i_op = n_op = u
             items.append((b, s["size"], ostart[o_op] + odur[o_op], ostart[i_op], ostart[n_op]))
     out_end = np.zeros(len(items))
     free = -np.inf
@@ -428,6 +488,7 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
         curve += [t[o], np.cumsum(d[o])]
     section["predicted_peak_bytes"] = int(max(0, np.cumsum(d[o]).max())) if len(d) else 0
     section["predicted_late_swap_ins"] = int(late)
+    section["predicted_unforeseen"] = int(unforeseen)
     section["iterations_in_trace"] = int(n_it)
     section["predicted_stall_ns_run"] = float(delay)
     return section
