@@ -64,9 +64,10 @@ class _Out(ctypes.Structure):
 
 
 COPY_KERNEL = "pyinterpose_replay_memcpy"
+EXTRA_KERNEL = "pyinterpose_replay_extra"
 
 
-def build_ops(trace, pid: int | None = None, copies_as_kernels: bool = True) -> dict:
+def build_ops(trace, pid: int | None = None, copies_as_kernels: bool = True, extra_launches=()) -> dict:
     """The process's operations as the C loop reads them (arrays in seq order), and what was left out."""
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
@@ -153,7 +154,17 @@ def build_ops(trace, pid: int | None = None, copies_as_kernels: bool = True) -> 
             rows.append((int(sq), COPY, int(t), dst[0], -1, int(n), 0, sidx(st)))
         else:
             rows.append((int(sq), COPY, int(t), src[0], -1, int(n), 1, sidx(st)))
+    for sq, bid in extra_launches:   # launches the recording never had (tests: an access nobody planned for)
+        if int(bid) not in slot_of:
+            raise PyinterposeError(f"--extra-launch: block {bid} is not a device block of process {pid}")
+        at = [r for r in rows if r[0] == int(sq)]
+        if not at:
+            raise PyinterposeError(f"--extra-launch: no operation at seq {sq}")
+        k = names.setdefault(EXTRA_KERNEL, len(names))
+        rows.append((int(sq), 9, at[0][2], k, len(acc_list), 1, 0, at[0][7]))
+        acc_list.append(slot_of[int(bid)])
     rows.sort(key=lambda r: (r[0], r[1]))
+    rows = [r if r[1] != 9 else (r[0], LAUNCH, *r[2:]) for r in rows]
     arr = np.array(rows, np.int64).reshape(-1, 8)
     t = arr[:, 2] - arr[0, 2] if len(arr) else arr[:, 2]
     t = np.maximum.accumulate(t) if len(t) else t     # the pace never goes backwards
@@ -220,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                          "of the device model dilated, bandwidths scaled, the summary's times back on the "
                          "recorded clock (a loaded host keeps its pace); 0 as fast as possible (default 1)")
     ap.add_argument("--json", metavar="OUT", help="write the summary to this file as well")
+    ap.add_argument("--extra-launch", action="append", default=[], metavar="SEQ:BLOCK",
+                    help="also launch a kernel (pyinterpose_replay_extra) naming block BLOCK (its id in the trace) "
+                         "right after the operation at SEQ: an access the recording never had")
     ap.add_argument("--copies", choices=("kernels", "memcpy"), default="kernels",
                     help="replay copies as kernels of their recorded time (default) or as cudaMemcpyAsync")
     args = ap.parse_args(argv)
@@ -229,7 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         import pyinterpose
 
         trace = pyinterpose.load(args.trace)
-        ops = build_ops(trace, args.pid, copies_as_kernels=args.copies == "kernels")
+        extra = []
+        for x in args.extra_launch:
+            sq, _, bid = x.partition(":")
+            if not (sq.isdigit() and bid.isdigit()):
+                raise PyinterposeError(f"--extra-launch {x!r}: give SEQ:BLOCK (two integers)")
+            extra.append((int(sq), int(bid)))
+        ops = build_ops(trace, args.pid, copies_as_kernels=args.copies == "kernels", extra_launches=extra)
         check = os.environ.get("SIMCUDA_CHECK", "0") not in ("", "0")
         res = run_ops(ops, check, args.speed)
     except PyinterposeError as e:

@@ -110,7 +110,7 @@ def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_S
                        "freed": np.ones(int(live.sum()), bool), "counts_device": np.ones(int(live.sum()), bool)})
     problem = prepare_tables(wb, iv, bandwidth, min_size=min_size, t_end=t_hi, ops=ops, clock=clock.as_dict())
     problem.pid = pid
-    ctx = {"pid": pid, "t_lo": t_lo, "t_hi": t_hi, "ops": ops, "launch_key": launch_key, "key_of": key_of,
+    ctx = {"pid": pid, "t_lo": t_lo, "t_hi": t_hi, "lo": lo, "hi": hi, "ops": ops, "launch_key": launch_key, "key_of": key_of,
            "not_swapped": not_swapped, "window_blocks": wb, "clock": clock.as_dict(),
            "iterations": int(doc["iteration"].get("iterations_in_trace", 0))}
     return problem, ctx
@@ -235,7 +235,7 @@ def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead",
         "bandwidth": {"h2d_gbps": bw.h2d_bytes_per_s / 1e9, "d2h_gbps": bw.d2h_bytes_per_s / 1e9,
                       "latency_us": bw.latency_s * 1e6, "source": bw.source},
         "clock": ctx["clock"].get("clock", "cpu"), "min_size": None,
-        "window_ns": ctx["t_hi"] - ctx["t_lo"],
+        "window_ns": ctx["t_hi"] - ctx["t_lo"], "window_seq": [int(ctx["lo"]), int(ctx["hi"])],
         "peak_before_bytes": int(problem.peak_before), "swap_model_peak_bytes": int(rp.peak_after),
         "predicted_stall_ns": float(rp.slowdown_ns),
         "swaps": swaps, "not_swapped": ctx["not_swapped"],
