@@ -35,7 +35,7 @@ def _loaded(trace, args):
 def run(args) -> int:
     from ..analysis.compare import compare_files
     from ..report.compare_view import print_table, render_html
-    from ..report.text import load_trace, print_json, progress
+    from ..report.text import print_json, progress
 
     import glob
 
@@ -52,7 +52,7 @@ def run(args) -> int:
     with progress("comparing", enabled=None if not args.json else False) as pr:
         cmp, traces = compare_files(args.traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
                                     pools=not args.no_pools, swap=not args.no_swap, progress=pr,
-                                    load=lambda p: _loaded(load_trace(p, quiet=args.json), args))
+                                    load=lambda p: _loaded(A.load_trace(p, quiet=args.json), args))
     if args.output:
         try:
             from ..outfile import atomic_output

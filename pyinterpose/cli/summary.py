@@ -42,11 +42,9 @@ def _run(args) -> int:
         return _run_job(args)
     args.file = args.file[0]
     from ..analysis.summary import summarize
-    from ..report.text import load_trace
-
     from ._args import apply_site_skip
 
-    trace = load_trace(args.file, quiet=args.json)
+    trace = A.load_trace(args.file, quiet=args.json)
     apply_site_skip(trace, args)
     s = summarize(trace)
     if args.json:

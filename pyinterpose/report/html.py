@@ -15,7 +15,6 @@ import html as _html
 import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -23,31 +22,13 @@ import pandas as pd
 
 from .. import __version__
 from ..trace.model import Trace
-from . import analyses, data, oom_fit_sections, plots, timeline
+from ..analysis import guarded
+from . import data, oom_fit_sections, plots, timeline
 from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info, allocator_mask
+from .ranks_view import ranks_section
+from .sections import Report, Section
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
-
-
-@dataclass
-class Section:
-    id: str
-    title: str
-    explain: str = ""
-    figures: list[tuple[str, str]] = field(default_factory=list)   # (base64 png, alt text)
-    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)  # (caption, formatted table)
-    facts: list[tuple[str, str]] = field(default_factory=list)      # headline key/values
-    notes: list[str] = field(default_factory=list)                  # "not available: ..." etc.
-    html: list[str] = field(default_factory=list)                   # interactive fragments (timeline)
-
-
-@dataclass
-class Report:
-    title: str
-    facts: list[tuple[str, str]]
-    sections: list[Section]
-    headlines: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,8 +269,8 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     # the access intervals (the access analysis' and the swap problem's first and longest
     # part) need no iterations: found on a side thread while this one finds the iterations
     intervals = _in_background(lambda: _prefetch_intervals(trace))
-    it = analyses.iterations(trace)
-    cls = analyses.block_classes(trace, iters=it.value)
+    it = guarded.iterations(trace)
+    cls = guarded.block_classes(trace, iters=it.value)
     classes = cls.value
 
     # ---- the interactive timeline's data (one payload per device; None: no chart library, so
@@ -308,7 +289,7 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
             return None
 
     side = _in_background(lambda: (_timeline_payloads(),
-                                   analyses.pools(trace, strategies=strategies, time_limit=time_limit)))
+                                   guarded.pools(trace, strategies=strategies, time_limit=time_limit)))
 
     # ---- meanwhile the access analysis and the swap problem: the access intervals they share
     # (hundreds of MB at 10 M events) are let go before the other sections are built. The swap
@@ -319,18 +300,18 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                     "The time between consecutive uses of a block by kernels or copies. An interval can hide a"
                     " swap to host memory only if it is longer than the bandwidth filter: size/BW(d2h) +"
                     " size/BW(h2d) + latency. Intervals right of the red line are swap opportunities.")
-    acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
+    acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
     _safe(acc_s, lambda: _access_section(acc_s, trace, acc, heads))
     step(0.2, "swap planning")
-    sp = analyses._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
+    sp = guarded._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
     trace.forget("access.intervals")
     # the swap evaluation and the Pareto sweep: one list of tasks, worked through by a worker
     # thread now and by this thread too once its own sections are built (two busy threads,
     # the C scheduler releasing the GIL, and never more runs at once than that)
-    work = analyses.swap_work(sp.value) if sp.ok else sp
+    work = guarded.swap_work(sp.value) if sp.ok else sp
     worker = _in_background(work.value.work) if work.ok else None
     step(0.3, "lifetimes")
-    life = analyses.lifetimes_summary(trace, iters=it.value)
+    life = guarded.lifetimes_summary(trace, iters=it.value)
     step(0.35, "timeline")
     payloads, pl = side.result()
     intervals.result()
@@ -516,14 +497,13 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
                 " to the run (PCIe modelled as one channel per direction, latency + size/bandwidth). Every schedule"
                 " is replayed on a model of the GPU (kernels in recorded order, one copy engine per direction,"
                 " delays propagating): its peak and its slowdown are the replay's.")
-    ev, sw = analyses.swap_work_results(work)     # this thread takes the tasks left, then waits
+    ev, sw = guarded.swap_work_results(work)     # this thread takes the tasks left, then waits
     if worker is not None:
         worker.result()
     _safe(s, lambda: _swap_section(s, ev, sw, heads, run_ns=float(trace.duration_ns)))
     sections.append(s)
 
     # ---- ranks of a multi-GPU job (only when its processes name ranks)
-    from .ranks_view import ranks_section
     s = Section("ranks", "Ranks")
     _safe(s, lambda: sections.append(ranks_section(trace, heads)))
     if s.notes:
@@ -640,7 +620,7 @@ def _reserved_curve(trace: Trace) -> dict | None:
         return None
 
 
-def _reserved_line(trace: Trace, pl: analyses.Result) -> dict | None:
+def _reserved_line(trace: Trace, pl: guarded.Result) -> dict | None:
     """In a blocks view, what the framework's own allocator would have reserved for these
     requests (PyTorch's caching allocator, or BFC for JAX/TensorFlow): ``y`` the peak of
     the pools analysis' replay; the timeline draws the reserved bytes after each request
@@ -676,7 +656,7 @@ def _lifetimes_section(s: Section, d: dict, heads: dict) -> None:
                           "peak_by_class": to_jsonable(pk.get("by_class"))}
 
 
-def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict) -> None:
+def _access_section(s: Section, trace: Trace, acc: guarded.Result, heads: dict) -> None:
     """``acc``: access.analyze() dict.  The figure uses access_intervals (kind "between":
     access -> next access of the same block) and the per-interval swap cost."""
     if not acc.ok:
@@ -734,7 +714,7 @@ def _access_section(s: Section, trace: Trace, acc: analyses.Result, heads: dict)
                                                         "share_of_pressure")}}
 
 
-def _pools_section(s: Section, pl: analyses.Result, heads: dict) -> None:
+def _pools_section(s: Section, pl: guarded.Result, heads: dict) -> None:
     """``pl``: pools.evaluate() dict (strategies with ratio_to_bound against their bound:
     "steady" = LOAD of one steady step for planners, "whole_run" = peak live of the run for
     simulated allocators)."""
@@ -792,7 +772,7 @@ def _bandwidth_text(bw: dict | None) -> str:
     return f"{rate} ({src})" if src else rate
 
 
-def _swap_section(s: Section, ev: analyses.Result, sw: analyses.Result, heads: dict,
+def _swap_section(s: Section, ev: guarded.Result, sw: guarded.Result, heads: dict,
                   run_ns: float | None = None) -> None:
     """``ev``: swap.evaluate() dict; ``sw``: swap.pareto() list of budget points."""
     if not ev.ok and not sw.ok:

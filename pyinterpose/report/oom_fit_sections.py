@@ -1,6 +1,6 @@
 """The report's out-of-memory section (first, when an allocation failed) and its fit table.
 
-Each function fills a :class:`pyinterpose.report.html.Section` (passed in) from
+Each function fills a :class:`pyinterpose.report.sections.Section` (passed in) from
 :mod:`pyinterpose.analysis.oom` and :mod:`pyinterpose.analysis.fit`."""
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .sections import Report, Section
 from .text import fmt_bytes
 
 EXPLAIN = ("One row per rank (the process whose environment named it: RANK, JAX_PROCESS_ID, TF_CONFIG, "
@@ -52,8 +53,6 @@ def facts(job: dict) -> list[tuple[str, str]]:
 def ranks_section(trace, heads: dict):
     """The ranks section of one trace's report; None when no process of it has a rank."""
     from ..analysis.ranks import job_view, per_rank
-    from .html import Section
-
     pr = per_rank(trace)
     if not pr or all(r["rank"] is None for r in pr):
         return None
@@ -69,9 +68,7 @@ def ranks_section(trace, heads: dict):
 
 
 def job_report(res: dict, title: str):
-    """A Report (pyinterpose.report.html) of a job analysed by pyinterpose.analysis.job."""
-    from .html import Report, Section
-
+    """A Report (pyinterpose.report.sections) of a job analysed by pyinterpose.analysis.job."""
     s = Section("ranks", "Ranks", EXPLAIN)
     s.facts = facts(res["ranks"])
     if res["per_rank"]:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import pyinterpose
-from pyinterpose.report import analyses, memory_viz
+from pyinterpose.analysis import guarded
+from pyinterpose.report import memory_viz
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import peak_live_bytes
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed
 
 
 def _export(tr) -> dict:
-    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value)
+    cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value)
     snap = memory_viz.snapshot(tr, classes=cl.value)
     # what the viewer's unpickler hands to its JS: the same values as JSON (tuples become lists)
     return pickle.loads(pickle.dumps(snap, protocol=4))
@@ -165,7 +166,7 @@ def test_blocks_export_segment_tab_uses_the_legends_classes(tmp_path):
     classes.  Now a segment carries its block's class: the classes drawn are those of the block tab, and
     the legend names only them (and 'unknown', which the viewer needs in its list)."""
     tr = pyinterpose.load(gpu_trace("torch-cnn-blocks.pit"))
-    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value).value
+    cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value
     with Browser(str(tmp_path / "profile")) as b:
         b.open(_page(tmp_path, {"s": _export(tr)}))
         dev = _run(b, "s")["devices"][0]

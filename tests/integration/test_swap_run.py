@@ -148,7 +148,7 @@ assert cu.cuCtxSynchronize() == 0
 
 def test_the_plan_file_says_what_it_swaps_and_refuses_a_bad_section(tmp_path, swap_plan):
     from pyinterpose.errors import PyinterposeError
-    from pyinterpose.analysis.pools import plan_file
+    from pyinterpose.trace import plan_format as plan_file
 
     plan, doc = swap_plan
     sw = doc["swap"]

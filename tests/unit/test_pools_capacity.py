@@ -106,7 +106,7 @@ def test_cli_says_it(monkeypatch, capsys, tmp_path):
 
     traces = {"empty.pit": Trace.from_tables(meta={"view": "blocks"}), "loop.pit": loop_trace(),
               "lib.pit": loop_trace(api="cuMemAlloc_v2", prelude=3)}
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", lambda path, quiet=False: traces[path])
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: traces[path])
     monkeypatch.setenv("COLUMNS", "300")
     assert main(["pools", "empty.pit"]) == 2
     err = capsys.readouterr().err

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from pyinterpose.cli import main
-from pyinterpose.report import analyses, html
+from pyinterpose.analysis import guarded
+from pyinterpose.report import html
 from pyinterpose.report.synthetic import training_trace
 from conftest import fake_trace_files
 
@@ -95,7 +96,7 @@ def test_memory_section_uses_classes_and_nvml():
     assert p["names"]["cls"][:1] == ["persistent"] and "per_iteration" in p["names"]["cls"]
     assert p["names"]["cls"] == sorted(p["names"]["cls"], key=CLASS_ORDER.index)
     assert p["events"] == 8 + 4 * 12 * 2 and p["blocks"] == 8 + 4 * 12
-    bt = analyses.iterations(tr).value.boundaries_t
+    bt = guarded.iterations(tr).value.boundaries_t
     assert len(p["iters"]) == len(bt) >= 2 and p["iters"] == sorted(p["iters"])
     assert len(p["nvml"]["x"]) == len(tr.nvml)
     # peak: 2nd iteration, first gradient allocated after 16 forward events (t = 45..60 us) -> 61 us
@@ -121,9 +122,9 @@ def test_failing_analysis_degrades_only_its_section(monkeypatch):
 
 
 def test_missing_analysis_module_is_a_note(monkeypatch):
-    r = analyses._call("no_such_analysis", "run")
+    r = guarded._call("no_such_analysis", "run")
     assert not r.ok and r.note.startswith("not available: the no_such_analysis analysis is not in this build")
-    r = analyses._call("access", "no_such_function")
+    r = guarded._call("access", "no_such_function")
     assert not r.ok and "missing" in r.note
 
 
@@ -176,7 +177,7 @@ def test_timeline_reserved_line_is_the_framework_allocators_simulated_peak():
     mem = next(s for s in rep.sections if s.id == "memory")
     p = json.loads(re.search(r'<script type="application/json" class="pit-tl-data">(.*?)</script>',
                              mem.html[0]).group(1))
-    pools = analyses.pools(tr, time_limit=1.0).value
+    pools = guarded.pools(tr, time_limit=1.0).value
     want = next(r["peak_bytes"] for r in pools["strategies"] if r["strategy"] == "pytorch")
     rl = p["reserved_line"]
     assert rl["y"] == want >= rep.headlines["peak_live_bytes"]
