@@ -60,10 +60,12 @@ static void check_block(int64_t op, int64_t slot, uint64_t p)
 {
     uint64_t size = g_size[slot];
     if (size < 8 || !p) return;
-    uint64_t n = 1 + (size - 8) / SAMPLE_STRIDE + 1;  /* every MiB, and the last word */
+    uint64_t last = (size - 8) & ~(uint64_t)7;
+    uint64_t n = 1 + last / SAMPLE_STRIDE;              /* every MiB ... */
+    if (last % SAMPLE_STRIDE) n++;                      /* ... and the last word, when it is another one */
     uint64_t old = g_tag[slot], tag = (uint64_t)op + 1;
     for (uint64_t k = 0; k < n; k++) {
-        uint64_t off = k + 1 == n ? (size - 8) & ~(uint64_t)7 : k * SAMPLE_STRIDE;
+        uint64_t off = k * SAMPLE_STRIDE < last ? k * SAMPLE_STRIDE : last;
         uint64_t *w = (uint64_t *)(uintptr_t)(p + off);
         if (old) {
             g_out->checked_words++;
