@@ -682,6 +682,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
         "label": [strings.get(int(p), {}).get(int(sid), "") for p, sid in zip(side_pid[mi], side["aux"][mi])]}),
         MARKER_COLUMNS)
     applied = _applied(side, side_pid, side_op, col, tcol)
+    swapped = _swapped(side, side_pid, side_op, col, tcol)
 
     # ---- processes ----
     counters = {}
@@ -724,8 +725,35 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
-               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied)
+               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied,
+               swapped=swapped)
     return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+
+
+def _swapped(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
+    """PI_OP_SWAP records (native/shim/swap.c) as the ``swapped`` table."""
+    from .model import SWAP_COLUMNS
+
+    code = getattr(records.OP, "SWAP", None)
+    si = np.flatnonzero(side_op == code) if code is not None and len(side) else np.zeros(0, np.int64)
+    if len(si) == 0:
+        return empty_table(SWAP_COLUMNS)
+    S = side[si]
+    lo32, hi32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+
+    def pair(f):
+        v = S[f].astype(np.uint64)
+        return (v & lo32).astype(np.int64), (v >> hi32).astype(np.int64)
+
+    out, back = pair("addr")
+    late, unforeseen = pair("size")
+    waits, managed = pair("stream")
+    return conform(pd.DataFrame({
+        "pid": side_pid[si], "seq": col(side, "seq")[si], "t": tcol(side)[si],
+        "record": pd.Categorical(["last" if int(k) == 4 else "iteration" for k in S["flags"]]),
+        "iteration": S["result"].astype(np.int64), "swaps_out": out, "swaps_in": back, "late": late,
+        "unforeseen": unforeseen, "waits": waits, "managed": managed,
+        "real": S["aux"].astype(np.int64)}), SWAP_COLUMNS)
 
 
 def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
