@@ -149,3 +149,15 @@ def test_bench_gpu_clock_smallest(tmp_path):
     assert d["trace"]["auto"]["clock"] == "cupti" and d["trace"]["off"]["clock"] == "cpu"
     assert d["trace"]["auto"]["launches_with_device_time"] == d["trace"]["auto"]["launches"] > 0
     assert set(d["within_target"]) == {"launch_added_ns", "shim_added_ns", "cpu_added_ns"}
+
+
+@needs_native
+@pytest.mark.slow
+def test_bench_swap_run_smallest(tmp_path):
+    sample = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+    d, _ = bench("bench_swap_run.py", "--trace", sample, "--speed", "0", cwd=tmp_path, timeout=900)
+    t = d["traces"]["torch-cnn-blocks.pit"]
+    assert all(r["rc"] == 0 for r in t["runs"].values())
+    assert t["runs"]["swap_checked"]["check_errors"] == 0 and t["runs"]["swap_checked"]["checked_words"] > 0
+    assert t["runs"]["swap"]["prefetches"] > 0
+    assert t["swap"]["measured_peak_bytes"] < t["runs"]["none"]["resident_peak_bytes"]
