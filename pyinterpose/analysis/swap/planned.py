@@ -44,8 +44,9 @@ def _block_times(trace, pid: int, clock) -> pd.DataFrame:
     return b
 
 
-def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE):
-    """(problem, context) of the plan's window; see the module docstring."""
+def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, unsteady=frozenset()):
+    """(problem, context) of the plan's window; see the module docstring.  ``unsteady``: request keys
+    (phase, size, site, ordinal) left out because another iteration names their block while it would be away."""
     from ..access import access_intervals
     from ..clock import clock_of
 
@@ -88,6 +89,9 @@ def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_S
             why = "not served by the plan (a function --apply does not serve, or another process)"
         elif (int(r["size"]), int(r["site"]), int(r["ordinal"])) in outlives and r["phase"] == "iteration":
             why = "outlives its iteration (two instances of its request are live at once)"
+        elif (r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"])) in unsteady:
+            why = ("another iteration names it while it would be away (the iterations' accesses differ): "
+                   "it would come back early there")
         else:
             # the access ops themselves: the last op at or before the start, the first at or after the end
             p = int(np.searchsorted(oseq, ss, side="right")) - 1
@@ -302,11 +306,28 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
     iteration of at least ``min_size`` bytes by the program's own allocator (``serve: real``: their
     memory is then free for others while it is not in use, as the swapped blocks' is while they are
     away), the rest by the arena, re-planned without them.  Returns ``doc``."""
+
+    import copy
+
+    first = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit)
+    unsteady = first["swap"].pop("_unsteady", set())
+    best = first
+    if unsteady:   # the same without the swaps another iteration would undo: kept when it predicts less
+        second = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit,
+                             frozenset(unsteady))
+        second["swap"].pop("_unsteady", None)
+        if second["swap"]["predicted_peak_bytes"] < first["swap"]["predicted_peak_bytes"]:
+            best = second
+    doc.clear()
+    doc.update(best)
+    return doc
+
+
+def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time_limit, unsteady=frozenset()):
     from ..pools.plan_file import servable
     from ..pools.planners import plan as run_planner
-
     mode = "no-overhead" if budget is None else "budget"
-    problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size)
+    problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size, unsteady=unsteady)
     section = choose(problem, ctx, strategy, mode, budget)
     section["min_size"] = int(min_size)
     reqs = doc["requests"]
@@ -406,6 +427,7 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     first_acc = acc.groupby("block_id")["seq"].min()
     acc_seqs = {int(k): np.sort(v.to_numpy(np.int64)) for k, v in acc.groupby("block_id")["seq"]}
     unforeseen = 0
+    unsteady: set = set()
     # per block: resident intervals (managed) or its life (real)
     pers = {int(r["block_id"]) for r in doc["requests"] if r["phase"] == "persistent" and r.get("serve") == "arena"}
     small = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist())
@@ -432,6 +454,7 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
                     u = op_of_seq.get(int(acc_b[j]), -1)
                     if 0 <= u and u < n_op:
                         unforeseen += 1
+                        unsteady.add((q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])))
                         if u <= o_op:
                             continue
                         i_op = n_op = u
@@ -489,6 +512,7 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     section["predicted_peak_bytes"] = int(max(0, np.cumsum(d[o]).max())) if len(d) else 0
     section["predicted_late_swap_ins"] = int(late)
     section["predicted_unforeseen"] = int(unforeseen)
+    section["_unsteady"] = unsteady
     section["iterations_in_trace"] = int(n_it)
     section["predicted_stall_ns_run"] = float(delay)
     return section
