@@ -65,11 +65,12 @@ def run(args) -> int:
         print_json(cmp, trace=traces)
         return 0
     print_table(cmp)
-    from .summary import _fmt_bytes, print_call_sites
+    from ..report.summary_text import print_call_sites
+    from ..units import fmt_bytes
     from ..report.text import console
 
     for r in cmp["traces"]:
-        print_call_sites(console(), r.get("call_sites") or {}, _fmt_bytes, f" — {r['label']}")
+        print_call_sites(console(), r.get("call_sites") or {}, fmt_bytes, f" — {r['label']}")
     if args.output:
         print(f"Comparison written to {args.output}")
     return 0

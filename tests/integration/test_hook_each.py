@@ -75,11 +75,9 @@ def run(cbuild, tmp_path_factory):
                  env={"SIMCUDA_DEVICES": "2", "PYINTERPOSE_GPU_CLOCK": "off"}, timeout=300)
     assert cp.returncode == 0, cp.stderr
     expect = {}
-    for line in cp.stdout.splitlines():
-        if line.startswith("{"):
-            d = json.loads(line)
-            assert d["hook"] not in expect, d["hook"]
-            expect[d["hook"]] = d
+    for d in (json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")):
+        assert d["hook"] not in expect, d["hook"]
+        expect[d["hook"]] = d
     raw = read_file(out)
     records, windows = {}, {}
     for pid, parts in raw.events.items():
@@ -118,15 +116,14 @@ def test_hook_records_its_call(run, hook):
     got = {f: int(r[f]) for f in ("addr", "size", "stream", "aux", "device")}
     want = {f: e[f] for f in ("addr", "size", "stream", "aux", "device") if f in e}
     assert {f: got[f] for f in want} == want, hook
-    if "kind" in e:
-        assert int(r["flags"]) == ENUM["PI_KIND_" + e["kind"]], hook
-    if "flags" in e:
-        assert int(r["flags"]) == ENUM[e["flags"]], hook
-    if e["op"] in ("LAUNCH", "COPY", "MEMSET", "TENSORMAP"):
-        # its ACCESS records follow it in the same reservation: the blocks the call named
-        i = lo + 1 + int(hit[0]) + 1
-        acc = []
-        while i < hi and ev["op"][i] == ENUM["PI_OP_ACCESS"] and ev["seq"][i] == r["seq"] + 1 + len(acc):
-            acc.append(int(ev["addr"][i]))
-            i += 1
-        assert sorted(acc) == sorted(e["acc"]), hook
+    # flags: the block kind (ALLOC, FREE), the graph event (GRAPH_DEF), else 0
+    want_flags = ENUM["PI_KIND_" + e["kind"]] if "kind" in e else ENUM[e["flags"]] if "flags" in e else 0
+    assert int(r["flags"]) == want_flags, hook
+    # the ACCESS records that follow it in the same reservation: the blocks the call named (none for
+    # anything but a launch, copy, memset or TMA descriptor)
+    i = lo + 1 + int(hit[0]) + 1
+    acc = []
+    while i < hi and ev["op"][i] == ENUM["PI_OP_ACCESS"] and ev["seq"][i] == r["seq"] + 1 + len(acc):
+        acc.append(int(ev["addr"][i]))
+        i += 1
+    assert sorted(acc) == sorted(e["acc"]), hook

@@ -98,12 +98,8 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
     assert "error" not in r, r
     dev = r["devices"][0]
     db = tr.device_blocks
-    try:
-        from pyinterpose.analysis.owners import allocator_mask
-        db = tr.blocks[allocator_mask(tr)]
-        exact = True       # the snapshot holds the allocator's requests only, as PyTorch's does
-    except ImportError:
-        exact = False      # every device block (cuBLAS workspaces etc. too)
+    from pyinterpose.analysis.owners import allocator_mask
+    db = tr.blocks[allocator_mask(tr)]      # the snapshot holds the allocator's requests only, as PyTorch's does
     live_end = int(db.loc[~db["freed"], "size"].sum())
     assert dev["end"]["reserved"] == live_end
     assert dev["start"]["reserved"] == 0 and dev["start"]["allocated"] == 0
@@ -111,9 +107,9 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
     reported = truth["pytorch_reported"]
     if tr.meta.get("view") == "reserved":
         assert dev["segments"]["max_size"] == peak_live_bytes(db)
-        if exact:  # segments are PyTorch's own: their peak is its max_memory_reserved, to the byte
-            assert dev["segments"]["max_size"] == reported["max_memory_reserved"]
-            assert dev["end"]["reserved"] == reported["memory_reserved_end"]
+        # segments are PyTorch's own: their peak is its max_memory_reserved, to the byte
+        assert dev["segments"]["max_size"] == reported["max_memory_reserved"]
+        assert dev["end"]["reserved"] == reported["memory_reserved_end"]
         # the reserved view cannot see tensors: each segment is shown as one block that fills it (the
         # viewer's first tab, the block timeline, draws the reserve), and every hover says so
         assert dev["end"]["allocated"] == dev["end"]["reserved"]
@@ -126,13 +122,12 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
         assert dev["blocks"]["max_size"] == peak_live_bytes(db)
         assert dev["end"]["allocated"] == live_end
     # absolute time: the events fall within the steps PyTorch timed (unix us)
-    steps = truth.get("step_bounds_unix_us")
-    if steps:
-        t_us = np.array([e["time_us"] for e in snap["device_traces"][0]], dtype=np.int64)
-        lo, hi = steps[0][0], steps[-1][1]
-        assert lo - 60_000_000 <= t_us.min() and t_us.max() <= hi + 60_000_000
-        inside = ((t_us >= lo) & (t_us <= hi)).mean()
-        assert inside > 0.5, inside
+    steps = truth["step_bounds_unix_us"]        # both torch truths time their steps
+    t_us = np.array([e["time_us"] for e in snap["device_traces"][0]], dtype=np.int64)
+    lo, hi = steps[0][0], steps[-1][1]
+    assert lo - 60_000_000 <= t_us.min() and t_us.max() <= hi + 60_000_000
+    inside = ((t_us >= lo) & (t_us <= hi)).mean()
+    assert inside > 0.5, inside
 
 
 def test_synthetic_export_replays_at_every_point(tmp_path):
