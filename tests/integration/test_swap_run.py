@@ -108,6 +108,15 @@ def test_an_unforeseen_access_waits_for_the_block_and_the_result_stays_exact(tmp
     line = next(x for x in cp.stderr.splitlines() if "swaps: " in x)
     assert " 1 unforeseen accesses waited" in line, line
     assert st["faults"] == 0          # it was brought back before the launch ran: no page fault on the device
+    # summary: per iteration, the swaps done and the unforeseen access that waited
+    j = run_cli("summary", str(tmp_path / "unforeseen.pit"), "--json")
+    assert j.returncode == 0, j.stderr
+    p = json.loads(j.stdout)["applied"]["processes"][0]
+    assert p["swap_totals"]["unforeseen"] == 1 and p["swap_totals"]["late"] == 0
+    assert sum(r["unforeseen"] for r in p["swapped"]) == 1
+    assert [r["swaps_out"] for r in p["swapped"] if r["iteration"] >= 0][:5] == [len(doc["swap"]["swaps"])] * 5
+    txt = run_cli("summary", str(tmp_path / "unforeseen.pit"))
+    assert "swaps per iteration" in txt.stdout and "1 unforeseen accesses waited" in txt.stdout
 
 
 def test_simcuda_counts_a_touch_of_a_block_that_is_away(tmp_path):
