@@ -2,6 +2,7 @@
 a refactor's outputs with the code before it byte for byte.
 
     python scripts/golden_outputs.py OUT_DIR [TRACE.pit ...]
+    python scripts/golden_outputs.py --compare BEFORE_DIR AFTER_DIR     # exit 1 on any difference
 
 With no trace given: every ``samples/*.pit`` plus a demo trace captured once on simcuda into
 ``OUT_DIR/traces/demo-torch.pit`` (reused when it is already there, since a new capture has new
@@ -25,7 +26,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VOLATILE = {"seconds", "report", "output", "trace"}  # wall time and paths given on the command line
+VOLATILE = {"seconds", "report", "output", "trace",  # wall time and paths given on the command line
+            "nodes"}   # the exact planner's search nodes: its two threads race (pools/exact.py PORTFOLIO)
 
 COMMANDS = {
     "summary": ["summary", "{t}", "--json"],
@@ -81,10 +83,39 @@ def record(trace: str, out: str) -> None:
     print(name, flush=True)
 
 
+def compare(before: str, after: str) -> int:
+    """Every file of ``before`` against ``after``: JSON re-blanked (VOLATILE may have grown since
+    ``before`` was written), other files byte for byte.  Prints each difference; 1 when any."""
+    bad = 0
+    for dirpath, _, files in os.walk(before):
+        for f in sorted(files):
+            a = os.path.join(dirpath, f)
+            if os.path.relpath(a, before).startswith("traces" + os.sep):
+                continue
+            b = os.path.join(after, os.path.relpath(a, before))
+            if not os.path.exists(b):
+                print(f"missing: {b}")
+                bad = 1
+                continue
+            with open(a, "rb") as fa, open(b, "rb") as fb:
+                da, db = fa.read(), fb.read()
+            if f.endswith(".json"):
+                try:
+                    da, db = (json.dumps(blank(json.loads(x)), sort_keys=True).encode() for x in (da, db))
+                except ValueError:
+                    pass
+            if da != db:
+                print(f"differs: {os.path.relpath(a, before)}")
+                bad = 1
+    return bad
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    if argv[0] == "--compare":
+        return compare(argv[1], argv[2])
     out, traces = argv[0], argv[1:]
     os.makedirs(out, exist_ok=True)
     if not traces:

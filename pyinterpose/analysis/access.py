@@ -17,7 +17,6 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace
-from .iterations import _mix64
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
 
 INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
@@ -423,6 +422,7 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     filter is skipped (``filtered_fraction`` None, ``bandwidth_note`` says why).
     Outliers: intervals with ATI >= the ``ati_quantile`` of all ATIs and block size >= the
     ``size_quantile`` of all block sizes."""
+    from .clock import clock_of
     from .iterations import find_iterations
 
     for name, q in (("ati_quantile", ati_quantile), ("size_quantile", size_quantile)):
@@ -438,150 +438,166 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     if pid is not None:
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
     block_size = b["size"].to_numpy(np.int64)[in_blocks]
-    n_blocks = int(len(block_size))
-    block_bytes = float(block_size.sum())
-    # The device rows of the shared intervals table are read in place (views of its columns, one
-    # per run between host blocks): nothing row-sized is copied but the ATIs partitioned for the
-    # quantiles; per-row work runs in chunks, per-block values come from one segment per block.
-    iv_all = access_intervals(trace, pid)
-    dev = iv_all["counts_device"].to_numpy(bool)
-    sl = _device_parts(dev)
-
-    def rows(name: str, dtype=None) -> _Rows:
-        x = iv_all[name].cat.codes.to_numpy() if dtype is None else iv_all[name].to_numpy(dtype)
-        return _Rows([x[dev]] if sl is None else [x[s] for s in sl] or [x[:0]])
-    ati, size, bid = rows("ati_ns", np.int64), rows("size", np.int64), rows("block_id", np.int64)
-    n = len(ati)
-    peak = _peak(trace, in_blocks) if n else None     # first: live_events' temporaries while little is held
-    kcode = rows("kind")
-    kcode = kcode.parts[0] if len(kcode.parts) == 1 else kcode.copy()     # int8, one byte a row
-    n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
-    kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if n_kind[i]]
-    ati_q, (ati_thr,) = _quantile_summary(ati.copy(), (ati_quantile,)) if n else (None, (None,))
-    from .clock import clock_of
-
+    iv = _DeviceIntervals(access_intervals(trace, pid), len(block_size))
+    peak = _peak(trace, in_blocks) if iv.n else None     # first: live_events' temporaries while little is held
+    n_kind, kcode = iv.n_kind, iv.kcode
+    ati_q, (ati_thr,) = _quantile_summary(iv.ati.copy(), (ati_quantile,)) if iv.n else (None, (None,))
     out: dict[str, Any] = {
         "pid": pid,
         **clock_of(trace, pid).as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
-        "intervals": n,
-        "blocks": n_blocks,
+        "intervals": iv.n,
+        "blocks": iv.n_blocks,
         "accessed_blocks": None,
         "accesses": n_kind[INTERVAL_KINDS.index("between")] + n_kind[INTERVAL_KINDS.index("alloc_to_first")],
         "ati_quantiles": ati_q,
-        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": _quantile_summary(ati.where(kcode == i))[0]}
-                        for i, k in kinds},
+        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": _quantile_summary(iv.ati.where(kcode == i))[0]}
+                        for i, k in iv.kinds},
     }
-    seg = bid.segment_starts()                                 # intervals are ordered by block
-    seg_size_i = size.take(seg)
-    seg_size = seg_size_i.astype(np.float64)
-
-    def per_block_any(mask: np.ndarray) -> np.ndarray:
-        return np.logical_or.reduceat(mask, seg) if len(seg) else np.zeros(0, bool)
     unacc = INTERVAL_KINDS.index("unaccessed")
-    uniform = len(seg) == n_blocks     # one segment a block (no two adjacent blocks share an id)
-    if uniform:                        # a block unaccessed has one row, of that kind
-        out["accessed_blocks"] = n_blocks - n_kind[unacc]
+    if iv.uniform:                        # a block unaccessed has one row, of that kind
+        out["accessed_blocks"] = iv.n_blocks - n_kind[unacc]
     else:
-        out["accessed_blocks"] = int(per_block_any(kcode != unacc).sum())
-
-    # bandwidth filter: an interval hides a swap of its block if ATI >= the block's swap cost
+        out["accessed_blocks"] = int(iv.per_block_any(kcode != unacc).sum())
     out["bandwidth"] = None if bw is None else {
         "h2d_bytes_per_s": bw.h2d_bytes_per_s, "d2h_bytes_per_s": bw.d2h_bytes_per_s,
         "latency_s": bw.latency_s, "source": bw.source}
     out["bandwidth_note"] = note
-    hides = None
-    if bw is not None:
-        cost = swap_cost_ns(seg_size_i, bw)                   # per block (a function of the size)
-        hides = np.empty(n, bool)
-        for (p, ls, s), (p_sz, _, _) in zip(ati.chunks(), size.chunks()):
-            np.greater_equal(p[ls], _repeat_rows(cost, seg, s) if uniform else swap_cost_ns(p_sz[ls], bw),
-                             out=hides[s])
-        del cost
-        n_hides = int(np.count_nonzero(hides))
-        sw = per_block_any(hides)
-        sw_bytes = float(seg_size[sw].sum())
-        out["filtered_fraction"] = {
-            "intervals": _share(n - n_hides, n),
-            "blocks": _share(n_blocks - int(sw.sum()), n_blocks),
-            "bytes": _share(block_bytes - sw_bytes, block_bytes),
-        }
-        out["filtered_by_kind"] = {k: _share(n_kind[i] - int(np.count_nonzero((kcode == i) & hides)), n_kind[i])
-                                   for i, k in kinds}
-        out["swappable"] = {"intervals": n_hides, "blocks": int(sw.sum()), "bytes": int(sw_bytes)}
-        del sw
-    else:
+    hides = _bandwidth_filter(out, iv, bw, float(block_size.sum())) if bw is not None else None
+    if bw is None:
         out["filtered_fraction"] = None
-
-    # outliers and their share of memory pressure
     out["outliers"] = None
-    if n:
-        size_thr = float(np.quantile(block_size, size_quantile))
-        big = seg_size_i >= size_thr
-        is_out = np.empty(n, bool)
-        for (p, ls, s), (p_sz, _, _) in zip(ati.chunks(), size.chunks()):
-            np.greater_equal(p[ls], ati_thr, out=is_out[s])
-            is_out[s] &= _repeat_rows(big, seg, s) if uniform else p_sz[ls] >= size_thr
-        del big
-        t_peak, peak_bytes = peak
-        # pressure window: the regular step holding the peak, else the whole process
-        if iters.count and iters.boundaries_t[0] <= t_peak < iters.boundaries_t[-1]:
-            k = int(np.searchsorted(iters.boundaries_t, t_peak, side="right") - 1)
-            lo, hi, wname = int(iters.boundaries_t[k]), int(iters.boundaries_t[k + 1]), f"iteration {k}"
-        else:
-            lo, hi, wname = None, None, "whole trace"
-        st, en = rows("start_t", np.int64), rows("end_t", np.int64)
-        if lo is None:
-            lo, hi = min(int(p.min()) for p in st.parts), max(int(p.max()) for p in en.parts)
-        # area = size * overlap with the window (bytes x ns), float64 a row, summed as one array:
-        # the same floats as before
-        area = np.empty(n, np.float64)
-        peak_out = 0
-        for (p_st, ls, s), (p_en, _, _), (p_sz, _, _) in zip(st.chunks(), en.chunks(), size.chunks()):
-            ov = np.minimum(p_en[ls], hi)
-            ov -= np.maximum(p_st[ls], lo)
-            np.clip(ov, 0, None, out=ov)
-            np.multiply(p_sz[ls], ov, out=area[s], dtype=np.float64)
-            at_peak = p_st[ls] <= t_peak
-            at_peak &= p_en[ls] > t_peak
-            at_peak &= is_out[s]
-            peak_out += int(p_sz[ls][at_peak].sum())
-        del ov, at_peak
-        area_all = area.sum()
-        area_out = area[is_out].sum()
-        del area
-        ob = per_block_any(is_out)
-        sel = np.flatnonzero(is_out)
-        sel = sel[_top_order(-(size.take(sel).astype(np.float64) * ati.take(sel)), top)]
-        out["outliers"] = {
-            "ati_threshold_ns": ati_thr, "size_threshold_bytes": size_thr,
-            "ati_quantile": ati_quantile, "size_quantile": size_quantile,
-            "intervals": int(np.count_nonzero(is_out)), "blocks": int(ob.sum()),
-            "bytes": int(seg_size[ob].sum()),
-            "swappable_intervals": None if hides is None else int(np.count_nonzero(is_out & hides)),
-            "peak_bytes": peak_bytes, "peak_t": t_peak,
-            "share_of_peak_bytes": _share(peak_out, peak_bytes),
-            "pressure_window": {"name": wname, "start_t": lo, "end_t": hi},
-            "share_of_pressure": _share(area_out, area_all),
-            "top": [{"block_id": int(bid.at(i)), "size": int(size.at(i)), "ati_ns": int(ati.at(i)),
-                     "kind": INTERVAL_KINDS[kcode[i]], "start_t": int(st.at(i)), "end_t": int(en.at(i))}
-                    for i in sel],
-        }
-        del is_out, ob
-    del kcode, hides, seg_size, seg_size_i, block_size
-
+    if iv.n:
+        out["outliers"] = _outliers(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
+    seg, n, bid = iv.seg, iv.n, iv.bid
+    del iv, kcode, hides, block_size
     out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
-    # kernels inside CUDA graph replays are not recorded one by one: their accesses are missing
-    la = trace.launches
-    if pid is not None and len(la):
-        g = int(la["graph"].to_numpy()[la["pid"].to_numpy() == pid].sum())
-    else:
-        g = int(la["graph"].sum())
-    out["graph_launches"] = g
+    out["graph_launches"] = g = _graph_launches(trace, pid)
     out["notes"] = [] if not g else [
         f"{g} CUDA graph launches: the kernels inside graph replays are not seen, so their accesses are "
         "missing here (ATIs across a replay are too long, blocks used only inside graphs look untouched)"]
     return out
+
+
+class _DeviceIntervals:
+    """The device rows of the shared intervals table, read in place (views of its columns, one per run
+    between host blocks): nothing row-sized is copied but the ATIs partitioned for the quantiles;
+    per-row work runs in chunks, per-block values come from one segment per block (intervals are
+    ordered by block)."""
+
+    def __init__(self, table: pd.DataFrame, n_blocks: int):
+        self.table, self.n_blocks = table, n_blocks
+        self.dev = table["counts_device"].to_numpy(bool)
+        self.parts = _device_parts(self.dev)
+        self.ati, self.size, self.bid = self.rows("ati_ns", np.int64), self.rows("size", np.int64), \
+            self.rows("block_id", np.int64)
+        self.n = len(self.ati)
+        kcode = self.rows("kind")
+        self.kcode = kcode.parts[0] if len(kcode.parts) == 1 else kcode.copy()     # int8, one byte a row
+        self.n_kind = [int(np.count_nonzero(self.kcode == i)) for i in range(len(INTERVAL_KINDS))]
+        self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
+        self.seg = self.bid.segment_starts()
+        self.seg_size_i = self.size.take(self.seg)
+        self.seg_size = self.seg_size_i.astype(np.float64)
+        self.uniform = len(self.seg) == n_blocks     # one segment a block (no two adjacent blocks share an id)
+
+    def rows(self, name: str, dtype=None) -> _Rows:
+        x = self.table[name].cat.codes.to_numpy() if dtype is None else self.table[name].to_numpy(dtype)
+        return _Rows([x[self.dev]] if self.parts is None else [x[s] for s in self.parts] or [x[:0]])
+
+    def per_block_any(self, mask: np.ndarray) -> np.ndarray:
+        return np.logical_or.reduceat(mask, self.seg) if len(self.seg) else np.zeros(0, bool)
+
+
+def _bandwidth_filter(out: dict, iv: _DeviceIntervals, bw, block_bytes: float) -> np.ndarray:
+    """An interval hides a swap of its block if ATI >= the block's swap cost: ``filtered_fraction``,
+    ``filtered_by_kind`` and ``swappable`` into ``out``; the bool per interval."""
+    n, n_blocks, seg = iv.n, iv.n_blocks, iv.seg
+    cost = swap_cost_ns(iv.seg_size_i, bw)                   # per block (a function of the size)
+    hides = np.empty(n, bool)
+    for (p, ls, s), (p_sz, _, _) in zip(iv.ati.chunks(), iv.size.chunks()):
+        np.greater_equal(p[ls], _repeat_rows(cost, seg, s) if iv.uniform else swap_cost_ns(p_sz[ls], bw),
+                         out=hides[s])
+    del cost
+    n_hides = int(np.count_nonzero(hides))
+    sw = iv.per_block_any(hides)
+    sw_bytes = float(iv.seg_size[sw].sum())
+    out["filtered_fraction"] = {
+        "intervals": _share(n - n_hides, n),
+        "blocks": _share(n_blocks - int(sw.sum()), n_blocks),
+        "bytes": _share(block_bytes - sw_bytes, block_bytes),
+    }
+    out["filtered_by_kind"] = {k: _share(iv.n_kind[i] - int(np.count_nonzero((iv.kcode == i) & hides)), iv.n_kind[i])
+                               for i, k in iv.kinds}
+    out["swappable"] = {"intervals": n_hides, "blocks": int(sw.sum()), "bytes": int(sw_bytes)}
+    return hides
+
+
+def _pressure_window(iters, t_peak: int, st: _Rows, en: _Rows) -> tuple[int, int, str]:
+    """The regular step holding the peak, else the whole process: (start, end, name)."""
+    if iters.count and iters.boundaries_t[0] <= t_peak < iters.boundaries_t[-1]:
+        k = int(np.searchsorted(iters.boundaries_t, t_peak, side="right") - 1)
+        return int(iters.boundaries_t[k]), int(iters.boundaries_t[k + 1]), f"iteration {k}"
+    return min(int(p.min()) for p in st.parts), max(int(p.max()) for p in en.parts), "whole trace"
+
+
+def _outliers(iv: _DeviceIntervals, block_size: np.ndarray, ati_thr, ati_quantile: float, size_quantile: float,
+              peak: tuple[int, int], iters, hides: np.ndarray | None, top: int) -> dict[str, Any]:
+    """Outliers (ATI and size both high) and their share of the peak and of memory pressure."""
+    ati, size, seg, n = iv.ati, iv.size, iv.seg, iv.n
+    size_thr = float(np.quantile(block_size, size_quantile))
+    big = iv.seg_size_i >= size_thr
+    is_out = np.empty(n, bool)
+    for (p, ls, s), (p_sz, _, _) in zip(ati.chunks(), size.chunks()):
+        np.greater_equal(p[ls], ati_thr, out=is_out[s])
+        is_out[s] &= _repeat_rows(big, seg, s) if iv.uniform else p_sz[ls] >= size_thr
+    del big
+    t_peak, peak_bytes = peak
+    st, en = iv.rows("start_t", np.int64), iv.rows("end_t", np.int64)
+    lo, hi, wname = _pressure_window(iters, t_peak, st, en)
+    # area = size * overlap with the window (bytes x ns), float64 a row, summed as one array:
+    # the same floats as before
+    area = np.empty(n, np.float64)
+    peak_out = 0
+    for (p_st, ls, s), (p_en, _, _), (p_sz, _, _) in zip(st.chunks(), en.chunks(), size.chunks()):
+        ov = np.minimum(p_en[ls], hi)
+        ov -= np.maximum(p_st[ls], lo)
+        np.clip(ov, 0, None, out=ov)
+        np.multiply(p_sz[ls], ov, out=area[s], dtype=np.float64)
+        at_peak = p_st[ls] <= t_peak
+        at_peak &= p_en[ls] > t_peak
+        at_peak &= is_out[s]
+        peak_out += int(p_sz[ls][at_peak].sum())
+    del ov, at_peak
+    area_all = area.sum()
+    area_out = area[is_out].sum()
+    del area
+    ob = iv.per_block_any(is_out)
+    sel = np.flatnonzero(is_out)
+    sel = sel[_top_order(-(size.take(sel).astype(np.float64) * ati.take(sel)), top)]
+    return {
+        "ati_threshold_ns": ati_thr, "size_threshold_bytes": size_thr,
+        "ati_quantile": ati_quantile, "size_quantile": size_quantile,
+        "intervals": int(np.count_nonzero(is_out)), "blocks": int(ob.sum()),
+        "bytes": int(iv.seg_size[ob].sum()),
+        "swappable_intervals": None if hides is None else int(np.count_nonzero(is_out & hides)),
+        "peak_bytes": peak_bytes, "peak_t": t_peak,
+        "share_of_peak_bytes": _share(peak_out, peak_bytes),
+        "pressure_window": {"name": wname, "start_t": lo, "end_t": hi},
+        "share_of_pressure": _share(area_out, area_all),
+        "top": [{"block_id": int(iv.bid.at(i)), "size": int(size.at(i)), "ati_ns": int(ati.at(i)),
+                 "kind": INTERVAL_KINDS[iv.kcode[i]], "start_t": int(st.at(i)), "end_t": int(en.at(i))}
+                for i in sel],
+    }
+
+
+def _graph_launches(trace: Trace, pid) -> int:
+    """CUDA graph launches (the kernels inside a replay are not recorded one by one: their accesses are
+    missing)."""
+    la = trace.launches
+    if pid is not None and len(la):
+        return int(la["graph"].to_numpy()[la["pid"].to_numpy() == pid].sum())
+    return int(la["graph"].sum())
 
 
 def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int) -> dict[str, Any] | None:

@@ -114,7 +114,7 @@ class FitModel:
         from .owners import allocator_mask, framework
 
         self.trace = trace
-        self.pid = pools._pid(trace, pid)
+        self.pid = pools.resolve_pid(trace, pid)
         b = trace.blocks
         if self.pid is None or len(b) == 0:
             raise PyinterposeError("the trace has no device allocations: nothing to fit")
@@ -206,13 +206,9 @@ class FitModel:
         if self._arrs_made is None:
             from . import pools
             from .owners import allocator_mask
-            cols = pools._block_columns(self.trace, pools._device_mask(self.trace, self.pid, True,
-                                                                         allocator_mask(self.trace)))
-            rq = pools._request_columns(cols, times=False)
+            rq = pools.request_stream(self.trace, self.pid, allocator_mask(self.trace))
             self._req_seq = rq["seq"]
-            self._arrs_made = pools.allocators.RequestArrays.of_columns(
-                rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
-                lambda: pools._request_frame(pools._request_columns(cols)))
+            self._arrs_made = rq["arrays"]
         return self._arrs_made
 
     def allocator_need(self, sim: str, options: dict) -> int:
@@ -293,13 +289,13 @@ class FitModel:
         answers = []
         not_tried = []
 
-        def add(name, fits, need=None, cost=0.0, note="", **extra):
+        def record_answer(name, fits, need=None, cost=0.0, note="", **extra):   # one way to fit; its verdict
             answers.append({"name": name, "fits": bool(fits), "need_bytes": None if need is None else int(need),
                             "headroom_bytes": None if need is None else C - int(need),
                             "step_time_cost": float(cost), "note": note, **extra})
             return fits
 
-        fits = add("captured allocator (its segments as recorded)" if self.reserved_view else
+        fits = record_answer("captured allocator (its segments as recorded)" if self.reserved_view else
                    f"captured allocator ({self.simulator})", C >= self.captured_need, self.captured_need,
                    note="peak of the recorded segments" if self.reserved_view else
                    "simulated peak reserve plus the bytes outside the allocator")
@@ -310,7 +306,7 @@ class FitModel:
                 not_tried.append("knobs, a planned pool and swapping: a reserved-view trace has no tensors "
                                  "(capture with --view blocks)")
         elif not fits and not below:
-            fits = add(f"captured allocator ({self.simulator}), releasing its cache when full",
+            fits = record_answer(f"captured allocator ({self.simulator}), releasing its cache when full",
                        self.allocator_fits_limited(self.simulator, self._captured_options(), C),
                        note="its out-of-memory path (release cached blocks, retry) keeps it within the capacity; "
                             "the synchronisations and cudaFree/cudaMalloc calls it costs are not timed")
@@ -318,14 +314,14 @@ class FitModel:
                 for name, kind, sim, opts, frac in knobs:
                     if kind == "need":
                         need = self.allocator_need(sim, opts)
-                        ok = add(name, C >= need, need)
+                        ok = record_answer(name, C >= need, need)
                     else:
-                        ok = add(name, self.allocator_fits_limited(sim, opts, int(frac * C)),
+                        ok = record_answer(name, self.allocator_fits_limited(sim, opts, int(frac * C)),
                                  note=f"one BFC region of {frac:g} x the capacity")
                     fits = fits or ok
             if not fits:
                 pn = self.planned_need()
-                fits = add("planned pool (optimal offsets)", C >= pn, pn,
+                fits = record_answer("planned pool (optimal offsets)", C >= pn, pn,
                            note="the larger of the lower bound and the exact plan of the steady step")
         elif fits:
             not_tried.append("knobs, planned pool and swapping: the captured allocator fits")
@@ -334,7 +330,7 @@ class FitModel:
                              "(peak of live bytes)")
         if not fits and not self.reserved_view:
             if self.try_swap:
-                fits = self._swap(C, gpu, add)
+                fits = self._swap(C, gpu, record_answer)
             else:
                 not_tried.append(f"host swapping (pyinterpose fit FILE --capacity {C} evaluates it)")
         chosen = next((a for a in answers if a["fits"]), None)
@@ -352,7 +348,7 @@ class FitModel:
                 "step_time_cost": cost, "answers": answers, "not_tried": not_tried,
                 "not_modelled": not_modelled if any(a["name"] in {k[0] for k in knobs} for a in answers) else []}
 
-    def _swap(self, C: int, gpu: dict | None, add) -> bool:
+    def _swap(self, C: int, gpu: dict | None, record_answer) -> bool:
         from . import swap
         from .bandwidth import DEFAULT_LATENCY_S, Bandwidth
 
@@ -366,13 +362,14 @@ class FitModel:
                 from .bandwidth import resolve_bandwidth
                 bw = resolve_bandwidth(self.trace)
             except PyinterposeError as e:
-                add("host swapping", False, note=f"not evaluated: no bandwidth ({e}); give --bandwidth or --gpu")
+                record_answer("host swapping", False,
+                              note=f"not evaluated: no bandwidth ({e}); give --bandwidth or --gpu")
                 return False
         try:
             r = swap.evaluate(self.trace, bandwidth=bw, budget=C, strategies=["vote"], modes=("budget",),
                               pid=self.pid)
         except PyinterposeError as e:
-            add("host swapping", False, note=f"not evaluated: {e}")
+            record_answer("host swapping", False, note=f"not evaluated: {e}")
             return False
         s = r["strategies"][0]
         need = int(s["peak_after"])
@@ -381,7 +378,7 @@ class FitModel:
             need = max(need, int(self.unmet["live_plus_request_bytes"]))
             extra = "; the run ended in an out-of-memory failure: at least what was live then plus the request"
         ok = bool(s["budget_met"]) and need <= C
-        return add("host swapping", ok, need, cost=s["overhead_fraction"] if ok else 0.0,
+        return record_answer("host swapping", ok, need, cost=s["overhead_fraction"] if ok else 0.0,
                    note=f"{s['swaps']} swaps, {s['stall_seconds']:.4f} s of stalls; bandwidth {bw.source}; "
                         f"peak of live bytes after swapping (with a planned pool){extra}",
                    swaps=int(s["swaps"]), stall_seconds=float(s["stall_seconds"]),

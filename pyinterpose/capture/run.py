@@ -20,6 +20,7 @@ from .. import __version__
 from ..errors import PyinterposeError
 from ..installation import NATIVE, SHIM, SIMCUDA, not_built_message
 from ..trace import records
+from ..trace.writer import TraceWriter
 from . import gpuclock
 from .drain import Drain
 from .ring import DEFAULT_LEASE_S
@@ -249,14 +250,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     gpuclock.GPU_CLOCK_MISSING_EXIT when it exited 0, ``gpu_clock`` is "cupti" and a process that ran
     device work got no device clock.  ``after``: called as ``after(output, procs)`` once the trace is
     written (procs: each process's ring counters, e.g. ``oom_failures``)."""
-    if not argv:
-        raise PyinterposeError("no command given: pyinterpose run [options] -- CMD ...")
-    if view not in VIEWS:
-        raise PyinterposeError(f"unknown view {view!r} (choose from {', '.join(VIEWS)})")
-    if gpu_clock not in gpuclock.MODES:
-        raise PyinterposeError(f"unknown --gpu-clock {gpu_clock!r} (choose from {', '.join(gpuclock.MODES)})")
-    if stacks not in STACKS:
-        raise PyinterposeError(f"unknown --stacks {stacks!r} (choose from {', '.join(STACKS)})")
+    _check_options(argv, view, gpu_clock, stacks)
     child_env = dict(os.environ if env is None else env)
     if simulated_gpu:
         child_env["LD_LIBRARY_PATH"] = ":".join(p for p in [SIMCUDA, child_env.get("LD_LIBRARY_PATH", "")] if p)
@@ -269,51 +263,28 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
                          f"recorded into the enclosing trace; {output or 'no separate trace'} is not written\n")
         sys.stderr.flush()
         return _spawn(argv, child_env, cwd)
-    if not os.path.exists(SHIM):
-        raise PyinterposeError(not_built_message(SHIM))
-    try:
-        from .. import _core  # noqa: F401  (the drain's C copy loop)
-    except ImportError:
-        raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE), "_core (cffi extension)")))
+    _check_built()
     output = output or default_output(argv)
     if os.path.exists(output) and not force:
         raise PyinterposeError(f"-o {output}: file exists; pass -f to overwrite")
     _resolve_program(argv, child_env)
-    from ..trace.writer import TraceWriter
-
     session = secrets.token_hex(6)
     # the user's own allocator settings, which --view blocks overrides (kept in both views)
     user_env = {k: child_env[k] for k in BLOCKS_KNOBS if k in child_env}
     knobs = view_environment(view, child_env)
     child_env.update(knobs)
-    preload = [SHIM] + [p for p in child_env.get("LD_PRELOAD", "").replace(":", " ").split() if p]
-    child_env["LD_PRELOAD"] = ":".join(preload)
-    child_env["PYINTERPOSE_SESSION"] = session
-    child_env["PYINTERPOSE_CONSUMER_PID"] = str(os.getpid())
-    child_env["PYINTERPOSE_ACCESS"] = "1" if access else "0"
-    child_env["PYINTERPOSE_STACKS"] = stacks
-    child_env["PYINTERPOSE_GPU_CLOCK"] = gpu_clock
-    if ring_records:
-        child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
-    pidns = _pid_namespace()
-    if pidns:
-        child_env["PYINTERPOSE_CONSUMER_PIDNS"] = pidns   # the shim sees a dead `run` at once (native/shim)
+    _shim_environment(child_env, session, access, stacks, gpu_clock, ring_records)
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
     apply_meta = None
     if apply:   # --apply plan.json: its digest for the shim (pyinterpose.capture.apply)
-        from . import apply as applying
+        from . import apply as applying    # pandas (the plan's check): not at every run's start
         try:
             apply_meta = applying.prepare(apply, rdir, argv, knobs, child_env)
         except BaseException:
             _remove_dir(rdir)
             raise
-    try:
-        lease_s = float(os.environ.get("PYINTERPOSE_LEASE_S", "") or DEFAULT_LEASE_S)
-    except ValueError:
-        lease_s = DEFAULT_LEASE_S
-
     nvml_info, sampler = _nvml_start()
     t0 = time.monotonic_ns()
     meta = {
@@ -338,7 +309,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         _remove_file(output)
         raise PyinterposeError(f"cannot write trace {output}: {e.strerror or e}")
 
-    drain = Drain(session, writer, ring_dir=rdir, lease_s=lease_s)
+    drain = Drain(session, writer, ring_dir=rdir, lease_s=_lease_s())
     drain.start()
     status = 0
     try:
@@ -348,35 +319,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         unrecorded = drain.unrecorded()
         apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)
-        try:
-            nvml_rows = sampler.stop() if sampler else None
-        except Exception:  # noqa: BLE001 - NVML trouble never costs the trace
-            nvml_rows = None
-        if nvml_rows is not None and len(nvml_rows):
-            rows = nvml_rows.copy()
-            rows["t"] = rows["t"] - t0
-            drain._write(writer.nvml, list(rows.columns), rows.values.tolist())
-        end = time.monotonic_ns()
-        written = sum(p["written"] for p in procs)
-        lost = sum(p["lost"] for p in procs)
-        capture_error = drain.write_error or drain.error
-        if rdir_error:
-            # a process without a ring could not have said so: the capture cannot be called complete
-            capture_error = f"{capture_error}; {rdir_error}" if capture_error else rdir_error
-        trailer = {"exit_status": status, "end_ns": end, "duration_s": (end - t0) / 1e9,
-                   "processes": procs, "events_written": written, "events_lost": lost,
-                   "events_in_file": writer.events_written, "unrecorded": unrecorded}
-        if capture_error:
-            trailer["capture_error"] = capture_error
-        if drain.write_error:  # one more try: the trailer is small, and the partial chunk was cut off
-            drain.write_error = None
-            if not drain._write(writer.trailer, trailer):
-                capture_error = f"{capture_error}; no trailer"
-        else:
-            drain._write(writer.trailer, trailer)
-            if drain.write_error:
-                capture_error = drain.write_error
-        writer.close()
+        capture_error = _close_trace(drain, writer, sampler, t0, status, procs, unrecorded, rdir_error)
     if not quiet:
         _print_done(output, procs, writer.events_written, status)
     if apply:
@@ -385,6 +328,92 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         sys.stderr.flush()
     if after is not None:
         after(output, procs)
+    return _exit_status(output, status, procs, unrecorded, capture_error, gpu_clock)
+
+
+def _check_options(argv: list[str], view: str, gpu_clock: str, stacks: str) -> None:
+    if not argv:
+        raise PyinterposeError("no command given: pyinterpose run [options] -- CMD ...")
+    if view not in VIEWS:
+        raise PyinterposeError(f"unknown view {view!r} (choose from {', '.join(VIEWS)})")
+    if gpu_clock not in gpuclock.MODES:
+        raise PyinterposeError(f"unknown --gpu-clock {gpu_clock!r} (choose from {', '.join(gpuclock.MODES)})")
+    if stacks not in STACKS:
+        raise PyinterposeError(f"unknown --stacks {stacks!r} (choose from {', '.join(STACKS)})")
+
+
+def _check_built() -> None:
+    """The shim and the drain's C copy loop (_core) must be built."""
+    if not os.path.exists(SHIM):
+        raise PyinterposeError(not_built_message(SHIM))
+    try:
+        from .. import _core  # noqa: F401  (compiled: absent from a source tree that is not built)
+    except ImportError:
+        raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE), "_core (cffi extension)")))
+
+
+def _shim_environment(child_env: dict[str, str], session: str, access: bool, stacks: str, gpu_clock: str,
+                      ring_records: int | None) -> None:
+    """What the shim reads from the program's environment (native/shim/shim.c), set in ``child_env``."""
+    preload = [SHIM] + [p for p in child_env.get("LD_PRELOAD", "").replace(":", " ").split() if p]
+    child_env["LD_PRELOAD"] = ":".join(preload)
+    child_env["PYINTERPOSE_SESSION"] = session
+    child_env["PYINTERPOSE_CONSUMER_PID"] = str(os.getpid())
+    child_env["PYINTERPOSE_ACCESS"] = "1" if access else "0"
+    child_env["PYINTERPOSE_STACKS"] = stacks
+    child_env["PYINTERPOSE_GPU_CLOCK"] = gpu_clock
+    if ring_records:
+        child_env["PYINTERPOSE_RING_RECORDS"] = str(int(ring_records))
+    pidns = _pid_namespace()
+    if pidns:
+        child_env["PYINTERPOSE_CONSUMER_PIDNS"] = pidns   # the shim sees a dead `run` at once (native/shim)
+
+
+def _lease_s() -> float:
+    try:
+        return float(os.environ.get("PYINTERPOSE_LEASE_S", "") or DEFAULT_LEASE_S)
+    except ValueError:
+        return DEFAULT_LEASE_S
+
+
+def _close_trace(drain: Drain, writer: TraceWriter, sampler, t0: int, status: int, procs: list[dict],
+                 unrecorded: list[dict], rdir_error: str | None) -> str | None:
+    """The NVML samples and the trailer written, the trace closed; the capture's error (None: none)."""
+    try:
+        nvml_rows = sampler.stop() if sampler else None
+    except Exception:  # noqa: BLE001 - NVML trouble never costs the trace
+        nvml_rows = None
+    if nvml_rows is not None and len(nvml_rows):
+        rows = nvml_rows.copy()
+        rows["t"] = rows["t"] - t0
+        drain._write(writer.nvml, list(rows.columns), rows.values.tolist())
+    end = time.monotonic_ns()
+    written = sum(p["written"] for p in procs)
+    lost = sum(p["lost"] for p in procs)
+    capture_error = drain.write_error or drain.error
+    if rdir_error:
+        # a process without a ring could not have said so: the capture cannot be called complete
+        capture_error = f"{capture_error}; {rdir_error}" if capture_error else rdir_error
+    trailer = {"exit_status": status, "end_ns": end, "duration_s": (end - t0) / 1e9,
+               "processes": procs, "events_written": written, "events_lost": lost,
+               "events_in_file": writer.events_written, "unrecorded": unrecorded}
+    if capture_error:
+        trailer["capture_error"] = capture_error
+    if drain.write_error:  # one more try: the trailer is small, and the partial chunk was cut off
+        drain.write_error = None
+        if not drain._write(writer.trailer, trailer):
+            capture_error = f"{capture_error}; no trailer"
+    else:
+        drain._write(writer.trailer, trailer)
+        if drain.write_error:
+            capture_error = drain.write_error
+    writer.close()
+    return capture_error
+
+
+def _exit_status(output: str, status: int, procs: list[dict], unrecorded: list[dict], capture_error: str | None,
+                 gpu_clock: str) -> int:
+    """``run``'s exit status, and the lines that say why it is not the program's own."""
     problems = _capture_problems(procs, unrecorded, capture_error)
     if problems:
         sys.stderr.write(f"pyinterpose: capture INCOMPLETE: {problems}; the trace {output} says so"

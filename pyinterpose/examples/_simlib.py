@@ -13,9 +13,9 @@ import ctypes
 import os
 
 from pyinterpose.errors import PyinterposeError
-from pyinterpose.examples.simaside import OOM_RETRIES
 
 NATIVE_ENV = "PYINTERPOSE_NATIVE_DIR"
+OOM_RETRIES = ("release", "smaller")   # simtrain.h oom_retry: what a near OOM retries
 
 
 def native_dir() -> str:

@@ -29,8 +29,8 @@ import os
 import sys
 
 from pyinterpose.errors import PyinterposeError
+from pyinterpose.examples._simlib import OOM_RETRIES, load_simcuda
 
-OOM_RETRIES = ("release", "smaller")
 
 
 def add_arguments(p) -> None:
@@ -54,8 +54,6 @@ def check_arguments(args) -> None:
 
 def _cuda() -> ctypes.CDLL:
     """The process's global scope (the preloaded shim's wrappers first), simcuda loaded into it."""
-    from pyinterpose.examples._simlib import load_simcuda
-
     load_simcuda()
     return ctypes.CDLL(None)
 

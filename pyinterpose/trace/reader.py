@@ -441,285 +441,34 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
 
 
 def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
-    lib, ffi, s = sp.lib, sp.ffi, sp.s
-    if lib.pi_split_finish(s) < 0:
+    """The Trace from the native pass's tables: one step per table (each frees its temporaries)."""
+    if sp.lib.pi_split_finish(sp.s) < 0:
         raise MemoryError("out of memory reading the trace")
-    meta = raw.meta
-    apis = np.array(meta.get("apis") or records.api_names(), dtype=object)
-    kinds = {int(k): v for k, v in (meta.get("kinds") or records.kinds()).items()}
-    O = records.OP
-    n = int(s.n_events)
-    t0 = int(meta.get("t0_ns") or (int(s.t_min) if n else 0))
-    end_t = int(s.t_max) - t0 if n else 0
-    interleaved = bool(s.interleaved)
-
-    def ptr(a):
-        return ffi.from_buffer(_CTYPES.get(a.dtype.str, "char[]"), a)
-
-    npid = int(s.n_pids)
-    pp_pid = np.frombuffer(ffi.buffer(s.pp_pid, 4 * npid), np.int32).copy() if npid else np.zeros(0, np.int32)
-    pp_last = np.frombuffer(ffi.buffer(s.pp_last_seq, 8 * npid), np.int64).copy() if npid \
-        else np.zeros(0, np.int64)
-    pids = sorted(pp_pid.tolist())
-    op_count = list(s.op_count)
-    op_ok = list(s.op_ok)
-
-    def col(ev, name):
-        c = ev[name]
-        return c.view(np.int64) if name in ("seq", "t_ns", "size") else c
-
-    def tcol(ev):
-        return ev["t_ns"].view(np.int64) - t0
-
-    # ---- side records: strings, markers, call sites (STRDATA follow their STRING/FRAME) ----
-    side, side_pid = sp.table("side")
-    if interleaved:
-        side_pid, side = _by_pid(side_pid, side)
-    side_op = side["op"].astype(np.uint8) if len(side) and int(side["op"].max()) < 256 else side["op"].astype(np.int64)
-    side_off = np.searchsorted(side_pid, np.array(pids + [np.iinfo(np.int32).max], dtype=np.int64))
-    if len(pids):
-        side_off[-1] = len(side)
-    strings = {}
-    for i, p in enumerate(pids):
-        lo, hi = side_off[i], side_off[i + 1]
-        strings[p] = _strings(side[lo:hi], side_op[lo:hi])
-
-    api_categories = pd.Index([a if a else "<none>" for a in apis])
-
-    def api_name(a):
-        return pd.Categorical.from_codes(np.clip(np.asarray(a), 0, len(apis) - 1), api_categories)
-
-    def categorical(codes, names):
-        """names[codes] as a Categorical without hashing strings row by row."""
-        return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64), pd.Index(names))
-
-    # ---- blocks: the pass paired allocations with frees per (pid, address family, key), in seq order ----
-    A, a_pid = sp.table("alloc")
-    na = len(A)
-    status = sp._take(s, "al_status", na, np.int8)
-    end_tns = sp._take(s, "al_end_t", na, np.int64)
-    end_seq = sp._take(s, "al_end_seq", na, np.int64)
-    # blocks in (t_alloc, pid, seq_alloc) order, stable; rows of A (file order) -> pid order -> block order
-    perm = np.argsort(a_pid, kind="stable") if interleaved else None
-    if perm is not None:
-        a_pid, A, status, end_tns, end_seq = a_pid[perm], A[perm], status[perm], end_tns[perm], end_seq[perm]
-    t_alloc = tcol(A)
-    seq_alloc = col(A, "seq")
-    if na > 1:   # allocations come in almost that order: check before sorting
-        dt, dp, ds = np.diff(t_alloc), np.diff(a_pid), np.diff(seq_alloc)
-        in_order = bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0))))))
-        del dt, dp, ds
-    else:
-        in_order = True
-    bo = None if in_order else np.lexsort((seq_alloc, a_pid, t_alloc))
-    row_block = np.arange(na, dtype=np.int64)
-    if bo is not None or perm is not None:
-        src = perm if bo is None else (bo if perm is None else perm[bo])
-        row_block[src] = np.arange(na, dtype=np.int64)
-    matched = status == 1
-    ended = status > 0
-
-    def by_block(x):
-        return x if bo is None else x[bo]
-
-    last_seq = pp_last[np.argsort(pp_pid)] + 1
-    pid_rank = np.searchsorted(np.sort(pp_pid), a_pid) if na else np.zeros(0, np.int64)
-    seq_free = np.where(ended, end_seq, last_seq[pid_rank] if na else 0)
-    kind_names = [kinds.get(k, f"kind{k}") for k in range(16)]
-    bk = by_block(A["flags"])
-    aux_a = by_block(A["aux"])
-    blocks = pd.DataFrame({
-        "pid": by_block(a_pid), "device": by_block(A["device"]), "api": api_name(by_block(A["api"])),
-        "kind": categorical(np.clip(bk, 0, 15), kind_names),
-        "address": by_block(A["addr"]), "size": by_block(col(A, "size")),
-        "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64),
-        "t_alloc": by_block(t_alloc), "t_free": by_block(np.where(ended, end_tns - t0, end_t)),
-        "seq_alloc": by_block(seq_alloc), "seq_free": by_block(seq_free),
-        "freed": by_block(matched), "stream": by_block(A["stream"]),
-    }, copy=False)
-    never_freed = int((~matched).sum())
-    del A, status, end_tns, end_seq, ended, t_alloc, seq_alloc, seq_free, aux_a, bk, pid_rank
-    kind_cat = blocks["kind"].cat
-    blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
-    blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
-    blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
-    blocks = conform(blocks, BLOCK_COLUMNS)
-    sites = site_tables.read_sites(side, side_pid, side_op, side_off, pids, strings,  # owners, frames, stacks
-                                   int(meta.get("site_format") or site_tables.SITE_FORMAT))
+    b = _Builder(sp, raw)
+    blocks, row_block, never_freed = b.blocks()
+    sites = site_tables.read_sites(b.side, b.side_pid, b.side_op, b.side_off, b.pids, b.strings,  # owners,
+                                   int(b.meta.get("site_format") or site_tables.SITE_FORMAT))       # frames, stacks
     site_tables.attach_blocks(blocks, sites)
-
-    # ---- kernels ----
     L, l_pid = sp.table("launch")
-    l_op = L["op"]
-    l_aux = L["aux"]
-    kernels: list[str] = []
-    kindex: dict[tuple[int, int], int] = {}
-    name_index: dict[str, int] = {}
-    lm = l_op == O.LAUNCH
-    lkey = np.unique((l_pid[lm].astype(np.int64) << 32) | l_aux[lm].astype(np.int64))   # (pid, string id)
-    for p, sid in zip((lkey >> 32).tolist(), (lkey & 0xFFFFFFFF).tolist()):
-        name = strings.get(p, {}).get(sid, "<unknown kernel>")
-        if name not in name_index:
-            name_index[name] = len(kernels)
-            kernels.append(name)
-        kindex[(p, sid)] = name_index[name]
-
-    kkeys = np.array(sorted(kindex), dtype=np.int64).reshape(-1, 2)
-    kcomb = (kkeys[:, 0] << 32) | kkeys[:, 1] if len(kkeys) else np.zeros(0, np.int64)
-    korder_k = np.argsort(kcomb)
-    kcomb_sorted = kcomb[korder_k]
-    kvals = np.array([kindex[tuple(k)] for k in kkeys.tolist()], dtype=np.int32)[korder_k] if len(kkeys) \
-        else np.zeros(0, np.int32)
-    kid = np.full(len(L), -1, dtype=np.int32)        # kernel of each launch row (-1: graph or unknown)
-    if len(kcomb_sorted) and lm.any():
-        q = (l_pid[lm].astype(np.int64) << 32) | l_aux[lm].astype(np.int64)
-        pos = np.minimum(np.searchsorted(kcomb_sorted, q), len(kcomb_sorted) - 1)
-        kid[lm] = np.where(kcomb_sorted[pos] == q, kvals[pos], -1)
-        del q, pos
-
-    # ---- accesses: each ACCESS record belongs to the record it follows (in C: its owner) ----
-    n_access_records = int(s.a_n)
-    n_acc = np.zeros(len(L), np.int32)
-    b_pid = np.ascontiguousarray(blocks["pid"].to_numpy(np.int32))
-    b_seq = np.ascontiguousarray(blocks["seq_alloc"].to_numpy(np.int64))
-    b_id = np.ascontiguousarray(blocks["block_id"].to_numpy(np.int64))
-    kept = lib.pi_resolve_access(s, ptr(row_block), ptr(b_pid), ptr(b_seq), ptr(b_id), len(blocks), ptr(kid),
-                                 len(L), ptr(n_acc), t0)
-    del b_pid, b_seq, b_id, row_block
-    if kept < 0:
-        raise MemoryError("out of memory resolving accesses")
-    x_block = sp._take(s, "a_ref", kept, np.int64)
-    x_pid = sp._take(s, "a_pid", kept, np.int32)
-    x_seq = sp._take(s, "a_seq", kept, np.int64)
-    x_t = sp._take(s, "a_t", kept, np.int64)
-    x_kernel = sp._take(s, "a_launch", kept, np.int32)
-    x_op = sp._take(s, "a_op", kept, np.uint8)
-    x_flags = sp._take(s, "a_flags", kept, np.uint16)
-    s.a_n = s.a_cap = 0
-    if interleaved:
-        x_pid, x_block, x_seq, x_t, x_kernel, x_op, x_flags = _by_pid(x_pid, x_block, x_seq, x_t, x_kernel, x_op,
-                                                                      x_flags)
-    op_names = {O.LAUNCH: "launch", O.COPY: "copy", O.MEMSET: "memset", O.TENSORMAP: "tensormap"}
-    accesses = pd.DataFrame({
-        "block_id": x_block, "pid": x_pid, "seq": x_seq, "t": x_t, "kernel": x_kernel,
-        "op": pd.Categorical.from_codes(x_op.view(np.int8), pd.Index([op_names.get(o, f"op{o}")
-                                                                     for o in range(16)])),
-        "flags": x_flags,
-    }, copy=False)
-    accesses = conform(accesses, ACCESS_COLUMNS)
-    unresolved_access = n_access_records - int(kept)
-    del x_block, x_pid, x_seq, x_t, x_kernel, x_op, x_flags
-
-    # ---- launches ----
-    if interleaved:
-        l_pid, L, kid, n_acc = _by_pid(l_pid, L, kid, n_acc)
-    kn = list(dict.fromkeys(kernels + ["<graph>"]))
-    launches = pd.DataFrame({
-        "pid": l_pid, "tid": L["tid"].astype(np.int64), "seq": col(L, "seq"), "t": tcol(L),
-        "device": L["device"], "stream": L["stream"], "api": api_name(L["api"]), "kernel": kid,
-        "kernel_name": categorical(np.where(kid >= 0, kid, len(kernels)), kn),
-        "n_access": n_acc, "graph": L["op"] == O.GRAPH_LAUNCH,
-    }, copy=False)
-    launches = conform(launches, LAUNCH_COLUMNS)
-    l_kid = kid
-    gl_rows = np.flatnonzero(launches["graph"].to_numpy())
-    graph_launches = pd.DataFrame({"pid": launches["pid"].to_numpy()[gl_rows],
-                                   "seq": launches["seq"].to_numpy()[gl_rows], "exec": L["addr"][gl_rows]})
-    del L, l_pid, n_acc, l_op, l_aux, lm
-
-    # ---- copies, hints, failures, markers ----
-    C, c_pid = sp.table("copy")
-    if interleaved:
-        c_pid, C = _by_pid(c_pid, C)
-    c_copy = C["op"] == O.COPY
-    copies = conform(pd.DataFrame({
-        "pid": c_pid, "seq": col(C, "seq"), "t": tcol(C), "api": api_name(C["api"]),
-        "op": categorical(np.where(c_copy, 0, 1), ["copy", "memset"]), "dst": C["addr"],
-        "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": col(C, "size"),
-        "stream": C["stream"]}), COPY_COLUMNS)
-
-    # ---- the device clock: activities, and the device start/end of launches and copies ----
-    G, g_pid = sp.table("gpu")
-    if interleaved:
-        g_pid, G = _by_pid(g_pid, G)
-    gpu_activity = gpuclock.activity_table(G, g_pid, t0, strings, kernels, launches["pid"].to_numpy(),
-                                           launches["seq"].to_numpy(), l_kid, copies["pid"].to_numpy(),
-                                           copies["seq"].to_numpy())
-    del G, g_pid, l_kid, kid
-    if len(gpu_activity):
-        if len(graph_launches) and (side_op == O.GRAPH_DEF).any():
-            calls = pd.concat([launches.loc[~launches["graph"], ["pid", "seq", "stream"]],
-                               copies[["pid", "seq", "stream"]]])
-            gpu_activity["captured_seq"] = gpuclock.join_captured(gpu_activity, gpuclock.captured_calls(
-                side, side_pid, side_op, O.GRAPH_DEF, calls, graph_launches))
-        spans = gpuclock.event_spans(gpu_activity)
-        for tab in (launches, copies):
-            tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(), tab["seq"].to_numpy())
-    H, h_pid = sp.table("hint")
-    if interleaved:
-        h_pid, H = _by_pid(h_pid, H)
-    hints = conform(pd.DataFrame({
-        "pid": h_pid, "seq": col(H, "seq"), "t": tcol(H), "api": api_name(H["api"]),
-        "op": categorical(np.where(H["op"] == O.ADVISE, 0, 1), ["advise", "prefetch"]), "address": H["addr"],
-        "size": col(H, "size"), "value": H["aux"].astype(np.int64)}), HINT_COLUMNS)
-    X, x_pid = sp.table("fail")
-    if interleaved:
-        x_pid, X = _by_pid(x_pid, X)
-    opname = np.array([{v: k for k, v in records.ops().items()}.get(o, str(o)) for o in range(16)], dtype=object)
-    x_mem = np.isin(X["op"], [O.ALLOC, O.FREE])
-    x_kind = np.where(x_mem, X["flags"], 0).astype(np.int64)
-    failures = conform(pd.DataFrame({
-        "pid": x_pid, "seq": col(X, "seq"), "t": tcol(X), "api": api_name(X["api"]),
-        "op": pd.Categorical(opname[X["op"].astype(np.uint8)]), "size": col(X, "size"),
-        "result": X["result"], "stream": np.where(x_mem & (x_kind != 8) & (x_kind != 9), X["stream"], 0).astype(np.uint64),
-        "device": X["device"], "kind": categorical(np.clip(x_kind, 0, 9), [""] + [KINDS[k] for k in range(1, 10)]),
-        "pool": np.where(x_kind == 4, X["aux"], 0).astype(np.uint64)}), FAILURE_COLUMNS)
-    failure_details.attach(failures, side, side_pid, side_op, getattr(O, "MEMINFO", None), sites)
-    clocks = gpuclock.process_clocks(side, side_pid, side_op, O.CLOCK, strings)
-    mi = np.flatnonzero(side_op == O.MARKER)
-    markers = conform(pd.DataFrame({
-        "pid": side_pid[mi], "seq": col(side, "seq")[mi], "t": tcol(side)[mi],
-        "label": [strings.get(int(p), {}).get(int(sid), "") for p, sid in zip(side_pid[mi], side["aux"][mi])]}),
-        MARKER_COLUMNS)
-    applied = _applied(side, side_pid, side_op, col, tcol)
-    swapped = _swapped(side, side_pid, side_op, col, tcol)
-
-    # ---- processes ----
-    counters = {}
-    for pr in (raw.trailer or {}).get("processes", []):
-        counters[pr.get("ring")] = pr
-    prow = []
-    ctx = context.per_process(side, side_op, side_pid, strings, getattr(O, "CONTEXT", None),
-                              getattr(O, "DEVICE", None))
-    for pr in raw.processes:
-        c = counters.get(pr.get("ring"), {})
-        cx, dv = ctx.get(int(pr["pid"]), ("{}", "[]"))
-        prow.append({"pid": pr["pid"], "ppid": pr.get("ppid", 0), "exe": pr.get("exe", ""),
-                     "forked": bool(pr.get("forked")), "start_ns": int(pr.get("start_ns", t0)) - t0,
-                     "written": c.get("written", -1), "lost": c.get("lost", -1), "waits": c.get("waits", 0),
-                     "unscanned_launches": c.get("unscanned_launches", 0), "context": cx, "devices": dv,
-                     **clocks.get(pr["pid"], gpuclock.NO_RECORD)})
-    processes = conform(pd.DataFrame(prow), PROCESS_COLUMNS) if prow else empty_table(PROCESS_COLUMNS)
-    del side, side_pid, side_op
-
-    # ---- NVML samples ----
-    if raw.nvml:
-        frames = [pd.DataFrame(c["rows"], columns=c["columns"]) for c in raw.nvml]
-        nvml = conform(pd.concat(frames, ignore_index=True), NVML_COLUMNS)
-    else:
-        nvml = empty_table(NVML_COLUMNS)
-
-    counts = {
-        "events": n, "alloc": na, "free": int(s.n_free), "access": int(len(accesses)),
-        "launch": int(op_count[O.LAUNCH]), "graph_launch": int(op_count[O.GRAPH_LAUNCH]),
-        "copy": int(op_ok[O.COPY]), "memset": int(op_ok[O.MEMSET]),
-        "advise": int(op_ok[O.ADVISE]), "prefetch": int(op_ok[O.PREFETCH]), "marker": int(len(markers)),
-        "failure": int(len(failures)), "unmatched_free": int(s.unmatched_free),
-        "unresolved_access": unresolved_access, "never_freed": never_freed,
-    }
-    by_api = s.api_count
-    counts["by_api"] = {str(apis[i]): int(by_api[i]) for i in range(min(len(apis), 65536)) if by_api[i]}
-    meta = dict(meta)
+    kernels, kid = b.kernels(L, l_pid)
+    accesses, n_acc, unresolved_access = b.accesses(blocks, row_block, kid, len(L))
+    del row_block
+    launches, graph_launches, kid = b.launches(L, l_pid, kid, n_acc, kernels)
+    del L, l_pid, n_acc
+    copies = b.copies()
+    gpu_activity = b.gpu_activity(kernels, launches, copies, kid, graph_launches)
+    del kid
+    hints = b.hints()
+    failures = b.failures()
+    failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
+    markers = b.markers()
+    applied = _applied(b.side, b.side_pid, b.side_op, b.col, b.tcol)
+    swapped = _swapped(b.side, b.side_pid, b.side_op, b.col, b.tcol)
+    processes = b.processes()
+    b.side = b.side_pid = b.side_op = None
+    nvml = b.nvml()
+    counts = b.counts(accesses, markers, failures, unresolved_access, never_freed)
+    meta = dict(b.meta)
     meta["trailer"] = raw.trailer
     meta["capture_notes"] = sites.notes
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
@@ -728,6 +477,308 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied,
                swapped=swapped)
     return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+
+
+class _Builder:
+    """What every table of :func:`_build` shares: the native pass (``sp``), the trace's metadata,
+    its time origin, processes and strings, and the side records (strings, markers, call sites, ...)."""
+
+    def __init__(self, sp: _Split, raw: RawTrace):
+        self.sp, self.raw = sp, raw
+        s = self.s = sp.s
+        self.lib, self.ffi = sp.lib, sp.ffi
+        self.meta = meta = raw.meta
+        self.apis = np.array(meta.get("apis") or records.api_names(), dtype=object)
+        self.kinds = {int(k): v for k, v in (meta.get("kinds") or records.kinds()).items()}
+        self.O = records.OP
+        self.n = n = int(s.n_events)
+        self.t0 = int(meta.get("t0_ns") or (int(s.t_min) if n else 0))
+        self.end_t = int(s.t_max) - self.t0 if n else 0
+        self.interleaved = bool(s.interleaved)
+        npid = int(s.n_pids)
+        self.pp_pid = np.frombuffer(self.ffi.buffer(s.pp_pid, 4 * npid), np.int32).copy() if npid \
+            else np.zeros(0, np.int32)
+        self.pp_last = np.frombuffer(self.ffi.buffer(s.pp_last_seq, 8 * npid), np.int64).copy() if npid \
+            else np.zeros(0, np.int64)
+        self.pids = pids = sorted(self.pp_pid.tolist())
+        self.op_count = list(s.op_count)
+        self.op_ok = list(s.op_ok)
+        self.api_categories = pd.Index([a if a else "<none>" for a in self.apis])
+        # ---- side records: strings, markers, call sites (STRDATA follow their STRING/FRAME) ----
+        side, side_pid = sp.table("side")
+        if self.interleaved:
+            side_pid, side = _by_pid(side_pid, side)
+        self.side, self.side_pid = side, side_pid
+        self.side_op = side["op"].astype(np.uint8) if len(side) and int(side["op"].max()) < 256 \
+            else side["op"].astype(np.int64)
+        self.side_off = np.searchsorted(side_pid, np.array(pids + [np.iinfo(np.int32).max], dtype=np.int64))
+        if len(pids):
+            self.side_off[-1] = len(side)
+        self.strings = {}
+        for i, p in enumerate(pids):
+            lo, hi = self.side_off[i], self.side_off[i + 1]
+            self.strings[p] = _strings(side[lo:hi], self.side_op[lo:hi])
+
+    def ptr(self, a):
+        return self.ffi.from_buffer(_CTYPES.get(a.dtype.str, "char[]"), a)
+
+    @staticmethod
+    def col(ev, name):
+        c = ev[name]
+        return c.view(np.int64) if name in ("seq", "t_ns", "size") else c
+
+    def tcol(self, ev):
+        return ev["t_ns"].view(np.int64) - self.t0
+
+    def api_name(self, a):
+        return pd.Categorical.from_codes(np.clip(np.asarray(a), 0, len(self.apis) - 1), self.api_categories)
+
+    @staticmethod
+    def categorical(codes, names):
+        """names[codes] as a Categorical without hashing strings row by row."""
+        return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64), pd.Index(names))
+
+    def table(self, name: str):
+        """One of the native pass's record tables (records, pid), in pid order."""
+        T, t_pid = self.sp.table(name)
+        if self.interleaved:
+            t_pid, T = _by_pid(t_pid, T)
+        return T, t_pid
+
+    def blocks(self) -> tuple[pd.DataFrame, np.ndarray, int]:
+        """The blocks (the pass paired allocations with frees per (pid, address family, key), in seq
+        order), the block of each allocation record (file order), and how many were never freed."""
+        sp, s, col = self.sp, self.s, self.col
+        A, a_pid = sp.table("alloc")
+        na = self.n_alloc = len(A)
+        status = sp._take(s, "al_status", na, np.int8)
+        end_tns = sp._take(s, "al_end_t", na, np.int64)
+        end_seq = sp._take(s, "al_end_seq", na, np.int64)
+        # blocks in (t_alloc, pid, seq_alloc) order, stable; rows of A (file order) -> pid order -> block order
+        perm = np.argsort(a_pid, kind="stable") if self.interleaved else None
+        if perm is not None:
+            a_pid, A, status, end_tns, end_seq = a_pid[perm], A[perm], status[perm], end_tns[perm], end_seq[perm]
+        t_alloc = self.tcol(A)
+        seq_alloc = col(A, "seq")
+        if na > 1:   # allocations come in almost that order: check before sorting
+            dt, dp, ds = np.diff(t_alloc), np.diff(a_pid), np.diff(seq_alloc)
+            in_order = bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0))))))
+            del dt, dp, ds
+        else:
+            in_order = True
+        bo = None if in_order else np.lexsort((seq_alloc, a_pid, t_alloc))
+        row_block = np.arange(na, dtype=np.int64)
+        if bo is not None or perm is not None:
+            src = perm if bo is None else (bo if perm is None else perm[bo])
+            row_block[src] = np.arange(na, dtype=np.int64)
+        matched = status == 1
+        ended = status > 0
+
+        def by_block(x):
+            return x if bo is None else x[bo]
+
+        last_seq = self.pp_last[np.argsort(self.pp_pid)] + 1
+        pid_rank = np.searchsorted(np.sort(self.pp_pid), a_pid) if na else np.zeros(0, np.int64)
+        seq_free = np.where(ended, end_seq, last_seq[pid_rank] if na else 0)
+        kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
+        bk = by_block(A["flags"])
+        aux_a = by_block(A["aux"])
+        blocks = pd.DataFrame({
+            "pid": by_block(a_pid), "device": by_block(A["device"]), "api": self.api_name(by_block(A["api"])),
+            "kind": self.categorical(np.clip(bk, 0, 15), kind_names),
+            "address": by_block(A["addr"]), "size": by_block(col(A, "size")),
+            "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64),
+            "t_alloc": by_block(t_alloc), "t_free": by_block(np.where(ended, end_tns - self.t0, self.end_t)),
+            "seq_alloc": by_block(seq_alloc), "seq_free": by_block(seq_free),
+            "freed": by_block(matched), "stream": by_block(A["stream"]),
+        }, copy=False)
+        never_freed = int((~matched).sum())
+        del A, status, end_tns, end_seq, ended, t_alloc, seq_alloc, seq_free, aux_a, bk, pid_rank
+        kind_cat = blocks["kind"].cat
+        blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
+        blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
+        blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
+        return conform(blocks, BLOCK_COLUMNS), row_block, never_freed
+
+    def kernels(self, L: np.ndarray, l_pid: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """The kernel names (one entry per distinct name) and the kernel of each launch row (-1: graph
+        or unknown)."""
+        l_op, l_aux = L["op"], L["aux"]
+        kernels: list[str] = []
+        kindex: dict[tuple[int, int], int] = {}
+        name_index: dict[str, int] = {}
+        lm = l_op == self.O.LAUNCH
+        lkey = np.unique((l_pid[lm].astype(np.int64) << 32) | l_aux[lm].astype(np.int64))   # (pid, string id)
+        for p, sid in zip((lkey >> 32).tolist(), (lkey & 0xFFFFFFFF).tolist()):
+            name = self.strings.get(p, {}).get(sid, "<unknown kernel>")
+            if name not in name_index:
+                name_index[name] = len(kernels)
+                kernels.append(name)
+            kindex[(p, sid)] = name_index[name]
+
+        kkeys = np.array(sorted(kindex), dtype=np.int64).reshape(-1, 2)
+        kcomb = (kkeys[:, 0] << 32) | kkeys[:, 1] if len(kkeys) else np.zeros(0, np.int64)
+        korder_k = np.argsort(kcomb)
+        kcomb_sorted = kcomb[korder_k]
+        kvals = np.array([kindex[tuple(k)] for k in kkeys.tolist()], dtype=np.int32)[korder_k] if len(kkeys) \
+            else np.zeros(0, np.int32)
+        kid = np.full(len(L), -1, dtype=np.int32)        # kernel of each launch row (-1: graph or unknown)
+        if len(kcomb_sorted) and lm.any():
+            q = (l_pid[lm].astype(np.int64) << 32) | l_aux[lm].astype(np.int64)
+            pos = np.minimum(np.searchsorted(kcomb_sorted, q), len(kcomb_sorted) - 1)
+            kid[lm] = np.where(kcomb_sorted[pos] == q, kvals[pos], -1)
+        return kernels, kid
+
+    def accesses(self, blocks: pd.DataFrame, row_block: np.ndarray, kid: np.ndarray,
+                 n_launch: int) -> tuple[pd.DataFrame, np.ndarray, int]:
+        """Each ACCESS record belongs to the record it follows (in C: its owner): the accesses, the
+        count per launch row, and how many could not be resolved to a block."""
+        sp, s, ptr, O = self.sp, self.s, self.ptr, self.O
+        n_access_records = int(s.a_n)
+        n_acc = np.zeros(n_launch, np.int32)
+        b_pid = np.ascontiguousarray(blocks["pid"].to_numpy(np.int32))
+        b_seq = np.ascontiguousarray(blocks["seq_alloc"].to_numpy(np.int64))
+        b_id = np.ascontiguousarray(blocks["block_id"].to_numpy(np.int64))
+        kept = self.lib.pi_resolve_access(s, ptr(row_block), ptr(b_pid), ptr(b_seq), ptr(b_id), len(blocks),
+                                          ptr(kid), n_launch, ptr(n_acc), self.t0)
+        del b_pid, b_seq, b_id
+        if kept < 0:
+            raise MemoryError("out of memory resolving accesses")
+        x_block = sp._take(s, "a_ref", kept, np.int64)
+        x_pid = sp._take(s, "a_pid", kept, np.int32)
+        x_seq = sp._take(s, "a_seq", kept, np.int64)
+        x_t = sp._take(s, "a_t", kept, np.int64)
+        x_kernel = sp._take(s, "a_launch", kept, np.int32)
+        x_op = sp._take(s, "a_op", kept, np.uint8)
+        x_flags = sp._take(s, "a_flags", kept, np.uint16)
+        s.a_n = s.a_cap = 0
+        if self.interleaved:
+            x_pid, x_block, x_seq, x_t, x_kernel, x_op, x_flags = _by_pid(x_pid, x_block, x_seq, x_t, x_kernel,
+                                                                          x_op, x_flags)
+        op_names = {O.LAUNCH: "launch", O.COPY: "copy", O.MEMSET: "memset", O.TENSORMAP: "tensormap"}
+        accesses = pd.DataFrame({
+            "block_id": x_block, "pid": x_pid, "seq": x_seq, "t": x_t, "kernel": x_kernel,
+            "op": pd.Categorical.from_codes(x_op.view(np.int8), pd.Index([op_names.get(o, f"op{o}")
+                                                                         for o in range(16)])),
+            "flags": x_flags,
+        }, copy=False)
+        return conform(accesses, ACCESS_COLUMNS), n_acc, n_access_records - int(kept)
+
+    def launches(self, L, l_pid, kid, n_acc, kernels) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+        """The launches, the graph launches (pid, seq, exec), and ``kid`` in the launches' order."""
+        if self.interleaved:
+            l_pid, L, kid, n_acc = _by_pid(l_pid, L, kid, n_acc)
+        kn = list(dict.fromkeys(kernels + ["<graph>"]))
+        launches = pd.DataFrame({
+            "pid": l_pid, "tid": L["tid"].astype(np.int64), "seq": self.col(L, "seq"), "t": self.tcol(L),
+            "device": L["device"], "stream": L["stream"], "api": self.api_name(L["api"]), "kernel": kid,
+            "kernel_name": self.categorical(np.where(kid >= 0, kid, len(kernels)), kn),
+            "n_access": n_acc, "graph": L["op"] == self.O.GRAPH_LAUNCH,
+        }, copy=False)
+        launches = conform(launches, LAUNCH_COLUMNS)
+        gl_rows = np.flatnonzero(launches["graph"].to_numpy())
+        graph_launches = pd.DataFrame({"pid": launches["pid"].to_numpy()[gl_rows],
+                                       "seq": launches["seq"].to_numpy()[gl_rows], "exec": L["addr"][gl_rows]})
+        return launches, graph_launches, kid
+
+    def copies(self) -> pd.DataFrame:
+        C, c_pid = self.table("copy")
+        c_copy = C["op"] == self.O.COPY
+        return conform(pd.DataFrame({
+            "pid": c_pid, "seq": self.col(C, "seq"), "t": self.tcol(C), "api": self.api_name(C["api"]),
+            "op": self.categorical(np.where(c_copy, 0, 1), ["copy", "memset"]), "dst": C["addr"],
+            "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": self.col(C, "size"),
+            "stream": C["stream"]}), COPY_COLUMNS)
+
+    def gpu_activity(self, kernels, launches, copies, kid, graph_launches) -> pd.DataFrame:
+        """The device clock: activities, and the device start/end of launches and copies (set in place)."""
+        G, g_pid = self.table("gpu")
+        gpu_activity = gpuclock.activity_table(G, g_pid, self.t0, self.strings, kernels, launches["pid"].to_numpy(),
+                                               launches["seq"].to_numpy(), kid, copies["pid"].to_numpy(),
+                                               copies["seq"].to_numpy())
+        del G, g_pid
+        if len(gpu_activity):
+            O = self.O
+            if len(graph_launches) and (self.side_op == O.GRAPH_DEF).any():
+                calls = pd.concat([launches.loc[~launches["graph"], ["pid", "seq", "stream"]],
+                                   copies[["pid", "seq", "stream"]]])
+                gpu_activity["captured_seq"] = gpuclock.join_captured(gpu_activity, gpuclock.captured_calls(
+                    self.side, self.side_pid, self.side_op, O.GRAPH_DEF, calls, graph_launches))
+            spans = gpuclock.event_spans(gpu_activity)
+            for tab in (launches, copies):
+                tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(),
+                                                                        tab["seq"].to_numpy())
+        return gpu_activity
+
+    def hints(self) -> pd.DataFrame:
+        H, h_pid = self.table("hint")
+        return conform(pd.DataFrame({
+            "pid": h_pid, "seq": self.col(H, "seq"), "t": self.tcol(H), "api": self.api_name(H["api"]),
+            "op": self.categorical(np.where(H["op"] == self.O.ADVISE, 0, 1), ["advise", "prefetch"]),
+            "address": H["addr"], "size": self.col(H, "size"), "value": H["aux"].astype(np.int64)}), HINT_COLUMNS)
+
+    def failures(self) -> pd.DataFrame:
+        X, x_pid = self.table("fail")
+        O = self.O
+        opname = np.array([{v: k for k, v in records.ops().items()}.get(o, str(o)) for o in range(16)], dtype=object)
+        x_mem = np.isin(X["op"], [O.ALLOC, O.FREE])
+        x_kind = np.where(x_mem, X["flags"], 0).astype(np.int64)
+        return conform(pd.DataFrame({
+            "pid": x_pid, "seq": self.col(X, "seq"), "t": self.tcol(X), "api": self.api_name(X["api"]),
+            "op": pd.Categorical(opname[X["op"].astype(np.uint8)]), "size": self.col(X, "size"),
+            "result": X["result"],
+            "stream": np.where(x_mem & (x_kind != 8) & (x_kind != 9), X["stream"], 0).astype(np.uint64),
+            "device": X["device"],
+            "kind": self.categorical(np.clip(x_kind, 0, 9), [""] + [KINDS[k] for k in range(1, 10)]),
+            "pool": np.where(x_kind == 4, X["aux"], 0).astype(np.uint64)}), FAILURE_COLUMNS)
+
+    def markers(self) -> pd.DataFrame:
+        side, side_pid = self.side, self.side_pid
+        mi = np.flatnonzero(self.side_op == self.O.MARKER)
+        return conform(pd.DataFrame({
+            "pid": side_pid[mi], "seq": self.col(side, "seq")[mi], "t": self.tcol(side)[mi],
+            "label": [self.strings.get(int(p), {}).get(int(sid), "") for p, sid in zip(side_pid[mi],
+                                                                                      side["aux"][mi])]}),
+            MARKER_COLUMNS)
+
+    def processes(self) -> pd.DataFrame:
+        O, t0, raw = self.O, self.t0, self.raw
+        clocks = gpuclock.process_clocks(self.side, self.side_pid, self.side_op, O.CLOCK, self.strings)
+        counters = {}
+        for pr in (raw.trailer or {}).get("processes", []):
+            counters[pr.get("ring")] = pr
+        prow = []
+        ctx = context.per_process(self.side, self.side_op, self.side_pid, self.strings, getattr(O, "CONTEXT", None),
+                                  getattr(O, "DEVICE", None))
+        for pr in raw.processes:
+            c = counters.get(pr.get("ring"), {})
+            cx, dv = ctx.get(int(pr["pid"]), ("{}", "[]"))
+            prow.append({"pid": pr["pid"], "ppid": pr.get("ppid", 0), "exe": pr.get("exe", ""),
+                         "forked": bool(pr.get("forked")), "start_ns": int(pr.get("start_ns", t0)) - t0,
+                         "written": c.get("written", -1), "lost": c.get("lost", -1), "waits": c.get("waits", 0),
+                         "unscanned_launches": c.get("unscanned_launches", 0), "context": cx, "devices": dv,
+                         **clocks.get(pr["pid"], gpuclock.NO_RECORD)})
+        return conform(pd.DataFrame(prow), PROCESS_COLUMNS) if prow else empty_table(PROCESS_COLUMNS)
+
+    def nvml(self) -> pd.DataFrame:
+        if self.raw.nvml:
+            frames = [pd.DataFrame(c["rows"], columns=c["columns"]) for c in self.raw.nvml]
+            return conform(pd.concat(frames, ignore_index=True), NVML_COLUMNS)
+        return empty_table(NVML_COLUMNS)
+
+    def counts(self, accesses, markers, failures, unresolved_access: int, never_freed: int) -> dict:
+        s, O, op_count, op_ok, apis = self.s, self.O, self.op_count, self.op_ok, self.apis
+        counts = {
+            "events": self.n, "alloc": self.n_alloc, "free": int(s.n_free), "access": int(len(accesses)),
+            "launch": int(op_count[O.LAUNCH]), "graph_launch": int(op_count[O.GRAPH_LAUNCH]),
+            "copy": int(op_ok[O.COPY]), "memset": int(op_ok[O.MEMSET]),
+            "advise": int(op_ok[O.ADVISE]), "prefetch": int(op_ok[O.PREFETCH]), "marker": int(len(markers)),
+            "failure": int(len(failures)), "unmatched_free": int(s.unmatched_free),
+            "unresolved_access": unresolved_access, "never_freed": never_freed,
+        }
+        by_api = s.api_count
+        counts["by_api"] = {str(apis[i]): int(by_api[i]) for i in range(min(len(apis), 65536)) if by_api[i]}
+        return counts
 
 
 def _swapped(side, side_pid, side_op, col, tcol) -> pd.DataFrame:

@@ -62,3 +62,57 @@ def test_the_contract_sees_imports_inside_functions():
                            for c in candidates), (mod, candidates, line)
                 seen += 1
     assert seen > 20    # the package has many; a graph that skipped them would fail above
+
+
+def _cycles(adj: dict[str, list[str]]) -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(adj):
+        if root in index:
+            continue
+        work = [(root, iter(adj[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(adj[w])))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    """No two modules import each other, directly or through others, at module level or inside a
+    function (the layers contract cannot see a cycle within one layer)."""
+    graph = grimp.build_graph("pyinterpose", cache_dir=None)
+    adj = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _cycles(adj) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]

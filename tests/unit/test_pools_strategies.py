@@ -158,7 +158,7 @@ def _best_fit_reference(lo, up, sz, order):
 
 def test_greedy_best_fit_offsets_match_reference():
     """The segment-tree placement returns exactly the offsets of the plain rule."""
-    from pyinterpose.analysis.pools.planners import _greedy
+    from pyinterpose.analysis.pools.greedy import greedy_place
     rng = np.random.default_rng(11)
     for _ in range(60):
         n = int(rng.integers(1, 150))
@@ -166,4 +166,4 @@ def test_greedy_best_fit_offsets_match_reference():
         up = lo + rng.integers(0, 30, n)
         sz = rng.integers(0, 50, n) * int(rng.choice([1, 16]))
         order = rng.permutation(n).astype(np.int32)
-        assert (_greedy(lo, up, sz, order, True) == _best_fit_reference(lo, up, sz, order)).all()
+        assert (greedy_place(lo, up, sz, order, True) == _best_fit_reference(lo, up, sz, order)).all()

@@ -64,12 +64,14 @@ STRATEGIES = ALLOCATORS + PLANNERS
 # 10 M events (load ~5 s, the rest ~2 s).  --time-limit searches longer.
 DEFAULT_TIME_LIMIT = 3.0
 
-__all__ = ["requests", "steady_problem", "evaluate", "read_minimalloc_csv", "write_minimalloc_csv",
+__all__ = ["requests", "request_stream", "resolve_pid", "steady_problem", "evaluate", "read_minimalloc_csv",
+           "write_minimalloc_csv",
            "validate_plan", "load", "plan", "simulate", "reserved_curve", "STRATEGIES", "ALLOCATORS", "PLANNERS",
            "InvalidPlanError", "components"]
 
 
-def _pid(trace: Trace, pid: int | None) -> int | None:
+def resolve_pid(trace: Trace, pid: int | None) -> int | None:
+    """``pid`` when the trace has it (else a one-line error); None: the main process."""
     if pid is not None:
         if pid not in trace.pids:
             raise PyinterposeError(f"no process {pid} in the trace")
@@ -158,7 +160,7 @@ def requests(trace: Trace, pid: int | None = None, allocator_only: bool = False)
 
     Columns: seq, t, op ("alloc"|"free"), block_id, size, stream.  Blocks never freed
     have no free row."""
-    cols = _block_columns(trace, _device_mask(trace, _pid(trace, pid), allocator_only))
+    cols = _block_columns(trace, _device_mask(trace, resolve_pid(trace, pid), allocator_only))
     return _request_frame(_request_columns(cols))
 
 
@@ -201,7 +203,7 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     holds ``window`` (seq_lo, seq_hi), ``events`` (E) and ``pid``, and
     ``iteration`` (how the window was chosen).  ``allocator_only``: the framework
     allocator's blocks only (what :func:`evaluate` plans)."""
-    pid = _pid(trace, pid)
+    pid = resolve_pid(trace, pid)
     if window is None:
         window, info = _steady_window(trace, pid)
     else:
@@ -295,18 +297,29 @@ def reserved_curve(trace: Trace, allocator: str, pid: int | None = None) -> dict
     derived = getattr(trace, "derived", None)
     if derived is None:
         return _reserved_curve(trace, allocator, pid)
-    return derived(("pools.reserved_curve", allocator, _pid(trace, pid)),
+    return derived(("pools.reserved_curve", allocator, resolve_pid(trace, pid)),
                    lambda: _reserved_curve(trace, allocator, pid))
+
+
+def request_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray | None = None) -> dict:
+    """The framework allocator's request stream of ``pid`` (default: the main process) as the simulators
+    replay it (one alloc per block, one free per freed block, in sequence order): numpy columns seq,
+    is_alloc, block_id, size, stream, and ``arrays`` (the :class:`RequestArrays` :func:`simulate` takes).
+    ``allocator``: the allocator's mask over ``trace.blocks`` when the caller has it."""
+    if allocator is None:
+        from ..owners import allocator_mask
+        allocator = allocator_mask(trace)
+    cols = _block_columns(trace, _device_mask(trace, resolve_pid(trace, pid), True, allocator))
+    rq = _request_columns(cols, times=False)
+    rq["arrays"] = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
+                                            lambda: _request_frame(_request_columns(cols)))
+    return rq
 
 
 def _reserved_curve(trace: Trace, allocator: str, pid: int | None) -> dict:
     opts = pytorch_options(trace.meta, None)[0] if allocator == "pytorch" else {}
-    from ..owners import allocator_mask
-    cols = _block_columns(trace, _device_mask(trace, _pid(trace, pid), True, allocator_mask(trace)))
-    rq = _request_columns(cols, times=False)
-    arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
-                                    lambda: _request_frame(_request_columns(cols)))
-    r = simulate(arrs, allocator, series=True, **opts)
+    rq = request_stream(trace, pid)
+    r = simulate(rq["arrays"], allocator, series=True, **opts)
     return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "seq": rq["seq"], "bytes": r["reserved_after"]}
 
 
@@ -343,7 +356,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     if bad:
         raise PyinterposeError(f"options for unknown allocator {bad[0]!r} (choose from {', '.join(ALLOCATORS)})")
     pytorch_opts, pytorch_conf = pytorch_options(trace.meta, allocator_options.get("pytorch"))
-    pid = _pid(trace, pid)
+    pid = resolve_pid(trace, pid)
     from ..owners import allocator_info, allocator_mask
     amask = allocator_mask(trace)
     cols = _block_columns(trace, _device_mask(trace, pid, True, amask))

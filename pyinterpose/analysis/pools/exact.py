@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .greedy import greedy_place, placement_order
 from .problem import InvalidPlanError, components, load, validate_plan
 
 FOUND, INFEASIBLE, NODE_LIMIT, TIMEOUT = 1, 0, 2, 3
@@ -203,8 +204,7 @@ def minimize_capacity(lower, upper, size, time_limit: float = 10.0,
     size = np.asarray(size, np.int64)
     lb = load(lower, upper, size)
     if start_offsets is None:
-        from .planners import place
-        start_offsets = place(lower, upper, size, "greedy-size")
+        start_offsets = greedy_place(lower, upper, size, placement_order("size", lower, upper, size), True)
     best = np.asarray(start_offsets, np.int64)
     hi = validate_plan(lower, upper, size, best) if len(size) else 0
     lo = lb              # search range [lo, hi]; hi is always achieved

@@ -32,6 +32,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from . import exact
+from .greedy import greedy_place, placement_order
 from .problem import arrays, load, validate_plan
 
 PLANNERS = ("smartpool-bf", "smartpool-ff", "greedy-size", "xla-heap", "optimal")
@@ -47,56 +48,23 @@ class Plan:
     details: dict = field(default_factory=dict)
 
 
-def _greedy(lower, upper, size, order, best_fit: bool) -> np.ndarray:
-    from ..._core import ffi, lib
-
-    lower = np.ascontiguousarray(lower, np.int64)
-    upper = np.ascontiguousarray(upper, np.int64)
-    size = np.ascontiguousarray(size, np.int64)
-    order = np.ascontiguousarray(order, np.int32)
-    out = np.zeros(len(size), np.int64)
-    if len(size) == 0:
-        return out
-    h = lib.pi_greedy_place(len(size), ffi.cast("int64_t *", lower.ctypes.data),
-                            ffi.cast("int64_t *", upper.ctypes.data), ffi.cast("int64_t *", size.ctypes.data),
-                            ffi.cast("int32_t *", order.ctypes.data), 1 if best_fit else 0,
-                            ffi.cast("int64_t *", out.ctypes.data))
-    if h < 0:
-        raise MemoryError("pi_greedy_place")
-    return out
-
-
-def _order(kind: str, lower, upper, size) -> np.ndarray:
-    idx = np.arange(len(size))
-    dur = upper - lower
-    if kind == "size":          # size desc, stable
-        return np.lexsort((idx, -size))
-    if kind == "smartpool":     # size desc, earliest malloc first
-        return np.lexsort((idx, lower, -size))
-    if kind == "spatial":
-        return np.lexsort((idx, -dur, -size))
-    if kind == "temporal":
-        return np.lexsort((idx, -size, -dur))
-    raise ValueError(kind)
-
-
 def place(lower, upper, size, strategy: str) -> np.ndarray:
     """Offsets from one heuristic (no validation, no cross-iteration handling)."""
     lower, upper, size = (np.asarray(a, np.int64) for a in (lower, upper, size))
     if strategy == "greedy-size":
-        return _greedy(lower, upper, size, _order("size", lower, upper, size), True)
+        return greedy_place(lower, upper, size, placement_order("size", lower, upper, size), True)
     if strategy in ("smartpool-bf", "smartpool-ff"):
-        return _greedy(lower, upper, size, _order("smartpool", lower, upper, size),
+        return greedy_place(lower, upper, size, placement_order("smartpool", lower, upper, size),
                        strategy == "smartpool-bf")
     if strategy == "xla-heap":
         # both orders at once (the C loop runs without the GIL); the lower heap wins,
         # the spatial one on ties, as ChooseBestHeapAlgorithm keeps the first best
-        orders = [_order(kind, lower, upper, size) for kind in ("spatial", "temporal")]
+        orders = [placement_order(kind, lower, upper, size) for kind in ("spatial", "temporal")]
         if len(size) >= 20000 and (os.cpu_count() or 1) > 1:
             with ThreadPoolExecutor(2) as ex:
-                offs = list(ex.map(lambda o: _greedy(lower, upper, size, o, True), orders))
+                offs = list(ex.map(lambda o: greedy_place(lower, upper, size, o, True), orders))
         else:
-            offs = [_greedy(lower, upper, size, o, True) for o in orders]
+            offs = [greedy_place(lower, upper, size, o, True) for o in orders]
         heights = [int((o + size).max()) if len(size) else 0 for o in offs]
         return offs[int(np.argmin(heights))]
     raise PyinterposeError(f"unknown planner {strategy!r} (choose from {', '.join(PLANNERS)})")

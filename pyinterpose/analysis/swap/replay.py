@@ -61,14 +61,14 @@ class Replay:
 
 def streams(problem) -> dict:
     """The problem's compute streams as the replay reads them (once per problem): the ops in
-    release order (``ord``, ``R_sorted``, ``pos`` of each op), each op's neighbours on its
+    release order (``ord``, ``release_sorted``, ``pos`` of each op), each op's neighbours on its
     stream, and where the memory events fall among the releases."""
     m = problem.memo
     if "replay_streams" in m:
         return m["replay_streams"]
     o = problem.ops
     n = len(o["seq"])
-    R = np.ascontiguousarray(o["start"], dtype=np.float64)
+    release = np.ascontiguousarray(o["start"], dtype=np.float64)
     dur = np.ascontiguousarray(o["dur"], dtype=np.float64)
     stream = np.asarray(o["stream"], dtype=np.int64)
     # neighbours on the stream, in seq order (the ops are in seq order)
@@ -81,15 +81,16 @@ def streams(problem) -> dict:
         same = stream[by[1:]] == stream[by[:-1]]
         sprev[by[1:][same]] = by[:-1][same]
         snext[by[:-1][same]] = by[1:][same]
-    if n < 2 or (R[1:] >= R[:-1]).all():        # already in release order (the CPU clock)
+    if n < 2 or (release[1:] >= release[:-1]).all():        # already in release order (the CPU clock)
         ord_ = pos = None
-        r_sorted = R
+        release_sorted = release
     else:
-        ord_ = np.lexsort((o["seq"], R)).astype(np.int64)
+        ord_ = np.lexsort((o["seq"], release)).astype(np.int64)
         pos = np.empty(n, np.int64)
         pos[ord_] = np.arange(n, dtype=np.int64)
-        r_sorted = R[ord_]
-    st = {"n": n, "R": R, "dur": dur, "sprev": sprev, "snext": snext, "ord": ord_, "pos": pos, "R_sorted": r_sorted}
+        release_sorted = release[ord_]
+    st = {"n": n, "release": release, "dur": dur, "sprev": sprev, "snext": snext, "ord": ord_, "pos": pos,
+          "release_sorted": release_sorted}
     m["replay_streams"] = st
     return st
 
@@ -105,7 +106,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         z = np.zeros(0)
         return Replay(z, z, z, z, z, 0.0, _peak_after(problem, sched), 0)
     st = streams(problem)
-    n, ord_, rs = st["n"], st["ord"], st["R_sorted"]
+    n, ord_, rs = st["n"], st["ord"], st["release_sorted"]
 
     def op_at(k):                          # the op at release positions k (in range)
         return k if ord_ is None else ord_[k]
@@ -113,22 +114,22 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     cand = np.asarray(cand, np.int64)
     prev_op = c["prev_op"].to_numpy(np.int64)[cand]
     next_op = c["next_op"].to_numpy(np.int64)[cand]
-    os_, oe = sched["out_start"].to_numpy(np.float64), sched["out_end"].to_numpy(np.float64)
-    is_, ie = sched["in_start"].to_numpy(np.float64), sched["in_end"].to_numpy(np.float64)
+    out_start, out_end = sched["out_start"].to_numpy(np.float64), sched["out_end"].to_numpy(np.float64)
+    in_start, in_end = sched["in_start"].to_numpy(np.float64), sched["in_end"].to_numpy(np.float64)
     free_t = sched["free_t"].to_numpy(np.float64)
 
     def last_released(t):                 # the last op released by t (-1 none)
         k = np.searchsorted(rs, t, side="right") - 1
         return np.where(k >= 0, op_at(np.maximum(k, 0)), -1) if n else np.full(len(t), -1)
 
-    xf = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
+    xfers = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
                                ("t_in", np.float64), ("out_anchor", np.int64), ("in_anchor", np.int64)])
-    xf["out_start"], xf["in_start"] = os_, is_
-    xf["t_out"], xf["t_in"] = oe - os_, ie - is_
-    xf["out_anchor"] = np.where(prev_op >= 0, prev_op, last_released(os_))
-    xf["in_anchor"] = last_released(is_)
+    xfers["out_start"], xfers["in_start"] = out_start, in_start
+    xfers["t_out"], xfers["t_in"] = out_end - out_start, in_end - in_start
+    xfers["out_anchor"] = np.where(prev_op >= 0, prev_op, last_released(out_start))
+    xfers["in_anchor"] = last_released(in_start)
     # transfers in planned order, each after the ops released by its planned start
-    key = np.concatenate([os_, is_])
+    key = np.concatenate([out_start, in_start])
     x_dir = np.concatenate([np.zeros(n_sw, np.int8), np.ones(n_sw, np.int8)])
     x_sw = np.concatenate([np.arange(n_sw), np.arange(n_sw)]).astype(np.int64)
     xo = np.lexsort((x_dir, key))
@@ -136,7 +137,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     x_pos = np.searchsorted(rs, key, side="right").astype(np.int64)
     # waits: the next access for the swap-in; in budget mode the op where the program pauses
     # (the first released at the early free) for the swap-out
-    gated = np.flatnonzero(oe - free_t > TOL_NS)
+    gated = np.flatnonzero(out_end - free_t > TOL_NS)
     g_pos = np.searchsorted(rs, free_t[gated], side="left")
     ok = g_pos < n
     has_q = np.flatnonzero(next_op >= 0)
@@ -157,9 +158,9 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         return ffi.NULL if a is None else ptr("int64_t *", a)
 
     args = ffi.new("pi_swap_replay_args *", {
-        "n_ops": n, "release": ptr("double *", st["R"]), "dur": ptr("double *", st["dur"]),
+        "n_ops": n, "release": ptr("double *", st["release"]), "dur": ptr("double *", st["dur"]),
         "stream_prev": opt(st["sprev"]), "stream_next": opt(st["snext"]), "release_order": opt(ord_),
-        "n_swaps": n_sw, "swaps": ffi.cast("pi_swap_xfer *", xf.ctypes.data),
+        "n_swaps": n_sw, "swaps": ffi.cast("pi_swap_xfer *", xfers.ctypes.data),
         "n_transfers": len(key), "transfer_swap": ptr("int64_t *", x_sw), "transfer_dir": ptr("int8_t *", x_dir),
         "transfer_pos": ptr("int64_t *", x_pos),
         "n_waits": len(w_pos), "wait_swap": ptr("int64_t *", w_sw), "wait_dir": ptr("int8_t *", w_dir),
@@ -169,13 +170,14 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     if rc < 0:
         raise MemoryError("swap replay: out of memory")
     t = sw_t.reshape(n_sw, 5)
-    r_os, r_oe, r_is, r_ie = (np.ascontiguousarray(t[:, k]) for k in range(4))
+    got_out_start, got_out_end, got_in_start, got_in_end = (np.ascontiguousarray(t[:, k]) for k in range(4))
     late = np.flatnonzero(delay)
-    if not len(late) and np.array_equal(r_oe, oe) and np.array_equal(r_is, is_):
+    if not len(late) and np.array_equal(got_out_end, out_end) and np.array_equal(got_in_start, in_start):
         peak = _peak_after(problem, sched)            # nothing moved: the planned peak
     else:
-        peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), r_oe, r_is)
-    return Replay(r_os, r_oe, r_is, r_ie, np.ascontiguousarray(t[:, 4]), float(args.slowdown), peak, int(len(late)))
+        peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), got_out_end, got_in_start)
+    return Replay(got_out_start, got_out_end, got_in_start, got_in_end, np.ascontiguousarray(t[:, 4]),
+                  float(args.slowdown), peak, int(len(late)))
 
 
 def _event_anchors(problem, st: dict) -> np.ndarray:
@@ -187,8 +189,8 @@ def _event_anchors(problem, st: dict) -> np.ndarray:
         t = problem.events_t.astype(np.float64)
         n = st["n"]
         alloc = problem.events_d > 0
-        k = np.where(alloc, np.searchsorted(st["R_sorted"], t, side="left"),
-                     np.searchsorted(st["R_sorted"], t, side="right") - 1)
+        k = np.where(alloc, np.searchsorted(st["release_sorted"], t, side="left"),
+                     np.searchsorted(st["release_sorted"], t, side="right") - 1)
         ok = (k >= 0) & (k < n)
         kc = np.clip(k, 0, max(n - 1, 0))
         a = np.where(ok, kc if st["ord"] is None else st["ord"][kc], -1)
