@@ -132,10 +132,17 @@ enum pi_op {
                                current, size: reserved high, stream: used current, result: the query's
                                CUDA result; device: cuCtxGetDevice (-1 unknown) */
     /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
-    PI_OP_APPLY = 32        /* flags: enum pi_apply_record; ARENA: addr base, size capacity, result of the
+    PI_OP_APPLY = 32,       /* flags: enum pi_apply_record; ARENA: addr base, size capacity, result of the
                                real call; the others: counts as 32-bit pairs: addr served|no_key<<32, size
                                occupied|bigger<<32, stream capture|overlap<<32, aux off|other<<32; result:
                                the iteration (-1: before the first) */
+    PI_OP_SWAP = 60         /* the swap engine (native/shim/swap.c), one record per iteration: flags 2 an
+                               iteration's counts, 4 the last (at exit); result: the iteration; counts as
+                               32-bit pairs: addr out|in<<32 (swaps sent out / brought back), size
+                               late|unforeseen<<32 (planned swap-ins sent only at the launch that needed
+                               them / launches naming a swapped-out block the plan did not foresee), stream
+                               waits|managed<<32 (stream waits for a swap-in / managed requests served),
+                               aux real (requests the plan sends to the program's own allocator) */
 };
 
 /* what a PI_OP_APPLY record says (its flags); the reader names them by these names, lower case */

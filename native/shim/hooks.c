@@ -151,6 +151,11 @@ static void graph_end(pi_ctx *c, int api, int r, uint64_t exec, uint64_t stream)
     pi_gpu_tick(t);
 }
 
+/* the swap engine, when a plan has swaps (no CUDA call of ours while a stream capture is open) */
+static inline void swap_launch(const pi_scan *sc, uint64_t stream, int after) {
+    if (PI_UNLIKELY(pi_swap_active()) && !pi_gpu_capturing()) pi_swap_launch(sc, stream, after);
+}
+
 /* a copy's destination and source blocks (looked up before the call: the same blocks are live after it) */
 static void copy_scan(pi_scan *sc, uint16_t op, uint64_t dst, uint64_t src) {
     sc->n = 0;
@@ -199,9 +204,11 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_LAUNCH_RT(f, argv, s) (pi_scan_rt((f), (argv), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
 #define A_LAUNCH_DRV(f, params, extra, s) \
     (pi_scan_drv((f), (params), (extra), &sc), cx.fn = (uint64_t)(f), cx.stream = (uint64_t)(s))
-#define A_LAUNCH_POST do { if (pi_phase == PI_BEFORE) \
-        call_begin(&cx, &sc, api, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel); \
-    else call_end(&cx, api, r, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel, &sc); \
+/* swap.c acts before (stream waits for swap-ins) and after (swap-outs, swap-ins sent) every launch */
+#define A_LAUNCH_POST do { if (pi_phase == PI_BEFORE) { swap_launch(&sc, cx.stream, 0); \
+        call_begin(&cx, &sc, api, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel); } \
+    else { call_end(&cx, api, r, PI_OP_LAUNCH, cx.fn, sc.scanned, cx.stream, (uint64_t)sc.kernel, &sc); \
+           if (r == 0) swap_launch(&sc, cx.stream, 1); } \
 } while (0)
 #define A_COPY(d, s, n, st) \
     rec_copy(&cx, &sc, pi_phase, api, r, PI_OP_COPY, (uint64_t)(d), (uint64_t)(s), (uint64_t)(n), (uint64_t)(st))

@@ -137,6 +137,7 @@ PI_HIDDEN void pi_map_atfork_child(void);
 typedef struct pi_scan {
     int n;
     int kernel;         /* string id of the kernel name, 0 unknown */
+    uint64_t kname;     /* FNV-1a 64 of the kernel name (swap.c's launch keys) */
     uint64_t scanned;   /* parameter bytes scanned */
     pi_block hit[PI_MAX_HITS];
     uint16_t fl[PI_MAX_HITS]; /* pi_access_flags per hit */
@@ -180,4 +181,22 @@ PI_HIDDEN int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, i
 PI_HIDDEN void pi_apply_mark(void);
 PI_HIDDEN void pi_apply_exit(void);
 PI_HIDDEN void pi_apply_atfork_child(void);
+/* swap.c: the swap engine beside apply.c's arena (issue 31) */
+PI_HIDDEN void pi_swap_load(const void *section, uint64_t bytes, int device);
+PI_HIDDEN int pi_swap_active(void);
+PI_HIDDEN int pi_swap_serve(uint32_t managed, uint64_t size, void *pp, int *result, int device, uint64_t stream,
+                            int async);
+PI_HIDDEN int pi_swap_owns(uint64_t p);
+PI_HIDDEN int pi_swap_release(uint64_t p, uint64_t stream, int async, int *result);
+PI_HIDDEN void pi_swap_count_real(void);
+PI_HIDDEN void pi_swap_boundary(int64_t finished_iter);
+PI_HIDDEN void pi_swap_launch(const pi_scan *sc, uint64_t stream, int after);
+PI_HIDDEN int pi_swap_status(char *buf, int len);
+PI_HIDDEN void pi_swap_exit(int64_t iter);
+PI_HIDDEN void pi_swap_atfork_child(void);
+static inline uint64_t pi_fnv1a(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
 #endif

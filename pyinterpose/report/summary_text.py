@@ -126,6 +126,24 @@ def print_applied(con, ap: dict, fmt_bytes=fmt_bytes) -> None:
                     continue
                 t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
             con.print(t)
+        if p.get("swapped"):
+            print_swaps(con, p)
+
+
+def print_swaps(con, p: dict) -> None:
+    """The swap engine per iteration (``plan --swap``; docs/swap-run.md)."""
+    tot = p["swap_totals"]
+    con.print(f"[bold]swaps[/bold] (pid {p['pid']}): {tot['swaps_out']} out, {tot['swaps_in']} back, "
+              f"{tot['late']} late, {tot['unforeseen']} unforeseen accesses waited; {tot['managed']} requests "
+              f"from managed memory, {tot['real']} to the program's allocator by plan")
+    t = Table(title=f"swaps per iteration (pid {p['pid']})", show_header=True)
+    cols = ["iteration", "swaps_out", "swaps_in", "late", "unforeseen", "waits", "managed", "real"]
+    for c in cols:
+        t.add_column(c.replace("_", " "), justify="right")
+    rows = p["swapped"]
+    for r in (rows if len(rows) <= 12 else rows[:6] + rows[-6:]):
+        t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
+    con.print(t)
 
 
 def print_clock(con, s: dict) -> None:

@@ -106,6 +106,9 @@ shim held node slots; pyinterpose.trace.graphs)
     allocation failure, -1 when not recorded — during stream capture, or older traces); see
     pyinterpose.trace.failures and pyinterpose.analysis.oom
 ``markers`` — pyinterpose.mark_step(): pid, seq, t, label
+``swapped`` — the swap engine of ``run --apply`` with a ``plan --swap`` plan (native/shim/swap.c), one row
+    per iteration: pid, seq, t, record (iteration | last), iteration, swaps_out, swaps_in, late, unforeseen,
+    waits, managed, real (int64; docs/swap-run.md)
 ``applied`` — serving from a plan (``run --apply``, native/shim/apply.c), one row per record: pid, seq, t,
     record (category: arena|iteration|refused|last), iteration (int64, -1 before the first), result (int32:
     the arena's real allocation), arena (uint64: its base), capacity (int64), and the requests counted:
@@ -193,6 +196,9 @@ FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "categor
                    "total_bytes": "int64"}
 MARKER_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "label": "object"}
 APPLY_COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other")
+SWAP_COUNTS = ("swaps_out", "swaps_in", "late", "unforeseen", "waits", "managed", "real")
+SWAP_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "category", "iteration": "int64",
+                **{c: "int64" for c in SWAP_COUNTS}}
 APPLY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "category", "iteration": "int64",
                  "result": "int32", "arena": "uint64", "capacity": "int64", **{c: "int64" for c in APPLY_COUNTS}}
 PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "bool",
@@ -287,6 +293,7 @@ class Trace:
     applied: pd.DataFrame = field(default_factory=lambda: empty_table(APPLY_COLUMNS))
     graph_nodes: pd.DataFrame = field(default_factory=lambda: empty_table(GRAPH_NODE_COLUMNS))
     graph_memory: pd.DataFrame = field(default_factory=lambda: empty_table(GRAPH_MEMORY_COLUMNS))
+    swapped: pd.DataFrame = field(default_factory=lambda: empty_table(SWAP_COLUMNS))
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derived(self, key, compute):

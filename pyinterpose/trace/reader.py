@@ -480,6 +480,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
     markers = b.markers()
     applied = _applied(b.side, b.side_pid, b.side_op, b.col, b.tcol)
+    swapped = _swapped(b.side, b.side_pid, b.side_op, b.col, b.tcol)
     processes = b.processes()
     graph_memory = graphs.graph_memory(b.side, b.side_pid, b.side_op, getattr(b.O, "GRAPH_MEM", None), b.t0)
     side, side_pid, side_op = b.side, b.side_pid, b.side_op   # CUDA graphs' records, for the expansion below
@@ -494,7 +495,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
                frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied,
-               graph_memory=graph_memory)
+               graph_memory=graph_memory, swapped=swapped)
     tr = vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
     # CUDA graphs: captured calls out of the eager stream, every replay expanded (trace/graphs.py)
     return graphs.expand(tr, side, side_pid, side_op, b.O.GRAPH_DEF, graph_launches)
@@ -800,6 +801,32 @@ class _Builder:
         by_api = s.api_count
         counts["by_api"] = {str(apis[i]): int(by_api[i]) for i in range(min(len(apis), 65536)) if by_api[i]}
         return counts
+
+
+def _swapped(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
+    """PI_OP_SWAP records (native/shim/swap.c) as the ``swapped`` table."""
+    from .model import SWAP_COLUMNS
+
+    code = getattr(records.OP, "SWAP", None)
+    si = np.flatnonzero(side_op == code) if code is not None and len(side) else np.zeros(0, np.int64)
+    if len(si) == 0:
+        return empty_table(SWAP_COLUMNS)
+    S = side[si]
+    lo32, hi32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+
+    def pair(f):
+        v = S[f].astype(np.uint64)
+        return (v & lo32).astype(np.int64), (v >> hi32).astype(np.int64)
+
+    out, back = pair("addr")
+    late, unforeseen = pair("size")
+    waits, managed = pair("stream")
+    return conform(pd.DataFrame({
+        "pid": side_pid[si], "seq": col(side, "seq")[si], "t": tcol(side)[si],
+        "record": pd.Categorical(["last" if int(k) == 4 else "iteration" for k in S["flags"]]),
+        "iteration": S["result"].astype(np.int64), "swaps_out": out, "swaps_in": back, "late": late,
+        "unforeseen": unforeseen, "waits": waits, "managed": managed,
+        "real": S["aux"].astype(np.int64)}), SWAP_COLUMNS)
 
 
 def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:

@@ -161,3 +161,15 @@ def test_bench_gpu_clock_smallest(tmp_path):
 def test_bench_graphs_small(tmp_path):
     d, _ = bench("bench_graphs.py", "--steps", "6", "--layers", "2", "--repeat", "1", cwd=tmp_path)
     assert d["matches_truth"] and d["replays"] == 4 and d["expand_s"] >= 0 and "ok" in d
+
+
+@needs_native
+@pytest.mark.slow
+def test_bench_swap_run_smallest(tmp_path):
+    sample = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+    d, _ = bench("bench_swap_run.py", "--trace", sample, "--speed", "0", cwd=tmp_path, timeout=900)
+    t = d["traces"]["torch-cnn-blocks.pit"]
+    assert all(r["rc"] == 0 for r in t["runs"].values())
+    assert t["runs"]["swap_checked"]["check_errors"] == 0 and t["runs"]["swap_checked"]["checked_words"] > 0
+    assert t["runs"]["swap"]["prefetches"] > 0
+    assert t["swap"]["measured_peak_bytes"] < t["runs"]["none"]["resident_peak_bytes"]
