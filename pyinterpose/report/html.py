@@ -455,6 +455,16 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
         _safe(s, lambda: _call_sites_section(s, trace, heads))
         sections.append(s)
 
+    # ---- flame graphs of the live set by call stack (report/flame.py), at the peak and each OOM
+    s = Section("flame", "Live memory by call stack",
+                "Flame graphs of the device bytes live at the peak, and at each out-of-memory failure: each"
+                " rectangle is a frame, as wide as the bytes live under it (root on top). Click a frame to zoom"
+                " on it, the root or Escape to zoom out. Export them with"
+                " `pyinterpose export --format folded|speedscope`.")
+    if (_sid >= 0).any():
+        _safe(s, lambda: _flame_section(s, trace, heads))
+        sections.append(s)
+
     # ---- iterations + lifetimes
     s = Section("iterations", "Iterations and block lifetimes",
                 "The training loop's period, found from the allocation sequence (or from mark_step markers),"
@@ -578,6 +588,15 @@ def _call_sites_section(s: Section, trace: Trace, heads: dict) -> None:
                           "allocated bytes": t["bytes"], "live at peak bytes": t["peak_live_bytes"],
                           "called from": [_outer_frames(site, f) for site, f in zip(t["call_site"], t["frames"])]})
         s.tables.append((caption, _format_frame(t)))
+
+
+def _flame_section(s: Section, trace: Trace, heads: dict) -> None:
+    from ..analysis.flame import moments
+    from .flame import section_html
+
+    ms = moments(trace)
+    heads["flame"] = [{"moment": m.name, "live_bytes": m.live_bytes, "stacks": int(len(m.stacks))} for m in ms]
+    s.html += section_html(ms)
 
 
 def _outer_frames(site: str, frames: list[str], n: int = 3) -> str:
@@ -944,7 +963,7 @@ def render(rep: Report) -> str:
         parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    interactive = any(s.html for s in rep.sections)
+    interactive = any(s.html and s.id != "flame" for s in rep.sections)   # the timeline's charts
     libs = (f"<script>{timeline.chart_js()}</script><script>{timeline.timeline_js()}</script>"
             if interactive else "")
     css = _CSS + (timeline.chart_css() if interactive else "")
