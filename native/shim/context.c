@@ -88,12 +88,12 @@ void pi_context_device(int stream_ordered, uint64_t stream) {
     uint64_t lo, hi;
     memcpy(&lo, uuid, 8);
     memcpy(&hi, uuid + 8, 8);
-    uint64_t tk;
-    if (!pi_reserve(1, &tk)) return;
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_DEVICE, 0, r, lo, hi, 0, 0, 0);
-    e->device = (int16_t)dev;
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1)) return;
+    pi_event e = {.t_ns = w.t, .addr = lo, .size = hi, .tid = pi_tid(), .op = PI_OP_DEVICE, .result = r,
+                  .device = (int16_t)dev};
+    pi_put_as(&w, 0, &e);
+    pi_writer_close(&w);
 }
 
 /* ---- driver contexts -> devices ---- */

@@ -52,37 +52,37 @@
 #define ALIGN_TRIES 32
 #define CORR_BITS 18
 
-enum { GS_UNTRIED = 0, GS_ON = 1, GS_OFF = 2 };
+enum { CLOCK_UNTRIED = 0, CLOCK_ON = 1, CLOCK_OFF = 2 };
 
 static struct {
-    pi_cuptiActivityRegisterCallbacks_fn reg;
+    pi_cuptiActivityRegisterCallbacks_fn register_callbacks;
     pi_cuptiActivityEnable_fn enable;
     pi_cuptiActivityDisable_fn disable;
-    pi_cuptiActivityGetNextRecord_fn next;
-    pi_cuptiActivityFlushAll_fn flush;
-    pi_cuptiActivityGetNumDroppedRecords_fn dropped;
-    pi_cuptiActivityPushExternalCorrelationId_fn push;
-    pi_cuptiActivityPopExternalCorrelationId_fn pop;
-    pi_cuptiGetTimestamp_fn ts;
-    pi_cuptiGetResultString_fn errstr; /* optional */
-} C;
+    pi_cuptiActivityGetNextRecord_fn next_record;
+    pi_cuptiActivityFlushAll_fn flush_all;
+    pi_cuptiActivityGetNumDroppedRecords_fn dropped_records;
+    pi_cuptiActivityPushExternalCorrelationId_fn push_external_id;
+    pi_cuptiActivityPopExternalCorrelationId_fn pop_external_id;
+    pi_cuptiGetTimestamp_fn timestamp;
+    pi_cuptiGetResultString_fn result_string; /* optional */
+} g_cupti; /* the CUPTI entry points in use (setup_locked) */
 
 static pthread_mutex_t g_setup_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_parse_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static volatile int g_gs;               /* GS_* */
+static volatile int g_clock;            /* CLOCK_*: the device clock untried, on or off */
 static volatile pid_t g_owner;          /* the process that set CUPTI up */
 static int g_reason;                    /* enum pi_clock_reason while off */
 static char g_note[1024];                /* why off (or why the times stopped) */
 static volatile int g_noted_pid;        /* process whose ring has the CLOCK event of the current state */
 static int g_was_on;                    /* this process recorded device times (then stopped: state stays cupti) */
-static PI_TLS int t_hold;               /* this thread holds an uncommitted ticket (between push and tick) */
+static PI_TLS int t_holds_ticket;       /* this thread holds an uncommitted ticket (between push and tick) */
 static PI_TLS int t_ticking;            /* this thread flushes from a call path (holding nothing): it may wait */
 static _Atomic int g_capturing;         /* stream captures open */
 static _Atomic int64_t g_offset;        /* trace clock = CUPTI clock + offset (the latest alignment) */
 /* CUPTI time -> trace time: linear between the last two alignments (the clocks may drift apart; a
- * flush's records mostly ran between them), written under g_parse_lock, read by sink() under it */
-static int64_t g_c0, g_off0, g_c1, g_off1;
+ * flush's records mostly ran between them), written under g_parse_lock, read by emit_gpu_record() under it */
+static int64_t g_prev_cupti, g_prev_offset, g_last_cupti, g_last_offset;
 static double g_slope;
 static _Atomic uint64_t g_err;          /* largest alignment error bound so far, ns */
 static _Atomic uint64_t g_dropped;      /* records CUPTI dropped */
@@ -96,14 +96,14 @@ static size_t g_buf_size = BUF_SIZE;   /* PYINTERPOSE_CUPTI_BUFFER (bytes; tests
 static uint8_t *g_pool[POOL_MAX];
 static int g_npool;
 /* the queue of handed-over buffers (see buffer_completed) */
-#define QUEUE_MAX 4096     /* entries; g_qcap = 64 MB of buffers, 16..QUEUE_MAX */
+#define QUEUE_MAX 4096     /* entries; g_queue_cap = 64 MB of buffers, 16..QUEUE_MAX */
 #define QUEUE_BYTES (64u << 20)
 static struct { void *ctx; uint32_t stream; uint8_t *buf; size_t valid; } g_queue[QUEUE_MAX];
-static int g_qhead;                 /* under g_pool_lock */
-static volatile int g_nqueued;      /* written under g_pool_lock; read without it as a hint */
+static int g_queue_head;             /* under g_pool_lock */
+static volatile int g_queued;        /* written under g_pool_lock; read without it as a hint */
 static int g_draining;              /* a thread is parsing the queue's oldest buffer (under g_pool_lock) */
 static int g_outstanding;           /* buffers CUPTI holds (requested, not completed) */
-static int g_qcap = 16;
+static int g_queue_cap = 16;
 static _Atomic uint64_t g_refused;  /* buffers refused to CUPTI (queue full) */
 static uint64_t g_evicted_noted;    /* pending activities evicted, as far as a NOTE said so */
 
@@ -125,7 +125,7 @@ static void note_state(void) {
 
 static const char *result_name(pi_CUptiResult r) {
     const char *s = NULL;
-    if (C.errstr && C.errstr(r, &s) != PI_CUPTI_SUCCESS) s = NULL;
+    if (g_cupti.result_string && g_cupti.result_string(r, &s) != PI_CUPTI_SUCCESS) s = NULL;
     return s ? s : "";
 }
 
@@ -133,11 +133,11 @@ static void set_off(int reason, const char *fmt_note) {
     g_reason = reason;
     g_noted_pid = 0; /* the next call path writes the CLOCK event saying so */
     snprintf(g_note, sizeof g_note, "%s", fmt_note);
-    __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_clock, CLOCK_OFF, __ATOMIC_RELEASE);
 }
 
 /* a CUPTI call failed: off, with the reason named after the call and its result */
-static void fail(const char *call, pi_CUptiResult r, int setup) {
+static void cupti_failed(const char *call, pi_CUptiResult r, int setup) {
     char note[1024];
     const char *name = result_name(r);
     if (r == PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
@@ -269,7 +269,7 @@ static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records
     uint8_t *b = NULL;
     int refuse;
     pthread_mutex_lock(&g_pool_lock);
-    refuse = g_nqueued + g_outstanding >= g_qcap; /* bounded memory: the queue is full */
+    refuse = g_queued + g_outstanding >= g_queue_cap; /* bounded memory: the queue is full */
     if (!refuse && g_npool) b = g_pool[--g_npool];
     pthread_mutex_unlock(&g_pool_lock);
     if (!refuse && !b && posix_memalign((void **)&b, 8, g_buf_size) != 0) b = NULL;
@@ -297,29 +297,28 @@ static void buffer_give_back(uint8_t *b) {
 
 static inline uint64_t to_trace(uint64_t t) {
     if (!t) return 0;
-    double d = g_slope * (double)((int64_t)t - g_c1);
-    return (uint64_t)((int64_t)t + g_off1 + (int64_t)(d < 0 ? d - 0.5 : d + 0.5));
+    double d = g_slope * (double)((int64_t)t - g_last_cupti);
+    return (uint64_t)((int64_t)t + g_last_offset + (int64_t)(d < 0 ? d - 0.5 : d + 0.5));
 }
 
 /* a new alignment point (c: a CUPTI time, off: trace - CUPTI there); under g_parse_lock */
-static void model_add(int64_t off) {
+static void clock_model_add(int64_t off) {
     int64_t c = (int64_t)pi_now() - off;
-    if (g_c1 == 0) {
-        g_c0 = g_c1 = c;
-        g_off0 = g_off1 = off;
+    if (g_last_cupti == 0) {
+        g_prev_cupti = g_last_cupti = c;
+        g_prev_offset = g_last_offset = off;
         g_slope = 0;
-    } else if (c > g_c1) {
-        g_c0 = g_c1, g_off0 = g_off1;
-        g_c1 = c, g_off1 = off;
-        g_slope = (double)(g_off1 - g_off0) / (double)(g_c1 - g_c0);
+    } else if (c > g_last_cupti) {
+        g_prev_cupti = g_last_cupti, g_prev_offset = g_last_offset;
+        g_last_cupti = c, g_last_offset = off;
+        g_slope = (double)(g_last_offset - g_prev_offset) / (double)(g_last_cupti - g_prev_cupti);
     }
     atomic_store(&g_offset, off);
 }
 
-/* one device activity -> one PI_OP_GPU event */
-static void sink(void *ctx, const pi_gpu_act *a) {
+/* one device activity -> one PI_OP_GPU event (its own clock, CUPTI's stream id and the device's id) */
+static void emit_gpu_record(void *ctx, const pi_gpu_act *a) {
     (void)ctx;
-    uint64_t tk;
     int32_t res = 0;
     if (a->kind == PI_GPU_KERNEL) {
         /* a launch names its kernel; a graph's replayed nodes and unmatched kernels are named here */
@@ -327,15 +326,14 @@ static void sink(void *ctx, const pi_gpu_act *a) {
     } else if (a->kind == PI_GPU_MEMCPY) {
         res = a->copy_kind;
     }
-    if (!pi_reserve(1, &tk)) return;
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_GPU, 0, res, to_trace(a->end), a->bytes, a->graph_node, a->ext, a->kind);
-    uint64_t start = to_trace(a->start);
-    e->t_ns = start && e->addr ? start : 0; /* CUPTI writes 0 for a time it could not take */
-    if (!e->t_ns) e->addr = 0;
-    e->tid = a->stream;
-    e->device = a->device;
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1)) return;
+    uint64_t start = to_trace(a->start), end = to_trace(a->end);
+    if (!start || !end) start = end = 0; /* CUPTI writes 0 for a time it could not take */
+    pi_event e = {.t_ns = start, .addr = end, .size = a->bytes, .stream = a->graph_node, .aux = a->ext,
+                  .tid = a->stream, .op = PI_OP_GPU, .result = res, .device = a->device, .flags = a->kind};
+    pi_put_as(&w, 0, &e);
+    pi_writer_close(&w);
 }
 
 static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size_t valid);
@@ -349,10 +347,10 @@ static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size
  * drain while CUPTI may hold a lock that a launch, holding a ticket the drain waits for, needs); the
  * rest waits for a call path's tick.  Nobody waits for the thread that is parsing: it takes whatever
  * was appended meanwhile.  Bounded: buffer_requested gives CUPTI no buffer while the queued buffers and
- * those CUPTI holds reach g_qcap (CUPTI then drops records and counts them: gpu_dropped). */
+ * those CUPTI holds reach g_queue_cap (CUPTI then drops records and counts them: gpu_dropped). */
 
 static int may_parse(size_t valid) {
-    if (t_hold) return 0;
+    if (t_holds_ticket) return 0;
     return t_ticking || pi_ring_room() >= valid / PI_CUPTI_SIZEOF_MEMSET4 + 1024;
 }
 
@@ -360,18 +358,18 @@ static int may_parse(size_t valid) {
 static void drain_queue(void) {
     for (;;) {
         pthread_mutex_lock(&g_pool_lock);
-        if (g_draining || g_nqueued == 0 || !may_parse(g_queue[g_qhead].valid)) {
+        if (g_draining || g_queued == 0 || !may_parse(g_queue[g_queue_head].valid)) {
             pthread_mutex_unlock(&g_pool_lock);
             return;
         }
         g_draining = 1;
-        int h = g_qhead;
+        int h = g_queue_head;
         void *ctx = g_queue[h].ctx;
         uint32_t st = g_queue[h].stream;
         uint8_t *b = g_queue[h].buf;
         size_t v = g_queue[h].valid;
-        g_qhead = (h + 1) % QUEUE_MAX;
-        g_nqueued--;
+        g_queue_head = (h + 1) % QUEUE_MAX;
+        g_queued--;
         pthread_mutex_unlock(&g_pool_lock);
         process_buffer(ctx, st, b, v);
         pthread_mutex_lock(&g_pool_lock);
@@ -386,9 +384,9 @@ static void drain_queue_all(void) {
     for (;;) {
         drain_queue();
         pthread_mutex_lock(&g_pool_lock);
-        int done = g_nqueued == 0 && !g_draining;
+        int done = g_queued == 0 && !g_draining;
         pthread_mutex_unlock(&g_pool_lock);
-        if (done || t_hold) return;
+        if (done || t_holds_ticket) return;
         nanosleep(&ts, NULL);
     }
 }
@@ -397,7 +395,7 @@ static void drain_queue_all(void) {
 static void drop_buffer(uint8_t *buffer, size_t valid) {
     uint64_t n = 0;
     pi_cupti_record *r = NULL;
-    while (C.next && C.next(buffer, valid, &r) == PI_CUPTI_SUCCESS) n++;
+    while (g_cupti.next_record && g_cupti.next_record(buffer, valid, &r) == PI_CUPTI_SUCCESS) n++;
     atomic_fetch_add(&g_dropped, n);
     buffer_give_back(buffer);
 }
@@ -407,14 +405,14 @@ static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, si
     if (!buffer) return;
     pthread_mutex_lock(&g_pool_lock);
     if (g_outstanding > 0) g_outstanding--;
-    int queued = g_nqueued < QUEUE_MAX;
+    int queued = g_queued < QUEUE_MAX;
     if (queued) {
-        int t = (g_qhead + g_nqueued) % QUEUE_MAX;
+        int t = (g_queue_head + g_queued) % QUEUE_MAX;
         g_queue[t].ctx = context;
         g_queue[t].stream = stream;
         g_queue[t].buf = buffer;
         g_queue[t].valid = valid;
-        g_nqueued++;
+        g_queued++;
     }
     pthread_mutex_unlock(&g_pool_lock);
     if (!queued) {
@@ -426,13 +424,13 @@ static void buffer_completed(void *context, uint32_t stream, uint8_t *buffer, si
 
 static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size_t valid) {
     /* only the process that set CUPTI up turns records into events (a fork child never does) */
-    if (g_owner == getpid() && valid && C.next && pi_active()) {
+    if (g_owner == getpid() && valid && g_cupti.next_record && pi_active()) {
         int depth = pi_t.depth++;
         pthread_mutex_lock(&g_parse_lock);
-        pi_cupti_parse(C.next, PI_GPU_CORR_KIND, buffer, valid, &g_map, &g_pending, sink, NULL);
+        pi_cupti_parse(g_cupti.next_record, PI_GPU_CORR_KIND, buffer, valid, &g_map, &g_pending, emit_gpu_record, NULL);
         pthread_mutex_unlock(&g_parse_lock);
         size_t dropped = 0;
-        if (C.dropped && C.dropped(context, stream, &dropped) == PI_CUPTI_SUCCESS && dropped)
+        if (g_cupti.dropped_records && g_cupti.dropped_records(context, stream, &dropped) == PI_CUPTI_SUCCESS && dropped)
             atomic_fetch_add(&g_dropped, dropped);
         pi_t.depth = depth;
     }
@@ -440,11 +438,11 @@ static void process_buffer(void *context, uint32_t stream, uint8_t *buffer, size
 }
 
 /* offset and error bound of the CUPTI clock against CLOCK_MONOTONIC; 0 or the failing result */
-static pi_CUptiResult align(int tries, int64_t *offset, uint64_t *err) {
+static pi_CUptiResult measure_offset(int tries, int64_t *offset, uint64_t *err) {
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < tries; i++) {
         uint64_t c = 0, a = pi_now();
-        pi_CUptiResult r = C.ts(&c);
+        pi_CUptiResult r = g_cupti.timestamp(&c);
         uint64_t b = pi_now();
         if (r != PI_CUPTI_SUCCESS) return r;
         if (b - a < best) {
@@ -459,10 +457,10 @@ static pi_CUptiResult align(int tries, int64_t *offset, uint64_t *err) {
 /* ------------------------------------------------------------------ setup, flushes, exit */
 static void at_exit(void);
 
-#define SYM(field, name)                                                       \
+#define CUPTI_SYM(field, name)                                                       \
     do {                                                                       \
-        *(void **)&C.field = pi_real_dlsym(h, name);                           \
-        if (!C.field) {                                                        \
+        *(void **)&g_cupti.field = pi_real_dlsym(h, name);                           \
+        if (!g_cupti.field) {                                                        \
             snprintf(why, sizeof why, "device clock off: %.400s has no %s (CUPTI too old?); analyses use the CPU clock", \
                      g_lib, name);                                             \
             set_off(PI_CLOCK_UNSUPPORTED, why);                                \
@@ -484,7 +482,7 @@ static int probe_subscriber(void *h) {
         return 0;
     }
     if (r == PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !pi_gpu_client_subscribed()) {
-        fail("cuptiSubscribe (probe)", r, 1);
+        cupti_failed("cuptiSubscribe (probe)", r, 1);
         return 1;
     }
     return 0; /* the program's own client's subscription (seen): it is watched; or the probe failed */
@@ -506,12 +504,12 @@ static void setup_locked(void) {
         set_off(PI_CLOCK_BUSY, why);
         return;
     }
-    const char *fl = getenv("PYINTERPOSE_GPU_FLUSH_MS");
-    if (fl && atoi(fl) > 0) g_flush_ns = (uint64_t)atoi(fl) * 1000000ull;
-    const char *bs = getenv("PYINTERPOSE_CUPTI_BUFFER");
-    if (bs && atol(bs) >= 64) g_buf_size = (size_t)atol(bs) & ~(size_t)7;
-    size_t qc = QUEUE_BYTES / g_buf_size;
-    g_qcap = qc < 16 ? 16 : qc > QUEUE_MAX ? QUEUE_MAX : (int)qc;
+    const char *flush_ms = getenv("PYINTERPOSE_GPU_FLUSH_MS");
+    if (flush_ms && atoi(flush_ms) > 0) g_flush_ns = (uint64_t)atoi(flush_ms) * 1000000ull;
+    const char *buffer_env = getenv("PYINTERPOSE_CUPTI_BUFFER");
+    if (buffer_env && atol(buffer_env) >= 64) g_buf_size = (size_t)atol(buffer_env) & ~(size_t)7;
+    size_t queue_cap = QUEUE_BYTES / g_buf_size;
+    g_queue_cap = queue_cap < 16 ? 16 : queue_cap > QUEUE_MAX ? QUEUE_MAX : (int)queue_cap;
     void *h = find_cupti(why, sizeof why);
     if (!h) {
         char note[700];
@@ -519,16 +517,16 @@ static void setup_locked(void) {
         set_off(PI_CLOCK_NOT_FOUND, note);
         return;
     }
-    *(void **)&C.errstr = pi_real_dlsym(h, "cuptiGetResultString");
-    SYM(reg, "cuptiActivityRegisterCallbacks");
-    SYM(enable, "cuptiActivityEnable");
-    SYM(disable, "cuptiActivityDisable");
-    SYM(next, "cuptiActivityGetNextRecord");
-    SYM(flush, "cuptiActivityFlushAll");
-    SYM(dropped, "cuptiActivityGetNumDroppedRecords");
-    SYM(push, "cuptiActivityPushExternalCorrelationId");
-    SYM(pop, "cuptiActivityPopExternalCorrelationId");
-    SYM(ts, "cuptiGetTimestamp");
+    *(void **)&g_cupti.result_string = pi_real_dlsym(h, "cuptiGetResultString");
+    CUPTI_SYM(register_callbacks, "cuptiActivityRegisterCallbacks");
+    CUPTI_SYM(enable, "cuptiActivityEnable");
+    CUPTI_SYM(disable, "cuptiActivityDisable");
+    CUPTI_SYM(next_record, "cuptiActivityGetNextRecord");
+    CUPTI_SYM(flush_all, "cuptiActivityFlushAll");
+    CUPTI_SYM(dropped_records, "cuptiActivityGetNumDroppedRecords");
+    CUPTI_SYM(push_external_id, "cuptiActivityPushExternalCorrelationId");
+    CUPTI_SYM(pop_external_id, "cuptiActivityPopExternalCorrelationId");
+    CUPTI_SYM(timestamp, "cuptiGetTimestamp");
     if (probe_subscriber(h)) return;
     if (!g_map.ext && pi_corr_init(&g_map, CORR_BITS) != 0) {
         set_off(PI_CLOCK_FAILED, "device clock off: out of memory; analyses use the CPU clock");
@@ -536,17 +534,17 @@ static void setup_locked(void) {
     }
     int64_t off = 0;
     uint64_t err = 0;
-    pi_CUptiResult r = align(ALIGN_TRIES, &off, &err);
+    pi_CUptiResult r = measure_offset(ALIGN_TRIES, &off, &err);
     if (r != PI_CUPTI_SUCCESS) {
-        fail("cuptiGetTimestamp", r, 1);
+        cupti_failed("cuptiGetTimestamp", r, 1);
         return;
     }
     atomic_store(&g_err, err);
-    model_add(off);
+    clock_model_add(off);
     g_owner = getpid(); /* before the callbacks can run */
-    r = C.reg(buffer_requested, buffer_completed);
+    r = g_cupti.register_callbacks(buffer_requested, buffer_completed);
     if (r != PI_CUPTI_SUCCESS) {
-        fail("cuptiActivityRegisterCallbacks", r, 1);
+        cupti_failed("cuptiActivityRegisterCallbacks", r, 1);
         return;
     }
     static const uint32_t kinds[] = {PI_CUPTI_KIND_CONCURRENT_KERNEL, PI_CUPTI_KIND_MEMCPY, PI_CUPTI_KIND_MEMSET,
@@ -555,26 +553,26 @@ static void setup_locked(void) {
     static const char *const kind_names[] = {"CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "EXTERNAL_CORRELATION",
                                              "DRIVER", "RUNTIME"};
     for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        r = C.enable(kinds[i]);
+        r = g_cupti.enable(kinds[i]);
         if (r != PI_CUPTI_SUCCESS) {
             char call[96];
             snprintf(call, sizeof call, "cuptiActivityEnable(%s)", kind_names[i]);
-            for (unsigned j = 0; j < i; j++) C.disable(kinds[j]); /* leave nothing of ours enabled */
-            fail(call, r, 1);
+            for (unsigned j = 0; j < i; j++) g_cupti.disable(kinds[j]); /* leave nothing of ours enabled */
+            cupti_failed(call, r, 1);
             return;
         }
     }
     g_setup_ns = pi_now();
     atomic_store(&g_next_flush, g_setup_ns + g_flush_ns);
     atexit(at_exit); /* after the ring's exit handler: runs before it */
-    __atomic_store_n(&g_gs, GS_ON, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_clock, CLOCK_ON, __ATOMIC_RELEASE);
 }
 
 static void setup(void) {
     pthread_mutex_lock(&g_setup_lock);
-    if (g_gs == GS_UNTRIED) setup_locked();
+    if (g_clock == CLOCK_UNTRIED) setup_locked();
     pthread_mutex_unlock(&g_setup_lock);
-    if (g_gs == GS_ON) {
+    if (g_clock == CLOCK_ON) {
         g_was_on = 1;
         g_noted_pid = pi_pid();
         emit_clock(PI_CLOCK_CUPTI, PI_CLOCK_OK, NULL);
@@ -587,49 +585,49 @@ static void note_losses(void) {
     static uint64_t refused_noted;
     char note[400];
     pthread_mutex_lock(&g_parse_lock);
-    uint64_t ev = g_pending.evicted;
+    uint64_t evicted = g_pending.evicted;
     pthread_mutex_unlock(&g_parse_lock);
-    if (ev > g_evicted_noted) {
+    if (evicted > g_evicted_noted) {
         snprintf(note, sizeof note, "device clock: %llu device records went out unmatched (seq -1): their pairing "
                  "had not come while %d other unpaired records waited (the bound)",
-                 (unsigned long long)ev, PI_GPU_PENDING_MAX);
-        g_evicted_noted = ev;
+                 (unsigned long long)evicted, PI_GPU_PENDING_MAX);
+        g_evicted_noted = evicted;
         pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, pi_intern(note), 0);
     }
-    uint64_t rf = atomic_load(&g_refused);
-    if (rf > refused_noted) {
+    uint64_t refused = atomic_load(&g_refused);
+    if (refused > refused_noted) {
         snprintf(note, sizeof note, "device clock: CUPTI got no buffer %llu times: %d buffers were waiting to be "
-                 "parsed (the bound); the records it dropped are counted", (unsigned long long)rf, g_qcap);
-        refused_noted = rf;
+                 "parsed (the bound); the records it dropped are counted", (unsigned long long)refused, g_queue_cap);
+        refused_noted = refused;
         pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, pi_intern(note), 0);
     }
 }
 
-/* align the clocks again, then hand CUPTI's records over; flag: 0 or FLUSH_FORCED */
+/* measure_offset the clocks again, then hand CUPTI's records over; flag: 0 or FLUSH_FORCED */
 static void flush(uint32_t flag, int final) {
     int64_t off = 0;
     uint64_t err;
-    if (align(final ? ALIGN_TRIES : 8, &off, &err) == PI_CUPTI_SUCCESS) {
+    if (measure_offset(final ? ALIGN_TRIES : 8, &off, &err) == PI_CUPTI_SUCCESS) {
         /* a much worse pair (a preemption between the reads) does not move the model */
         uint64_t best = atomic_load(&g_err);
         if (err <= 2 * best + 1000) {
             pthread_mutex_lock(&g_parse_lock);
-            model_add(off);
+            clock_model_add(off);
             pthread_mutex_unlock(&g_parse_lock);
             if (err > best) atomic_store(&g_err, err);
         }
     }
     drain_queue(); /* the flush's buffers queue behind the ones waiting */
-    pi_CUptiResult r = C.flush(flag);
+    pi_CUptiResult r = g_cupti.flush_all(flag);
     if (r != PI_CUPTI_SUCCESS) {
-        fail("cuptiActivityFlushAll", r, 0);
+        cupti_failed("cuptiActivityFlushAll", r, 0);
         note_state(); /* the times so far stay: state cupti, the note says where they end */
         return;
     }
     if (final) {
         drain_queue_all();
         pthread_mutex_lock(&g_parse_lock);
-        pi_cupti_pending_drain(&g_map, &g_pending, sink, NULL);
+        pi_cupti_pending_drain(&g_map, &g_pending, emit_gpu_record, NULL);
         pthread_mutex_unlock(&g_parse_lock);
     } else {
         drain_queue();
@@ -639,7 +637,7 @@ static void flush(uint32_t flag, int final) {
 }
 
 static void at_exit(void) {
-    if (g_gs != GS_ON || g_owner != getpid() || !pi_active()) return;
+    if (g_clock != CLOCK_ON || g_owner != getpid() || !pi_active()) return;
     pi_t.depth++;
     if (atomic_load(&g_capturing) > 0) {
         set_off(PI_CLOCK_FAILED, "device clock: the records CUPTI still held at exit were not flushed (a stream "
@@ -649,7 +647,7 @@ static void at_exit(void) {
         t_ticking = 1;
         flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);
         t_ticking = 0;
-        __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE); /* no CUPTI call after this */
+        __atomic_store_n(&g_clock, CLOCK_OFF, __ATOMIC_RELEASE); /* no CUPTI call after this */
     }
     pi_t.depth--;
 }
@@ -660,31 +658,31 @@ static const uint32_t g_kinds[] = {PI_CUPTI_KIND_CONCURRENT_KERNEL, PI_CUPTI_KIN
 
 void pi_gpu_yield(const char *who) {
     char note[900];
-    if (__atomic_load_n(&g_gs, __ATOMIC_ACQUIRE) == GS_OFF) return;  /* off already (or handed back) */
+    if (__atomic_load_n(&g_clock, __ATOMIC_ACQUIRE) == CLOCK_OFF) return;  /* off already (or handed back) */
     pthread_mutex_lock(&g_setup_lock);
-    int s = g_gs;
-    if (s == GS_UNTRIED) {
+    int s = g_clock;
+    if (s == CLOCK_UNTRIED) {
         snprintf(note, sizeof note, "device clock off: CUPTI busy — the program's own CUPTI client (torch.profiler/"
                  "Kineto?) started activity recording before the first kernel (%.300s): CUPTI is left to it, so its "
                  "profile is whole; analyses use the CPU clock", who);
         set_off(PI_CLOCK_BUSY, note);
-    } else if (s == GS_ON && g_owner == getpid()) {
+    } else if (s == CLOCK_ON && g_owner == getpid()) {
         /* no new push or flush from here on; everything CUPTI holds for us goes into the trace first */
-        __atomic_store_n(&g_gs, GS_OFF, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_clock, CLOCK_OFF, __ATOMIC_RELEASE);
         int depth = pi_t.depth++;
         uint64_t at = pi_now();
         int ticking = t_ticking;
         t_ticking = 1;
         if (atomic_load(&g_capturing) == 0) flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);
         t_ticking = ticking;
-        for (unsigned i = 0; i < sizeof g_kinds / sizeof g_kinds[0]; i++) C.disable(g_kinds[i]);
+        for (unsigned i = 0; i < sizeof g_kinds / sizeof g_kinds[0]; i++) g_cupti.disable(g_kinds[i]);
         snprintf(note, sizeof note, "device clock stopped: the program's own CUPTI client (torch.profiler/Kineto?) "
                  "started (%.300s) after %.3f s of device times; CUPTI was handed back to it, so its profile is whole; "
                  "device times end here", who, (double)(at - g_setup_ns) / 1e9);
         set_off(PI_CLOCK_BUSY, note);
         pi_t.depth = depth;
         note_state();
-    } else if (s == GS_ON) {
+    } else if (s == CLOCK_ON) {
         set_off(PI_CLOCK_FORKED, "device clock off: a fork() child (CUPTI was set up by the parent process, whose "
                 "state a child cannot use); analyses use the CPU clock");
     }
@@ -693,20 +691,20 @@ void pi_gpu_yield(const char *who) {
 
 /* ------------------------------------------------------------------ the call path */
 int pi_gpu_ready(void) {
-    int s = __atomic_load_n(&g_gs, __ATOMIC_ACQUIRE);
-    if (PI_LIKELY(s == GS_ON)) return 1;
-    if (s == GS_UNTRIED && atomic_load_explicit(&g_capturing, memory_order_relaxed) == 0) setup();
-    if (g_gs == GS_ON) return 1;
-    if (g_gs == GS_OFF) note_state();
+    int s = __atomic_load_n(&g_clock, __ATOMIC_ACQUIRE);
+    if (PI_LIKELY(s == CLOCK_ON)) return 1;
+    if (s == CLOCK_UNTRIED && atomic_load_explicit(&g_capturing, memory_order_relaxed) == 0) setup();
+    if (g_clock == CLOCK_ON) return 1;
+    if (g_clock == CLOCK_OFF) note_state();
     return 0;
 }
 
 int pi_gpu_push(uint64_t seq) {
-    t_hold = 1; /* this thread holds an uncommitted ticket until pi_gpu_tick */
-    if (PI_UNLIKELY(g_gs != GS_ON) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return 0;
-    pi_CUptiResult r = C.push(PI_GPU_CORR_KIND, seq);
+    t_holds_ticket = 1; /* this thread holds an uncommitted ticket until pi_gpu_tick */
+    if (PI_UNLIKELY(g_clock != CLOCK_ON) || atomic_load_explicit(&g_capturing, memory_order_relaxed) > 0) return 0;
+    pi_CUptiResult r = g_cupti.push_external_id(PI_GPU_CORR_KIND, seq);
     if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS)) {
-        fail("cuptiActivityPushExternalCorrelationId", r, 0); /* noted by pi_gpu_tick */
+        cupti_failed("cuptiActivityPushExternalCorrelationId", r, 0); /* noted by pi_gpu_tick */
         return 0;
     }
     return 1;
@@ -714,18 +712,18 @@ int pi_gpu_push(uint64_t seq) {
 
 void pi_gpu_pop(void) {
     uint64_t last = 0;
-    pi_CUptiResult r = C.pop(PI_GPU_CORR_KIND, &last);
-    if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS) && g_gs == GS_ON) fail("cuptiActivityPopExternalCorrelationId", r, 0);
+    pi_CUptiResult r = g_cupti.pop_external_id(PI_GPU_CORR_KIND, &last);
+    if (PI_UNLIKELY(r != PI_CUPTI_SUCCESS) && g_clock == CLOCK_ON) cupti_failed("cuptiActivityPopExternalCorrelationId", r, 0);
 }
 
 void pi_gpu_tick(uint64_t now) {
-    t_hold = 0;
-    int s = g_gs;
-    if (PI_UNLIKELY(s != GS_ON)) {
-        if (s == GS_OFF) note_state();
+    t_holds_ticket = 0;
+    int s = g_clock;
+    if (PI_UNLIKELY(s != CLOCK_ON)) {
+        if (s == CLOCK_OFF) note_state();
         return;
     }
-    if (PI_UNLIKELY(g_nqueued)) {
+    if (PI_UNLIKELY(g_queued)) {
         t_ticking = 1;
         drain_queue();
         t_ticking = 0;
@@ -755,12 +753,12 @@ void pi_gpu_atfork_child(void) {
     pthread_mutex_init(&g_parse_lock, NULL);
     pthread_mutex_init(&g_pool_lock, NULL);
     atomic_store(&g_capturing, 0); /* captures belong to the parent's threads */
-    g_nqueued = 0;
-    g_qhead = 0;
+    g_queued = 0;
+    g_queue_head = 0;
     g_draining = 0;
     g_outstanding = 0;
-    t_hold = 0;
-    int was = g_gs == GS_ON || g_was_on;
+    t_holds_ticket = 0;
+    int was = g_clock == CLOCK_ON || g_was_on;
     g_was_on = 0;
     if (was)
         set_off(PI_CLOCK_FORKED, "device clock off: a fork() child (CUPTI was set up by the parent process, whose "

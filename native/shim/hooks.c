@@ -22,14 +22,12 @@ typedef struct pi_ctx {
     int served;      /* apply.c served the call: the real function is not called, `r` is cx.r */
     int r;
     int quiet;       /* a free at depth > 0 or in a process that does not record: only the arena is checked */
-    uint64_t tk;     /* ticket reserved before a free */
-    int ok;          /* ticket valid */
+    pi_writer w;     /* the records of a free, or of a launch / copy / memset / graph launch, held before the call */
     int have_b;      /* the freed block was found in the live map */
     pi_block b;
     uint64_t addr;   /* the address argument of a free */
     uint64_t fn, stream;
     uint64_t caller; /* return address of this (outermost) hooked call: the call site */
-    uint64_t t;      /* when a launch / copy / memset / graph launch was called */
     int pushed;      /* its seq was pushed as CUPTI's external correlation id */
 } pi_ctx;
 
@@ -45,24 +43,17 @@ static void rec_failed_alloc(int api, int r, uint64_t size, int kind, uint64_t s
     int dev = -1;
     int nm = r == 2 && kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_VMM_MAP &&
              pi_meminfo(&freeb, &total, &dev);
-    uint64_t tk;
-    if (!pi_reserve(1 + (uint64_t)ns + (uint64_t)nm, &tk)) return;
+    pi_writer w;
+    if (!pi_writer_open(&w, 1 + (uint64_t)ns + (uint64_t)nm)) return;
     if (r == 2) pi_count_oom(); /* after the reservation: a forked child has its own ring by now */
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
-    if (ns) {
-        pi_event *s = pi_slot(tk + 1);
-        pi_site_fill(s, e, &site);
-        pi_commit(s, tk + 1);
-    }
+    pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, r, 0, size, stream, aux, (uint16_t)kind);
+    if (ns) pi_site_put(&w, 1, (uint16_t)api, &site);
     if (nm) {
-        pi_event *m = pi_slot(tk + 1 + (uint64_t)ns);
-        pi_fill(m, PI_OP_MEMINFO, (uint16_t)api, 0, freeb, total, 0, tk, 0);
-        m->t_ns = e->t_ns;
-        m->device = (int16_t)dev;
-        pi_commit(m, tk + 1 + (uint64_t)ns);
+        pi_event m = {.t_ns = w.t, .addr = freeb, .size = total, .aux = pi_writer_seq(&w, 0), .tid = pi_tid(),
+                      .op = PI_OP_MEMINFO, .api = (uint16_t)api, .device = (int16_t)dev};
+        pi_put_as(&w, 1 + (uint64_t)ns, &m);
     }
-    pi_commit(e, tk);
+    pi_writer_close(&w);
 }
 
 static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, uint64_t stream, uint64_t aux,
@@ -73,18 +64,13 @@ static void rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind, ui
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
     int ns = pi_site_capture(caller, &site);
-    uint64_t tk;
-    int ok = pi_reserve(1 + (uint64_t)ns, &tk);
-    if (addressable(kind)) pi_map_insert(addr, size, ok ? tk : 0);
+    pi_writer w;
+    int ok = pi_writer_open(&w, 1 + (uint64_t)ns);
+    if (addressable(kind)) pi_map_insert(addr, size, ok ? pi_writer_seq(&w, 0) : 0);
     if (!ok) return;
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
-    if (ns) { /* the SITE record follows its ALLOC (seq + 1), same time and thread */
-        pi_event *s = pi_slot(tk + 1);
-        pi_site_fill(s, e, &site);
-        pi_commit(s, tk + 1);
-    }
-    pi_commit(e, tk);
+    pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
+    if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
+    pi_writer_close(&w);
     if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
         !(kind == PI_KIND_VMM_CREATE && size == 0))
         pi_context_device(kind == PI_KIND_ASYNC || kind == PI_KIND_POOL, stream);
@@ -99,16 +85,15 @@ static void free_pre(pi_ctx *c, uint64_t addr, int kind, uint64_t stream, int fa
      * racing allocation that reuses the address is always ordered after it. */
     c->addr = addr;
     c->have_b = addressable(kind) ? pi_map_remove(addr, &c->b) : 0;
-    c->ok = pi_reserve(1, &c->tk);
+    pi_writer_open(&c->w, 1);
 }
 
 static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
     if (c->quiet) return;
     if (r != 0 && c->have_b) pi_map_insert(c->b.base, c->b.size, c->b.seq); /* still live */
-    if (!c->ok) return;
-    pi_event *e = pi_slot(c->tk);
-    pi_fill(e, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
-    pi_commit(e, c->tk);
+    c->w.t = pi_now(); /* a free is recorded at its return */
+    pi_put(&c->w, 0, PI_OP_FREE, (uint16_t)api, r, c->addr, c->have_b ? c->b.size : 0, stream, aux, (uint16_t)kind);
+    pi_writer_close(&c->w);
 }
 
 /* Launches, copies, memsets and graph launches reserve their event's tickets (the event and its accesses)
@@ -117,16 +102,16 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
  * committed after the call (call_end); the device clock is ticked once it is committed. */
 static void call_begin(pi_ctx *c, const pi_scan *sc) {
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
-    c->ok = pi_reserve(1 + (uint64_t)sc->n, &c->tk);
-    c->t = pi_now();
-    c->pushed = c->ok && gpu ? pi_gpu_push(c->tk) : 0;
+    int ok = pi_writer_open(&c->w, 1 + (uint64_t)sc->n);
+    c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
 }
 
 static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t stream,
                      uint64_t aux, const pi_scan *sc) {
     if (c->pushed) pi_gpu_pop();
-    if (c->ok) pi_emit_reserved(c->tk, c->t, op, (uint16_t)api, r, addr, size, stream, aux, sc);
-    pi_gpu_tick(c->t);
+    uint64_t t = c->w.t;
+    pi_put_call(&c->w, op, (uint16_t)api, r, addr, size, stream, aux, sc);
+    pi_gpu_tick(t);
 }
 
 /* a copy's destination and source blocks (looked up before the call: the same blocks are live after it) */

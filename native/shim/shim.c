@@ -382,7 +382,10 @@ int pi_active(void) {
 
 int pi_access_enabled(void) { return g_access; }
 
-int pi_reserve(uint64_t n, uint64_t *ticket) {
+/* ---- the ring's producer side: only the record writer below takes tickets ---- */
+
+/* reserve n consecutive records; their first ticket in *ticket, or 0 when recording is impossible */
+static int reserve(uint64_t n, uint64_t *ticket) {
     pi_ring_header *h = g_ring;
     if (PI_UNLIKELY(g_abandoned)) {
         __atomic_fetch_add(&h->lost, n, __ATOMIC_RELAXED);
@@ -421,13 +424,29 @@ int pi_reserve(uint64_t n, uint64_t *ticket) {
     return 1;
 }
 
-pi_event *pi_slot(uint64_t ticket) { return &g_slots[ticket & g_mask]; }
+static inline pi_event *slot(uint64_t ticket) { return &g_slots[ticket & g_mask]; }
 
-void pi_commit(pi_event *e, uint64_t ticket) { __atomic_store_n(&e->seq, ticket, __ATOMIC_RELEASE); }
+static inline void commit(pi_event *e, uint64_t ticket) { __atomic_store_n(&e->seq, ticket, __ATOMIC_RELEASE); }
 
-static inline void fill(pi_event *e, uint64_t t, uint16_t op, uint16_t api, int32_t result, uint64_t addr,
-                        uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags) {
-    e->t_ns = t;
+/* ---- the record writer (shim.h) ---- */
+int pi_writer_open(pi_writer *w, uint64_t n) {
+    w->n = n;
+    w->seq = 0;
+    w->ok = reserve(n, &w->seq);
+    w->t = pi_now();
+    return w->ok;
+}
+
+/* record i of the writer: committed now, except record 0 (pi_writer_close) */
+static inline void put_done(pi_writer *w, uint64_t i, pi_event *e) {
+    if (i) commit(e, w->seq + i);
+}
+
+void pi_put(pi_writer *w, uint64_t i, uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
+            uint64_t stream, uint64_t aux, uint16_t flags) {
+    if (!w->ok || i >= w->n) return;
+    pi_event *e = slot(w->seq + i);
+    e->t_ns = w->t;
     e->addr = addr;
     e->size = size;
     e->stream = stream;
@@ -438,54 +457,68 @@ static inline void fill(pi_event *e, uint64_t t, uint16_t op, uint16_t api, int3
     e->result = result;
     e->device = (int16_t)pi_t.device;
     e->flags = flags;
+    put_done(w, i, e);
 }
 
-void pi_fill(pi_event *e, uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
-             uint64_t stream, uint64_t aux, uint16_t flags) {
-    fill(e, pi_now(), op, api, result, addr, size, stream, aux, flags);
+void pi_put_as(pi_writer *w, uint64_t i, const pi_event *src) {
+    if (!w->ok || i >= w->n) return;
+    pi_event *e = slot(w->seq + i);
+    uint64_t seq = e->seq; /* the slot's previous ticket: stays until the commit */
+    *e = *src;
+    e->seq = seq;
+    put_done(w, i, e);
+}
+
+void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len) {
+    uint64_t nrec = pi_text_records(len);
+    if (!w->ok || i + nrec > w->n) return;
+    for (uint64_t k = 0; k < nrec; k++) {
+        pi_event *d = slot(w->seq + i + k);
+        uint64_t seq = d->seq;
+        memset(d, 0, sizeof *d);
+        d->seq = seq;
+        size_t off = k * PI_STR_PAYLOAD, n = len - off < PI_STR_PAYLOAD ? len - off : PI_STR_PAYLOAD;
+        memcpy((char *)d + offsetof(pi_event, addr), text + off, n); /* addr..aux: 32 bytes of text */
+        d->t_ns = w->t;
+        d->op = PI_OP_STRDATA;
+        d->tid = pi_tid();
+        put_done(w, i + k, d);
+    }
+}
+
+void pi_writer_close(pi_writer *w) {
+    if (!w->ok) return;
+    commit(slot(w->seq), w->seq);
+    w->ok = 0;
 }
 
 void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size, uint64_t stream,
              uint64_t aux, uint16_t flags) {
-    uint64_t tk;
-    if (!pi_reserve(1, &tk)) return;
-    pi_event *e = pi_slot(tk);
-    fill(e, pi_now(), op, api, result, addr, size, stream, aux, flags);
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1)) return;
+    pi_put(&w, 0, op, api, result, addr, size, stream, aux, flags);
+    pi_writer_close(&w);
+}
+
+void pi_put_call(pi_writer *w, uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
+                 uint64_t stream, uint64_t aux, const pi_scan *sc) {
+    int n = sc ? sc->n : 0;
+    for (int i = 0; i < n; i++) {
+        if (r == 0)
+            pi_put(w, 1 + (uint64_t)i, PI_OP_ACCESS, api, r, sc->hit[i].base, sc->hit[i].size, stream,
+                   sc->hit[i].seq, sc->fl[i]);
+        else
+            pi_put(w, 1 + (uint64_t)i, PI_OP_NONE, api, r, 0, 0, 0, 0, 0);
+    }
+    pi_put(w, 0, op, api, r, addr, size, stream, aux, 0);
+    pi_writer_close(w);
 }
 
 void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size, uint64_t stream,
                            uint64_t aux, const pi_scan *sc) {
-    uint64_t tk;
-    int n = sc ? sc->n : 0;
-    if (!pi_reserve(1 + (uint64_t)n, &tk)) return;
-    uint64_t now = pi_now();
-    pi_event *e = pi_slot(tk);
-    fill(e, now, op, api, r, addr, size, stream, aux, 0);
-    for (int i = 0; i < n; i++) {
-        pi_event *a = pi_slot(tk + 1 + i);
-        fill(a, now, PI_OP_ACCESS, api, r, sc->hit[i].base, sc->hit[i].size, stream, sc->hit[i].seq, sc->fl[i]);
-        pi_commit(a, tk + 1 + i);
-    }
-    pi_commit(e, tk);
-}
-
-/* The event of a call whose tickets were reserved before the real call (pi_reserve(1 + sc->n)), recorded at t:
- * the event, then its accesses.  A failed call has no accesses: their slots hold PI_OP_NONE records. */
-void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
-                      uint64_t stream, uint64_t aux, const pi_scan *sc) {
-    int n = sc ? sc->n : 0;
-    pi_event *e = pi_slot(tk);
-    fill(e, t, op, api, r, addr, size, stream, aux, 0);
-    for (int i = 0; i < n; i++) {
-        pi_event *a = pi_slot(tk + 1 + i);
-        if (r == 0)
-            fill(a, t, PI_OP_ACCESS, api, r, sc->hit[i].base, sc->hit[i].size, stream, sc->hit[i].seq, sc->fl[i]);
-        else
-            fill(a, t, PI_OP_NONE, api, r, 0, 0, 0, 0, 0);
-        pi_commit(a, tk + 1 + i);
-    }
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1 + (uint64_t)(sc ? sc->n : 0))) return;
+    pi_put_call(&w, op, api, r, addr, size, stream, aux, sc);
 }
 
 int pi_pid(void) { return (int)g_ring_pid; }
@@ -506,23 +539,11 @@ static uint64_t hash_str(const char *s) {
 static uint32_t emit_string_id(const char *s, uint32_t id) {
     size_t len = strlen(s);
     if (len > 4096) len = 4096;
-    uint64_t nrec = (len + PI_STR_PAYLOAD - 1) / PI_STR_PAYLOAD;
-    uint64_t tk;
-    if (!pi_reserve(1 + nrec, &tk)) return id;
-    uint64_t now = pi_now();
-    for (uint64_t i = 0; i < nrec; i++) {
-        pi_event *d = pi_slot(tk + 1 + i);
-        memset(d, 0, sizeof *d);
-        size_t off = i * PI_STR_PAYLOAD, k = len - off < PI_STR_PAYLOAD ? len - off : PI_STR_PAYLOAD;
-        memcpy((char *)d + offsetof(pi_event, addr), s + off, k); /* addr..aux: 32 bytes of text */
-        d->t_ns = now;
-        d->op = PI_OP_STRDATA;
-        d->tid = pi_tid();
-        pi_commit(d, tk + 1 + i);
-    }
-    pi_event *e = pi_slot(tk);
-    fill(e, now, PI_OP_STRING, 0, 0, 0, len, 0, id, 0);
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1 + pi_text_records(len))) return id;
+    pi_put_text(&w, 1, s, len);
+    pi_put(&w, 0, PI_OP_STRING, 0, 0, 0, len, 0, id, 0);
+    pi_writer_close(&w);
     return id;
 }
 

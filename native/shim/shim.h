@@ -58,13 +58,31 @@ PI_HIDDEN int pi_access_enabled(void);
 PI_HIDDEN uint64_t pi_now(void);
 PI_HIDDEN uint32_t pi_tid(void);
 
-/* Ring producer: reserve n consecutive records; returns the first slot index
- * ticket in *ticket, or 0 when recording is impossible (then nothing to commit). */
-PI_HIDDEN int pi_reserve(uint64_t n, uint64_t *ticket);
-PI_HIDDEN pi_event *pi_slot(uint64_t ticket);
-PI_HIDDEN void pi_commit(pi_event *e, uint64_t ticket);
-PI_HIDDEN void pi_fill(pi_event *e, uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
-                       uint64_t stream, uint64_t aux, uint16_t flags);
+/* --- the record writer (shim.c): the one way into the ring ---
+ * A writer holds n consecutive records: n tickets taken at once, so their seqs are adjacent and in this
+ * order.  Fill each of them exactly once: pi_put (fields as given, stamped with the writer's time, this
+ * thread and its device), pi_put_as (a whole record as given: another clock, thread or device) or
+ * pi_put_text (STRDATA payload).  Records 1..n-1 are committed as they are filled, record 0 by
+ * pi_writer_close, so the drain (it stops at the first uncommitted slot) sees the reservation whole.
+ * A writer whose open failed (not recording, or the drain is gone: the ring counts the records lost)
+ * holds nothing; putting into it and closing it do nothing.  Opening may wait for the drain
+ * (back-pressure), so never open a writer while holding a lock the drain's progress could need. */
+typedef struct pi_writer {
+    uint64_t seq; /* seq (ticket) of record 0 */
+    uint64_t n;   /* records held */
+    uint64_t t;   /* when the writer was opened (CLOCK_MONOTONIC ns; set even when open failed) */
+    int ok;       /* the records are held */
+} pi_writer;
+PI_HIDDEN int pi_writer_open(pi_writer *w, uint64_t n); /* 1 when the n records are held */
+static inline uint64_t pi_writer_seq(const pi_writer *w, uint64_t i) { return w->seq + i; }
+PI_HIDDEN void pi_put(pi_writer *w, uint64_t i, uint16_t op, uint16_t api, int32_t result, uint64_t addr,
+                      uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags);
+PI_HIDDEN void pi_put_as(pi_writer *w, uint64_t i, const pi_event *e); /* e->seq is ignored */
+/* records needed for len bytes of text, and putting them from record i (zero-padded, the writer's time) */
+static inline uint64_t pi_text_records(size_t len) { return (len + PI_STR_PAYLOAD - 1) / PI_STR_PAYLOAD; }
+PI_HIDDEN void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len);
+PI_HIDDEN void pi_writer_close(pi_writer *w);
+/* one record, now */
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);
 PI_HIDDEN int pi_pid(void); /* the recording process (valid once pi_active()) */
@@ -120,12 +138,14 @@ typedef struct pi_scan {
 PI_HIDDEN void pi_scan_rt(const void *func, void **args, pi_scan *out);
 PI_HIDDEN void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *out);
 PI_HIDDEN void pi_scan_words(const uint64_t *words, size_t nwords, pi_scan *out); /* blockmap.c; map lock held */
+/* a call's event followed by its accesses (1 + sc->n records), now */
 PI_HIDDEN void pi_emit_with_accesses(uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
                                      uint64_t stream, uint64_t aux, const pi_scan *sc);
-/* the event of a call whose 1 + sc->n tickets were reserved before the real call (the device clock joins
- * CUPTI's records to that seq), recorded at time t; a failed call's access slots become PI_OP_NONE */
-PI_HIDDEN void pi_emit_reserved(uint64_t tk, uint64_t t, uint16_t op, uint16_t api, int32_t r, uint64_t addr,
-                                uint64_t size, uint64_t stream, uint64_t aux, const pi_scan *sc);
+/* the event of a call whose writer of 1 + sc->n records was opened before the real call (the device clock
+ * joins CUPTI's records to that seq), at the writer's time, and closes the writer; a failed call's access
+ * records become PI_OP_NONE */
+PI_HIDDEN void pi_put_call(pi_writer *w, uint16_t op, uint16_t api, int32_t r, uint64_t addr, uint64_t size,
+                           uint64_t stream, uint64_t aux, const pi_scan *sc);
 /* every module/library unload: before the real call and after it (layout cache epochs) */
 PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);

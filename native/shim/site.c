@@ -225,23 +225,11 @@ static int ensure_tables(void) {
 }
 
 static void emit_frame(uint32_t id, const framedef *d) {
-    uint64_t nrec = (d->len + PI_STR_PAYLOAD - 1) / PI_STR_PAYLOAD;
-    uint64_t tk;
-    if (!pi_reserve(1 + nrec, &tk)) return;
-    uint64_t now = pi_now();
-    for (uint64_t i = 0; i < nrec; i++) {
-        pi_event *r = pi_slot(tk + 1 + i);
-        memset(r, 0, sizeof *r);
-        size_t off = i * PI_STR_PAYLOAD, k = d->len - off < PI_STR_PAYLOAD ? d->len - off : PI_STR_PAYLOAD;
-        memcpy((char *)r + offsetof(pi_event, addr), d->text + off, k);
-        r->t_ns = now;
-        r->op = PI_OP_STRDATA;
-        r->tid = pi_tid();
-        pi_commit(r, tk + 1 + i);
-    }
-    pi_event *e = pi_slot(tk);
-    pi_fill(e, PI_OP_FRAME, 0, 0, d->addr, d->len, d->aux, id, d->kind);
-    pi_commit(e, tk);
+    pi_writer w;
+    if (!pi_writer_open(&w, 1 + pi_text_records(d->len))) return;
+    pi_put_text(&w, 1, d->text, d->len);
+    pi_put(&w, 0, PI_OP_FRAME, 0, 0, d->addr, d->len, d->aux, id, d->kind);
+    pi_writer_close(&w);
 }
 
 uint32_t pi_frame_define(uint16_t kind, uint64_t addr, uint64_t aux, const char *text, uint32_t len) {
@@ -435,18 +423,10 @@ int pi_site_capture(uint64_t caller, pi_site *s) {
     return 1;
 }
 
-void pi_site_fill(pi_event *e, const pi_event *alloc, const pi_site *s) {
-    e->t_ns = alloc->t_ns; /* no second clock read */
-    e->addr = s->caller;
-    e->size = s->native_stack;
-    e->stream = s->owner;
-    e->aux = s->py_stack;
-    e->tid = alloc->tid;
-    e->op = PI_OP_SITE;
-    e->api = alloc->api;
-    e->result = (int32_t)s->thread_name;
-    e->device = alloc->device;
-    e->flags = s->flags;
+void pi_site_put(pi_writer *w, uint64_t i, uint16_t api, const pi_site *s) {
+    /* the writer's time, this thread and device: the ALLOC's (no second clock read) */
+    pi_put(w, i, PI_OP_SITE, api, (int32_t)s->thread_name, s->caller, s->native_stack, s->owner, s->py_stack,
+           s->flags);
 }
 
 /* ------------------------------------------------------------------ plan keys (apply.c) */

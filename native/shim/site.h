@@ -18,7 +18,8 @@ typedef struct pi_site {
 /* Fills *s for an allocation made by the code that returns to `caller`.
  * Returns 1 when a SITE record should follow the ALLOC, 0 when sites are off. */
 PI_HIDDEN int pi_site_capture(uint64_t caller, pi_site *s);
-PI_HIDDEN void pi_site_fill(pi_event *e, const pi_event *alloc, const pi_site *s); /* alloc: filled */
+/* the SITE record, as record i of the writer that holds its ALLOC (record i - 1) */
+PI_HIDDEN void pi_site_put(pi_writer *w, uint64_t i, uint16_t api, const pi_site *s);
 /* Forked child, new ring: write every frame and stack definition again. */
 PI_HIDDEN void pi_site_replay(void);
 
