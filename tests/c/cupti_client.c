@@ -9,10 +9,14 @@
  *   cupti_client after N    N kernels "early_k" first (the shim sets CUPTI up), then the client starts
  *                           recording and N kernels "client_k"
  *
+ * CLIENT_DLSYM=1: the client finds cuptiSubscribe, cuptiActivityRegisterCallbacks and cuptiActivityEnable
+ * with dlopen + dlsym instead (as XLA's CUPTI wrapper does).
+ *
  * Prints one JSON line: client kernels launched and recorded in the client's buffers (each once), its
  * CUSTOM0 correlation records, records of kernels it did not launch while recording, and external
  * correlation records of other kinds (a CUSTOM2 id of the shim's would be one).
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,12 +100,24 @@ static void launch_n(const char *prefix, int n, int base, int push) {
 }
 
 static void start_client(void) {
+    pi_cuptiSubscribe_fn subscribe = cuptiSubscribe;
+    pi_cuptiActivityRegisterCallbacks_fn reg = cuptiActivityRegisterCallbacks;
+    pi_cuptiActivityEnable_fn enable = cuptiActivityEnable;
+    const char *by_dlsym = getenv("CLIENT_DLSYM");
+    if (by_dlsym && by_dlsym[0] == '1') {
+        void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+        if (!h) { fprintf(stderr, "dlopen libcupti: %s\n", dlerror()); exit(3); }
+        subscribe = (pi_cuptiSubscribe_fn)dlsym(h, "cuptiSubscribe");
+        reg = (pi_cuptiActivityRegisterCallbacks_fn)dlsym(h, "cuptiActivityRegisterCallbacks");
+        enable = (pi_cuptiActivityEnable_fn)dlsym(h, "cuptiActivityEnable");
+        if (!subscribe || !reg || !enable) { fprintf(stderr, "dlsym cupti\n"); exit(3); }
+    }
     pi_cupti_subscriber sub;
-    CHECK(cuptiSubscribe(&sub, on_cb, NULL));
-    CHECK(cuptiActivityRegisterCallbacks(requested, completed));
-    CHECK(cuptiActivityEnable(PI_CUPTI_KIND_CONCURRENT_KERNEL));
-    CHECK(cuptiActivityEnable(PI_CUPTI_KIND_RUNTIME));
-    CHECK(cuptiActivityEnable(PI_CUPTI_KIND_EXTERNAL_CORRELATION));
+    CHECK(subscribe(&sub, on_cb, NULL));
+    CHECK(reg(requested, completed));
+    CHECK(enable(PI_CUPTI_KIND_CONCURRENT_KERNEL));
+    CHECK(enable(PI_CUPTI_KIND_RUNTIME));
+    CHECK(enable(PI_CUPTI_KIND_EXTERNAL_CORRELATION));
 }
 
 int main(int argc, char **argv) {

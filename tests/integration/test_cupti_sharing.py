@@ -63,9 +63,13 @@ def test_a_profiler_recording_before_our_first_kernel_keeps_cupti(client, tmp_pa
     assert "device clock: off" in cp.stderr
 
 
-def test_a_profiler_starting_later_gets_cupti_back_and_our_times_so_far_stay(client, tmp_path):
+@pytest.mark.parametrize("lookup", ["linked", "dlsym"])
+def test_a_profiler_starting_later_gets_cupti_back_and_our_times_so_far_stay(client, tmp_path, lookup):
+    """Kineto links libcupti (its calls reach the shim's exports); a client that dlopens it and looks the entry
+    points up with dlsym (XLA's wrapper) gets the shim's too."""
     out = str(tmp_path / "after.pit")
-    cp = run_cli("run", "--simulated-gpu", "-o", out, "--", client, "after", str(N))
+    cp = run_cli("run", "--simulated-gpu", "-o", out, "--", client, "after", str(N),
+                 env={"CLIENT_DLSYM": "1" if lookup == "dlsym" else "0"})
     assert cp.returncode == 0, cp.stderr
     _whole(last_json_line(cp.stdout))
     tr = pyinterpose.load(out)
