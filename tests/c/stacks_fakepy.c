@@ -13,6 +13,9 @@
  *   - owners are 3.14's: THREAD 0, GENERATOR 1, FRAME_OBJECT 2, INTERPRETER 3,
  *     CSTACK 4 (frames owned by the interpreter or the C stack are not Python's);
  *   - PyCode_Addr2Line(code, byte offset) = co_firstlineno + byte offset / 2.
+ * FAKE_PY_FT=1: a free-threaded 3.14 build: free_threaded = 1, the str state's kind after a whole-byte
+ * `interned`, and the innermost frame runs a thread-local copy of its bytecode (co_tlbc->entries[1],
+ * tlbc_index 1), so its instruction offset is taken from that copy.
  * The expected stack, innermost first: train.py:15 forward, data.py:22 batches,
  * main.py:1 <module> (printed as one JSON line). */
 #include <stdint.h>
@@ -68,7 +71,7 @@ _Static_assert(sizeof(DebugOffsets314) == 760, "3.14's _Py_DebugOffsets is 760 b
 /* this fake build's own layout (deliberately unlike any real CPython's) */
 enum { OB_TYPE = 16, TS_FRAME = 40, FR_PREV = 0, FR_EXEC = 24, FR_INSTR = 8, FR_OWNER = 34,
        CO_FILE = 48, CO_QUAL = 64, CO_NAME = 56, CO_FIRST = 76, CO_CODE = 128,
-       U_LEN = 24, U_STATE = 40, U_ASCII = 56 };
+       U_LEN = 24, U_STATE = 40, U_ASCII = 56, FR_TLBC = 36, CO_TLBC = 96 };
 
 struct { DebugOffsets314 d; char rest[4096]; } _PyRuntime;
 char PyCode_Type[64], PyUnicode_Type[64];
@@ -76,7 +79,9 @@ static char tstate[256];
 static char frames[8][64];
 static char codes[5][256];
 static char strs[10][128];
-static int want_runtime;
+static int want_runtime, free_threaded;
+static struct { int64_t size; char *entries[2]; } tlbc;
+static char tlbc_copy[256];
 
 void *PyGILState_GetThisThreadState(void) { return want_runtime ? tstate : NULL; }
 void *PyThreadState_GetUnchecked(void) { return tstate; }
@@ -94,7 +99,8 @@ static void *mkstr(int i, const char *text) {
     char *o = strs[i];
     PUT(o, OB_TYPE, void *, PyUnicode_Type);
     PUT(o, U_LEN, int64_t, (int64_t)strlen(text));
-    PUT(o, U_STATE, uint32_t, (1u << 2) | (1u << 5) | (1u << 6)); /* kind 1, compact, ascii */
+    int ks = free_threaded ? 8 : 2;     /* `interned` is a whole byte in the free-threaded build */
+    PUT(o, U_STATE, uint32_t, (1u << ks) | (1u << (ks + 3)) | (1u << (ks + 4))); /* kind 1, compact, ascii */
     memcpy(o + U_ASCII, text, strlen(text) + 1);
     return o;
 }
@@ -124,7 +130,11 @@ static void build(const char *ver) {
     int minor = 14;
     sscanf(ver, "3.%d", &minor);
     d->version = 0x03000000ull | ((uint64_t)minor << 16) | 0xf0;
-    d->free_threaded = 0;
+    d->free_threaded = (uint64_t)free_threaded;
+    if (free_threaded) {
+        d->interpreter_frame.tlbc_index = FR_TLBC;
+        d->code_object.co_tlbc = CO_TLBC;
+    }
     d->thread_state.current_frame = TS_FRAME;
     d->interpreter_frame.previous = FR_PREV;
     d->interpreter_frame.executable = FR_EXEC;
@@ -145,6 +155,14 @@ static void build(const char *ver) {
     void *mod = mkcode(2, "main.py", "<module>", 1);
     void *entry = mkcode(3, "<entry>", "<interpreter entry>", 1);
     mkframe(0, 0, (uintptr_t)fwd | 1, fwd, 5);        /* tagged: a deferred reference */
+    if (free_threaded) {                               /* runs the thread's own copy of the bytecode */
+        tlbc.size = 2;
+        tlbc.entries[0] = (char *)fwd + CO_CODE;
+        tlbc.entries[1] = tlbc_copy;
+        PUT(fwd, CO_TLBC, void *, &tlbc);
+        PUT(frames[0], FR_TLBC, int32_t, 1);
+        PUT(frames[0], FR_INSTR, char *, tlbc_copy + 2 * 5);
+    }
     mkframe(1, 3, (uintptr_t)entry, entry, 0);         /* INTERPRETER (3.14): not a Python frame */
     mkframe(2, 1, (uintptr_t)gen, gen, 2);             /* GENERATOR */
     mkframe(3, 0, 1, NULL, 0);                         /* PyStackRef_NULL */
@@ -156,6 +174,8 @@ static void build(const char *ver) {
 
 int main(void) {
     const char *rt = getenv("FAKE_PY_RUNTIME");
+    const char *ft = getenv("FAKE_PY_FT");
+    free_threaded = ft && ft[0] == '1';
     if (rt && *rt) {
         want_runtime = 1;
         build(rt);

@@ -220,13 +220,16 @@ def test_unsupported_python_is_refused_with_a_note(capture, native, tmp_path, cc
     assert expect in " ".join(out.stdout.split())   # rich wraps long lines
 
 
-def test_python_314_frames_are_read_through_its_debug_offsets(capture, native, tmp_path, cc):
+@pytest.mark.parametrize("free_threaded", [False, True], ids=["gil", "free-threaded"])
+def test_python_314_frames_are_read_through_its_debug_offsets(capture, native, tmp_path, cc, free_threaded):
     """A fake CPython 3.14 (tests/c/stacks_fakepy.c): its _Py_DebugOffsets (laid out as 3.14 declares them)
     give offsets no real CPython uses; f_executable is a tagged _PyStackRef; frames owned by the interpreter
-    (3) or the C stack (4, renumbered in 3.14) and a NULL executable are not Python frames."""
+    (3) or the C stack (4, renumbered in 3.14) and a NULL executable are not Python frames.  Free-threaded:
+    the innermost frame runs a thread-local copy of its bytecode (co_tlbc[tlbc_index])."""
     prog = _fakepy(native, tmp_path, cc)
-    path, cp = capture([prog], env={"FAKE_PY_VERSION": "3.14.0 (main, Oct  7 2025) [GCC 12.2.0]",
-                                    "FAKE_PY_RUNTIME": "3.14"})
+    version = "3.14.0 " + ("experimental free-threading build " if free_threaded else "") + "(main) [GCC 12.2.0]"
+    path, cp = capture([prog], env={"FAKE_PY_VERSION": version, "FAKE_PY_RUNTIME": "3.14",
+                                    "FAKE_PY_FT": "1" if free_threaded else "0"})
     assert cp.returncode == 0, cp.stderr
     want = last_json_line(cp.stdout)["frames"]
     tr = pyinterpose.load(path)
