@@ -135,3 +135,44 @@ def test_report_has_an_inline_flame_graph_per_moment(oom_run):
     assert page.count('<svg class="flame"') == 1 + len(ooms)
     assert 'id="flame"' in page and "<script src" not in page
     assert "raw_alloc (libsimtrain.so)" in page
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (__import__("shutil").which("chromium") or os.path.exists("/usr/bin/chromium")),
+                    reason="Chromium not installed (apt-get install -y chromium)")
+def test_flame_graph_zooms_in_chromium(capture, cbuild, tmp_path):
+    """In a real browser: no console error, nothing fetched; a click on a frame stretches it to the full width
+    and hides what is outside it, its callers stay full width; Escape shows everything again."""
+    import pyinterpose
+    from cdp import Browser
+    from pyinterpose.report import html
+
+    helper = cbuild("stacks_helper", shared=True)
+    path, cp = capture([sys.executable, WORKLOAD, helper])
+    assert cp.returncode == 0, cp.stderr
+    tr = pyinterpose.load(path)
+    page = tmp_path / "flame.html"
+    page.write_text(html.render(html.build(tr, bandwidth=16, time_limit=1.0)), encoding="utf-8")
+    js_state = ("Array.from(document.querySelectorAll('#flame-0 g.fl')).map(function(g){var r=g.querySelector('rect');"
+                "return [g.querySelector('title').textContent.split(' \\u2014 ')[0], +g.dataset.d, g.style.display,"
+                " +r.getAttribute('x'), +r.getAttribute('width')];})")
+    with Browser(str(tmp_path / "profile"), 1400, 1000) as b:
+        b.open(page.as_uri())
+        before = b.eval(js_state)
+        assert len(before) > 5
+        # the frame to zoom on: a frame of `direct` (one of several call paths), not the widest
+        target = next(i for i, f in enumerate(before) if f[0].endswith(" in direct") and f[4] < 1100)
+        depth = before[target][1]
+        b.eval(f"document.querySelectorAll('#flame-0 g.fl')[{target}].dispatchEvent("
+               "new MouseEvent('click', {bubbles: true}))")
+        after = b.eval(js_state)
+        assert after[target][3] == 0 and after[target][4] == pytest.approx(1199.5, abs=0.6)
+        shown = [f for f in after if f[2] != "none"]
+        hidden = [f for f in after if f[2] == "none"]
+        assert hidden and all(f[4] == pytest.approx(1199.5, abs=0.6) for f in shown if f[1] <= depth)
+        b.eval("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'}))")
+        reset = b.eval(js_state)
+        assert all(f[2] != "none" for f in reset)
+        assert [f[4] for f in reset] == pytest.approx([f[4] for f in before], abs=0.02)
+        assert b.console_errors() == []
+        assert [u for u in b.requests() if not u.startswith(("file:", "data:"))] == []
