@@ -182,8 +182,9 @@ def section_html(moments: list[Moment]) -> list[str]:
     """The section's fragments: one graph per moment (peak first, then each OOM), with the script."""
     out = []
     for k, m in enumerate(moments):
+        n = len(m.stacks)
         out.append(f'<h3>{html.escape(m.title)}: {html.escape(_fmt(m.live_bytes))} live in '
-                   f'{len(m.stacks):,} stacks</h3>')
+                   f'{n:,} call stack{"" if n == 1 else "s"}</h3>')
         if len(m.stacks) == 0:
             out.append('<div class="note">no device bytes live at this moment</div>')
             continue
