@@ -113,5 +113,5 @@ def fake_trace_files(monkeypatch, made: dict):
             raise TraceError(f"no such trace file: {path}")
         return made[path]
 
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", fake_load)
     return made

@@ -34,8 +34,9 @@
  * normally) when the first complete iteration's requests are mostly unknown, or when no complete
  * iteration came within the plan's limit: another model, other knobs.
  *
- * Records (PI_OP_APPLY): flags 1 arena reserved (addr base, size capacity, result of the real call),
- * 2 one iteration's counts, 3 plan refused, 4 counts of the last, unfinished iteration (at exit).  Counts
+ * Records (PI_OP_APPLY), flags an enum pi_apply_record (events.h): ARENA reserved (addr base, size
+ * capacity, result of the real call), ITERATION one iteration's counts, REFUSED the plan, LAST counts of
+ * the last, unfinished iteration (at exit).  Counts
  * are 32-bit pairs: addr = served | no_key<<32, size = occupied | bigger<<32, stream = capture |
  * overlap<<32, aux = off | other<<32; result = the iteration (-1 before the first).  A status line for
  * `pyinterpose run` goes to $PYINTERPOSE_RING_DIR/apply-<pid> at exit and when the plan is refused.
@@ -287,11 +288,11 @@ static int64_t iv_find(uint64_t off) {
 /* ------------------------------------------------------------------ records and status */
 typedef struct counts { int64_t iter; uint32_t c[C_N]; } counts;
 
-static void emit_counts(uint16_t kind, const counts *k) {
+static void emit_counts(enum pi_apply_record kind, const counts *k) {
     if (!pi_active()) return;
     pi_emit(PI_OP_APPLY, 0, (int32_t)k->iter, k->c[C_SERVED] | (uint64_t)k->c[R_NOKEY] << 32,
             k->c[R_OCCUPIED] | (uint64_t)k->c[R_BIGGER] << 32, k->c[R_CAPTURE] | (uint64_t)k->c[R_OVERLAP] << 32,
-            k->c[R_OFF] | (uint64_t)k->c[R_OTHER] << 32, kind);
+            k->c[R_OFF] | (uint64_t)k->c[R_OTHER] << 32, (uint16_t)kind);
 }
 
 static void write_status(void) {
@@ -357,12 +358,12 @@ static int boundary_locked(counts *out, int *refused_now) {
 }
 
 static void after_boundary(int have, const counts *c, int refused_now) {
-    if (have) emit_counts(2, c);
+    if (have) emit_counts(PI_APPLY_ITERATION, c);
     if (refused_now) {
         char text[400];
         snprintf(text, sizeof text, "apply: plan refused, serving nothing from now on: %s", g_refusal);
         pi_note(text);
-        if (pi_active()) pi_emit(PI_OP_APPLY, 0, (int32_t)g_iter, 0, 0, 0, 0, 3);
+        if (pi_active()) pi_emit(PI_OP_APPLY, 0, (int32_t)g_iter, 0, 0, 0, 0, PI_APPLY_REFUSED);
         lock();
         write_status();
         unlock();
@@ -381,7 +382,7 @@ static uint64_t arena(int fam, int api) {
         g_arena_device = current_device(fam);
         if (r == 0 && p) __atomic_store_n(&g_base, p, __ATOMIC_RELEASE);
         else g_arena_failed = 1;
-        if (pi_active()) pi_emit(PI_OP_APPLY, (uint16_t)api, r, p, g_plan->capacity, 0, 0, 1);
+        if (pi_active()) pi_emit(PI_OP_APPLY, (uint16_t)api, r, p, g_plan->capacity, 0, 0, PI_APPLY_ARENA);
         if (g_arena_failed) {
             char text[200];
             snprintf(text, sizeof text, "apply: cannot reserve the arena (%llu bytes): error %d; serving nothing",
@@ -623,7 +624,7 @@ void pi_apply_exit(void) {
     memcpy(c.c, g_cnt, sizeof g_cnt);
     write_status();
     unlock();
-    emit_counts(4, &c);
+    emit_counts(PI_APPLY_LAST, &c);
 }
 
 void pi_apply_atfork_child(void) {

@@ -116,11 +116,18 @@ enum pi_op {
                                CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
                                addr: the executable graph, aux: the graph */
     /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
-    PI_OP_APPLY = 32        /* flags: 1 arena reserved (addr base, size capacity, result of the real call),
-                               2 one iteration's counts, 3 plan refused, 4 the last iteration's (at exit);
-                               counts as 32-bit pairs: addr served|no_key<<32, size occupied|bigger<<32,
-                               stream capture|overlap<<32, aux off|other<<32; result: the iteration (-1:
-                               before the first) */
+    PI_OP_APPLY = 32        /* flags: enum pi_apply_record; ARENA: addr base, size capacity, result of the
+                               real call; the others: counts as 32-bit pairs: addr served|no_key<<32, size
+                               occupied|bigger<<32, stream capture|overlap<<32, aux off|other<<32; result:
+                               the iteration (-1: before the first) */
+};
+
+/* what a PI_OP_APPLY record says (its flags); the reader names them by these names, lower case */
+enum pi_apply_record {
+    PI_APPLY_ARENA = 1,     /* the arena was reserved (or its reservation failed) */
+    PI_APPLY_ITERATION = 2, /* one iteration's counts */
+    PI_APPLY_REFUSED = 3,   /* the plan was refused: nothing served from now on */
+    PI_APPLY_LAST = 4       /* the last iteration's counts (at exit) */
 };
 
 enum pi_graph_def {

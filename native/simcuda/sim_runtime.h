@@ -85,6 +85,8 @@
     X(CUresult, cuStreamEndCapture, (CUstream, CUgraph *))                                              \
     X(CUresult, cuStreamIsCapturing, (CUstream, int *))                                                 \
     X(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))              \
+    X(CUresult, cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, void *))                          \
+    X(CUresult, cuStreamBeginCaptureToGraph, (CUstream, CUgraph, const void *, const void *, size_t, int))  \
     X(CUresult, cuGraphExecDestroy, (CUgraphExec))                                                      \
     X(CUresult, cuGraphDestroy, (CUgraph))
 

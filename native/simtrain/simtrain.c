@@ -765,6 +765,10 @@ static int oom_request(struct run *r, int s)
         if (f.attempt == 2)
             return fail(r, "CUDA out of memory. Tried to allocate %zu bytes (%s error %d; device: %zu of %zu bytes "
                         "free, %zu bytes released from the cache)", n, f.api, rc, freeb, total, cached);
+        if (r->cfg->oom_retry == SIMTRAIN_OOM_RETRY_SMALLER) { /* a smaller batch, the cache kept */
+            n = freeb / 2;
+            continue;
+        }
         if (release_cache(r)) return -1;
         TRY(mem_info(r, &freeb, &total), "cuMemGetInfo");
         f.cached_bytes = 0, f.free_bytes = freeb, f.total_bytes = total;
@@ -841,7 +845,7 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
     r->t = out;
     if (!cfg || cfg->framework < 0 || cfg->framework > 2 || cfg->steps < 1 || cfg->layers < 1 ||
         cfg->noise < 0 || cfg->noise > 1 || cfg->device_time < 0 || cfg->device_time > 1 || cfg->oom < 0 ||
-        cfg->oom > 2 || cfg->device < 0)
+        cfg->oom > 2 || cfg->device < 0 || cfg->oom_retry < 0 || cfg->oom_retry > 1)
         return fail(r, "invalid configuration");
     r->fw = cfg->framework;
     r->dev = cfg->device;

@@ -33,7 +33,13 @@ struct simtrain_config {
     const char *oom_truth; /* JSON lines, one per failed request (NULL: not written) */
     int device;      /* device ordinal the loop runs on (cudaSetDevice / cuDeviceGet) */
     unsigned noise_kinds; /* what a noisy step does (SIMTRAIN_NOISE_*); 0 = SIMTRAIN_NOISE_EXTRA */
+    int oom_retry;   /* enum simtrain_oom_retry: what the allocator does after a failed request */
 };
+
+/* SIMTRAIN_OOM_RETRY_RELEASE: release the cached blocks, retry the same request (PyTorch, XLA).
+ * SIMTRAIN_OOM_RETRY_SMALLER: keep the cache and ask for a smaller batch instead (half the free memory),
+ * which succeeds: the request right after the failure is a new allocation (NEAR only). */
+enum simtrain_oom_retry { SIMTRAIN_OOM_RETRY_RELEASE = 0, SIMTRAIN_OOM_RETRY_SMALLER = 1 };
 
 enum simtrain_noise {
     SIMTRAIN_NOISE_EXTRA = 1,   /* an evaluation pass or a logging buffer after the step */

@@ -25,11 +25,17 @@ static double shift_at(const double *R, const double *dur, const double *delay, 
     return d > 0.0 ? d : 0.0;
 }
 
-int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int64_t *sprev, const int64_t *snext,
-                   const int64_t *ord,
-                   int64_t n_sw, const pi_swap_xfer *xf, int64_t n_x, const int64_t *x_sw, const int8_t *x_dir,
-                   const int64_t *x_pos, int64_t n_w, const int64_t *w_sw, const int8_t *w_dir, const int64_t *w_pos,
-                   double *delay, double *sw_t, double *slowdown) {
+int pi_swap_replay(pi_swap_replay_args *a) {
+    /* the model's names (swap.h): R release, ord release order, xf swaps, x_* transfers, w_* waits */
+    const int64_t n_ops = a->n_ops, n_sw = a->n_swaps, n_x = a->n_transfers, n_w = a->n_waits;
+    const double *R = a->release, *dur = a->dur;
+    const int64_t *sprev = a->stream_prev, *snext = a->stream_next, *ord = a->release_order;
+    const pi_swap_xfer *xf = a->swaps;
+    const int64_t *x_sw = a->transfer_swap, *x_pos = a->transfer_pos;
+    const int8_t *x_dir = a->transfer_dir;
+    const int64_t *w_sw = a->wait_swap, *w_pos = a->wait_pos;
+    const int8_t *w_dir = a->wait_dir;
+    double *delay = a->delay, *sw_t = a->swap_times;
     double d2h_free = -INFINITY, h2d_free = -INFINITY;
     double rec_end = -INFINITY, new_end = -INFINITY;
     for (int64_t i = 0; i < n_ops; i++) {
@@ -110,6 +116,6 @@ int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int6
         j++;
     }
     free(counted);
-    *slowdown = new_end > rec_end ? new_end - rec_end : 0.0;
+    a->slowdown = new_end > rec_end ? new_end - rec_end : 0.0;
     return 0;
 }

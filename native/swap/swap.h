@@ -68,21 +68,37 @@ typedef struct {
     int64_t out_anchor, in_anchor;    /* op whose delay shifts the issue (-1: none) */
 } pi_swap_xfer;
 
-/* Replays one schedule.
- *   ops (n_ops, seq order): R start, dur, sprev / snext (previous / next op on its stream, -1;
- *   both NULL: one stream, in seq order); ord: op indices in release order (R, seq), NULL when
- *   that is seq order;
- *   xfers (n_sw); x_sw/x_dir/x_pos (n_x = 2 n_sw transfers in planned order: swap, 0 out | 1 in,
- *   how many ops in release order are released by its planned time);
- *   w_sw/w_dir/w_pos (n_w waits, by w_pos: the op at release position w_pos waits for swap
- *   w_sw's out end (0) or in end (1)).
- * Output: delay[n_ops] (zeroed by the caller), sw_t[5 n_sw] = out start, out end, in start,
- * in end, wait caused (ns); *slowdown = how much later the last op ends.  0, or -1 (memory). */
-int pi_swap_replay(int64_t n_ops, const double *R, const double *dur, const int64_t *sprev, const int64_t *snext,
-                   const int64_t *ord,
-                   int64_t n_sw, const pi_swap_xfer *xf, int64_t n_x, const int64_t *x_sw, const int8_t *x_dir,
-                   const int64_t *x_pos, int64_t n_w, const int64_t *w_sw, const int8_t *w_dir, const int64_t *w_pos,
-                   double *delay, double *sw_t, double *slowdown);
+/* One replay's problem and its outputs (pi_swap_replay). */
+typedef struct {
+    /* the compute ops, in seq order */
+    int64_t n_ops;
+    const double *release;             /* recorded start of each op (ns) */
+    const double *dur;                 /* how long it keeps its stream */
+    const int64_t *stream_prev;        /* previous / next op on its stream (-1 none); both NULL: */
+    const int64_t *stream_next;        /*   one stream, in seq order */
+    const int64_t *release_order;      /* op indices in release order (release, seq); NULL: seq order */
+    /* the swaps */
+    int64_t n_swaps;
+    const pi_swap_xfer *swaps;
+    /* their 2 n_swaps transfers, in planned order */
+    int64_t n_transfers;
+    const int64_t *transfer_swap;      /* the swap it moves */
+    const int8_t *transfer_dir;        /* 0 out (D2H), 1 in (H2D) */
+    const int64_t *transfer_pos;       /* how many ops, in release order, are released by its planned time */
+    /* the waits, by wait_pos: the op at release position wait_pos waits for swap wait_swap's out end
+     * (wait_dir 0) or in end (1) */
+    int64_t n_waits;
+    const int64_t *wait_swap;
+    const int8_t *wait_dir;
+    const int64_t *wait_pos;
+    /* outputs */
+    double *delay;                     /* [n_ops], zeroed by the caller: how late each op starts */
+    double *swap_times;                /* [5 n_swaps]: out start, out end, in start, in end, wait caused (ns) */
+    double slowdown;                   /* how much later the last op ends */
+} pi_swap_replay_args;
+
+/* Replays one schedule: fills a's outputs.  0, or -1 (out of memory). */
+int pi_swap_replay(pi_swap_replay_args *a);
 /* END CDEF */
 
 #endif

@@ -28,35 +28,15 @@ import time
 from dataclasses import asdict, dataclass
 
 from ..errors import PyinterposeError
+from ..units import PCIE_LANE_BYTES_PER_S, pcie_bytes_per_s  # noqa: F401  (part of this module's API)
 
 GB = 1e9
 MiB = 1 << 20
-
-#: Theoretical bytes/s per lane per direction after line encoding (interposition.md §4).
-PCIE_LANE_BYTES_PER_S = {
-    1: 2.5e9 * 8 / 10 / 8,      # 0.25 GB/s, 8b/10b
-    2: 5e9 * 8 / 10 / 8,        # 0.5 GB/s
-    3: 8e9 * 128 / 130 / 8,     # 0.985 GB/s, 128b/130b
-    4: 16e9 * 128 / 130 / 8,    # 1.969 GB/s
-    5: 32e9 * 128 / 130 / 8,    # 3.938 GB/s
-    6: 64e9 * 242 / 256 / 8,    # ~7.56 GB/s, PAM4 + FLIT
-}
 
 #: Fixed cost per transfer when nothing better is known: ~SINGA's fitted host-to-device
 #: constant on PCIe x16 with pinned memory (9.7 us; its device-to-host fit was 47 us).
 DEFAULT_LATENCY_S = 10e-6
 SIMULATED_KEY = "simulated"
-
-
-def pcie_bytes_per_s(gen: int | None, width: int | None) -> float | None:
-    """Theoretical per-direction bandwidth of a PCIe link (None when unknown)."""
-    if not gen or not width:
-        return None
-    lane = PCIE_LANE_BYTES_PER_S.get(int(gen))
-    if lane is None:  # a generation newer than the table: assume doubling per generation
-        top = max(PCIE_LANE_BYTES_PER_S)
-        lane = PCIE_LANE_BYTES_PER_S[top] * 2 ** (int(gen) - top)
-    return lane * int(width)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..trace import reader
 from ..trace.model import Trace, peak_live_bytes_of
+from . import guarded
 
 SMALL = 1 << 20
 
@@ -101,7 +103,6 @@ def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any
     """What a row reads from the blocks alone (peak, owners, the pools analysis, call sites):
     :func:`trace_row` computes it on a side thread beside the access and swap analyses, after
     the main process's access intervals (kept by ``Trace.derived`` for those analyses)."""
-    from ..report import analyses
     from ..trace.stacks import top_call_sites_json
     from .owners import allocator_info, bytes_by_owner
 
@@ -113,7 +114,7 @@ def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any
             pass
     out: dict[str, Any] = {"peak": peak_live_bytes_of(trace),   # over the live events, shared with access
                            "info": allocator_info(trace), "by_owner": bytes_by_owner(trace).to_dict("records")}
-    out["pools"] = analyses.pools(trace, time_limit=time_limit) if pools else None
+    out["pools"] = guarded.pools(trace, time_limit=time_limit) if pools else None
     out["call_sites"] = top_call_sites_json(trace, n=5)
     return out
 
@@ -138,7 +139,6 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     """One comparison row for ``trace`` (see the module docstring)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..report import analyses
 
     notes: list[str] = []
     # the blocks-only figures on a side thread while this one finds the iterations, the access
@@ -146,9 +146,9 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     # computes what both ask for once)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-compare") as ex:
         side = ex.submit(_memory_facts, trace, pools, time_limit)
-        it = analyses.iterations(trace)
-        acc = analyses.access(trace, bandwidth=bandwidth, iters=it.value)
-        ev = analyses.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        it = guarded.iterations(trace)
+        acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
+        ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
         facts = side.result()
     b = trace.device_blocks
     view = str(trace.meta.get("view", "unknown"))
@@ -271,7 +271,7 @@ def compare_files(paths: Sequence[str], labels: Sequence[str] | None = None, ban
     from types import SimpleNamespace
 
     if load is None:
-        from .. import load
+        load = reader.load
     labels = list(labels) if labels else [None] * len(paths)
     if len(labels) != len(paths):
         from ..errors import PyinterposeError

@@ -84,7 +84,7 @@ def _frames_of_stacks(trace: Trace, stack_ids: np.ndarray) -> dict[int, tuple[st
 def fold(trace: Trace, bytes_per_block: np.ndarray) -> pd.DataFrame:
     """The blocks with ``bytes_per_block > 0`` folded by call stack: columns ``frames`` (tuple of
     frame texts, outermost first), ``bytes``, ``blocks``; largest first, then by frames."""
-    from .owners import display_owner
+    from ..trace.stacks import display_owner
 
     b = trace.blocks
     rows = np.flatnonzero(np.asarray(bytes_per_block) > 0)

@@ -23,6 +23,10 @@ import glob
 import os
 
 from ..errors import PyinterposeError
+from ..heap import keep_freed_memory
+from ..trace.model import peak_live_bytes_of
+from ..trace.reader import load
+from .ranks import per_rank
 
 SCHEDULER_ENV = "PYINTERPOSE_SCHEDULER"
 TRACE_SUFFIX = ".pit"
@@ -58,10 +62,6 @@ def is_many(items: list[str]) -> bool:
 
 def analyse_trace(path: str) -> dict:
     """One trace's part of the job (a small dict of plain values; the same on any executor)."""
-    from .. import load
-    from .ranks import per_rank
-    from ..trace.model import peak_live_bytes_of
-
     trace = load(path)
     tr = trace.meta.get("trailer") or {}
     procs = trace.processes
@@ -83,12 +83,10 @@ def analyse_trace(path: str) -> dict:
 
 def worker_task(path: str) -> dict:
     """:func:`analyse_trace` as a worker runs it: first the glibc settings every command runs with
-    (pyinterpose.cli.keep_freed_memory: freed arrays stay in the heap for the next ones).  A Dask
+    (pyinterpose.heap.keep_freed_memory: freed arrays stay in the heap for the next ones).  A Dask
     worker needs them most: its nanny starts it with MALLOC_TRIM_THRESHOLD_=65536, so each of the
     analysis's large temporary arrays would be handed back to the kernel and faulted in again
     (32 traces of 1 M events: 2.5x the local pool's time before this)."""
-    from ..cli import keep_freed_memory
-
     keep_freed_memory()
     return analyse_trace(path)
 

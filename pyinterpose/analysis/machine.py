@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..trace.model import Trace
+from ..units import fmt_bytes
 
 
 def _link(dev: dict) -> dict | None:
@@ -55,15 +56,6 @@ def machine(trace: Trace) -> dict[str, Any]:
     }
 
 
-def _bytes(n) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"   # pragma: no cover
-
-
 def _link_text(link: dict | None) -> str:
     if not link:
         return "host link not reported"
@@ -88,7 +80,7 @@ def machine_lines(d: dict[str, Any]) -> list[tuple[str, str]]:
     if d["simulated_gpu"]:
         out.append(("GPU", "simulated (simcuda): no real GPU"))
     for g in d["gpus"]:
-        mem = _bytes(g["memory_bytes"]) if g.get("memory_bytes") else "memory not reported"
+        mem = fmt_bytes(g["memory_bytes"]) if g.get("memory_bytes") else "memory not reported"
         out.append((f"GPU {g['nvml_index']}", f"{g.get('name') or 'unknown'}, {mem}; {_link_text(g.get('link'))}"))
     if not d["gpus"] and not d["simulated_gpu"]:
         out.append(("GPU", "not recorded" + (f" (NVML: {d['nvml']['reason']})" if d["nvml"].get("reason") else "")))

@@ -52,12 +52,10 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, peak_live_bytes_of
+from ..trace.stacks import display_owner, is_trampoline
 
 FRAMEWORKS = ("pytorch", "jax", "tensorflow")
 _ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow"}
-
-# shared objects that only forward a call (Python's foreign-function interfaces): never an owner
-_TRAMPOLINES = ("libffi", "_ctypes", "_cffi_backend")
 
 # shared-object basenames (prefixes) of each framework's allocator
 _ALLOCATOR_OBJECTS = {
@@ -77,12 +75,6 @@ def normalize_framework(name) -> str:
     """``"torch"`` -> ``"pytorch"``, ``"tf"`` -> ``"tensorflow"``; lower case; ``"unknown"`` for none."""
     n = str(name or "").strip().lower()
     return _ALIASES.get(n, n) or "unknown"
-
-
-def is_trampoline(owner: str) -> bool:
-    """True for a shared object that only forwards calls (libffi, ctypes, cffi)."""
-    base = str(owner).rsplit("/", 1)[-1].lower()
-    return any(base.startswith(p) for p in _TRAMPOLINES)
 
 
 def _owner_names(b: pd.DataFrame) -> list[str]:
@@ -200,11 +192,6 @@ def framework(trace: Trace) -> str:
     """The framework that ran: ``allocator(trace).framework`` (``"pytorch" | "jax" | "tensorflow"
     | "unknown"``)."""
     return allocator(trace).framework
-
-
-def display_owner(owner: str) -> str:
-    """An owner as shown: a trampoline (libffi, ctypes, cffi) names the Python code behind it."""
-    return f"python (through {owner})" if is_trampoline(owner) else str(owner)
 
 
 def _str_rows(col: pd.Series, pred) -> np.ndarray:

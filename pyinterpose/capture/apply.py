@@ -1,6 +1,6 @@
 """``pyinterpose run --apply plan.json``: hand a plan to the shim, and say afterwards what it served.
 
-The plan file (pyinterpose.analysis.pools.plan_file) is read and checked here, in the parent; its
+The plan file (pyinterpose.trace.plan_format) is read and checked here, in the parent; its
 compact binary digest goes into the run's private ring directory and the shim finds it through
 ``PYINTERPOSE_APPLY`` (native/shim/apply.c maps it at the first allocation request).  At exit each
 process that had the plan writes one status line (``apply-<pid>`` in the ring directory), which
@@ -9,10 +9,13 @@ process that had the plan writes one status line (``apply-<pid>`` in the ring di
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 
 from ..errors import PyinterposeError
+from ..trace import plan_format
+from ..units import fmt_bytes
 
 ENV = "PYINTERPOSE_APPLY"
 COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other")
@@ -21,18 +24,14 @@ COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off",
 def prepare(plan_path: str, rdir: str | None, argv: list[str], knobs: dict, env: dict) -> dict:
     """Read and check the plan, write its digest for the shim, set the environment; the trace's
     ``meta["apply"]``."""
-    import hashlib
-
-    from ..analysis.pools import plan_file
-
     try:
-        doc = plan_file.read(plan_path)
+        doc = plan_format.read(plan_path)
     except PyinterposeError as e:
         raise PyinterposeError(f"--apply {e}") from None
     if not rdir:
         raise PyinterposeError("--apply: no private directory for the plan's digest (see --ring-dir)")
     bin_path = os.path.join(rdir, "plan.bin")
-    data = plan_file.digest(doc)
+    data = plan_format.digest(doc)
     with open(bin_path, "wb") as f:
         f.write(data)
     env[ENV] = bin_path
@@ -75,8 +74,6 @@ def read_status(rdir: str | None) -> list[dict]:
 
 def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]:
     """The lines ``run`` prints about the plan (also when quiet: a refused plan is never silent)."""
-    from ..report.text import fmt_bytes
-
     lines = []
     if not status:
         return [f"pyinterpose: --apply {plan_path}: no process asked for memory the plan covers; nothing served"]

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from . import records
+from ..trace import records
 from .gpuclock import ClockTally
 from .ring import DEFAULT_LEASE_S, NotAllocated, Ring, list_rings
 

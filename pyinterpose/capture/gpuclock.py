@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import records
+from ..trace import records
 
 MODES = ("auto", "cupti", "off")
 GPU_CLOCK_MISSING_EXIT = 4   # --gpu-clock cupti and some process ran without the device clock

@@ -26,8 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..analysis.bandwidth import pcie_bytes_per_s
 from ..trace.model import NVML_COLUMNS, conform, empty_table
+from ..units import pcie_bytes_per_s
 
 
 def _pynvml():

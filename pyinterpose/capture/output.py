@@ -5,7 +5,7 @@
 
 Fields: ``{host}`` (this machine's name), ``{pid}`` (the ``pyinterpose run`` process), ``{rank}``,
 ``{local_rank}``, ``{world_size}`` (from the environment ``run`` starts in: RANK, SLURM_PROCID,
-OMPI_COMM_WORLD_RANK, ... — pyinterpose.analysis.ranks.rank_context), ``{{`` and ``}}`` for braces.
+OMPI_COMM_WORLD_RANK, ... — pyinterpose.trace.context.rank_context), ``{{`` and ``}}`` for braces.
 A field the environment does not give is an error, as is an unknown field.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import platform
 import string
 
 from ..errors import PyinterposeError
+from ..trace.context import rank_context
 
 FIELDS = ("host", "pid", "rank", "local_rank", "world_size")
 
@@ -23,8 +24,6 @@ def expand(template: str, env: dict | None = None) -> str:
     """The file name ``template`` gives in this process and environment."""
     if "{" not in template and "}" not in template:
         return template
-    from ..analysis.ranks import rank_context
-
     env = dict(os.environ if env is None else env)
     ctx = rank_context(env)
     values = {"host": platform.node() or "host", "pid": str(os.getpid())}

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import records
+from ..trace import records
 
 SHM_DIR = "/dev/shm"
 RING_MAGIC = 0x31474E4952495950

@@ -18,13 +18,12 @@ import time
 
 from .. import __version__
 from ..errors import PyinterposeError
-from . import gpuclock, records
+from ..installation import NATIVE, SHIM, SIMCUDA, not_built_message
+from ..trace import records
+from . import gpuclock
 from .drain import Drain
 from .ring import DEFAULT_LEASE_S
 
-NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native")
-SHIM = os.path.join(NATIVE, "libpyinterpose.so")
-SIMCUDA = os.path.join(NATIVE, "simcuda")
 
 # --view blocks: make every tensor/buffer its own CUDA allocation (DESIGN §3).
 BLOCKS_KNOBS = {
@@ -37,24 +36,6 @@ BLOCKS_KNOBS = {
 XLA_FLAG = "--xla_gpu_enable_command_buffer="
 VIEWS = ("blocks", "reserved")
 STACKS = ("python", "native", "none")  # --stacks: what the shim records per allocation (native/shim/site.c)
-
-
-def not_built_message(missing: str) -> str:
-    """Why a native piece is missing, and what helps."""
-    pkg = os.path.dirname(NATIVE)
-    src = os.path.dirname(pkg)
-    name = os.path.relpath(missing, pkg)
-    if os.path.exists(os.path.join(src, "pyproject.toml")) or os.path.exists(os.path.join(src, "setup.py")):
-        msg = f"pyinterpose is imported from the source tree {pkg}, which is not built ({name} is missing)"
-        try:
-            here = os.path.samefile(src, os.getcwd())
-        except OSError:
-            here = False
-        if here:
-            return msg + ("; `python -m` puts the current directory first: use the installed `pyinterpose` "
-                          "command, run from another directory, or build in place: python pyinterpose/_build.py")
-        return msg + ": build it in place with `python pyinterpose/_build.py` (or `pip install -e .`)"
-    return f"{name} is missing from the installed pyinterpose ({pkg}): reinstall it (pip install --force-reinstall)"
 
 
 def default_output(argv: list[str]) -> str:

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from ..errors import PyinterposeError
+from ..errors import PyinterposeError, TraceError
 
 INT64_MAX = 2**63 - 1
 USAGE_EXIT = 2
@@ -196,3 +196,21 @@ def apply_site_skip(trace, args) -> None:
     if patterns:
         from ..trace.stacks import set_site_skip
         set_site_skip(trace, patterns)
+
+
+def load_trace(path: str, quiet: bool = False):
+    """Load a trace (the reader shows its progress bar on a TTY); a missing file is a user error."""
+    from ..report.text import is_tty        # rich and pandas: not at CLI start (--help, run)
+    from ..trace.reader import load
+
+    if not os.path.exists(path):
+        raise TraceError(f"no such trace file: {path} (no such file)")
+    trace = load(path, progress=(not quiet) and is_tty(sys.stderr))
+    warn_incomplete(trace)
+    return trace
+
+
+def warn_incomplete(trace) -> None:
+    """Every command says on stderr when its trace is incomplete (one line per reason)."""
+    for w in trace.warnings:
+        print(f"pyinterpose: warning: {trace.path or 'trace'}: {w}", file=sys.stderr)

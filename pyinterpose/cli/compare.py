@@ -35,7 +35,7 @@ def _loaded(trace, args):
 def run(args) -> int:
     from ..analysis.compare import compare_files
     from ..report.compare_view import print_table, render_html
-    from ..report.text import load_trace, print_json, progress
+    from ..report.text import print_json, progress
 
     import glob
 
@@ -52,7 +52,7 @@ def run(args) -> int:
     with progress("comparing", enabled=None if not args.json else False) as pr:
         cmp, traces = compare_files(args.traces, labels, bandwidth=args.bandwidth, time_limit=args.time_limit,
                                     pools=not args.no_pools, swap=not args.no_swap, progress=pr,
-                                    load=lambda p: _loaded(load_trace(p, quiet=args.json), args))
+                                    load=lambda p: _loaded(A.load_trace(p, quiet=args.json), args))
     if args.output:
         try:
             from ..outfile import atomic_output
@@ -65,11 +65,12 @@ def run(args) -> int:
         print_json(cmp, trace=traces)
         return 0
     print_table(cmp)
-    from .summary import _fmt_bytes, print_call_sites
+    from ..report.summary_text import print_call_sites
+    from ..units import fmt_bytes
     from ..report.text import console
 
     for r in cmp["traces"]:
-        print_call_sites(console(), r.get("call_sites") or {}, _fmt_bytes, f" — {r['label']}")
+        print_call_sites(console(), r.get("call_sites") or {}, fmt_bytes, f" — {r['label']}")
     if args.output:
         print(f"Comparison written to {args.output}")
     return 0

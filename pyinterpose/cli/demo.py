@@ -102,7 +102,7 @@ def _remove(path: str) -> None:
 def run(args) -> int:
     from .. import load
     from ..report import html
-    from ..report.text import console, print_json, print_kv, progress, warn_incomplete
+    from ..report.text import console, print_json, print_kv, progress
 
     t_start = time.monotonic()
     A.check_output_dir(args.output_dir)
@@ -122,7 +122,7 @@ def run(args) -> int:
             capture_simulated(trace_path, args.framework, quiet=True)
         source = f"simulated {args.framework} run"
     trace = load(trace_path)
-    warn_incomplete(trace)
+    A.warn_incomplete(trace)
     bandwidth = args.bandwidth
     assumed = False
     if bandwidth is None and not args.sample:

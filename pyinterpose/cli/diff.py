@@ -31,12 +31,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..analysis.diff import diff, gate, parse_metric, profile
     from ..report.diff_text import gate_line, print_diff
-    from ..report.text import load_trace, print_json
+    from ..report.text import print_json
 
     metric = parse_metric(args.metric)           # a bad --metric fails before any trace is read
     profiles, traces = [], []
     for path in (args.a, args.b):
-        tr = load_trace(path, quiet=args.json)
+        tr = A.load_trace(path, quiet=args.json)
         A.apply_site_skip(tr, args)
         profiles.append(profile(tr, path))
         traces.append(tr)

@@ -57,11 +57,11 @@ def _say_on_stderr(fmt: str, out: str, info: dict) -> None:
 
 def run(args) -> int:
     from ..report.exports import export
-    from ..report.text import console, load_trace, print_json
+    from ..report.text import console, print_json
 
     out = args.output or (os.path.splitext(args.trace)[0] + _EXT[args.format])
     A.check_output(out, args.force)
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     try:
         info = export(trace, args.format, out, large=args.large, pid=args.pid, moment=args.moment)
     except OSError as e:

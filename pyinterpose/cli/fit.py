@@ -27,14 +27,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..analysis.fit import find_gpu, fit
-    from ..report.text import load_trace, print_json
+    from ..report.text import print_json
 
     caps = []
     for name in args.gpu:
         g = find_gpu(name)          # unknown name: one line listing the known ones
         caps.append((g["name"], g["capacity_bytes"], g))
     caps += [(None, c, None) for c in args.capacity]
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     res = fit(trace, caps or None, pid=args.pid,
               bandwidth_bytes_per_s=args.bandwidth * 1e9 if args.bandwidth else None)
     if args.json:

@@ -27,9 +27,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..analysis.iterations import find_iterations
     from ..errors import PyinterposeError
-    from ..report.text import console, fmt_ns, fmt_pct, load_trace, print_json, print_kv, print_table
+    from ..report.text import console, fmt_ns, fmt_pct, print_json, print_kv, print_table
 
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     if args.pid is not None and args.pid not in trace.pids:
         raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
                                f"{', '.join(map(str, trace.pids)) or 'none'})")

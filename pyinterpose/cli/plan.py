@@ -49,17 +49,18 @@ def run(args) -> int:
 
 def _plan_trace(args) -> int:
     from ..analysis.pools import plan_file
-    from ..report.text import console, fmt_bytes, load_trace, print_json, print_kv
+    from ..trace import plan_format
+    from ..report.text import console, fmt_bytes, print_json, print_kv
 
     A.check_input(args.trace)
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     if (trace.meta or {}).get("view") == "reserved":
         A.warn(f"{args.trace} was recorded with --view reserved: the plan lays out the framework allocator's "
                "segments, not its tensors (a --view blocks trace gives the plan that saves memory)")
     doc = plan_file.build(trace, args.strategy, 10.0 if args.time_limit is None else args.time_limit,
                           trace_path=args.trace)
     if args.output:
-        plan_file.write(doc, args.output)
+        plan_format.write(doc, args.output)
     it = doc["iteration"]
     n_persist = sum(r["phase"] == "persistent" for r in doc["requests"])
     result = {"trace": args.trace, "output": args.output, "strategy": args.strategy,

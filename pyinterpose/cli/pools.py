@@ -33,9 +33,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..analysis.pools import evaluate
-    from ..report.text import console, fmt_bytes, load_trace, print_json, print_kv, print_table
+    from ..report.text import console, fmt_bytes, print_json, print_kv, print_table
 
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     allocator_options = None if args.alloc_conf is None else {"pytorch": args.alloc_conf}
     res = evaluate(trace, strategies=args.strategies, time_limit=args.time_limit, pid=args.pid,
                    capacity=args.capacity, allocator_options=allocator_options)

@@ -43,11 +43,11 @@ def run(args) -> int:
     args.trace = args.trace[0]
     from ..outfile import atomic_output
     from ..report import html
-    from ..report.text import console, load_trace, print_json, print_kv, progress
+    from ..report.text import console, print_json, print_kv, progress
 
     out = args.output or default_output(args.trace)
     A.check_output(out, args.force)
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     A.apply_site_skip(trace, args)
     with progress("analysing", enabled=None if not args.json else False) as pr:
         rep = html.build(trace, bandwidth=args.bandwidth, time_limit=args.time_limit, top=args.top, progress=pr)

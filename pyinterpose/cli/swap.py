@@ -35,9 +35,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..analysis.swap import analyse
-    from ..report.text import console, fmt_bytes, fmt_pct, load_trace, print_json, print_kv, print_table
+    from ..report.text import console, fmt_bytes, fmt_pct, print_json, print_kv, print_table
 
-    trace = load_trace(args.trace, quiet=args.json)
+    trace = A.load_trace(args.trace, quiet=args.json)
     ev = analyse(trace, bandwidth=args.bandwidth, budget=args.budget, strategies=args.strategy,
                  min_size=args.min_size, pid=args.pid, latency_us=args.latency_us,
                  schedules=bool(args.schedule_csv))     # whole schedules only when they are written

@@ -13,6 +13,7 @@ import ctypes
 import os
 
 from pyinterpose.errors import PyinterposeError
+from pyinterpose.examples.simaside import OOM_RETRIES
 
 NATIVE_ENV = "PYINTERPOSE_NATIVE_DIR"
 
@@ -73,3 +74,78 @@ def load_simcuda() -> tuple[ctypes.CDLL, ctypes.CDLL]:
 def load_simtrain() -> ctypes.CDLL:
     load_simcuda()
     return ctypes.CDLL(_require(os.path.join(native_dir(), "libsimtrain.so")), mode=os.RTLD_GLOBAL)
+
+
+# ---- libsimtrain's interface (native/simtrain/simtrain.h): simtrain and simranks both run it
+
+FRAMEWORKS = ("torch", "jax", "tf")
+DEVICE_TIMES = ("off", "h100-like")
+MAX_API = 32
+COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
+
+
+OOM_MODES = ("none", "near", "final")
+OOM_DEFAULT_DEVICE_BYTES = 256 << 20
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
+                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
+                ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint), ("oom_retry", ctypes.c_int)]
+
+
+class _Truth(ctypes.Structure):
+    _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
+                ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
+                ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
+                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64),
+                ("result_hash", ctypes.c_uint64)]
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.simtrain_run.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Truth)]
+    lib.simtrain_run.restype = ctypes.c_int
+    lib.simtrain_api_count.restype = ctypes.c_int
+    lib.simtrain_api_name.argtypes = [ctypes.c_int]
+    lib.simtrain_api_name.restype = ctypes.c_char_p
+    lib.simtrain_api_class.argtypes = [ctypes.c_int]
+    lib.simtrain_api_class.restype = ctypes.c_int
+    return lib
+
+
+def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
+    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset' | 'object' (pool create/destroy)."""
+    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset",
+             ord("o"): "object"}
+    return {lib.simtrain_api_name(i).decode(): names[lib.simtrain_api_class(i)]
+            for i in range(lib.simtrain_api_count())}
+
+
+def bind_simtrain() -> ctypes.CDLL:
+    """libsimtrain, loaded (with simcuda) and its functions typed."""
+    return _bind(load_simtrain())
+
+
+def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
+             device_time: str = "off", oom: str = "none", oom_step: int = -1,
+             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1,
+             oom_retry: str = "release") -> dict:
+    """Run the loop in this process; its truth (one process)."""
+    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
+                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds,
+                  OOM_RETRIES.index(oom_retry))
+    t = _Truth()
+    if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
+        raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
+    by_api = {}
+    for i in range(lib.simtrain_api_count()):
+        if t.by_api[i]:
+            by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
+    out = {k: int(getattr(t, k)) for k in COUNTERS}
+    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()],
+               peak_live_bytes=int(t.peak_live_bytes), result_hash=f"{int(t.result_hash):016x}")
+    if oom != "none":
+        out["failed_allocs"] = int(t.failed_allocs)
+    return out

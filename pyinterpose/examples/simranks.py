@@ -34,6 +34,7 @@ import sys
 import tempfile
 
 from pyinterpose.errors import PyinterposeError
+from pyinterpose.examples._simlib import bind_simtrain, load_simcuda, native_dir, run_once
 
 MiB = 1 << 20
 SIMCUDA_UUID_PREFIX = "GPU-73696d63-7564-612d-"   # "simcuda-" (native/simcuda/driver/core.c)
@@ -158,8 +159,6 @@ class _NcclTruth(ctypes.Structure):
 
 
 def _load_simnccl() -> ctypes.CDLL:
-    from ._simlib import load_simcuda, native_dir
-
     load_simcuda()
     path = os.path.join(native_dir(), "libsimnccl.so")
     if not os.path.exists(path):
@@ -181,11 +180,9 @@ def _rank_env() -> tuple[int, int, int]:
 
 def rank_once(args) -> dict:
     """This process's part of the job: the library up, the loop, the library down; its truth."""
-    from .simtrain import _bind, _load, run_once
-
     rank, local, world = _rank_env()
     nccl = _load_simnccl()
-    train = _bind(_load())
+    train = bind_simtrain()
     heavy = _heavy(args, world)
     layers = args.layers + (args.imbalance if rank == heavy else 0)
     cfg = _NcclConfig(rank, world, args.device, args.rendezvous.encode(), args.nccl_buffer_mib * MiB,

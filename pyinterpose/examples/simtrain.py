@@ -5,6 +5,7 @@ CUDA call path, with a truth file that says exactly what they did.
         [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
         [--seed S] [--device-time off|h100-like]
         [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
+        [--outside-bytes N] [--oom-neighbour N] [--oom-retry release|smaller]   (simaside.py)
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -50,51 +51,10 @@ import os
 import sys
 
 from pyinterpose.errors import PyinterposeError
-
-FRAMEWORKS = ("torch", "jax", "tf")
-DEVICE_TIMES = ("off", "h100-like")
-MAX_API = 32
-COUNTERS = ("allocs", "frees", "bytes", "accesses", "launches", "noise_steps")
-
-
-OOM_MODES = ("none", "near", "final")
-OOM_DEFAULT_DEVICE_BYTES = 256 << 20
-
-
-class _Config(ctypes.Structure):
-    _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
-                ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
-                ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint)]
-
-
-class _Truth(ctypes.Structure):
-    _fields_ = [("allocs", ctypes.c_uint64), ("frees", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
-                ("accesses", ctypes.c_uint64), ("launches", ctypes.c_uint64),
-                ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
-                ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
-                ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64),
-                ("result_hash", ctypes.c_uint64)]
-
-
-def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    lib.simtrain_run.argtypes = [ctypes.POINTER(_Config), ctypes.POINTER(_Truth)]
-    lib.simtrain_run.restype = ctypes.c_int
-    lib.simtrain_api_count.restype = ctypes.c_int
-    lib.simtrain_api_name.argtypes = [ctypes.c_int]
-    lib.simtrain_api_name.restype = ctypes.c_char_p
-    lib.simtrain_api_class.argtypes = [ctypes.c_int]
-    lib.simtrain_api_class.restype = ctypes.c_int
-    return lib
-
-
-def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
-    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset' | 'object' (pool create/destroy)."""
-    names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset",
-             ord("o"): "object"}
-    return {lib.simtrain_api_name(i).decode(): names[lib.simtrain_api_class(i)]
-            for i in range(lib.simtrain_api_count())}
-
+from pyinterpose.examples import simranks
+from pyinterpose.examples._simlib import (COUNTERS, DEVICE_TIMES, FRAMEWORKS, OOM_DEFAULT_DEVICE_BYTES, OOM_MODES,
+                                          bind_simtrain, run_once)
+from pyinterpose.examples import simaside
 
 NOISE_KINDS = {"extra": 1, "missing": 2, "stream2": 4}
 
@@ -107,27 +67,6 @@ def noise_mask(kinds: str) -> int:
             raise PyinterposeError(f"--noise-kinds: unknown kind {k!r} (choose from {', '.join(NOISE_KINDS)})")
         mask |= NOISE_KINDS[k]
     return mask or NOISE_KINDS["extra"]
-
-
-def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
-             device_time: str = "off", oom: str = "none", oom_step: int = -1,
-             oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1) -> dict:
-    """Run the loop in this process; its truth (one process)."""
-    cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
-                  OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds)
-    t = _Truth()
-    if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
-        raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
-    by_api = {}
-    for i in range(lib.simtrain_api_count()):
-        if t.by_api[i]:
-            by_api[lib.simtrain_api_name(i).decode()] = int(t.by_api[i])
-    out = {k: int(getattr(t, k)) for k in COUNTERS}
-    out.update(allocs_per_step=int(t.allocs_per_step), by_api=by_api, pids=[os.getpid()],
-               peak_live_bytes=int(t.peak_live_bytes), result_hash=f"{int(t.result_hash):016x}")
-    if oom != "none":
-        out["failed_allocs"] = int(t.failed_allocs)
-    return out
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -168,12 +107,22 @@ def _child(lib, args, wfd: int) -> None:
 def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
-            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")))
+            getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")),
+            getattr(args, "oom_retry", "release"))
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Run the workload in this process and ``args.workers`` forked children."""
-    lib = _bind(_load())
+    """Run the workload in this process and ``args.workers`` forked children (beside the memory of
+    --outside-bytes and --oom-neighbour: simaside)."""
+    with simaside.Neighbour(getattr(args, "oom_neighbour", 0), getattr(args, "oom_truth", None)), \
+            simaside.Outside(args.framework, getattr(args, "outside_bytes", 0), getattr(args, "device", 0)) as outside:
+        truth = _run(args)
+        truth.update(outside.truth())
+    return truth
+
+
+def _run(args: argparse.Namespace) -> dict:
+    lib = bind_simtrain()
     children = []
     for _ in range(args.workers):
         r, w = os.pipe()
@@ -215,12 +164,6 @@ def run(args: argparse.Namespace) -> dict:
     return truth
 
 
-def _load() -> ctypes.CDLL:
-    from pyinterpose.examples._simlib import load_simtrain
-
-    return load_simtrain()
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pyinterpose.examples.simtrain",
                                 description="training-like workload on simcuda, with a truth file")
@@ -242,9 +185,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "succeeds) or final (it fails: out-of-memory error, exit status 1)")
     p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
     p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
-    from . import simranks
-
     simranks.add_arguments(p)
+    simaside.add_arguments(p)
     args = p.parse_args(argv)
     if args.steps < 1:
         raise PyinterposeError("--steps must be at least 1")
@@ -253,6 +195,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.workers < 0:
         raise PyinterposeError("--workers must be 0 or more")
     simranks.check_arguments(args)
+    simaside.check_arguments(args)
     if not 0.0 <= args.noise <= 1.0:
         raise PyinterposeError("--noise must be between 0 and 1")
     noise_mask(args.noise_kinds)
@@ -275,12 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         if args.rank_child:
-            from . import simranks
             return simranks.child_main(args)
         if args.oom != "none":
             os.environ.setdefault("SIMCUDA_MEMORY_BYTES", str(OOM_DEFAULT_DEVICE_BYTES))
         if args.ranks:
-            from . import simranks
             truth = simranks.run_ranks(args)
         else:
             truth = run(args)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .text import console, fmt_bytes, table
+from ..units import fmt_bytes
+from .text import console, table
 
 MARK = {"appeared": "+ appeared", "vanished": "- vanished", "grew": "\u2191 grew", "shrank": "\u2193 shrank",
         "same": "= same"}

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace
-from . import analyses
+from ..analysis import guarded
 
 FORMATS = ["perfetto", "memory-viz", "csv", "minimalloc", "folded", "speedscope"]
 
@@ -97,8 +97,8 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
     if fmt == "perfetto":
         from .perfetto import write_chrome_trace
 
-        it = analyses.iterations(trace)
-        cl = analyses.block_classes(trace, iters=it.value)
+        it = guarded.iterations(trace)
+        cl = guarded.block_classes(trace, iters=it.value)
         notes: list[str] = []
         counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value, notes=notes)
         return {"events": counts, "iterations_note": it.note, "notes": notes, **_completeness(trace)}
@@ -106,11 +106,11 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         from .memory_viz import write_snapshot
 
         view, pid, others = snapshot_process(trace, pid)
-        cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
+        cl = guarded.block_classes(trace, iters=guarded.iterations(trace).value)
         return {**write_snapshot(view, path, classes=cl.value), "pid": pid, "other_processes": others,
                 **_completeness(trace)}
     if fmt == "csv":
-        cl = analyses.block_classes(trace, iters=analyses.iterations(trace).value)
+        cl = guarded.block_classes(trace, iters=guarded.iterations(trace).value)
         return write_csv(trace, path, classes=cl.value)
     if fmt == "minimalloc":
         return write_minimalloc(trace, path, pid)

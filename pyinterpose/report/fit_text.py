@@ -1,7 +1,7 @@
 """``pyinterpose fit`` as text: one line per capacity, then what was tried (from analysis.fit's dict)."""
 from __future__ import annotations
 
-from .oom_text import fmt_bytes
+from ..units import fmt_bytes
 
 
 def _cost(c) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from .. import __version__
 from ..analysis.flame import Moment, folded_lines
 from ..errors import PyinterposeError
+from .reporter import Reporter
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 WIDTH = 1200
@@ -106,7 +107,7 @@ def _tree(m: Moment) -> dict:
 
 
 def _fmt(n: int) -> str:
-    from ..report.text import fmt_bytes
+    from ..units import fmt_bytes
 
     return fmt_bytes(n)
 
@@ -191,3 +192,27 @@ def section_html(moments: list[Moment]) -> list[str]:
         out.append(svg(m, f"flame-{k}"))
     out.append(f"<style>{FLAME_CSS}</style><script>{FLAME_JS}</script>")
     return out
+
+
+# ------------------------------------------------------------------------------------- the reporter
+FLAME_EXPLAIN = ("Flame graphs of the device bytes live at the peak, and at each out-of-memory failure: each"
+                 " rectangle is a frame, as wide as the bytes live under it (root on top). Click a frame to zoom"
+                 " on it, the root or Escape to zoom out. Export them with"
+                 " `pyinterpose export --format folded|speedscope`.")
+
+
+def fill_flame(s, ctx) -> None:
+    from ..analysis.flame import moments
+
+    ms = moments(ctx.trace)
+    ctx.heads["flame"] = [{"moment": m.name, "live_bytes": m.live_bytes, "stacks": int(len(m.stacks))} for m in ms]
+    s.html += section_html(ms)
+
+
+def _has_stacks(ctx) -> bool:
+    from .html_sections import has_stacks
+
+    return has_stacks(ctx)
+
+
+FLAME = Reporter("flame", "Live memory by call stack", fill_flame, explain=FLAME_EXPLAIN, applies=_has_stacks)

@@ -1,12 +1,17 @@
 """The report's out-of-memory section (first, when an allocation failed) and its fit table.
 
-Each function fills a :class:`pyinterpose.report.html.Section` (passed in) from
+Each function fills a :class:`pyinterpose.report.sections.Section` (passed in) from
 :mod:`pyinterpose.analysis.oom` and :mod:`pyinterpose.analysis.fit`."""
 from __future__ import annotations
 
 import pandas as pd
 
-from .oom_text import fmt_bytes, full, headline
+from ..analysis.fit import fit
+from ..analysis.oom import explain, oom_failures
+from .fit_text import capacity_line
+from ..units import fmt_bytes
+from .oom_text import full, headline
+from .reporter import Reporter
 
 OOM_EXPLAIN = ("Allocations that failed for lack of device memory, each with what was live at that moment (by owner,"
                " call site and lifetime class), the largest live blocks, what was allocated since the last step"
@@ -19,14 +24,10 @@ FIT_EXPLAIN = ("Would this run fit on another GPU? For each card of the package'
 
 
 def has_failures(trace) -> bool:
-    from ..analysis.oom import oom_failures
-
     return len(oom_failures(trace)) > 0
 
 
 def fill_oom(s, trace, heads: dict) -> None:
-    from ..analysis.oom import explain
-
     ex = explain(trace)
     heads["oom"] = {k: v for k, v in ex.items() if k != "entries"}
     s.facts.append(("failed allocations", headline(ex)))
@@ -53,9 +54,6 @@ def fill_oom(s, trace, heads: dict) -> None:
 
 
 def fill_fit(s, trace, heads: dict) -> None:
-    from ..analysis.fit import fit
-    from .fit_text import capacity_line
-
     res = fit(trace, swap=False)
     heads["fit"] = {c["label"]: c["fits"] for c in res["capacities"]}
     s.facts += [("lower bound (peak live bytes)", fmt_bytes(res["lower_bound_bytes"])),
@@ -70,3 +68,9 @@ def fill_fit(s, trace, heads: dict) -> None:
     s.notes.append("host swapping is not evaluated here (seconds per card on a large trace): "
                    "`pyinterpose fit FILE --gpu NAME` adds it with the card's PCIe bandwidth")
     s.notes.extend(capacity_line(c) for c in res["capacities"] if not c["fits"])
+
+
+OOM = Reporter("oom", "Out of memory", lambda s, ctx: fill_oom(s, ctx.trace, ctx.heads), explain=OOM_EXPLAIN,
+               applies=lambda ctx: has_failures(ctx.trace))
+FIT = Reporter("fit", "Would it fit on another GPU", lambda s, ctx: fill_fit(s, ctx.trace, ctx.heads),
+               explain=FIT_EXPLAIN)

@@ -3,18 +3,7 @@
 Input: :func:`pyinterpose.analysis.oom.explain`'s dict."""
 from __future__ import annotations
 
-
-def fmt_bytes(n) -> str:
-    if n is None:
-        return "?"
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.1f} TiB"  # pragma: no cover
+from ..units import fmt_bytes
 
 
 def headline(ex: dict) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..analysis.ranks import job_view, per_rank
+from .reporter import Reporter
+from .sections import Report, Section
 from .text import fmt_bytes
 
 EXPLAIN = ("One row per rank (the process whose environment named it: RANK, JAX_PROCESS_ID, TF_CONFIG, "
@@ -49,29 +52,27 @@ def facts(job: dict) -> list[tuple[str, str]]:
             ("first to reach its peak", f"rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")]
 
 
-def ranks_section(trace, heads: dict):
-    """The ranks section of one trace's report; None when no process of it has a rank."""
-    from ..analysis.ranks import job_view, per_rank
-    from .html import Section
-
+def fill_ranks(s: Section, ctx) -> bool:
+    """The ranks section of one trace's report; False (no section) when no process of it has a rank."""
+    trace, heads = ctx.trace, ctx.heads
     pr = per_rank(trace)
     if not pr or all(r["rank"] is None for r in pr):
-        return None
+        return False
     job = job_view(pr)
-    s = Section("ranks", "Ranks", EXPLAIN)
     s.facts = facts(job)
     s.figures.append(_figure(pr, job))
     s.tables.append(("per rank", _table(pr)))
     s.tables.append(("per device (ranks sharing a GPU add up there)", _device_table(job)))
     heads["ranks"] = job
     heads["per_rank"] = pr
-    return s
+    return True
+
+
+RANKS = Reporter("ranks", "Ranks", fill_ranks, explain=EXPLAIN)
 
 
 def job_report(res: dict, title: str):
-    """A Report (pyinterpose.report.html) of a job analysed by pyinterpose.analysis.job."""
-    from .html import Report, Section
-
+    """A Report (pyinterpose.report.sections) of a job analysed by pyinterpose.analysis.job."""
     s = Section("ranks", "Ranks", EXPLAIN)
     s.facts = facts(res["ranks"])
     if res["per_rank"]:

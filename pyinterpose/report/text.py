@@ -14,59 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from rich.console import Console
 from rich.table import Table
 
-_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
-
-
-def fmt_bytes(n: float | int | None, precision: int = 1) -> str:
-    """Human bytes in binary units: 0 -> '0 B', 1536 -> '1.5 KiB'; None/NaN -> '-'."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "-"
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in _UNITS:
-        if n < 1024.0 or unit == _UNITS[-1]:
-            if unit == "B":
-                return f"{sign}{int(round(n))} B"
-            return f"{sign}{n:.{precision}f} {unit}"
-        n /= 1024.0
-    raise AssertionError("unreachable")
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """Human duration from nanoseconds: 1500 -> '1.5 us', 2.5e9 -> '2.50 s'."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "-"
-    ns = float(ns)
-    a = abs(ns)
-    if a < 1e3:
-        return f"{ns:.0f} ns"
-    if a < 1e6:
-        return f"{ns / 1e3:.1f} us"
-    if a < 1e9:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e9:.2f} s"
-
-
-def _digits(x: float, digits: int, most: int = 6) -> int:
-    """``digits``, or more (up to ``most``) so that a value that is not zero does not print as zero."""
-    while digits < most and 0 < abs(x) < 0.5 * 10.0 ** -digits:
-        digits += 1
-    return digits
-
-
-def fmt_ratio(x: float | None, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
-        return "-"
-    return f"{x:.{_digits(float(x), digits)}f}"
-
-
-def fmt_pct(x: float | None, digits: int = 1) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    v = 100.0 * float(x)
-    return f"{v:.{_digits(v, digits)}f}%"
-
+from ..units import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401  (the report's formatters)
 
 def is_tty(stream=None) -> bool:
     stream = stream or sys.stdout
@@ -218,24 +166,3 @@ class _Progress:
         if description is not None:
             kw["description"] = description
         self._p.update(self._task, **kw)
-
-
-def load_trace(path: str, quiet: bool = False):
-    """Load a trace (the reader shows its progress bar on a TTY); a missing file is a user error."""
-    import os
-
-    from ..errors import TraceError
-
-    if not os.path.exists(path):
-        raise TraceError(f"no such trace file: {path} (no such file)")
-    from .. import load
-
-    trace = load(path, progress=(not quiet) and is_tty(sys.stderr))
-    warn_incomplete(trace)
-    return trace
-
-
-def warn_incomplete(trace) -> None:
-    """Every command says on stderr when its trace is incomplete (one line per reason)."""
-    for w in trace.warnings:
-        print(f"pyinterpose: warning: {trace.path or 'trace'}: {w}", file=sys.stderr)

@@ -16,6 +16,14 @@ import json
 
 import numpy as np
 
+# the rank variables a process's environment may carry, first match wins (pyinterpose.analysis.ranks)
+RANK_VARS = ("RANK", "JAX_PROCESS_ID", "@TF_CONFIG", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+WORLD_VARS = ("WORLD_SIZE", "JAX_NUM_PROCESSES", "JAX_PROCESS_COUNT", "@TF_CONFIG", "SLURM_NTASKS",
+              "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+LOCAL_WORLD_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+TF_TASK_ORDER = ("chief", "master", "worker", "ps", "evaluator")
+
 
 def uuid_text(lo: int, hi: int) -> str:
     """The 16 UUID bytes (two little-endian words, as the shim stores them) as nvidia-smi writes them."""
@@ -61,3 +69,53 @@ def devices_of(text) -> list[tuple[int, str]]:
     except (TypeError, ValueError):
         return []
     return [(int(a), str(b)) for a, b in v] if isinstance(v, list) else []
+
+
+def _int(v) -> int | None:
+    try:
+        return int(str(v).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _tf_config(text: str) -> tuple[int | None, int | None]:
+    """(rank, world size) of TF_CONFIG's task within its cluster."""
+    try:
+        cfg = json.loads(text)
+        cluster, task = cfg.get("cluster") or {}, cfg.get("task") or {}
+        kinds = [k for k in TF_TASK_ORDER if k in cluster] + sorted(k for k in cluster if k not in TF_TASK_ORDER)
+        world = sum(len(cluster[k]) for k in kinds)
+        base = 0
+        for k in kinds:
+            if k == task.get("type"):
+                idx = _int(task.get("index", 0))
+                return (base + idx if idx is not None else None), world
+            base += len(cluster[k])
+        return None, world or None
+    except (TypeError, ValueError, AttributeError):
+        return None, None
+
+
+def _first(ctx: dict, names: tuple, which: int) -> tuple[int | None, str]:
+    for n in names:
+        if n.startswith("@"):
+            if "TF_CONFIG" in ctx:
+                v = _tf_config(ctx["TF_CONFIG"])[which]
+                if v is not None:
+                    return v, "TF_CONFIG"
+            continue
+        v = _int(ctx.get(n))
+        if v is not None:
+            return v, n
+    return None, ""
+
+
+def rank_context(ctx: dict) -> dict:
+    """rank, world_size, local_rank, local_world_size (None when unknown) and rank_source (the
+    variable the rank came from) of one process's recorded environment."""
+    rank, source = _first(ctx, RANK_VARS, 0)
+    world, _ = _first(ctx, WORLD_VARS, 1)
+    local, _ = _first(ctx, LOCAL_RANK_VARS, 0)
+    lworld, _ = _first(ctx, LOCAL_WORLD_VARS, 0)
+    return {"rank": rank, "world_size": world, "local_rank": local, "local_world_size": lworld,
+            "rank_source": source}

@@ -185,10 +185,29 @@ NVML_COLUMNS = {"t": "int64", "device": "int16", "used_bytes": "int64", "pcie_tx
                 "pcie_rx_kbs": "float64"}
 
 
-def _stacks():
-    from . import stacks
+FRAME_COLUMNS = {"frame_id": "int64", "kind": "category", "filename": "object", "function": "object",
+                 "line": "int64", "object": "object"}
+STACK_COLUMNS = {"stack_id": "int64", "parent_id": "int64", "frame_id": "int64"}
 
-    return stacks
+
+def empty_frames() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in FRAME_COLUMNS.items()})
+
+
+def empty_stacks() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in STACK_COLUMNS.items()})
+
+
+def conform_frames(df) -> pd.DataFrame:
+    if df is None or len(df) == 0:
+        return empty_frames()
+    return pd.DataFrame({c: df[c] for c in FRAME_COLUMNS}).astype(FRAME_COLUMNS).reset_index(drop=True)
+
+
+def conform_stacks(df) -> pd.DataFrame:
+    if df is None or len(df) == 0:
+        return empty_stacks()
+    return pd.DataFrame({c: df[c] for c in STACK_COLUMNS}).astype(STACK_COLUMNS).reset_index(drop=True)
 
 
 def empty_table(columns: dict[str, str]) -> pd.DataFrame:
@@ -244,8 +263,8 @@ class Trace:
     warnings: list = field(default_factory=list)  # e.g. "trace cut short ..."
     path: str | None = None
     reservations: pd.DataFrame = field(default_factory=lambda: empty_table(RESERVATION_COLUMNS))
-    frames: pd.DataFrame = field(default_factory=lambda: _stacks().empty_frames())
-    stacks: pd.DataFrame = field(default_factory=lambda: _stacks().empty_stacks())
+    frames: pd.DataFrame = field(default_factory=empty_frames)
+    stacks: pd.DataFrame = field(default_factory=empty_stacks)
     gpu_activity: pd.DataFrame = field(default_factory=lambda: empty_table(GPU_ACTIVITY_COLUMNS))
     applied: pd.DataFrame = field(default_factory=lambda: empty_table(APPLY_COLUMNS))
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -321,8 +340,8 @@ class Trace:
             meta=dict(meta or {}),
             counts=dict(counts or {}),
             reservations=conform(reservations, RESERVATION_COLUMNS),
-            frames=_stacks().conform_frames(frames),
-            stacks=_stacks().conform_stacks(stacks),
+            frames=conform_frames(frames),
+            stacks=conform_stacks(stacks),
             gpu_activity=conform(gpu_activity, GPU_ACTIVITY_COLUMNS),
         )
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..capture import records
-from ..errors import TraceError
+from . import records
+from ..errors import PyinterposeError, TraceError
+from ..installation import NATIVE, not_built_message
 from . import context
 from . import failures as failure_details
 from . import format as fmt
@@ -358,9 +359,6 @@ class _Split:
             from .._core import ffi, lib
             lib.pi_split_new      # a _core built before the reader's C pass has none
         except (ImportError, AttributeError):
-            from ..capture.run import NATIVE, not_built_message
-            from ..errors import PyinterposeError
-
             raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE),
                                                                   "_core (cffi extension, with the trace reader)")))
         if records.event_dtype().itemsize != RECORD_SIZE:

@@ -37,25 +37,27 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..capture import records
-
-FRAME_COLUMNS = {"frame_id": "int64", "kind": "category", "filename": "object", "function": "object",
-                 "line": "int64", "object": "object"}
-STACK_COLUMNS = {"stack_id": "int64", "parent_id": "int64", "frame_id": "int64"}
+from . import records
+from .model import FRAME_COLUMNS, empty_frames, empty_stacks, live_events
 
 SITE_FORMAT = 1  # version of the SITE/FRAME/STACK records this reader understands (meta "site_format")
 SITE_PYTHON, SITE_NO_PYFRAMES, SITE_TRUNCATED, SITE_NO_GIL, SITE_PY_OFF, SITE_NATIVE = 1, 2, 4, 8, 16, 32
 NO_PYTHON = "<no Python frames>"
 BACKWARD = "backward (autograd thread)"
 AUTOGRAD_THREAD_PREFIX = "pt_autograd_"
+# shared objects that only forward a call (Python's foreign-function interfaces): never an owner
+_TRAMPOLINES = ("libffi", "_ctypes", "_cffi_backend")
 
 
-def empty_frames() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in FRAME_COLUMNS.items()})
+def is_trampoline(owner: str) -> bool:
+    """True for a shared object that only forwards calls (libffi, ctypes, cffi)."""
+    base = str(owner).rsplit("/", 1)[-1].lower()
+    return any(base.startswith(p) for p in _TRAMPOLINES)
 
 
-def empty_stacks() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in STACK_COLUMNS.items()})
+def display_owner(owner: str) -> str:
+    """An owner as shown: a trampoline (libffi, ctypes, cffi) names the Python code behind it."""
+    return f"python (through {owner})" if is_trampoline(owner) else str(owner)
 
 
 @dataclass
@@ -460,8 +462,6 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     Columns: call_site, stack_id (the stack of the site's largest block), owner (most
     common), blocks, bytes (allocated in total), peak_live_bytes (live at the instant of
     the trace's peak of live device bytes), frames (the stack, innermost first, as text)."""
-    from .model import live_events
-
     if by not in ("peak", "count"):
         raise ValueError(f"by must be 'peak' or 'count', not {by!r}")
     cols = ["call_site", "stack_id", "owner", "blocks", "bytes", "peak_live_bytes", "frames"]
@@ -498,8 +498,6 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     out = pd.DataFrame({"blocks": g.size(), "bytes": g["size"].sum(), "peak_live_bytes": g["peak"].sum(),
                         "owner": g["owner"].agg(lambda s: s.value_counts().index[0]),
                         "stack_id": df.loc[g["size"].idxmax().to_numpy(), "stack_id"].to_numpy()})
-    from ..analysis.owners import display_owner     # libffi (ctypes, cffi): the Python code behind it
-
     own_names = np.array([display_owner(o) if o else o for o in own_names], dtype=object)
     out["owner"] = own_names[np.where(out["owner"].to_numpy() < 0, len(own_names) - 1, out["owner"].to_numpy())]
     out.index = pd.Index(np.asarray(site_names, dtype=object)[out.index.to_numpy()], name="call_site")
@@ -521,15 +519,3 @@ def top_call_sites_json(trace, n: int = 10) -> dict:
     return {"by_peak": rows(top_call_sites(trace, "peak", n)), "by_count": rows(top_call_sites(trace, "count", n)),
             "helpers": helper_frames(trace), "site_skip": trace.meta.get(SITE_SKIP_META) or "auto",
             "stacks": trace.meta.get("stacks"), "notes": trace.meta.get("capture_notes", [])}
-
-
-def conform_frames(df) -> pd.DataFrame:
-    if df is None or len(df) == 0:
-        return empty_frames()
-    return pd.DataFrame({c: df[c] for c in FRAME_COLUMNS}).astype(FRAME_COLUMNS).reset_index(drop=True)
-
-
-def conform_stacks(df) -> pd.DataFrame:
-    if df is None or len(df) == 0:
-        return empty_stacks()
-    return pd.DataFrame({c: df[c] for c in STACK_COLUMNS}).astype(STACK_COLUMNS).reset_index(drop=True)

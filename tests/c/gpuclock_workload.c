@@ -11,6 +11,9 @@
  *                               cuGraphLaunch (dlsym) and cudaGraphLaunch (PLT) in turn
  *   gpuclock_workload fork N    N launches, fork(): the child launches N and exits, the parent N more
  *   gpuclock_workload many N    N launches of a kernel that takes no device time (benchmark, drops)
+ *   gpuclock_workload zero N    N rounds of: a kernel that takes no device time launched on a stream, then
+ *                               at once a cudaMalloc of 1 MiB + round bytes (the device reaches the kernel
+ *                               only after SIMCUDA_LAUNCH_LATENCY_NS: the allocation's call comes first)
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -201,9 +204,29 @@ static int mode_many(int n) {
     return 0;
 }
 
+static int mode_zero(int n) {
+    CUfunction f;
+    CHECK(reg("k_zero", k1, 1, off1, sz1, &f));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    void *a;
+    CHECK(cudaMalloc(&a, 4096));
+    void *args[1] = {&a};
+    for (int i = 0; i < n; i++) {
+        void *b;
+        CHECK(launch(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+        CHECK(cudaMalloc(&b, (1u << 20) + (size_t)i));
+        CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaFree(b));
+    }
+    CHECK(cudaFree(a));
+    printf("{\"rounds\": %d, \"first_size\": %u}\n", n, 1u << 20);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpuclock_workload paths|graph|fork|many N\n");
+        fprintf(stderr, "usage: gpuclock_workload paths|graph|fork|many|zero N\n");
         return 2;
     }
     int n = argc > 2 ? atoi(argv[2]) : 4;
@@ -212,6 +235,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "graph")) return mode_graph(n);
     if (!strcmp(argv[1], "fork")) return mode_fork(n);
     if (!strcmp(argv[1], "many")) return mode_many(n);
+    if (!strcmp(argv[1], "zero")) return mode_zero(n);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }

@@ -321,3 +321,31 @@ def test_unpaired_activities_past_the_bound_are_counted_and_noted(capture, tmp_p
     assert set(g[g["seq"] >= 0]["seq"]) == set(tr.launches["seq"]) and (tr.launches["dev_start"] >= 0).all()
     notes = [n["note"] for n in tr.meta["capture_notes"]]
     assert any(n.startswith(f"device clock: {65536 // 4} device records went out unmatched") for n in notes), notes
+
+
+def test_a_zero_duration_kernel_holds_back_the_host_events_after_it(capture, tmp_path, workload):
+    """Kernels that take no device time still move the device clock's frontier: an allocation called right
+    after one (while the device had not reached it yet, launch latency 2 ms) is placed at that kernel's end,
+    as simcuda's device log has it, never at its earlier CPU time."""
+    from pyinterpose.analysis.clock import clock_of
+
+    rounds = 4
+    path, cp, log = _run(capture, tmp_path, workload, "zero", str(rounds),
+                         env={"SIMCUDA_LAUNCH_LATENCY_NS": "2000000", "PYINTERPOSE_GPU_FLUSH_MS": "1"})
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    pid = int(tr.processes["pid"].iloc[0])
+    _, err = assert_matches_log(tr, log, pid)
+    kernels = sorted((o for o in log if o["pid"] == pid and o["name"] == "k_zero"), key=lambda o: o["start_ns"])
+    assert len(kernels) == rounds and all(o["end_ns"] == o["start_ns"] for o in kernels)   # zero duration
+    t0 = int(tr.meta["t0_ns"])
+    b = tr.blocks
+    b = b[(b["pid"] == pid) & (b["size"] >= truth["first_size"])].sort_values("seq_alloc")
+    assert len(b) == rounds
+    clock = clock_of(tr, pid)
+    assert clock.device
+    placed = clock.host_times(b["seq_alloc"].to_numpy(), b["t_alloc"].to_numpy())
+    for k, (o, t_call, at) in enumerate(zip(kernels, b["t_alloc"], placed)):
+        assert o["end_ns"] - t0 > t_call + 1_000_000, (k, o, t_call)     # the device was behind the call
+        assert abs(int(at) - (o["end_ns"] - t0)) <= err, (k, o, t_call, at)

@@ -46,9 +46,9 @@ def test_demo_captures_analyses_and_reports(tmp_path):
     page = open(report_path, encoding="utf-8").read()
     from pyinterpose.report.timeline import chart_js
 
-    if chart_js() is not None:  # inlined verbatim (its text names URLs it never loads)
-        assert page.count(chart_js()) == 1 and 'class="pit-tl"' in page
-        page = page.replace(chart_js(), "")
+    assert chart_js() is not None                # uplot-python: a dependency
+    assert page.count(chart_js()) == 1 and 'class="pit-tl"' in page   # inlined verbatim (its text names URLs
+    page = page.replace(chart_js(), "")                                # it never loads)
     assert "https://" not in page and "http://" not in page
     # four figures; three when no runnable swap schedule lowers the peak (the demo runs on simcuda's
     # device clock, where a block's kernels run back to back: at 16 GB/s no swap-out ends before the
@@ -109,13 +109,6 @@ def test_exports_of_a_real_capture(captured):
     check_consistency(snap)
     n_alloc = sum(e["action"] == "alloc" for dt in snap["device_traces"] for e in dt)
     assert n_alloc == int(tr.blocks["counts_device"].sum())
-    try:
-        import torch.cuda._memory_viz as mv
-    except ImportError:
-        mv = None
-    if mv is not None:
-        mv.segsum(snap)
-        assert mv.trace(snap).count("cudaMalloc(") == n_alloc
     r = run_cli("export", files["torch"], "--format", "csv", "-o", "t.csv", cwd=d)
     assert r.returncode == 0 and sum(1 for _ in open(d / "t.csv")) == len(tr.blocks) + 1
 
@@ -204,3 +197,19 @@ def test_demo_sample_suggests_an_export_path_under_the_current_directory(tmp_pat
     target = os.path.realpath(os.path.join(tmp_path, m.group(1)))
     assert target.startswith(os.path.realpath(tmp_path) + os.sep), target
     assert target == os.path.realpath(tmp_path / "out" / "torch-cnn-blocks.perfetto.json")
+
+
+def test_demo_snapshot_reads_in_pytorchs_own_viewer(captured):
+    """PyTorch's memory_viz (only where torch is installed) reads the exported snapshot: one cudaMalloc per
+    device block."""
+    import pickle
+
+    import pyinterpose
+
+    mv = pytest.importorskip("torch.cuda._memory_viz")
+    d, files = captured
+    r = run_cli("export", files["torch"], "--format", "memory-viz", "-o", "viz.pickle", cwd=d)
+    assert r.returncode == 0, r.stderr[-2000:]
+    snap = pickle.load(open(d / "viz.pickle", "rb"))
+    mv.segsum(snap)
+    assert mv.trace(snap).count("cudaMalloc(") == int(pyinterpose.load(files["torch"]).blocks["counts_device"].sum())

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import pyinterpose
-from pyinterpose.report import analyses, memory_viz
+from pyinterpose.analysis import guarded
+from pyinterpose.report import memory_viz
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import peak_live_bytes
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed
 
 
 def _export(tr) -> dict:
-    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value)
+    cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value)
     snap = memory_viz.snapshot(tr, classes=cl.value)
     # what the viewer's unpickler hands to its JS: the same values as JSON (tuples become lists)
     return pickle.loads(pickle.dumps(snap, protocol=4))
@@ -97,12 +98,8 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
     assert "error" not in r, r
     dev = r["devices"][0]
     db = tr.device_blocks
-    try:
-        from pyinterpose.analysis.owners import allocator_mask
-        db = tr.blocks[allocator_mask(tr)]
-        exact = True       # the snapshot holds the allocator's requests only, as PyTorch's does
-    except ImportError:
-        exact = False      # every device block (cuBLAS workspaces etc. too)
+    from pyinterpose.analysis.owners import allocator_mask
+    db = tr.blocks[allocator_mask(tr)]      # the snapshot holds the allocator's requests only, as PyTorch's does
     live_end = int(db.loc[~db["freed"], "size"].sum())
     assert dev["end"]["reserved"] == live_end
     assert dev["start"]["reserved"] == 0 and dev["start"]["allocated"] == 0
@@ -110,9 +107,9 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
     reported = truth["pytorch_reported"]
     if tr.meta.get("view") == "reserved":
         assert dev["segments"]["max_size"] == peak_live_bytes(db)
-        if exact:  # segments are PyTorch's own: their peak is its max_memory_reserved, to the byte
-            assert dev["segments"]["max_size"] == reported["max_memory_reserved"]
-            assert dev["end"]["reserved"] == reported["memory_reserved_end"]
+        # segments are PyTorch's own: their peak is its max_memory_reserved, to the byte
+        assert dev["segments"]["max_size"] == reported["max_memory_reserved"]
+        assert dev["end"]["reserved"] == reported["memory_reserved_end"]
         # the reserved view cannot see tensors: each segment is shown as one block that fills it (the
         # viewer's first tab, the block timeline, draws the reserve), and every hover says so
         assert dev["end"]["allocated"] == dev["end"]["reserved"]
@@ -125,13 +122,12 @@ def test_export_of_real_trace_opens_in_viewer(tmp_path, name):
         assert dev["blocks"]["max_size"] == peak_live_bytes(db)
         assert dev["end"]["allocated"] == live_end
     # absolute time: the events fall within the steps PyTorch timed (unix us)
-    steps = truth.get("step_bounds_unix_us")
-    if steps:
-        t_us = np.array([e["time_us"] for e in snap["device_traces"][0]], dtype=np.int64)
-        lo, hi = steps[0][0], steps[-1][1]
-        assert lo - 60_000_000 <= t_us.min() and t_us.max() <= hi + 60_000_000
-        inside = ((t_us >= lo) & (t_us <= hi)).mean()
-        assert inside > 0.5, inside
+    steps = truth["step_bounds_unix_us"]        # both torch truths time their steps
+    t_us = np.array([e["time_us"] for e in snap["device_traces"][0]], dtype=np.int64)
+    lo, hi = steps[0][0], steps[-1][1]
+    assert lo - 60_000_000 <= t_us.min() and t_us.max() <= hi + 60_000_000
+    inside = ((t_us >= lo) & (t_us <= hi)).mean()
+    assert inside > 0.5, inside
 
 
 def test_synthetic_export_replays_at_every_point(tmp_path):
@@ -165,7 +161,7 @@ def test_blocks_export_segment_tab_uses_the_legends_classes(tmp_path):
     classes.  Now a segment carries its block's class: the classes drawn are those of the block tab, and
     the legend names only them (and 'unknown', which the viewer needs in its list)."""
     tr = pyinterpose.load(gpu_trace("torch-cnn-blocks.pit"))
-    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value).value
+    cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value
     with Browser(str(tmp_path / "profile")) as b:
         b.open(_page(tmp_path, {"s": _export(tr)}))
         dev = _run(b, "s")["devices"][0]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pyinterpose
-from pyinterpose.analysis import oom
+from pyinterpose.analysis import oom, pools
 from pyinterpose.trace.stacks import call_site
 
 ENV = {"SIMCUDA_MEMORY_BYTES": str(64 << 20)}
@@ -228,3 +228,64 @@ def test_reserved_view_says_what_it_cannot_see(capture, tmp_path):
     r = e["reserve"]
     assert r["reserve_bytes"] == t["live_bytes"] and r["allocated_bytes"] is None and r["shortfall_share"] is None
     assert "--view blocks" in r["note"]
+
+
+def test_other_processes_and_the_reserve_at_the_failure(capture, tmp_path):
+    """Against what the workloads themselves held: another process (simtrain --oom-neighbour) holds three
+    blocks through the whole loop, so at the failure the other processes' live set is exactly its blocks;
+    the allocator keeps its cache and asks for a smaller batch after the failure (--oom-retry smaller), so
+    the reserve changes at the request right after it, and the reserve at the failure must be the one
+    after the last request before it (the newest block the program held when it failed)."""
+    truth_path = str(tmp_path / "oom.jsonl")
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "torch", "--steps",
+                        "4", "--oom", "near", "--oom-retry", "smaller", "--oom-neighbour", str(3_000_000),
+                        "--oom-truth", truth_path], env=ENV)
+    assert cp.returncode == 0, cp.stderr[-2000:]
+    lines = _truth(truth_path)
+    nb = [t for t in lines if "neighbour" in t]
+    fails = [t for t in lines if "neighbour" not in t]
+    assert len(nb) == 1 and nb[0]["live_bytes"] == 3_000_000 and len(fails) == 1
+    tr = pyinterpose.load(path)
+    b = tr.blocks
+    f = oom.oom_failures(tr)
+    assert len(f) == 1
+    row = f.iloc[0]
+    e = oom.explain(tr)["entries"][0]
+    own, others = oom.live_mask(tr, int(row["pid"]), int(row["seq"]), int(row["t"]))
+    got = sorted(zip(b["pid"].to_numpy()[others].tolist(), b["address"].to_numpy()[others].tolist(),
+                     b["size"].to_numpy()[others].tolist()))
+    assert got == sorted((nb[0]["neighbour"], a, s) for a, s, _ in nb[0]["live"])
+    assert e["other_processes_live_bytes"] == nb[0]["live_bytes"]
+    assert e["process_live_bytes"] == fails[0]["live_bytes"]
+    assert e["live_bytes"] == fails[0]["live_bytes"] + nb[0]["live_bytes"]
+    # the reserve: the simulated allocator's after the last request before the failure
+    last_addr, last_size, _ = fails[0]["live"][-1]
+    mine = (b["pid"] == row["pid"]) & (b["address"] == last_addr) & (b["size"] == last_size) & \
+        (b["seq_alloc"] < row["seq"])
+    last_seq = int(b.loc[mine, "seq_alloc"].max())
+    rc = pools.reserved_curve(tr, "pytorch", int(row["pid"]))
+    idx = int(np.flatnonzero(np.asarray(rc["seq"]) == last_seq)[0])
+    assert rc["bytes"][idx + 1] > rc["bytes"][idx]          # the smaller batch after the failure grew it
+    assert e["reserve"]["reserve_bytes"] == int(rc["bytes"][idx])
+    assert e["reserve"]["allocator"] == "pytorch"
+
+
+def test_a_block_freed_at_the_instant_of_the_failure_is_not_live():
+    """The shim stamps a free when the real free has returned: another process's block whose free carries
+    the failure's very timestamp had its memory back by then; one allocated at that instant holds it."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from pyinterpose.trace.model import BLOCK_COLUMNS, conform
+
+    t = 1_000
+    blocks = conform(pd.DataFrame({
+        "block_id": [0, 1, 2, 3], "pid": [2, 2, 2, 1], "device": [0, 0, 0, 0], "size": [10, 20, 40, 80],
+        "t_alloc": [100, 200, t, 100], "t_free": [t, t + 1, -1, -1], "freed": [True, True, False, False],
+        "seq_alloc": [1, 2, 3, 1], "seq_free": [4, 5, -1, -1], "counts_device": [True] * 4,
+    }), BLOCK_COLUMNS)
+    tr = SimpleNamespace(blocks=blocks)      # live_mask reads the blocks only
+    own, others = oom.live_mask(tr, pid=1, seq=5, t=t)
+    assert blocks["size"][others].tolist() == [20, 40]     # freed at t: gone; freed after t, allocated at t: live
+    assert blocks["size"][own].tolist() == [80]

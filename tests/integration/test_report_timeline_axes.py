@@ -79,9 +79,9 @@ def _check_axes(axes, what):
             ts = [s[3] for s in shown]
             # the labels are the times, rounded
             assert all(abs(float(x) - t / unit) <= 0.5 * 10 ** -d + 1e-9 for x, t in zip(nums, ts)), (what, labels)
-            if d > 0:   # just enough: one decimal less and two ticks at different times would read the same
-                fewer = [f"{t / unit:.{d - 1}f}" for t in ts]
-                assert any(a == b for a, b in zip(fewer, fewer[1:])), (what, labels)
+            # just enough: one decimal less and two ticks at different times would read the same
+            fewer = [f"{t / unit:.{max(d - 1, 0)}f}" for t in ts]
+            assert d == 0 or any(a == b for a, b in zip(fewer, fewer[1:])), (what, labels)
 
 
 def _views(b):
@@ -118,8 +118,8 @@ def test_timeline_axes_one_origin_and_minimap_window(tmp_path, demo_trace, which
         blocks = tr.blocks.set_index("block_id")
         for bid, a_ns, f_ns in m["rows"]:
             assert abs(a_ns - int(blocks.at[bid, "t_alloc"])) < m["tq"], (bid, a_ns)
-            if f_ns is not None:
-                assert abs(f_ns - int(blocks.at[bid, "t_free"])) < m["tq"], (bid, f_ns)
+            assert (f_ns is not None) == bool(blocks.at[bid, "freed"]), (bid, f_ns)
+            assert f_ns is None or abs(f_ns - int(blocks.at[bid, "t_free"])) < m["tq"], (bid, f_ns)
         assert abs(m["peak_at"] - m["peak_t"]) < m["tq"]           # the facts' "peak ... at" is on the axis
         assert min(tr.blocks["t_alloc"]) > 0 and m["rows"][0][1] > 0       # (the two origins differed)
 

@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pandas as pd
 
-from pyinterpose.capture import records
+from pyinterpose.trace import records
 from pyinterpose.trace import stacks as _stacks
 from pyinterpose.trace import vmm
 from pyinterpose.trace.model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,

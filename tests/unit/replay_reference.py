@@ -1,14 +1,17 @@
-"""An independent replay of a swap schedule on one compute stream (the CPU clock's reading, or
-a single device stream), written from the model's description in issue 21 and never importing
+"""An independent replay of a swap schedule on the compute streams (the CPU clock's one stream, or
+the device's streams), written from the model's description in issue 21 and never importing
 the code it checks.  It finds the delays by fixed-point iteration (the least solution of "an op
 starts when the op before it on the stream has ended, and after every transfer it waits for"),
 not by the production code's single ordered sweep.  A transfer is issued at its planned time
 plus how late the timeline runs then (its anchor op's delay less the idle time since that op's
 recorded end).
 
-ops: list of (release time R, duration, access-end offset), in stream order.
+ops: list of (release time R, duration, access-end offset[, stream]), in the program's (seq) order;
+the stream defaults to 0.  On each stream an op follows the one before it in that order; ops are
+released in (R, position) order, whatever their streams.
 swaps: dicts with the planned times (out_start, out_end, free_t, in_start, in_end), size, the
-previous-access op index ``p`` and next-access op index ``q``.
+previous-access op index ``p`` (None: the last op released by the swap-out's planned start) and
+next-access op index ``q``.
 events: (time, delta) of the blocks' allocations (+) and frees (-).
 """
 from __future__ import annotations
@@ -19,19 +22,26 @@ TOL = 1e-3
 def replay(ops, swaps, events):
     n = len(ops)
     R = [o[0] for o in ops]
+    stream = [o[3] if len(o) > 3 else 0 for o in ops]
+    before = []                # the op before each on its stream (-1: none)
+    last_on = {}
+    for i in range(n):
+        before.append(last_on.get(stream[i], -1))
+        last_on[stream[i]] = i
 
-    def last_released(t):
+    def last_released(t):      # the op released last by t, in (R, position) order
         k = -1
         for i in range(n):
-            if R[i] <= t:
+            if R[i] <= t and (k < 0 or (R[i], i) > (R[k], k)):
                 k = i
         return k
 
     def first_released_at_or_after(t):
+        k = -1
         for i in range(n):
-            if R[i] >= t:
-                return i
-        return -1
+            if R[i] >= t and (k < 0 or (R[i], i) < (R[k], k)):
+                k = i
+        return k
 
     def shift(k, t):           # how late the timeline runs at t, seen from op k released by t
         if k < 0:
@@ -45,7 +55,8 @@ def replay(ops, swaps, events):
         free = -float("inf")
         for k in sorted(range(len(swaps)), key=lambda k: swaps[k]["out_start"]):
             sw = swaps[k]
-            s = max(sw["out_start"] + shift(sw["p"], sw["out_start"]), free)
+            p = sw["p"] if sw["p"] is not None else last_released(sw["out_start"])
+            s = max(sw["out_start"] + shift(p, sw["out_start"]), free)
             e = s + (sw["out_end"] - sw["out_start"])
             times[k] = [s, e, None, None]
             free = e
@@ -57,13 +68,14 @@ def replay(ops, swaps, events):
             e = s + (sw["in_end"] - sw["in_start"])
             times[k][2:] = [s, e]
             free = e
-        # ops: the stream, then the waits
+        # ops: the op before on their stream, then the waits
         new = [0.0] * n
         for i in range(n):
             d = 0.0
-            if i > 0:
-                gap = max(0.0, R[i] - (R[i - 1] + ops[i - 1][1]))
-                d = max(0.0, new[i - 1] - gap)
+            j = before[i]
+            if j >= 0:
+                gap = max(0.0, R[i] - (R[j] + ops[j][1]))
+                d = max(0.0, new[j] - gap)      # j comes before i: this sweep's
             for k, sw in enumerate(swaps):
                 if sw["q"] == i:
                     d = max(d, times[k][3] - R[i])

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from pyinterpose.cli import main
-from pyinterpose.report import text
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import Trace
 
@@ -32,7 +31,7 @@ def test_json_names_its_clock(monkeypatch, tmp_path, capsys, argv, device):
     monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path / "cache"))
     tr = training_trace(step_ns=1_000_000)
     tr = _device(tr) if device else tr
-    monkeypatch.setattr(text, "load_trace", lambda path, quiet=False: tr)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: tr)
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     rows = d["traces"] if argv[0] == "compare" else [d]

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 import pyinterpose
-from pyinterpose.report import analyses, exports
+from pyinterpose.analysis import guarded
+from pyinterpose.report import exports
 from pyinterpose.report.csv_fast import write_csv_frame
 from pyinterpose.report.synthetic import training_trace
 from conftest import gpu_trace
@@ -45,7 +46,7 @@ def test_edge_values(tmp_path, chunk):
 def test_blocks_csv_synthetic_and_real(tmp_path):
     for tr in [training_trace(iterations=4)] + [pyinterpose.load(gpu_trace(n)) for n in
                                                 ("torch-cnn-blocks.pit", "jax-attn-reserved.pit", "loader-blocks.pit")]:
-        cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value).value
+        cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value
         p = tmp_path / "b.csv"
         exports.write_csv(tr, str(p), classes=cl)
         q = tmp_path / "ref.csv"

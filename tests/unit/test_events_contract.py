@@ -30,7 +30,7 @@ def test_the_parser_sees_a_duplicate():
     assert enums("enum e { A = 1, B = 2, C = 2 };")["e"] == {"A": 1, "B": 2, "C": 2}
 
 
-@pytest.mark.parametrize("name", ["pi_op", "pi_kind", "pi_access_flags", "pi_site_flags"])
+@pytest.mark.parametrize("name", ["pi_op", "pi_kind", "pi_access_flags", "pi_site_flags", "pi_apply_record"])
 def test_every_enum_value_is_unique(name):
     with open(HEADER) as f:
         values = enums(f.read())[name]

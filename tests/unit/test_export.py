@@ -115,10 +115,10 @@ def test_perfetto_reserved_view_series_name():
 
 def test_perfetto_class_owner_counters_and_stream_tracks():
     tr = training_trace(iterations=4)
-    from pyinterpose.report import analyses
+    from pyinterpose.analysis import guarded
 
-    it = analyses.iterations(tr).value
-    cl = analyses.block_classes(tr, iters=it).value
+    it = guarded.iterations(tr).value
+    cl = guarded.block_classes(tr, iters=it).value
     doc = perfetto.chrome_trace(tr, iterations=it, classes=cl)
     assert perfetto.validate(doc) == []
     json.dumps(doc, allow_nan=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyinterpose.capture import records
+from pyinterpose.trace import records
 from pyinterpose.capture.gpuclock import ClockTally, missing, report_line
 
 O = records.OP

@@ -19,7 +19,7 @@ def traces(monkeypatch, tmp_path):
             raise TraceError(f"no such trace file: {path}")
         return made[path]
 
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", fake_load)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", fake_load)
     monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path))    # no cached bandwidth
     made["loop.pit"], made["truth"] = training_trace(steps=20, layers=4, warmup=1, noise=0.1, seed=31)
     made["random.pit"] = random_trace(n=500, seed=2)

@@ -53,7 +53,7 @@ def test_cli_max_extra(monkeypatch, tmp_path, capsys):
     from pyinterpose.cli import main
 
     tr = loop_with_noisy_step(steps=20, noisy=10, extras=2)
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", lambda path, quiet=False: tr)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: tr)
     monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path))
     for n, count in ((2, 20), (1, 10)):
         assert main(["iterations", "loop.pit", "--max-extra", str(n), "--json"]) == 0

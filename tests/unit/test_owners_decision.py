@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from pyinterpose.analysis import owners
+from pyinterpose.trace import stacks
 from pyinterpose.analysis.summary import summarize
 from pyinterpose.trace.model import Trace
 
@@ -72,9 +73,9 @@ def test_ctypes_script_is_no_framework_and_libffi_is_looked_through():
     s = summarize(tr)
     assert s["framework"] == "unknown" and s["by_owner"][0]["is_allocator"] is False
     # cffi and ctypes' own modules are trampolines too; a framework named by the command still wins
-    assert owners.is_trampoline("_cffi_backend.cpython-311-x86_64-linux-gnu.so")
-    assert owners.is_trampoline("_ctypes.cpython-311-x86_64-linux-gnu.so")
-    assert not owners.is_trampoline("libc10_cuda.so")
+    assert stacks.is_trampoline("_cffi_backend.cpython-311-x86_64-linux-gnu.so")
+    assert stacks.is_trampoline("_ctypes.cpython-311-x86_64-linux-gnu.so")
+    assert not stacks.is_trampoline("libc10_cuda.so")
 
 
 def test_owners_recorded_without_a_framework_do_not_guess_from_apis():
@@ -108,7 +109,7 @@ def test_pools_outside_line_does_not_contradict_itself(tmp_path, monkeypatch, ca
 
     tr = Trace.from_tables(blocks=loop(owner="libc10_cuda.so"), meta={"view": "blocks"})
     tr.blocks["owner"] = tr.blocks["owner"].where(tr.blocks["api"] != "cuMemAlloc_v2", "libcublasLt.so.13")
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", lambda path, quiet=False: tr)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: tr)
     monkeypatch.setenv("COLUMNS", "300")
     assert main(["pools", "x.pit"]) == 0
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())   # table cells wrapped

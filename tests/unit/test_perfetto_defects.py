@@ -15,7 +15,8 @@ import pytest
 
 import pyinterpose
 from conftest import gpu_trace, run_cli
-from pyinterpose.report import analyses, perfetto
+from pyinterpose.analysis import guarded
+from pyinterpose.report import perfetto
 from pyinterpose.report.synthetic import training_trace
 
 
@@ -61,7 +62,7 @@ def test_validate_finds_overlapping_slices_and_negative_times():
 
 def test_real_trace_iterations_do_not_overlap():
     tr = pyinterpose.load(gpu_trace("torch-cnn-blocks.pit"))
-    it = analyses.iterations(tr).value
+    it = guarded.iterations(tr).value
     doc = json.loads(perfetto.chrome_trace_json(tr, iterations=it)[0])
     sl = _slices(doc)
     assert len(sl) == it.count and _overlaps(sl) == 0      # was 4 of 19

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import pyinterpose
-from pyinterpose.report import analyses, perfetto
+from pyinterpose.analysis import guarded
+from pyinterpose.report import perfetto
 from pyinterpose.report.synthetic import training_trace
 from conftest import gpu_trace
 from test_export import two_device_trace
@@ -38,8 +39,8 @@ def same_text(tr, tmp_path, **kw):
 
 def test_text_equals_objects_synthetic(tmp_path):
     tr = training_trace(iterations=4)
-    it = analyses.iterations(tr).value
-    cl = analyses.block_classes(tr, iters=it).value
+    it = guarded.iterations(tr).value
+    cl = guarded.block_classes(tr, iters=it).value
     same_text(tr, tmp_path, iterations=it, classes=cl)
     same_text(tr, tmp_path, iterations=it, classes=cl, large=0, max_points=50, max_kernels=7, max_instants=3)
     same_text(two_device_trace(), tmp_path, large=0)
@@ -49,8 +50,8 @@ def test_text_equals_objects_synthetic(tmp_path):
                                   "graphs-blocks.pit", "loader-blocks.pit"])
 def test_text_equals_objects_real_traces(name, tmp_path):
     tr = pyinterpose.load(gpu_trace(name))
-    it = analyses.iterations(tr).value
-    cl = analyses.block_classes(tr, iters=it).value
+    it = guarded.iterations(tr).value
+    cl = guarded.block_classes(tr, iters=it).value
     same_text(tr, tmp_path, iterations=it, classes=cl)
 
 

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 import pyinterpose
-from pyinterpose.report import analyses, memory_viz
+from pyinterpose.analysis import guarded
+from pyinterpose.report import memory_viz
 from pyinterpose.report import pickle_stream as P
 from pyinterpose.report.synthetic import training_trace
 from conftest import gpu_trace
@@ -162,7 +163,7 @@ def _check(tr, classes=None, tmp_path=None, consistent=True):
 
 def test_snapshot_stream_equals_objects_synthetic(tmp_path):
     tr = training_trace(iterations=4)
-    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value).value
+    cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value
     ref = _check(tr, cl, tmp_path)
     assert sum(len(d) for d in ref["device_traces"]) > 100
     _check(tr, None, tmp_path)
@@ -186,7 +187,7 @@ def test_snapshot_stream_reserved_view_and_empty(tmp_path):
                                   "graphs-blocks.pit", "loader-blocks.pit"])
 def test_snapshot_stream_equals_objects_real_traces(name, tmp_path):
     tr = pyinterpose.load(gpu_trace(name))
-    cl = analyses.block_classes(tr, iters=analyses.iterations(tr).value).value
+    cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value
     # loader-blocks: two processes reuse addresses, which the snapshot format cannot tell apart
     ref = _check(tr, cl, tmp_path, consistent=name != "loader-blocks.pit")
     assert any(ref["device_traces"])

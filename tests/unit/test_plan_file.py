@@ -1,4 +1,4 @@
-"""The plan file's own rules (pyinterpose.analysis.pools.plan_file): keys, the check, the digest."""
+"""The plan file's own rules (pyinterpose.trace.plan_format): keys, the check, the digest."""
 from __future__ import annotations
 
 import copy
@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from pyinterpose.analysis.pools import plan_file as pf
+from pyinterpose.trace import plan_format as pf
 from pyinterpose.errors import PyinterposeError
 
 

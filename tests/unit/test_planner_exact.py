@@ -43,8 +43,8 @@ def test_minimize_capacity_matches_brute_force(seed):
     assert r.details["optimal"] is True
     assert validate_plan(lower, upper, size, r.offsets) == opt
     assert exact.solve(lower, upper, size, opt, 5).status == "found"
-    if opt - 1 >= 1:
-        assert exact.solve(lower, upper, size, opt - 1, 5).status == "infeasible"
+    assert opt >= 2       # (sizes 1..8: one less is a capacity to prove infeasible)
+    assert exact.solve(lower, upper, size, opt - 1, 5).status == "infeasible"
 
 
 def test_load_gap_instance_is_proven_above_load():

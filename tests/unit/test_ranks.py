@@ -4,25 +4,26 @@ from __future__ import annotations
 import json
 
 from pyinterpose.analysis import ranks
+from pyinterpose.trace import context
 
 
 def test_rank_variables_of_each_launcher():
-    assert ranks.rank_context({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}) == \
+    assert context.rank_context({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}) == \
         {"rank": 3, "world_size": 8, "local_rank": 1, "local_world_size": 4, "rank_source": "RANK"}
-    assert ranks.rank_context({"JAX_PROCESS_ID": "2", "JAX_NUM_PROCESSES": "4"})["rank"] == 2
-    assert ranks.rank_context({"JAX_PROCESS_ID": "2", "JAX_NUM_PROCESSES": "4"})["world_size"] == 4
+    assert context.rank_context({"JAX_PROCESS_ID": "2", "JAX_NUM_PROCESSES": "4"})["rank"] == 2
+    assert context.rank_context({"JAX_PROCESS_ID": "2", "JAX_NUM_PROCESSES": "4"})["world_size"] == 4
     tf = {"cluster": {"worker": ["a:1", "b:1", "c:1"], "chief": ["z:1"], "ps": ["p:1"]},
           "task": {"type": "worker", "index": 1}}
     # chief first, then the workers: worker 1 is rank 2 of 5
-    got = ranks.rank_context({"TF_CONFIG": json.dumps(tf)})
+    got = context.rank_context({"TF_CONFIG": json.dumps(tf)})
     assert (got["rank"], got["world_size"], got["rank_source"]) == (2, 5, "TF_CONFIG")
-    got = ranks.rank_context({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"})
+    got = context.rank_context({"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"})
     assert (got["rank"], got["world_size"], got["local_rank"]) == (5, 16, 1)
-    assert ranks.rank_context({"OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_SIZE": "9"})["rank"] == 7
+    assert context.rank_context({"OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_SIZE": "9"})["rank"] == 7
     # torchrun's RANK wins over the launcher's under it; junk is no rank
-    assert ranks.rank_context({"RANK": "1", "SLURM_PROCID": "0"})["rank"] == 1
-    assert ranks.rank_context({"RANK": "x", "TF_CONFIG": "{not json"})["rank"] is None
-    assert ranks.rank_context({})["rank"] is None
+    assert context.rank_context({"RANK": "1", "SLURM_PROCID": "0"})["rank"] == 1
+    assert context.rank_context({"RANK": "x", "TF_CONFIG": "{not json"})["rank"] is None
+    assert context.rank_context({})["rank"] is None
 
 
 def _p(pid, rank, peak, host="n1", peak_wall=None, peak_t=10):

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 
 import pyinterpose
-from pyinterpose.capture import records
+from pyinterpose.trace import records
 from pyinterpose.trace import format as fmt
 from pyinterpose.trace import reader
 from pyinterpose.trace.writer import TraceWriter

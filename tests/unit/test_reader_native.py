@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import pyinterpose
-from pyinterpose.capture import records
+from pyinterpose.trace import records
 from pyinterpose.trace import format as fmt
 from pyinterpose.trace import reader
 from pyinterpose.trace.writer import TraceWriter

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from pyinterpose.cli import main
-from pyinterpose.report import analyses, html
+from pyinterpose.analysis import guarded
+from pyinterpose.report import html
 from pyinterpose.report.synthetic import training_trace
 from conftest import fake_trace_files
 
@@ -26,8 +27,7 @@ def _no_cached_bandwidth(monkeypatch, tmp_path):
 def images(page: str) -> list[bytes]:
     from pyinterpose.report.timeline import chart_js
 
-    if chart_js() is not None:
-        page = page.replace(chart_js(), "")
+    page = page.replace(chart_js(), "")        # uplot-python (a dependency): never None
     return [base64.b64decode(m) for m in re.findall(r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', page)]
 
 
@@ -36,11 +36,11 @@ def assert_self_contained(page: str) -> None:
 
     assert page.startswith("<!DOCTYPE html>")
     lib = chart_js()
-    if lib is not None and "<div class=\"pit-tl\"" in page:
-        # the charting library is inlined verbatim from the installed uplot-python package (its text
-        # names URLs, e.g. the SVG namespace, but loads nothing: the browser test checks requests)
-        assert page.count(lib) == 1
-        page = page.replace(lib, "")
+    # the charting library is inlined verbatim from the installed uplot-python package, once per page that
+    # draws a timeline (its text names URLs, e.g. the SVG namespace, but loads nothing: the browser test
+    # checks requests)
+    assert lib is not None and page.count(lib) == ("<div class=\"pit-tl\"" in page)
+    page = page.replace(lib, "")
     # no external resource of any kind: scripts, styles, fonts, images, frames
     assert not re.search(r'<(script|img|link|iframe|source)[^>]+(src|href)="(?!data:|#)', page)
     assert "url(" not in page and "@import" not in page and "@font-face" not in page
@@ -95,7 +95,7 @@ def test_memory_section_uses_classes_and_nvml():
     assert p["names"]["cls"][:1] == ["persistent"] and "per_iteration" in p["names"]["cls"]
     assert p["names"]["cls"] == sorted(p["names"]["cls"], key=CLASS_ORDER.index)
     assert p["events"] == 8 + 4 * 12 * 2 and p["blocks"] == 8 + 4 * 12
-    bt = analyses.iterations(tr).value.boundaries_t
+    bt = guarded.iterations(tr).value.boundaries_t
     assert len(p["iters"]) == len(bt) >= 2 and p["iters"] == sorted(p["iters"])
     assert len(p["nvml"]["x"]) == len(tr.nvml)
     # peak: 2nd iteration, first gradient allocated after 16 forward events (t = 45..60 us) -> 61 us
@@ -121,9 +121,9 @@ def test_failing_analysis_degrades_only_its_section(monkeypatch):
 
 
 def test_missing_analysis_module_is_a_note(monkeypatch):
-    r = analyses._call("no_such_analysis", "run")
+    r = guarded._call("no_such_analysis", "run")
     assert not r.ok and r.note.startswith("not available: the no_such_analysis analysis is not in this build")
-    r = analyses._call("access", "no_such_function")
+    r = guarded._call("access", "no_such_function")
     assert not r.ok and "missing" in r.note
 
 
@@ -176,7 +176,7 @@ def test_timeline_reserved_line_is_the_framework_allocators_simulated_peak():
     mem = next(s for s in rep.sections if s.id == "memory")
     p = json.loads(re.search(r'<script type="application/json" class="pit-tl-data">(.*?)</script>',
                              mem.html[0]).group(1))
-    pools = analyses.pools(tr, time_limit=1.0).value
+    pools = guarded.pools(tr, time_limit=1.0).value
     want = next(r["peak_bytes"] for r in pools["strategies"] if r["strategy"] == "pytorch")
     rl = p["reserved_line"]
     assert rl["y"] == want >= rep.headlines["peak_live_bytes"]

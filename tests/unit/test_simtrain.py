@@ -71,8 +71,8 @@ def simtrain(native, tmp_path, *args, env=None):
 
 BATCH = """
 import json, sys
-from pyinterpose.examples import simtrain as s
-lib = s._bind(s._load())
+from pyinterpose.examples import _simlib as s
+lib = s.bind_simtrain()
 out = [s.run_once(lib, fw, steps, layers, noise, seed) for fw, steps, layers, noise, seed in json.loads(sys.argv[1])]
 print(json.dumps(out))
 """

@@ -38,7 +38,7 @@ def test_machine_of_the_h100_sample(h100):
 def test_summary_text_and_json(h100, monkeypatch, capsys):
     from pyinterpose.cli import main
 
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", lambda path, quiet=False: h100)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: h100)
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["summary", "x.pit"]) == 0
     out = capsys.readouterr().out
@@ -55,7 +55,7 @@ def test_framework_versions_shown_when_recorded(monkeypatch, capsys):
     tr = Trace.from_tables(meta={"view": "blocks", "simulated_gpu": True, "frameworks": {"torch": "2.11.0+cu130"},
                                  "nvml": {"available": False, "reason": "no driver"}})
     assert machine(tr)["frameworks"] == {"torch": "2.11.0+cu130"}
-    monkeypatch.setattr("pyinterpose.report.text.load_trace", lambda path, quiet=False: tr)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: tr)
     monkeypatch.setenv("COLUMNS", "250")
     assert main(["summary", "x.pit"]) == 0
     out = capsys.readouterr().out

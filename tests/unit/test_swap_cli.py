@@ -10,7 +10,6 @@ from pyinterpose.analysis import swap
 from pyinterpose.cli import main
 from pyinterpose.cli.swap import parse_bytes
 from pyinterpose.errors import PyinterposeError
-from pyinterpose.report import text
 from pyinterpose.report.synthetic import training_trace
 
 
@@ -18,7 +17,7 @@ from pyinterpose.report.synthetic import training_trace
 def synthetic(monkeypatch, tmp_path):
     monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path / "cache"))
     tr = training_trace(step_ns=1_000_000)          # 1 ms between events: room to hide transfers
-    monkeypatch.setattr(text, "load_trace", lambda path, quiet=False: tr)
+    monkeypatch.setattr("pyinterpose.cli._args.load_trace", lambda path, quiet=False: tr)
     return tr
 
 

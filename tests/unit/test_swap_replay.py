@@ -243,10 +243,9 @@ def test_no_swap_out_ends_after_its_next_access_at_any_bandwidth(seed, gbps):
                     assert r.stall_ns == 0 and r.replay.delayed_ops == 0
 
 
-def test_two_streams_released_out_of_seq_order():
+def _two_stream_trace():
     """Kernels on two streams whose device starts are not in seq order (the replay's release order
-    differs from the program's): no-overhead schedules replay with zero delay; a late swap-in
-    delays its own stream only."""
+    differs from the program's), a big block alive across kernels 60..80 (the peak the swaps lower)."""
     rng = np.random.default_rng(11)
     us = 1000
     kern, t = [], 0
@@ -279,6 +278,13 @@ def test_two_streams_released_out_of_seq_order():
                        "t_free": [b[5] for b in blocks], "freed": True, "stream": 100})
     tr = Trace.from_tables(blocks=bl, accesses=acc, launches=la, kernels=["k"])
     assert not (np.diff(la["dev_start"].to_numpy()) >= 0).all()       # releases out of seq order
+    return tr
+
+
+def test_two_streams_released_out_of_seq_order():
+    """On two streams released out of seq order: no-overhead schedules replay with zero delay; a late
+    swap-in delays its own stream only."""
+    tr = _two_stream_trace()
     swaps = 0
     for gbps in (2.0, 20.0, 200.0):
         p = swap.problem_for(tr, Bandwidth(gbps * 1e9, gbps * 1e9, 5e-6, "x"))
@@ -309,3 +315,42 @@ def test_launches_without_device_times_are_placed_and_named():
     assert s[0] == e[0] == max(kern[2][1], kern[1][3])          # the end of the op before it
     d = swap.evaluate(tr2, bandwidth=100.0, latency_us=0)
     assert d["clock"] == "gpu (cupti)" and any("no device time" in n for n in d["notes"])
+
+
+def test_two_streams_replay_equals_the_independent_reference():
+    """Budget schedules on two streams (releases out of seq order), replayed by the production sweep and by
+    tests/unit/replay_reference.py's fixed point: the same transfer times, slowdown and peak; some of them
+    delay ops, on both streams."""
+    from pyinterpose.analysis.swap.replay import replay as production_replay
+    from pyinterpose.analysis.swap.schedule import schedule_with_candidates
+    from pyinterpose.analysis.swap.strategies import _order
+
+    tr = _two_stream_trace()
+    delayed_streams, compared = set(), 0
+    for gbps in (1.0, 2.0, 5.0):
+        p = swap.problem_for(tr, Bandwidth(gbps * 1e9, gbps * 1e9, 5e-6, "x"))
+        o = p.ops
+        ops = [(float(s), float(d), 0.0, int(st)) for s, d, st in zip(o["start"], o["dur"], o["stream"])]
+        ev = list(zip(p.events_t.tolist(), p.events_d.tolist()))
+        for strategy in swap.STRATEGIES:
+            for budget in (p.floor, p.default_budget):
+                sched, cand = schedule_with_candidates(p, _order(p, strategy, budget), "budget", budget)
+                if not len(sched):
+                    continue
+                got = production_replay(p, sched, cand)
+                c = p.candidates
+                prev_op = c["prev_op"].to_numpy()[cand]
+                next_op = c["next_op"].to_numpy()[cand]
+                sw = [dict(out_start=r.out_start, out_end=r.out_end, free_t=r.free_t, in_start=r.in_start,
+                           in_end=r.in_end, size=int(r.size), p=int(a) if a >= 0 else None, q=int(q))
+                      for r, a, q in zip(sched.itertuples(), prev_op, next_op)]
+                want = reference_replay(ops, sw, ev)
+                t = want["transfers"]
+                for k in range(len(sched)):
+                    assert [got.out_start[k], got.out_end[k], got.in_start[k], got.in_end[k]] == \
+                        pytest.approx(t[k], abs=1.0), (gbps, strategy, k)
+                assert got.slowdown_ns == pytest.approx(want["slowdown"], abs=1.0)
+                assert got.peak_after == want["peak"]
+                delayed_streams |= {ops[i][3] for i, d in enumerate(want["delays"]) if d > 0}
+                compared += 1
+    assert compared > 0 and delayed_streams == {0, 1}

@@ -305,6 +305,22 @@ SIM_API(CUresult, cuStreamBeginCapture_v2, (CUstream s, int mode))
 SIM_ALIAS(CUresult, cuStreamBeginCapture, cuStreamBeginCapture_v2, (CUstream s, int mode));
 SIM_VARIANT(CUresult, cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2, (CUstream s, int mode), (s, mode));
 
+/* capture into a graph the caller made (cuGraphCreate): the captured nodes are appended to it, and the
+ * end of the capture hands that same graph back.  simcuda keeps no edges: dependencies must be none. */
+SIM_API(CUresult, cuStreamBeginCaptureToGraph, (CUstream s, CUgraph g, const void *deps, const void *edata,
+                                                size_t numDeps, int mode))
+{
+    if (s == NULL || s == SIM_STREAM_LEGACY) return CUDA_ERROR_NOT_SUPPORTED;
+    if (!g || g->magic != MAGIC_GRAPH || (numDeps && !deps)) return CUDA_ERROR_INVALID_VALUE;
+    if (numDeps) return CUDA_ERROR_NOT_SUPPORTED; /* simcuda's graphs have no edges */
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    if (q->capture) return CUDA_ERROR_INVALID_VALUE;
+    q->capture = g;
+    return CUDA_SUCCESS;
+}
+
 SIM_API(CUresult, cuStreamEndCapture, (CUstream s, CUgraph *phGraph))
 {
     if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
@@ -366,6 +382,24 @@ SIM_API(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phExec, CUgraph g, 
     for (unsigned i = 0; hook && i < g->n; i++) /* GRAPHNODE_CLONED: each executable node and its original */
         hook(20, g, g, &e->nodes[i], &g->nodes[i], node_type(&g->nodes[i]), e);
     return CUDA_SUCCESS;
+}
+
+/* CUDA_GRAPH_INSTANTIATE_PARAMS: flags, upload stream, error node (out), result (out) */
+typedef struct {
+    unsigned long long flags;
+    CUstream hUploadStream;
+    void *hErrNode_out;
+    int result_out;
+} sim_instantiate_params;
+
+SIM_API(CUresult, cuGraphInstantiateWithParams, (CUgraphExec *phExec, CUgraph g, void *params))
+{
+    sim_instantiate_params *p = params;
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_cuGraphInstantiateWithFlags(phExec, g, p->flags);
+    p->hErrNode_out = NULL;
+    p->result_out = r == CUDA_SUCCESS ? 0 : 1; /* CUDA_GRAPH_INSTANTIATE_SUCCESS / _ERROR */
+    return r;
 }
 
 SIM_API(CUresult, cuGraphLaunch, (CUgraphExec e, CUstream s))

@@ -118,12 +118,14 @@
     X("cuGraphCreate", 10000, cuGraphCreate, 0)                             \
     X("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags, 0)          \
     X("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags, 0) \
+    X("cuGraphInstantiateWithParams", 12000, cuGraphInstantiateWithParams, 0) \
     X("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz)                 \
     X("cuGraphExecDestroy", 10000, cuGraphExecDestroy, 0)                   \
     X("cuGraphDestroy", 10000, cuGraphDestroy, 0)                           \
     X("cuTensorMapEncodeTiled", 12000, cuTensorMapEncodeTiled, 0)          \
     X("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz) \
     X("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz) \
+    X("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph, 0) \
     X("cuGraphGetNodes", 10000, cuGraphGetNodes, 0)                         \
     X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)                     \
     X("simcuSetKernelDuration", 0, simcuSetKernelDuration, 0)               \

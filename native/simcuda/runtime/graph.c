@@ -11,6 +11,13 @@ static cudaError_t begin_capture(cudaStream_t s, int mode, int ptsz)
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode) { return begin_capture(s, mode, 0); }
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, int mode) { return begin_capture(s, mode, 1); }
 
+cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const void *deps, const void *edata,
+                                          size_t numDeps, int mode)
+{
+    ENTER(0);
+    return CU(d->cuStreamBeginCaptureToGraph(s, g, deps, edata, numDeps, mode));
+}
+
 static cudaError_t end_capture(cudaStream_t s, cudaGraph_t *g, int ptsz)
 {
     ENTER(ptsz);
@@ -37,6 +44,13 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *e, cudaGraph_t g, uns
 {
     ENTER(0);
     return CU(d->cuGraphInstantiateWithFlags(e, g, flags));
+}
+
+/* cudaGraphInstantiateParams has the driver's layout (flags, upload stream, error node, result) */
+cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *e, cudaGraph_t g, void *params)
+{
+    ENTER(0);
+    return CU(d->cuGraphInstantiateWithParams(e, g, params));
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e)

@@ -164,6 +164,13 @@ cudaError_t cudaMemAdvise(const void *devPtr, size_t count, int advice, cudaMemL
     return CU(d->cuMemAdvise(DP(devPtr), count, advice, location));
 }
 
+/* CUDA 12.2+: the location form of cudaMemAdvise (13.x made it the only one) */
+cudaError_t cudaMemAdvise_v2(const void *devPtr, size_t count, int advice, cudaMemLocation location)
+{
+    ENTER(0);
+    return CU(d->cuMemAdvise(DP(devPtr), count, advice, location));
+}
+
 static cudaError_t prefetch(const void *devPtr, size_t count, cudaMemLocation location, unsigned int flags,
                             cudaStream_t s, int ptsz)
 {
@@ -178,6 +185,12 @@ cudaError_t cudaMemPrefetchAsync_ptsz(const void *p, size_t n, cudaMemLocation l
                                       cudaStream_t s)
 {
     return prefetch(p, n, loc, flags, s, 1);
+}
+
+/* CUDA 12.2+: the location form of cudaMemPrefetchAsync (13.x made it the only one) */
+cudaError_t cudaMemPrefetchAsync_v2(const void *p, size_t n, cudaMemLocation loc, unsigned int flags, cudaStream_t s)
+{
+    return prefetch(p, n, loc, flags, s, 0);
 }
 
 /* ---------------- copies and memsets ---------------- */

@@ -1,4 +1,4 @@
-"""The plan file: a trace's allocations laid out in one arena, keyed so the shim can recognise them
+"""Building a plan file: a trace's allocations laid out in one arena, keyed so the shim can recognise them
 at run time (``pyinterpose plan TRACE -o plan.json``, ``pyinterpose run --apply plan.json``;
 docs/apply.md describes the format and the run-time matching).
 
@@ -8,10 +8,7 @@ docs/apply.md describes the format and the run-time matching).
   request keyed by (size, site, ordinal): the site is the FNV-1a hash of its owner (the basename of the
   object that called), the ordinal its rank among the requests of that (size, site) — within the
   iteration, or over the process's life for the blocks that live across iterations (``persistent``).
-* :func:`check` — the plan's own consistency (no two slots live at once overlap, every slot within the
-  capacity and aligned, keys unique); run before writing and before applying.
-* :func:`digest` — the compact binary the shim maps (native/shim/apply.c); no JSON parser in the shim.
-* :func:`read` — a plan file, checked (bad input: one clear line).
+The file's format (check, digest, read, write): pyinterpose.trace.plan_format.
 
 Only requests the shim can serve are planned: device memory from cudaMalloc, cudaMallocAsync,
 cudaMallocFromPoolAsync, cuMemAlloc_v2, cuMemAllocAsync, cuMemAllocFromPoolAsync (and their _ptsz forms),
@@ -20,7 +17,6 @@ of the trace's main process.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import numpy as np
@@ -28,27 +24,14 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ...trace.model import Trace
+from ...trace.plan_format import ALIGNMENT, FORMAT, VERSION, check, owner_hash
 from .planners import PLANNERS, plan as run_planner
-from .problem import InvalidPlanError, load, validate_plan
+from .problem import load
 
-FORMAT = "pyinterpose-plan"
-VERSION = 1
-ALIGNMENT = 512          # every slot's size and offset: a multiple (the arena base is >= 256-aligned)
 SERVED_APIS = ("cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync",
                "cudaMallocFromPoolAsync_ptsz", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
                "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz")
 SERVED_KINDS = ("device", "async", "pool")
-PLAN_MAGIC = 0x314E414C50495950   # "PYIPLAN1"
-FLAG_MARKERS, FLAG_NO_SITES = 1, 2
-_M64 = (1 << 64) - 1
-
-
-def owner_hash(owner: str) -> int:
-    """FNV-1a 64 of the owner's basename (native/shim/site.c ``pi_site_owner_hash``)."""
-    h = 14695981039346656037   # offset basis
-    for b in (owner or "").encode():
-        h = ((h ^ b) * 1099511628211) & _M64
-    return h
 
 
 def _round(size: np.ndarray) -> np.ndarray:
@@ -256,125 +239,3 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
             doc["iteration"]["anchor"]["site"] = owner_hash("")
     check(doc)
     return doc
-
-
-def check(doc: dict, where: str = "plan") -> None:
-    """Raise PyinterposeError (one line) unless ``doc`` is a consistent plan: format and version, every
-    slot aligned, within the capacity and at least its request's size, keys unique, and no two slots
-    whose lifetimes overlap share an address."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise PyinterposeError(f"{where}: not a pyinterpose plan (format {doc.get('format') if isinstance(doc, dict) else None!r})")
-    if doc.get("version") != VERSION:
-        raise PyinterposeError(f"{where}: plan version {doc.get('version')!r}; this pyinterpose reads version {VERSION}")
-    try:
-        cap = int(doc["capacity"])
-        reqs = doc["requests"]
-        it = doc["iteration"]
-        df = pd.DataFrame({
-            "phase": [str(r["phase"]) for r in reqs], "size": [int(r["size"]) for r in reqs],
-            "site": [int(r["site"]) for r in reqs], "ordinal": [int(r["ordinal"]) for r in reqs],
-            "offset": [int(r["offset"]) for r in reqs], "slot": [int(r["slot_size"]) for r in reqs],
-            "lower": [int(r["lifetime"][0]) for r in reqs], "upper": [int(r["lifetime"][1]) for r in reqs],
-            "alternate": [bool(r.get("alternate", False)) for r in reqs]})
-        int(doc["judge_after"])
-        if it["boundary"] == "anchor":
-            int(it["anchor"]["size"]), int(it["anchor"]["site"])
-        elif it["boundary"] != "markers":
-            raise ValueError(f"boundary {it['boundary']!r}")
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise PyinterposeError(f"{where}: malformed plan ({type(e).__name__}: {e})") from None
-    if cap < 0 or cap >= 1 << 62:
-        raise PyinterposeError(f"{where}: capacity {cap} out of range")
-    if df.empty:
-        raise PyinterposeError(f"{where}: the plan has no request")
-    bad = ~df["phase"].isin(["iteration", "persistent"])
-    if bad.any():
-        raise PyinterposeError(f"{where}: request #{int(np.flatnonzero(bad)[0])}: unknown phase")
-    prim = set(map(tuple, df.loc[~df["alternate"], ["size", "site", "ordinal"]].to_numpy().tolist()))
-    orphan = [i for i in np.flatnonzero(df["alternate"].to_numpy())
-              if tuple(df.loc[i, ["size", "site", "ordinal"]].tolist()) not in prim]
-    if orphan:
-        raise PyinterposeError(f"{where}: request #{orphan[0]}: an alternate slot without its request")
-    checks = [((df["size"] <= 0) | (df["slot"] < df["size"]), "slot smaller than its request"),
-              ((df["offset"] < 0) | (df["offset"] + df["slot"] > cap), "slot outside the arena"),
-              ((df["offset"] % ALIGNMENT != 0) | (df["slot"] % ALIGNMENT != 0), f"slot not {ALIGNMENT}-aligned"),
-              ((df["site"] < 0) | (df["site"] > _M64) | (df["ordinal"] < 0), "bad key"),
-              (df["upper"] <= df["lower"], "empty lifetime"),
-              (df.duplicated(["phase", "size", "site", "ordinal", "alternate"]).to_numpy(), "duplicate key"),
-              (df["alternate"] & (df["phase"] != "iteration"), "an alternate slot outside the iteration")]
-    for mask, what in checks:
-        m = np.asarray(mask, bool)
-        if m.any():
-            raise PyinterposeError(f"{where}: request #{int(np.flatnonzero(m)[0])}: {what}")
-    try:
-        validate_plan(df["lower"], df["upper"], df["slot"], df["offset"], cap)
-    except InvalidPlanError as e:
-        raise PyinterposeError(f"{where}: {e}") from None
-
-
-def read(path: str) -> dict:
-    """A plan file, checked (a bad file: one line, exit status 2)."""
-    try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
-    except FileNotFoundError:
-        raise PyinterposeError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise PyinterposeError(f"{path}: is a directory, not a plan") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise PyinterposeError(f"{path}: not a plan file ({type(e).__name__})") from None
-    check(doc, path)
-    return doc
-
-
-def write(doc: dict, path: str) -> None:
-    check(doc)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=None, separators=(",", ":"))
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def digest(doc: dict) -> bytes:
-    """The binary the shim maps (native/shim/apply.c): header, keys sorted by (size, site, persistent
-    first), slots (offset, size, alt, 0).  A persistent key lists one slot per process-life ordinal up to its
-    last planned one (ordinals that are not planned get an empty slot: served by nobody).  ``alt``: 1 + the
-    index of the slot's alternate (0: none), for requests whose block outlives the iteration: the
-    alternates follow every key's slots."""
-    reqs = doc["requests"]
-    groups: dict[tuple[int, int, int], dict[int, tuple[int, int]]] = {}
-    alternates: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for r in reqs:
-        k = (int(r["size"]), int(r["site"]), 0 if r["phase"] == "persistent" else 1)
-        if r.get("alternate"):
-            alternates[(k[0], k[1], int(r["ordinal"]))] = (int(r["offset"]), int(r["slot_size"]))
-        else:
-            groups.setdefault(k, {})[int(r["ordinal"])] = (int(r["offset"]), int(r["slot_size"]))
-    key_dt = np.dtype([("size", "<u8"), ("site", "<u8"), ("first", "<u4"), ("count", "<u4"),
-                       ("persistent", "<u4"), ("pad", "<u4")])
-    slot_dt = np.dtype([("offset", "<u8"), ("size", "<u8"), ("alt", "<u8"), ("pad", "<u8")])
-    keys = np.zeros(len(groups), key_dt)
-    slots: list[list[int]] = []
-    alt_of: list[tuple[int, tuple[int, int]]] = []
-    for i, k in enumerate(sorted(groups)):
-        ords = groups[k]
-        n = max(ords) + 1
-        keys[i] = (k[0], k[1], len(slots), n, 1 - k[2], 0)
-        for o in range(n):
-            if k[2] == 1 and (k[0], k[1], o) in alternates:
-                alt_of.append((len(slots), alternates[(k[0], k[1], o)]))
-            slots.append([*ords.get(o, (0, 0)), 0, 0])
-    for at, (off, size) in alt_of:   # alternates after every key's slots; alt = 1 + their index
-        slots[at][2] = len(slots) + 1
-        slots.append([off, size, 0, 0])
-    sl = np.array([tuple(x) for x in slots], slot_dt) if slots else np.zeros(0, slot_dt)
-    it = doc["iteration"]
-    flags = (FLAG_MARKERS if it["boundary"] == "markers" else 0) | (0 if doc.get("sites", True) else FLAG_NO_SITES)
-    anchor = it.get("anchor") or {"size": 0, "site": 0}
-    hdr = np.zeros(16, "<u8")
-    hdr[0] = PLAN_MAGIC
-    hdr[1] = VERSION | (flags << 32)
-    hdr[2:9] = [int(doc["capacity"]), len(keys), len(sl), int(anchor["size"]), int(anchor["site"]),
-                int(it["requests"]), int(doc["judge_after"])]
-    return hdr.tobytes() + keys.tobytes() + sl.tobytes()

@@ -1,4 +1,4 @@
-"""The offset-planning problem: MiniMalloc CSV I/O, LOAD, plan validation.
+"""The offset-planning problem: MiniMalloc CSV I/O, LOAD (plan validation: pyinterpose.trace.plan_format).
 
 A *problem* is a DataFrame with columns ``id, lower, upper, size`` (MiniMalloc's
 form): buffer ``id`` lives over the half-open interval ``[lower, upper)`` and needs
@@ -15,15 +15,12 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from ...trace.plan_format import InvalidPlanError, validate_plan  # noqa: F401  (part of the problem's API)
 
 PROBLEM_COLUMNS = ["id", "lower", "upper", "size"]
 
 # MiniMalloc's reader accepts these legacy names (src/converter.cc).
 _ALIASES = {"buffer": "id", "buffer_id": "id", "start": "lower", "begin": "lower"}
-
-
-class InvalidPlanError(RuntimeError):
-    """A planner produced an invalid plan: a bug, never a user error."""
 
 
 def _fits_int64(text: str) -> bool:
@@ -117,42 +114,6 @@ def load(lower, upper, size) -> int:
     d = np.concatenate([size[keep], -size[keep]])
     order = np.lexsort((d, t))  # at equal time, ends (negative) first
     return int(np.cumsum(d[order]).max())
-
-
-def validate_plan(lower, upper, size, offsets, capacity: int | None = None) -> int:
-    """Check a plan; return its height (max offset+size).  Raise InvalidPlanError if
-    two time-overlapping buffers overlap in address, an offset is negative, or the
-    height exceeds ``capacity``.
-
-    Independent of the planners (native/planner/validate.c): a sweep over time
-    with a segment tree over the compressed address axis that counts how many
-    live buffers cover each address cell; a newcomer landing on a covered cell
-    overlaps a live buffer.  O(n log n)."""
-    from ..._core import ffi, lib
-
-    lower = np.ascontiguousarray(lower, np.int64)
-    upper = np.ascontiguousarray(upper, np.int64)
-    size = np.ascontiguousarray(size, np.int64)
-    offsets = np.ascontiguousarray(offsets, np.int64)
-    n = len(size)
-    if not (len(lower) == len(upper) == len(offsets) == n):
-        raise InvalidPlanError("plan arrays differ in length")
-    if n == 0:
-        return 0
-    if (offsets < 0).any():
-        raise InvalidPlanError(f"negative offset for buffer #{int(np.flatnonzero(offsets < 0)[0])}")
-    height = int((offsets + size).max())
-    if capacity is not None and height > capacity:
-        raise InvalidPlanError(f"plan height {height} exceeds capacity {capacity}")
-    conflict = np.full(2, -1, np.int32)
-    ptr = [ffi.cast("int64_t *", a.ctypes.data) for a in (lower, upper, size, offsets)]
-    rc = lib.pi_validate_plan(n, *ptr, ffi.cast("int32_t *", conflict.ctypes.data))
-    if rc < 0:
-        raise MemoryError("pi_validate_plan")
-    if rc == 1:
-        i, j = sorted(int(x) for x in conflict)
-        raise InvalidPlanError(f"buffers #{i} and #{j} overlap in time and address")
-    return height
 
 
 def components(lower, upper) -> list[np.ndarray]:

@@ -149,7 +149,6 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
 
     delay = np.zeros(n, np.float64)
     sw_t = np.empty(5 * n_sw, np.float64)
-    slow = ffi.new("double *")
 
     def ptr(kind, a):
         return ffi.cast(kind, a.ctypes.data) if len(a) else ffi.NULL
@@ -157,12 +156,16 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     def opt(a):
         return ffi.NULL if a is None else ptr("int64_t *", a)
 
-    rc = lib.pi_swap_replay(n, ptr("double *", st["R"]), ptr("double *", st["dur"]), opt(st["sprev"]),
-                            opt(st["snext"]), opt(ord_), n_sw,
-                            ffi.cast("pi_swap_xfer *", xf.ctypes.data), len(key), ptr("int64_t *", x_sw),
-                            ptr("int8_t *", x_dir), ptr("int64_t *", x_pos), len(w_pos), ptr("int64_t *", w_sw),
-                            ptr("int8_t *", w_dir), ptr("int64_t *", w_pos), ptr("double *", delay),
-                            ffi.cast("double *", sw_t.ctypes.data), slow)
+    args = ffi.new("pi_swap_replay_args *", {
+        "n_ops": n, "release": ptr("double *", st["R"]), "dur": ptr("double *", st["dur"]),
+        "stream_prev": opt(st["sprev"]), "stream_next": opt(st["snext"]), "release_order": opt(ord_),
+        "n_swaps": n_sw, "swaps": ffi.cast("pi_swap_xfer *", xf.ctypes.data),
+        "n_transfers": len(key), "transfer_swap": ptr("int64_t *", x_sw), "transfer_dir": ptr("int8_t *", x_dir),
+        "transfer_pos": ptr("int64_t *", x_pos),
+        "n_waits": len(w_pos), "wait_swap": ptr("int64_t *", w_sw), "wait_dir": ptr("int8_t *", w_dir),
+        "wait_pos": ptr("int64_t *", w_pos),
+        "delay": ptr("double *", delay), "swap_times": ffi.cast("double *", sw_t.ctypes.data)})
+    rc = lib.pi_swap_replay(args)
     if rc < 0:
         raise MemoryError("swap replay: out of memory")
     t = sw_t.reshape(n_sw, 5)
@@ -172,7 +175,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         peak = _peak_after(problem, sched)            # nothing moved: the planned peak
     else:
         peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), r_oe, r_is)
-    return Replay(r_os, r_oe, r_is, r_ie, np.ascontiguousarray(t[:, 4]), float(slow[0]), peak, int(len(late)))
+    return Replay(r_os, r_oe, r_is, r_ie, np.ascontiguousarray(t[:, 4]), float(args.slowdown), peak, int(len(late)))
 
 
 def _event_anchors(problem, st: dict) -> np.ndarray:

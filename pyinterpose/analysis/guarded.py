@@ -1,4 +1,4 @@
-"""Calls into the analyses (written by other modules) for reports and exports.
+"""Calls into the analyses for reports, exports and compare, each guarded.
 
 Each call returns a :class:`Result`: ``value`` (the analysis' own object) or
 ``None`` with ``note`` = "not available: <reason>", so one failing or missing
