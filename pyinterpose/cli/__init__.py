@@ -17,7 +17,7 @@ from ._args import Parser, check_outputs
 
 # Order = order in --help.
 COMMANDS = ["run", "summary", "iterations", "access", "pools", "plan", "swap", "bandwidth", "fit",
-            "report", "compare", "export", "demo"]
+            "report", "compare", "diff", "export", "demo"]
 
 
 def build_parser() -> Parser:
