@@ -82,6 +82,12 @@ PI_HIDDEN void pi_put_as(pi_writer *w, uint64_t i, const pi_event *e); /* e->seq
 static inline uint64_t pi_text_records(size_t len) { return (len + PI_STR_PAYLOAD - 1) / PI_STR_PAYLOAD; }
 PI_HIDDEN void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len);
 PI_HIDDEN void pi_writer_close(pi_writer *w);
+/* Before a real call that the writer's records describe: fill record 0 as (op, api, PI_RESULT_INTERRUPTED,
+ * addr, size, stream, aux, flags) and records 1..n-1 as NONE, each marked held (events.h, PI_SEQ_HELD),
+ * so a process killed inside the call leaves the call recorded as interrupted instead of lost slots.
+ * The writer is then filled and closed as usual after the call. */
+PI_HIDDEN void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size,
+                              uint64_t stream, uint64_t aux, uint16_t flags);
 /* one record, now */
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);
@@ -151,6 +157,19 @@ PI_HIDDEN void pi_put_call(pi_writer *w, uint16_t op, uint16_t api, int32_t r, u
 PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);
 PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
+
+/* --- CUDA graphs: node counts, so that a replay reserves a ticket per node (graphs.c) --- */
+PI_HIDDEN void pi_graph_capture_begin(uint64_t stream);
+PI_HIDDEN void pi_graph_capture_end(uint64_t stream, uint64_t graph);
+PI_HIDDEN void pi_graph_captured(uint64_t stream, uint32_t nodes); /* a call recorded on the stream */
+PI_HIDDEN int pi_graph_stream_capturing(uint64_t stream);
+PI_HIDDEN void pi_graph_instantiated(uint64_t exec, uint64_t graph);
+PI_HIDDEN uint32_t pi_graph_exec_nodes(uint64_t exec);
+PI_HIDDEN void pi_graph_added(uint64_t graph, uint32_t nodes);   /* explicit construction */
+PI_HIDDEN uint32_t pi_graph_nodes(uint64_t graph);
+PI_HIDDEN void pi_graph_created(uint64_t graph);
+PI_HIDDEN void pi_graph_atfork_child(void);
+PI_HIDDEN void pi_graph_mem_record(int api, uint64_t launch_seq); /* GRAPH_MEM after a replay */
 
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */

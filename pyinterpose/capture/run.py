@@ -34,7 +34,11 @@ BLOCKS_KNOBS = {
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     "TF_GPU_ALLOCATOR": "cuda_malloc_async",
 }
-XLA_FLAG = "--xla_gpu_enable_command_buffer="
+# CUDA graphs (XLA's command buffers, torch.cuda.graph, reduce-overhead) are left on in every view: the shim
+# records what is captured into a graph and the reader expands each replay (trace/graphs.py).  Older
+# versions set XLA_FLAGS=--xla_gpu_enable_command_buffer= here, changing the program they measured.
+CUDA_GRAPHS_NOTE = ("left on (XLA command buffers included): captured calls are graph nodes, every replay is "
+                    "expanded into its nodes' accesses and memory blocks")
 VIEWS = ("blocks", "reserved")
 STACKS = ("python", "native", "none")  # --stacks: what the shim records per allocation (native/shim/site.c)
 
@@ -51,11 +55,7 @@ def view_environment(view: str, env: dict[str, str]) -> dict[str, str]:
     """The knobs ``view`` sets (only those it changes), given the child environment."""
     if view == "reserved":
         return {}
-    knobs = dict(BLOCKS_KNOBS)
-    flags = env.get("XLA_FLAGS", "")
-    if XLA_FLAG not in flags.split():
-        knobs["XLA_FLAGS"] = (flags + " " + XLA_FLAG).strip()
-    return knobs
+    return dict(BLOCKS_KNOBS)
 
 
 def _resolve_program(argv: list[str], env: dict[str, str]) -> None:
@@ -291,7 +291,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
         "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
         "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock, "apply": apply_meta,
-        "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
+        "knobs": knobs, "cuda_graphs": CUDA_GRAPHS_NOTE, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
         "record_size": records.event_dtype().itemsize, "nvml": nvml_info,
@@ -463,6 +463,16 @@ def _remove_file(path: str) -> None:
         pass
 
 
+def exit_words(status: int) -> str:
+    """'program exited with 0', or 'program killed by SIGSEGV (exit status 139)' for 128+N."""
+    if status > 128:
+        try:
+            return f"program killed by {signal.Signals(status - 128).name} (exit status {status})"
+        except ValueError:
+            pass
+    return f"program exited with {status}"
+
+
 def _print_done(output: str, procs: list[dict], events: int, status: int) -> None:
     lost = sum(p["lost"] for p in procs)
     waits = sum(p["waits"] for p in procs)
@@ -470,7 +480,7 @@ def _print_done(output: str, procs: list[dict], events: int, status: int) -> Non
     if waits:
         note += f", producers waited {waits}x for the drain"
     msg = (f"pyinterpose: wrote {output} ({events} events from {len(procs)} process"
-           f"{'es' if len(procs) != 1 else ''}{note}); program exited with {status}\n"
+           f"{'es' if len(procs) != 1 else ''}{note}); {exit_words(status)}\n"
            f"  next: pyinterpose summary {output}\n"
            f"        pyinterpose iterations {output}\n"
            f"        pyinterpose pools {output}\n"

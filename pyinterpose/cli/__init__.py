@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import sys
 
@@ -36,6 +37,9 @@ def build_parser() -> Parser:
                 continue
             raise
         mod.register(sub)
+    # "-1GiB" after an option is that option's value (argparse takes only plain negative numbers as values)
+    for p in [parser, *sub.choices.values()]:
+        p._negative_number_matcher = re.compile(r"^-\.?\d")
     return parser
 
 

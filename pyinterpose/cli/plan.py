@@ -85,6 +85,10 @@ def _plan_trace(args) -> int:
     from ..trace import plan_format
     from ..report.text import console, fmt_bytes, print_json, print_kv
 
+    if not args.output and not args.json:
+        from ..errors import PyinterposeError
+        raise PyinterposeError(f"plan {args.trace}: give -o PLAN.json to write the plan (--json prints what it "
+                               "would hold); nothing was written")
     A.check_input(args.trace)
     trace = A.load_trace(args.trace, quiet=args.json)
     if (trace.meta or {}).get("view") == "reserved":

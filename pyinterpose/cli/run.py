@@ -66,6 +66,8 @@ def _run(args) -> int:
         cmd = cmd[1:]
     if args.ring_dir is not None and not os.path.isdir(args.ring_dir):
         raise PyinterposeError(f"--ring-dir {args.ring_dir}: not a directory")
+    if args.ring_dir is not None:
+        _check_writable_dir(args.ring_dir)
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
                    simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
                    stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, gpu_clock=args.gpu_clock,
@@ -90,3 +92,14 @@ def explain_oom(output: str, procs: list[dict]) -> None:
                  f"try: pyinterpose summary {output}"]
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
+
+
+def _check_writable_dir(path: str) -> None:
+    """Refuse a --ring-dir where no folder can be created, before the program starts (a real probe: the
+    permission bits say nothing for root or on a read-only file system)."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pyinterpose-probe-", dir=path))
+    except OSError as e:
+        raise PyinterposeError(f"--ring-dir {path}: cannot create a ring folder there ({e.strerror or e})") from None

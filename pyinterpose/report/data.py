@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, counted_bytes
 
 
 @dataclass
@@ -37,7 +37,7 @@ def _events(b: pd.DataFrame, times=None) -> tuple[np.ndarray, np.ndarray, np.nda
     rows = np.arange(len(b))
     t_alloc, t_free = times if times is not None else (b["t_alloc"].to_numpy(np.int64), b["t_free"].to_numpy(np.int64))
     t = np.concatenate([t_free[freed], t_alloc])
-    size = b["size"].to_numpy(np.int64)
+    size = counted_bytes(b)         # physical bytes count once (a double-mapped window's overlap: 0)
     d = np.concatenate([-size[freed], size])
     r = np.concatenate([rows[freed], rows])
     # at equal t, frees first (same rule as live_bytes_curve); one int64 key sorts faster than lexsort

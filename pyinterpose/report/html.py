@@ -156,7 +156,8 @@ def header_facts(ctx: ReportContext) -> list[tuple[str, str]]:
         ("command", " ".join(map(str, trace.meta.get("command", []))) or "-"),
         ("view", str(trace.meta.get("view", "-"))),
         ("framework", framework_of(trace)),
-        ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", [])) or "-"),
+        ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", []))
+         or ("simulated (simcuda): no real GPU" if trace.meta.get("simulated_gpu") else "not recorded")),
         ("processes", str(len(trace.pids))),
         ("duration", fmt_ns(trace.duration_ns)),
         ("device allocations", f"{len(b):,}"),

@@ -23,6 +23,7 @@ from . import context
 from . import failures as failure_details
 from . import format as fmt
 from . import gpuclock
+from . import graphs
 from . import stacks as site_tables
 from . import vmm
 from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS, KINDS,
@@ -465,18 +466,23 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     applied = _applied(b.side, b.side_pid, b.side_op, b.col, b.tcol)
     swapped = _swapped(b.side, b.side_pid, b.side_op, b.col, b.tcol)
     processes = b.processes()
+    graph_memory = graphs.graph_memory(b.side, b.side_pid, b.side_op, getattr(b.O, "GRAPH_MEM", None), b.t0)
+    side, side_pid, side_op = b.side, b.side_pid, b.side_op   # CUDA graphs' records, for the expansion below
     b.side = b.side_pid = b.side_op = None
     nvml = b.nvml()
     counts = b.counts(accesses, markers, failures, unresolved_access, never_freed)
     meta = dict(b.meta)
     meta["trailer"] = raw.trailer
     meta["capture_notes"] = sites.notes
+    raw.warnings.extend(failure_details.interrupted_warnings(failures))
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
                frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied,
-               swapped=swapped)
-    return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+               graph_memory=graph_memory, swapped=swapped)
+    tr = vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+    # CUDA graphs: captured calls out of the eager stream, every replay expanded (trace/graphs.py)
+    return graphs.expand(tr, side, side_pid, side_op, b.O.GRAPH_DEF, graph_launches)
 
 
 class _Builder:

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NATIVE = os.path.join(ROOT, "pyinterpose", "_native")
 needs_native = pytest.mark.skipif(not os.path.exists(os.path.join(NATIVE, "libpyinterpose.so")),
@@ -149,6 +151,12 @@ def test_bench_gpu_clock_smallest(tmp_path):
     assert d["trace"]["auto"]["clock"] == "cupti" and d["trace"]["off"]["clock"] == "cpu"
     assert d["trace"]["auto"]["launches_with_device_time"] == d["trace"]["auto"]["launches"] > 0
     assert set(d["within_target"]) == {"launch_added_ns", "shim_added_ns", "cpu_added_ns"}
+
+
+@needs_native
+def test_bench_graphs_small(tmp_path):
+    d, _ = bench("bench_graphs.py", "--steps", "6", "--layers", "2", "--repeat", "1", cwd=tmp_path)
+    assert d["matches_truth"] and d["replays"] == 4 and d["expand_s"] >= 0 and "ok" in d
 
 
 @needs_native

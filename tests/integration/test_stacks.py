@@ -16,6 +16,8 @@ import pyinterpose
 from conftest import ROOT, gpu_trace, last_json_line, run_cli
 from pyinterpose.trace import stacks as S
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 WORKLOAD = os.path.join(ROOT, "tests", "py", "stacks_workload.py")
 STRESS = os.path.join(ROOT, "tests", "py", "stacks_stress.py")
 

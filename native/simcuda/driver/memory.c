@@ -392,6 +392,39 @@ SIM_API(CUresult, cuMemGetInfo_v2, (size_t *freeb, size_t *total))
 
 /* ---------------- stream-ordered allocation and pools ---------------- */
 
+/* cuMemAllocAsync on a capturing stream: a graph memory node.  Its address is reserved now (an SK_GRAPH
+ * entry, not charged against the device) and stays the node's in every replay; each replay takes the
+ * memory (graphmem.c). */
+static CUresult graph_alloc(struct sim_queue *q, CUdeviceptr *dptr, size_t bytesize, int dev, CUmemoryPool pool)
+{
+    if (!dptr || !bytesize) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_mem_alloc(dptr, bytesize, SK_GRAPH, dev, pool);
+    if (r) return r;
+    if ((r = sim_graph_alloc_node(q->capture, *dptr, bytesize, dev))) {
+        sim_mem_free(*dptr, 0);
+        *dptr = 0;
+    }
+    return r;
+}
+
+/* the bytes of the graph allocation at p (0: p is not one), and its device */
+static uint64_t graph_block(CUdeviceptr p, int *dev)
+{
+    uint64_t n = 0;
+    lock();
+    if (g_nbuckets)
+        for (struct entry *e = g_buckets[hash(p, g_nbuckets)]; e; e = e->next)
+            if (e->addr == p) {
+                if (e->kind == SK_GRAPH) n = e->size, *dev = e->device;
+                break;
+            }
+    unlock();
+    return n;
+}
+
+HIDDEN uint64_t sim_graph_block(CUdeviceptr p, int *dev) { return graph_block(p, dev); }
+
+
 static int valid_pool(CUmemoryPool p) { return p && p->magic == MAGIC_POOL; }
 
 SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s))
@@ -403,8 +436,9 @@ SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream
     lock();
     CUmemoryPool pool = g_current_pools[dev];
     unlock();
-    struct sim_queue *q;
-    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_res_stream_time(sim_queue_done_at(q));
+    struct sim_queue *q = NULL;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture) return graph_alloc(q, dptr, bytesize, dev, pool);
+    if (q) sim_res_stream_time(sim_queue_done_at(q));   /* counted where the stream gets to it */
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, dev, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), (dptr, bytesize, s));
@@ -416,8 +450,10 @@ SIM_API(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, 
     if (r) return r;
     if ((r = sim_check_stream(s))) return r;
     if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
-    struct sim_queue *q;
-    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_res_stream_time(sim_queue_done_at(q));
+    struct sim_queue *q = NULL;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture)
+        return graph_alloc(q, dptr, bytesize, pool->device, pool);
+    if (q) sim_res_stream_time(sim_queue_done_at(q));   /* counted where the stream gets to it */
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, pool->device, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s), (dptr, bytesize, pool, s));
@@ -427,8 +463,18 @@ SIM_API(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s))
     CUresult r = sim_check_stream(s);
     if (r) return r;
     if (dptr == 0) return sim_initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    struct sim_queue *q;
-    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) sim_res_stream_time(sim_queue_done_at(q));
+    struct sim_queue *q = NULL;
+    int dev = -1;
+    uint64_t gbytes = graph_block(dptr, &dev);
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture) {
+        if (!gbytes) return CUDA_ERROR_INVALID_VALUE; /* a graph frees only what a graph allocated */
+        return sim_graph_free_node(q->capture, dptr, gbytes, dev);
+    }
+    if (gbytes) { /* a graph's allocation freed outside the graph: back to its pool, the address stays */
+        sim_graph_mem_give(dev, gbytes);
+        return CUDA_SUCCESS;
+    }
+    if (q) sim_res_stream_time(sim_queue_done_at(q));   /* counted where the stream gets to it */
     return sim_mem_free(dptr, 0);
 }
 SIM_VARIANT(CUresult, cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s));
