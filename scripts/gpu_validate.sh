@@ -22,7 +22,7 @@ STEPS=${STEPS:-20}
 JAX_RUNS=${JAX_RUNS:-10}
 # PARTS: which parts run (comma-separated; default all).  A device call is limited to 10 minutes: split the
 # parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply.
-PARTS=${PARTS:-torch,jax,ranks,clock,oom,apply,interrupt,graphs}
+PARTS=${PARTS:-torch,jax,ranks,clock,share,oom,apply,interrupt,graphs}
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -146,6 +146,18 @@ done
 rows clock-jax $PY "$ROOT/scripts/gpu_clock_check.py" coverage "$OUT/clock-jax-attn-cupti.pit" "jax attn, cupti"
 rows clock-cost-jax $PY "$ROOT/scripts/gpu_clock_check.py" cost "jax attn, blocks" "$OUT/clock-jax-attn-cupti.json" \
     "$OUT/clock-jax-attn-off.json" "$OUT/plain-jax-attn-platform.json"
+fi
+
+# ---- sharing CUPTI (issue 33 item 8): torch.profiler inside a pyinterpose run keeps its whole profile -----
+if want share; then
+T="$W/torch_train.py --model transformer --steps $STEPS"
+[ -f "$OUT/profile-torch-transformer.trace.json" ] ||
+    run profile-torch-transformer "${TO[@]}" $PY $T --profile-json "$OUT/profile-torch-transformer.trace.json" \
+        --out "$OUT/profile-torch-transformer.json"
+run share-torch-transformer "${TO[@]}" $PI run -f -o "$OUT/share-torch-transformer.pit" -- \
+    $PY $T --profile-json "$OUT/share-torch-transformer.trace.json" --out "$OUT/share-torch-transformer.json"
+rows share $PY "$ROOT/scripts/gpu_share_check.py" "$OUT/share-torch-transformer.pit" \
+    "$OUT/share-torch-transformer.trace.json" "$OUT/profile-torch-transformer.trace.json"
 fi
 
 # ---- out of memory (issue 22 item 5): batch doubled until the framework raises; explanation vs its message --

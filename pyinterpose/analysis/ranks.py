@@ -179,9 +179,9 @@ def per_rank(trace: Trace, iterations: bool | None = None) -> list[dict]:
     ranks = fold_ranks(per_process(trace))
     if iterations is None:
         iterations = any(r["rank"] is not None for r in ranks)
-    if iterations:
-        from .iterations import find_iterations
+    if iterations:   # one task per rank on the executor of analysis.fanout.using(), else here in turn
+        from .fanout import iterations_per_process
 
-        for r in ranks:
-            r["iterations"] = int(find_iterations(trace, int(r["pid"])).count)
+        for r, n in zip(ranks, iterations_per_process(trace, [int(r["pid"]) for r in ranks])):
+            r["iterations"] = n
     return [{k: r.get(k) for k in PER_RANK_KEYS} for r in ranks]

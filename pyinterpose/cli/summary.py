@@ -38,7 +38,10 @@ def _run(args) -> int:
 
     trace = A.load_trace(args.file, quiet=args.json)
     apply_site_skip(trace, args)
-    s = summarize(trace)
+    from ..analysis import fanout, job
+
+    with fanout.using(job.scheduler_address(args.scheduler), args.workers):   # the ranks of this one trace
+        s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
         return 0

@@ -305,7 +305,7 @@ def render(rep: Report) -> str:
         parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    interactive = any(s.html for s in rep.sections)
+    interactive = any(s.html and s.id != "flame" for s in rep.sections)   # the timeline's charts (not the flame graph's)
     libs = (f"<script>{timeline.chart_js()}</script><script>{timeline.timeline_js()}</script>"
             if interactive else "")
     css = _CSS + (timeline.chart_css() if interactive else "")

@@ -2,6 +2,7 @@
 here and nowhere else.  A new section is a reporter in its own module plus one line in this list."""
 from __future__ import annotations
 
+from .flame import FLAME
 from .html_sections import ACCESS, BLOCKS, ITERATIONS, MEMORY, POOLS, SITES, SIZES, SWAP
 from .oom_fit_sections import FIT, OOM
 from .ranks_view import RANKS
@@ -10,6 +11,7 @@ REPORTERS = [
     OOM,          # first, when an allocation failed
     MEMORY,
     SITES,        # when the trace recorded stacks
+    FLAME,        # live memory by call stack (peak, each OOM), when the trace recorded stacks
     ITERATIONS,
     SIZES,
     ACCESS,

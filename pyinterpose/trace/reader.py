@@ -241,7 +241,7 @@ def _inflated(data: memoryview, chunks: list, threads: bool):
         pool.shutdown(wait=True)
 
 
-def _read(path: str, sink, threads: bool) -> RawTrace:
+def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
     """Every chunk of the file in order: JSON chunks into a RawTrace, the records of each EVENTS
     chunk to ``feed(pid, payload, count)`` where ``feed = sink(file size)`` (called once the
     metadata chunk is read).  Stops at the first bad chunk, with a warning."""
@@ -251,7 +251,9 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
     feed = None
     warnings = []
     unpack_events = fmt.EVENTS_HEAD.unpack_from
+    tick = _ticker(on_progress, chunks, size)
     for ctype, payload in _inflated(data, chunks, threads):
+        tick()
         if ctype is None:
             warnings.append(payload)
             break
@@ -280,6 +282,20 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
         raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
     raw.warnings = warnings
     return raw
+
+
+def _ticker(on_progress, chunks: list, size: int):
+    """A function to call once per chunk consumed: every 1024 chunks it tells ``on_progress`` the
+    fraction of the file read (nothing without ``on_progress``)."""
+    if on_progress is None or not chunks:
+        return lambda: None
+    n = [0]
+
+    def tick():
+        n[0] += 1
+        if n[0] % 1024 == 0 and n[0] <= len(chunks):
+            on_progress(chunks[n[0] - 1][1] / max(size, 1))
+    return tick
 
 
 def being_written(path: str) -> bool:
@@ -848,11 +864,26 @@ def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
 
 def load(path: str, progress: bool = False) -> Trace:
     """Read a trace file into its tables: chunks are checked and inflated on two threads and
-    streamed through the native record pass, so the records are never all in memory at once."""
+    streamed through the native record pass, so the records are never all in memory at once.
+    From the columnar cache beside the trace when there is a valid one (pyinterpose.trace.colcache);
+    ``progress``: a progress bar on stderr while the file is read (callers pass True on a terminal only)."""
     if os.path.isdir(path):
         raise TraceError(f"{path}: is a directory, not a trace file")
-    sp = _Split()
-    raw = _read(path, lambda size: sp.feed, threads=True)
-    sp.flush()
-    raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
-    return _build(sp, raw, path)
+    from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
+
+    cached = colcache.read(path) if os.path.isfile(path) else None
+    if cached is not None:
+        return cached
+    from .progress import bar
+
+    with bar(f"reading {os.path.basename(path)}", progress) as on_progress:
+        sp = _Split()
+        raw = _read(path, lambda size: sp.feed, threads=True, on_progress=on_progress)
+        sp.flush()
+        raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
+        on_progress(1.0, "building the tables")
+        trace = _build(sp, raw, path)
+        if colcache.wanted(path) and not being_written(path):
+            on_progress(1.0, "writing the table cache")
+            colcache.write(trace, path)
+    return trace

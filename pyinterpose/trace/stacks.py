@@ -314,12 +314,17 @@ def frames_of(trace, stack_id: int) -> list[dict]:
     return out
 
 
-def _frame_text(f: dict) -> str:
+def frame_text(f: dict) -> str:
+    """One frame (a row of the frames table as a dict) as one line: ``file.py:12 in fn``,
+    ``symbol (libfoo.so)``."""
     if f["kind"] == "python":
         return f"{os.path.basename(f['filename'])}:{f['line']} in {f['function']}"
     if f["function"] in (NO_PYTHON, BACKWARD, "<no native stack>"):
         return f"{f['function']} {f['object']}".rstrip()
     return f"{f['function']} ({f['object']})" if f["object"] else f["function"]
+
+
+_frame_text = frame_text
 
 
 # ---- allocation helpers: the call site is the first frame outside them ------------------------

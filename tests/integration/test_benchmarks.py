@@ -93,11 +93,15 @@ def test_bench_pools_finds_the_shared_instances_beside_the_checkout():
 
 @needs_native
 def test_bench_analysis_smallest(tmp_path):
-    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,summary", "--cache",
+    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,cache,summary", "--cache",
                  str(tmp_path / "cache"), "--timeout", "60", cwd=tmp_path)
     t = d["traces"]["3000"]
     assert t["trace"]["events"] > 0
     assert all(c["rc"] == 0 for c in t["commands"].values()), t["commands"]
+    # the cache step wrote the table cache beside the trace, and summary ran on it
+    assert os.path.exists(str(tmp_path / "cache" / "simtrain-torch-3000.pit.picache" / "manifest.json"))
+    assert t["commands"]["summary"]["cache"] is True and d["cache"] is True
+    assert all(c["rss_anon_mb"] + c["rss_file_mb"] > 0 for c in t["commands"].values())
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -436,9 +436,11 @@ SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream
     lock();
     CUmemoryPool pool = g_current_pools[dev];
     unlock();
-    struct sim_queue *q = NULL;
-    if (sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture) return graph_alloc(q, dptr, bytesize, dev, pool);
-    if (q) sim_res_stream_time(sim_queue_done_at(q));   /* counted where the stream gets to it */
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) {
+        if (q->capture) return graph_alloc(q, dptr, bytesize, dev, pool);
+        sim_res_stream_time(sim_queue_done_at(q));
+    }
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, dev, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), (dptr, bytesize, s));
@@ -450,10 +452,11 @@ SIM_API(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, 
     if (r) return r;
     if ((r = sim_check_stream(s))) return r;
     if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
-    struct sim_queue *q = NULL;
-    if (sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture)
-        return graph_alloc(q, dptr, bytesize, pool->device, pool);
-    if (q) sim_res_stream_time(sim_queue_done_at(q));   /* counted where the stream gets to it */
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) {
+        if (q->capture) return graph_alloc(q, dptr, bytesize, pool->device, pool);
+        sim_res_stream_time(sim_queue_done_at(q));
+    }
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, pool->device, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s), (dptr, bytesize, pool, s));
@@ -463,18 +466,20 @@ SIM_API(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s))
     CUresult r = sim_check_stream(s);
     if (r) return r;
     if (dptr == 0) return sim_initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    struct sim_queue *q = NULL;
+    struct sim_queue *q;
     int dev = -1;
     uint64_t gbytes = graph_block(dptr, &dev);
-    if (sim_stream_queue(s, &q) == CUDA_SUCCESS && q->capture) {
-        if (!gbytes) return CUDA_ERROR_INVALID_VALUE; /* a graph frees only what a graph allocated */
-        return sim_graph_free_node(q->capture, dptr, gbytes, dev);
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) {
+        if (q->capture) {
+            if (!gbytes) return CUDA_ERROR_INVALID_VALUE; /* a graph frees only what a graph allocated */
+            return sim_graph_free_node(q->capture, dptr, gbytes, dev);
+        }
+        sim_res_stream_time(sim_queue_done_at(q));
     }
     if (gbytes) { /* a graph's allocation freed outside the graph: back to its pool, the address stays */
         sim_graph_mem_give(dev, gbytes);
         return CUDA_SUCCESS;
     }
-    if (q) sim_res_stream_time(sim_queue_done_at(q));   /* counted where the stream gets to it */
     return sim_mem_free(dptr, 0);
 }
 SIM_VARIANT(CUresult, cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s));
