@@ -21,8 +21,8 @@ PY=${PYTHON:-python3}
 STEPS=${STEPS:-20}
 JAX_RUNS=${JAX_RUNS:-10}
 # PARTS: which parts run (comma-separated; default all).  A device call is limited to 10 minutes: split the
-# parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply.
-PARTS=${PARTS:-torch,jax,ranks,clock,share,oom,apply,interrupt,graphs}
+# parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply,window.
+PARTS=${PARTS:-torch,jax,ranks,clock,share,oom,apply,interrupt,graphs,window}
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -186,6 +186,14 @@ run graphs-compile "${TO[@]}" $PI run -f --view reserved -o "$OUT/graphs-compile
     --out "$OUT/graphs-compile.json"
 run graphs-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/graphs-jax.pit" -- $PY $J --out "$OUT/graphs-jax.json"
 rows graphs $PY "$ROOT/scripts/gpu_graphs_check.py" "$OUT"
+fi
+
+# ---- flight recorder (issue 29): a PyTorch run with a leak that OOMs on purpose, under --flight-recorder 20,
+# against PyTorch's own OOM observer snapshot (caching allocator: --view reserved, blocks = its segments) ------
+if want window; then
+run window-torch "${TO[@]}" $PI run -f --view reserved --flight-recorder 20 -o "$OUT/window-torch.pit" -- \
+    $PY "$W/torch_leak_oom.py" --steps 200 --out "$OUT/window-torch.json"
+rows window-torch $PY "$ROOT/scripts/gpu_window_check.py" "$OUT/window-torch.pit" "$OUT/window-torch.json"
 fi
 
 # ---- run --apply (issue 25): scripts/gpu_apply.sh in OUT/apply, its JSON turned into rows ------------------

@@ -131,6 +131,11 @@ enum pi_op {
                                (cuDeviceGetGraphMemAttribute): aux: seq of the GRAPH_LAUNCH; addr: reserved
                                current, size: reserved high, stream: used current, result: the query's
                                CUDA result; device: cuCtxGetDevice (-1 unknown) */
+    /* capture windows (native/shim/window.c; 40-49): where a window opens or closes.  The drain
+     * (pyinterpose/capture/window.py) decides what reaches the trace; these records mark the program's
+     * own requests.  flags: enum pi_window_flags; aux: enum pi_window_source; api, result: the call
+     * (cudaProfilerStart/Stop, cuProfilerStart/Stop; 0 for pyinterpose.start()/stop()) */
+    PI_OP_WINDOW = 40,
     /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
     PI_OP_APPLY = 32,       /* flags: enum pi_apply_record; ARENA: addr base, size capacity, result of the
                                real call; the others: counts as 32-bit pairs: addr served|no_key<<32, size
@@ -151,6 +156,16 @@ enum pi_apply_record {
     PI_APPLY_ITERATION = 2, /* one iteration's counts */
     PI_APPLY_REFUSED = 3,   /* the plan was refused: nothing served from now on */
     PI_APPLY_LAST = 4       /* the last iteration's counts (at exit) */
+};
+
+enum pi_window_flags {
+    PI_WINDOW_START = 1,
+    PI_WINDOW_STOP = 2
+};
+
+enum pi_window_source {
+    PI_WINDOW_PROFILER = 1,   /* cudaProfilerStart/Stop, cuProfilerStart/Stop */
+    PI_WINDOW_MARKERS = 2     /* pyinterpose.start() / pyinterpose.stop() */
 };
 
 enum pi_graph_def {

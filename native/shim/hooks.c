@@ -110,6 +110,7 @@ static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint
  * committed after the call (call_end); the device clock is ticked once it is committed. */
 static void call_begin(pi_ctx *c, const pi_scan *sc, int api, uint16_t op, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux) {
+    if (!pi_window_recording()) return; /* window.c: outside a capture window, the allocation stream only */
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
     int ok = pi_writer_open(&c->w, 1 + (uint64_t)sc->n);
     pi_writer_hold(&c->w, op, (uint16_t)api, addr, size, stream, aux, 0); /* a kill inside the call */
@@ -118,6 +119,10 @@ static void call_begin(pi_ctx *c, const pi_scan *sc, int api, uint16_t op, uint6
 
 static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t stream,
                      uint64_t aux, const pi_scan *sc) {
+    if (c->w.t == 0) { /* call_begin wrote nothing (outside a capture window): still a node of a capture */
+        if (r == 0) pi_graph_captured(stream, 1);
+        return;
+    }
     if (c->pushed) pi_gpu_pop();
     uint64_t t = c->w.t;
     pi_put_call(&c->w, op, (uint16_t)api, r, addr, size, stream, aux, sc);
@@ -178,6 +183,7 @@ static void rec_copy(pi_ctx *c, pi_scan *sc, int phase, int api, int r, uint16_t
 }
 
 static void rec_tensormap(int api, int r, uint64_t gaddr) {
+    if (!pi_window_recording()) return;
     pi_scan sc;
     sc.n = 0;
     if (r == 0 && pi_access_enabled()) {
@@ -229,6 +235,8 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
 #define A_CTX_POP AFTER_ONLY(if (r == 0) pi_context_pop())
 #define A_OBJECT(addr, n, handle, second) AFTER_ONLY( \
     pi_emit(PI_OP_OBJECT, (uint16_t)api, r, (uint64_t)(addr), (uint64_t)(n), (uint64_t)(second), (uint64_t)(handle), 0))
+/* window.c: a capture window's edge (PI_OP_WINDOW) */
+#define A_WINDOW(edge) AFTER_ONLY(pi_window_edge(api, r, (edge), PI_WINDOW_PROFILER))
 #define A_UNLOAD_BEGIN pi_layouts_unload_begin()
 #define A_UNLOAD_END AFTER_ONLY(pi_layouts_unload_end())
 /* stream captures: no CUPTI call (cupti.c) and no cuMemGetInfo (oom.c) while one is open; begin, end and

@@ -170,6 +170,11 @@ PI_HIDDEN uint32_t pi_graph_nodes(uint64_t graph);
 PI_HIDDEN void pi_graph_created(uint64_t graph);
 PI_HIDDEN void pi_graph_atfork_child(void);
 PI_HIDDEN void pi_graph_mem_record(int api, uint64_t launch_seq); /* GRAPH_MEM after a replay */
+/* --- capture windows (window.c) --- */
+PI_HIDDEN void pi_window_edge(int api, int result, int edge, int source); /* a PI_OP_WINDOW record */
+/* 0 while a window the shim gates ($PYINTERPOSE_WINDOW_GATE) is closed: launches, copies, memsets and their
+ * accesses are then not written (allocations, frees, sites, markers and definitions always are) */
+PI_HIDDEN int pi_window_recording(void);
 
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */

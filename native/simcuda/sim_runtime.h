@@ -28,6 +28,8 @@
     X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                      \
     X(CUresult, cuCtxSetCurrent, (CUcontext))                                                           \
     X(CUresult, cuCtxSynchronize, (void))                                                               \
+    X(CUresult, cuProfilerStart, (void))                                                                \
+    X(CUresult, cuProfilerStop, (void))                                                                 \
     X(CUresult, cuMemGetInfo, (size_t *, size_t *))                                                     \
     X(CUresult, cuStreamCreate, (CUstream *, unsigned int))                                             \
     X(CUresult, cuStreamDestroy, (CUstream))                                                            \

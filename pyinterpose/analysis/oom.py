@@ -225,7 +225,12 @@ def _boundary(trace: Trace, pid: int, seq: int) -> dict | None:
     k = int(np.searchsorted(B, seq, side="right")) - 1
     if k < 0:
         return None
-    return {"seq": int(B[k]), "t": int(it.boundaries_t[k]), "step": k, "steps": int(it.count),
+    step = k
+    if it.source == "markers":   # a windowed or flight-recorder trace: the step's number in the whole run
+        from ..trace.window import step_offset
+
+        step += step_offset(trace, pid)
+    return {"seq": int(B[k]), "t": int(it.boundaries_t[k]), "step": step, "steps": int(it.count),
             "inside_regular_steps": bool(k < it.count)}
 
 

@@ -80,6 +80,7 @@ def summarize(trace: Trace) -> dict:
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
         **_oom(trace),
+        **_window(trace),
         "per_rank": ranks,
         "ranks": job_view(ranks),
     }
@@ -98,3 +99,12 @@ def _oom(trace: Trace) -> dict:
 
     ex = explain(trace)
     return {"oom": ex["entries"], "oom_summary": {k: v for k, v in ex.items() if k != "entries"}}
+
+
+def _window(trace: Trace) -> dict:
+    """``window`` (the steps the events cover) and ``growth`` (the whole run's bytes per step, the call
+    sites that grew, leaks) of a windowed or flight-recorder trace; both None for a full capture
+    (pyinterpose.analysis.growth)."""
+    from .growth import growth, window_summary
+
+    return {"window": window_summary(trace), "growth": trace.derived(("growth.growth",), lambda: growth(trace))}

@@ -243,7 +243,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
             env: dict[str, str] | None = None, stacks: str = "python", cwd: str | None = None,
             force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto", after=None,
-            apply: str | None = None) -> int:
+            apply: str | None = None, capture_range: str | None = None, steps: str | None = None,
+            flight_recorder: int | None = None, live=None) -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
     (128+N when killed by signal N), or CAPTURE_INCOMPLETE_EXIT when the program exited 0 but some
     process was not recorded, events were lost or the trace could not be written, or
@@ -251,6 +252,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     device work got no device clock.  ``after``: called as ``after(output, procs)`` once the trace is
     written (procs: each process's ring counters, e.g. ``oom_failures``)."""
     _check_options(argv, view, gpu_clock, stacks)
+    from . import window_run
+
+    windows = window_run.configure(capture_range, steps, flight_recorder)   # None: the whole run
     child_env = dict(os.environ if env is None else env)
     if simulated_gpu:
         child_env["LD_LIBRARY_PATH"] = ":".join(p for p in [SIMCUDA, child_env.get("LD_LIBRARY_PATH", "")] if p)
@@ -274,6 +278,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     knobs = view_environment(view, child_env)
     child_env.update(knobs)
     _shim_environment(child_env, session, access, stacks, gpu_clock, ring_records)
+    if windows is not None:   # windows the program opens: the shim leaves launches out while closed
+        child_env.pop("PYINTERPOSE_WINDOW_GATE", None)
+        child_env.update(windows.shim_environment())
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
@@ -300,6 +307,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
                  for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
         "frameworks": framework_versions(argv, child_env),
     }
+    if windows is not None:
+        meta["capture_window"] = windows.describe()
     try:
         writer = TraceWriter(output, meta)
     except OSError as e:
@@ -310,12 +319,26 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         raise PyinterposeError(f"cannot write trace {output}: {e.strerror or e}")
 
     drain = Drain(session, writer, ring_dir=rdir, lease_s=_lease_s())
+    signals = None
+    if windows is not None:   # capture windows / flight recorder (window_run.py)
+        drain.windows = windows
+        if windows.mode == "flight":
+            drain.dumper = window_run.Dumper(output, meta, windows, force, quiet)
+        signals = window_run.Signals(windows, drain.dumper)
+        signals.__enter__()
+    if live is not None:
+        live.start(drain)
     drain.start()
     status = 0
     try:
         status = _spawn(argv, child_env, cwd)
     finally:
         procs = drain.finish()
+        if live is not None:
+            live.stop()     # after the last records: its last frame shows the run's end
+        if windows is not None:
+            signals.__exit__(None, None, None)
+            window_run.finish(windows, writer, drain._write, drain.dumper, procs)
         unrecorded = drain.unrecorded()
         apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)

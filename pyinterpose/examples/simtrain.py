@@ -6,6 +6,7 @@ CUDA call path, with a truth file that says exactly what they did.
         [--seed S] [--device-time off|h100-like]
         [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]] [--graphs [WARMUP]]
         [--outside-bytes N] [--oom-neighbour N] [--oom-retry release|smaller]   (simaside.py)
+    python -m pyinterpose.examples.simtrain --leak ...   (a slow leak and a late OOM: see simleak.py)
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -230,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     # let SIGINT end the process at once (exit status 130 for `pyinterpose run`).
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    cli = sys.argv[1:] if argv is None else argv
+    if "--leak" in cli:   # the slow-leak, late-OOM loop (its own options and truth): simleak.py
+        from . import simleak
+
+        return simleak.main(cli)
     try:
         args = parse_args(argv)
         # declare the framework path this process emulates, as a launcher may for a real one: the shim

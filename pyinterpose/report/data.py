@@ -72,7 +72,7 @@ def _keep_indices(t: np.ndarray, total: np.ndarray, max_points: int) -> np.ndarr
     return last_at_t[keep]
 
 
-CLASS_ORDER = ["persistent", "cross_iteration", "per_iteration", "transient", "outside", "other"]
+CLASS_ORDER = ["persistent", "leak", "cross_iteration", "per_iteration", "transient", "outside", "other"]
 
 
 def _class_rank(name: str) -> int:

@@ -239,6 +239,23 @@ def print_call_sites(con, sites: dict, fmt_bytes=fmt_bytes, title_suffix: str = 
         con.print(f"note (pid {n['pid']}): {n['note']}")
 
 
+def print_window(con, s: dict) -> None:
+    """A windowed or flight-recorder trace: the steps it covers and the whole run's growth."""
+    w, g = s.get("window"), s.get("growth")
+    if not w:
+        return
+    for p in w.get("processes", []):
+        con.print(f"pid {p['pid']}: steps {p['first_step']} to {p['last_step']} of {p['steps_in_run']} in this trace "
+                  f"({w['mode']}); live at the window's start: {fmt_bytes(p['live_bytes_at_start'] or 0)} "
+                  f"in {p['snapshot_blocks']} blocks")
+    if g:
+        con.print(f"growth over the whole run: [bold]{g['bytes_per_step']:+,.0f} B per step[/bold]")
+        for p in g["processes"]:
+            for c in p["call_sites"][:5]:
+                con.print(f"  {'LEAK ' if c['leak'] else ''}{c['call_site']}: +{fmt_bytes(c['grew_bytes'])} "
+                          f"({c['bytes_per_step']:+,.0f} B per step), {fmt_bytes(c['live_bytes_at_end'])} live at the end")
+
+
 SUMMARY_BLOCKS = [
     print_header,
     print_machine,
@@ -252,6 +269,7 @@ SUMMARY_BLOCKS = [
     lambda con, s, path: print_clock(con, s),
     lambda con, s, path: print_call_sites(con, s["call_sites"]),
     lambda con, s, path: print_oom(con, s),
+    lambda con, s, path: print_window(con, s),
     lambda con, s, path: print_ranks(con, s["per_rank"], s["ranks"]),
     lambda con, s, path: print_applied(con, s["applied"]) if s.get("applied") else None,
 ]

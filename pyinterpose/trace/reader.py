@@ -272,6 +272,8 @@ def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
             raw.nvml.append(json.loads(bytes(payload)))
         elif ctype == fmt.TRAILER:
             raw.trailer = json.loads(bytes(payload))
+        elif ctype in (fmt.WINDOW, fmt.HISTORY):   # capture windows: the trace's metadata (trace/window.py)
+            raw.meta.setdefault("window" if ctype == fmt.WINDOW else "history", []).append(json.loads(bytes(payload)))
         # unknown chunk types from newer minor writers are skipped
         del payload
     else:

@@ -801,6 +801,15 @@ static void c_unload(const char *hook, int form) {
     dfree(b2);
 }
 
+/* ================================================================ capture windows (window.c) */
+static void c_window(const char *hook, int start) {
+    mark(hook);
+    CHECK(((int (*)(void))fn(hook))());
+    expect e = {.hook = hook, .api = hook, .op = "WINDOW", .flags = start ? "PI_WINDOW_START" : "PI_WINDOW_STOP"};
+    AUX(1); /* PI_WINDOW_PROFILER */
+    emit(&e);
+}
+
 /* ================================================================ the table */
 typedef struct { const char *hook; void (*run)(const char *, int); int form; } kase;
 static void r_rt_alloc(const char *h, int f) {
@@ -901,6 +910,8 @@ static const kase g_cases[] = {
     {"cudaGraphAddMemFreeNode", r_build, 9}, {"cuGraphExecKernelNodeSetParams", r_build, 10},
     {"cuGraphExecKernelNodeSetParams_v2", r_build, 10}, {"cudaGraphExecKernelNodeSetParams", r_build, 11},
     {"cuGraphExecUpdate_v2", r_build, 12}, {"cudaGraphExecUpdate", r_build, 12},
+    {"cudaProfilerStart", c_window, 1}, {"cudaProfilerStop", c_window, 0}, {"cuProfilerStart", c_window, 1},
+    {"cuProfilerStop", c_window, 0},
 };
 
 int main(void) {

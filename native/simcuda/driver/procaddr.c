@@ -29,6 +29,8 @@
     X("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2, 0)                       \
     X("cuCtxGetDevice", 2000, cuCtxGetDevice, 0)                            \
     X("cuCtxSynchronize", 2000, cuCtxSynchronize, 0)                        \
+    X("cuProfilerStart", 4000, cuProfilerStart, 0)                          \
+    X("cuProfilerStop", 4000, cuProfilerStop, 0)                            \
     X("cuMemGetInfo", 3020, cuMemGetInfo_v2, 0)                             \
     X("cuGetErrorString", 6000, cuGetErrorString, 0)                        \
     X("cuGetErrorName", 6000, cuGetErrorName, 0)                            \
