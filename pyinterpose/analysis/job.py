@@ -8,7 +8,7 @@ trace-{host}-{rank}.pit``), analysed side by side.
 * :func:`analyse_job` — every trace on an executor, then the job view over all ranks
   (imbalance, highest rank, first to peak, per device).
 
-Executors (:func:`executor`): a local process pool by default (``max_workers``: the machine's
+Executors (:func:`executor`, in pyinterpose.analysis.executor): a local process pool by default (``max_workers``: the machine's
 cores, at most one per trace; one trace is analysed in this process), or a Dask distributed
 cluster when a scheduler address is given (``--scheduler tcp://HOST:PORT`` or the environment
 variable ``PYINTERPOSE_SCHEDULER``); Dask is imported only then.  The work is the same pure
@@ -26,9 +26,9 @@ from ..errors import PyinterposeError
 from ..heap import keep_freed_memory
 from ..trace.model import peak_live_bytes_of
 from ..trace.reader import load
+from .executor import SCHEDULER_ENV, executor, scheduler_address  # noqa: F401 - job's public names
 from .ranks import per_rank
 
-SCHEDULER_ENV = "PYINTERPOSE_SCHEDULER"
 TRACE_SUFFIX = ".pit"
 
 
@@ -67,6 +67,7 @@ def analyse_trace(path: str) -> dict:
     procs = trace.processes
     return {
         "trace": path,
+        "fingerprint": fingerprint(path),
         "host": trace.meta.get("host") or "",
         "command": trace.meta.get("command"),
         "start_time": trace.meta.get("start_time"),
@@ -79,6 +80,37 @@ def analyse_trace(path: str) -> dict:
         "peak_live_bytes": peak_live_bytes_of(trace),
         "per_rank": per_rank(trace, iterations=True),
     }
+
+
+def fingerprint(path: str, edge: int = 1 << 16) -> str:
+    """What tells a copy of a trace file from another trace: its size and a hash of its first and last
+    ``edge`` bytes (a capture's header holds its start time and pids: two captures never share them)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(0)
+        h.update(f.read(edge))
+        if size > edge:
+            f.seek(max(edge, size - edge))
+            h.update(f.read(edge))
+    return f"{size}:{h.hexdigest()}"
+
+
+def dedupe(parts: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the parts with each copy of an earlier trace left out, [{"trace", "copy_of"}] of those left out)."""
+    seen: dict = {}
+    kept, dup = [], []
+    for p in parts:
+        fp = p.get("fingerprint")
+        if fp is not None and fp in seen:
+            dup.append({"trace": p["trace"], "copy_of": seen[fp]})
+        else:
+            seen.setdefault(fp, p["trace"])
+            kept.append(p)
+    return kept, dup
 
 
 def worker_task(path: str) -> dict:
@@ -95,80 +127,14 @@ def combine(parts: list[dict]) -> dict:
     """The job: every trace's headline, all ranks (sorted by rank, host, pid), the job view."""
     from .ranks import job_view
 
+    parts, duplicates = dedupe(parts)
     ranks = [r for p in parts for r in p["per_rank"]]
     ranks.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["host"], r["pid"]))
     traces = [{k: v for k, v in p.items() if k != "per_rank"} for p in parts]
     return {"traces": traces, "per_rank": ranks, "ranks": job_view(ranks),
+            "duplicates": duplicates,
             "complete": all(t["complete"] for t in traces),
             "lost_events": sum(t["lost_events"] for t in traces)}
-
-
-def scheduler_address(given: str | None) -> str | None:
-    """--scheduler, else $PYINTERPOSE_SCHEDULER, else None (the local pool)."""
-    addr = given if given else os.environ.get(SCHEDULER_ENV, "")
-    return addr.strip() or None
-
-
-class _DaskExecutor:
-    """map() over a Dask distributed cluster (client.map + gather; results in input order)."""
-
-    def __init__(self, address: str):
-        try:
-            from distributed import Client
-        except ImportError:
-            raise PyinterposeError("--scheduler needs Dask distributed (pip install 'dask[distributed]')")
-        try:
-            self.client = Client(address, timeout="20s", set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as e:
-            raise PyinterposeError(f"cannot reach the Dask scheduler at {address}: {e}")
-
-    def map(self, fn, items):
-        futures = self.client.map(fn, list(items), pure=False)
-        return self.client.gather(futures)
-
-    def close(self):
-        self.client.close()
-
-
-class _PoolExecutor:
-    def __init__(self, max_workers: int | None):
-        import concurrent.futures
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["pyinterpose.analysis.job", "pyinterpose.trace.reader"])
-        self.pool = concurrent.futures.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx)
-
-    def map(self, fn, items):
-        return list(self.pool.map(fn, items))
-
-    def close(self):
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _InlineExecutor:
-    def map(self, fn, items):
-        return [fn(i) for i in items]
-
-    def close(self):
-        pass
-
-
-@contextlib.contextmanager
-def executor(scheduler: str | None = None, max_workers: int | None = None, n_items: int | None = None):
-    """An object with ``map(fn, items) -> list`` (input order): Dask when ``scheduler`` names one,
-    else a local process pool (this process alone for a single item or ``max_workers=1``)."""
-    if scheduler:
-        ex = _DaskExecutor(scheduler)
-    else:
-        n = max_workers or os.cpu_count() or 1
-        if n_items is not None:
-            n = min(n, n_items)
-        ex = _InlineExecutor() if n <= 1 else _PoolExecutor(n)
-    try:
-        yield ex
-    finally:
-        ex.close()
 
 
 def analyse_job(paths: list[str], scheduler: str | None = None, max_workers: int | None = None) -> dict:

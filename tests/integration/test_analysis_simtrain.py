@@ -12,8 +12,9 @@ from conftest import run_cli
 from pyinterpose.analysis import access, iterations, lifetimes
 from pyinterpose.trace.model import peak_live_bytes
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("pyinterpose.examples.simtrain") is None,
-                                reason="pyinterpose.examples.simtrain not in this build")
+pytestmark = [pytest.mark.slow,  # every test here captures or drives a browser (> a few s)
+              pytest.mark.skipif(importlib.util.find_spec("pyinterpose.examples.simtrain") is None,
+                                reason="pyinterpose.examples.simtrain not in this build")]
 
 STEPS = 40
 

@@ -14,6 +14,8 @@ import pyinterpose
 from conftest import run_cli
 from pyinterpose.analysis.applied import served_mask
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 SIMTRAIN = ["python", "-m", "pyinterpose.examples.simtrain"]
 
 

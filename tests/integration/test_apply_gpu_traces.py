@@ -10,6 +10,8 @@ import pytest
 
 from conftest import ROOT, run_cli
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 PLACES = [os.path.join(ROOT, "..", "shared", "data", "gpu-traces"), os.path.join(ROOT, "samples")]
 
 

@@ -7,6 +7,9 @@ import json
 import pyinterpose
 from conftest import run_cli
 from pyinterpose.analysis.applied import served_mask
+import pytest
+
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
 
 
 def test_threads_and_a_second_device(tmp_path, cbuild):

@@ -10,6 +10,8 @@ import pyinterpose
 from conftest import ROOT, last_json_line, run_cli
 from pyinterpose.trace import stacks as S
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 WORKLOAD = f"{ROOT}/tests/py/helper_workload.py"
 
 

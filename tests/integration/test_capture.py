@@ -37,6 +37,7 @@ def test_shim_does_nothing_at_load_time(native):
     assert not [n for n in os.listdir("/dev/shm") if session in n]
 
 
+@pytest.mark.slow
 def test_every_hook_path_counts_exactly(capture, cbuild):
     prog = cbuild("shim_workload")
     path, cp = capture([prog, "all"])
@@ -93,6 +94,7 @@ def test_every_hook_path_counts_exactly(capture, cbuild):
     assert sorted(cp_acc["kind"].astype(str)) == ["device", "host"]
 
 
+@pytest.mark.slow
 def test_no_access_option(capture, cbuild):
     path, cp = capture([cbuild("shim_workload"), "all"], "--no-access")
     assert cp.returncode == 0, cp.stderr
@@ -120,6 +122,7 @@ def test_ring_back_pressure_is_lossless(capture, cbuild):
     assert tr.blocks["freed"].all() and tr.counts["unmatched_free"] == 0
 
 
+@pytest.mark.slow
 def test_forked_child_is_its_own_process(capture, cbuild):
     path, cp = capture([cbuild("shim_workload"), "fork", "500"])
     assert cp.returncode == 0, cp.stderr
@@ -134,6 +137,7 @@ def test_forked_child_is_its_own_process(capture, cbuild):
     assert (procs["lost"] == 0).all()
 
 
+@pytest.mark.slow
 def test_execd_children_are_captured(capture, cbuild):
     prog = cbuild("shim_workload")
     path, cp = capture(["sh", "-c", f"{prog} all && {prog} all"])
@@ -145,6 +149,7 @@ def test_execd_children_are_captured(capture, cbuild):
     assert tr.reservations.groupby("pid").size().tolist() == [1, 1]
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_everything_before_the_kill(tmp_path, cbuild, native):
     out = str(tmp_path / "k.pit")
     env = dict(os.environ)
@@ -160,6 +165,7 @@ def test_sigkill_keeps_everything_before_the_kill(tmp_path, cbuild, native):
     assert (tr.blocks["t_free"] == tr.end_ns).all()
 
 
+@pytest.mark.slow
 def test_sigterm_is_forwarded_and_exit_code_kept(tmp_path):
     out = str(tmp_path / "s.pit")
     proc = subprocess.Popen([sys.executable, "-m", "pyinterpose", "run", "-q", "-o", out, "--", "sh", "-c",
@@ -171,6 +177,7 @@ def test_sigterm_is_forwarded_and_exit_code_kept(tmp_path):
     assert pyinterpose.load(out).meta["trailer"]["exit_status"] == 42
 
 
+@pytest.mark.slow
 def test_exit_code_and_output_streams_are_the_programs(tmp_path):
     out = str(tmp_path / "e.pit")
     cp = run_cli("run", "-o", out, "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7")
@@ -180,6 +187,7 @@ def test_exit_code_and_output_streams_are_the_programs(tmp_path):
     assert f"wrote {out}" in cp.stderr and "pyinterpose summary" in cp.stderr  # next steps, on stderr
 
 
+@pytest.mark.slow
 def test_second_preloaded_library_using_rtld_next_keeps_working(tmp_path, cbuild, native):
     other = cbuild("shim_other_preload", shared=True, link_cudart=False)
     prog = cbuild("shim_workload")
@@ -195,6 +203,7 @@ def test_second_preloaded_library_using_rtld_next_keeps_working(tmp_path, cbuild
         assert tr.counts["alloc"] == 2 * 1001  # ... and through the shim
 
 
+@pytest.mark.slow
 def test_other_library_preloaded_before_the_shim(tmp_path, cbuild, native):
     """LD_PRELOAD=other:shim by hand: the other library's RTLD_NEXT reaches the shim, then cudart."""
     other = cbuild("shim_other_preload", shared=True, link_cudart=False)
@@ -207,6 +216,7 @@ def test_other_library_preloaded_before_the_shim(tmp_path, cbuild, native):
     assert sum(map(int, report.read_text().split())) == 2 * 501
 
 
+@pytest.mark.slow
 def test_reserved_view_sets_no_knobs(capture, cbuild):
     path, cp = capture([cbuild("shim_workload"), "all"], "--view", "reserved")
     assert cp.returncode == 0
@@ -214,17 +224,22 @@ def test_reserved_view_sets_no_knobs(capture, cbuild):
     assert tr.meta["view"] == "reserved" and tr.meta["knobs"] == {}
 
 
+@pytest.mark.slow
 def test_blocks_view_knobs_reach_the_program_and_the_trace(capture):
     path, cp = capture([sys.executable, "-c", "import os; print(os.environ['PYTORCH_CUDA_ALLOC_CONF'], "
-                                             "os.environ['XLA_PYTHON_CLIENT_ALLOCATOR'], os.environ['XLA_FLAGS'], "
-                                             "os.environ['TF_GPU_ALLOCATOR'])"])
-    assert cp.stdout.split() == ["backend:cudaMallocAsync", "platform", "--xla_gpu_enable_command_buffer=",
-                                 "cuda_malloc_async"]
-    knobs = pyinterpose.load(path).meta["knobs"]
+                                             "os.environ['XLA_PYTHON_CLIENT_ALLOCATOR'], "
+                                             "os.environ.get('XLA_FLAGS', '<unset>'), "
+                                             "os.environ['TF_GPU_ALLOCATOR'])"], env={"XLA_FLAGS": ""})
+    # XLA's command buffers (CUDA graphs) stay on: the view changes no XLA flag, and the trace says so
+    assert cp.stdout.split() == ["backend:cudaMallocAsync", "platform", "cuda_malloc_async"]
+    meta = pyinterpose.load(path).meta
+    assert "XLA_FLAGS" not in meta["knobs"] and meta["cuda_graphs"].startswith("left on")
+    knobs = meta["knobs"]
     assert knobs["PYTORCH_CUDA_ALLOC_CONF"] == "backend:cudaMallocAsync"
     assert knobs["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 
 
+@pytest.mark.slow
 def test_mark_step_becomes_a_marker(capture):
     path, cp = capture([sys.executable, "-c",
                         "import pyinterpose\nfor i in range(5): assert pyinterpose.mark_step('step')\n"])
@@ -234,6 +249,7 @@ def test_mark_step_becomes_a_marker(capture):
     assert not pyinterpose.mark_step()  # not under pyinterpose: a no-op
 
 
+@pytest.mark.slow
 def test_python_dash_m_works_the_same(tmp_path):
     out = str(tmp_path / "m.pit")
     cp = subprocess.run([sys.executable, "-m", "pyinterpose", "run", "-q", "-o", out, "--", "true"],
@@ -269,6 +285,7 @@ def test_run_unwritable_output(tmp_path):
     assert cp.returncode == 2
 
 
+@pytest.mark.slow
 def test_summary_on_bad_files(tmp_path, capture, cbuild):
     junk = tmp_path / "junk.pit"
     junk.write_bytes(b"hello world, not a trace at all")
@@ -286,6 +303,7 @@ def test_summary_on_bad_files(tmp_path, capture, cbuild):
     assert "newer" in _one_line_error(run_cli("summary", str(newer)))
 
 
+@pytest.mark.slow
 def test_truncated_trace_reads_up_to_last_complete_chunk(tmp_path, capture, cbuild):
     path, _ = capture([cbuild("shim_workload"), "stress", "100000", "2"])  # many 64k-record chunks
     full = pyinterpose.load(path)

@@ -22,6 +22,8 @@ import pyinterpose
 from conftest import ROOT, gpu_trace, run_cli
 from pyinterpose.trace.reader import read_file
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 SIMTRAIN = [sys.executable, "-m", "pyinterpose.examples.simtrain"]
 
 

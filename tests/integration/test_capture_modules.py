@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 
 import pyinterpose
+import pytest
 from conftest import last_json_line
+
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
 
 
 def _truth(path):

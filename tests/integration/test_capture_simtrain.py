@@ -9,6 +9,8 @@ import pytest
 import pyinterpose
 from conftest import run_cli
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 
 @pytest.mark.parametrize("framework", ["torch", "jax", "tf"])
 @pytest.mark.parametrize("workers", [0, 2])

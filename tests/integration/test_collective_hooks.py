@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 import pyinterpose
+
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
 
 MiB = 1 << 20
 

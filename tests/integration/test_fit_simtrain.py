@@ -21,6 +21,8 @@ from conftest import run_cli
 from pyinterpose.analysis import fit as F
 from pyinterpose.analysis import pools
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 SIM = {"torch": "pytorch", "jax": "bfc", "tf": "bfc"}
 OPTS = {"torch": {}, "jax": {"allow_growth": True}, "tf": {"allow_growth": True}}
 

@@ -14,6 +14,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "gpu_compare.py")
 from conftest import GPU_TRACE_DIRS as SRC  # noqa: E402
+
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
 NAMES = ["torch-cnn-blocks", "torch-cnn-reserved", "jax-attn-blocks", "jax-attn-reserved"]
 
 

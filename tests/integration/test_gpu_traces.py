@@ -20,6 +20,8 @@ from pyinterpose.trace.model import peak_live_bytes
 
 from conftest import ROOT, gpu_trace as find
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 _cache: dict[str, object] = {}
 
 

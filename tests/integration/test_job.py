@@ -12,6 +12,8 @@ import pytest
 from conftest import run_cli
 from pyinterpose.analysis import job
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 SIMTRAIN = [sys.executable, "-m", "pyinterpose.examples.simtrain"]
 
 

@@ -21,7 +21,8 @@ from conftest import gpu_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed: headless viewer test skipped")
+pytestmark = [pytest.mark.slow,  # every test here captures or drives a browser (> a few s)
+              pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed: headless viewer test skipped")]
 
 
 def _export(tr) -> dict:

@@ -14,6 +14,8 @@ import pytest
 import pyinterpose
 from conftest import last_json_line
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 ENV = {"SIMCUDA_MEMORY_BYTES": str(64 << 20)}
 KIND = {"cudaMalloc": "device", "cudaMallocAsync": "async", "cudaMallocFromPoolAsync": "pool",
         "cudaMallocPitch": "pitch", "cudaMallocManaged": "managed", "cuMemAlloc_v2": "device",

@@ -17,6 +17,8 @@ import pyinterpose
 from pyinterpose.analysis import oom, pools
 from pyinterpose.trace.stacks import call_site
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 ENV = {"SIMCUDA_MEMORY_BYTES": str(64 << 20)}
 
 

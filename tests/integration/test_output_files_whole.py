@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT, run_cli
 from pyinterpose.outfile import atomic_output, atomic_path
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 SIMTRAIN = [sys.executable, "-m", "pyinterpose.examples.simtrain"]
 
 

@@ -13,6 +13,8 @@ import pyinterpose
 from pyinterpose.analysis import ranks as R
 from pyinterpose.analysis.summary import summarize
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 SIMTRAIN = [sys.executable, "-m", "pyinterpose.examples.simtrain"]
 MiB = 1 << 20
 

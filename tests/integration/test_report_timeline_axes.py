@@ -21,7 +21,8 @@ from pyinterpose.report import html
 from cdp import CHROMIUM, Browser
 from conftest import gpu_trace
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed: headless browser test skipped")
+pytestmark = [pytest.mark.slow,  # every test here captures or drives a browser (> a few s)
+              pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed: headless browser test skipped")]
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("pyinterpose.examples.simtrain") is None,
-                                reason="pyinterpose.examples.simtrain not in this build")
+pytestmark = [pytest.mark.slow,  # every test here captures or drives a browser (> a few s)
+              pytest.mark.skipif(importlib.util.find_spec("pyinterpose.examples.simtrain") is None,
+                                reason="pyinterpose.examples.simtrain not in this build")]
 
 
 def _minor_faults(framework: str, steps: int) -> int:

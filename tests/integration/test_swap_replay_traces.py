@@ -13,6 +13,8 @@ import pyinterpose
 from conftest import gpu_trace, run_cli
 from pyinterpose.analysis import swap
 
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
+
 GBPS = (4.0, 16.0, 55.0, 400.0)      # 55: the H100's measured PCIe (shared/data/gpu-traces/bandwidth-h100.json)
 
 

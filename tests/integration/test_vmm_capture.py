@@ -6,6 +6,9 @@ from __future__ import annotations
 import pyinterpose
 from conftest import last_json_line
 from pyinterpose.trace.model import peak_live_bytes
+import pytest
+
+pytestmark = pytest.mark.slow   # every test here captures, replays or loads whole traces (> a few s)
 
 MiB = 1 << 20
 

@@ -128,6 +128,7 @@ def test_bandwidth_cli_without_gpu_is_one_line(monkeypatch, capsys):
 SIM = os.path.join(bw.simulated_runtime_dir(), "libcudart.so.13")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(SIM), reason="simcuda not built (python pyinterpose/_build.py simcuda)")
 def test_measure_simulated_runtime_and_cache():
     # a subprocess: loading the simulated libcuda.so.1 must not leak into this test process

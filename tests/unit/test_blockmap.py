@@ -22,6 +22,7 @@ def _build(cc, tmp_path, name, flags):
     return exe if cp.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_lookups_match_and_memory_stays_bounded(cc, tmp_path):
     exe = _build(cc, tmp_path, "blockmap_check", ["-O2"])
     assert exe
@@ -33,6 +34,7 @@ def test_lookups_match_and_memory_stays_bounded(cc, tmp_path):
     assert growth < 16 * 1024, growth
 
 
+@pytest.mark.slow
 def test_under_address_sanitizer(cc, tmp_path):
     exe = _build(cc, tmp_path, "blockmap_check_asan", ["-O1", "-g", "-fsanitize=address,undefined",
                                                         "-fno-sanitize-recover=all"])

@@ -118,6 +118,7 @@ def test_plan_csv_size_beyond_int64(capsys, tmp_path):
     assert "out of range" in line and "negative" not in line
 
 
+@pytest.mark.slow
 def test_subprocess_bad_flag_is_one_line():
     cp = run_cli("swap", "t.pit", "--bandwidth", "nan")
     assert cp.returncode == 2 and cp.stderr.count("\n") == 1 and "Traceback" not in cp.stderr

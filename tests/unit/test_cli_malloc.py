@@ -43,6 +43,7 @@ def _info(tuned, where: str = "main") -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")
 def test_large_arrays_come_from_the_heap_and_stay_there_when_freed():
     n = 256 << 20
@@ -53,6 +54,7 @@ def test_large_arrays_come_from_the_heap_and_stay_there_when_freed():
     assert tuned["mmapped_live"] < n // 2 and tuned["heap_free_after"] >= n
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")
 def test_memory_a_worker_thread_frees_stays_for_the_main_thread():
     n = 256 << 20

@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.parametrize("flags", [["-O2"], ["-O1", "-g", "-fsanitize=address,undefined",
                                              "-fno-sanitize-recover=all"]], ids=["plain", "asan"])
+@pytest.mark.slow
 def test_parse_joins_activities_to_their_events(cc, tmp_path, flags):
     exe = str(tmp_path / "cupti_parse_check")
     cmd = [cc, *flags, "-D_GNU_SOURCE", "-I" + os.path.join(ROOT, "native", "shim"),

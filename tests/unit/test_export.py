@@ -113,6 +113,7 @@ def test_perfetto_reserved_view_series_name():
     assert keys == {"reserved_bytes"}
 
 
+@pytest.mark.slow
 def test_perfetto_class_owner_counters_and_stream_tracks():
     tr = training_trace(iterations=4)
     from pyinterpose.analysis import guarded
@@ -163,6 +164,7 @@ def test_perfetto_validate_catches_broken_documents():
         assert perfetto.validate({"traceEvents": [e]}), e
 
 
+@pytest.mark.slow
 def test_perfetto_export_of_real_trace_is_valid(tmp_path):
     src = gpu_trace("torch-cnn-blocks.pit")
     import pyinterpose

@@ -59,6 +59,7 @@ def test_single_process_trace_is_untouched():
     assert view is tr and others == [] and pid == tr.main_pid
 
 
+@pytest.mark.slow
 def test_unknown_pid_is_one_line_error(loader, tmp_path):
     with pytest.raises(PyinterposeError):
         snapshot_process(loader, 999_999_999)
@@ -68,6 +69,7 @@ def test_unknown_pid_is_one_line_error(loader, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "no process 999999999" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_says_which_process_was_exported(tmp_path):
     r = run_cli("export", gpu_trace("loader-blocks.pit"), "--format", "memory-viz", "-o", str(tmp_path / "x.pickle"))
     assert r.returncode == 0, r.stderr

@@ -39,6 +39,7 @@ def test_the_layers_contract_holds():
     assert rc == 0, "an import runs against the flow: run `lint-imports` for the chain"
 
 
+@pytest.mark.slow
 def test_the_contract_sees_imports_inside_functions():
     """grimp (what import-linter checks) counts an import made inside a function: every one of the
     package's in-function imports of another pyinterpose module is an edge of its graph."""

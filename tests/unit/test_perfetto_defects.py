@@ -121,6 +121,7 @@ def test_incomplete_trace_is_marked_in_the_file():
         assert perfetto.validate(doc) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["perfetto", "memory-viz"])
 def test_export_of_a_cut_trace_says_incomplete_on_stderr_and_in_the_file(tmp_path, fmt):
     src = gpu_trace("torch-cnn-blocks.pit")

@@ -48,6 +48,7 @@ def test_text_equals_objects_synthetic(tmp_path):
 
 @pytest.mark.parametrize("name", ["torch-cnn-blocks.pit", "torch-transformer-reserved.pit", "jax-attn-blocks.pit",
                                   "graphs-blocks.pit", "loader-blocks.pit"])
+@pytest.mark.slow
 def test_text_equals_objects_real_traces(name, tmp_path):
     tr = pyinterpose.load(gpu_trace(name))
     it = guarded.iterations(tr).value

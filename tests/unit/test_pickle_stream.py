@@ -185,6 +185,7 @@ def test_snapshot_stream_reserved_view_and_empty(tmp_path):
 @pytest.mark.parametrize("name", ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit", "torch-transformer-blocks.pit",
                                   "torch-transformer-reserved.pit", "jax-attn-blocks.pit", "jax-attn-reserved.pit",
                                   "graphs-blocks.pit", "loader-blocks.pit"])
+@pytest.mark.slow
 def test_snapshot_stream_equals_objects_real_traces(name, tmp_path):
     tr = pyinterpose.load(gpu_trace(name))
     cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value

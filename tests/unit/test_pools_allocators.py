@@ -322,6 +322,7 @@ def test_pools_cli_alloc_conf_and_trace_conf(monkeypatch, capsys):
     assert len(err) == 1 and "expandable_segments needs True or False" in err[0]
 
 
+@pytest.mark.slow
 def test_capture_records_the_user_conf_and_pools_uses_it(capture, native):
     """End to end on simcuda: the user's PYTORCH_CUDA_ALLOC_CONF reaches meta.user_env while
     the program sees the blocks-view knob, and ``pools`` simulates with the user's value."""

@@ -130,6 +130,7 @@ def test_native_replay_equals_the_reference_on_random_streams(allocator, opts):
         assert falls > 0   # the curve is not a running maximum: releases show
 
 
+@pytest.mark.slow
 def test_the_options_reach_the_native_replay():
     """Every option changes the result on some stream, with or without a capacity (the
     comparison above is not vacuous)."""
@@ -182,6 +183,7 @@ GPU_TRACES = ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit", "torch-transform
               "graphs-blocks.pit", "loader-blocks.pit"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GPU_TRACES)
 def test_native_replay_equals_the_reference_on_gpu_traces(name):
     import pyinterpose

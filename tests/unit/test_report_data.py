@@ -56,6 +56,7 @@ def random_trace(n=300, seed=0, devices=(0,)):
     return Trace.from_tables(blocks=df)
 
 
+@pytest.mark.slow
 def test_timeline_matches_brute_force_at_every_instant():
     tr = random_trace(400, seed=1)
     (tl,) = data.memory_timeline(tr, max_points=10**9)
@@ -88,6 +89,7 @@ def test_downsampled_timeline_keeps_peak_and_classes_sum_to_total():
         assert v == brute_live(bb, t)
 
 
+@pytest.mark.slow
 def test_timeline_per_device():
     tr = random_trace(300, seed=3, devices=(0, 2))
     tls = data.memory_timeline(tr, max_points=10**9)

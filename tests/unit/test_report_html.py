@@ -47,6 +47,7 @@ def assert_self_contained(page: str) -> None:
     assert "http://" not in page and "https://" not in page
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_with_decodable_figures():
     tr = training_trace(iterations=6, step_ns=200_000)
     rep = html.build(tr, bandwidth=16)
@@ -65,6 +66,7 @@ def test_report_is_self_contained_with_decodable_figures():
     assert 'data-render' in page  # the marker script the browser test reads
 
 
+@pytest.mark.slow
 def test_headlines_are_hand_computed_numbers():
     tr = training_trace(iterations=6, step_ns=200_000)
     rep = html.build(tr, bandwidth=16)
@@ -83,6 +85,7 @@ def test_headlines_are_hand_computed_numbers():
     json.dumps(h)  # plain JSON types only
 
 
+@pytest.mark.slow
 def test_memory_section_uses_classes_and_nvml():
     tr = training_trace(iterations=4)
     rep = html.build(tr)
@@ -103,6 +106,7 @@ def test_memory_section_uses_classes_and_nvml():
     assert dict(rep.facts)["NVML peak used"] == "396.0 MiB"
 
 
+@pytest.mark.slow
 def test_failing_analysis_degrades_only_its_section(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("kaboom")
@@ -137,6 +141,7 @@ def test_empty_trace_still_renders():
     assert any("no device allocations" in n for n in mem.notes)
 
 
+@pytest.mark.slow
 def test_html_escapes_trace_text():
     tr = training_trace(iterations=3)
     tr.meta["command"] = ["<script>alert(1)</script>"]
@@ -150,6 +155,7 @@ def fake_files(monkeypatch):
     return fake_trace_files(monkeypatch, made)
 
 
+@pytest.mark.slow
 def test_cli_report_writes_file_and_json(fake_files, tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", "run.pit", "-o", str(out), "--bandwidth", "16", "--json"]) == 0
@@ -170,6 +176,7 @@ def test_cli_report_missing_file(fake_files, capsys):
     assert "no such trace file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_timeline_reserved_line_is_the_framework_allocators_simulated_peak():
     tr = training_trace(iterations=4, framework="torch")
     rep = html.build(tr, time_limit=1.0)
@@ -233,6 +240,7 @@ def test_reserved_curve_on_a_real_trace_peaks_at_pytorchs_own_max_reserved():
     assert (ys[q[q >= 0]] < every[q >= 0]).any()
 
 
+@pytest.mark.slow
 def test_without_the_chart_library_the_timeline_is_a_static_figure_with_the_same_facts(monkeypatch):
     tr = training_trace(iterations=4)
     with_lib = next(s for s in html.build(tr).sections if s.id == "memory")

@@ -90,6 +90,7 @@ def test_bandwidth_row_gives_the_numbers():
     assert same.startswith("24.6 GB/s per direction")
 
 
+@pytest.mark.slow
 def test_report_bandwidth_and_pareto_duration(monkeypatch):
     """The report's bandwidth facts carry GB/s, and the Pareto axis is given Trace.duration_ns (the
     summary's duration), not the time of the last event."""

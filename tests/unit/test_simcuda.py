@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CDIR = os.path.join(ROOT, "tests", "c")
 INCLUDES = ["-I" + os.path.join(ROOT, "native", "include"), "-I" + os.path.join(ROOT, "native", "simcuda")]
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+pytestmark = [pytest.mark.slow,  # compiles and runs C programs on simcuda (> a few s)
+              pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")]
 
 
 @pytest.fixture(scope="module")

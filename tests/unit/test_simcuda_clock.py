@@ -15,7 +15,8 @@ CDIR = os.path.join(ROOT, "tests", "c")
 INCLUDES = ["-I" + os.path.join(ROOT, "native", "include"), "-I" + os.path.join(ROOT, "native", "simcuda")]
 OFFSET = 1700000000000000000  # simcu_hook.h's default CUPTI clock offset
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+pytestmark = [pytest.mark.slow,  # compiles and runs C programs on simcuda (> a few s)
+              pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+pytestmark = [pytest.mark.slow,  # compiles and runs C programs on simcuda (> a few s)
+              pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")]
 
 EXPECTED_APIS = {
     "torch": {"cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaLaunchKernel", "cudaMemcpyAsync",

@@ -346,6 +346,7 @@ def test_one_prepared_problem_serves_evaluate_and_pareto(monkeypatch):
         swap.evaluate(tr, problem=p, modes=("bogus",))
 
 
+@pytest.mark.slow
 def test_report_prepares_the_swap_problem_once(monkeypatch):
     from pyinterpose.report import html
     from pyinterpose.report.synthetic import training_trace
@@ -385,6 +386,7 @@ def test_swap_work_gives_what_evaluate_and_pareto_give(seed):
         assert _work_threads(q, n) == want
 
 
+@pytest.mark.slow
 def test_swap_work_on_gpu_traces():
     import glob
     import os

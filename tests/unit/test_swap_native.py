@@ -223,6 +223,7 @@ CASES = [  # (blocks, horizon in us, intervals per block, GB/s): sparse to dense
     (30, 500, 6, 100.0), (80, 2000, 8, 30.0), (200, 3000, 10, 5.0), (150, 400, 5, 200.0), (400, 20000, 12, 2.0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(10))
 def test_same_schedules_as_the_python_loop(seed):
     rng = np.random.default_rng(1000 + seed)
@@ -364,6 +365,7 @@ def test_vote_order_across_budgets(seed, gbps):
         assert hides.all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["torch-transformer-blocks.pit", "jax-attn-blocks.pit", "loader-blocks.pit"])
 def test_vote_order_across_budgets_on_gpu_traces(name):
     from conftest import gpu_trace
@@ -414,6 +416,7 @@ GPU_CASES = [  # (trace, GB/s, min_size, budgets): rich schedules in both modes;
     ("loader-blocks.pit", 2, 1, "default,floor"), ("torch-cnn-reserved.pit", 25, swap.MIN_SIZE, "default")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,gbps,min_size,budgets", GPU_CASES)
 def test_same_schedules_on_real_gpu_traces(name, gbps, min_size, budgets):
     from conftest import gpu_trace

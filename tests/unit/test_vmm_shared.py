@@ -10,6 +10,7 @@ import itertools
 import random
 
 import pandas as pd
+import pytest
 
 from pyinterpose.trace import vmm
 from pyinterpose.trace.model import Trace, peak_live_bytes
@@ -80,6 +81,7 @@ def test_imported_and_multicast_maps_count_nothing():
     assert peak_live_bytes(b) == 4 * MiB
 
 
+@pytest.mark.slow
 def test_random_map_sets_match_the_page_reference():
     rng = random.Random(5)
     for case in range(60):
