@@ -5,6 +5,7 @@ Public API::
     import pyinterpose
     trace = pyinterpose.load("run.pit")     # -> Trace (pandas tables)
     pyinterpose.mark_step()                 # in the profiled program: iteration marker
+    pyinterpose.start(); pyinterpose.stop() # a capture window (run --capture-range markers)
 """
 from __future__ import annotations
 
@@ -37,4 +38,19 @@ def mark_step(label: str = "step") -> bool:
     return mark(label)
 
 
-__all__ = ["load", "mark_step", "Trace", "PyinterposeError", "TraceError", "__version__"]
+def start() -> bool:
+    """Open a capture window here (``pyinterpose run --capture-range markers``; no-op when not running
+    under pyinterpose).  Returns True when the shim recorded it."""
+    from .capture.marker import window
+
+    return window(True)
+
+
+def stop() -> bool:
+    """Close the capture window opened by :func:`start`."""
+    from .capture.marker import window
+
+    return window(False)
+
+
+__all__ = ["load", "mark_step", "start", "stop", "Trace", "PyinterposeError", "TraceError", "__version__"]

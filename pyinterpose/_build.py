@@ -59,6 +59,8 @@ LIBRARIES = [
      "libcudart.so.13", ["-ldl", "-lpthread"]),
     ("libsimnccl.so", "simnccl", None, "libsimnccl.so",
      ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-lpthread"]),
+    ("libpireplay.so", "replay", None, "libpireplay.so",
+     ["-L{out}/simcuda", "-l:libcudart.so.13", "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN/simcuda", "-lpthread"]),
     ("libsimtrain.so", "simtrain", None, "libsimtrain.so",
      ["-L{out}/simcuda", "-l:libcudart.so.13", "-Wl,-rpath,$ORIGIN/simcuda", "-ldl",
       "-lpthread", "-lm"]),

@@ -11,6 +11,11 @@
 # device peak from the trace (arena + fall-through), NVML's peak used bytes in each trace, and the median
 # step time of each run.  Exit 1 when a run fails or the losses differ.
 #
+# Swapping (issue 31; SWAP=0 skips it): also `plan --swap --bandwidth $BW` (default 55) of the same trace and a
+# run with that plan: its loss compared bitwise with the blocks run's, NVML's peak used bytes against the plan's
+# predicted_peak_bytes and against the blocks run's, its median step time against the blocks run's plus the
+# plan's predicted stall per iteration, and the shim's swap counts (late, unforeseen) from `summary`.
+#
 # NOT RUN YET: written without a GPU (no GPU in the sitting that wrote it); check its output by hand the
 # first time.  Needs what scripts/gpu_validate.sh needs (torch, torchvision, the native parts built).
 set -u
@@ -18,6 +23,8 @@ OUT=${1:-gpu-apply}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-30}
+SWAP=${SWAP:-1}
+BW=${BW:-55}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
@@ -37,6 +44,11 @@ for m in cnn transformer; do
     run "$m-blocks" $PI run -f --view blocks -o "$OUT/$m-blocks.pit" -- $PY $T --out "$OUT/$m-blocks.json"
     run "$m-apply" $PI run -f --view blocks --apply "$OUT/$m-plan.json" -o "$OUT/$m-apply.pit" -- \
         $PY $T --out "$OUT/$m-apply.json"
+    if [ "$SWAP" = 1 ]; then
+        run "$m-swapplan" $PI plan "$OUT/$m-profile.pit" -f --swap --bandwidth "$BW" -o "$OUT/$m-swapplan.json" --json
+        run "$m-swap" $PI run -f --view blocks --apply "$OUT/$m-swapplan.json" -o "$OUT/$m-swap.pit" -- \
+            $PY $T --out "$OUT/$m-swap.json"
+    fi
 done
 $PY - "$OUT" <<'PYEOF' || FAILED=1
 import json, os, sys
@@ -47,19 +59,30 @@ def load(p):
     return json.load(open(p)) if os.path.exists(p) else None
 for m in ("cnn", "transformer"):
     r = {}
-    for run in ("native", "blocks", "apply"):
+    for run in ("native", "blocks", "apply", "swap"):
         j = load(f"{out}/{m}-{run}.json")
         r[run] = None if j is None else {"loss": j["loss"], "loss_hex": float(j["loss"]).hex(),
                                          "max_memory_reserved": j["max_memory_reserved"],
                                          "median_step_ms": j["median_step_ms"]}
-    for run in ("blocks", "apply"):
+    for run in ("blocks", "apply", "swap"):
         p = f"{out}/{m}-{run}.pit"
-        if os.path.exists(p):
+        if os.path.exists(p) and r.get(run):
             t = pyinterpose.load(p)
             r[run]["nvml_peak_used_bytes"] = int(t.nvml["used_bytes"].max()) if len(t.nvml) else None
-            if run == "apply":
+            if run in ("apply", "swap"):
                 s = summary(t)
-                r["plan"] = {k: v for k, v in s["processes"][0].items() if k != "iterations"} if s else None
+                r["plan" if run == "apply" else "swap_plan"] = {
+                    k: v for k, v in s["processes"][0].items() if k not in ("iterations", "swapped")} if s else None
+    sp = load(f"{out}/{m}-swapplan.json")
+    if sp and r.get("swap") and r.get("blocks"):
+        sw = sp["swap"]
+        r["swap_vs_prediction"] = {
+            "predicted_peak_bytes": sw["predicted_peak_bytes"], "nvml_peak_used_bytes": r["swap"].get("nvml_peak_used_bytes"),
+            "blocks_nvml_peak_used_bytes": r["blocks"].get("nvml_peak_used_bytes"),
+            "predicted_stall_ms_per_iteration": sw["predicted_stall_ns"] / 1e6,
+            "step_ms_swap_minus_blocks": r["swap"]["median_step_ms"] - r["blocks"]["median_step_ms"]}
+        r["swap_loss_bitwise_equal"] = r["blocks"]["loss_hex"] == r["swap"]["loss_hex"]
+        bad |= not r["swap_loss_bitwise_equal"]
     plan = load(f"{out}/{m}-plan.json")
     r["plan_file"] = plan and {"capacity": plan["capacity"], "load_bytes": plan["load_bytes"]}
     if r["blocks"] and r["apply"]:

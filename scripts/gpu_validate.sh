@@ -8,8 +8,8 @@
 # times the capture overhead (median step time with and without pyinterpose), and runs the JAX blocks view
 # 10 more times (60 steps): 10/10 must finish; a torchrun ranks step; then, each under timeout (STEP_TIMEOUT):
 # the device clock (--gpu-clock cupti vs torch.profiler's kernel durations, launch lag, cost; JAX coverage),
-# out of memory (PyTorch and JAX --oom: summary --json 'oom' vs the frameworks' messages) and
-# scripts/gpu_apply.sh.  A step's failure does not stop the others.  Prints one table (steps:
+# out of memory (PyTorch and JAX --oom: summary --json 'oom' vs the frameworks' messages),
+# scripts/gpu_apply.sh and CUDA graphs (scripts/gpu_graphs_check.py).  A step's failure does not stop the others.  Prints one table (steps:
 # docs/gpu-validation.md); exits 1 if any check fails.
 #
 # Needs: an NVIDIA GPU, python3 with torch, torchvision, jax (CUDA), optax, numpy, pandas, matplotlib, rich,
@@ -21,8 +21,8 @@ PY=${PYTHON:-python3}
 STEPS=${STEPS:-20}
 JAX_RUNS=${JAX_RUNS:-10}
 # PARTS: which parts run (comma-separated; default all).  A device call is limited to 10 minutes: split the
-# parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply.
-PARTS=${PARTS:-torch,jax,ranks,clock,oom,apply}
+# parts over calls when the whole does not fit, e.g. PARTS=torch,jax,ranks then PARTS=clock,oom,apply,window.
+PARTS=${PARTS:-torch,jax,ranks,clock,share,oom,apply,interrupt,graphs,window}
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -55,8 +55,8 @@ run() {  # run LOG CMD...: log stdout+stderr, remember failures
     return $rc
 }
 ASYNC=(env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync PYTORCH_ALLOC_CONF=backend:cudaMallocAsync)
-PLATFORM=(env XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false
-          XLA_FLAGS=--xla_gpu_enable_command_buffer=)
+# what --view blocks sets for JAX (XLA's command buffers stay on: pyinterpose expands graph replays)
+PLATFORM=(env XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false)
 
 J="$W/jax_train.py --model attn --steps $STEPS --donate"
 ok=0
@@ -148,6 +148,18 @@ rows clock-cost-jax $PY "$ROOT/scripts/gpu_clock_check.py" cost "jax attn, block
     "$OUT/clock-jax-attn-off.json" "$OUT/plain-jax-attn-platform.json"
 fi
 
+# ---- sharing CUPTI (issue 33 item 8): torch.profiler inside a pyinterpose run keeps its whole profile -----
+if want share; then
+T="$W/torch_train.py --model transformer --steps $STEPS"
+[ -f "$OUT/profile-torch-transformer.trace.json" ] ||
+    run profile-torch-transformer "${TO[@]}" $PY $T --profile-json "$OUT/profile-torch-transformer.trace.json" \
+        --out "$OUT/profile-torch-transformer.json"
+run share-torch-transformer "${TO[@]}" $PI run -f -o "$OUT/share-torch-transformer.pit" -- \
+    $PY $T --profile-json "$OUT/share-torch-transformer.trace.json" --out "$OUT/share-torch-transformer.json"
+rows share $PY "$ROOT/scripts/gpu_share_check.py" "$OUT/share-torch-transformer.pit" \
+    "$OUT/share-torch-transformer.trace.json" "$OUT/profile-torch-transformer.trace.json"
+fi
+
 # ---- out of memory (issue 22 item 5): batch doubled until the framework raises; explanation vs its message --
 if want oom; then
 run oom-torch "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-torch.pit" -- \
@@ -157,6 +169,31 @@ rows oom-torch $PY "$ROOT/scripts/gpu_oom_check.py" torch "$OUT/oom-torch.pit" "
 run oom-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/oom-jax.pit" -- \
     $PY "$W/jax_train.py" --model attn --donate --oom --out "$OUT/oom-jax.json"
 rows oom-jax $PY "$ROOT/scripts/gpu_oom_check.py" jax "$OUT/oom-jax.pit" "$OUT/oom-jax.json" "jax attn OOM, blocks"
+fi
+
+# ---- interrupt (issue 33 item 7): SIGINT / SIGTERM to the whole job while it trains: 0 lost ----------------
+if want interrupt; then
+rows interrupt $PY "$ROOT/scripts/gpu_interrupt_check.py" "$OUT" "$W/torch_train.py"
+fi
+
+# ---- CUDA graphs (issue 32): torch.cuda.graph replays (graphs-blocks.pit re-captured), torch.compile
+# reduce-overhead ResNet-18 against its memory history, JAX with command buffers on against memory_stats ---
+if want graphs; then
+run graphs-capture "${TO[@]}" $PI run -f --view blocks -o "$OUT/graphs-capture.pit" -- \
+    $PY "$W/torch_graphs.py" --mode capture --replays 10 --out "$OUT/graphs-capture.json"
+run graphs-compile "${TO[@]}" $PI run -f --view reserved -o "$OUT/graphs-compile.pit" -- \
+    $PY "$W/torch_graphs.py" --mode compile --steps $STEPS --history-json "$OUT/graphs-compile-history.json" \
+    --out "$OUT/graphs-compile.json"
+run graphs-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/graphs-jax.pit" -- $PY $J --out "$OUT/graphs-jax.json"
+rows graphs $PY "$ROOT/scripts/gpu_graphs_check.py" "$OUT"
+fi
+
+# ---- flight recorder (issue 29): a PyTorch run with a leak that OOMs on purpose, under --flight-recorder 20,
+# against PyTorch's own OOM observer snapshot (caching allocator: --view reserved, blocks = its segments) ------
+if want window; then
+run window-torch "${TO[@]}" $PI run -f --view reserved --flight-recorder 20 -o "$OUT/window-torch.pit" -- \
+    $PY "$W/torch_leak_oom.py" --steps 200 --out "$OUT/window-torch.json"
+rows window-torch $PY "$ROOT/scripts/gpu_window_check.py" "$OUT/window-torch.pit" "$OUT/window-torch.json"
 fi
 
 # ---- run --apply (issue 25): scripts/gpu_apply.sh in OUT/apply, its JSON turned into rows ------------------

@@ -4,12 +4,31 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# pytest run as a background job starts with SIGINT ignored, and an ignored signal stays ignored in every
+# program a test starts (a handled one is reset to the default by exec): handle it here, so the programs
+# under test get the default SIGINT (Python's KeyboardInterrupt) as a user's would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path_factory, monkeypatch):
+    """Every test runs with its own home and cache folder: nothing the user's own runs left there (a
+    `pyinterpose bandwidth` measurement, a config) reaches a test, and no test leaves anything for another."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.delenv("PYINTERPOSE_CACHE_DIR", raising=False)
+    return home
 
 
 def native_dir() -> str:

@@ -19,6 +19,11 @@ int64_t pi_drain(void *ring, void *out, uint64_t max_records, int final, uint64_
         uint64_t seq = __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE);
         if (seq != t) {
             if (!final) break;
+            if (seq == (t | PI_SEQ_HELD)) { /* a call the process was killed inside: its record, as held */
+                memcpy(&dst[n], s, sizeof(pi_event));
+                dst[n++].seq = t;
+                continue;
+            }
             skipped++;
             continue;
         }

@@ -177,4 +177,77 @@ typedef enum cudaDriverEntryPointQueryResult {
     cudaDriverEntryPointVersionNotSufficent = 2
 } cudaDriverEntryPointQueryResult;
 
+
+/* ---- CUDA graphs built node by node, and executable graph updates ---- */
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef CUgraphNode cudaGraphNode_t;
+typedef struct CUDA_KERNEL_NODE_PARAMS_st {     /* _v2 adds kern and ctx at the end */
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+#define CU_MEMORYTYPE_HOST 1
+#define CU_MEMORYTYPE_DEVICE 2
+#define CU_MEMORYTYPE_UNIFIED 4
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    void *srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    void *dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;          /* out */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef CUDA_MEM_ALLOC_NODE_PARAMS cudaMemAllocNodeParams; /* same layout */
+typedef struct cudaKernelNodeParams {
+    void *func;
+    dim3 gridDim;
+    dim3 blockDim;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} cudaKernelNodeParams;
+typedef struct cudaMemsetParams {
+    void *dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} cudaMemsetParams;
+typedef struct CUgraphExecUpdateResultInfo_st {
+    int result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+typedef CUgraphExecUpdateResultInfo cudaGraphExecUpdateResultInfo;
+
 #endif

@@ -462,7 +462,7 @@ int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid)
             break;
         case PI_OP_STRING: case PI_OP_STRDATA: case PI_OP_MARKER: case PI_OP_SITE: case PI_OP_FRAME:
         case PI_OP_STACK: case PI_OP_NOTE: case PI_OP_CLOCK: case PI_OP_MEMINFO: case PI_OP_CONTEXT:
-        case PI_OP_DEVICE: case PI_OP_GRAPH_DEF: case PI_OP_APPLY:
+        case PI_OP_DEVICE: case PI_OP_GRAPH_DEF: case PI_OP_APPLY: case PI_OP_GRAPH_MEM: case PI_OP_SWAP:
             tab = &s->side;
             break;
         default:

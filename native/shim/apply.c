@@ -73,7 +73,10 @@ typedef struct plan_hdr {
     uint64_t reserved[7];
 } plan_hdr;
 typedef struct plan_key { uint64_t size, site; uint32_t first, count, persistent, pad; } plan_key;
-typedef struct plan_slot { uint64_t offset, size, alt, pad; } plan_slot; /* alt: 1 + its alternate, 0 none */
+/* alt: 1 + its alternate, 0 none; mode: SLOT_ARENA, SLOT_REAL (the program's own allocator, by plan), or
+ * SLOT_MANAGED + i (swap.c's managed request i) */
+typedef struct plan_slot { uint64_t offset, size, alt, mode; } plan_slot;
+enum { SLOT_ARENA = 0, SLOT_REAL = 1, SLOT_MANAGED = 2 };
 _Static_assert(sizeof(plan_hdr) == 128, "plan header");
 _Static_assert(sizeof(plan_key) == 32, "plan key");
 _Static_assert(sizeof(plan_slot) == 32, "plan slot");
@@ -204,15 +207,16 @@ static int load_plan(const char *path) {
     }
     const plan_hdr *h = m;
     uint64_t need = sizeof(plan_hdr) + h->n_keys * sizeof(plan_key) + h->n_slots * sizeof(plan_slot);
+    uint64_t swap_bytes = h->reserved[0]; /* swap.c's section, after the slots */
     int ok = h->magic == PLAN_MAGIC && h->version == PLAN_VERSION && h->n_keys < (1u << 26) &&
-             h->n_slots < (1u << 26) && need == (uint64_t)st.st_size;
+             h->n_slots < (1u << 26) && swap_bytes < (1ull << 32) && need + swap_bytes == (uint64_t)st.st_size;
     const plan_key *k = (const plan_key *)(h + 1);
     const plan_slot *s = (const plan_slot *)(k + (ok ? h->n_keys : 0));
     for (uint64_t i = 0; ok && i < h->n_keys; i++)
         ok = k[i].count > 0 && (uint64_t)k[i].first + k[i].count <= h->n_slots;
     for (uint64_t i = 0; ok && i < h->n_slots; i++)
         ok = s[i].alt <= h->n_slots && s[i].alt != i + 1 &&
-             (s[i].size == 0 || /* an ordinal of a persistent key that is not planned */
+             (s[i].size == 0 || s[i].mode != SLOT_ARENA || /* an ordinal not planned / not in the arena */
               (s[i].offset + s[i].size <= h->capacity && s[i].offset + s[i].size > s[i].offset));
     if (!ok) {
         munmap(m, (size_t)st.st_size);
@@ -230,6 +234,7 @@ static int load_plan(const char *path) {
     g_plan = h;
     g_keys = k;
     g_slots = s;
+    if (swap_bytes) pi_swap_load(s + h->n_slots, swap_bytes, 0);
     return 0;
 }
 
@@ -305,6 +310,7 @@ static void write_status(void) {
                      g_base ? "reserved" : (g_arena_failed ? "failed" : "none"), (long long)(g_iter + 1));
     for (int i = 0; i < C_N && n < (int)sizeof line; i++)
         n += snprintf(line + n, sizeof line - n, " %s=%llu", C_NAME[i], (unsigned long long)g_tot[i]);
+    if (n < (int)sizeof line) n += pi_swap_status(line + n, (int)sizeof line - n);
     if (g_refusal[0] && n < (int)sizeof line) n += snprintf(line + n, sizeof line - n, "\treason=%s", g_refusal);
     if (n >= (int)sizeof line) n = (int)sizeof line - 1;
     line[n++] = '\n';
@@ -394,7 +400,7 @@ static uint64_t arena(int fam, int api) {
     return g_base;
 }
 
-int pi_apply_has_arena(void) { return __atomic_load_n(&g_base, __ATOMIC_RELAXED) != 0; }
+int pi_apply_has_arena(void) { return __atomic_load_n(&g_base, __ATOMIC_RELAXED) != 0 || pi_swap_active(); }
 
 /* ------------------------------------------------------------------ stream order */
 /* g_ev_lock held: the table row of stream key k, created (with its event) when asked to; -1 none */
@@ -476,8 +482,8 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
     if (PI_LIKELY(g_loaded) && g_state == ST_NONE) return 0;
     if (!pp || size == 0) return 0;
     counts fin;
-    int have = 0, refused_now = 0;
-    int64_t slot = -1;
+    int have = 0, refused_now = 0, crossed = 0;
+    int64_t slot = -1, finished = -1;
     lock();
     load_once();
     if (g_state == ST_NONE) {
@@ -487,8 +493,11 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
     uint64_t site = pi_site_owner_hash((g_plan->flags & PLAN_NO_SITES) ? 0 : caller);
     g_requests++;
     if (find_key(size, site) < 0) g_foreign++;
-    if (!(g_plan->flags & PLAN_MARKERS) && size == g_plan->anchor_size && site == g_plan->anchor_site)
+    if (!(g_plan->flags & PLAN_MARKERS) && size == g_plan->anchor_size && site == g_plan->anchor_site) {
+        finished = g_iter;
+        crossed = 1;
         have = boundary_locked(&fin, &refused_now);
+    }
     g_iter_req++;
     /* requests of the plan's own kinds never refuse it (other threads make them too): only foreign ones */
     if (g_state == ST_ARMED && !g_judged && g_foreign > g_plan->judge_after) {
@@ -520,6 +529,23 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
             }
             if (g_ord[k] < g_keys[k].count) slot = g_keys[k].first + g_ord[k]++;
         }
+        if (slot >= 0 && g_slots[slot].mode != SLOT_ARENA) { /* not the arena's: swap.c or the real allocator */
+            g_iter_known++;
+            uint64_t mode = g_slots[slot].mode;
+            unlock();
+            if (crossed) pi_swap_boundary(finished);
+            if (have || refused_now) after_boundary(have, &fin, refused_now);
+            if (mode >= SLOT_MANAGED && g_state == ST_ARMED &&
+                pi_swap_serve((uint32_t)(mode - SLOT_MANAGED), size, pp, result, current_device(fam),
+                              stream_of(stream, ptsz), async)) {
+                lock();
+                count(C_SERVED);
+                unlock();
+                return 1;
+            }
+            pi_swap_count_real();
+            return 0;
+        }
         if (slot >= 0) {
             g_iter_known++;
             /* its block of the previous iteration still lives there: the alternate slot */
@@ -539,6 +565,7 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
     }
     if (slot < 0) count(why);
     unlock();
+    if (crossed) pi_swap_boundary(finished);
     if (have || refused_now) after_boundary(have, &fin, refused_now);
     if (slot < 0) return 0;
     /* outside the lock: the arena, graph capture, the stream order of the slot's last free */
@@ -573,10 +600,13 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
 /* ------------------------------------------------------------------ free */
 int pi_apply_owns(uint64_t p) {
     uint64_t b = __atomic_load_n(&g_base, __ATOMIC_ACQUIRE);
-    return b && p >= b && p - b < g_plan->capacity;
+    return (b && p >= b && p - b < g_plan->capacity) || pi_swap_owns(p);
 }
 
 int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, int async, int *result) {
+    uint64_t b = __atomic_load_n(&g_base, __ATOMIC_ACQUIRE);
+    if (!(b && p >= b && p - b < g_plan->capacity)) /* a managed block of swap.c */
+        return pi_swap_release(p, stream_of(stream, ptsz), async, result);
     uint64_t off = p - g_base;
     lock();
     int64_t i = iv_find(off);
@@ -612,8 +642,10 @@ void pi_apply_mark(void) {
     counts fin;
     int refused_now;
     lock();
+    int64_t finished = g_iter;
     int have = boundary_locked(&fin, &refused_now);
     unlock();
+    pi_swap_boundary(finished);
     after_boundary(have, &fin, refused_now);
 }
 
@@ -625,6 +657,7 @@ void pi_apply_exit(void) {
     write_status();
     unlock();
     emit_counts(PI_APPLY_LAST, &c);
+    pi_swap_exit(c.iter);
 }
 
 void pi_apply_atfork_child(void) {
@@ -636,4 +669,5 @@ void pi_apply_atfork_child(void) {
     __atomic_store_n(&g_base, 0, __ATOMIC_RELEASE);
     g_state = ST_NONE;
     g_loaded = 1;
+    pi_swap_atfork_child();
 }

@@ -38,6 +38,8 @@ static const char *const g_names[] = {
     "PMI_RANK", "PMI_SIZE", "PMIX_RANK",
     /* devices */
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+    /* the framework a program (or its launcher) declares: torch|jax|tf (pyinterpose.analysis.owners) */
+    "PYINTERPOSE_FRAMEWORK",
     NULL};
 
 static void emit_pair(const char *name, const char *value) {

@@ -22,6 +22,11 @@
  * flush.  Records CUPTI dropped are counted (cuptiActivityGetNumDroppedRecords, per buffer) into the
  * CLOCK events.
  *
+ * Sharing (cupti_share.c): a CUPTI client of the program's own (torch.profiler/Kineto) that starts
+ * activity recording before the setup keeps the device clock off; one that starts after it gets CUPTI
+ * handed back (pi_gpu_yield).  At setup, a cuptiSubscribe/cuptiUnsubscribe probe finds a subscriber the
+ * shim did not see subscribe (a tool attached another way): off too.
+ *
  * Never harm: when libcupti is missing, refuses (another subscriber: Nsight, torch.profiler, a
  * debugger) or fails, the program runs on untouched, no further CUPTI call is made, and the process's
  * ring gets a NOTE and a CLOCK event (state cpu, the reason).  $PYINTERPOSE_GPU_CLOCK=off never loads
@@ -82,6 +87,7 @@ static double g_slope;
 static _Atomic uint64_t g_err;          /* largest alignment error bound so far, ns */
 static _Atomic uint64_t g_dropped;      /* records CUPTI dropped */
 static _Atomic uint64_t g_next_flush;
+static uint64_t g_setup_ns;             /* when CUPTI was set up (pi_now) */
 static uint64_t g_flush_ns = 100000000ull;
 static char g_lib[800];                 /* the libcupti in use */
 static pi_corr_map g_map;
@@ -462,6 +468,26 @@ static void at_exit(void);
         }                                                                      \
     } while (0)
 
+/* Another subscriber that did not subscribe through the shim (cupti_share.c saw none): a tool that
+ * holds CUPTI (attached without CUDA_INJECTION64_PATH, a debugger).  The probe holds nothing: a
+ * subscription it gets is given back at once.  1 when the clock must stay off (set). */
+static int probe_subscriber(void *h) {
+    pi_cuptiSubscribe_fn sub = (pi_cuptiSubscribe_fn)pi_real_dlsym(h, "cuptiSubscribe");
+    pi_cuptiUnsubscribe_fn unsub = (pi_cuptiUnsubscribe_fn)pi_real_dlsym(h, "cuptiUnsubscribe");
+    if (!sub || !unsub) return 0;
+    pi_cupti_subscriber s = NULL;
+    pi_CUptiResult r = sub(&s, NULL, NULL);
+    if (r == PI_CUPTI_SUCCESS) {
+        unsub(s);
+        return 0;
+    }
+    if (r == PI_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && !pi_gpu_client_subscribed()) {
+        cupti_failed("cuptiSubscribe (probe)", r, 1);
+        return 1;
+    }
+    return 0; /* the program's own client's subscription (seen): it is watched; or the probe failed */
+}
+
 static void setup_locked(void) {
     char why[600];
     const char *mode = getenv("PYINTERPOSE_GPU_CLOCK");
@@ -501,6 +527,7 @@ static void setup_locked(void) {
     CUPTI_SYM(push_external_id, "cuptiActivityPushExternalCorrelationId");
     CUPTI_SYM(pop_external_id, "cuptiActivityPopExternalCorrelationId");
     CUPTI_SYM(timestamp, "cuptiGetTimestamp");
+    if (probe_subscriber(h)) return;
     if (!g_map.ext && pi_corr_init(&g_map, CORR_BITS) != 0) {
         set_off(PI_CLOCK_FAILED, "device clock off: out of memory; analyses use the CPU clock");
         return;
@@ -535,7 +562,8 @@ static void setup_locked(void) {
             return;
         }
     }
-    atomic_store(&g_next_flush, pi_now() + g_flush_ns);
+    g_setup_ns = pi_now();
+    atomic_store(&g_next_flush, g_setup_ns + g_flush_ns);
     atexit(at_exit); /* after the ring's exit handler: runs before it */
     __atomic_store_n(&g_clock, CLOCK_ON, __ATOMIC_RELEASE);
 }
@@ -622,6 +650,43 @@ static void at_exit(void) {
         __atomic_store_n(&g_clock, CLOCK_OFF, __ATOMIC_RELEASE); /* no CUPTI call after this */
     }
     pi_t.depth--;
+}
+
+/* ------------------------------------------------------------------ sharing: another client */
+static const uint32_t g_kinds[] = {PI_CUPTI_KIND_CONCURRENT_KERNEL, PI_CUPTI_KIND_MEMCPY, PI_CUPTI_KIND_MEMSET,
+                                   PI_CUPTI_KIND_EXTERNAL_CORRELATION, PI_CUPTI_KIND_DRIVER, PI_CUPTI_KIND_RUNTIME};
+
+void pi_gpu_yield(const char *who) {
+    char note[900];
+    if (__atomic_load_n(&g_clock, __ATOMIC_ACQUIRE) == CLOCK_OFF) return;  /* off already (or handed back) */
+    pthread_mutex_lock(&g_setup_lock);
+    int s = g_clock;
+    if (s == CLOCK_UNTRIED) {
+        snprintf(note, sizeof note, "device clock off: CUPTI busy — the program's own CUPTI client (torch.profiler/"
+                 "Kineto?) started activity recording before the first kernel (%.300s): CUPTI is left to it, so its "
+                 "profile is whole; analyses use the CPU clock", who);
+        set_off(PI_CLOCK_BUSY, note);
+    } else if (s == CLOCK_ON && g_owner == getpid()) {
+        /* no new push or flush from here on; everything CUPTI holds for us goes into the trace first */
+        __atomic_store_n(&g_clock, CLOCK_OFF, __ATOMIC_RELEASE);
+        int depth = pi_t.depth++;
+        uint64_t at = pi_now();
+        int ticking = t_ticking;
+        t_ticking = 1;
+        if (atomic_load(&g_capturing) == 0) flush(PI_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, 1);
+        t_ticking = ticking;
+        for (unsigned i = 0; i < sizeof g_kinds / sizeof g_kinds[0]; i++) g_cupti.disable(g_kinds[i]);
+        snprintf(note, sizeof note, "device clock stopped: the program's own CUPTI client (torch.profiler/Kineto?) "
+                 "started (%.300s) after %.3f s of device times; CUPTI was handed back to it, so its profile is whole; "
+                 "device times end here", who, (double)(at - g_setup_ns) / 1e9);
+        set_off(PI_CLOCK_BUSY, note);
+        pi_t.depth = depth;
+        note_state();
+    } else if (s == CLOCK_ON) {
+        set_off(PI_CLOCK_FORKED, "device clock off: a fork() child (CUPTI was set up by the parent process, whose "
+                "state a child cannot use); analyses use the CPU clock");
+    }
+    pthread_mutex_unlock(&g_setup_lock);
 }
 
 /* ------------------------------------------------------------------ the call path */

@@ -24,6 +24,14 @@ PI_GPU_HIDDEN void pi_gpu_tick(uint64_t now);
 PI_GPU_HIDDEN void pi_gpu_capture(int delta);
 /* A stream capture is open in this process (oom.c: no cuMemGetInfo then either). */
 PI_GPU_HIDDEN int pi_gpu_capturing(void);
+/* Another CUPTI client (the program's profiler) makes an activity call (cupti_share.c; `who`: the call and
+ * its caller's object): before the setup, the device clock stays off for good; after it, CUPTI is handed
+ * back (records flushed into the trace, the shim's kinds disabled, no further CUPTI call). */
+PI_GPU_HIDDEN void pi_gpu_yield(const char *who);
+/* A client subscribed to CUPTI's callback API through the shim's cuptiSubscribe (cupti_share.c). */
+PI_GPU_HIDDEN int pi_gpu_client_subscribed(void);
+/* dlsym found `p` for a cupti* `name`: the shim's entry point for the calls it watches, else p. */
+PI_GPU_HIDDEN void *pi_cupti_dlsym(const char *name, void *p);
 /* In a fork() child: the parent's CUPTI state is never used here. */
 PI_GPU_HIDDEN void pi_gpu_atfork_child(void);
 

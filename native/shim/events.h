@@ -32,7 +32,8 @@
 /* BEGIN CDEF */
 typedef struct pi_event {
     uint64_t t_ns;    /* CLOCK_MONOTONIC, ns */
-    uint64_t seq;     /* per-process ticket; == slot ticket when committed */
+    uint64_t seq;     /* per-process ticket; == slot ticket when committed; == ticket | PI_SEQ_HELD while a
+                       * call that holds the slot across the real call is in flight (pi_writer_hold) */
     uint64_t addr;    /* ALLOC/FREE/ACCESS: block base; LAUNCH: function handle;
                          COPY/MEMSET: destination; ADVISE/PREFETCH: range start */
     uint64_t size;    /* bytes (ACCESS: the block's size; LAUNCH: param bytes scanned;
@@ -47,6 +48,14 @@ typedef struct pi_event {
     uint16_t flags;   /* ALLOC/FREE: enum pi_kind; ACCESS: enum pi_access_flags */
 } pi_event;
 
+/* A slot held across a real call (launch, copy, memset, graph launch, free) is pre-filled before the call
+ * with its record as if the call were interrupted (result PI_RESULT_INTERRUPTED) and marked seq = ticket |
+ * PI_SEQ_HELD; the record is rewritten and committed when the call returns.  The drain waits on a held slot
+ * like on an uncommitted one, except in its final pass (the process is gone: killed by a signal inside the
+ * call), which takes the held record as it is: the call was made and never returned, nothing is lost. */
+#define PI_SEQ_HELD 0x8000000000000000
+enum pi_result { PI_RESULT_INTERRUPTED = -1000 };
+
 enum pi_op {
     PI_OP_NONE = 0,
     PI_OP_ALLOC = 1,        /* aux: pool handle (pool allocs) or VMM handle (CREATE) */
@@ -58,7 +67,8 @@ enum pi_op {
     PI_OP_MEMSET = 6,       /* addr: dst, size: bytes */
     PI_OP_ADVISE = 7,       /* addr, size: range; aux: advice; flags: location id */
     PI_OP_PREFETCH = 8,     /* addr, size: range; aux: destination location id */
-    PI_OP_GRAPH_LAUNCH = 9, /* addr: CUgraphExec */
+    PI_OP_GRAPH_LAUNCH = 9, /* addr: CUgraphExec; size: node slots reserved after it (graphs.c: the
+                               GRAPH_DEF NODE_SLOT records that follow; node k's seq is this seq + 1 + k) */
     PI_OP_MARKER = 10,      /* aux: label string id (pyinterpose.mark_step) */
     PI_OP_STRING = 11,      /* aux: string id; size: length; followed by
                                ceil(size/32) PI_OP_STRDATA records */
@@ -114,12 +124,30 @@ enum pi_op {
     PI_OP_GRAPH_DEF = 25,  /* how a CUDA graph came to be (so that its replays can be joined to the calls
                                captured into it): flags: enum pi_graph_def; api, result: the call;
                                CAPTURE_BEGIN/END: stream: the stream, aux: the graph (END); INSTANTIATE:
-                               addr: the executable graph, aux: the graph */
+                               addr: the executable graph, aux: the graph; NODE_SLOT: the place of node
+                               aux of the replay it follows (addr: the executable graph, size: nodes) */
+    /* CUDA graphs (native/shim/graphs.c, hooks.c; 50-59) */
+    PI_OP_GRAPH_MEM = 50,   /* the device's graph memory after a graph launch made outside any capture
+                               (cuDeviceGetGraphMemAttribute): aux: seq of the GRAPH_LAUNCH; addr: reserved
+                               current, size: reserved high, stream: used current, result: the query's
+                               CUDA result; device: cuCtxGetDevice (-1 unknown) */
+    /* capture windows (native/shim/window.c; 40-49): where a window opens or closes.  The drain
+     * (pyinterpose/capture/window.py) decides what reaches the trace; these records mark the program's
+     * own requests.  flags: enum pi_window_flags; aux: enum pi_window_source; api, result: the call
+     * (cudaProfilerStart/Stop, cuProfilerStart/Stop; 0 for pyinterpose.start()/stop()) */
+    PI_OP_WINDOW = 40,
     /* serving from a plan (native/shim/apply.c; 32: well above the others, room for theirs) */
-    PI_OP_APPLY = 32        /* flags: enum pi_apply_record; ARENA: addr base, size capacity, result of the
+    PI_OP_APPLY = 32,       /* flags: enum pi_apply_record; ARENA: addr base, size capacity, result of the
                                real call; the others: counts as 32-bit pairs: addr served|no_key<<32, size
                                occupied|bigger<<32, stream capture|overlap<<32, aux off|other<<32; result:
                                the iteration (-1: before the first) */
+    PI_OP_SWAP = 60         /* the swap engine (native/shim/swap.c), one record per iteration: flags 2 an
+                               iteration's counts, 4 the last (at exit); result: the iteration; counts as
+                               32-bit pairs: addr out|in<<32 (swaps sent out / brought back), size
+                               late|unforeseen<<32 (planned swap-ins sent only at the launch that needed
+                               them / launches naming a swapped-out block the plan did not foresee), stream
+                               waits|managed<<32 (stream waits for a swap-in / managed requests served),
+                               aux real (requests the plan sends to the program's own allocator) */
 };
 
 /* what a PI_OP_APPLY record says (its flags); the reader names them by these names, lower case */
@@ -130,10 +158,29 @@ enum pi_apply_record {
     PI_APPLY_LAST = 4       /* the last iteration's counts (at exit) */
 };
 
+enum pi_window_flags {
+    PI_WINDOW_START = 1,
+    PI_WINDOW_STOP = 2
+};
+
+enum pi_window_source {
+    PI_WINDOW_PROFILER = 1,   /* cudaProfilerStart/Stop, cuProfilerStart/Stop */
+    PI_WINDOW_MARKERS = 2     /* pyinterpose.start() / pyinterpose.stop() */
+};
+
 enum pi_graph_def {
     PI_GRAPH_CAPTURE_BEGIN = 1,
     PI_GRAPH_CAPTURE_END = 2,
-    PI_GRAPH_INSTANTIATE = 3
+    PI_GRAPH_INSTANTIATE = 3,
+    PI_GRAPH_NODE_SLOT = 4,
+    /* graphs built node by node (hooks.c): the node's own record (LAUNCH, COPY, MEMSET, ALLOC, FREE)
+     * precedes it; see docs/trace-format.md */
+    PI_GRAPH_NODE_ADD = 5,    /* addr: node handle, aux: graph, size: seq of the node's record, stream: deps */
+    PI_GRAPH_CHILD = 6,       /* addr: node handle, aux: graph, stream: the child graph */
+    PI_GRAPH_EXEC_SET = 7,    /* addr: executable graph, aux: node handle, size: seq of the LAUNCH with the new
+                                 arguments (cuGraphExecKernelNodeSetParams) */
+    PI_GRAPH_EXEC_UPDATE = 8, /* addr: executable graph, aux: the graph whose parameters it took */
+    PI_GRAPH_CREATE = 9       /* aux: the graph (cuGraphCreate / cudaGraphCreate) */
 };
 
 enum pi_gpu_kind {

@@ -18,8 +18,26 @@
  *     holds the GIL and waits for a lock held by the allocating thread).
  *
  * CPython is found at run time with dlsym(RTLD_DEFAULT) (no NEEDED on
- * libpython).  Version-specific offsets (checked against the headers of
- * 3.10-3.13 by tests/unit/test_pystack_offsets.py when those are installed)
+ * libpython).  Where the offsets come from:
+ *   - 3.10-3.12: a table per minor version (x86_64/aarch64 release builds, from
+ *     the 3.10.13, 3.11.7 and 3.12.1 headers);
+ *   - 3.13 and later: CPython's own _Py_DebugOffsets, the struct at the start of
+ *     _PyRuntime (cookie "xdebugpy", PY_VERSION_HEX, free_threaded; then the
+ *     offsets of the thread state, interpreter frame, code, object and str
+ *     fields of *this* build), as pystack and py-spy read them.  Only the place
+ *     of each needed field inside _Py_DebugOffsets is known here, per minor
+ *     version (DBG_LAYOUTS: 3.13, 3.14; a struct that changes between minor
+ *     versions only); the values are this interpreter's, so debug and
+ *     free-threaded builds are read as they are.  A newer minor version (3.15
+ *     grew the struct) is refused with a note until its layout is added.
+ *     3.14: f_executable is a tagged _PyStackRef (the low bit is a reference
+ *     flag: pointer = bits & ~1; bits == 1 is NULL; bits & 3 == 3 a tagged int);
+ *     frame owners were renumbered (INTERPRETER 3, CSTACK 4): owners >= 3 are
+ *     not Python frames in every version; free-threaded 3.14 runs thread-local
+ *     copies of the bytecode (co_tlbc[tlbc_index]), whose offsets are read too.
+ *     The offset of _co_firsttraceable is not in _Py_DebugOffsets: it is known
+ *     for the 3.13 release build (184); elsewhere the incomplete-frame test is
+ *     skipped (a frame still in its prologue is not running code that allocates);
  * read: the thread state (PyGILState_GetThisThreadState: a TSS lookup, no GIL
  * needed), its current frame, each frame's code object and instruction; the
  * code's file name, qualified name and first line; strings from their compact
@@ -37,9 +55,9 @@
  * reused at all.
  *
  * Refused or skipped, with a note recorded in the trace: no CPython in the
- * process, a version outside 3.10-3.13, the free-threaded build (Py_GetVersion
- * says "free-threading": its frames are not owned by one thread), a debug build
- * (Py_REF_DEBUG / Py_TRACE_REFS symbols: another object layout).  Skipped per
+ * process, a version outside 3.10-3.14, on 3.10-3.12 the free-threaded or a
+ * debug build (their object layout is not the table's), on 3.13+ a _PyRuntime
+ * without the debug offsets' cookie or whose version is not Py_GetVersion's.  Skipped per
  * event (PI_SITE_PY_OFF): interpreter not initialised or finalising.  A thread
  * without a Python thread state or frames (PyTorch's autograd workers, any
  * pthread) is recorded as PI_SITE_NO_PYFRAMES with its owner and caller PC.
@@ -59,22 +77,46 @@ extern int pi_stack_depth;
 
 typedef struct pyoff {
     int minor;
-    long ts_frame;    /* 3.10 tstate->frame; 3.11/12 tstate->cframe; 3.13 tstate->current_frame */
+    long ts_frame;    /* 3.10 tstate->frame; 3.11/12 tstate->cframe; 3.13+ tstate->current_frame */
     long cf_current;  /* 3.11/12: _PyCFrame.current_frame; -1 otherwise */
     long f_code, f_back, f_instr; /* 3.10: PyFrameObject f_code, f_back, f_lasti (int) */
     long f_owner;     /* 3.11+: _PyInterpreterFrame.owner; -1 for 3.10 */
-    long co_filename, co_name, co_firstlineno, co_code, co_firsttraceable;
+    long co_filename, co_name, co_firstlineno, co_code, co_firsttraceable; /* firsttraceable -1: unknown */
     long uni_ascii, uni_compact, uni_utf8;
+    /* set by resolve(): */
+    long ob_type, uni_state, uni_length;
+    int kind_shift;   /* bit of the str state's kind: 2, or 8 where interned is a whole byte */
+    int stackref;     /* 3.14+: f_executable is a tagged _PyStackRef */
+    long co_tlbc, f_tlbc_index; /* free-threaded 3.14+: thread-local bytecode; -1 none */
 } pyoff;
 
-/* x86_64 / aarch64 (LP64), release builds; from the 3.10.13, 3.11.7, 3.12.1, 3.13.0 headers. */
+/* x86_64 / aarch64 (LP64), release builds; from the 3.10.13, 3.11.7, 3.12.1 headers. */
 static const pyoff OFFSETS[] = {
-    {10, 24, -1, 32, 24, 96, -1, 104, 112, 40, -1, -1, 48, 72, 56},
-    {11, 56, 8, 32, 48, 56, 69, 112, 128, 72, 184, 168, 48, 72, 56},
-    {12, 56, 0, 0, 8, 56, 70, 112, 128, 68, 192, 176, 40, 56, 48},
-    {13, 72, -1, 0, 8, 56, 70, 112, 128, 68, 200, 184, 40, 56, 48},
+    {10, 24, -1, 32, 24, 96, -1, 104, 112, 40, -1, -1, 48, 72, 56, 8, 32, 16, 2, 0, -1, -1},
+    {11, 56, 8, 32, 48, 56, 69, 112, 128, 72, 184, 168, 48, 72, 56, 8, 32, 16, 2, 0, -1, -1},
+    {12, 56, 0, 0, 8, 56, 70, 112, 128, 68, 192, 176, 40, 56, 48, 8, 32, 16, 2, 0, -1, -1},
 };
-enum { OWNED_BY_GENERATOR = 1, OWNED_BY_CSTACK = 3 };
+enum { OWNED_BY_GENERATOR = 1, OWNED_BY_NOT_PYTHON = 3 }; /* 3.11-3.13 CSTACK 3; 3.14 INTERPRETER 3, CSTACK 4 */
+
+/* Where each field the walk needs sits inside _Py_DebugOffsets (byte offsets into the
+ * struct), per minor version (Include/internal/pycore_runtime.h in 3.13,
+ * pycore_debug_offsets.h in 3.14: 584 and 760 bytes).  -1: not in that version. */
+typedef struct dbglayout {
+    int minor;
+    long size;                                    /* sizeof(_Py_DebugOffsets) */
+    long ts_current_frame;
+    long fr_previous, fr_executable, fr_instr_ptr, fr_owner, fr_tlbc_index;
+    long co_filename, co_name /* co_qualname */, co_firstlineno, co_code_adaptive, co_tlbc;
+    long ob_type;
+    long uni_state, uni_length, uni_asciiobject_size;
+    long co_firsttraceable_value;                 /* _co_firsttraceable's offset (not in the struct); -1 unknown */
+} dbglayout;
+static const dbglayout DBG_LAYOUTS[] = {
+    {13, 584, 184, 232, 240, 248, 264, -1, 280, 296, 312, 344, -1, 360, 544, 552, 560, 184},
+    {14, 760, 208, 256, 264, 272, 288, 304, 320, 336, 352, 384, 392, 408, 624, 632, 640, -1},
+};
+#define DBG_COOKIE "xdebugpy"
+static pyoff g_dbg;       /* the offsets read from _PyRuntime (3.13+) */
 
 static const pyoff *P;
 static _Atomic int g_state;   /* 0 not tried, 1 ready, 2 off for good */
@@ -92,6 +134,75 @@ static void *p_code_type, *p_unicode_type;
 
 static void *sym(const char *name) { return pi_real_dlsym(RTLD_DEFAULT, name); }
 
+static uint64_t dbg_u64(const char *rt, long at) { return at < 0 ? (uint64_t)-1 : RD(rt, at, uint64_t); }
+
+/* 3.13+: fill g_dbg from this interpreter's _Py_DebugOffsets; 1 ok, 2 off (note written). */
+static int resolve_debug_offsets(int minor, const char *v) {
+    char msg[256];
+    const char *rt = (const char *)sym("_PyRuntime");
+    if (!rt || memcmp(rt, DBG_COOKIE, 8) != 0) {
+        snprintf(msg, sizeof msg, "python stacks off: CPython 3.%d without _Py_DebugOffsets in _PyRuntime "
+                 "(cannot find its frames)", minor);
+        pi_note(msg);
+        return 2;
+    }
+    uint64_t hex = RD(rt, 8, uint64_t), ft = RD(rt, 16, uint64_t);
+    if ((hex >> 24) != 3 || (int)((hex >> 16) & 0xff) != minor) {
+        snprintf(msg, sizeof msg, "python stacks off: _PyRuntime says version 0x%llx, Py_GetVersion %.20s",
+                 (unsigned long long)hex, v);
+        pi_note(msg);
+        return 2;
+    }
+    const dbglayout *L = NULL;
+    for (size_t i = 0; i < sizeof DBG_LAYOUTS / sizeof DBG_LAYOUTS[0]; i++)
+        if (DBG_LAYOUTS[i].minor == minor) L = &DBG_LAYOUTS[i];
+    if (!L) {
+        snprintf(msg, sizeof msg, "python stacks off: CPython 3.%d is not supported (3.10-3.14: the layout of its "
+                 "_Py_DebugOffsets is not known to this pyinterpose)", minor);
+        pi_note(msg);
+        return 2;
+    }
+    pyoff *o = &g_dbg;
+    memset(o, 0, sizeof *o);
+    o->minor = minor;
+    o->ts_frame = (long)dbg_u64(rt, L->ts_current_frame);
+    o->cf_current = -1;
+    o->f_code = (long)dbg_u64(rt, L->fr_executable);
+    o->f_back = (long)dbg_u64(rt, L->fr_previous);
+    o->f_instr = (long)dbg_u64(rt, L->fr_instr_ptr);
+    o->f_owner = (long)dbg_u64(rt, L->fr_owner);
+    o->co_filename = (long)dbg_u64(rt, L->co_filename);
+    o->co_name = (long)dbg_u64(rt, L->co_name);
+    o->co_firstlineno = (long)dbg_u64(rt, L->co_firstlineno);
+    o->co_code = (long)dbg_u64(rt, L->co_code_adaptive);
+    o->co_firsttraceable = ft ? -1 : L->co_firsttraceable_value;
+    o->ob_type = (long)dbg_u64(rt, L->ob_type);
+    o->uni_state = (long)dbg_u64(rt, L->uni_state);
+    o->uni_length = (long)dbg_u64(rt, L->uni_length);
+    o->uni_ascii = (long)dbg_u64(rt, L->uni_asciiobject_size);
+    o->uni_utf8 = o->uni_ascii + 8;      /* PyCompactUnicodeObject: utf8_length, utf8, then the data */
+    o->uni_compact = o->uni_ascii + 16;
+    o->kind_shift = (ft && minor >= 14) ? 8 : 2;
+    o->stackref = minor >= 14;
+    o->co_tlbc = o->f_tlbc_index = -1;
+    if (ft && L->co_tlbc >= 0 && L->fr_tlbc_index >= 0) {
+        o->co_tlbc = (long)dbg_u64(rt, L->co_tlbc);
+        o->f_tlbc_index = (long)dbg_u64(rt, L->fr_tlbc_index);
+    }
+    /* every offset inside a sane bound: a layout read at the wrong places gives garbage */
+    long all[] = {o->ts_frame, o->f_code, o->f_back, o->f_instr, o->f_owner, o->co_filename, o->co_name,
+                  o->co_firstlineno, o->co_code, o->ob_type, o->uni_state, o->uni_length, o->uni_ascii};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i] < 0 || all[i] > 65536) {
+            snprintf(msg, sizeof msg, "python stacks off: CPython 3.%d's _Py_DebugOffsets look wrong (field %zu "
+                     "at %ld)", minor, i, all[i]);
+            pi_note(msg);
+            return 2;
+        }
+    P = o;
+    return 1;
+}
+
 static int resolve(void) {
     const char *(*version)(void) = (const char *(*)(void))sym("Py_GetVersion");
     char msg[256];
@@ -102,22 +213,28 @@ static int resolve(void) {
     const char *v = version();
     int major = 0, minor = 0;
     if (!v || sscanf(v, "%d.%d", &major, &minor) != 2) major = 0;
-    if (v && strstr(v, "free-threading")) {
-        snprintf(msg, sizeof msg, "python stacks off: the free-threaded CPython build is not supported (%.60s)", v);
-        pi_note(msg);
-        return 2;
-    }
-    if (sym("_Py_GetRefTotal") || sym("_Py_GetGlobalRefTotal") || sym("_Py_PrintReferences")) {
-        pi_note("python stacks off: debug builds of CPython are not supported (their object layout differs)");
-        return 2;
-    }
     P = NULL;
-    for (size_t i = 0; i < sizeof OFFSETS / sizeof OFFSETS[0]; i++)
-        if (major == 3 && OFFSETS[i].minor == minor) P = &OFFSETS[i];
-    if (!P) {
-        snprintf(msg, sizeof msg, "python stacks off: CPython %d.%d is not supported (3.10-3.13)", major, minor);
-        pi_note(msg);
-        return 2;
+    if (major == 3 && minor >= 13) {
+        if (resolve_debug_offsets(minor, v ? v : "?") != 1) return 2;
+    } else {
+        if (v && strstr(v, "free-threading")) {
+            snprintf(msg, sizeof msg, "python stacks off: the free-threaded CPython build is not supported before "
+                     "3.13 (%.60s)", v);
+            pi_note(msg);
+            return 2;
+        }
+        if (sym("_Py_GetRefTotal") || sym("_Py_GetGlobalRefTotal") || sym("_Py_PrintReferences")) {
+            pi_note("python stacks off: debug builds of CPython before 3.13 are not supported (their object "
+                    "layout differs)");
+            return 2;
+        }
+        for (size_t i = 0; i < sizeof OFFSETS / sizeof OFFSETS[0]; i++)
+            if (major == 3 && OFFSETS[i].minor == minor) P = &OFFSETS[i];
+        if (!P) {
+            snprintf(msg, sizeof msg, "python stacks off: CPython %d.%d is not supported (3.10-3.14)", major, minor);
+            pi_note(msg);
+            return 2;
+        }
     }
     p_this_tstate = (void *(*)(void))sym("PyGILState_GetThisThreadState");
     p_unchecked_tstate = (void *(*)(void))sym(minor >= 13 ? "PyThreadState_GetUnchecked" : "_PyThreadState_UncheckedGet");
@@ -165,10 +282,11 @@ static int ready(void) {
 
 /* UTF-8 text of a str object (compact representation only), appended to buf. */
 static size_t read_str(void *o, char *buf, size_t cap) {
-    if (!o || RD(o, 8, void *) != p_unicode_type || cap < 2) goto unknown;
-    uint32_t state = RD(o, 32, uint32_t);
-    int kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-    int64_t len = RD(o, 16, int64_t);
+    if (!o || RD(o, P->ob_type, void *) != p_unicode_type || cap < 2) goto unknown;
+    uint32_t state = RD(o, P->uni_state, uint32_t);
+    int ks = P->kind_shift;
+    int kind = (state >> ks) & 7, compact = (state >> (ks + 3)) & 1, ascii = (state >> (ks + 4)) & 1;
+    int64_t len = RD(o, P->uni_length, int64_t);
     if (!compact || len < 0) goto unknown;
     if (ascii) {
         size_t n = (size_t)len < cap - 1 ? (size_t)len : cap - 1;
@@ -289,6 +407,26 @@ static uint32_t frame_id(void *code, int lasti, int gil) {
 typedef struct tcache { int n; void *code[MAXD]; int lasti[MAXD]; uint32_t stack[MAXD]; } tcache;
 static PI_TLS tcache *t_cache;
 
+/* The frame's code object: f_executable, a tagged _PyStackRef on 3.14+ (NULL when not an object). */
+static inline void *executable(void *fr) {
+    uintptr_t bits = RD(fr, P->f_code, uintptr_t);
+    if (!P->stackref) return (void *)bits;
+    if (bits == 1 || (bits & 3) == 3) return NULL;   /* PyStackRef_NULL, a tagged int */
+    return (void *)(bits & ~(uintptr_t)1);
+}
+
+/* Start of the bytecode the frame runs: co_code_adaptive, or on free-threaded 3.14+ the thread's
+ * own copy co_tlbc->entries[tlbc_index] (_PyCodeArray: Py_ssize_t size, char *entries[]). */
+static inline char *bytecode(void *c, void *fr) {
+    if (P->co_tlbc < 0) return (char *)c + P->co_code;
+    int32_t idx = RD(fr, P->f_tlbc_index, int32_t);
+    const char *arr = RD(c, P->co_tlbc, const char *);
+    if (idx == 0 || !arr) return (char *)c + P->co_code;
+    int64_t n = RD(arr, 0, int64_t);
+    if (idx < 0 || idx >= n) return NULL;
+    return RD(arr, 8 + 8 * (long)idx, char *);
+}
+
 /* Innermost first into code[]/lasti[]; returns the count; *more when frames were left. */
 static int walk(void *ts, void **code, int *lasti, int max, int *more) {
     int n = 0;
@@ -297,7 +435,7 @@ static int walk(void *ts, void **code, int *lasti, int max, int *more) {
         void *f = RD(ts, P->ts_frame, void *);
         for (int guard = 0; f && guard < 100000; guard++) {
             void *c = RD(f, P->f_code, void *);
-            if (c && RD(c, 8, void *) == p_code_type) {
+            if (c && RD(c, P->ob_type, void *) == p_code_type) {
                 if (n == max) { *more = 1; break; }
                 code[n] = c;
                 lasti[n++] = RD(f, P->f_instr, int);
@@ -314,13 +452,13 @@ static int walk(void *ts, void **code, int *lasti, int max, int *more) {
         fr = RD(ts, P->ts_frame, void *);
     }
     for (int guard = 0; fr && guard < 100000; guard++) {
-        char owner = RD(fr, P->f_owner, char);
-        void *c = RD(fr, P->f_code, void *);
-        if (owner != OWNED_BY_CSTACK && c && RD(c, 8, void *) == p_code_type) {
-            char *first = (char *)c + P->co_code;
+        unsigned char owner = RD(fr, P->f_owner, unsigned char);
+        void *c = executable(fr);
+        if (owner < OWNED_BY_NOT_PYTHON && c && RD(c, P->ob_type, void *) == p_code_type) {
+            char *first = bytecode(c, fr);
             char *instr = RD(fr, P->f_instr, char *);
-            int incomplete = owner != OWNED_BY_GENERATOR &&
-                             instr < first + 2 * (long)RD(c, P->co_firsttraceable, int);
+            int incomplete = !first || (owner != OWNED_BY_GENERATOR && P->co_firsttraceable >= 0 &&
+                                        instr < first + 2 * (long)RD(c, P->co_firsttraceable, int));
             if (!incomplete) {
                 if (n == max) { *more = 1; break; }
                 code[n] = c;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cupti.h"
 #include "shim.h"
 
 typedef void *(*dlsym_fn)(void *, const char *);
@@ -230,6 +231,7 @@ EXPORT void *dlsym(void *handle, const char *name) {
     if (handle == RTLD_NEXT) return g_real_dlsym(handle, name); /* tail call: caller's RTLD_NEXT */
     void *p = g_real_dlsym(handle, name);
     if (!p || name[0] != 'c' || name[1] != 'u') return p;
+    if (name[2] == 'p' && name[3] == 't' && name[4] == 'i') return pi_cupti_dlsym(name, p); /* cupti_share.c */
     int api = api_by_name(name);
     if (api) {
         remember(&pi_real_fn[api], p);

@@ -44,6 +44,7 @@ typedef struct layout {
     _Atomic uint64_t stamp;   /* unload epoch it is valid in; STAMP_NEVER = use once */
     int n;                    /* parameters; -1 = unknown layout */
     uint32_t name;            /* interned kernel name */
+    uint64_t name_hash;       /* FNV-1a 64 of the name (the swap engine's launch keys) */
     uint32_t total;           /* parameter bytes */
     uint32_t off[];           /* then size[] at off + n */
 } layout;
@@ -93,6 +94,7 @@ static layout *query(void *f, int runtime) {
     atomic_init(&L->stamp, STAMP_NEVER);
     L->n = use ? n : -1;
     L->name = pi_intern(name ? name : "<unknown kernel>");
+    L->name_hash = pi_fnv1a(name ? name : "<unknown kernel>");
     L->total = 0;
     for (int i = 0; i < n; i++) {
         L->off[i] = (uint32_t)offs[i];
@@ -117,7 +119,7 @@ static int same_layout(const layout *a, const layout *b) {
            (a->n <= 0 || memcmp(a->off, b->off, 2 * (size_t)a->n * sizeof(uint32_t)) == 0);
 }
 
-static layout g_unknown = {NULL, STAMP_NEVER, -1, 0, 0};
+static layout g_unknown = {NULL, STAMP_NEVER, -1, 0, 0, 0};
 
 /* The layout of f.  *owned = 1 when the caller must free it after use (not cached). */
 static layout *get_layout(void *f, int runtime, int *owned) {
@@ -221,6 +223,7 @@ void pi_scan_drv(CUfunction f, void **params, void **extra, pi_scan *sc) {
     sc->scanned = 0;
     layout *L = get_layout((void *)f, 0, &owned);
     sc->kernel = (int)L->name;
+    sc->kname = L->name_hash;
     if (pi_access_enabled()) scan_layout(L, params, extra, sc);
     if (owned) free(L);
 }
@@ -231,6 +234,7 @@ void pi_scan_rt(const void *func, void **args, pi_scan *sc) {
     sc->scanned = 0;
     layout *L = get_layout((void *)func, 1, &owned);
     sc->kernel = (int)L->name;
+    sc->kname = L->name_hash;
     if (pi_access_enabled()) scan_layout(L, args, NULL, sc);
     if (owned) free(L);
 }

@@ -86,6 +86,7 @@ static void atfork_child(void) {
     pi_t.tid = 0;
     pi_gpu_atfork_child(); /* the parent's CUPTI state is not the child's */
     pi_context_atfork_child();
+    pi_graph_atfork_child();
 }
 
 static char g_ring_name[512];           /* the ring's name (shm) or path (file), for unlinking */
@@ -483,6 +484,26 @@ void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len) {
         d->op = PI_OP_STRDATA;
         d->tid = pi_tid();
         put_done(w, i + k, d);
+    }
+}
+
+void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size, uint64_t stream,
+                    uint64_t aux, uint16_t flags) {
+    if (!w->ok) return;
+    for (uint64_t i = 0; i < w->n; i++) {
+        pi_event *e = slot(w->seq + i);
+        e->t_ns = w->t;
+        e->addr = i ? 0 : addr;
+        e->size = i ? 0 : size;
+        e->stream = i ? 0 : stream;
+        e->aux = i ? 0 : aux;
+        e->tid = pi_tid();
+        e->op = i ? PI_OP_NONE : op;
+        e->api = api;
+        e->result = PI_RESULT_INTERRUPTED;
+        e->device = (int16_t)pi_t.device;
+        e->flags = i ? 0 : flags;
+        __atomic_store_n(&e->seq, (w->seq + i) | PI_SEQ_HELD, __ATOMIC_RELEASE);
     }
 }
 

@@ -82,6 +82,12 @@ PI_HIDDEN void pi_put_as(pi_writer *w, uint64_t i, const pi_event *e); /* e->seq
 static inline uint64_t pi_text_records(size_t len) { return (len + PI_STR_PAYLOAD - 1) / PI_STR_PAYLOAD; }
 PI_HIDDEN void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len);
 PI_HIDDEN void pi_writer_close(pi_writer *w);
+/* Before a real call that the writer's records describe: fill record 0 as (op, api, PI_RESULT_INTERRUPTED,
+ * addr, size, stream, aux, flags) and records 1..n-1 as NONE, each marked held (events.h, PI_SEQ_HELD),
+ * so a process killed inside the call leaves the call recorded as interrupted instead of lost slots.
+ * The writer is then filled and closed as usual after the call. */
+PI_HIDDEN void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size,
+                              uint64_t stream, uint64_t aux, uint16_t flags);
 /* one record, now */
 PI_HIDDEN void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
                        uint64_t stream, uint64_t aux, uint16_t flags);
@@ -131,6 +137,7 @@ PI_HIDDEN void pi_map_atfork_child(void);
 typedef struct pi_scan {
     int n;
     int kernel;         /* string id of the kernel name, 0 unknown */
+    uint64_t kname;     /* FNV-1a 64 of the kernel name (swap.c's launch keys) */
     uint64_t scanned;   /* parameter bytes scanned */
     pi_block hit[PI_MAX_HITS];
     uint16_t fl[PI_MAX_HITS]; /* pi_access_flags per hit */
@@ -151,6 +158,24 @@ PI_HIDDEN void pi_layouts_unload_begin(void);
 PI_HIDDEN void pi_layouts_unload_end(void);
 PI_HIDDEN void pi_scan_add(pi_scan *sc, const pi_block *b, uint16_t flags); /* dedup by block */
 
+/* --- CUDA graphs: node counts, so that a replay reserves a ticket per node (graphs.c) --- */
+PI_HIDDEN void pi_graph_capture_begin(uint64_t stream);
+PI_HIDDEN void pi_graph_capture_end(uint64_t stream, uint64_t graph);
+PI_HIDDEN void pi_graph_captured(uint64_t stream, uint32_t nodes); /* a call recorded on the stream */
+PI_HIDDEN int pi_graph_stream_capturing(uint64_t stream);
+PI_HIDDEN void pi_graph_instantiated(uint64_t exec, uint64_t graph);
+PI_HIDDEN uint32_t pi_graph_exec_nodes(uint64_t exec);
+PI_HIDDEN void pi_graph_added(uint64_t graph, uint32_t nodes);   /* explicit construction */
+PI_HIDDEN uint32_t pi_graph_nodes(uint64_t graph);
+PI_HIDDEN void pi_graph_created(uint64_t graph);
+PI_HIDDEN void pi_graph_atfork_child(void);
+PI_HIDDEN void pi_graph_mem_record(int api, uint64_t launch_seq); /* GRAPH_MEM after a replay */
+/* --- capture windows (window.c) --- */
+PI_HIDDEN void pi_window_edge(int api, int result, int edge, int source); /* a PI_OP_WINDOW record */
+/* 0 while a window the shim gates ($PYINTERPOSE_WINDOW_GATE) is closed: launches, copies, memsets and their
+ * accesses are then not written (allocations, frees, sites, markers and definitions always are) */
+PI_HIDDEN int pi_window_recording(void);
+
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */
 PI_HIDDEN int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, int ptsz, int async,
@@ -161,4 +186,22 @@ PI_HIDDEN int pi_apply_release(uint64_t p, uint64_t stream, int fam, int ptsz, i
 PI_HIDDEN void pi_apply_mark(void);
 PI_HIDDEN void pi_apply_exit(void);
 PI_HIDDEN void pi_apply_atfork_child(void);
+/* swap.c: the swap engine beside apply.c's arena (issue 31) */
+PI_HIDDEN void pi_swap_load(const void *section, uint64_t bytes, int device);
+PI_HIDDEN int pi_swap_active(void);
+PI_HIDDEN int pi_swap_serve(uint32_t managed, uint64_t size, void *pp, int *result, int device, uint64_t stream,
+                            int async);
+PI_HIDDEN int pi_swap_owns(uint64_t p);
+PI_HIDDEN int pi_swap_release(uint64_t p, uint64_t stream, int async, int *result);
+PI_HIDDEN void pi_swap_count_real(void);
+PI_HIDDEN void pi_swap_boundary(int64_t finished_iter);
+PI_HIDDEN void pi_swap_launch(const pi_scan *sc, uint64_t stream, int after);
+PI_HIDDEN int pi_swap_status(char *buf, int len);
+PI_HIDDEN void pi_swap_exit(int64_t iter);
+PI_HIDDEN void pi_swap_atfork_child(void);
+static inline uint64_t pi_fnv1a(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
 #endif

@@ -48,6 +48,8 @@ struct sim_opdesc {
     uint32_t grid[3], block[3];
     uint32_t graph_id;
     uint64_t graph_node_id;
+    uint64_t not_before;     /* device time before which it cannot start (residency.c), 0 none */
+    int unrecorded;          /* no CUPTI record (a managed-memory prefetch) */
 };
 
 /* the queue behind a stream handle (NULL / legacy / per-thread / created) on device dev */
@@ -61,6 +63,8 @@ HIDDEN void sim_api_end(uint32_t corr, uint32_t cbid, uint64_t t0);
 
 /* enqueue op on q (blocks while q is full); returns its device end */
 HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr);
+/* the same, and its device start in *start */
+HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr, uint64_t *start);
 
 /* device time at which everything enqueued so far on q (with legacy-stream ordering) is done */
 HIDDEN uint64_t sim_queue_done_at(struct sim_queue *q);

@@ -88,6 +88,9 @@ struct sim_gnode {
     int engine;
     uint32_t value;
     int elem;                  /* memset element size (1 or 4) */
+    int device;                /* memory alloc / free nodes: the device of the graph's pool */
+    uint64_t handle;           /* the CUgraphNode handed out for it (its address when made; stays the same
+                                  when the node array grows, and in the executable graph's copy) */
 };
 struct CUgraph_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n, cap; };
 struct CUgraphExec_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n; };
@@ -115,6 +118,18 @@ HIDDEN int sim_initialized(void);
 HIDDEN CUresult sim_current_device(int *dev);
 HIDDEN CUresult sim_check_stream(CUstream s);
 HIDDEN uint64_t sim_now_ns(void);
+/* residency.c: managed memory on the device clock, resident device bytes */
+HIDDEN void sim_res_device_bytes(int device, int64_t delta);
+HIDDEN void sim_res_stream_time(uint64_t t);
+HIDDEN void sim_res_managed_alloc(uint64_t addr, uint64_t size, int device);
+HIDDEN void sim_res_managed_free(uint64_t addr);
+HIDDEN CUresult sim_res_prefetch(uint64_t p, uint64_t n, int to_device, int device, struct sim_queue *q);
+HIDDEN int sim_res_kernel_begin(void **params, const size_t *sizes, unsigned nparams, struct sim_opdesc *op,
+                                uint64_t *touched, int max);
+HIDDEN void sim_res_kernel_end(const uint64_t *touched, int nt, uint64_t start);
+HIDDEN uint64_t sim_res_peak(int dev);
+HIDDEN CUresult sim_res_discard(uint64_t p, struct sim_queue *q);
+HIDDEN void sim_res_counts(uint64_t *faults, uint64_t *prefetches, uint64_t *bytes);
 /* the device-clock queue behind stream s (NULL/legacy/per-thread: the current device's) */
 HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q);
 
@@ -128,7 +143,8 @@ HIDDEN void sim_graph_node_created(struct CUgraph_st *g, struct sim_gnode *n);
 HIDDEN void sim_image_kernel(CUfunction f, void **params); /* body of kernels loaded from an image */
 
 /* ---- memory.c ---- */
-enum sim_kind { SK_DEVICE = 1, SK_PITCH, SK_ASYNC, SK_MANAGED, SK_HOST };
+enum sim_kind { SK_DEVICE = 1, SK_PITCH, SK_ASYNC, SK_MANAGED, SK_HOST,
+                SK_GRAPH /* a graph memory node's address: reserved at capture, memory charged per replay */ };
 HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind, int device,
                               CUmemoryPool pool);
 HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host);
@@ -138,6 +154,16 @@ HIDDEN CUresult sim_mem_used(int device, size_t *used);
 HIDDEN CUresult sim_mem_charge(int device, size_t size);
 HIDDEN void sim_mem_uncharge(int device, size_t size);
 HIDDEN CUmemoryPool sim_default_pool(int device);
+/* the bytes of the graph memory node allocation at p (0: not one) and its device */
+HIDDEN uint64_t sim_graph_block(CUdeviceptr p, int *dev);
+/* ---- graphmem.c: the graph memory pool of each device ---- */
+HIDDEN CUresult sim_graph_mem_take(int dev, uint64_t bytes);
+HIDDEN void sim_graph_mem_give(int dev, uint64_t bytes);
+/* ---- launch.c: memory nodes appended to a graph (capture or explicit construction) ---- */
+HIDDEN CUresult sim_graph_alloc_node(struct CUgraph_st *g, CUdeviceptr p, uint64_t bytes, int dev);
+HIDDEN CUresult sim_graph_free_node(struct CUgraph_st *g, CUdeviceptr p, uint64_t bytes, int dev);
+/* ---- graphbuild.c: a node copied with its own argument buffer (ids and handle of dst kept) ---- */
+HIDDEN CUresult sim_graph_node_copy(struct sim_gnode *dst, const struct sim_gnode *src);
 /* SIMCUDA_STATS / SIMCUDA_CHECK (memory.c): the device's high-water mark, counters written at exit */
 HIDDEN void sim_count_stream_wait(void);
 HIDDEN void sim_count_event_record(void);

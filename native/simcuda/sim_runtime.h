@@ -28,6 +28,8 @@
     X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                      \
     X(CUresult, cuCtxSetCurrent, (CUcontext))                                                           \
     X(CUresult, cuCtxSynchronize, (void))                                                               \
+    X(CUresult, cuProfilerStart, (void))                                                                \
+    X(CUresult, cuProfilerStop, (void))                                                                 \
     X(CUresult, cuMemGetInfo, (size_t *, size_t *))                                                     \
     X(CUresult, cuStreamCreate, (CUstream *, unsigned int))                                             \
     X(CUresult, cuStreamDestroy, (CUstream))                                                            \
@@ -88,7 +90,23 @@
     X(CUresult, cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, void *))                          \
     X(CUresult, cuStreamBeginCaptureToGraph, (CUstream, CUgraph, const void *, const void *, size_t, int))  \
     X(CUresult, cuGraphExecDestroy, (CUgraphExec))                                                      \
-    X(CUresult, cuGraphDestroy, (CUgraph))
+    X(CUresult, cuGraphDestroy, (CUgraph))                                                              \
+    X(CUresult, cuDeviceGraphMemTrim, (CUdevice))                                                       \
+    X(CUresult, cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))                                  \
+    X(CUresult, cuDeviceSetGraphMemAttribute, (CUdevice, int, void *))                                  \
+    X(CUresult, cuGraphCreate, (CUgraph *, unsigned int))                                               \
+    X(CUresult, cuGraphAddKernelNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,             \
+                                       const CUDA_KERNEL_NODE_PARAMS *))                                \
+    X(CUresult, cuGraphAddMemsetNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,             \
+                                       const CUDA_MEMSET_NODE_PARAMS *, CUcontext))                     \
+    X(CUresult, cuGraphAddMemcpyNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,             \
+                                       const CUDA_MEMCPY3D *, CUcontext))                               \
+    X(CUresult, cuGraphAddChildGraphNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph)) \
+    X(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,           \
+                                         CUDA_MEM_ALLOC_NODE_PARAMS *))                                 \
+    X(CUresult, cuGraphAddMemFreeNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
+    X(CUresult, cuGraphExecKernelNodeSetParams, (CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *)) \
+    X(CUresult, cuGraphExecUpdate, (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

@@ -28,7 +28,8 @@
 
 #define SIMCU_HOOK_VERSION 2
 
-enum simcu_op_kind { SIMCU_OP_KERNEL = 1, SIMCU_OP_MEMCPY = 2, SIMCU_OP_MEMSET = 3 };
+enum simcu_op_kind { SIMCU_OP_KERNEL = 1, SIMCU_OP_MEMCPY = 2, SIMCU_OP_MEMSET = 3,
+                     SIMCU_OP_MEMALLOC = 4, SIMCU_OP_MEMFREE = 5 /* graph memory nodes: no device op */ };
 
 struct simcu_op {
     int kind;                 /* SIMCU_OP_* */

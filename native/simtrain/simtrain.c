@@ -24,7 +24,7 @@
     X(cuMemcpyHtoD_v2, 'c') X(cuMemcpyDtoH_v2, 'c') X(cuMemsetD8_v2, 'm')             \
     X(cuMemAllocFromPoolAsync, 'a') X(cuMemFreeAsync, 'f') X(cuLaunchKernelEx, 'l')   \
     X(cuMemcpyHtoDAsync_v2, 'c') X(cuMemcpyDtoHAsync_v2, 'c') X(cuMemsetD8Async, 'm')       \
-    X(cuMemPoolCreate, 'o') X(cuMemPoolDestroy, 'o')
+    X(cuMemPoolCreate, 'o') X(cuMemPoolDestroy, 'o') X(cudaGraphLaunch, 'g')
 
 enum api {
 #define E(name, cls) API_##name,
@@ -64,6 +64,14 @@ cudaError_t cudaStreamCreate(cudaStream_t *);
 cudaError_t cudaStreamSynchronize(cudaStream_t);
 cudaError_t cudaStreamDestroy(cudaStream_t);
 cudaError_t cudaMemGetInfo(size_t *, size_t *);
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t, int);
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *, cudaGraph_t, unsigned long long);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t);
+cudaError_t cudaGraphDestroy(cudaGraph_t);
 
 /* driver entry points, found with dlsym (jax) or cuGetProcAddress_v2 (tf) */
 struct driver {
@@ -185,6 +193,7 @@ struct run {
     struct { void *p; size_t n; } *live; /* device buffers held now (a few dozen) */
     size_t n_live, cap_live;
     uint64_t live_bytes;
+    int capturing; /* --graphs: the step is being captured (no synchronisation) */
 };
 
 static uint64_t splitmix(uint64_t *s);
@@ -829,11 +838,62 @@ static int step(struct run *r, struct model *md, int s, uint64_t *rng, int noisy
     }
     r->regular = 0;
     if (s == 0) r->t->allocs_per_step = r->regular_allocs;
-    if (r->device_time && step_sync(r)) return -1;
+    if (r->device_time && !r->capturing && step_sync(r)) return -1;
     if (noisy) {
         r->t->noise_steps++;
         if ((kinds & SIMTRAIN_NOISE_EXTRA) && noise_pass(r, md, rng)) return -1;
     }
+    return 0;
+}
+
+/* --graphs: the first `warm` steps run eagerly, the next is captured into a CUDA graph on the loop's stream
+ * (its cudaMallocAsync/cudaFreeAsync become the graph's memory nodes, its launches, copies and memsets its
+ * kernel, memcpy and memset nodes: none of them runs at capture), and every later step is one replay
+ * (cudaGraphLaunch).  The truth counts what ran: the captured step's calls once per replay
+ * (graph_allocs, graph_accesses, ... per replay; allocs, accesses, ... the totals), none at capture. */
+static int graph_loop(struct run *r, struct model *md, uint64_t *rng)
+{
+    const struct simtrain_config *cfg = r->cfg;
+    struct simtrain_truth *t = r->t;
+    int warm = cfg->graphs;
+    if (r->fw != SIMTRAIN_TORCH || !r->async_backend)
+        return fail(r, "--graphs needs the torch path with the cudaMallocAsync backend "
+                       "(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync): cudaMalloc cannot be captured");
+    if (cfg->noise > 0 || cfg->oom || r->check) return fail(r, "--graphs runs without noise, --oom or SIMCUDA_CHECK");
+    if (cfg->steps <= warm) return fail(r, "--graphs needs more steps than warm-up steps (%d)", warm);
+    for (int s = 0; s < warm; s++)
+        if (step(r, md, s, rng, 0, 0)) return -1;
+    struct simtrain_truth before = *t;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t e = NULL;
+    TRY(cudaStreamBeginCapture(r->stream, 0 /* cudaStreamCaptureModeGlobal */), "cudaStreamBeginCapture");
+    r->capturing = 1;
+    int rc = step(r, md, warm, rng, 0, 0);
+    r->capturing = 0;
+    cudaError_t ec = cudaStreamEndCapture(r->stream, &g);
+    if (rc) return -1;
+    TRY(ec, "cudaStreamEndCapture");
+    TRY(cudaGraphInstantiate(&e, g, 0), "cudaGraphInstantiate");
+    /* what one replay does (the calls made at capture: none of them ran) */
+    t->graph_allocs = t->allocs - before.allocs;
+    t->graph_frees = t->frees - before.frees;
+    t->graph_bytes = t->bytes - before.bytes;
+    t->graph_accesses = t->accesses - before.accesses;
+    t->graph_launches = t->launches - before.launches;
+    t->allocs = before.allocs, t->frees = before.frees, t->bytes = before.bytes;
+    t->accesses = before.accesses, t->launches = before.launches;
+    uint64_t n = (uint64_t)(cfg->steps - warm);
+    for (uint64_t k = 0; k < n; k++) {
+        TRY(cudaGraphLaunch(e, r->stream), "cudaGraphLaunch");
+        count(r, API_cudaGraphLaunch);
+        if (r->device_time && step_sync(r)) return -1;
+    }
+    t->graph_replays = n;
+    t->allocs += n * t->graph_allocs, t->frees += n * t->graph_frees, t->bytes += n * t->graph_bytes;
+    t->accesses += n * t->graph_accesses, t->launches += n * t->graph_launches;
+    TRY(cudaStreamSynchronize(r->stream), "cudaStreamSynchronize");
+    TRY(cudaGraphExecDestroy(e), "cudaGraphExecDestroy");
+    TRY(cudaGraphDestroy(g), "cudaGraphDestroy");
     return 0;
 }
 
@@ -896,9 +956,13 @@ int simtrain_run(const struct simtrain_config *cfg, struct simtrain_truth *out)
             goto done;
     }
     uint64_t rng = cfg->seed;
-    for (int s = 0; s < cfg->steps; s++) {
-        int noisy = uniform(&rng) < cfg->noise;
-        if (step(r, &md, s, &rng, noisy, kinds)) goto done;
+    if (cfg->graphs) {
+        if (graph_loop(r, &md, &rng)) goto done;
+    } else {
+        for (int s = 0; s < cfg->steps; s++) {
+            int noisy = uniform(&rng) < cfg->noise;
+            if (step(r, &md, s, &rng, noisy, kinds)) goto done;
+        }
     }
     /* the model's state after training, as the program computed it (FNV-1a of each weight's and moment's
      * first value): the same with and without a plan, when the inputs are (SIMCUDA_CHECK=1 zeroes them) */

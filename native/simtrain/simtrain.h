@@ -34,6 +34,8 @@ struct simtrain_config {
     int device;      /* device ordinal the loop runs on (cudaSetDevice / cuDeviceGet) */
     unsigned noise_kinds; /* what a noisy step does (SIMTRAIN_NOISE_*); 0 = SIMTRAIN_NOISE_EXTRA */
     int oom_retry;   /* enum simtrain_oom_retry: what the allocator does after a failed request */
+    int graphs;      /* > 0: CUDA graphs (torch path, cudaMallocAsync backend): this many eager warm-up steps,
+                        then one step captured into a graph, replayed for every later step */
 };
 
 /* SIMTRAIN_OOM_RETRY_RELEASE: release the cached blocks, retry the same request (PyTorch, XLA).
@@ -78,6 +80,8 @@ struct simtrain_truth {
     char error[256];                   /* set when simtrain_run returns non-zero */
     uint64_t failed_allocs;            /* allocation calls that failed (out-of-memory mode) */
     uint64_t result_hash;              /* the trained weights' and moments' first values (FNV-1a) */
+    /* --graphs: what one replay of the captured step does, and how many replays ran */
+    uint64_t graph_replays, graph_allocs, graph_frees, graph_bytes, graph_accesses, graph_launches;
 };
 
 /* number of API names, the name of API i, and its class:

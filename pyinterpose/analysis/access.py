@@ -473,9 +473,13 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     del iv, kcode, hides, block_size
     out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
     out["graph_launches"] = g = _graph_launches(trace, pid)
-    out["notes"] = [] if not g else [
-        f"{g} CUDA graph launches: the kernels inside graph replays are not seen, so their accesses are "
-        "missing here (ATIs across a replay are too long, blocks used only inside graphs look untouched)"]
+    # replays of graphs captured in the trace are expanded by the reader (trace/graphs.py); the others not
+    unexpanded = min(g, int(trace.counts.get("graph_launches_unexpanded", g)))
+    out["graph_launches_unexpanded"] = unexpanded
+    out["notes"] = [] if not unexpanded else [
+        f"{unexpanded} of {g} CUDA graph launches ran a graph not captured in the trace (instantiated before "
+        "recording started, or built node by node): their kernels' accesses are missing here (ATIs across "
+        "such a replay are too long, blocks used only inside it look untouched)"]
     return out
 
 
@@ -592,8 +596,7 @@ def _outliers(iv: _DeviceIntervals, block_size: np.ndarray, ati_thr, ati_quantil
 
 
 def _graph_launches(trace: Trace, pid) -> int:
-    """CUDA graph launches (the kernels inside a replay are not recorded one by one: their accesses are
-    missing)."""
+    """CUDA graph launches (replays; those of a graph captured in the trace are expanded by the reader)."""
     la = trace.launches
     if pid is not None and len(la):
         return int(la["graph"].to_numpy()[la["pid"].to_numpy() == pid].sum())

@@ -86,8 +86,22 @@ def summary(trace: Trace) -> dict | None:
             "real_peak_bytes": _real_peak(trace, pid, served, int(arena["seq"].iloc[0]) if reserved else None,
                                           cap),
             "iterations": per,
+            **_swaps(trace, pid),
         })
     return {"plan": plan, "processes": procs}
+
+
+def _swaps(trace: Trace, pid: int) -> dict:
+    """The swap engine's counts of the process (``swapped``: per iteration; ``swap_totals``), or nothing."""
+    sw = getattr(trace, "swapped", None)
+    if sw is None or not len(sw):
+        return {}
+    r = sw[sw["pid"].to_numpy() == pid]
+    if not len(r):
+        return {}
+    cols = ["swaps_out", "swaps_in", "late", "unforeseen", "waits", "managed", "real"]
+    per = [{"iteration": int(x["iteration"]), **{c: int(x[c]) for c in cols}} for _, x in r.iterrows()]
+    return {"swapped": per, "swap_totals": {c: int(r[c].sum()) for c in cols}}
 
 
 def iterations_frame(s: dict) -> pd.DataFrame:

@@ -141,13 +141,16 @@ def _ops(trace, pid: int | None, device: bool) -> Ops:
     for tab in (trace.launches, trace.copies):
         if not len(tab):
             continue
-        m = np.ones(len(tab), bool) if pid is None else tab["pid"].to_numpy() == pid
-        parts.append({k: tab[k].to_numpy()[m] for k in cols})
+        m = None if pid is None else tab["pid"].to_numpy() == pid
+        if m is not None and m.all():     # one process: the columns themselves, not a copy of each
+            m = None
+        parts.append({k: tab[k].to_numpy() if m is None else tab[k].to_numpy()[m] for k in cols})
     if not parts:
         z = np.zeros(0, np.int64)
         return Ops(z, z, *((z, z, z) if device else ()))
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in cols}
+    cat = {k: np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k] for k in cols}
     o = None if len(parts) == 1 and _ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
+    del parts
 
     def take(k, dtype):
         a = cat[k] if o is None else cat[k][o]

@@ -47,6 +47,7 @@ import os
 import numpy as np
 
 from ..errors import PyinterposeError
+from ..trace.model import counted_bytes
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -132,7 +133,7 @@ class FitModel:
         self.lower_bound = peak_live_bytes_of(trace, dev)
         self.outside_peak = peak_live_bytes_of(trace, outside)
         sa, sf = b["seq_alloc"].to_numpy(np.int64), b["seq_free"].to_numpy(np.int64)
-        size = b["size"].to_numpy(np.int64)
+        size = counted_bytes(b)
         freed = b["freed"].to_numpy(bool)
         o_seq = np.concatenate([sa[outside], sf[outside & freed]])
         o_d = np.concatenate([size[outside], -size[outside & freed]])

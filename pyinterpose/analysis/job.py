@@ -67,6 +67,7 @@ def analyse_trace(path: str) -> dict:
     procs = trace.processes
     return {
         "trace": path,
+        "fingerprint": fingerprint(path),
         "host": trace.meta.get("host") or "",
         "command": trace.meta.get("command"),
         "start_time": trace.meta.get("start_time"),
@@ -79,6 +80,37 @@ def analyse_trace(path: str) -> dict:
         "peak_live_bytes": peak_live_bytes_of(trace),
         "per_rank": per_rank(trace, iterations=True),
     }
+
+
+def fingerprint(path: str, edge: int = 1 << 16) -> str:
+    """What tells a copy of a trace file from another trace: its size and a hash of its first and last
+    ``edge`` bytes (a capture's header holds its start time and pids: two captures never share them)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(0)
+        h.update(f.read(edge))
+        if size > edge:
+            f.seek(max(edge, size - edge))
+            h.update(f.read(edge))
+    return f"{size}:{h.hexdigest()}"
+
+
+def dedupe(parts: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the parts with each copy of an earlier trace left out, [{"trace", "copy_of"}] of those left out)."""
+    seen: dict = {}
+    kept, dup = [], []
+    for p in parts:
+        fp = p.get("fingerprint")
+        if fp is not None and fp in seen:
+            dup.append({"trace": p["trace"], "copy_of": seen[fp]})
+        else:
+            seen.setdefault(fp, p["trace"])
+            kept.append(p)
+    return kept, dup
 
 
 def worker_task(path: str) -> dict:
@@ -95,10 +127,12 @@ def combine(parts: list[dict]) -> dict:
     """The job: every trace's headline, all ranks (sorted by rank, host, pid), the job view."""
     from .ranks import job_view
 
+    parts, duplicates = dedupe(parts)
     ranks = [r for p in parts for r in p["per_rank"]]
     ranks.sort(key=lambda r: (r["rank"] is None, r["rank"] if r["rank"] is not None else 0, r["host"], r["pid"]))
     traces = [{k: v for k, v in p.items() if k != "per_rank"} for p in parts]
     return {"traces": traces, "per_rank": ranks, "ranks": job_view(ranks),
+            "duplicates": duplicates,
             "complete": all(t["complete"] for t in traces),
             "lost_events": sum(t["lost_events"] for t in traces)}
 
@@ -109,10 +143,32 @@ def scheduler_address(given: str | None) -> str | None:
     return addr.strip() or None
 
 
+def _probe(address: str, timeout_s: float = 3.0) -> None:
+    """Fail at once when nothing listens at a tcp:// scheduler address (Dask's client retries a refused
+    connection until its 20 s timeout); other schemes are left to Dask."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if "://" in address and not address.startswith("tcp://"):
+        return
+    u = urlsplit(address if "://" in address else "tcp://" + address)
+    try:
+        host, port = u.hostname, u.port
+    except ValueError as e:
+        raise PyinterposeError(f"--scheduler {address}: {e}")
+    if not host or not port:
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise PyinterposeError(f"cannot reach the Dask scheduler at {address}: {e.strerror or e}")
+
+
 class _DaskExecutor:
     """map() over a Dask distributed cluster (client.map + gather; results in input order)."""
 
     def __init__(self, address: str):
+        _probe(address)             # before importing Dask (seconds on a loaded machine)
         try:
             from distributed import Client
         except ImportError:

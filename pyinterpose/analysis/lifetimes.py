@@ -12,7 +12,11 @@ Classes (``class`` column of :func:`classify`), against the regular steps that
   being persistent (prefetch buffers, gradients freed in the next step);
 * ``outside`` — entirely before or after the steady run (warm-up, autotuning, teardown);
 * ``transient`` — no loop was found: any block alive for less than 90% of its process's
-  span (the rest are ``persistent``).
+  span (the rest are ``persistent``);
+* ``leak`` — never freed, and allocated step after step from one call site whose other blocks are never
+  freed either: in the trace, such blocks allocated in at least LEAK_STEPS (3) different steps after the first; or
+  a call site the run's per-step history names as a leak (pyinterpose.analysis.growth: windowed and
+  flight-recorder traces, where the older blocks of a leak are in the window's opening snapshot).
 
 Lifetimes are given in ns (``life_ns``), in seq (``life_seq``: every record of the
 process, launches included) and in alloc/free events of the process (``life_events``,
@@ -28,8 +32,9 @@ import pandas as pd
 from ..trace.model import Trace, live_bytes_curve, live_events
 from .iterations import Iterations, find_iterations
 
-CLASSES = ["persistent", "per_iteration", "cross_iteration", "outside", "transient"]
+CLASSES = ["persistent", "per_iteration", "cross_iteration", "outside", "transient", "leak"]
 QUANTILES = (0.5, 0.9, 0.99)
+LEAK_STEPS = 3   # a site whose never-freed blocks were allocated in this many steps (after the first) leaks
 
 
 def _event_positions(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -94,6 +99,8 @@ def classify(trace: Trace, iters: Iterations | None = None, pid: int | None = No
 def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
     cols = ["block_id", "pid", "size", "kind", "api", "counts_device", "t_alloc", "t_free",
             "seq_alloc", "seq_free", "freed"]
+    if "stack_id" in trace.blocks:
+        cols = cols + ["stack_id"]                # leaks are found per call site (_leaks)
     out = trace.blocks[cols]                     # a copy of these columns only
     if pid is not None:
         m = out["pid"].to_numpy() == pid
@@ -140,8 +147,37 @@ def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
         long_lived = ~freed | ((sf - sa) >= 0.9 * span)
         cls[:] = code("transient")
         cls[long_lived] = code("persistent")
+    cls[_leaks(trace, out, ia, freed, iters)] = code("leak")
     out["class"] = pd.Categorical.from_codes(cls, categories=CLASSES)
     return out
+
+
+def _leaks(trace: Trace, out: pd.DataFrame, ia: np.ndarray, freed: np.ndarray, iters: Iterations) -> np.ndarray:
+    """Blocks of a leak (see the module's doc): never freed, from a call site that leaks."""
+    from .growth import leak_stacks
+
+    n = len(out)
+    mask = np.zeros(n, bool)
+    if n == 0 or "stack_id" not in out:
+        return mask
+    sid = out["stack_id"].to_numpy(np.int64)
+    pid = out["pid"].to_numpy(np.int64)
+    live = ~freed & (sid >= 0)
+    for p, s in leak_stacks(trace):
+        mask |= live & (pid == p) & (sid == s)
+    if iters.count >= 2:
+        # in the trace: never-freed blocks of one site allocated in LEAK_STEPS or more steps after the first,
+        # with no block of that site freed after the first step
+        idx = np.flatnonzero(live & (ia >= 1))
+        if len(idx):
+            key = (pid << 32) | (sid & 0xFFFFFFFF)
+            sub = pd.DataFrame({"key": key[idx], "it": ia[idx]})
+            nsteps = sub.groupby("key")["it"].nunique()
+            fl = freed & (ia >= 1) & (sid >= 0)
+            bad = nsteps.index[(nsteps >= LEAK_STEPS).to_numpy() & ~np.isin(nsteps.index.to_numpy(), key[fl])]
+            if len(bad):
+                mask[idx[np.isin(key[idx], bad.to_numpy())]] = True
+    return mask
 
 
 def _quantiles(x: np.ndarray) -> dict[str, float] | None:

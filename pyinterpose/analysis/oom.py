@@ -225,7 +225,12 @@ def _boundary(trace: Trace, pid: int, seq: int) -> dict | None:
     k = int(np.searchsorted(B, seq, side="right")) - 1
     if k < 0:
         return None
-    return {"seq": int(B[k]), "t": int(it.boundaries_t[k]), "step": k, "steps": int(it.count),
+    step = k
+    if it.source == "markers":   # a windowed or flight-recorder trace: the step's number in the whole run
+        from ..trace.window import step_offset
+
+        step += step_offset(trace, pid)
+    return {"seq": int(B[k]), "t": int(it.boundaries_t[k]), "step": step, "steps": int(it.count),
             "inside_regular_steps": bool(k < it.count)}
 
 
@@ -262,7 +267,11 @@ def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
     boundary = _boundary(trace, pid, seq)
     since = live[live["seq_alloc"] >= boundary["seq"]] if boundary else live.iloc[0:0]
     stack = int(row.get("stack_id", -1)) if row.get("stack_id") is not None else -1
+    from .owners import allocator as _allocator
+
+    known = _allocator(trace).known       # no framework recognised: every block is the program's own request
     alloc_live = int(live.loc[live["is_allocator"], "size"].sum())
+    live["is_framework_allocator"] = live["is_allocator"].to_numpy(bool) & known
     largest = live.sort_values(["size", "seq_alloc"], ascending=[False, True], kind="stable").head(top)
     out = {
         "pid": pid, "seq": seq, "t_s": t / 1e9, "api": str(row["api"]), "kind": str(row.get("kind", "") or ""),
@@ -277,7 +286,8 @@ def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
         "process_live_bytes": own_bytes, "other_processes_live_bytes": other_bytes,
         "shortfall_bytes": (size - free) if free is not None else (
             size - (capacity - own_bytes - other_bytes) if capacity else None),
-        "by_owner": _group(live, "owner", top, {"framework_allocator": ("is_allocator", "any")}),
+        "framework_known": bool(known),
+        "by_owner": _group(live, "owner", top, {"framework_allocator": ("is_framework_allocator", "any")}),
         "framework_allocator_bytes": alloc_live,
         "outside_allocator_bytes": own_bytes - alloc_live,
         "by_call_site": _group(live, "call_site", top),

@@ -95,8 +95,22 @@ def _framework_of_objects(names: list[str]) -> str | None:
     return None
 
 
+def _declared_framework(trace: Trace) -> str | None:
+    """The framework the processes declared in their environment (``PYINTERPOSE_FRAMEWORK``, recorded
+    by the shim's CONTEXT records): the most common among the processes that allocated; None if none."""
+    from ..trace.context import context_of
+
+    p = trace.processes
+    if "context" not in p or len(p) == 0:
+        return None
+    vals = [normalize_framework(context_of(c).get("PYINTERPOSE_FRAMEWORK")) for c in p["context"].tolist()]
+    vals = [v for v in vals if v in FRAMEWORKS]
+    return max(set(vals), key=vals.count) if vals else None
+
+
 def _detect_framework(trace: Trace) -> tuple[str, str]:
-    """(framework, where it was read): ``meta``, ``owners``, ``command``, ``apis`` or ``none``."""
+    """(framework, where it was read): ``meta``, ``owners``, ``process`` (declared by the program through
+    ``PYINTERPOSE_FRAMEWORK``), ``command``, ``apis`` or ``none``."""
     fw = str(trace.meta.get("framework") or "").lower()
     if fw:
         return normalize_framework(fw), "meta"
@@ -105,6 +119,9 @@ def _detect_framework(trace: Trace) -> tuple[str, str]:
     found = _framework_of_objects(names)
     if found:
         return found, "owners"
+    declared = _declared_framework(trace)
+    if declared:
+        return declared, "process"
     cmd = [str(c) for c in trace.meta.get("command", []) or []]
     for i, c in enumerate(cmd):
         v = cmd[i + 1] if c == "--framework" and i + 1 < len(cmd) else (
@@ -138,7 +155,7 @@ class Allocator:
     """Which framework ran and which blocks its allocator asked for (see :func:`allocator`)."""
 
     framework: str                  # "pytorch" | "jax" | "tensorflow" | "unknown"
-    framework_from: str             # "meta" | "owners" | "command" | "apis" | "none"
+    framework_from: str             # "meta" | "owners" | "process" | "command" | "apis" | "none"
     mask: np.ndarray = field(repr=False)   # bool per row of trace.blocks (shared: do not modify)
     source: str = "none"            # "owners" | "api" | "none": what decided the mask
     rule: str = ""                  # what was taken as the allocator, in words

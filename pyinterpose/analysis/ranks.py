@@ -106,7 +106,7 @@ def per_process(trace: Trace) -> list[dict]:
                  "cuda_visible_devices": ctx.get("CUDA_VISIBLE_DEVICES"),
                  "peak_live_bytes": peak, "peak_t_ns": peak_t,
                  "peak_wall_s": (float(start) + peak_t / 1e9) if (start is not None and peak_t >= 0) else None,
-                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(rows)),
+                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(dev_rows)),
                  "devices": per_device,
                  "trace": trace.path}
         out.append(entry)
@@ -131,6 +131,11 @@ def fold_ranks(procs: list[dict]) -> list[dict]:
     return sorted(out, key=lambda p: (p["rank"], p["host"], p["pid"]))
 
 
+def who(r: dict) -> str:
+    """A rank entry as a reader names it: "rank R", or "pid P" for a process without a rank variable."""
+    return f"rank {r['rank']}" if r.get("rank") is not None else f"pid {r['pid']}"
+
+
 def job_view(ranks: list[dict]) -> dict:
     """The side-by-side figures: imbalance (max peak over the median peak; 1.0 = balanced, None
     without ranks), the rank with the highest peak, the rank that reached its peak first (on the
@@ -153,7 +158,9 @@ def job_view(ranks: list[dict]) -> dict:
                                        "sum_of_peaks": 0})
             e["ranks"].append(r["rank"])
             e["sum_of_peaks"] += int(dv["peak_live_bytes"])
-    return {"ranks": len(ranks), "imbalance": imb, "max_rank": top["rank"], "max_peak_bytes": int(peaks.max()),
+    return {"ranks": len(ranks), "imbalance": imb, "max_rank": top["rank"], "max_pid": top["pid"],
+            "max_label": who(top), "first_to_peak_label": who(first),
+            "ranked": any(r["rank"] is not None for r in ranks), "max_peak_bytes": int(peaks.max()),
             "median_peak_bytes": med, "first_to_peak": first["rank"], "first_to_peak_pid": first["pid"],
             "first_to_peak_clock": "wall" if wall else "trace",
             "per_device": sorted(per_dev.values(), key=lambda e: (e["host"], e["device_uuid"]))}
@@ -172,9 +179,9 @@ def per_rank(trace: Trace, iterations: bool | None = None) -> list[dict]:
     ranks = fold_ranks(per_process(trace))
     if iterations is None:
         iterations = any(r["rank"] is not None for r in ranks)
-    if iterations:
-        from .iterations import find_iterations
+    if iterations:   # one task per rank on the executor of analysis.fanout.using(), else here in turn
+        from .fanout import iterations_per_process
 
-        for r in ranks:
-            r["iterations"] = int(find_iterations(trace, int(r["pid"])).count)
+        for r, n in zip(ranks, iterations_per_process(trace, [int(r["pid"]) for r in ranks])):
+            r["iterations"] = n
     return [{k: r.get(k) for k in PER_RANK_KEYS} for r in ranks]

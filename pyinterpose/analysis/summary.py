@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.model import Trace, peak_live_bytes_of
+from .graphs import graph_summary
 from .machine import machine
 from .owners import allocator_info, bytes_by_owner
 from .ranks import job_view, per_rank
@@ -17,15 +18,19 @@ def summarize(trace: Trace) -> dict:
     tr = trace.meta.get("trailer") or {}
     lost = int(trace.processes["lost"].clip(lower=0).sum()) if len(trace.processes) else 0
     per_pid = []
+    dev = b["counts_device"].to_numpy(bool)
+    host = b["kind"].astype(str).to_numpy() == "host"
     for pid in trace.pids:
         in_pid = b_pid == pid
+        on_device = in_pid & dev
         row = trace.processes[trace.processes["pid"] == pid]
         per_pid.append({
             "pid": int(pid),
             "ppid": int(row["ppid"].iloc[0]) if len(row) else None,
             "exe": str(row["exe"].iloc[0]) if len(row) else "",
             "forked": bool(row["forked"].iloc[0]) if len(row) else False,
-            "allocs": int(np.count_nonzero(in_pid)),
+            "allocs": int(np.count_nonzero(on_device)),          # device blocks
+            "host_allocs": int(np.count_nonzero(in_pid & host)),   # pinned host (cudaMallocHost, cudaHostAlloc)
             "launches": int(np.count_nonzero(l_pid == pid)),
             "peak_live_bytes": peak_live_bytes_of(trace, in_pid),
             "lost_events": int(row["lost"].clip(lower=0).sum()) if len(row) else 0,
@@ -70,10 +75,12 @@ def summarize(trace: Trace) -> dict:
         "reservations": int(len(trace.reservations)),
         "applied": _applied(trace),
         "graph_launches": graph_launches,
+        "cuda_graphs": graph_summary(trace),
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": top_call_sites_json(trace),
         **_oom(trace),
+        **_window(trace),
         "per_rank": ranks,
         "ranks": job_view(ranks),
     }
@@ -92,3 +99,12 @@ def _oom(trace: Trace) -> dict:
 
     ex = explain(trace)
     return {"oom": ex["entries"], "oom_summary": {k: v for k, v in ex.items() if k != "entries"}}
+
+
+def _window(trace: Trace) -> dict:
+    """``window`` (the steps the events cover) and ``growth`` (the whole run's bytes per step, the call
+    sites that grew, leaks) of a windowed or flight-recorder trace; both None for a full capture
+    (pyinterpose.analysis.growth)."""
+    from .growth import growth, window_summary
+
+    return {"window": window_summary(trace), "growth": trace.derived(("growth.growth",), lambda: growth(trace))}

@@ -47,7 +47,10 @@ def prepare(plan_path: str, rdir: str | None, argv: list[str], knobs: dict, env:
         _warn(f"--apply {plan_path}: the plan was made for another command ({' '.join(map(str, cmd))})")
     return {"plan": os.path.abspath(plan_path), "sha256": sha, "capacity": int(doc["capacity"]),
             "strategy": (doc.get("planner") or {}).get("strategy"), "trace": (doc.get("trace") or {}).get("path"),
-            "boundary": doc["iteration"]["boundary"], "iteration_requests": int(doc["iteration"]["requests"])}
+            "boundary": doc["iteration"]["boundary"], "iteration_requests": int(doc["iteration"]["requests"]),
+            **({"swap": {k: doc["swap"][k] for k in ("mechanism", "strategy", "mode", "budget", "predicted_peak_bytes",
+                                                      "predicted_stall_ns", "managed")}
+                | {"swaps": len(doc["swap"]["swaps"])}} if doc.get("swap") else {})}
 
 
 def read_status(rdir: str | None) -> list[dict]:
@@ -88,6 +91,12 @@ def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]
             lines.append(head + f"served {s.get('served', 0)} of {int(s.get('served', 0)) + fell} requests from "
                                 f"a {fmt_bytes(int(s.get('capacity', 0)))} arena over {s.get('iterations', 0)} "
                                 f"iterations" + (f"; {fell} fell through ({why})" if fell else ""))
+        if "swap_managed" in s and not quiet:
+            lines.append(head + f"swaps: {s.get('swap_out', 0)} out, {s.get('swap_in', 0)} back "
+                                f"({s.get('swap_waits', 0)} stream waits), {s.get('swap_late', 0)} late, "
+                                f"{s.get('swap_unforeseen', 0)} unforeseen accesses waited; "
+                                f"{s.get('swap_managed', 0)} requests from managed memory, "
+                                f"{s.get('swap_real', 0)} to the program's allocator by plan")
         if s.get("arena") == "failed":
             lines.append(head + "the arena could not be reserved; nothing served")
     return lines

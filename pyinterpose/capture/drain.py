@@ -42,6 +42,8 @@ class Drain:
         self._last_scan = 0.0
         self.write_error: str | None = None  # why the trace stopped being written
         self.error: str | None = None        # an unexpected drain failure (the capture goes on discarding)
+        self.windows = None                  # capture windows / flight recorder (window.Windows), or None
+        self.dumper = None                   # flight recorder dumps (window_run.Dumper), or None
 
     def start(self) -> None:
         self._thread.start()
@@ -83,8 +85,15 @@ class Drain:
                 break
             if hasattr(ring, "clock"):
                 ring.clock.update(got)
-            if not self._write(self.writer.events, pid, got):
-                ring.discarded += len(got)
+            if self.windows is None:
+                if not self._write(self.writer.events, pid, got):
+                    ring.discarded += len(got)
+            else:   # capture windows (window.py): what of the batch the trace gets now
+                for part in self.windows.feed(pid, got):
+                    if not self._write(self.writer.events, pid, part):
+                        ring.discarded += len(part)
+                if self.dumper is not None:
+                    self.dumper.after_batch(self)
             total += len(got)
             if len(got) < len(self._buf) and not final:
                 break
@@ -105,6 +114,8 @@ class Drain:
         failures = 0
         while not self._stop.is_set():
             try:
+                if self.dumper is not None:
+                    self.dumper.poll(self)     # SIGUSR1: a dump, from this thread (no race with the feed)
                 if self.poll() == 0:
                     self._stop.wait(self.interval_s)
                 failures = 0

@@ -34,7 +34,11 @@ BLOCKS_KNOBS = {
     "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     "TF_GPU_ALLOCATOR": "cuda_malloc_async",
 }
-XLA_FLAG = "--xla_gpu_enable_command_buffer="
+# CUDA graphs (XLA's command buffers, torch.cuda.graph, reduce-overhead) are left on in every view: the shim
+# records what is captured into a graph and the reader expands each replay (trace/graphs.py).  Older
+# versions set XLA_FLAGS=--xla_gpu_enable_command_buffer= here, changing the program they measured.
+CUDA_GRAPHS_NOTE = ("left on (XLA command buffers included): captured calls are graph nodes, every replay is "
+                    "expanded into its nodes' accesses and memory blocks")
 VIEWS = ("blocks", "reserved")
 STACKS = ("python", "native", "none")  # --stacks: what the shim records per allocation (native/shim/site.c)
 
@@ -51,11 +55,7 @@ def view_environment(view: str, env: dict[str, str]) -> dict[str, str]:
     """The knobs ``view`` sets (only those it changes), given the child environment."""
     if view == "reserved":
         return {}
-    knobs = dict(BLOCKS_KNOBS)
-    flags = env.get("XLA_FLAGS", "")
-    if XLA_FLAG not in flags.split():
-        knobs["XLA_FLAGS"] = (flags + " " + XLA_FLAG).strip()
-    return knobs
+    return dict(BLOCKS_KNOBS)
 
 
 def _resolve_program(argv: list[str], env: dict[str, str]) -> None:
@@ -243,7 +243,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
             simulated_gpu: bool = False, quiet: bool = False, ring_records: int | None = None,
             env: dict[str, str] | None = None, stacks: str = "python", cwd: str | None = None,
             force: bool = False, ring_dir: str | None = None, gpu_clock: str = "auto", after=None,
-            apply: str | None = None) -> int:
+            apply: str | None = None, capture_range: str | None = None, steps: str | None = None,
+            flight_recorder: int | None = None, live=None) -> int:
     """Run ``argv`` under the shim, write the trace to ``output``; returns its exit status
     (128+N when killed by signal N), or CAPTURE_INCOMPLETE_EXIT when the program exited 0 but some
     process was not recorded, events were lost or the trace could not be written, or
@@ -251,6 +252,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     device work got no device clock.  ``after``: called as ``after(output, procs)`` once the trace is
     written (procs: each process's ring counters, e.g. ``oom_failures``)."""
     _check_options(argv, view, gpu_clock, stacks)
+    from . import window_run
+
+    windows = window_run.configure(capture_range, steps, flight_recorder)   # None: the whole run
     child_env = dict(os.environ if env is None else env)
     if simulated_gpu:
         child_env["LD_LIBRARY_PATH"] = ":".join(p for p in [SIMCUDA, child_env.get("LD_LIBRARY_PATH", "")] if p)
@@ -274,6 +278,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     knobs = view_environment(view, child_env)
     child_env.update(knobs)
     _shim_environment(child_env, session, access, stacks, gpu_clock, ring_records)
+    if windows is not None:   # windows the program opens: the shim leaves launches out while closed
+        child_env.pop("PYINTERPOSE_WINDOW_GATE", None)
+        child_env.update(windows.shim_environment())
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
@@ -291,7 +298,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
         "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
         "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock, "apply": apply_meta,
-        "knobs": knobs, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
+        "knobs": knobs, "cuda_graphs": CUDA_GRAPHS_NOTE, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
         "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
         "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
         "record_size": records.event_dtype().itemsize, "nvml": nvml_info,
@@ -300,6 +307,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
                  for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
         "frameworks": framework_versions(argv, child_env),
     }
+    if windows is not None:
+        meta["capture_window"] = windows.describe()
     try:
         writer = TraceWriter(output, meta)
     except OSError as e:
@@ -310,12 +319,26 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         raise PyinterposeError(f"cannot write trace {output}: {e.strerror or e}")
 
     drain = Drain(session, writer, ring_dir=rdir, lease_s=_lease_s())
+    signals = None
+    if windows is not None:   # capture windows / flight recorder (window_run.py)
+        drain.windows = windows
+        if windows.mode == "flight":
+            drain.dumper = window_run.Dumper(output, meta, windows, force, quiet)
+        signals = window_run.Signals(windows, drain.dumper)
+        signals.__enter__()
+    if live is not None:
+        live.start(drain)
     drain.start()
     status = 0
     try:
         status = _spawn(argv, child_env, cwd)
     finally:
         procs = drain.finish()
+        if live is not None:
+            live.stop()     # after the last records: its last frame shows the run's end
+        if windows is not None:
+            signals.__exit__(None, None, None)
+            window_run.finish(windows, writer, drain._write, drain.dumper, procs)
         unrecorded = drain.unrecorded()
         apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)
@@ -463,6 +486,16 @@ def _remove_file(path: str) -> None:
         pass
 
 
+def exit_words(status: int) -> str:
+    """'program exited with 0', or 'program killed by SIGSEGV (exit status 139)' for 128+N."""
+    if status > 128:
+        try:
+            return f"program killed by {signal.Signals(status - 128).name} (exit status {status})"
+        except ValueError:
+            pass
+    return f"program exited with {status}"
+
+
 def _print_done(output: str, procs: list[dict], events: int, status: int) -> None:
     lost = sum(p["lost"] for p in procs)
     waits = sum(p["waits"] for p in procs)
@@ -470,7 +503,7 @@ def _print_done(output: str, procs: list[dict], events: int, status: int) -> Non
     if waits:
         note += f", producers waited {waits}x for the drain"
     msg = (f"pyinterpose: wrote {output} ({events} events from {len(procs)} process"
-           f"{'es' if len(procs) != 1 else ''}{note}); program exited with {status}\n"
+           f"{'es' if len(procs) != 1 else ''}{note}); {exit_words(status)}\n"
            f"  next: pyinterpose summary {output}\n"
            f"        pyinterpose iterations {output}\n"
            f"        pyinterpose pools {output}\n"

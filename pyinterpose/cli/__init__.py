@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import sys
 
@@ -16,7 +17,7 @@ from ._args import Parser, check_outputs
 
 # Order = order in --help.
 COMMANDS = ["run", "summary", "iterations", "access", "pools", "plan", "swap", "bandwidth", "fit",
-            "report", "compare", "export", "demo"]
+            "report", "compare", "diff", "export", "demo"]
 
 
 def build_parser() -> Parser:
@@ -36,6 +37,14 @@ def build_parser() -> Parser:
                 continue
             raise
         mod.register(sub)
+    # "-1GiB" after an option is that option's value (argparse takes only plain negative numbers as values)
+    for p in [parser, *sub.choices.values()]:
+        p._negative_number_matcher = re.compile(r"^-\.?\d")
+    for name, p in sub.choices.items():   # every command that reads a trace: the columnar cache switch
+        if name != "run":
+            p.add_argument("--no-cache", action="store_true",
+                           help="neither read nor write the memory-mapped table cache beside the trace "
+                                "(<trace>.picache/, see docs/performance.md)")
     return parser
 
 
@@ -69,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command != "run":
         keep_freed_memory()
+    if getattr(args, "no_cache", False):   # read by pyinterpose.trace.colcache, here and in worker processes
+        os.environ["PYINTERPOSE_NO_CACHE"] = "1"
     try:
         check_outputs(args)
         return int(args.func(args) or 0)

@@ -73,6 +73,8 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb
 
 def parse_bytes(text: str) -> int:
     """'1073741824', '1GiB', '512 MiB', '1.5GB' -> bytes (0 .. 2**63-1)."""
+    if str(text).strip().startswith("-"):
+        raise PyinterposeError(f"a byte count cannot be negative: {text!r}")
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
         raise PyinterposeError(f"not a byte count: {text!r} (examples: 1073741824, 512MiB, 1.5GB)")

@@ -5,7 +5,9 @@ driver) and the simtrain example, so no GPU is needed.  ``--sample`` uses a
 real-GPU trace committed under samples/ instead."""
 from __future__ import annotations
 
+import contextlib
 import glob
+import json
 import os
 import sys
 import time
@@ -22,8 +24,9 @@ def register(sub) -> None:
                                    "its summary and the analyses' headlines, and write the HTML report.")
     p.add_argument("--sample", action="store_true",
                    help="analyse a committed real-GPU trace from samples/ instead of capturing")
-    p.add_argument("--framework", choices=FRAMEWORKS, default="torch",
-                   help="framework call path simtrain emulates (default torch)")
+    p.add_argument("--framework", choices=FRAMEWORKS, default=None,
+                   help="framework call path simtrain emulates (default torch); with --sample, the sample of "
+                        "that framework")
     p.add_argument("-o", "--output-dir", default="pyinterpose-demo",
                    help="directory for the trace and the report (default ./pyinterpose-demo)")
     p.add_argument("--bandwidth", type=A.bandwidth_gbps, default=None, metavar="GBPS",
@@ -55,6 +58,43 @@ def sample_traces() -> list[str]:
             if os.path.basename(p) not in {os.path.basename(f) for f in found}:
                 found.append(os.path.abspath(p))
     return sorted(found, key=lambda p: os.path.basename(p) != DEFAULT_SAMPLE)
+
+
+def sample_of(samples: list[str], framework: str) -> str:
+    """The first sample (blocks view first) whose truth file (NAME.truth.json) says it ran ``framework``."""
+    from ..analysis.owners import normalize_framework
+
+    want = normalize_framework(framework)
+    found = []
+    for p in samples:
+        try:
+            with open(os.path.splitext(p)[0] + ".truth.json") as f:
+                t = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(t, dict) and normalize_framework(t.get("framework")) == want:
+            found.append((t.get("view") != "blocks", p))
+    if not found:
+        raise PyinterposeError(f"no {want} sample trace is committed (samples/); run `pyinterpose demo "
+                               f"--framework {framework}` without --sample to capture a simulated run")
+    return min(found)[1]
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(on: bool = True):
+    """File descriptor 1 goes to stderr meanwhile (the program the capture starts inherits it)."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def simtrain_command(framework: str) -> list[str]:
@@ -112,14 +152,16 @@ def run(args) -> int:
         if not samples:
             raise PyinterposeError("no sample trace: no samples/*.pit is committed in this checkout; run "
                                    "`pyinterpose demo` without --sample to capture a simulated run")
-        trace_path = samples[0]
+        trace_path = samples[0] if args.framework is None else sample_of(samples, args.framework)
         source = f"sample {os.path.basename(trace_path)}"
     else:
+        args.framework = args.framework or "torch"
         trace_path = os.path.join(args.output_dir, f"demo-{args.framework}.pit")
         if not args.json:
             con.print(f"Capturing a simulated {args.framework} training run (simcuda, no GPU needed) ...")
         with progress("capturing", enabled=None if not args.json else False):
-            capture_simulated(trace_path, args.framework, quiet=True)
+            with _stdout_to_stderr(args.json):     # --json: stdout holds the JSON object only
+                capture_simulated(trace_path, args.framework, quiet=True)
         source = f"simulated {args.framework} run"
     trace = load(trace_path)
     A.warn_incomplete(trace)

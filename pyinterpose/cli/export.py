@@ -8,12 +8,15 @@ from . import _args as A
 from ..report.exports import FORMATS
 
 _EXT = {"perfetto": ".perfetto.json", "memory-viz": ".snapshot.pickle", "csv": ".blocks.csv",
-        "minimalloc": ".minimalloc.csv"}
+        "minimalloc": ".minimalloc.csv",
+        "folded": ".folded.txt", "speedscope": ".speedscope.json"}
 _NEXT = {
     "perfetto": "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing",
     "memory-viz": "open it at https://pytorch.org/memory_viz, or: python -m torch.cuda._memory_viz trace_plot {out}",
     "csv": "one row per allocation (the blocks table)",
     "minimalloc": "plan it: pyinterpose plan --csv {out} --capacity BYTES",
+    "folded": "draw it: flamegraph.pl --countname bytes {out} > flame.svg (or inferno-flamegraph, speedscope)",
+    "speedscope": "open it at https://www.speedscope.app (or: speedscope {out})",
 }
 
 
@@ -21,7 +24,10 @@ def register(sub) -> None:
     p = sub.add_parser("export", help="export a trace for other tools (Perfetto, PyTorch memory_viz, CSV, MiniMalloc)",
                        description="perfetto: Chrome trace JSON (live/reserved bytes counters per GPU, iteration "
                                    "slices, large-allocation instants). memory-viz: PyTorch memory snapshot pickle. "
-                                   "csv: the blocks table. minimalloc: the steady iteration as a MiniMalloc CSV.")
+                                   "csv: the blocks table. minimalloc: the steady iteration as a MiniMalloc CSV. folded: "
+                                   "the device bytes live at the peak by call stack, as folded stacks "
+                                   "(outer;...;inner BYTES). speedscope: the same at the peak and at each "
+                                   "out-of-memory failure, as speedscope JSON.")
     p.add_argument("trace", metavar="FILE", help="trace file written by `pyinterpose run`")
     p.add_argument("--format", required=True, choices=FORMATS, help="output format")
     p.add_argument("-o", "--output", help="output file (default: FILE with a format suffix)")
@@ -30,6 +36,9 @@ def register(sub) -> None:
                    help="perfetto: allocations of at least BYTES get an instant (default: 1%% of the peak, >= 1 MiB)")
     p.add_argument("--pid", type=A.count(), help="memory-viz, minimalloc: the process to export (default: the main "
                                            "process; a snapshot holds one process)")
+    p.add_argument("--moment", metavar="NAME",
+                   help="folded, speedscope: the moment to export: peak (folded's default) or oom-N (the Nth "
+                        "out-of-memory failure); speedscope's default: every moment, one profile each")
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
     p.set_defaults(func=run)
 
@@ -54,7 +63,7 @@ def run(args) -> int:
     A.check_output(out, args.force)
     trace = A.load_trace(args.trace, quiet=args.json)
     try:
-        info = export(trace, args.format, out, large=args.large, pid=args.pid)
+        info = export(trace, args.format, out, large=args.large, pid=args.pid, moment=args.moment)
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
     _say_on_stderr(args.format, out, info)

@@ -1,4 +1,4 @@
-"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply PLAN] -- CMD ..."""
+"""pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply PLAN] [--capture-range cudaProfilerApi|markers|signal | --steps A:B | --flight-recorder N] [--live] -- CMD ..."""
 from __future__ import annotations
 
 import argparse
@@ -14,6 +14,7 @@ def register(sub) -> None:
         description="Run CMD with the CUDA interposer preloaded and write one trace file.",
         usage="pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] "
               "[--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply plan.json] "
+              "[--capture-range cudaProfilerApi|markers|signal | --steps A:B | --flight-recorder N] [--live] "
               "-- CMD ...",
         epilog="Exit status: the program's own (128+N when killed by signal N); 3 when the program exited 0 "
                "but the capture is incomplete (a process could not be recorded, events were lost, or the "
@@ -43,6 +44,22 @@ def register(sub) -> None:
     p.add_argument("--apply", metavar="PLAN",
                    help="serve the program's allocations from the arena of a plan file (pyinterpose plan TRACE "
                         "-o plan.json; docs/apply.md); requests the plan does not know go to the real allocator")
+    p.add_argument("--capture-range", choices=["cudaProfilerApi", "markers", "signal"], default=None,
+                   help="record only inside windows: between cudaProfilerStart/cuProfilerStart and their Stop, "
+                        "between pyinterpose.start() and pyinterpose.stop(), or toggled by SIGUSR2 to run; each "
+                        "window opens with a snapshot of every block live then, and the trace keeps the whole "
+                        "run's per-step history")
+    p.add_argument("--steps", metavar="A:B", default=None,
+                   help="record only steps A to B-1 (steps begin at pyinterpose.mark_step() markers)")
+    p.add_argument("--flight-recorder", metavar="N", type=A.count(1, 1 << 20), default=None,
+                   help="keep only the last N steps in full (plus the blocks live when the oldest began) and the "
+                        "whole run's per-step history; written at exit (even when the program is killed), on "
+                        "SIGUSR1 to run and at the first out-of-memory failure as -o's path with -dumpK before "
+                        "the extension")
+    p.add_argument("--live", action="store_true",
+                   help="a live terminal view while the program runs: step, live and reserved bytes per process, "
+                        "growth so far, top call sites (needs the per-step history: with --flight-recorder, "
+                        "--capture-range or --steps; alone it implies --flight-recorder 20)")
     p.add_argument("--ring-records", type=A.count(64, 1 << 30), default=None, help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD", help="the program and its arguments")
@@ -66,10 +83,21 @@ def _run(args) -> int:
         cmd = cmd[1:]
     if args.ring_dir is not None and not os.path.isdir(args.ring_dir):
         raise PyinterposeError(f"--ring-dir {args.ring_dir}: not a directory")
+    if args.ring_dir is not None:
+        _check_writable_dir(args.ring_dir)
+    flight = args.flight_recorder
+    live = None
+    if args.live:
+        from ..capture.live import LiveView
+
+        if flight is None and args.capture_range is None and args.steps is None:
+            flight = 20
+        live = LiveView()
     return capture(cmd, output=args.output, view=args.view, access=not args.no_access,
                    simulated_gpu=args.simulated_gpu, quiet=args.quiet, ring_records=args.ring_records,
                    stacks=args.stacks, force=args.force, ring_dir=args.ring_dir, gpu_clock=args.gpu_clock,
-                   after=explain_oom, apply=args.apply)
+                   after=explain_oom, apply=args.apply, capture_range=args.capture_range, steps=args.steps,
+                   flight_recorder=flight, live=live)
 
 
 def explain_oom(output: str, procs: list[dict]) -> None:
@@ -90,3 +118,14 @@ def explain_oom(output: str, procs: list[dict]) -> None:
                  f"try: pyinterpose summary {output}"]
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
+
+
+def _check_writable_dir(path: str) -> None:
+    """Refuse a --ring-dir where no folder can be created, before the program starts (a real probe: the
+    permission bits say nothing for root or on a read-only file system)."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".pyinterpose-probe-", dir=path))
+    except OSError as e:
+        raise PyinterposeError(f"--ring-dir {path}: cannot create a ring folder there ({e.strerror or e})") from None

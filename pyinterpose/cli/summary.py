@@ -38,7 +38,10 @@ def _run(args) -> int:
 
     trace = A.load_trace(args.file, quiet=args.json)
     apply_site_skip(trace, args)
-    s = summarize(trace)
+    from ..analysis import fanout, job
+
+    with fanout.using(job.scheduler_address(args.scheduler), args.workers):   # the ranks of this one trace
+        s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
         return 0
@@ -81,6 +84,14 @@ def _run_job(args) -> int:
                   fmt_bytes(tr["peak_live_bytes"]), "yes" if tr["complete"] else "[bold red]NO[/bold red]")
     con.print(t)
     print_ranks(con, res["per_rank"], res["ranks"])
+    job = res["ranks"]
+    if res["per_rank"] and not job.get("ranked", True) and job.get("imbalance") is not None:
+        con.print(f"{job['ranks']} processes (no rank variables): imbalance (max peak / median) "
+                  f"{job['imbalance']:.3f}; highest peak: {job['max_label']} ({fmt_bytes(job['max_peak_bytes'])})")
+    from ..report.ranks_view import duplicate_line
+
+    for d in res.get("duplicates") or []:
+        con.print(f"warning: {duplicate_line(d)}", soft_wrap=True)
     for tr in res["traces"]:
         for w in tr["warnings"]:
             con.print(f"warning: {tr['trace']}: {w}")

@@ -68,7 +68,7 @@ def run(args) -> int:
         ("bandwidth source", bw["source"]),
         ("clock", d.get("clock", "cpu")),
     ], title="Host swap", out=con)
-    rows = [(r["strategy"], r["mode"], fmt_bytes(r["peak_after"]), fmt_pct(r["reduction"]),
+    rows = [(r["strategy"], r["mode"] + ("*" if r.get("fallback") else ""), fmt_bytes(r["peak_after"]), fmt_pct(r["reduction"]),
              f"{r['stall_seconds'] * 1e3:.3f} ms", fmt_pct(r["overhead_fraction"], 2), r["swaps"],
              fmt_bytes(r["bytes_moved"]),
              "-" if r["budget_met"] is None else ("yes" if r["budget_met"] else "no"))
@@ -76,7 +76,11 @@ def run(args) -> int:
     print_table(rows, ["strategy", "mode", "peak after", "reduction", "stall", "overhead", "swaps", "moved",
                        "budget met"], out=con)
     con.print("  stall: how much later the run ends when the schedule is replayed on a model of the GPU (kernels in"
-              " recorded order, one copy engine per direction); peak after: the replayed peak")
+              " recorded order, one copy engine per direction); peak after: the replayed peak; overhead: stall /"
+              " run duration")
+    if any(r.get("fallback") for r in d["strategies"]):
+        con.print("  budget*: no schedule that stalls reached a lower peak than the no-overhead one: budget mode"
+                  " offers the no-overhead schedule")
     for n in d["notes"]:
         con.print(f"  note: {n}")
     if args.schedule_csv:

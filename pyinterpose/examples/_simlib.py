@@ -92,7 +92,8 @@ class _Config(ctypes.Structure):
     _fields_ = [("framework", ctypes.c_int), ("steps", ctypes.c_int), ("layers", ctypes.c_int),
                 ("noise", ctypes.c_double), ("seed", ctypes.c_uint64), ("device_time", ctypes.c_int),
                 ("oom", ctypes.c_int), ("oom_step", ctypes.c_int), ("oom_truth", ctypes.c_char_p),
-                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint), ("oom_retry", ctypes.c_int)]
+                ("device", ctypes.c_int), ("noise_kinds", ctypes.c_uint), ("oom_retry", ctypes.c_int),
+                ("graphs", ctypes.c_int)]
 
 
 class _Truth(ctypes.Structure):
@@ -101,7 +102,13 @@ class _Truth(ctypes.Structure):
                 ("allocs_per_step", ctypes.c_uint64), ("noise_steps", ctypes.c_uint64),
                 ("peak_live_bytes", ctypes.c_uint64), ("by_api", ctypes.c_uint64 * MAX_API),
                 ("error", ctypes.c_char * 256), ("failed_allocs", ctypes.c_uint64),
-                ("result_hash", ctypes.c_uint64)]
+                ("result_hash", ctypes.c_uint64), ("graph_replays", ctypes.c_uint64),
+                ("graph_allocs", ctypes.c_uint64), ("graph_frees", ctypes.c_uint64), ("graph_bytes", ctypes.c_uint64),
+                ("graph_accesses", ctypes.c_uint64), ("graph_launches", ctypes.c_uint64)]
+
+
+# --graphs: what one replay of the captured step does (simtrain.h), and how many replays ran
+GRAPH_COUNTERS = ("graph_replays", "graph_allocs", "graph_frees", "graph_bytes", "graph_accesses", "graph_launches")
 
 
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -116,9 +123,10 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 def api_classes(lib: ctypes.CDLL) -> dict[str, str]:
-    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset' | 'object' (pool create/destroy)."""
+    """API name -> 'alloc' | 'free' | 'launch' | 'copy' | 'memset' | 'object' (pool create/destroy) | 'graph'
+    (a graph replay)."""
     names = {ord("a"): "alloc", ord("f"): "free", ord("l"): "launch", ord("c"): "copy", ord("m"): "memset",
-             ord("o"): "object"}
+             ord("o"): "object", ord("g"): "graph"}
     return {lib.simtrain_api_name(i).decode(): names[lib.simtrain_api_class(i)]
             for i in range(lib.simtrain_api_count())}
 
@@ -131,11 +139,11 @@ def bind_simtrain() -> ctypes.CDLL:
 def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: float, seed: int,
              device_time: str = "off", oom: str = "none", oom_step: int = -1,
              oom_truth: str | None = None, device: int = 0, noise_kinds: int = 1,
-             oom_retry: str = "release") -> dict:
+             oom_retry: str = "release", graphs: int = 0) -> dict:
     """Run the loop in this process; its truth (one process)."""
     cfg = _Config(FRAMEWORKS.index(framework), steps, layers, noise, seed, DEVICE_TIMES.index(device_time),
                   OOM_MODES.index(oom), oom_step, oom_truth.encode() if oom_truth else None, device, noise_kinds,
-                  OOM_RETRIES.index(oom_retry))
+                  OOM_RETRIES.index(oom_retry), graphs)
     t = _Truth()
     if lib.simtrain_run(ctypes.byref(cfg), ctypes.byref(t)) != 0:
         raise PyinterposeError(f"simtrain ({framework}) failed: {t.error.decode(errors='replace')}")
@@ -148,4 +156,6 @@ def run_once(lib: ctypes.CDLL, framework: str, steps: int, layers: int, noise: f
                peak_live_bytes=int(t.peak_live_bytes), result_hash=f"{int(t.result_hash):016x}")
     if oom != "none":
         out["failed_allocs"] = int(t.failed_allocs)
+    if graphs:
+        out["graphs"] = {"warmup_steps": graphs, **{k[len("graph_"):]: int(getattr(t, k)) for k in GRAPH_COUNTERS}}
     return out

@@ -4,8 +4,9 @@ CUDA call path, with a truth file that says exactly what they did.
     python -m pyinterpose.examples.simtrain --framework torch|jax|tf [--steps N]
         [--workers K] [--noise F] [--noise-kinds extra,missing,stream2] [--truth FILE.json] [--layers L]
         [--seed S] [--device-time off|h100-like]
-        [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]]
+        [--oom near|final [--oom-step S] [--oom-truth FILE.jsonl]] [--graphs [WARMUP]]
         [--outside-bytes N] [--oom-neighbour N] [--oom-retry release|smaller]   (simaside.py)
+    python -m pyinterpose.examples.simtrain --leak ...   (a slow leak and a late OOM: see simleak.py)
 
 With SIMCUDA_CHECK=1, every block's contents are checked before it is freed (simtrain.h): a block
 overwritten while live ends the run with an error (exit status 1).
@@ -30,6 +31,14 @@ the order of pids); device_time when it is not off; failed_allocs with --oom; re
 process: a hash of the trained weights' and moments' first values, comparable between runs with
 SIMCUDA_CHECK=1, which zeroes the values the kernels read first).
 ``--ranks N``: a job of N rank processes (pyinterpose.examples.simranks).
+
+CUDA graphs (``--graphs [WARMUP]``, torch path with ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``):
+WARMUP eager steps (default 2), then one step captured into a graph (its cudaMallocAsync/cudaFreeAsync
+become memory nodes, nothing runs at capture) and every later step one replay (cudaGraphLaunch), as
+``torch.cuda.graph`` / ``torch.compile(mode="reduce-overhead")`` do.  The truth counts what ran:
+``allocs``, ``accesses``, ``launches``, ... are totals over the eager steps and the replays (the capture
+counts nothing); ``graphs`` holds warmup_steps, replays and what one replay does (allocs, frees, bytes,
+accesses, launches).  ``by_api`` counts calls made (the captured ones once, cudaGraphLaunch per replay).
 
 Out of memory (``--oom``): at step S (default the last) the loop puts a few blocks in its
 allocator's cache (allocated, freed by the program, kept from CUDA), then asks for more than the
@@ -82,6 +91,8 @@ def _merge(parts: list[dict]) -> dict:
     total["result_hashes"] = [p["result_hash"] for p in parts]  # the trained state (SIMCUDA_CHECK=1: comparable)
     if "failed_allocs" in parts[0]:
         total["failed_allocs"] = sum(p["failed_allocs"] for p in parts)
+    if "graphs" in parts[0]:
+        total["graphs"] = parts[0]["graphs"]   # per process (every process replays the same graph)
     return total
 
 
@@ -108,7 +119,7 @@ def _run_args(args: argparse.Namespace) -> tuple:
     return (args.framework, args.steps, args.layers, args.noise, args.seed, getattr(args, "device_time", "off"),
             getattr(args, "oom", "none"), getattr(args, "oom_step", -1), getattr(args, "oom_truth", None),
             getattr(args, "device", 0), noise_mask(getattr(args, "noise_kinds", "extra")),
-            getattr(args, "oom_retry", "release"))
+            getattr(args, "oom_retry", "release"), getattr(args, "graphs", 0))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -185,6 +196,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "succeeds) or final (it fails: out-of-memory error, exit status 1)")
     p.add_argument("--oom-step", type=int, default=-1, help="the step that asks for too much (default: the last)")
     p.add_argument("--oom-truth", metavar="FILE", help="one JSON line per failed request: the live set")
+    p.add_argument("--graphs", type=int, nargs="?", const=2, default=0, metavar="WARMUP",
+                   help="CUDA graphs (torch path, cudaMallocAsync backend): WARMUP eager steps (default 2), then "
+                        "one step captured into a graph and replayed for every later step")
     simranks.add_arguments(p)
     simaside.add_arguments(p)
     args = p.parse_args(argv)
@@ -205,6 +219,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         raise PyinterposeError(f"--oom-step must be below --steps ({args.steps})")
     if args.oom_step < -1:
         raise PyinterposeError("--oom-step must be 0 or more")
+    if args.graphs < 0 or (args.graphs and args.steps <= args.graphs):
+        raise PyinterposeError(f"--graphs WARMUP must be 1 or more and below --steps ({args.steps})")
     return args
 
 
@@ -215,8 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     # let SIGINT end the process at once (exit status 130 for `pyinterpose run`).
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    cli = sys.argv[1:] if argv is None else argv
+    if "--leak" in cli:   # the slow-leak, late-OOM loop (its own options and truth): simleak.py
+        from . import simleak
+
+        return simleak.main(cli)
     try:
         args = parse_args(argv)
+        # declare the framework path this process emulates, as a launcher may for a real one: the shim
+        # records it (CONTEXT), so the trace says which framework ran whatever the command line was
+        os.environ["PYINTERPOSE_FRAMEWORK"] = args.framework
         if args.rank_child:
             return simranks.child_main(args)
         if args.oom != "none":

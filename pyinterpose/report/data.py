@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, counted_bytes
 
 
 @dataclass
@@ -37,7 +37,7 @@ def _events(b: pd.DataFrame, times=None) -> tuple[np.ndarray, np.ndarray, np.nda
     rows = np.arange(len(b))
     t_alloc, t_free = times if times is not None else (b["t_alloc"].to_numpy(np.int64), b["t_free"].to_numpy(np.int64))
     t = np.concatenate([t_free[freed], t_alloc])
-    size = b["size"].to_numpy(np.int64)
+    size = counted_bytes(b)         # physical bytes count once (a double-mapped window's overlap: 0)
     d = np.concatenate([-size[freed], size])
     r = np.concatenate([rows[freed], rows])
     # at equal t, frees first (same rule as live_bytes_curve); one int64 key sorts faster than lexsort
@@ -72,7 +72,7 @@ def _keep_indices(t: np.ndarray, total: np.ndarray, max_points: int) -> np.ndarr
     return last_at_t[keep]
 
 
-CLASS_ORDER = ["persistent", "cross_iteration", "per_iteration", "transient", "outside", "other"]
+CLASS_ORDER = ["persistent", "leak", "cross_iteration", "per_iteration", "transient", "outside", "other"]
 
 
 def _class_rank(name: str) -> int:

@@ -6,6 +6,9 @@
                    the lifetime classifier is available)
 * ``minimalloc`` — the steady iteration as a MiniMalloc CSV problem
                    (pyinterpose.analysis.pools.steady_problem / write_minimalloc_csv)
+* ``folded``     — the live set by call stack at the peak (or ``moment="oom-N"``) as folded
+                   stacks (report.flame, pyinterpose.analysis.flame)
+* ``speedscope`` — the same, every moment (peak, each OOM) as speedscope JSON profiles
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from ..errors import PyinterposeError
 from ..trace.model import Trace
 from ..analysis import guarded
 
-FORMATS = ["perfetto", "memory-viz", "csv", "minimalloc"]
+FORMATS = ["perfetto", "memory-viz", "csv", "minimalloc", "folded", "speedscope"]
 
 
 def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame:
@@ -85,7 +88,8 @@ def _completeness(trace: Trace) -> dict[str, Any]:
     return {"marked_incomplete": True, "incomplete_reason": str(trace.meta.get("incomplete_reason") or "")}
 
 
-def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None) -> dict[str, Any]:
+def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None,
+           moment: str | None = None) -> dict[str, Any]:
     """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict.
 
     ``pid``: memory-viz and minimalloc describe one process (default: see
@@ -110,4 +114,18 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         return write_csv(trace, path, classes=cl.value)
     if fmt == "minimalloc":
         return write_minimalloc(trace, path, pid)
+    if fmt in ("folded", "speedscope"):
+        import os
+
+        from ..analysis.flame import moments
+        from .flame import write_folded, write_speedscope
+
+        ms = moments(trace)
+        if fmt == "folded":
+            return {**write_folded(ms, path, moment), **_completeness(trace)}
+        if moment is not None:
+            from .flame import pick
+            ms = [pick(ms, moment)]
+        return {**write_speedscope(ms, path, os.path.basename(path)),
+                **_completeness(trace)}
     raise PyinterposeError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")

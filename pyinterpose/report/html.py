@@ -156,7 +156,8 @@ def header_facts(ctx: ReportContext) -> list[tuple[str, str]]:
         ("command", " ".join(map(str, trace.meta.get("command", []))) or "-"),
         ("view", str(trace.meta.get("view", "-"))),
         ("framework", framework_of(trace)),
-        ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", [])) or "-"),
+        ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", []))
+         or ("simulated (simcuda): no real GPU" if trace.meta.get("simulated_gpu") else "not recorded")),
         ("processes", str(len(trace.pids))),
         ("duration", fmt_ns(trace.duration_ns)),
         ("device allocations", f"{len(b):,}"),
@@ -304,7 +305,7 @@ def render(rep: Report) -> str:
         parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)
     now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    interactive = any(s.html for s in rep.sections)
+    interactive = any(s.html and s.id != "flame" for s in rep.sections)   # the timeline's charts (not the flame graph's)
     libs = (f"<script>{timeline.chart_js()}</script><script>{timeline.timeline_js()}</script>"
             if interactive else "")
     css = _CSS + (timeline.chart_css() if interactive else "")

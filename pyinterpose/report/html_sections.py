@@ -211,7 +211,7 @@ def _pools_section(s: Section, pl: guarded.Result, heads: dict) -> None:
             s.facts.append((title, ", ".join(f"{n} {fmt_ratio(r)}" for n, r in
                                              zip(sel["strategy"], sel["ratio_to_bound"].astype(float)))))
     s.facts += [("lower bound, steady step (LOAD)", fmt_bytes(bound)),
-                ("lower bound, whole run (peak live)", fmt_bytes(whole)),
+                ("lower bound, whole run (peak live)", fmt_bytes(whole) + _scope_note(d)),
                 ("steady window", f"{it.get('events', 0):,} alloc/free events, {it.get('blocks', 0):,} blocks "
                                   f"({it.get('source', '?')})")]
     heads["pools"] = {"bound_bytes": bound, "bound_whole_run_bytes": whole,
@@ -470,3 +470,14 @@ BLOCKS = Reporter(
     "blocks", "Largest and outlier blocks", fill_blocks,
     explain="The largest device allocations with their lifetime and class; outliers are blocks whose"
             " (ATI x size) is unusually high: the best candidates to swap or to free early.")
+
+
+def _scope_note(d: dict) -> str:
+    """What the pools' bound covers when it is not every device block: the framework allocator's blocks
+    only, the libraries' (cuBLAS workspaces, NCCL, ...) left out."""
+    out = d.get("outside_allocator") or {}
+    fw = (d.get("allocator") or {}).get("framework")
+    if not fw or fw == "unknown" or not out.get("blocks"):
+        return ""
+    return (f" (the framework allocator's blocks only; the libraries' {out['blocks']} blocks outside it, "
+            f"{fmt_bytes(out.get('peak_live_bytes'))} at their peak, left out)")

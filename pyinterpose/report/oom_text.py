@@ -29,10 +29,30 @@ def _request(e: dict) -> str:
             f"(pid {e['pid']}{where}){dev}{retry}")
 
 
+# lifetime classes as the OOM lines say them ("outside" alone would clash with "outside the allocator")
+CLASS_WORDS = {"outside": "outside the steps", "per_iteration": "per iteration", "cross_iteration": "cross iteration"}
+
+
+def _holders_line(e: dict, n: int = 3) -> str | None:
+    """The call sites holding the most of the live set (largest first)."""
+    sites = [c for c in e.get("by_call_site") or [] if c["call_site"] != "(no call site recorded)"][:n]
+    if not sites:
+        return None
+    return "held by " + ", ".join(f"{c['call_site']} {fmt_bytes(c['bytes'])}" for c in sites)
+
+
+def _allocator_line(e: dict) -> str:
+    if not e.get("framework_known", True):
+        return "no framework's allocator recognised: every block is the program's own request"
+    return (f"framework allocator {fmt_bytes(e['framework_allocator_bytes'])}, outside the framework allocator "
+            f"{fmt_bytes(e['outside_allocator_bytes'])}")
+
+
 def _live_line(e: dict) -> str:
     owners = ", ".join(f"{o['owner']} {fmt_bytes(o['bytes'])}" + (" (framework allocator)" if o.get(
         "framework_allocator") else "") for o in e["by_owner"][:3])
-    classes = ", ".join(f"{c['class']} {fmt_bytes(c['bytes'])}" for c in e["by_lifetime_class"][:4])
+    classes = ", ".join(f"{CLASS_WORDS.get(c['class'], c['class'])} {fmt_bytes(c['bytes'])}"
+                        for c in e["by_lifetime_class"][:4])
     s = f"live {fmt_bytes(e['process_live_bytes'])} in {e['live_blocks']} blocks: {owners or 'none'}"
     if classes:
         s += f"; {classes}"
@@ -74,6 +94,9 @@ def compact(ex: dict, trace_path: str, limit: int = 3) -> list[str]:
             lines.append(f"  ... {len(ents) - limit - 1} more")
         lines.append("  " + _request(e))
         lines.append("    " + _live_line(e))
+        h = _holders_line(e)
+        if h:
+            lines.append("    " + h)
         s = _since_line(e)
         if s:
             lines.append("    " + s)
@@ -93,8 +116,7 @@ def full(ex: dict, top: int = 5) -> list[str]:
         if e.get("shortfall_bytes") is not None:
             lines.append(f"    short by {fmt_bytes(e['shortfall_bytes'])} (capacity: {e['capacity_source']})")
         lines.append("    " + _live_line(e))
-        lines.append(f"    framework allocator {fmt_bytes(e['framework_allocator_bytes'])}, outside it "
-                     f"{fmt_bytes(e['outside_allocator_bytes'])}")
+        lines.append("    " + _allocator_line(e))
         r = _reserve_line(e)
         if r:
             lines.append("    " + r)

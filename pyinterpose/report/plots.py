@@ -26,7 +26,7 @@ CLASS_COLOURS = {
     "persistent": "#4C72B0", "weight": "#4C72B0", "per-iteration": "#DD8452", "per_iteration": "#DD8452",
     "iteration": "#DD8452", "activation": "#DD8452", "temporary": "#55A868", "workspace": "#55A868",
     "gradient": "#C44E52", "optimizer": "#8172B3", "warmup": "#937860", "other": "#8C8C8C", "live": "#4C72B0",
-    "cross_iteration": "#8172B3", "transient": "#55A868", "outside": "#BBBBBB",
+    "cross_iteration": "#8172B3", "transient": "#55A868", "outside": "#BBBBBB", "leak": "#C44E52",
 }
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
            "#CCB974", "#64B5CD"]

@@ -36,7 +36,7 @@ def _device_table(job: dict) -> pd.DataFrame:
 def _figure(per_rank: list[dict], job: dict) -> tuple[str, str]:
     from .plots import ranks_png
 
-    labels = ["?" if r["rank"] is None else str(r["rank"]) for r in per_rank]
+    labels = [f"pid {r['pid']}" if r["rank"] is None else str(r["rank"]) for r in per_rank]
     peaks = [r["peak_live_bytes"] for r in per_rank]
     top = max(range(len(peaks)), key=lambda i: peaks[i]) if peaks else None
     alt = "peak live device memory per rank; " + ", ".join(f"rank {a}: {fmt_bytes(p)}" for a, p in zip(labels, peaks))
@@ -46,10 +46,16 @@ def _figure(per_rank: list[dict], job: dict) -> tuple[str, str]:
 def facts(job: dict) -> list[tuple[str, str]]:
     if not job.get("ranks"):
         return []
-    return [("ranks", str(job["ranks"])),
+    return [("ranks" if job.get("ranked", True) else "processes (no rank variables)", str(job["ranks"])),
             ("imbalance (max peak / median)", "–" if job["imbalance"] is None else f"{job['imbalance']:.3f}"),
-            ("highest peak", f"rank {job['max_rank']} ({fmt_bytes(job['max_peak_bytes'])})"),
-            ("first to reach its peak", f"rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")]
+            ("highest peak", f"{_who(job, 'max')} ({fmt_bytes(job['max_peak_bytes'])})"),
+            ("first to reach its peak", f"{_who(job, 'first_to_peak')} ({job['first_to_peak_clock']} clock)")]
+
+
+def _who(job: dict, key: str) -> str:
+    """The job view's label for ``max`` / ``first_to_peak`` (older views: from the rank)."""
+    label = job.get(f"{key}_label")
+    return label if label else f"rank {job['max_rank' if key == 'max' else 'first_to_peak']}"
 
 
 def fill_ranks(s: Section, ctx) -> bool:
@@ -71,6 +77,10 @@ def fill_ranks(s: Section, ctx) -> bool:
 RANKS = Reporter("ranks", "Ranks", fill_ranks, explain=EXPLAIN)
 
 
+def duplicate_line(d: dict) -> str:
+    return f"{d['trace']} is a copy of {d['copy_of']}: counted once"
+
+
 def job_report(res: dict, title: str):
     """A Report (pyinterpose.report.sections) of a job analysed by pyinterpose.analysis.job."""
     s = Section("ranks", "Ranks", EXPLAIN)
@@ -86,5 +96,6 @@ def job_report(res: dict, title: str):
         "lost events": x["lost_events"], "peak live": fmt_bytes(x["peak_live_bytes"]),
         "complete": "yes" if x["complete"] else "NO"} for x in res["traces"]])))
     warnings = [f"{x['trace']}: {w}" for x in res["traces"] for w in x["warnings"]]
+    warnings += [duplicate_line(d) for d in res.get("duplicates") or []]
     return Report(title=title, facts=facts(res["ranks"]) + [("traces", str(len(res["traces"])))], sections=[s, t],
                   headlines={"ranks": res["ranks"], "per_rank": res["per_rank"]}, warnings=warnings)

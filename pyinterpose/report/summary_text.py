@@ -51,10 +51,11 @@ def print_by_api(con, s: dict, path: str) -> None:
 
 def print_processes(con, s: dict, path: str) -> None:
     t = Table(title="processes", show_header=True)
-    for c in ("pid", "ppid", "forked", "allocs", "launches", "peak live", "lost"):
+    for c in ("pid", "ppid", "forked", "device allocs", "host allocs", "launches", "peak live", "lost"):
         t.add_column(c, justify="right")
     for p in s["per_process"]:
-        t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p["launches"]),
+        t.add_row(str(p["pid"]), str(p["ppid"]), str(p["forked"]), str(p["allocs"]), str(p.get("host_allocs", 0)),
+                  str(p["launches"]),
                   fmt_bytes(p["peak_live_bytes"]), str(p["lost_events"]))
     con.print(t)
 
@@ -72,9 +73,18 @@ def print_owners(con, s: dict, path: str) -> None:
 
 
 def print_graphs(con, s: dict, path: str) -> None:
+    g = s.get("cuda_graphs") or {}
     if s["graph_launches"]:
-        con.print(f"{s['graph_launches']} CUDA graph launches: the kernels inside graph replays are not seen "
-                  "(their accesses are missing from the access analysis)")
+        line = (f"CUDA graphs: {s['graph_launches']} replays, {g.get('replays_expanded', 0)} expanded into their "
+                f"nodes ({g.get('memory_node_blocks', 0)} memory-node blocks)")
+        if g.get("graph_pool_reserved_high") is not None:
+            line += f"; graph pool reserved (high): {fmt_bytes(g['graph_pool_reserved_high'])}"
+        if g.get("private_pool_bytes"):
+            line += f"; allocated during capture (private pools): {fmt_bytes(g['private_pool_bytes'])}"
+        con.print(line)
+        if g.get("replays_unexpanded"):
+            con.print(f"{g['replays_unexpanded']} of them ran a graph not captured in the trace: their kernels' "
+                      "accesses are missing from the access analysis")
 
 
 def print_completeness(con, s: dict, path: str) -> None:
@@ -107,10 +117,33 @@ def print_applied(con, ap: dict, fmt_bytes=fmt_bytes) -> None:
             cols = ["iteration", "served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other"]
             for c in cols:
                 t.add_column(c.replace("_", " "), justify="right")
-            shown = rows if len(rows) <= 12 else rows[:6] + rows[-6:]
+            shown = rows if len(rows) <= 12 else rows[:6] + [None] + rows[-6:]
             for r in shown:
+                if r is None:       # the rows left out, said so
+                    hidden = rows[6:-6]
+                    t.add_row(f"… {len(hidden)} iterations ({hidden[0]['iteration']}–{hidden[-1]['iteration']}) "
+                              f"not shown", *("…" for _ in cols[1:]))
+                    continue
                 t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
             con.print(t)
+        if p.get("swapped"):
+            print_swaps(con, p)
+
+
+def print_swaps(con, p: dict) -> None:
+    """The swap engine per iteration (``plan --swap``; docs/swap-run.md)."""
+    tot = p["swap_totals"]
+    con.print(f"[bold]swaps[/bold] (pid {p['pid']}): {tot['swaps_out']} out, {tot['swaps_in']} back, "
+              f"{tot['late']} late, {tot['unforeseen']} unforeseen accesses waited; {tot['managed']} requests "
+              f"from managed memory, {tot['real']} to the program's allocator by plan")
+    t = Table(title=f"swaps per iteration (pid {p['pid']})", show_header=True)
+    cols = ["iteration", "swaps_out", "swaps_in", "late", "unforeseen", "waits", "managed", "real"]
+    for c in cols:
+        t.add_column(c.replace("_", " "), justify="right")
+    rows = p["swapped"]
+    for r in (rows if len(rows) <= 12 else rows[:6] + rows[-6:]):
+        t.add_row(*("before the loop" if c == "iteration" and r[c] < 0 else str(r[c]) for c in cols))
+    con.print(t)
 
 
 def print_clock(con, s: dict) -> None:
@@ -122,16 +155,24 @@ def print_clock(con, s: dict) -> None:
                   f"p90 {fmt_ns(lag['p90_ns'])}, p99 {fmt_ns(lag['p99_ns'])}, max {fmt_ns(lag['max_ns'])}")
 
 
+def short_uuid(uuid: str | None) -> str:
+    """A GPU UUID as a table shows it: 'GPU-…00000001' (its last 8 hex digits; the whole UUID
+    is in --json).  "?" when unknown."""
+    if not uuid:
+        return "?"
+    return uuid if len(uuid) <= 13 else f"{uuid[:4]}…{uuid[-8:]}"
+
+
 def print_ranks(con, per_rank: list, job: dict) -> None:
     """The per-rank table and the job's imbalance line (nothing when no process has a rank)."""
     if not per_rank or all(r["rank"] is None for r in per_rank):
         return
     t = Table(title="ranks", show_header=True)
-    for c in ("rank", "host", "pid", "device", "uuid", "peak live", "peak at", "collective lib", "iterations"):
-        t.add_column(c, justify="left" if c in ("host", "uuid") else "right", overflow="fold")
+    for c in ("rank", "host", "pid", "dev", "uuid", "peak live", "peak at", "coll. lib", "iters"):
+        t.add_column(c, justify="left" if c in ("host", "uuid") else "right", overflow="fold", no_wrap=c == "uuid")
     for r in per_rank:
         at = f"{r['peak_t_ns'] / 1e9:.2f} s" if r["peak_t_ns"] is not None and r["peak_t_ns"] >= 0 else "-"
-        t.add_row(str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["device"]), r["device_uuid"] or "?",
+        t.add_row(str(r["rank"]), str(r["host"]), str(r["pid"]), str(r["device"]), short_uuid(r["device_uuid"]),
                   fmt_bytes(r["peak_live_bytes"]), at, fmt_bytes(r["collective_peak_bytes"]),
                   str(r["iterations"]))
     con.print(t)
@@ -140,13 +181,15 @@ def print_ranks(con, per_rank: list, job: dict) -> None:
         for c in ("host", "uuid", "ranks", "sum of peaks"):
             t.add_column(c, justify="right" if c == "sum of peaks" else "left", overflow="fold")
         for e in job["per_device"]:
-            t.add_row(str(e["host"]), e["device_uuid"] or "?", ", ".join(str(r) for r in e["ranks"]),
+            t.add_row(str(e["host"]), short_uuid(e["device_uuid"]), ", ".join(str(r) for r in e["ranks"]),
                       fmt_bytes(e["sum_of_peaks"]))
         con.print(t)
     if job.get("imbalance") is not None:
         con.print(f"{job['ranks']} ranks: imbalance (max peak / median) [bold]{job['imbalance']:.3f}[/bold]; "
-                  f"highest peak: rank {job['max_rank']} ({fmt_bytes(job['max_peak_bytes'])}); "
-                  f"first to reach its peak: rank {job['first_to_peak']} ({job['first_to_peak_clock']} clock)")
+                  f"highest peak: {job.get('max_label') or 'rank ' + str(job['max_rank'])} "
+                  f"({fmt_bytes(job['max_peak_bytes'])}); first to reach its peak: "
+                  f"{job.get('first_to_peak_label') or 'rank ' + str(job['first_to_peak'])} "
+                  f"({job['first_to_peak_clock']} clock)")
 
 
 def allocator_line(s: dict) -> str:
@@ -196,6 +239,23 @@ def print_call_sites(con, sites: dict, fmt_bytes=fmt_bytes, title_suffix: str = 
         con.print(f"note (pid {n['pid']}): {n['note']}")
 
 
+def print_window(con, s: dict) -> None:
+    """A windowed or flight-recorder trace: the steps it covers and the whole run's growth."""
+    w, g = s.get("window"), s.get("growth")
+    if not w:
+        return
+    for p in w.get("processes", []):
+        con.print(f"pid {p['pid']}: steps {p['first_step']} to {p['last_step']} of {p['steps_in_run']} in this trace "
+                  f"({w['mode']}); live at the window's start: {fmt_bytes(p['live_bytes_at_start'] or 0)} "
+                  f"in {p['snapshot_blocks']} blocks")
+    if g:
+        con.print(f"growth over the whole run: [bold]{g['bytes_per_step']:+,.0f} B per step[/bold]")
+        for p in g["processes"]:
+            for c in p["call_sites"][:5]:
+                con.print(f"  {'LEAK ' if c['leak'] else ''}{c['call_site']}: +{fmt_bytes(c['grew_bytes'])} "
+                          f"({c['bytes_per_step']:+,.0f} B per step), {fmt_bytes(c['live_bytes_at_end'])} live at the end")
+
+
 SUMMARY_BLOCKS = [
     print_header,
     print_machine,
@@ -209,6 +269,7 @@ SUMMARY_BLOCKS = [
     lambda con, s, path: print_clock(con, s),
     lambda con, s, path: print_call_sites(con, s["call_sites"]),
     lambda con, s, path: print_oom(con, s),
+    lambda con, s, path: print_window(con, s),
     lambda con, s, path: print_ranks(con, s["per_rank"], s["ranks"]),
     lambda con, s, path: print_applied(con, s["applied"]) if s.get("applied") else None,
 ]

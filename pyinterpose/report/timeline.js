@@ -18,7 +18,7 @@
   var BINS = 1200, MINI_BINS = 600, CHECK = 4096, NEVER = 0xFFFFFFFF, HEIGHT = 420, MINI_HEIGHT = 80, YAXIS = 74;
   var PALETTE = ['#4C72B0', '#DD8452', '#55A868', '#C44E52', '#8172B3', '#937860', '#DA8BC3', '#8C8C8C',
                  '#CCB974', '#64B5CD', '#2F4B7C', '#A05195'];
-  var CLASS_COLOURS = {persistent: '#4C72B0', cross_iteration: '#8172B3', per_iteration: '#DD8452',
+  var CLASS_COLOURS = {persistent: '#4C72B0', leak: '#C44E52', cross_iteration: '#8172B3', per_iteration: '#DD8452',
                        transient: '#55A868', outside: '#BBBBBB', other: '#8C8C8C', live: '#4C72B0',
                        reserved: '#4C72B0'};
   var NVML_COLOUR = '#111111', RESERVED_COLOUR = '#C44E52';

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, counted_bytes
 from .data import CLASS_ORDER
 
 NEVER = np.uint32(0xFFFFFFFF)
@@ -187,7 +187,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         mask &= bl["counts_device"].to_numpy(bool)
     # only the columns used here (a copy of every column of millions of blocks costs hundreds of MB)
     cols = [c for c in ("block_id", "pid", "device", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
-                        "api", "owner", "stack_id") if c in bl.columns]
+                        "device_bytes", "api", "owner", "stack_id") if c in bl.columns]
     b = bl.loc[mask, cols]
     if len(b) == 0:
         return None
@@ -218,7 +218,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     f_ev[bad] = a_ev[bad]  # lifetime 0 events: never live in the drawing, as in the data
 
     # the device's live bytes after every event: its peak and where the area ends
-    size_rows = b["size"].to_numpy(np.int64)
+    size_rows = counted_bytes(b)     # the live-bytes sizes: a double-mapped window's overlap counts once
     total = np.cumsum(np.where(is_alloc, size_rows[r], -size_rows[r]))
     ipk = int(np.argmax(total)) if n else 0
     stats = {"peak_bytes": int(total[ipk]) if n else 0, "peak_t_ns": int(t[ipk]) if n else 0,
@@ -279,6 +279,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
 
     iters_ev: list[int] = []
     iters_t: list[int] = []
+    iterations = _own_iterations(trace, b, iterations)
     if iterations is not None and getattr(iterations, "count", 0):
         bt = np.asarray(iterations.boundaries_t, dtype=np.int64)
         iters_ev = np.searchsorted(t, bt, side="left").astype(np.int64).tolist()
@@ -323,6 +324,26 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         "initial": initial,
         "stats": stats,
     }
+
+
+def _own_iterations(trace: Trace, b: pd.DataFrame, iterations):
+    """The iterations to mark on this device: ``iterations`` when they are of a process with blocks here,
+    else those of the process holding most of this device's blocks (a rank's GPU shows that rank's steps,
+    not another rank's boundaries placed on its events)."""
+    pids = b["pid"].to_numpy()
+    if not len(pids):
+        return iterations
+    if iterations is not None and getattr(iterations, "pid", None) is not None and \
+            (pids == int(iterations.pid)).any():
+        return iterations
+    vals, counts = np.unique(pids, return_counts=True)
+    from ..analysis.iterations import find_iterations
+    from ..errors import PyinterposeError
+
+    try:
+        return find_iterations(trace, pid=int(vals[np.argmax(counts)]))
+    except PyinterposeError:
+        return None
 
 
 def _reserved_steps(block_id: np.ndarray, a_ev: np.ndarray, f_ev: np.ndarray, reserved: dict) -> dict | None:

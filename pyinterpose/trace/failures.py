@@ -42,3 +42,20 @@ def attach(failures: pd.DataFrame, side_ev: np.ndarray, side_pid: np.ndarray, si
     failures["stack_id"] = tmp["stack_id"].to_numpy(np.int64)
     failures["free_bytes"] = free_b
     failures["total_bytes"] = total_b
+
+
+RESULT_INTERRUPTED = -1000    # events.h PI_RESULT_INTERRUPTED: a call the process was killed inside
+
+
+def interrupted_warnings(failures: pd.DataFrame) -> list[str]:
+    """A line per process killed inside a recorded call (the shim held its record across the call:
+    it is in ``failures`` with result RESULT_INTERRUPTED, its effect unknown)."""
+    if len(failures) == 0:
+        return []
+    f = failures[failures["result"].to_numpy() == RESULT_INTERRUPTED]
+    out = []
+    for pid, g in f.groupby("pid", sort=True):
+        apis = ", ".join(sorted({str(a) for a in g["api"]}))
+        out.append(f"process {int(pid)} was killed inside {len(g)} call{'s' if len(g) != 1 else ''} ({apis}): "
+                   f"recorded as interrupted (result {RESULT_INTERRUPTED}), their effect unknown")
+    return out

@@ -13,6 +13,10 @@ Chunk types:
     PROCESS  (3)  JSON: one process's ring header (pid, ppid, exe, start_ns, forked)
     NVML     (4)  JSON: {"columns": [...], "rows": [[...], ...]} samples
     TRAILER  (5)  JSON: exit status, end time, per-process written/lost/waits
+    WINDOW   (40) JSON: what part of the run the events cover (capture windows, flight recorder):
+                  mode, steps in the run, each process's windows and the snapshot written at each start
+    HISTORY  (41) JSON: one process's per-step history of the whole run (live/reserved bytes at step
+                  boundaries, step peaks, allocations, live bytes per owner and per call site)
 
 Chunks are appended while the target runs, each complete before the next
 starts, so a file cut short by a crash reads back up to its last complete
@@ -32,7 +36,9 @@ CHUNK = struct.Struct("<4sIQII")
 EVENTS_HEAD = struct.Struct("<II")
 
 META, EVENTS, PROCESS, NVML, TRAILER = 1, 2, 3, 4, 5
-CHUNK_NAMES = {META: "meta", EVENTS: "events", PROCESS: "process", NVML: "nvml", TRAILER: "trailer"}
+WINDOW, HISTORY = 40, 41   # capture windows (pyinterpose/capture/window.py)
+CHUNK_NAMES = {META: "meta", EVENTS: "events", PROCESS: "process", NVML: "nvml", TRAILER: "trailer",
+               WINDOW: "window", HISTORY: "history"}
 FLAG_ZLIB = 1
 
 

@@ -52,6 +52,10 @@ address: addresses are reused)
                          non-zero = exportable to other processes (NCCL's buffers)
     reservation_id: int64  vmm: the row of ``reservations`` whose virtual range holds
                          the mapping; -1 otherwise
+    graph: uint64        the CUDA graph this block belongs to (0 none): a memory node's block in one
+                         replay, or memory allocated while the graph was being captured in that process
+                         (PyTorch's private graph pool segments: cudaMalloc during torch.cuda.graph);
+                         see pyinterpose.trace.graphs
 
 ``reservations`` — cuMemAddressReserve ranges (virtual address space, no memory;
 not blocks): reservation_id (int64, dense), pid, device, api, address, size,
@@ -62,18 +66,27 @@ expandable segments, the segment's peak size)
 ``accesses`` — one row per (launch|copy|memset, block) pair
     block_id: int64, pid: int32, seq: int64 (of the LAUNCH/COPY/MEMSET event),
     t: int64 ns, kernel: int32 (index into ``trace.kernels``; -1 for copies),
-    op: category launch|copy|memset|tensormap, flags: uint16 (pi_access_flags)
+    op: category launch|copy|memset|tensormap|graph (a node of an expanded graph replay),
+    flags: uint16 (pi_access_flags), node: int32 (the graph node id; -1 for an eager call)
 
-``launches`` — one row per kernel launch (and graph launch)
+``launches`` — one row per kernel launch (and graph launch), and per kernel node of each expanded
+graph replay (``node`` >= 0: node k of the replay whose GRAPH_LAUNCH has seq ``seq - 1 - k`` when the
+shim held node slots; pyinterpose.trace.graphs)
     pid, tid, seq, t, device, stream, api: category, kernel: int32,
-    kernel_name: category, n_access: int32, graph: bool,
+    kernel_name: category, n_access: int32, graph: bool (a graph launch), node: int32 (-1: a call),
     dev_start, dev_end: int64   when the kernel ran on the GPU (device clock, CUPTI), aligned to
                          the trace's clock (ns since the start of the run); -1 when the trace has no
                          device time for it.  A graph launch: its first replayed node's start and
                          its last node's end (each node is a row of ``gpu_activity``).
 
 ``copies`` — cudaMemcpy*/cudaMemset*: pid, seq, t, api, op (copy|memset), dst, src, size, stream,
-    dev_start, dev_end (int64, as in ``launches``; -1 = no device time)
+    dev_start, dev_end (int64, as in ``launches``; -1 = no device time), node (int32: -1, or the node id
+    of a replayed memcpy/memset node, as in ``launches``)
+``graph_nodes`` — what was captured into (or added to) each CUDA graph, in node order: pid, graph,
+    capture_seq, node, kind (kernel|copy|memset|alloc|free), seq (of the captured call), stream, kernel,
+    size, replays (pyinterpose.trace.graphs)
+``graph_memory`` — the graph memory pool after each replay (cudaDeviceGetGraphMemAttribute): pid, seq
+    (of the graph launch), t, device, reserved, reserved_high, used
 ``gpu_activity`` — one row per device activity record (CUPTI kernel, memcpy, memset), on the
     trace's clock: pid, seq (int64: the LAUNCH/GRAPH_LAUNCH/COPY/MEMSET event it belongs to, via the
     external correlation id; -1 when none matched), kind (category: kernel|memcpy|memset), start,
@@ -93,6 +106,9 @@ expandable segments, the segment's peak size)
     allocation failure, -1 when not recorded — during stream capture, or older traces); see
     pyinterpose.trace.failures and pyinterpose.analysis.oom
 ``markers`` — pyinterpose.mark_step(): pid, seq, t, label
+``swapped`` — the swap engine of ``run --apply`` with a ``plan --swap`` plan (native/shim/swap.c), one row
+    per iteration: pid, seq, t, record (iteration | last), iteration, swaps_out, swaps_in, late, unforeseen,
+    waits, managed, real (int64; docs/swap-run.md)
 ``applied`` — serving from a plan (``run --apply``, native/shim/apply.c), one row per record: pid, seq, t,
     record (category: arena|iteration|refused|last), iteration (int64, -1 before the first), result (int32:
     the arena's real allocation), arena (uint64: its base), capacity (int64), and the requests counted:
@@ -145,7 +161,7 @@ BLOCK_COLUMNS = {
     "seq_alloc": "int64", "seq_free": "int64", "freed": "bool", "stream": "uint64",
     "counts_device": "bool", "handle_t_create": "int64", "handle_t_release": "int64", "reservation_id": "int64",
     "handle_types": "int64",
-    "owner": "category", "stack_id": "int64",
+    "owner": "category", "stack_id": "int64", "graph": "uint64",
 }
 RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int16", "api": "category",
                        "address": "uint64", "size": "int64", "t_alloc": "int64", "t_free": "int64",
@@ -154,16 +170,21 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
 # value of a column missing from a table given to ``conform`` (else False / "" / 0 by dtype)
 COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
                    "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "captured_seq": -1,
-                   "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]"}
+                   "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]", "node": -1}
 ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
-                  "kernel": "int32", "op": "category", "flags": "uint16"}
+                  "kernel": "int32", "op": "category", "flags": "uint16", "node": "int32"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
                   "stream": "uint64", "api": "category", "kernel": "int32",
                   "kernel_name": "category", "n_access": "int32", "graph": "bool",
-                  "dev_start": "int64", "dev_end": "int64"}
+                  "dev_start": "int64", "dev_end": "int64", "node": "int32"}
 COPY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "category", "op": "category",
                 "dst": "uint64", "src": "uint64", "size": "int64", "stream": "uint64",
-                "dev_start": "int64", "dev_end": "int64"}
+                "dev_start": "int64", "dev_end": "int64", "node": "int32"}
+GRAPH_MEMORY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "device": "int16", "reserved": "int64",
+                        "reserved_high": "int64", "used": "int64"}
+GRAPH_NODE_COLUMNS = {"pid": "int32", "graph": "uint64", "capture_seq": "int64", "node": "int32",
+                      "kind": "category", "seq": "int64", "stream": "uint64", "kernel": "int32", "size": "int64",
+                      "replays": "int64"}
 GPU_ACTIVITY_COLUMNS = {"pid": "int32", "seq": "int64", "kind": "category", "start": "int64", "end": "int64",
                         "device": "int16", "stream": "int64", "graph_node": "uint64", "kernel": "int32",
                         "bytes": "int64", "captured_seq": "int64"}
@@ -175,6 +196,9 @@ FAILURE_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "api": "categor
                    "total_bytes": "int64"}
 MARKER_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "label": "object"}
 APPLY_COUNTS = ("served", "no_key", "occupied", "bigger", "capture", "overlap", "off", "other")
+SWAP_COUNTS = ("swaps_out", "swaps_in", "late", "unforeseen", "waits", "managed", "real")
+SWAP_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "category", "iteration": "int64",
+                **{c: "int64" for c in SWAP_COUNTS}}
 APPLY_COLUMNS = {"pid": "int32", "seq": "int64", "t": "int64", "record": "category", "iteration": "int64",
                  "result": "int32", "arena": "uint64", "capacity": "int64", **{c: "int64" for c in APPLY_COUNTS}}
 PROCESS_COLUMNS = {"pid": "int32", "ppid": "int32", "exe": "object", "forked": "bool",
@@ -267,6 +291,9 @@ class Trace:
     stacks: pd.DataFrame = field(default_factory=empty_stacks)
     gpu_activity: pd.DataFrame = field(default_factory=lambda: empty_table(GPU_ACTIVITY_COLUMNS))
     applied: pd.DataFrame = field(default_factory=lambda: empty_table(APPLY_COLUMNS))
+    graph_nodes: pd.DataFrame = field(default_factory=lambda: empty_table(GRAPH_NODE_COLUMNS))
+    graph_memory: pd.DataFrame = field(default_factory=lambda: empty_table(GRAPH_MEMORY_COLUMNS))
+    swapped: pd.DataFrame = field(default_factory=lambda: empty_table(SWAP_COLUMNS))
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def derived(self, key, compute):
@@ -447,22 +474,31 @@ def live_events(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     in :func:`live_bytes_curve`'s order (computed once per trace): ``cumsum(delta)`` is the live
     device bytes curve, and ``cumsum(delta * mask[row])`` that of any subset of the blocks."""
     def compute():
+        # filled in place and reordered one array at a time: at 100 M events each of these is ~0.2 GB
         b = trace.blocks
         rows = np.flatnonzero(b["counts_device"].to_numpy(bool))
-        freed = b["freed"].to_numpy(bool)[rows]
-        fr = rows[freed]
+        fr = rows[b["freed"].to_numpy(bool)[rows]]
+        nf, n = len(fr), len(fr) + len(rows)
         size = counted_bytes(b)
-        t = np.concatenate([b["t_free"].to_numpy(np.int64)[fr], b["t_alloc"].to_numpy(np.int64)[rows]])
-        d = np.concatenate([-size[fr], size[rows]])
-        r = np.concatenate([fr, rows])
-        order = event_order(t, d, len(fr))
-        return t[order], d[order], r[order]
+        t = np.empty(n, np.int64)
+        np.take(b["t_free"].to_numpy(np.int64), fr, out=t[:nf])
+        np.take(b["t_alloc"].to_numpy(np.int64), rows, out=t[nf:])
+        d = np.empty(n, np.int64)
+        np.negative(np.take(size, fr), out=d[:nf])
+        np.take(size, rows, out=d[nf:])
+        order = event_order(t, d, nf)
+        t = t[order]
+        d = d[order]
+        r = np.empty(n, np.int64)
+        r[:nf], r[nf:] = fr, rows
+        del fr, rows
+        return t, d, r[order]
     return trace.derived(("model", "live_events"), compute)
 
 
 def peak_live_bytes_of(trace: Trace, mask: np.ndarray | None = None) -> int:
     """``peak_live_bytes(trace.blocks[mask])`` without sorting again: over the trace's live events."""
     _, d, r = live_events(trace)
-    if mask is not None:
+    if mask is not None and not np.asarray(mask, bool).all():   # all rows: the whole curve, no masked copy
         d = d * np.asarray(mask, bool)[r]
     return int(max(int(np.cumsum(d).max()), 0)) if len(d) else 0

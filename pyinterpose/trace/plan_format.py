@@ -94,7 +94,8 @@ def check(doc: dict, where: str = "plan") -> None:
             "site": [int(r["site"]) for r in reqs], "ordinal": [int(r["ordinal"]) for r in reqs],
             "offset": [int(r["offset"]) for r in reqs], "slot": [int(r["slot_size"]) for r in reqs],
             "lower": [int(r["lifetime"][0]) for r in reqs], "upper": [int(r["lifetime"][1]) for r in reqs],
-            "alternate": [bool(r.get("alternate", False)) for r in reqs]})
+            "alternate": [bool(r.get("alternate", False)) for r in reqs],
+            "serve": [str(r.get("serve", "arena")) for r in reqs]})
         int(doc["judge_after"])
         if it["boundary"] == "anchor":
             int(it["anchor"]["size"]), int(it["anchor"]["site"])
@@ -114,8 +115,13 @@ def check(doc: dict, where: str = "plan") -> None:
               if tuple(df.loc[i, ["size", "site", "ordinal"]].tolist()) not in prim]
     if orphan:
         raise PyinterposeError(f"{where}: request #{orphan[0]}: an alternate slot without its request")
+    bad = ~df["serve"].isin(SERVES)
+    if bad.any():
+        raise PyinterposeError(f"{where}: request #{int(np.flatnonzero(bad)[0])}: unknown serve "
+                               f"{df['serve'].iat[int(np.flatnonzero(bad)[0])]!r}")
+    arena = (df["serve"] == "arena").to_numpy()
     checks = [((df["size"] <= 0) | (df["slot"] < df["size"]), "slot smaller than its request"),
-              ((df["offset"] < 0) | (df["offset"] + df["slot"] > cap), "slot outside the arena"),
+              (arena & ((df["offset"] < 0) | (df["offset"] + df["slot"] > cap)), "slot outside the arena"),
               ((df["offset"] % ALIGNMENT != 0) | (df["slot"] % ALIGNMENT != 0), f"slot not {ALIGNMENT}-aligned"),
               ((df["site"] < 0) | (df["site"] > _M64) | (df["ordinal"] < 0), "bad key"),
               (df["upper"] <= df["lower"], "empty lifetime"),
@@ -125,10 +131,13 @@ def check(doc: dict, where: str = "plan") -> None:
         m = np.asarray(mask, bool)
         if m.any():
             raise PyinterposeError(f"{where}: request #{int(np.flatnonzero(m)[0])}: {what}")
+    a = df[arena]
     try:
-        validate_plan(df["lower"], df["upper"], df["slot"], df["offset"], cap)
+        validate_plan(a["lower"], a["upper"], a["slot"], a["offset"], cap)
     except InvalidPlanError as e:
         raise PyinterposeError(f"{where}: {e}") from None
+    if doc.get("swap") is not None:
+        _check_swap(doc, df, where)
 
 
 def read(path: str) -> dict:
@@ -155,6 +164,40 @@ def write(doc: dict, path: str) -> None:
     os.replace(tmp, path)
 
 
+SERVES = ("arena", "real", "managed")   # a request's slot in the arena; the program's own allocator; managed memory
+
+
+def _check_swap(doc: dict, df: pd.DataFrame, where: str) -> None:
+    """The swap section (``plan --swap``; analysis/swap/planned.py): every swap names a managed request of
+    the plan and three launch keys, and its replay says no swap-out ends after the block's next access."""
+    sw = doc["swap"]
+    try:
+        n_managed = int(sw["managed"])
+        managed = df[df["serve"] == "managed"]
+        idx = sorted(int(r["managed_index"]) for r in doc["requests"] if r.get("serve") == "managed")
+        if idx != list(range(n_managed)) or len(managed) != n_managed:
+            raise ValueError("managed requests are not numbered 0..n-1")
+        keys = {(r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"])): int(r["managed_index"])
+                for r in doc["requests"] if r.get("serve") == "managed"}
+        for i, s in enumerate(sw["swaps"]):
+            q = s["request"]
+            if (q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])) not in keys:
+                raise ValueError(f"swap #{i}: its request is not a managed request of the plan")
+            for k in ("out_after", "in_after", "in_before"):
+                if not isinstance(s[k]["kernel"], str) or int(s[k]["ordinal"]) < 0:
+                    raise ValueError(f"swap #{i}: bad {k}")
+            pl, rp = s["planned_ns"], s["replayed_ns"]
+            if float(pl["out_end"]) > float(s["next_access_ns"]) + 1.0:
+                raise ValueError(f"swap #{i}: its swap-out ends after the block's next access")
+            if float(rp["out_start"]) > float(rp["out_end"]) or float(rp["in_start"]) < float(rp["out_end"]) - 1.0 \
+                    or float(rp["in_end"]) < float(rp["in_start"]):
+                raise ValueError(f"swap #{i}: its transfers are out of order in the replay (a swap-in before "
+                                 "its swap-out has ended)")
+        int(sw["predicted_peak_bytes"]), float(sw["predicted_stall_ns"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise PyinterposeError(f"{where}: malformed swap section ({type(e).__name__}: {e})") from None
+
+
 def digest(doc: dict) -> bytes:
     """The binary the shim maps (native/shim/apply.c): header, keys sorted by (size, site, persistent
     first), slots (offset, size, alt, 0).  A persistent key lists one slot per process-life ordinal up to its
@@ -162,14 +205,16 @@ def digest(doc: dict) -> bytes:
     index of the slot's alternate (0: none), for requests whose block outlives the iteration: the
     alternates follow every key's slots."""
     reqs = doc["requests"]
-    groups: dict[tuple[int, int, int], dict[int, tuple[int, int]]] = {}
-    alternates: dict[tuple[int, int, int], tuple[int, int]] = {}
+    groups: dict[tuple[int, int, int], dict[int, tuple[int, int, int]]] = {}
+    alternates: dict[tuple[int, int, int], tuple[int, int, int]] = {}
     for r in reqs:
         k = (int(r["size"]), int(r["site"]), 0 if r["phase"] == "persistent" else 1)
+        serve = r.get("serve", "arena")
+        mode = 0 if serve == "arena" else (1 if serve == "real" else 2 + int(r["managed_index"]))
         if r.get("alternate"):
-            alternates[(k[0], k[1], int(r["ordinal"]))] = (int(r["offset"]), int(r["slot_size"]))
+            alternates[(k[0], k[1], int(r["ordinal"]))] = (int(r["offset"]), int(r["slot_size"]), min(mode, 1))
         else:
-            groups.setdefault(k, {})[int(r["ordinal"])] = (int(r["offset"]), int(r["slot_size"]))
+            groups.setdefault(k, {})[int(r["ordinal"])] = (int(r["offset"]), int(r["slot_size"]), mode)
     key_dt = np.dtype([("size", "<u8"), ("site", "<u8"), ("first", "<u4"), ("count", "<u4"),
                        ("persistent", "<u4"), ("pad", "<u4")])
     slot_dt = np.dtype([("offset", "<u8"), ("size", "<u8"), ("alt", "<u8"), ("pad", "<u8")])
@@ -183,10 +228,11 @@ def digest(doc: dict) -> bytes:
         for o in range(n):
             if k[2] == 1 and (k[0], k[1], o) in alternates:
                 alt_of.append((len(slots), alternates[(k[0], k[1], o)]))
-            slots.append([*ords.get(o, (0, 0)), 0, 0])
-    for at, (off, size) in alt_of:   # alternates after every key's slots; alt = 1 + their index
+            off, size, mode = ords.get(o, (0, 0, 0))
+            slots.append([off, size, 0, mode])
+    for at, (off, size, mode) in alt_of:   # alternates after every key's slots; alt = 1 + their index
         slots[at][2] = len(slots) + 1
-        slots.append([off, size, 0, 0])
+        slots.append([off, size, 0, mode])
     sl = np.array([tuple(x) for x in slots], slot_dt) if slots else np.zeros(0, slot_dt)
     it = doc["iteration"]
     flags = (FLAG_MARKERS if it["boundary"] == "markers" else 0) | (0 if doc.get("sites", True) else FLAG_NO_SITES)
@@ -196,4 +242,30 @@ def digest(doc: dict) -> bytes:
     hdr[1] = VERSION | (flags << 32)
     hdr[2:9] = [int(doc["capacity"]), len(keys), len(sl), int(anchor["size"]), int(anchor["site"]),
                 int(it["requests"]), int(doc["judge_after"])]
-    return hdr.tobytes() + keys.tobytes() + sl.tobytes()
+    swap = _swap_digest(doc)
+    hdr[9] = len(swap)   # reserved[0]: the swap section's bytes, after the slots
+    return hdr.tobytes() + keys.tobytes() + sl.tobytes() + swap
+
+
+def _swap_digest(doc: dict) -> bytes:
+    """native/shim/swap.c's section: n_managed, n_actions, the managed requests (size, flags), the actions
+    (kernel name hash, ordinal, kind 0 out after / 1 in after / 2 back before, managed index, swap index)
+    sorted by (hash, ordinal)."""
+    sw = doc.get("swap")
+    if not sw:
+        return b""
+    man = sorted((int(r["managed_index"]), int(r["size"])) for r in doc["requests"] if r.get("serve") == "managed")
+    m_dt = np.dtype([("size", "<u8"), ("flags", "<u8")])
+    a_dt = np.dtype([("kname", "<u8"), ("ordinal", "<u4"), ("kind", "<u2"), ("pad", "<u2"), ("managed", "<u4"),
+                     ("swap", "<u4")])
+    index = {(r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"])): int(r["managed_index"])
+             for r in doc["requests"] if r.get("serve") == "managed"}
+    acts = []
+    for i, s in enumerate(sw["swaps"]):
+        q = s["request"]
+        m = index[(q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"]))]
+        for kind, k in enumerate(("out_after", "in_after", "in_before")):
+            acts.append((owner_hash(s[k]["kernel"]), int(s[k]["ordinal"]), kind, 0, m, i))
+    acts.sort(key=lambda a: (a[0], a[1], a[2]))
+    head = np.array([len(man), len(acts)], "<u8")
+    return head.tobytes() + np.array([(sz, 0) for _, sz in man], m_dt).tobytes() + np.array(acts, a_dt).tobytes()

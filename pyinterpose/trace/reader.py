@@ -23,6 +23,7 @@ from . import context
 from . import failures as failure_details
 from . import format as fmt
 from . import gpuclock
+from . import graphs
 from . import stacks as site_tables
 from . import vmm
 from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS, KINDS,
@@ -240,7 +241,7 @@ def _inflated(data: memoryview, chunks: list, threads: bool):
         pool.shutdown(wait=True)
 
 
-def _read(path: str, sink, threads: bool) -> RawTrace:
+def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
     """Every chunk of the file in order: JSON chunks into a RawTrace, the records of each EVENTS
     chunk to ``feed(pid, payload, count)`` where ``feed = sink(file size)`` (called once the
     metadata chunk is read).  Stops at the first bad chunk, with a warning."""
@@ -250,7 +251,9 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
     feed = None
     warnings = []
     unpack_events = fmt.EVENTS_HEAD.unpack_from
+    tick = _ticker(on_progress, chunks, size)
     for ctype, payload in _inflated(data, chunks, threads):
+        tick()
         if ctype is None:
             warnings.append(payload)
             break
@@ -269,6 +272,8 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
             raw.nvml.append(json.loads(bytes(payload)))
         elif ctype == fmt.TRAILER:
             raw.trailer = json.loads(bytes(payload))
+        elif ctype in (fmt.WINDOW, fmt.HISTORY):   # capture windows: the trace's metadata (trace/window.py)
+            raw.meta.setdefault("window" if ctype == fmt.WINDOW else "history", []).append(json.loads(bytes(payload)))
         # unknown chunk types from newer minor writers are skipped
         del payload
     else:
@@ -279,6 +284,20 @@ def _read(path: str, sink, threads: bool) -> RawTrace:
         raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
     raw.warnings = warnings
     return raw
+
+
+def _ticker(on_progress, chunks: list, size: int):
+    """A function to call once per chunk consumed: every 1024 chunks it tells ``on_progress`` the
+    fraction of the file read (nothing without ``on_progress``)."""
+    if on_progress is None or not chunks:
+        return lambda: None
+    n = [0]
+
+    def tick():
+        n[0] += 1
+        if n[0] % 1024 == 0 and n[0] <= len(chunks):
+            on_progress(chunks[n[0] - 1][1] / max(size, 1))
+    return tick
 
 
 def being_written(path: str) -> bool:
@@ -463,18 +482,25 @@ def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
     failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
     markers = b.markers()
     applied = _applied(b.side, b.side_pid, b.side_op, b.col, b.tcol)
+    swapped = _swapped(b.side, b.side_pid, b.side_op, b.col, b.tcol)
     processes = b.processes()
+    graph_memory = graphs.graph_memory(b.side, b.side_pid, b.side_op, getattr(b.O, "GRAPH_MEM", None), b.t0)
+    side, side_pid, side_op = b.side, b.side_pid, b.side_op   # CUDA graphs' records, for the expansion below
     b.side = b.side_pid = b.side_op = None
     nvml = b.nvml()
     counts = b.counts(accesses, markers, failures, unresolved_access, never_freed)
     meta = dict(b.meta)
     meta["trailer"] = raw.trailer
     meta["capture_notes"] = sites.notes
+    raw.warnings.extend(failure_details.interrupted_warnings(failures))
     tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
-               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied)
-    return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied,
+               graph_memory=graph_memory, swapped=swapped)
+    tr = vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+    # CUDA graphs: captured calls out of the eager stream, every replay expanded (trace/graphs.py)
+    return graphs.expand(tr, side, side_pid, side_op, b.O.GRAPH_DEF, graph_launches)
 
 
 class _Builder:
@@ -779,6 +805,32 @@ class _Builder:
         return counts
 
 
+def _swapped(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
+    """PI_OP_SWAP records (native/shim/swap.c) as the ``swapped`` table."""
+    from .model import SWAP_COLUMNS
+
+    code = getattr(records.OP, "SWAP", None)
+    si = np.flatnonzero(side_op == code) if code is not None and len(side) else np.zeros(0, np.int64)
+    if len(si) == 0:
+        return empty_table(SWAP_COLUMNS)
+    S = side[si]
+    lo32, hi32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+
+    def pair(f):
+        v = S[f].astype(np.uint64)
+        return (v & lo32).astype(np.int64), (v >> hi32).astype(np.int64)
+
+    out, back = pair("addr")
+    late, unforeseen = pair("size")
+    waits, managed = pair("stream")
+    return conform(pd.DataFrame({
+        "pid": side_pid[si], "seq": col(side, "seq")[si], "t": tcol(side)[si],
+        "record": pd.Categorical(["last" if int(k) == 4 else "iteration" for k in S["flags"]]),
+        "iteration": S["result"].astype(np.int64), "swaps_out": out, "swaps_in": back, "late": late,
+        "unforeseen": unforeseen, "waits": waits, "managed": managed,
+        "real": S["aux"].astype(np.int64)}), SWAP_COLUMNS)
+
+
 def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
     """PI_OP_APPLY records (native/shim/apply.c) as the ``applied`` table."""
     from .model import APPLY_COLUMNS
@@ -814,11 +866,26 @@ def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
 
 def load(path: str, progress: bool = False) -> Trace:
     """Read a trace file into its tables: chunks are checked and inflated on two threads and
-    streamed through the native record pass, so the records are never all in memory at once."""
+    streamed through the native record pass, so the records are never all in memory at once.
+    From the columnar cache beside the trace when there is a valid one (pyinterpose.trace.colcache);
+    ``progress``: a progress bar on stderr while the file is read (callers pass True on a terminal only)."""
     if os.path.isdir(path):
         raise TraceError(f"{path}: is a directory, not a trace file")
-    sp = _Split()
-    raw = _read(path, lambda size: sp.feed, threads=True)
-    sp.flush()
-    raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
-    return _build(sp, raw, path)
+    from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
+
+    cached = colcache.read(path) if os.path.isfile(path) else None
+    if cached is not None:
+        return cached
+    from .progress import bar
+
+    with bar(f"reading {os.path.basename(path)}", progress) as on_progress:
+        sp = _Split()
+        raw = _read(path, lambda size: sp.feed, threads=True, on_progress=on_progress)
+        sp.flush()
+        raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
+        on_progress(1.0, "building the tables")
+        trace = _build(sp, raw, path)
+        if colcache.wanted(path) and not being_written(path):
+            on_progress(1.0, "writing the table cache")
+            colcache.write(trace, path)
+    return trace

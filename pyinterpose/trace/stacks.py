@@ -314,12 +314,17 @@ def frames_of(trace, stack_id: int) -> list[dict]:
     return out
 
 
-def _frame_text(f: dict) -> str:
+def frame_text(f: dict) -> str:
+    """One frame (a row of the frames table as a dict) as one line: ``file.py:12 in fn``,
+    ``symbol (libfoo.so)``."""
     if f["kind"] == "python":
         return f"{os.path.basename(f['filename'])}:{f['line']} in {f['function']}"
     if f["function"] in (NO_PYTHON, BACKWARD, "<no native stack>"):
         return f"{f['function']} {f['object']}".rstrip()
     return f"{f['function']} ({f['object']})" if f["object"] else f["function"]
+
+
+_frame_text = frame_text
 
 
 # ---- allocation helpers: the call site is the first frame outside them ------------------------
@@ -449,6 +454,21 @@ def _call_site_texts(trace) -> np.ndarray:
     return texts[st["frame_id"].to_numpy(np.int64)[_site_nodes(trace)[0]]]
 
 
+def live_at_peak_bytes(trace) -> np.ndarray:
+    """int64 per row of ``trace.blocks``: the device bytes the block holds at the event where the
+    trace's live device bytes peak (model.live_events; 0 for blocks not live then).  The live set at
+    the peak, exactly: it adds up to the peak (a block allocated at the peak's instant but after the
+    peak event, and a double-mapped window's overlap, count nothing)."""
+    from .model import live_events
+
+    t, d, r = live_events(trace)
+    n = len(trace.blocks)
+    if len(d) == 0:
+        return np.zeros(n, np.int64)
+    k = int(np.argmax(np.cumsum(d)))
+    return np.bincount(r[:k + 1], weights=d[:k + 1], minlength=n).round().astype(np.int64)
+
+
 def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     """The call sites (the first frame outside allocation helpers, see :func:`call_site`) that
     hold the most device bytes live at the peak (``by="peak"``) or make the most allocations
@@ -464,7 +484,7 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     if "stack_id" not in b or len(b) == 0 or not (b["stack_id"] >= 0).any():
         return pd.DataFrame({c: [] for c in cols})
     sid_all = b["stack_id"].to_numpy(np.int64)
-    sel = (sid_all >= 0) & (b["counts_device"].to_numpy(bool) if by == "peak" else True)
+    sel = (sid_all >= 0) & b["counts_device"].to_numpy(bool)     # device blocks only, in both rankings
     rows = np.flatnonzero(sel)
     if len(rows) == 0:
         return pd.DataFrame({c: [] for c in cols})
@@ -479,16 +499,9 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     else:
         own_code, own_names = pd.factorize(owner.astype(str).to_numpy()[rows], use_na_sentinel=False)
         own_names = np.array(list(own_names) + [""], dtype=object)
-    t, d, r = live_events(trace)
-    live_at_peak = np.zeros(len(rows), dtype=bool)
-    if len(d):
-        live = np.cumsum(d)
-        tp = int(t[int(np.argmax(live))])
-        ta, tf = b["t_alloc"].to_numpy(np.int64)[rows], b["t_free"].to_numpy(np.int64)[rows]
-        live_at_peak = (ta <= tp) & (~b["freed"].to_numpy(bool)[rows] | (tf > tp))
     size = b["size"].to_numpy(np.int64)[rows]
     df = pd.DataFrame({"site": site_code[sid], "stack_id": sid, "owner": own_code, "size": size,
-                       "peak": np.where(live_at_peak, size, 0)})
+                       "peak": live_at_peak_bytes(trace)[rows]})
     g = df.groupby("site", sort=False)
     out = pd.DataFrame({"blocks": g.size(), "bytes": g["size"].sum(), "peak_live_bytes": g["peak"].sum(),
                         "owner": g["owner"].agg(lambda s: s.value_counts().index[0]),

@@ -66,6 +66,12 @@ class TraceWriter:
     def nvml(self, columns: list[str], rows: list[list]) -> None:
         self._write(fmt.NVML, fmt.json_bytes({"columns": columns, "rows": rows}), self.compress)
 
+    def window(self, info: dict) -> None:
+        self._write(fmt.WINDOW, fmt.json_bytes(info), False)
+
+    def history(self, table: dict) -> None:
+        self._write(fmt.HISTORY, fmt.json_bytes(table), self.compress)
+
     def trailer(self, info: dict) -> None:
         self._write(fmt.TRAILER, fmt.json_bytes(info), False)
 

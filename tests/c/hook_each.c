@@ -376,6 +376,153 @@ static void c_vmm(const char *hook) {
     emit(&e);
 }
 
+/* ================================================================ graphs built node by node */
+static CUgraph new_graph(void) {
+    CUgraph g = NULL;
+    CHECK(CALL(cuGraphCreate, (CUgraph *, unsigned), &g, 0));
+    return g;
+}
+
+static CUgraphNode kernel_node(CUgraph g, void **params) {
+    CUgraphNode n = NULL;
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = g_kfn, kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1, kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = params;
+    CHECK(CALL(cuGraphAddKernelNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                         const CUDA_KERNEL_NODE_PARAMS *), &n, g, NULL, 0, &kp));
+    return n;
+}
+
+/* form: 0 create, 1 kernel node (driver), 2 kernel node (runtime), 3 memset node (driver), 4 memset (runtime),
+ * 5 memcpy node (driver), 6 memcpy 1D (runtime), 7 child graph, 8 memory alloc node, 9 memory free node,
+ * 10 exec kernel node set params (driver), 11 (runtime), 12 exec update */
+static void c_graph_build(const char *hook, int form) {
+    expect e = {.hook = hook, .api = hook};
+    uint64_t b = dalloc(4096), b2 = dalloc(4096);
+    void *arg = (void *)(uintptr_t)b, *params[] = {&arg};
+    CUgraph g = form == 0 ? NULL : new_graph(), g2 = NULL;
+    CUgraphNode n = NULL;
+    CUgraphExec x = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = 1, ap.poolProps.location.type = 1, ap.bytesize = 1 << 16;
+    if (form == 9)
+        CHECK(CALL(cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS *), &n, g, NULL, 0, &ap));
+    CUgraph child = NULL;
+    if (form == 7) { /* the child and its own node: outside the window */
+        child = new_graph();
+        kernel_node(child, params);
+    }
+    if (form >= 10) {
+        n = kernel_node(g, params);
+        if (form == 12) {
+            g2 = new_graph();
+            kernel_node(g2, params);
+        }
+        CHECK(CALL(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long), &x, g, 0));
+    }
+    mark(hook);
+    switch (form) {
+    case 0:
+        CHECK(((int (*)(CUgraph *, unsigned))fn(hook))(&g, 0));
+        e.op = "GRAPH_DEF", e.flags = "PI_GRAPH_CREATE", AUX(g);
+        break;
+    case 1: case 2: {
+        if (form == 1) {
+            CUDA_KERNEL_NODE_PARAMS kp;
+            memset(&kp, 0, sizeof kp);
+            kp.func = g_kfn, kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+            kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1, kp.kernelParams = params;
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_KERNEL_NODE_PARAMS *))
+                   fn(hook))(&n, g, NULL, 0, &kp));
+            ADDR(g_kfn);
+        } else {
+            cudaKernelNodeParams kp = {&g_stub, {1, 1, 1}, {1, 1, 1}, 0, params, NULL};
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const cudaKernelNodeParams *))
+                   fn(hook))(&n, g, NULL, 0, &kp));
+            ADDR(&g_stub);
+        }
+        e.op = "LAUNCH", ACC(b);
+        break;
+    }
+    case 3: case 4:
+        if (form == 3) {
+            CUDA_MEMSET_NODE_PARAMS mp = {b, 0, 0, 1, 4096, 1};
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_MEMSET_NODE_PARAMS *,
+                            CUcontext))fn(hook))(&n, g, NULL, 0, &mp, NULL));
+        } else {
+            cudaMemsetParams mp = {(void *)(uintptr_t)b, 0, 0, 1, 4096, 1};
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const cudaMemsetParams *))
+                   fn(hook))(&n, g, NULL, 0, &mp));
+        }
+        e.op = "MEMSET", ADDR(b), SIZE(4096), ACC(b);
+        break;
+    case 5: case 6:
+        if (form == 5) {
+            CUDA_MEMCPY3D c;
+            memset(&c, 0, sizeof c);
+            c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            c.srcDevice = b, c.dstDevice = b2, c.WidthInBytes = 2048, c.Height = c.Depth = 1;
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_MEMCPY3D *, CUcontext))
+                   fn(hook))(&n, g, NULL, 0, &c, NULL));
+        } else {
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, void *, const void *, size_t, int))
+                   fn(hook))(&n, g, NULL, 0, (void *)(uintptr_t)b2, (void *)(uintptr_t)b, 2048, 3));
+        }
+        e.op = "COPY", ADDR(b2), SIZE(2048), AUX(b), ACC(b2), ACC(b);
+        break;
+    case 7: {
+        CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph))fn(hook))(&n, g, NULL, 0, child));
+        e.op = "GRAPH_DEF", e.flags = "PI_GRAPH_CHILD", ADDR(n), STREAM(child), AUX(g);
+        CHECK(CALL(cuGraphDestroy, (CUgraph), child));
+        break;
+    }
+    case 8:
+        CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *))
+               fn(hook))(&n, g, NULL, 0, &ap));
+        e.op = "ALLOC", e.kind = "ASYNC", ADDR(ap.dptr), SIZE(1 << 16), STREAM(0);
+        break;
+    case 9: {
+        CUgraphNode f = NULL;
+        CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr))fn(hook))(&f, g, &n, 1,
+                                                                                                   ap.dptr));
+        e.op = "FREE", e.kind = "ASYNC", ADDR(ap.dptr), SIZE(1 << 16);
+        break;
+    }
+    case 10: case 11: {
+        void *arg2 = (void *)(uintptr_t)b2, *params2[] = {&arg2};
+        if (form == 10) {
+            CUDA_KERNEL_NODE_PARAMS kp;
+            memset(&kp, 0, sizeof kp);
+            kp.func = g_kfn, kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+            kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1, kp.kernelParams = params2;
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))fn(hook))(x, n, &kp));
+            ADDR(g_kfn);
+        } else {
+            cudaKernelNodeParams kp = {&g_stub, {1, 1, 1}, {1, 1, 1}, 0, params2, NULL};
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, const cudaKernelNodeParams *))fn(hook))(x, n, &kp));
+            ADDR(&g_stub);
+        }
+        e.op = "LAUNCH", ACC(b2);
+        break;
+    }
+    case 12: {
+        CUgraphExecUpdateResultInfo info;
+        CHECK(((int (*)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))fn(hook))(x, g2, &info));
+        e.op = "GRAPH_DEF", e.flags = "PI_GRAPH_EXEC_UPDATE", ADDR(x), AUX(g2);
+        break;
+    }
+    }
+    emit(&e);
+    if (x) CHECK(CALL(cuGraphExecDestroy, (CUgraphExec), x));
+    if (g2) CHECK(CALL(cuGraphDestroy, (CUgraph), g2));
+    CHECK(CALL(cuGraphDestroy, (CUgraph), g));
+    dfree(b);
+    dfree(b2);
+}
+
 /* ================================================================ stream capture, instantiation */
 static void c_capture(const char *hook, int form) {
     CUgraph g = NULL, into = NULL;
@@ -654,6 +801,15 @@ static void c_unload(const char *hook, int form) {
     dfree(b2);
 }
 
+/* ================================================================ capture windows (window.c) */
+static void c_window(const char *hook, int start) {
+    mark(hook);
+    CHECK(((int (*)(void))fn(hook))());
+    expect e = {.hook = hook, .api = hook, .op = "WINDOW", .flags = start ? "PI_WINDOW_START" : "PI_WINDOW_STOP"};
+    AUX(1); /* PI_WINDOW_PROFILER */
+    emit(&e);
+}
+
 /* ================================================================ the table */
 typedef struct { const char *hook; void (*run)(const char *, int); int form; } kase;
 static void r_rt_alloc(const char *h, int f) {
@@ -678,6 +834,7 @@ static void r_tmap(const char *h, int f) { (void)f; c_tensormap(h); }
 static void r_vmm(const char *h, int f) { (void)f; c_vmm(h); }
 static void r_capture(const char *h, int f) { c_capture(h, f); }
 static void r_inst(const char *h, int f) { c_instantiate(h, f); }
+static void r_build(const char *h, int f) { c_graph_build(h, f); }
 static void r_share(const char *h, int f) { (void)f; c_share(h); }
 static void r_pool(const char *h, int f) { (void)f; c_pool(h); }
 static void r_probe(const char *h, int f) { c_probe_device(h, f); }
@@ -743,6 +900,18 @@ static const kase g_cases[] = {
     {"cuGraphInstantiateWithFlags", r_inst, 0}, {"cuGraphInstantiateWithParams", r_inst, 1},
     {"cudaGraphInstantiate", r_inst, 0}, {"cudaGraphInstantiateWithFlags", r_inst, 0},
     {"cudaGraphInstantiateWithParams", r_inst, 1},
+    {"cuGraphCreate", r_build, 0}, {"cudaGraphCreate", r_build, 0},
+    {"cuGraphAddKernelNode", r_build, 1}, {"cuGraphAddKernelNode_v2", r_build, 1},
+    {"cudaGraphAddKernelNode", r_build, 2}, {"cuGraphAddMemsetNode", r_build, 3},
+    {"cudaGraphAddMemsetNode", r_build, 4}, {"cuGraphAddMemcpyNode", r_build, 5},
+    {"cudaGraphAddMemcpyNode1D", r_build, 6}, {"cuGraphAddChildGraphNode", r_build, 7},
+    {"cudaGraphAddChildGraphNode", r_build, 7}, {"cuGraphAddMemAllocNode", r_build, 8},
+    {"cudaGraphAddMemAllocNode", r_build, 8}, {"cuGraphAddMemFreeNode", r_build, 9},
+    {"cudaGraphAddMemFreeNode", r_build, 9}, {"cuGraphExecKernelNodeSetParams", r_build, 10},
+    {"cuGraphExecKernelNodeSetParams_v2", r_build, 10}, {"cudaGraphExecKernelNodeSetParams", r_build, 11},
+    {"cuGraphExecUpdate_v2", r_build, 12}, {"cudaGraphExecUpdate", r_build, 12},
+    {"cudaProfilerStart", c_window, 1}, {"cudaProfilerStop", c_window, 0}, {"cuProfilerStart", c_window, 1},
+    {"cuProfilerStop", c_window, 0},
 };
 
 int main(void) {

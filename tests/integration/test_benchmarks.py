@@ -93,11 +93,15 @@ def test_bench_pools_finds_the_shared_instances_beside_the_checkout():
 
 @needs_native
 def test_bench_analysis_smallest(tmp_path):
-    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,summary", "--cache",
+    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,cache,summary", "--cache",
                  str(tmp_path / "cache"), "--timeout", "60", cwd=tmp_path)
     t = d["traces"]["3000"]
     assert t["trace"]["events"] > 0
     assert all(c["rc"] == 0 for c in t["commands"].values()), t["commands"]
+    # the cache step wrote the table cache beside the trace, and summary ran on it
+    assert os.path.exists(str(tmp_path / "cache" / "simtrain-torch-3000.pit.picache" / "manifest.json"))
+    assert t["commands"]["summary"]["cache"] is True and d["cache"] is True
+    assert all(c["rss_anon_mb"] + c["rss_file_mb"] > 0 for c in t["commands"].values())
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -151,3 +155,21 @@ def test_bench_gpu_clock_smallest(tmp_path):
     assert d["trace"]["auto"]["clock"] == "cupti" and d["trace"]["off"]["clock"] == "cpu"
     assert d["trace"]["auto"]["launches_with_device_time"] == d["trace"]["auto"]["launches"] > 0
     assert set(d["within_target"]) == {"launch_added_ns", "shim_added_ns", "cpu_added_ns"}
+
+
+@needs_native
+def test_bench_graphs_small(tmp_path):
+    d, _ = bench("bench_graphs.py", "--steps", "6", "--layers", "2", "--repeat", "1", cwd=tmp_path)
+    assert d["matches_truth"] and d["replays"] == 4 and d["expand_s"] >= 0 and "ok" in d
+
+
+@needs_native
+@pytest.mark.slow
+def test_bench_swap_run_smallest(tmp_path):
+    sample = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+    d, _ = bench("bench_swap_run.py", "--trace", sample, "--speed", "0", cwd=tmp_path, timeout=900)
+    t = d["traces"]["torch-cnn-blocks.pit"]
+    assert all(r["rc"] == 0 for r in t["runs"].values())
+    assert t["runs"]["swap_checked"]["check_errors"] == 0 and t["runs"]["swap_checked"]["checked_words"] > 0
+    assert t["runs"]["swap"]["prefetches"] > 0
+    assert t["swap"]["measured_peak_bytes"] < t["runs"]["none"]["resident_peak_bytes"]

@@ -227,11 +227,14 @@ def test_reserved_view_sets_no_knobs(capture, cbuild):
 @pytest.mark.slow
 def test_blocks_view_knobs_reach_the_program_and_the_trace(capture):
     path, cp = capture([sys.executable, "-c", "import os; print(os.environ['PYTORCH_CUDA_ALLOC_CONF'], "
-                                             "os.environ['XLA_PYTHON_CLIENT_ALLOCATOR'], os.environ['XLA_FLAGS'], "
-                                             "os.environ['TF_GPU_ALLOCATOR'])"])
-    assert cp.stdout.split() == ["backend:cudaMallocAsync", "platform", "--xla_gpu_enable_command_buffer=",
-                                 "cuda_malloc_async"]
-    knobs = pyinterpose.load(path).meta["knobs"]
+                                             "os.environ['XLA_PYTHON_CLIENT_ALLOCATOR'], "
+                                             "os.environ.get('XLA_FLAGS', '<unset>'), "
+                                             "os.environ['TF_GPU_ALLOCATOR'])"], env={"XLA_FLAGS": ""})
+    # XLA's command buffers (CUDA graphs) stay on: the view changes no XLA flag, and the trace says so
+    assert cp.stdout.split() == ["backend:cudaMallocAsync", "platform", "cuda_malloc_async"]
+    meta = pyinterpose.load(path).meta
+    assert "XLA_FLAGS" not in meta["knobs"] and meta["cuda_graphs"].startswith("left on")
+    knobs = meta["knobs"]
     assert knobs["PYTORCH_CUDA_ALLOC_CONF"] == "backend:cudaMallocAsync"
     assert knobs["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
 

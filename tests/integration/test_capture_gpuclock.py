@@ -126,21 +126,25 @@ def test_graph_replays_join_their_graph_launch(capture, tmp_path, workload):
     span = nodes.groupby("seq").agg(s=("start", "min"), e=("end", "max"))
     gl = gl.set_index("seq")
     assert (gl.loc[span.index, "dev_start"] == span["s"]).all() and (gl.loc[span.index, "dev_end"] == span["e"]).all()
-    # the launches captured into the graph never ran as such: no device time
-    captured = tr.launches[~tr.launches["graph"]].iloc[truth["launches_outside"]:]
-    assert len(captured) == 2 and (captured["dev_start"] == -1).all()
+    # the launches captured into the graph never ran as such: they are graph nodes (trace/graphs.py), not
+    # rows of launches; each replay's kernel nodes are rows of launches (node >= 0) with their device times
+    captured = tr.graph_nodes[tr.graph_nodes["kind"] == "kernel"]
+    assert len(captured) == 2
+    assert int(((~tr.launches["graph"]) & (tr.launches["node"] < 0)).sum()) == truth["launches_outside"]
+    replayed = tr.launches[tr.launches["node"] >= 0]
+    assert len(replayed) == truth["graph_launches"] * 2 and (replayed["dev_start"] >= 0).all()
     # each replayed node names the call captured into the graph that it runs: the captured kernel
     # launches (same kernel) and memset, in capture order
-    calls = sorted(captured["seq"].tolist() + tr.copies["seq"].tolist())
+    calls = tr.graph_nodes["seq"].tolist()
     assert len(calls) == truth["captured"]
     for seq, grp in nodes.groupby("seq"):
         grp = grp.sort_values("graph_node")
         assert grp["captured_seq"].tolist() == calls, (seq, grp)
-    launch_kernel = tr.launches.set_index("seq")["kernel"]
+    node_kernel = tr.graph_nodes.set_index("seq")["kernel"]
     kn = nodes[nodes["kind"] == "kernel"]
-    assert (launch_kernel.loc[kn["captured_seq"]].to_numpy() == kn["kernel"].to_numpy()).all()
+    assert (node_kernel.loc[kn["captured_seq"]].to_numpy() == kn["kernel"].to_numpy()).all()
     ms = nodes[nodes["kind"] == "memset"]
-    assert (tr.copies.set_index("seq").loc[ms["captured_seq"], "op"].astype(str) == "memset").all()
+    assert (tr.graph_nodes.set_index("seq").loc[ms["captured_seq"], "kind"].astype(str) == "memset").all()
     assert (g[g["graph_node"] == 0]["captured_seq"] == -1).all()
 
 

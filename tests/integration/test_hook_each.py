@@ -37,7 +37,7 @@ def _enums() -> dict[str, int]:
         nxt = 0
         for item in (x.strip() for x in body.split(",")):
             if item:
-                m = re.fullmatch(r"(\w+)\s*(?:=\s*(\d+))?", item)
+                m = re.fullmatch(r"(\w+)\s*(?:=\s*(-?\d+))?", item)
                 nxt = int(m.group(2)) if m.group(2) else nxt
                 out[m.group(1)] = nxt
                 nxt += 1

@@ -263,9 +263,5 @@ def test_timeline_hover_shows_call_site_and_owner(tmp_path, native, capture):
         info = b.eval("document.querySelector('.pit-tl-hover').innerText")
         assert b.console_errors() == []
     row = tr.blocks[tr.blocks["block_id"] == int(bid)].iloc[0]
-    import inspect
-
-    from pyinterpose.examples.simtrain import run_once       # the Python code that calls into the C loop
-    here = os.path.basename(inspect.getsourcefile(run_once))
-    assert call_site(tr, int(row["stack_id"])) in info and here in info, (here, info)
+    assert call_site(tr, int(row["stack_id"])) in info and "_simlib.py:" in info  # simtrain calls its C loop from examples/_simlib.py
     assert str(row["owner"]) in info

@@ -25,7 +25,11 @@ STRESS = os.path.join(ROOT, "tests", "py", "stacks_stress.py")
 def _pythons():
     """This interpreter plus any other CPython 3.10-3.13 with headers found under pyenv."""
     out = [("this", sys.executable, sysconfig.get_paths()["include"])]
-    for exe in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-3].*/bin/python3"))):
+    import pwd
+
+    home = pwd.getpwuid(os.getuid()).pw_dir      # the tests run with a private HOME: pyenv is in the real one
+    root = os.environ.get("PYENV_ROOT") or os.path.join(home, ".pyenv")
+    for exe in sorted(glob.glob(os.path.join(root, "versions", "3.1[0-4].*", "bin", "python3"))):
         ver = exe.split("/versions/")[1].split("/")[0]
         if ver.rsplit(".", 1)[0] == "%d.%d" % sys.version_info[:2]:
             continue
@@ -104,7 +108,7 @@ def test_python_stacks_match_the_lines_the_workload_knows(capture, helper, nativ
 
 
 @pytest.mark.parametrize("ver,exe,inc", _pythons()[1:] or [pytest.param(None, None, None, marks=pytest.mark.skip(
-    reason="no other CPython 3.10-3.13 installed under ~/.pyenv"))])
+    reason="no other CPython 3.10-3.14 installed under ~/.pyenv"))])
 def test_python_stacks_on_other_cpython_versions(capture, helper, native, tmp_path, ver, exe, inc):
     ext = _build_ext(exe, tmp_path, native)
     path, cp = capture([exe, WORKLOAD, helper] + ([ext] if ext else []))
@@ -187,16 +191,26 @@ def test_summary_shows_top_call_sites(capture, helper):
     assert "call sites" in text.stdout
 
 
-@pytest.mark.parametrize("version,expect", [
-    ("3.13.0 experimental free-threading build (main, Oct  7 2024) [GCC 12.2.0]", "free-threaded CPython build"),
-    ("3.9.18 (main, May  9 2026) [GCC 12.2.0]", "CPython 3.9 is not supported"),
-])
-def test_unsupported_python_is_refused_with_a_note(capture, native, tmp_path, cc, version, expect):
+def _fakepy(native, tmp_path, cc):
     sim = os.path.join(native, "simcuda")
     prog = str(tmp_path / "fakepy")
     subprocess.run([cc, "-O1", "-rdynamic", "-o", prog, os.path.join(ROOT, "tests", "c", "stacks_fakepy.c"),
                     "-L" + sim, "-l:libcudart.so.13", "-Wl,-rpath," + sim], check=True)
-    path, cp = capture([prog], env={"FAKE_PY_VERSION": version})
+    return prog
+
+
+@pytest.mark.parametrize("version,runtime,expect", [
+    ("3.12.1 experimental free-threading build (main, Oct  7 2024) [GCC 12.2.0]", "",
+     "free-threaded CPython build is not supported before 3.13"),
+    ("3.13.0 experimental free-threading build (main, Oct  7 2024) [GCC 12.2.0]", "",
+     "CPython 3.13 without _Py_DebugOffsets in _PyRuntime"),
+    ("3.9.18 (main, May  9 2026) [GCC 12.2.0]", "", "CPython 3.9 is not supported"),
+    ("3.15.0a1 (main, May  9 2026) [GCC 12.2.0]", "3.15", "CPython 3.15 is not supported (3.10-3.14"),
+    ("3.14.0 (main, Oct  7 2025) [GCC 12.2.0]", "3.13", "_PyRuntime says version 0x30d00f0"),
+])
+def test_unsupported_python_is_refused_with_a_note(capture, native, tmp_path, cc, version, runtime, expect):
+    prog = _fakepy(native, tmp_path, cc)
+    path, cp = capture([prog], env={"FAKE_PY_VERSION": version, "FAKE_PY_RUNTIME": runtime})
     assert cp.returncode == 0, cp.stderr
     tr = pyinterpose.load(path)
     notes = [n["note"] for n in tr.meta["capture_notes"]]
@@ -205,7 +219,28 @@ def test_unsupported_python_is_refused_with_a_note(capture, native, tmp_path, cc
     assert len(b) == 1 and b["owner"].iloc[0] == "fakepy"
     assert S.call_site(tr, int(b["stack_id"].iloc[0])) == "<no Python frames> fakepy"
     out = run_cli("summary", path)
-    assert expect in out.stdout
+    assert expect in " ".join(out.stdout.split())   # rich wraps long lines
+
+
+@pytest.mark.parametrize("free_threaded", [False, True], ids=["gil", "free-threaded"])
+def test_python_314_frames_are_read_through_its_debug_offsets(capture, native, tmp_path, cc, free_threaded):
+    """A fake CPython 3.14 (tests/c/stacks_fakepy.c): its _Py_DebugOffsets (laid out as 3.14 declares them)
+    give offsets no real CPython uses; f_executable is a tagged _PyStackRef; frames owned by the interpreter
+    (3) or the C stack (4, renumbered in 3.14) and a NULL executable are not Python frames.  Free-threaded:
+    the innermost frame runs a thread-local copy of its bytecode (co_tlbc[tlbc_index])."""
+    prog = _fakepy(native, tmp_path, cc)
+    version = "3.14.0 " + ("experimental free-threading build " if free_threaded else "") + "(main) [GCC 12.2.0]"
+    path, cp = capture([prog], env={"FAKE_PY_VERSION": version, "FAKE_PY_RUNTIME": "3.14",
+                                    "FAKE_PY_FT": "1" if free_threaded else "0"})
+    assert cp.returncode == 0, cp.stderr
+    want = last_json_line(cp.stdout)["frames"]
+    tr = pyinterpose.load(path)
+    assert tr.meta["capture_notes"] == []
+    b = tr.blocks
+    assert len(b) == 1
+    got = [[f["filename"], f["function"], f["line"]] for f in S.frames_of(tr, int(b["stack_id"].iloc[0]))]
+    assert got == want
+    assert S.call_site(tr, int(b["stack_id"].iloc[0])) == "train.py:15 in forward"
 
 
 def test_daemon_threads_allocating_through_interpreter_exit(capture):

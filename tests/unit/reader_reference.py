@@ -11,7 +11,7 @@ import pandas as pd
 
 from pyinterpose.trace import records
 from pyinterpose.trace import stacks as _stacks
-from pyinterpose.trace import vmm
+from pyinterpose.trace import graphs, vmm
 from pyinterpose.trace.model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
                                      HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS,
                                      Trace, conform, empty_table)
@@ -318,7 +318,11 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
                failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
                meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
                frames=sites.frames, stacks=sites.stacks)
-    return vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+    tr = vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
+    # CUDA graph replays: the reader's shared post-pass over the built tables (not the record pass checked here)
+    gl = np.flatnonzero(op == O.GRAPH_LAUNCH)
+    graph_launches = pd.DataFrame({"pid": pid[gl], "seq": seq[gl], "exec": ev["addr"][gl]})
+    return graphs.expand(tr, ev, pid, op, O.GRAPH_DEF, graph_launches)
 
 
 # ---- pyinterpose/trace/stacks.py's read_sites / attach_blocks as they were (same commit range) ----

@@ -300,9 +300,13 @@ def reference_analyze(trace: Trace, iters, bandwidth=None, latency_us: float | N
     la = trace.launches
     g = int(la.loc[la["pid"] == pid, "graph"].sum()) if pid is not None and len(la) else int(la["graph"].sum())
     out["graph_launches"] = g
-    out["notes"] = [] if not g else [
-        f"{g} CUDA graph launches: the kernels inside graph replays are not seen, so their accesses are "
-        "missing here (ATIs across a replay are too long, blocks used only inside graphs look untouched)"]
+    # replays of graphs captured in the trace are expanded by the reader; the others are counted
+    u = min(g, int(trace.counts.get("graph_launches_unexpanded", g)))
+    out["graph_launches_unexpanded"] = u
+    out["notes"] = [] if not u else [
+        f"{u} of {g} CUDA graph launches ran a graph not captured in the trace (instantiated before "
+        "recording started, or built node by node): their kernels' accesses are missing here (ATIs across "
+        "such a replay are too long, blocks used only inside it look untouched)"]
     return out
 
 

@@ -269,13 +269,20 @@ static void log_op(const struct sim_queue *q, const struct sim_opdesc *op, uint3
 
 HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr)
 {
+    uint64_t start;
+    return sim_dev_submit_at(q, op, corr, &start);
+}
+
+HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr, uint64_t *start_out)
+{
     uint64_t enq, start, end;
+    *start_out = 0;
     pthread_once(&g_once, init);
     struct device_state *d = &g_dev[q->device];
     /* the fast path: nothing on this device has ever taken device time, so every op so far ended when
      * it was enqueued (all the tails are in the past) and this one does too; with nobody watching (no
      * log, no CUPTI) there is nothing to compute.  Returns 0: "done already". */
-    if (op->dur_ns == 0 && !__atomic_load_n(&d->timed, __ATOMIC_RELAXED) &&
+    if (op->dur_ns == 0 && op->not_before == 0 && !__atomic_load_n(&d->timed, __ATOMIC_RELAXED) &&
         __atomic_load_n(&g_model.launch_latency_ns, __ATOMIC_RELAXED) == 0 && g_log_fd < 0 &&
         !__atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE))
         return 0;
@@ -295,6 +302,7 @@ HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op,
         lock();
     }
     start = max64(enq + g_model.launch_latency_ns, ordered_after(q));
+    start = max64(start, op->not_before);
     if (op->engine != SIM_ENGINE_COMPUTE) start = max64(start, d->engine_free[op->engine]);
     end = start + op->dur_ns;
     if (op->engine != SIM_ENGINE_COMPUTE) d->engine_free[op->engine] = end;
@@ -309,9 +317,10 @@ HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op,
     if (g_log_fd >= 0) log_op(q, op, corr, enq, start, end);
     unlock();
     t_last_enqueue = enq;
+    *start_out = start;
 
     const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
-    if (h && h->op) {
+    if (h && h->op && !op->unrecorded) {
         struct simcu_op o = {
             .kind = op->kind, .copy_kind = op->copy_kind, .src_kind = op->src_kind, .dst_kind = op->dst_kind,
             .device = (uint32_t)q->device, .stream_id = q->id, .corr_id = corr, .value = op->value,

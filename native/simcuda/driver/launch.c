@@ -102,7 +102,10 @@ static CUresult dispatch(CUfunction f, void **params, const unsigned grid[3], co
         struct sim_opdesc op = {.kind = SIMCU_OP_KERNEL, .engine = SIM_ENGINE_COMPUTE,
                                 .dur_ns = kernel_ns(f, has_dur, launch_ns), .name = f->name,
                                 .grid = {grid[0], grid[1], grid[2]}, .block = {block[0], block[1], block[2]}};
-        sim_dev_submit(q, &op, corr);
+        uint64_t touched[16], start;
+        int nt = sim_res_kernel_begin(params, f->sizes, f->nparams, &op, touched, 16); /* managed memory */
+        sim_dev_submit_at(q, &op, corr, &start);
+        if (nt) sim_res_kernel_end(touched, nt, start);
     }
     sim_api_end(corr, cbid, t0);
     return r;
@@ -240,18 +243,48 @@ HIDDEN struct sim_gnode *sim_graph_add(struct CUgraph_st *g)
     struct sim_gnode *n = &g->nodes[g->n++];
     memset(n, 0, sizeof *n);
     n->id = __atomic_add_fetch(&g_next_node_id, 1, __ATOMIC_RELAXED);
+    n->handle = (uint64_t)(uintptr_t)n;
     return n;
 }
 
 static int node_type(const struct sim_gnode *n)
 {
-    return n->kind == SIMCU_OP_KERNEL ? 0 : n->kind == SIMCU_OP_MEMCPY ? 1 : 2; /* CUgraphNodeType */
+    switch (n->kind) { /* CUgraphNodeType */
+    case SIMCU_OP_KERNEL: return 0;
+    case SIMCU_OP_MEMCPY: return 1;
+    case SIMCU_OP_MEMALLOC: return 10;
+    case SIMCU_OP_MEMFREE: return 11;
+    default: return 2;
+    }
 }
 
 HIDDEN void sim_graph_node_created(struct CUgraph_st *g, struct sim_gnode *n)
 {
     sim_graph_hook_fn hook = sim_graph_hook();
     if (hook) hook(13 /* GRAPHNODE_CREATED */, g, NULL, n, NULL, node_type(n), NULL);
+}
+
+/* memory nodes (graphmem.c): the address is fixed now, the memory is taken by each replay */
+static CUresult mem_node(struct CUgraph_st *g, int kind, CUdeviceptr p, uint64_t bytes, int dev)
+{
+    struct sim_gnode *n = sim_graph_add(g);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    n->kind = kind;
+    n->dst = (void *)(uintptr_t)p;
+    n->bytes = bytes;
+    n->device = dev;
+    sim_graph_node_created(g, n);
+    return CUDA_SUCCESS;
+}
+
+HIDDEN CUresult sim_graph_alloc_node(struct CUgraph_st *g, CUdeviceptr p, uint64_t bytes, int dev)
+{
+    return mem_node(g, SIMCU_OP_MEMALLOC, p, bytes, dev);
+}
+
+HIDDEN CUresult sim_graph_free_node(struct CUgraph_st *g, CUdeviceptr p, uint64_t bytes, int dev)
+{
+    return mem_node(g, SIMCU_OP_MEMFREE, p, bytes, dev);
 }
 
 SIM_API(int, simcuInternalGraphId, (int what, void *handle, uint64_t *id))
@@ -338,7 +371,7 @@ SIM_API(CUresult, cuGraphGetNodes, (CUgraph g, void **nodes, size_t *numNodes))
 {
     if (!g || g->magic != MAGIC_GRAPH || !numNodes) return CUDA_ERROR_INVALID_VALUE;
     if (nodes)
-        for (size_t i = 0; i < *numNodes && i < g->n; i++) nodes[i] = &g->nodes[i];
+        for (size_t i = 0; i < *numNodes && i < g->n; i++) nodes[i] = (void *)(uintptr_t)g->nodes[i].handle;
     else *numNodes = g->n;
     return CUDA_SUCCESS;
 }
@@ -408,6 +441,14 @@ SIM_API(CUresult, cuGraphLaunch, (CUgraphExec e, CUstream s))
     struct sim_queue *q;
     CUresult r = sim_stream_queue(s, &q);
     if (r) return r;
+    if (q->capture) { /* launched into a capture: the graph's nodes become nodes of the captured graph */
+        for (unsigned i = 0; i < e->n; i++) {
+            struct sim_gnode *n = sim_graph_add(q->capture);
+            if (!n || sim_graph_node_copy(n, &e->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
+            sim_graph_node_created(q->capture, n);
+        }
+        return CUDA_SUCCESS;
+    }
     uint64_t t0;
     uint32_t corr = sim_api_begin(&t0);
     for (unsigned i = 0; i < e->n; i++) {
@@ -421,6 +462,15 @@ SIM_API(CUresult, cuGraphLaunch, (CUgraphExec e, CUstream s))
             op.dur_ns = kernel_ns(n->f, n->has_dur, n->dur_ns);
             op.name = n->f->name;
             for (int k = 0; k < 3; k++) op.grid[k] = n->grid[k], op.block[k] = n->block[k];
+        } else if (n->kind == SIMCU_OP_MEMALLOC) { /* memory taken now, at the node's fixed address */
+            if ((r = sim_graph_mem_take(n->device, n->bytes))) {
+                sim_api_end(corr, CBID_GRAPH_LAUNCH, t0);
+                return r;
+            }
+            continue;
+        } else if (n->kind == SIMCU_OP_MEMFREE) {
+            sim_graph_mem_give(n->device, n->bytes);
+            continue;
         } else if (n->kind == SIMCU_OP_MEMCPY) {
             memmove(n->dst, n->src, n->bytes);
             op.engine = (enum sim_engine)n->engine;

@@ -60,7 +60,13 @@ static void write_stats(void)
                      (unsigned long long)g_frees, (unsigned long long)g_waits, (unsigned long long)g_records);
     for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
         n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)g_peak[i]);
-    n += snprintf(line + n, sizeof line - n, "]}\n");
+    n += snprintf(line + n, sizeof line - n, "], \"resident_peak_bytes\": [");
+    for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
+        n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)sim_res_peak(i));
+    uint64_t faults, pf, pfb;
+    sim_res_counts(&faults, &pf, &pfb);
+    n += snprintf(line + n, sizeof line - n, "], \"faults\": %llu, \"prefetches\": %llu, \"prefetch_bytes\": %llu}\n",
+                  (unsigned long long)faults, (unsigned long long)pf, (unsigned long long)pfb);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return;
     ssize_t w = write(fd, line, (size_t)n);
@@ -251,6 +257,8 @@ HIDDEN CUresult sim_mem_alloc(CUdeviceptr *out, size_t size, enum sim_kind kind,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     unlock();
+    if (charge) sim_res_device_bytes(device, (int64_t)size);
+    if (kind == SK_MANAGED) sim_res_managed_alloc((uint64_t)(uintptr_t)p, size, device);
     if (checking()) memset(p, 0xCD, size);
     *out = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
@@ -265,6 +273,8 @@ HIDDEN CUresult sim_mem_free(CUdeviceptr p, int host)
     if (e && counts_against_capacity(e->kind)) g_used[e->device] -= e->size;
     unlock();
     if (!e) return CUDA_ERROR_INVALID_VALUE;
+    if (counts_against_capacity(e->kind)) sim_res_device_bytes(e->device, -(int64_t)e->size);
+    if (e->kind == SK_MANAGED) sim_res_managed_free(e->addr);
     if (checking()) memset((void *)(uintptr_t)e->addr, 0xDB, e->size);
     if (e->fd >= 0) {
         munmap((void *)(uintptr_t)e->addr, e->size);
@@ -382,6 +392,39 @@ SIM_API(CUresult, cuMemGetInfo_v2, (size_t *freeb, size_t *total))
 
 /* ---------------- stream-ordered allocation and pools ---------------- */
 
+/* cuMemAllocAsync on a capturing stream: a graph memory node.  Its address is reserved now (an SK_GRAPH
+ * entry, not charged against the device) and stays the node's in every replay; each replay takes the
+ * memory (graphmem.c). */
+static CUresult graph_alloc(struct sim_queue *q, CUdeviceptr *dptr, size_t bytesize, int dev, CUmemoryPool pool)
+{
+    if (!dptr || !bytesize) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_mem_alloc(dptr, bytesize, SK_GRAPH, dev, pool);
+    if (r) return r;
+    if ((r = sim_graph_alloc_node(q->capture, *dptr, bytesize, dev))) {
+        sim_mem_free(*dptr, 0);
+        *dptr = 0;
+    }
+    return r;
+}
+
+/* the bytes of the graph allocation at p (0: p is not one), and its device */
+static uint64_t graph_block(CUdeviceptr p, int *dev)
+{
+    uint64_t n = 0;
+    lock();
+    if (g_nbuckets)
+        for (struct entry *e = g_buckets[hash(p, g_nbuckets)]; e; e = e->next)
+            if (e->addr == p) {
+                if (e->kind == SK_GRAPH) n = e->size, *dev = e->device;
+                break;
+            }
+    unlock();
+    return n;
+}
+
+HIDDEN uint64_t sim_graph_block(CUdeviceptr p, int *dev) { return graph_block(p, dev); }
+
+
 static int valid_pool(CUmemoryPool p) { return p && p->magic == MAGIC_POOL; }
 
 SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s))
@@ -393,6 +436,11 @@ SIM_API(CUresult, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream
     lock();
     CUmemoryPool pool = g_current_pools[dev];
     unlock();
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) {
+        if (q->capture) return graph_alloc(q, dptr, bytesize, dev, pool);
+        sim_res_stream_time(sim_queue_done_at(q));
+    }
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, dev, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr *dptr, size_t bytesize, CUstream s), (dptr, bytesize, s));
@@ -404,6 +452,11 @@ SIM_API(CUresult, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, 
     if (r) return r;
     if ((r = sim_check_stream(s))) return r;
     if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_queue *q;
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) {
+        if (q->capture) return graph_alloc(q, dptr, bytesize, pool->device, pool);
+        sim_res_stream_time(sim_queue_done_at(q));
+    }
     return sim_mem_alloc(dptr, bytesize, SK_ASYNC, pool->device, pool);
 }
 SIM_VARIANT(CUresult, cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s), (dptr, bytesize, pool, s));
@@ -413,6 +466,20 @@ SIM_API(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s))
     CUresult r = sim_check_stream(s);
     if (r) return r;
     if (dptr == 0) return sim_initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    struct sim_queue *q;
+    int dev = -1;
+    uint64_t gbytes = graph_block(dptr, &dev);
+    if (sim_stream_queue(s, &q) == CUDA_SUCCESS) {
+        if (q->capture) {
+            if (!gbytes) return CUDA_ERROR_INVALID_VALUE; /* a graph frees only what a graph allocated */
+            return sim_graph_free_node(q->capture, dptr, gbytes, dev);
+        }
+        sim_res_stream_time(sim_queue_done_at(q));
+    }
+    if (gbytes) { /* a graph's allocation freed outside the graph: back to its pool, the address stays */
+        sim_graph_mem_give(dev, gbytes);
+        return CUDA_SUCCESS;
+    }
     return sim_mem_free(dptr, 0);
 }
 SIM_VARIANT(CUresult, cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s), (dptr, s));
@@ -530,11 +597,21 @@ SIM_API(CUresult, cuMemAdvise_v2, (CUdeviceptr p, size_t n, int advice, CUmemLoc
     return r;
 }
 
+/* the prefetch on the stream's device clock (residency.c) */
+static CUresult prefetch(CUdeviceptr p, size_t n, int to_device, int dev, CUstream s)
+{
+    struct sim_queue *q;
+    CUresult r = sim_stream_queue(s, &q);
+    if (r) return r;
+    return sim_res_prefetch(p, n, to_device, dev, q);
+}
+
 SIM_API(CUresult, cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice dstDevice, CUstream s))
 {
     CUresult r = check_managed(p, n);
     if (!r) r = check_device_or_cpu(dstDevice);
     if (!r) r = sim_check_stream(s);
+    if (!r) r = prefetch(p, n, dstDevice >= 0, dstDevice, s);
     return r;
 }
 SIM_VARIANT(CUresult, cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync, (CUdeviceptr p, size_t n, CUdevice dstDevice, CUstream s), (p, n, dstDevice, s));
@@ -545,9 +622,23 @@ SIM_API(CUresult, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation
     CUresult r = check_managed(p, n);
     if (!r) r = check_location(location);
     if (!r) r = sim_check_stream(s);
+    if (!r) r = prefetch(p, n, location.type == CU_MEM_LOCATION_TYPE_DEVICE, location.id, s);
     return r;
 }
 SIM_VARIANT(CUresult, cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2, (CUdeviceptr p, size_t n, CUmemLocation location, unsigned int flags, CUstream s), (p, n, location, flags, s));
+
+/* CUDA 12.8: discard managed ranges in stream order (their pages freed; contents undefined afterwards) */
+SIM_API(CUresult, cuMemDiscardBatchAsync, (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags,
+                                          CUstream s))
+{
+    if (!dptrs || !sizes || count == 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_check_stream(s);
+    for (size_t i = 0; !r && i < count; i++) r = check_managed(dptrs[i], sizes[i]);
+    struct sim_queue *q = NULL;
+    if (!r) r = sim_stream_queue(s, &q);
+    for (size_t i = 0; !r && i < count; i++) r = sim_res_discard(dptrs[i], q);
+    return r;
+}
 
 /* ---------------- copies and memsets on the device clock ----------------
  * The bytes move at once, on the calling thread; the op is put on the stream's queue and its copy

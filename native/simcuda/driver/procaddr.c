@@ -29,6 +29,8 @@
     X("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2, 0)                       \
     X("cuCtxGetDevice", 2000, cuCtxGetDevice, 0)                            \
     X("cuCtxSynchronize", 2000, cuCtxSynchronize, 0)                        \
+    X("cuProfilerStart", 4000, cuProfilerStart, 0)                          \
+    X("cuProfilerStop", 4000, cuProfilerStop, 0)                            \
     X("cuMemGetInfo", 3020, cuMemGetInfo_v2, 0)                             \
     X("cuGetErrorString", 6000, cuGetErrorString, 0)                        \
     X("cuGetErrorName", 6000, cuGetErrorName, 0)                            \
@@ -127,6 +129,19 @@
     X("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz) \
     X("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph, 0) \
     X("cuGraphGetNodes", 10000, cuGraphGetNodes, 0)                         \
+    X("cuDeviceGraphMemTrim", 11040, cuDeviceGraphMemTrim, 0)               \
+    X("cuGraphAddKernelNode", 10000, cuGraphAddKernelNode_v2, 0)            \
+    X("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2, 0)            \
+    X("cuGraphAddMemsetNode", 10000, cuGraphAddMemsetNode, 0)               \
+    X("cuGraphAddMemcpyNode", 10000, cuGraphAddMemcpyNode, 0)               \
+    X("cuGraphAddChildGraphNode", 10000, cuGraphAddChildGraphNode, 0)       \
+    X("cuGraphAddMemAllocNode", 11040, cuGraphAddMemAllocNode, 0)           \
+    X("cuGraphAddMemFreeNode", 11040, cuGraphAddMemFreeNode, 0)             \
+    X("cuGraphExecKernelNodeSetParams", 10010, cuGraphExecKernelNodeSetParams_v2, 0) \
+    X("cuGraphExecKernelNodeSetParams", 12000, cuGraphExecKernelNodeSetParams_v2, 0) \
+    X("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2, 0)                  \
+    X("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute, 0) \
+    X("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute, 0) \
     X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)                     \
     X("simcuSetKernelDuration", 0, simcuSetKernelDuration, 0)               \
     X("simcuSetNextLaunchDuration", 0, simcuSetNextLaunchDuration, 0)       \

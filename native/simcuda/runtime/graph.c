@@ -65,6 +65,25 @@ cudaError_t cudaGraphDestroy(cudaGraph_t g)
     return CU(d->cuGraphDestroy(g));
 }
 
+/* graph memory (driver: graphmem.c) */
+cudaError_t cudaDeviceGraphMemTrim(int device)
+{
+    ENTER(0);
+    return CU(d->cuDeviceGraphMemTrim(device));
+}
+
+cudaError_t cudaDeviceGetGraphMemAttribute(int device, int attr, void *value)
+{
+    ENTER(0);
+    return CU(d->cuDeviceGetGraphMemAttribute(device, attr, value));
+}
+
+cudaError_t cudaDeviceSetGraphMemAttribute(int device, int attr, void *value)
+{
+    ENTER(0);
+    return CU(d->cuDeviceSetGraphMemAttribute(device, attr, value));
+}
+
 static cudaError_t stream_query(cudaStream_t s, int ptsz)
 {
     ENTER(ptsz);

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
-from ...trace.model import Trace
+from ...trace.model import Trace, counted_bytes
 from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
 from .planners import PLANNERS, plan
 from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
@@ -109,7 +109,7 @@ def _block_columns(trace: Trace, mask: np.ndarray) -> dict:
     b = trace.blocks
     out = {}
     for c in _BLOCK_COLUMNS:
-        a = b[c].to_numpy()
+        a = counted_bytes(b) if c == "size" else b[c].to_numpy()   # the live-bytes sizes (model.counted_bytes)
         out[c] = a[mask] if len(a) else a
     return out
 

@@ -112,6 +112,7 @@ from .schedule import (  # noqa: F401  (the public API, and names the tests read
 )
 
 from .validate import validate_schedule  # noqa: F401,E402
+from .fallback import no_worse  # noqa: E402
 
 
 def problem_for(trace, bandwidth: Bandwidth | float | None = None, min_size: int = MIN_SIZE, pid: int | None = None,
@@ -224,8 +225,12 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
     else:
         b, src = int(budget), "given"
     runs = [(s, m, b if (m == "budget" or budget is not None) else None) for s in strategies for m in modes]
-    results = _run_all(problem, runs, schedules=schedules)
-    return SwapEvaluation(problem, b, src, results)
+    # budget mode is compared with no-overhead (never stalls): run that too when not asked for
+    extra = [(s, "no-overhead", None) for s in strategies] if "budget" in modes and "no-overhead" not in modes else []
+    done = _run_all(problem, runs + extra, schedules=schedules)
+    results = done[:len(runs)]
+    free_of = {r.strategy: r for r in done if r.mode == "no-overhead"}
+    return SwapEvaluation(problem, b, src, no_worse(results, free_of))
 
 
 def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) -> list[SwapResult]:
@@ -400,6 +405,7 @@ class SwapWork:
         if self._errors:
             raise self._errors[0]
         res = [r for s in STRATEGIES for r in self._eval[s]]
+        res = no_worse(res, {r.strategy: r for r in res if r.mode == "no-overhead"})
         ev = SwapEvaluation(self.problem, self._budget, "default: half-way between the swap floor and the peak", res)
         return ev.as_dict(), list(self._points)
 

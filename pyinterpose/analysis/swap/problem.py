@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
 
 
@@ -16,7 +17,7 @@ MODES = ("no-overhead", "budget")
 MIN_SIZE = 1 << 20
 SWAP_INTERVAL_KIND = "between"   # access -> access intervals of access_intervals()
 
-BLOCK_COLUMNS = ["block_id", "size", "t_alloc", "t_free", "freed", "counts_device"]   # what prepare reads
+BLOCK_COLUMNS = ["block_id", "size", "t_alloc", "t_free", "freed", "counts_device", "device_bytes"]   # what prepare reads
 REPLAY_COLUMNS = ["replay_out_start", "replay_out_end", "replay_in_start", "replay_in_end", "wait"]
 SCHEDULE_COLUMNS = ["block_id", "size", "iteration", "prev_access", "out_start", "out_end", "free_t",
                     "realloc_t", "in_start", "in_end", "next_access", "stall"]
@@ -64,7 +65,7 @@ def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
 def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(steps_t, live, events_t, events_d) of the blocks' live device bytes; the events in time order."""
     freed = blocks["freed"].to_numpy(bool)
-    size = blocks["size"].to_numpy(np.int64)
+    size = counted_bytes(blocks)        # the live-bytes sizes (a double-mapped window counts once)
     t = np.concatenate([blocks["t_free"].to_numpy(np.int64)[freed], blocks["t_alloc"].to_numpy(np.int64)])
     d = np.concatenate([-size[freed], size])
     if len(t) == 0:
@@ -298,6 +299,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=t_end, iteration=lab,
                        ops=clock.replay_ops(), clock=clock.as_dict())
     p.pid = pid
+    p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
     p.notes.append(note)
     if clock.note:
         p.notes.append(clock.note)

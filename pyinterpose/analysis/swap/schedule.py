@@ -28,6 +28,7 @@ class SwapResult:
     schedule: pd.DataFrame
     planned_stall_ns: float = 0.0     # the planner's own pauses, summed on the unshifted timeline
     replay: object | None = None      # .replay.Replay: where peak_after and stall_ns come from
+    fallback: str | None = None       # "no-overhead": budget mode offers that schedule (.fallback)
 
     def as_dict(self) -> dict:
         s = self.schedule
@@ -41,6 +42,7 @@ class SwapResult:
             "delayed_ops": 0 if self.replay is None else int(self.replay.delayed_ops),
             "swaps": int(len(s)), "bytes_moved": int(2 * s["size"].sum()) if len(s) else 0,
             "budget_met": None if self.budget is None else bool(self.peak_after <= self.budget),
+            "fallback": self.fallback,
         }
 
 

@@ -1,0 +1,32 @@
+"""CUDA graphs in a trace, summarised (the replays themselves are already expanded by
+:mod:`pyinterpose.trace.graphs`): how many replays were expanded and how many could not be, the nodes
+captured, and the graph memory beside the framework allocator's reserve — the graph pool as the driver
+reported it after each replay (reserved, high-water mark) and the memory allocated while a graph was being
+captured (PyTorch's private graph pools)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def graph_summary(trace) -> dict[str, Any]:
+    la, gn, gm, b = trace.launches, trace.graph_nodes, trace.graph_memory, trace.blocks
+    launches = int(la["graph"].sum()) if len(la) else 0
+    nodes = gn.drop_duplicates(["pid", "graph", "capture_seq"]) if len(gn) else gn
+    kinds = {str(k): int(v) for k, v in gn["kind"].value_counts().items() if v} if len(gn) else {}
+    in_graph = b["graph"].to_numpy(np.uint64) != 0 if "graph" in b and len(b) else np.zeros(len(b), bool)
+    node_blocks = in_graph & np.isin(b["kind"].astype(str).to_numpy(), ["async", "pool"]) if len(b) else in_graph
+    pool_blocks = in_graph & ~node_blocks
+    return {
+        "graph_launches": launches,
+        "replays_expanded": int(trace.counts.get("graph_replays", 0)),
+        "replays_unexpanded": min(launches, int(trace.counts.get("graph_launches_unexpanded", launches))),
+        "graphs": int(len(nodes)),
+        "nodes": kinds,
+        "memory_node_blocks": int(node_blocks.sum()),
+        "private_pool_blocks": int(pool_blocks.sum()),
+        "private_pool_bytes": int(b["size"].to_numpy(np.int64)[pool_blocks].sum()) if len(b) else 0,
+        "graph_pool_reserved_high": int(gm["reserved_high"].max()) if len(gm) else None,
+        "graph_pool_reserved_last": int(gm["reserved"].iloc[-1]) if len(gm) else None,
+    }

@@ -1,0 +1,518 @@
+"""The swap section of a plan file (``pyinterpose plan TRACE --swap``; issue 31, docs/swap-run.md).
+
+A plan's arena is laid out for one steady iteration (:mod:`..pools.plan_file`); this module chooses, in
+that same iteration, the swaps ``run --apply`` executes in every iteration, and predicts what the applied
+run reaches:
+
+1. :func:`window_problem` — the swap problem (:mod:`.problem`) of the plan's window only: the process's
+   device blocks clipped to it, the access->access intervals of the plan's own requests that lie inside
+   it, the compute ops released in it.  Intervals the swap engine cannot order are left out, each with
+   why (``not_swapped``): its neighbouring access is a copy or memset (the engine acts at kernel
+   launches), or its block outlives the iteration (two instances of its request are live at once).
+2. :func:`choose` — a strategy in a mode (``no-overhead``, or ``budget`` with a budget) on that problem,
+   validated (:func:`.validate_schedule`: no swap-out ends after the next access) and replayed
+   (:mod:`.replay`); each swap keyed as the shim sees it: the block's request key (phase, size, site,
+   ordinal), the launch after which it leaves, the launch after which it is sent back, and the launch
+   before which it must be back, each as (kernel name, ordinal of that kernel's launches within the
+   iteration).
+3. :func:`predict` — the applied run's resident device bytes over the iteration: the arena (re-planned
+   without the swapped requests, which are served from managed memory) plus each swapped block while it
+   is resident (from its first touch to its swap-out's end, from its swap-in's start to its next swap-out or
+   its free, at the replayed times) plus the device blocks the plan does not serve; its maximum is the
+   section's ``predicted_peak_bytes``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...errors import PyinterposeError
+from ..bandwidth import Bandwidth
+from .problem import MIN_SIZE, MODES, STRATEGIES, SWAP_INTERVAL_KIND, _kind_is, prepare_tables
+
+MECHANISM = "uvm"
+
+
+def _block_times(trace, pid: int, clock) -> pd.DataFrame:
+    """The process's blocks with t_alloc / t_free on the swap clock (device clock: where the GPU reached them)."""
+    tb = trace.blocks
+    mine = tb["pid"].to_numpy() == pid
+    b = tb[mine].copy()
+    if clock.device:
+        for t, sq in (("t_alloc", "seq_alloc"), ("t_free", "seq_free")):
+            b[t] = clock.host_times(b[sq].to_numpy(), b[t].to_numpy())
+    return b
+
+
+def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, unsteady=frozenset()):
+    """(problem, context) of the plan's window; see the module docstring.  ``unsteady``: request keys
+    (phase, size, site, ordinal) left out because another iteration names their block while it would be away."""
+    from ..access import access_intervals
+    from ..clock import clock_of
+
+    pid = int(doc["trace"]["pid"])
+    clock = clock_of(trace, pid)
+    blocks = _block_times(trace, pid, clock)
+    lo, hi = _tightest_iteration(trace, doc, pid, blocks)
+    at_lo = blocks.loc[blocks["seq_alloc"] == lo, "t_alloc"]
+    at_hi = blocks.loc[blocks["seq_alloc"] == hi, "t_alloc"]
+    if at_lo.empty or at_hi.empty:
+        raise PyinterposeError("the plan's window does not match the trace (its boundary requests are missing)")
+    t_lo, t_hi = int(at_lo.iat[0]), int(at_hi.iat[0])
+    ops_all = clock.replay_ops()
+    m = (ops_all["seq"] >= lo) & (ops_all["seq"] < hi)
+    ops = {k: np.ascontiguousarray(v[m]) for k, v in ops_all.items()}
+    key_of = _keys_of_window(trace, doc, pid, lo, hi)
+    outlives = {(int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"] if r.get("alternate")}
+    # what kind of op each op seq is: a launch (kernel name) or a copy / memset
+    L = trace.launches
+    L = L[L["pid"].to_numpy() == pid]
+    lseq = L["seq"].to_numpy(np.int64)
+    inw = (lseq > lo) & (lseq < hi)
+    names = L["kernel_name"].astype(str).to_numpy()[inw]
+    lseq = lseq[inw]
+    ordinal = pd.Series(names).groupby(names, sort=False).cumcount().to_numpy()
+    launch_key = {int(s): (str(n), int(o)) for s, n, o in zip(lseq, names, ordinal)}
+    # candidate intervals
+    iv = access_intervals(trace, pid=pid)
+    keep = _kind_is(iv["kind"], SWAP_INTERVAL_KIND) & (iv["size"].to_numpy(np.int64) >= max(1, min_size)) \
+        & (iv["start_seq"].to_numpy(np.int64) >= lo) & (iv["end_seq"].to_numpy(np.int64) < hi)
+    iv = iv[keep].reset_index(drop=True)
+    not_swapped = []
+    ok = np.ones(len(iv), bool)
+    oseq = ops["seq"]
+    for i, (bid, ss, es, size) in enumerate(zip(iv["block_id"].to_numpy(), iv["start_seq"].to_numpy(),
+                                                 iv["end_seq"].to_numpy(), iv["size"].to_numpy())):
+        r = key_of.get(int(bid))
+        why = None
+        if r is None:
+            why = "not served by the plan (a function --apply does not serve, or another process)"
+        elif (int(r["size"]), int(r["site"]), int(r["ordinal"])) in outlives and r["phase"] == "iteration":
+            why = "outlives its iteration (two instances of its request are live at once)"
+        elif (r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"])) in unsteady:
+            why = ("another iteration names it while it would be away (the iterations' accesses differ): "
+                   "it would come back early there")
+        else:
+            # the access ops themselves: the last op at or before the start, the first at or after the end
+            p = int(np.searchsorted(oseq, ss, side="right")) - 1
+            n = int(np.searchsorted(oseq, es, side="left"))
+            if p < 0 or n >= len(oseq) or int(oseq[p]) not in launch_key or int(oseq[n]) not in launch_key:
+                why = "its neighbouring access is a copy or memset (the swap engine acts at kernel launches)"
+        if why:
+            ok[i] = False
+            not_swapped.append({"block_id": int(bid), "size": int(size), "why": why,
+                                **({"request": _req_key(r)} if r is not None else {})})
+    iv = iv[ok].reset_index(drop=True)
+    # the window's blocks, clipped to it
+    dev = blocks[blocks["counts_device"].to_numpy(bool)]
+    freed = dev["freed"].to_numpy(bool)
+    ta, tf = dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64)
+    live = (ta < t_hi) & (~freed | (tf > t_lo))
+    wb = pd.DataFrame({"block_id": dev["block_id"].to_numpy()[live], "size": dev["size"].to_numpy(np.int64)[live],
+                       "t_alloc": np.maximum(ta[live], t_lo),
+                       "t_free": np.where(freed[live], np.minimum(tf[live], t_hi), t_hi),
+                       "freed": np.ones(int(live.sum()), bool), "counts_device": np.ones(int(live.sum()), bool)})
+    problem = prepare_tables(wb, iv, bandwidth, min_size=min_size, t_end=t_hi, ops=ops, clock=clock.as_dict())
+    problem.pid = pid
+    ctx = {"pid": pid, "t_lo": t_lo, "t_hi": t_hi, "lo": lo, "hi": hi, "ops": ops, "launch_key": launch_key, "key_of": key_of,
+           "not_swapped": not_swapped, "window_blocks": wb, "clock": clock.as_dict(),
+           "iterations": int(doc["iteration"].get("iterations_in_trace", 0))}
+    return problem, ctx
+
+
+def _anchor_seqs(trace, doc: dict, pid: int) -> np.ndarray:
+    """The seqs of the plan's iteration boundaries in the trace (the anchor's requests, or the window)."""
+    from ..pools.plan_file import servable
+
+    it = doc["iteration"]
+    if it["boundary"] != "anchor":
+        return np.asarray(it["window_seq"], np.int64)
+    req = servable(trace, pid)
+    a = it["anchor"]
+    m = (req["size"].to_numpy() == int(a["size"])) & (req["site"].to_numpy(np.uint64) == np.uint64(int(a["site"])))
+    return np.sort(req.loc[m, "seq_alloc"].to_numpy(np.int64))
+
+
+def _tightest_iteration(trace, doc: dict, pid: int, blocks: pd.DataFrame) -> tuple[int, int]:
+    """[lo, hi) seqs of the shortest complete iteration after the first (the schedule is keyed by launches and
+    repeated in every iteration: swaps whose transfers hide in the tightest one hide in the others too, as
+    far as the iterations are alike); the plan's own window when there is no other."""
+    b = _anchor_seqs(trace, doc, pid)
+    if len(b) < 4:
+        lo, hi = (int(x) for x in doc["iteration"]["window_seq"])
+        return lo, hi
+    t = blocks.set_index("seq_alloc")["t_alloc"]
+    tb = np.array([int(t.get(int(x), 0)) for x in b], np.int64)
+    d = np.diff(tb)[1:]                     # iterations 1 .. n-2 (the first is the warm-up)
+    k = 1 + int(np.argmin(d))
+    return int(b[k]), int(b[k + 1])
+
+
+def _keys_of_window(trace, doc: dict, pid: int, lo: int, hi: int) -> dict:
+    """block id -> its request key (phase, size, site, ordinal) for the blocks of the window [lo, hi): the
+    iteration's requests by their ordinal within it, the blocks that live across iterations by the plan's
+    persistent rows; only keys the plan has."""
+    from ..pools.plan_file import servable
+
+    req = servable(trace, pid)
+    sa = req["seq_alloc"].to_numpy(np.int64)
+    inw = (sa >= lo) & (sa < hi)
+    w = req[inw]
+    ordinal = w.groupby(["size", "site"], sort=False).cumcount().to_numpy()
+    have = {("iteration", int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"]
+            if r["phase"] == "iteration" and not r.get("alternate")}
+    out = {}
+    for bid, size, site, o in zip(w["block_id"].to_numpy(), w["size"].to_numpy(), w["site"].to_numpy(), ordinal):
+        k = ("iteration", int(size), int(site), int(o))
+        if k in have:
+            out[int(bid)] = {"phase": k[0], "size": k[1], "site": k[2], "ordinal": k[3]}
+    first = dict(zip(req["block_id"].to_numpy().tolist(), sa.tolist()))
+    for r in doc["requests"]:
+        if r["phase"] == "persistent" and int(r["block_id"]) >= 0 and first.get(int(r["block_id"]), hi) < lo:
+            out[int(r["block_id"])] = {"phase": "persistent", "size": int(r["size"]), "site": int(r["site"]),
+                                       "ordinal": int(r["ordinal"])}
+    return out
+
+
+def _req_key(r: dict) -> dict:
+    return {"phase": str(r["phase"]), "size": int(r["size"]), "site": int(r["site"]), "ordinal": int(r["ordinal"])}
+
+
+def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead", budget: int | None = None) -> dict:
+    """The schedule (see the module docstring) as the plan's ``swap`` section, without the prediction."""
+    from .replay import replay
+    from .schedule import schedule_with_candidates
+    from .strategies import _order
+    from .validate import validate_schedule
+
+    if strategy not in STRATEGIES:
+        raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    if mode not in MODES:
+        raise PyinterposeError(f"unknown swap mode {mode!r}")
+    if mode == "budget" and budget is None:
+        budget = problem.default_budget
+    score_budget = problem.default_budget if budget is None else int(budget)
+    sched, cand = schedule_with_candidates(problem, _order(problem, strategy, score_budget), mode,
+                                           budget if mode == "budget" else None)
+    problems = validate_schedule(sched, mode, problem.bandwidth)
+    if problems:
+        raise PyinterposeError(f"the {strategy}/{mode} swap schedule failed its check: " + "; ".join(problems[:3]))
+    rp = replay(problem, sched, cand)
+    ops, lk = ctx["ops"], ctx["launch_key"]
+    oseq, ostart = ops["seq"], ops["start"]
+    c = problem.candidates
+    order_rel = np.argsort(ostart, kind="stable")
+    rel_sorted = ostart[order_rel]
+    launch_idx = np.array([int(s) in lk for s in oseq], bool)
+    swaps = []
+    for j in range(len(sched)):
+        ci = int(cand[j])
+        prev_op, next_op = int(c["prev_op"].iat[ci]), int(c["next_op"].iat[ci])
+        # the swap-in is sent after the last launch released by its planned start (never before the swap-out's)
+        k = int(np.searchsorted(rel_sorted, float(sched["in_start"].iat[j]), side="right")) - 1
+        in_op = int(order_rel[k]) if k >= 0 else prev_op
+        while in_op > prev_op and not launch_idx[in_op]:
+            in_op -= 1
+        in_op = max(in_op, prev_op)
+        if in_op >= next_op:
+            in_op = prev_op
+        bid = int(sched["block_id"].iat[j])
+        r = ctx["key_of"][bid]
+
+        def key(op):
+            n, o = lk[int(oseq[op])]
+            return {"kernel": n, "ordinal": o}
+        swaps.append({
+            "request": _req_key(r), "block_id": bid, "size": int(sched["size"].iat[j]),
+            "out_after": key(prev_op), "in_after": key(in_op), "in_before": key(next_op),
+            "planned_ns": {k2: float(sched[k2].iat[j]) - ctx["t_lo"]
+                           for k2 in ("out_start", "out_end", "in_start", "in_end")},
+            "replayed_ns": {"out_start": float(rp.out_start[j]) - ctx["t_lo"], "out_end": float(rp.out_end[j]) - ctx["t_lo"],
+                            "in_start": float(rp.in_start[j]) - ctx["t_lo"], "in_end": float(rp.in_end[j]) - ctx["t_lo"]},
+            "next_access_ns": float(c["end_t"].iat[ci]) - ctx["t_lo"],
+            "first_touch_ns": _first_touch(problem, ctx, bid),
+        })
+    swaps.sort(key=lambda s: s["planned_ns"]["out_start"])
+    bw = problem.bandwidth
+    return {
+        "mechanism": MECHANISM, "strategy": strategy, "mode": mode, "budget": None if budget is None else int(budget),
+        "bandwidth": {"h2d_gbps": bw.h2d_bytes_per_s / 1e9, "d2h_gbps": bw.d2h_bytes_per_s / 1e9,
+                      "latency_us": bw.latency_s * 1e6, "source": bw.source},
+        "clock": ctx["clock"].get("clock", "cpu"), "min_size": None,
+        "window_ns": ctx["t_hi"] - ctx["t_lo"], "window_seq": [int(ctx["lo"]), int(ctx["hi"])],
+        "peak_before_bytes": int(problem.peak_before), "swap_model_peak_bytes": int(rp.peak_after),
+        "predicted_stall_ns": float(rp.slowdown_ns),
+        "swaps": swaps, "not_swapped": ctx["not_swapped"],
+    }
+
+
+def _first_touch(problem, ctx: dict, bid: int) -> float:
+    """When the block is first touched in the window (its managed pages become resident), relative to the
+    window's start; 0 for a block allocated before the window."""
+    wb = ctx["window_blocks"]
+    row = wb[wb["block_id"] == bid]
+    ta = int(row["t_alloc"].iat[0]) if len(row) else ctx["t_lo"]
+    c = problem.candidates
+    mine = c[c["block_id"] == bid]
+    if ta <= ctx["t_lo"] or mine.empty:
+        return 0.0
+    return float(mine["start_t"].min()) - ctx["t_lo"]
+
+
+def predict(section: dict, ctx: dict, capacity: int, arena_blocks: set) -> dict:
+    """``predicted_peak_bytes`` (see the module docstring) and the curve's parts, added to ``section``.
+    ``arena_blocks``: the blocks the arena serves (every other device block counts while it lives,
+    a swapped one while it is resident)."""
+    wb = ctx["window_blocks"]
+    t_lo, t_hi = ctx["t_lo"], ctx["t_hi"]
+    swapped = {}
+    for s in section["swaps"]:
+        swapped.setdefault(s["block_id"], []).append(s)
+    ts, ds = [], []
+    for bid, size, ta, tf in zip(wb["block_id"].to_numpy(), wb["size"].to_numpy(np.int64),
+                                 wb["t_alloc"].to_numpy(np.int64), wb["t_free"].to_numpy(np.int64)):
+        bid = int(bid)
+        if bid in swapped:
+            sw = sorted(swapped[bid], key=lambda s: s["replayed_ns"]["out_start"])
+            start = t_lo + sw[0]["first_touch_ns"]
+            for s in sw:
+                ts += [start, t_lo + s["replayed_ns"]["out_end"]]
+                ds += [size, -size]
+                start = t_lo + s["replayed_ns"]["in_start"]
+            ts += [start, tf]
+            ds += [size, -size]
+        elif bid not in arena_blocks:      # beside the arena: the real allocator
+            ts += [int(ta), int(tf)]
+            ds += [size, -size]
+    managed_peak = 0
+    if ts:
+        t = np.asarray(ts, np.float64)
+        d = np.asarray(ds, np.int64)
+        o = np.lexsort((d, t))
+        managed_peak = int(max(0, np.cumsum(d[o]).max()))
+    section["arena_bytes"] = int(capacity)
+    section["beside_arena_peak_bytes"] = managed_peak
+    section["predicted_peak_bytes"] = int(capacity) + managed_peak
+    n_it = max(1, int(ctx.get("iterations") or 1))
+    section["predicted_stall_ns_per_iteration"] = section["predicted_stall_ns"]
+    section["iterations_in_trace"] = n_it
+    return section
+
+
+def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa", budget: int | None = None,
+                  min_size: int = MIN_SIZE, planner: str = "optimal", time_limit: float = 10.0) -> dict:
+    """Add the swap section to a pool plan (``doc``, :func:`..pools.plan_file.build`'s), in place: the
+    swapped requests are served from managed memory (``serve: managed``), the other requests of the
+    iteration of at least ``min_size`` bytes by the program's own allocator (``serve: real``: their
+    memory is then free for others while it is not in use, as the swapped blocks' is while they are
+    away), the rest by the arena, re-planned without them.  Returns ``doc``."""
+
+    import copy
+
+    first = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit)
+    unsteady = first["swap"].pop("_unsteady", set())
+    best = first
+    if unsteady:   # the same without the swaps another iteration would undo: kept when it predicts less
+        second = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit,
+                             frozenset(unsteady))
+        second["swap"].pop("_unsteady", None)
+        if second["swap"]["predicted_peak_bytes"] < first["swap"]["predicted_peak_bytes"]:
+            best = second
+    doc.clear()
+    doc.update(best)
+    return doc
+
+
+def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time_limit, unsteady=frozenset()):
+    from ..pools.plan_file import servable
+    from ..pools.planners import plan as run_planner
+    mode = "no-overhead" if budget is None else "budget"
+    problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size, unsteady=unsteady)
+    section = choose(problem, ctx, strategy, mode, budget)
+    section["min_size"] = int(min_size)
+    reqs = doc["requests"]
+    keys_swapped = {(s["request"]["phase"], int(s["request"]["size"]), int(s["request"]["site"]),
+                     int(s["request"]["ordinal"])) for s in section["swaps"]}
+    n_managed = 0
+    for r in reqs:
+        key = (r["phase"], int(r["size"]), int(r["site"]), int(r["ordinal"]))
+        if key in keys_swapped and not r.get("alternate"):
+            r["serve"], r["managed_index"] = "managed", n_managed
+            n_managed += 1
+        elif key in keys_swapped or (r["phase"] == "iteration" and int(r["size"]) >= min_size):
+            r["serve"] = "real"
+        else:
+            r["serve"] = "arena"
+    arena = [r for r in reqs if r["serve"] == "arena"]
+    if arena:
+        prob = pd.DataFrame({"id": np.arange(len(arena)), "lower": [r["lifetime"][0] for r in arena],
+                             "upper": [r["lifetime"][1] for r in arena],
+                             "size": [r["slot_size"] for r in arena]})
+        p = run_planner(prob, planner, time_limit=time_limit)
+        if p.offsets is None:
+            raise PyinterposeError(f"the {planner} planner found no plan for the arena within {time_limit:g} s")
+        offs = np.asarray(p.offsets, np.int64)
+        for r, o in zip(arena, offs):
+            r["offset"] = int(o)
+        doc["capacity"] = int((offs + prob["size"].to_numpy(np.int64)).max())
+        from ..pools.problem import load
+        doc["load_bytes"] = int(load(prob["lower"], prob["upper"], prob["size"]))
+    else:
+        doc["capacity"], doc["load_bytes"] = 0, 0
+    for r in reqs:
+        if r["serve"] != "arena":
+            r["offset"] = 0
+    req = servable(trace, ctx["pid"])
+    arena_blocks = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist()) | \
+        {int(r["block_id"]) for r in arena}
+    predict(section, ctx, doc["capacity"], arena_blocks)
+    section["window_peak_bytes"] = section["predicted_peak_bytes"]
+    predict_run(trace, doc, section)
+    section["managed"] = n_managed
+    doc["swap"] = section
+    return doc
+
+
+def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> dict:
+    """The applied run's resident device bytes over the whole trace, every iteration with its own times
+    (the schedule is keyed by launches, so each iteration moves the same blocks at its own pace): the
+    arena from its first request on, every device block the arena does not serve while it lives, a
+    swapped one while it is resident.  Per swap and iteration: the swap-out starts when the launch it
+    follows has ended and its copy engine is free (one per direction, in the order they are sent), the
+    swap-in is sent after its launch and starts once its swap-out has ended and its engine is free.
+    Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
+    after the launch that needs them starts) and ``predicted_stall_ns_run`` (how much later the run
+    ends: the program waits at each late swap-in's next access, a wait moving the later ones along),
+    and returns ``section``."""
+    from ..clock import clock_of
+    from ..pools.plan_file import servable
+
+    pid = int(doc["trace"]["pid"])
+    clock = clock_of(trace, pid)
+    ops = clock.replay_ops()
+    oseq, ostart, odur = ops["seq"], ops["start"], ops["dur"]
+    blocks = _block_times(trace, pid, clock)
+    dev = blocks[blocks["counts_device"].to_numpy(bool)]
+    req = servable(trace, pid)
+    min_size = int(section.get("min_size") or MIN_SIZE)
+    it = doc["iteration"]
+    anchor = it.get("anchor") or {}
+    # iteration boundaries: the anchor's allocations (seq)
+    bnd = _anchor_seqs(trace, doc, pid)
+    # launches: iteration and ordinal of their kernel within it
+    L = trace.launches
+    L = L[L["pid"].to_numpy() == pid]
+    lseq = L["seq"].to_numpy(np.int64)
+    lit = np.searchsorted(bnd, lseq, side="right") - 1
+    names = L["kernel_name"].astype(str).to_numpy()
+    lord = pd.DataFrame({"it": lit, "n": names}).groupby(["it", "n"], sort=False).cumcount().to_numpy()
+    op_of_seq = {int(s): i for i, s in enumerate(oseq)}
+    at = {(int(i), str(n), int(o)): op_of_seq.get(int(s), -1) for i, n, o, s in zip(lit, names, lord, lseq)}
+    # block instances of the managed keys: iteration rows per iteration, persistent rows once
+    rseq = req["seq_alloc"].to_numpy(np.int64)
+    rit = np.searchsorted(bnd, rseq, side="right") - 1
+    rkey = pd.DataFrame({"it": rit, "size": req["size"].to_numpy(), "site": req["site"].to_numpy()})
+    it_ord = rkey.groupby(["it", "size", "site"], sort=False).cumcount().to_numpy()
+    life_ord = rkey.groupby(["size", "site"], sort=False).cumcount().to_numpy()
+    bid = req["block_id"].to_numpy()
+    inst_it = {(int(i), int(s), int(si), int(o)): int(b) for i, s, si, o, b in
+               zip(rit, req["size"], req["site"], it_ord, bid)}
+    inst_life = {(int(s), int(si), int(o)): int(b) for s, si, o, b in zip(req["size"], req["site"], life_ord, bid)}
+    bw = section["bandwidth"]
+    lat = bw["latency_us"] * 1e3
+    t_out = lambda n: lat + n / bw["d2h_gbps"]      # noqa: E731  (ns: 1 GB/s = 1 byte/ns)
+    t_in = lambda n: lat + n / bw["h2d_gbps"]       # noqa: E731
+    acc = trace.accesses
+    acc = acc[acc["pid"].to_numpy() == pid]
+    first_acc = acc.groupby("block_id")["seq"].min()
+    acc_seqs = {int(k): np.sort(v.to_numpy(np.int64)) for k, v in acc.groupby("block_id")["seq"]}
+    unforeseen = 0
+    unsteady: set = set()
+    # per block: resident intervals (managed) or its life (real)
+    pers = {int(r["block_id"]) for r in doc["requests"] if r["phase"] == "persistent" and r.get("serve") == "arena"}
+    small = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist())
+    moves: dict[int, list] = {}
+    late = 0
+    n_it = len(bnd)
+    items = []      # (block, size, out issue, in issue, next access start)
+    for k in range(-1, n_it):       # -1: before the first boundary (the shim counts from the start there)
+        for s in section["swaps"]:
+            q = s["request"]
+            b = inst_life.get((q["size"], q["site"], q["ordinal"])) if q["phase"] == "persistent" else \
+                inst_it.get((k, q["size"], q["site"], q["ordinal"]))
+            o_op = at.get((k, s["out_after"]["kernel"], s["out_after"]["ordinal"]), -1)
+            i_op = at.get((k, s["in_after"]["kernel"], s["in_after"]["ordinal"]), -1)
+            n_op = at.get((k, s["in_before"]["kernel"], s["in_before"]["ordinal"]), -1)
+            if b is None or o_op < 0 or i_op < 0 or n_op < 0:
+                continue
+            # a launch naming the block while it is away (this iteration's accesses differ from the
+            # planned one's) brings it back right then and waits for it, as the shim does
+            acc_b = acc_seqs.get(b)
+            if acc_b is not None:
+                j = int(np.searchsorted(acc_b, oseq[o_op], side="right"))
+                if j < len(acc_b) and acc_b[j] < oseq[n_op]:
+                    u = op_of_seq.get(int(acc_b[j]), -1)
+                    if 0 <= u and u < n_op:
+                        unforeseen += 1
+                        unsteady.add((q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])))
+                        if u <= o_op:
+                            continue
+                        i_op = n_op = u
+            items.append((b, s["size"], ostart[o_op] + odur[o_op], ostart[i_op], ostart[n_op]))
+    out_end = np.zeros(len(items))
+    free = -np.inf
+    for j in sorted(range(len(items)), key=lambda j: items[j][2]):       # D2H: first sent, first served
+        free = max(items[j][2], free) + t_out(items[j][1])
+        out_end[j] = free
+    free = -np.inf
+    lateness = []
+    for j in sorted(range(len(items)), key=lambda j: items[j][3]):       # H2D
+        b, size, _, issue, nxt = items[j]
+        start = max(issue, free, out_end[j])
+        free = start + t_in(size)
+        if free > nxt + 1.0:
+            late += 1
+            lateness.append((nxt, free - nxt))
+        moves.setdefault(b, []).append((out_end[j], start))
+    # the run's stall: the program (one stream on the CPU clock) waits at each late swap-in's next access;
+    # a swap-in is sent after a launch, so a wait moves the later ones along with the program: each adds
+    # its own lateness
+    delay = float(sum(lt for _, lt in lateness))
+    ts, ds = [], []
+    seq_t = dict(zip(oseq.tolist(), ostart.tolist()))
+    for b, size, ta, tf, fr in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
+                                   dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
+                                   dev["freed"].to_numpy(bool)):
+        b = int(b)
+        end = float(tf) if fr else float(trace.end_ns)
+        if b in pers or b in small:
+            continue
+        if b in moves:
+            fa = first_acc.get(b)
+            start = float(seq_t.get(int(fa), ta)) if fa is not None else float(ta)
+            for oe, is_ in sorted(moves[b]):
+                ts += [start, oe]
+                ds += [size, -size]
+                start = is_
+            ts += [start, end]
+            ds += [size, -size]
+        else:
+            ts += [float(ta), end]
+            ds += [size, -size]
+    # the arena, from the first request it serves on
+    cap = int(doc["capacity"])
+    if cap:
+        ts += [float(req["seq_alloc"].size and blocks.loc[blocks["block_id"].isin(req["block_id"]), "t_alloc"].min())]
+        ds += [cap]
+    t = np.asarray(ts, np.float64)
+    d = np.asarray(ds, np.int64)
+    o = np.lexsort((d, t))
+    if curve is not None:          # the curve itself (time ns on the trace's clock, resident bytes)
+        curve += [t[o], np.cumsum(d[o])]
+    section["predicted_peak_bytes"] = int(max(0, np.cumsum(d[o]).max())) if len(d) else 0
+    section["predicted_late_swap_ins"] = int(late)
+    section["predicted_unforeseen"] = int(unforeseen)
+    section["_unsteady"] = unsteady
+    section["iterations_in_trace"] = int(n_it)
+    section["predicted_stall_ns_run"] = float(delay)
+    return section

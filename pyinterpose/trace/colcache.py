@@ -1,0 +1,221 @@
+"""A memory-mapped columnar cache of a trace's tables, kept beside the trace file.
+
+Loading a large trace inflates every chunk and runs the native record pass; the tables it
+makes are then held in anonymous memory whether an analysis reads them or not (at 10 M
+events: ~0.45 GB of tables, ~0.9 GB peak while building them).  After a trace is loaded
+once, :func:`write` stores every column of every table as a ``.npy`` file in
+``<trace>.picache/`` (categoricals as their codes, the categories and the small text
+columns in ``manifest.json``), and later loads :func:`read` them memory-mapped: loading
+is then a few milliseconds, and a column takes memory only once an analysis touches it
+(page cache, given back by the kernel under pressure; never written back — the mapping
+is copy-on-write, so a table changed in place changes only this process's copy).
+
+The cache is used only when it was made from this very file (size and modification time
+in nanoseconds) by this very reader (a fingerprint of the ``trace`` package's sources and
+the native reader): anything else is rebuilt.  It is written only for traces of at least
+``PYINTERPOSE_CACHE_MIN_BYTES`` (default 32 MiB: smaller traces load in about a second),
+never for a trace still being written, and silently not where the folder beside the trace
+cannot be written.  ``--no-cache`` on any analysis command (``PYINTERPOSE_NO_CACHE=1``)
+neither reads nor writes it.  No pickle: numpy arrays of plain dtypes and JSON only.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+
+SUFFIX = ".picache"
+FORMAT = 1
+MIN_BYTES = 32 << 20
+TABLES = ("blocks", "accesses", "launches", "copies", "hints", "failures", "markers", "processes", "nvml",
+          "reservations", "frames", "stacks", "gpu_activity", "applied")
+OTHER_FIELDS = frozenset({"kernels", "meta", "counts", "warnings", "path", "_derived"})
+
+
+def _knows_every_field(trace) -> bool:
+    """The Trace holds nothing this module does not store (a table or field added to the model later
+    would otherwise come back empty from the cache: then no cache is written)."""
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(trace)} == set(TABLES) | OTHER_FIELDS
+_fingerprint: str | None = None
+
+
+def enabled() -> bool:
+    """False when ``--no-cache`` (``PYINTERPOSE_NO_CACHE``) turned the cache off."""
+    return os.environ.get("PYINTERPOSE_NO_CACHE", "") in ("", "0")
+
+
+def min_bytes() -> int:
+    try:
+        return int(os.environ.get("PYINTERPOSE_CACHE_MIN_BYTES", MIN_BYTES))
+    except ValueError:
+        return MIN_BYTES
+
+
+def wanted(path: str) -> bool:
+    """Whether a load of ``path`` should write its cache (on, and the file large enough)."""
+    try:
+        return enabled() and os.path.getsize(path) >= min_bytes()
+    except OSError:
+        return False
+
+
+def cache_dir(path: str) -> str:
+    return path + SUFFIX
+
+
+def reader_fingerprint() -> str:
+    """A digest of the code that builds the tables: the ``trace`` package's sources, the record
+    layout and the native library (a cache made by other code is never used)."""
+    global _fingerprint
+    if _fingerprint is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        pkg = os.path.dirname(here)
+        h = hashlib.sha1(str(FORMAT).encode())
+        files = sorted(glob.glob(os.path.join(here, "*.py")) + glob.glob(os.path.join(pkg, "capture", "records.py"))
+                       + glob.glob(os.path.join(pkg, "_core*.so")))
+        for f in files:
+            h.update(os.path.basename(f).encode())
+            with open(f, "rb") as fh:
+                h.update(fh.read())
+        _fingerprint = h.hexdigest()
+    return _fingerprint
+
+
+def _key(path: str) -> dict:
+    st = os.stat(path)
+    return {"format": FORMAT, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "reader": reader_fingerprint()}
+
+
+def _jsonable(x) -> bool:
+    """x survives a JSON round trip unchanged (types included)."""
+    try:
+        return json.loads(json.dumps(x)) == x and _same_types(json.loads(json.dumps(x)), x)
+    except (TypeError, ValueError):
+        return False
+
+
+def _same_types(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return all(_same_types(a[k], b[k]) for k in b)
+    if isinstance(a, list):
+        return all(_same_types(x, y) for x, y in zip(a, b))
+    return True
+
+
+def _table_spec(name: str, df: pd.DataFrame, folder: str) -> dict | None:
+    """Write a table's columns into ``folder``; its manifest entry, or None when it cannot be cached."""
+    if not isinstance(df.index, pd.RangeIndex) or df.index.start != 0 or df.index.step != 1:
+        return None
+    cols = []
+    for i, c in enumerate(df.columns):
+        if not isinstance(c, str):
+            return None
+        s = df[c]
+        dt = s.dtype
+        fname = f"{name}.{i}.npy"
+        if isinstance(dt, pd.CategoricalDtype):
+            cats = s.cat.categories.tolist()
+            if not _jsonable(cats) or str(s.cat.categories.dtype) not in ("object", "str", "string"):
+                return None
+            np.save(os.path.join(folder, fname), s.cat.codes.to_numpy(), allow_pickle=False)
+            cols.append({"name": c, "kind": "category", "file": fname, "categories": cats,
+                         "ordered": bool(dt.ordered), "cat_dtype": str(s.cat.categories.dtype)})
+        elif dt == object or str(dt) in ("str", "string"):
+            vals = s.tolist()
+            if not _jsonable(vals):
+                return None
+            cols.append({"name": c, "kind": "json", "values": vals, "dtype": str(dt)})
+        elif isinstance(dt, np.dtype) and dt.kind in "biuf":
+            np.save(os.path.join(folder, fname), np.ascontiguousarray(s.to_numpy()), allow_pickle=False)
+            cols.append({"name": c, "kind": "array", "file": fname})
+        else:
+            return None
+    return {"rows": len(df), "columns": cols}
+
+
+def write(trace, path: str) -> bool:
+    """Store ``trace``'s tables in the cache beside ``path``; False when not written (too small,
+    disabled, not writable, or something in it that would not come back exactly)."""
+    try:
+        if not wanted(path) or not _knows_every_field(trace):
+            return False
+        key = _key(path)
+        extras = {"kernels": list(trace.kernels), "meta": trace.meta, "counts": trace.counts,
+                  "warnings": list(trace.warnings)}
+        if not all(_jsonable(v) for v in extras.values()):
+            return False
+        final = cache_dir(path)
+        tmp = f"{final}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.mkdir(tmp)
+        try:
+            tables = {}
+            for name in TABLES:
+                spec = _table_spec(name, getattr(trace, name), tmp)
+                if spec is None:
+                    return False
+                tables[name] = spec
+            with open(os.path.join(tmp, "manifest.json"), "w") as f:
+                json.dump({"key": key, "tables": tables, **extras}, f)
+            if os.path.isdir(final):
+                old = f"{final}.old-{os.getpid()}"
+                os.rename(final, old)
+                shutil.rmtree(old, ignore_errors=True)
+            os.rename(tmp, final)
+            tmp = None
+            return True
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        return False
+
+
+def _column(folder: str, col: dict):
+    kind = col["kind"]
+    if kind == "array":
+        return np.asarray(np.load(os.path.join(folder, col["file"]), mmap_mode="c", allow_pickle=False))
+    if kind == "category":
+        codes = np.asarray(np.load(os.path.join(folder, col["file"]), mmap_mode="c", allow_pickle=False))
+        cats = pd.Index(col["categories"], dtype=col.get("cat_dtype", "object"))
+        return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats, ordered=col["ordered"]))
+    if col["dtype"] != "object":
+        return pd.array(col["values"], dtype=col["dtype"])
+    vals = np.empty(len(col["values"]), dtype=object)     # kept object (pandas would infer str)
+    vals[:] = col["values"]
+    return pd.Series(vals, dtype=object, copy=False)
+
+
+def read(path: str):
+    """The trace's tables from its cache (memory-mapped), or None when there is no valid cache."""
+    from .model import Trace
+
+    if not enabled():
+        return None
+    folder = cache_dir(path)
+    try:
+        with open(os.path.join(folder, "manifest.json")) as f:
+            man = json.load(f)
+        if man.get("key") != _key(path):
+            return None
+        tables = {}
+        for name in TABLES:
+            spec = man["tables"][name]
+            data = {c["name"]: _column(folder, c) for c in spec["columns"]}
+            df = pd.DataFrame(data, copy=False) if data else pd.DataFrame(index=pd.RangeIndex(spec["rows"]))
+            if len(df) != spec["rows"]:
+                return None
+            tables[name] = df
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Trace(kernels=man["kernels"], meta=man["meta"], counts=man["counts"], warnings=man["warnings"],
+                 path=path, **tables)

@@ -1,0 +1,179 @@
+"""`plan --swap` applied with `run --apply` to the replayed H100 ResNet-18 trace on simcuda (issue 31).
+
+Ground truth the shim does not produce: simcuda's own counts (SIMCUDA_STATS: the high-water mark of
+resident device bytes, GPU page faults, prefetches — counted in the simulated driver), the replayer's
+pattern check (SIMCUDA_CHECK=1: every kernel verifies, in every block it touches, what the kernel before it
+wrote there), and the recorded trace's own peak of live bytes (pyinterpose.trace.model)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import pyinterpose
+from conftest import ROOT, run_cli
+from pyinterpose.trace.model import peak_live_bytes
+
+SAMPLE = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+ENGINES = {"SIMCUDA_H2D_GBPS": "55", "SIMCUDA_D2H_GBPS": "55", "SIMCUDA_COPY_LATENCY_NS": "10000"}
+
+pytestmark = pytest.mark.slow
+
+
+def _replay(tmp_path, name, plan=None, speed="0.25", check=False, extra=()):
+    stats = tmp_path / f"{name}.stats"
+    env = dict(ENGINES, SIMCUDA_STATS=str(stats), SIMCUDA_CHECK="1" if check else "0")
+    opts = ["--apply", plan] if plan else []
+    cp = run_cli("run", "-f", "--simulated-gpu", "-o", str(tmp_path / f"{name}.pit"), *opts, "--",
+                 sys.executable, "-m", "pyinterpose.examples.replay", SAMPLE, "--speed", speed, *extra,
+                 env=env, timeout=600)
+    summary = next(json.loads(x) for x in cp.stdout.splitlines() if x.startswith("{"))
+    st = json.loads(stats.read_text().splitlines()[-1])
+    return cp, summary, st
+
+
+@pytest.fixture(scope="module")
+def swap_plan(tmp_path_factory):
+    d = tmp_path_factory.mktemp("swapplan")
+    plan = str(d / "plan.json")
+    cp = run_cli("plan", SAMPLE, "--swap", "--bandwidth", "55", "-o", plan, "--json")
+    assert cp.returncode == 0, cp.stderr
+    with open(plan) as f:
+        return plan, json.load(f)
+
+
+def test_the_replay_reproduces_the_recorded_peak(tmp_path):
+    cp, summary, st = _replay(tmp_path, "plain", speed="0")
+    assert cp.returncode == 0, cp.stderr
+    trace = pyinterpose.load(SAMPLE)
+    b = trace.blocks
+    apis = b["api"].astype(str).isin(["cudaMallocAsync", "cuMemAlloc_v2"]).to_numpy()
+    assert st["resident_peak_bytes"][0] == peak_live_bytes(b[apis & b["counts_device"].to_numpy(bool)])
+    assert summary["launches"] + summary["copies"] == len(trace.launches) + len(trace.copies)
+
+
+def test_swaps_lower_the_high_water_mark_as_predicted_and_keep_the_data(tmp_path, swap_plan):
+    plan, doc = swap_plan
+    sw = doc["swap"]
+    cp0, s0, st0 = _replay(tmp_path, "none")
+    cp, s1, st1 = _replay(tmp_path, "swap", plan=plan)
+    assert cp0.returncode == 0 and cp.returncode == 0, cp.stderr
+    none, got = st0["resident_peak_bytes"][0], st1["resident_peak_bytes"][0]
+    assert st1["prefetches"] >= 2 * len(sw["swaps"]) * 15          # every iteration moved its blocks
+    assert got <= 0.90 * none                                        # >= 10 % below the run without the plan
+    assert abs(got / sw["predicted_peak_bytes"] - 1) <= 0.02         # within 2 % of the prediction
+    assert st1["faults"] == 0                                        # no launch found a block away
+    # the data: the same run checked (every kernel verifies the blocks it touches)
+    cpc, sc, stc = _replay(tmp_path, "checked", plan=plan, speed="0", check=True)
+    assert cpc.returncode == 0, cpc.stderr
+    assert sc["check_errors"] == 0 and sc["checked_words"] > 100_000
+    assert stc["prefetches"] >= 2 * len(sw["swaps"]) * 15
+
+
+def _an_away_moment(doc):
+    """(seq, block) of the plan's window: a launch between a swap's out-after and in-before launches that
+    does not name the block (so the plan never expects the block there)."""
+    trace = pyinterpose.load(SAMPLE)
+    sw = doc["swap"]
+    lo, hi = sw["window_seq"]
+    L = trace.launches
+    L = L[(L["seq"] > lo) & (L["seq"] < hi)].sort_values("seq").copy()
+    L["ord"] = L.groupby("kernel_name").cumcount()
+    acc = trace.accesses
+    for s in sw["swaps"]:
+        if s["request"]["phase"] != "iteration":
+            continue
+
+        def seq_of(k):
+            r = L[(L["kernel_name"] == s[k]["kernel"]) & (L["ord"] == s[k]["ordinal"])]
+            return int(r["seq"].iat[0])
+        a, b = seq_of("out_after"), seq_of("in_before")
+        touched = set(acc.loc[acc["block_id"] == s["block_id"], "seq"].tolist())
+        mid = [q for q in L["seq"].tolist() if a < q < b and q not in touched]
+        if len(mid) > 10:
+            return mid[len(mid) // 2], s["block_id"]
+    raise AssertionError("no swap with room for an unforeseen access")
+
+
+def test_an_unforeseen_access_waits_for_the_block_and_the_result_stays_exact(tmp_path, swap_plan):
+    plan, doc = swap_plan
+    seq, block = _an_away_moment(doc)
+    cp, s, st = _replay(tmp_path, "unforeseen", plan=plan, speed="0", check=True,
+                        extra=["--extra-launch", f"{seq}:{block}"])
+    assert cp.returncode == 0, cp.stderr
+    assert s["check_errors"] == 0 and s["checked_words"] > 0          # the block's data is exact
+    line = next(x for x in cp.stderr.splitlines() if "swaps: " in x)
+    assert " 1 unforeseen accesses waited" in line, line
+    assert st["faults"] == 0          # it was brought back before the launch ran: no page fault on the device
+    # summary: per iteration, the swaps done and the unforeseen access that waited
+    j = run_cli("summary", str(tmp_path / "unforeseen.pit"), "--json")
+    assert j.returncode == 0, j.stderr
+    p = json.loads(j.stdout)["applied"]["processes"][0]
+    assert p["swap_totals"]["unforeseen"] == 1 and p["swap_totals"]["late"] == 0
+    assert sum(r["unforeseen"] for r in p["swapped"]) == 1
+    assert [r["swaps_out"] for r in p["swapped"] if r["iteration"] >= 0][:5] == [len(doc["swap"]["swaps"])] * 5
+    txt = run_cli("summary", str(tmp_path / "unforeseen.pit"))
+    assert "swaps per iteration" in txt.stdout and "1 unforeseen accesses waited" in txt.stdout
+
+
+def test_simcuda_counts_a_touch_of_a_block_that_is_away(tmp_path):
+    """What makes `faults == 0` above mean something: a kernel that touches managed memory prefetched to
+    the host is a fault in simcuda's count (and the first prefetch of never-touched memory moves nothing)."""
+    code = r"""
+import ctypes, json, os, sys
+from pyinterpose.examples._simlib import load_simcuda
+cu, rt = load_simcuda()
+rt.cudaSetDevice(0)
+p = ctypes.c_uint64()
+assert cu.cuInit(0) == 0
+assert cu.cuMemAllocManaged(ctypes.byref(p), ctypes.c_size_t(8 << 20), 1) == 0
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+assert cu.cuMemPrefetchAsync_v2(p, ctypes.c_size_t(8 << 20), Loc(1, 0), 0, None) == 0   # to the device
+assert cu.cuMemPrefetchAsync_v2(p, ctypes.c_size_t(8 << 20), Loc(2, 0), 0, None) == 0   # to the host
+fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))(lambda params: None)
+f = ctypes.c_void_p()
+offs = (ctypes.c_size_t * 1)(0); sizes = (ctypes.c_size_t * 1)(8)
+assert cu.simcuRegisterKernel(b"touch", fn, 1, offs, sizes, ctypes.byref(f)) == 0
+arg = ctypes.c_uint64(p.value)
+params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
+assert cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None) == 0
+assert cu.cuCtxSynchronize() == 0
+"""
+    stats = tmp_path / "fault.stats"
+    env = dict(os.environ, **ENGINES, SIMCUDA_STATS=str(stats),
+               LD_LIBRARY_PATH=os.path.join(os.path.dirname(pyinterpose.__file__), "_native", "simcuda"))
+    import subprocess
+    cp = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    st = json.loads(stats.read_text().splitlines()[-1])
+    assert st["faults"] == 1 and st["prefetches"] == 2
+    assert st["prefetch_bytes"] == 8 << 20          # the first prefetch populated (nothing to move), the second moved
+    assert st["resident_peak_bytes"][0] == 8 << 20
+
+
+def test_the_plan_file_says_what_it_swaps_and_refuses_a_bad_section(tmp_path, swap_plan):
+    from pyinterpose.errors import PyinterposeError
+    from pyinterpose.trace import plan_format as plan_file
+
+    plan, doc = swap_plan
+    sw = doc["swap"]
+    assert sw["mechanism"] == "uvm" and sw["bandwidth"]["h2d_gbps"] == 55.0
+    managed = [r for r in doc["requests"] if r.get("serve") == "managed"]
+    assert len(managed) == sw["managed"] and len(sw["swaps"]) >= len(managed)
+    assert all(s["planned_ns"]["out_end"] <= s["next_access_ns"] + 1 for s in sw["swaps"])
+    assert sw["not_swapped"] and all(n["why"] for n in sw["not_swapped"])
+    blob = plan_file.digest(doc)
+    hdr = np.frombuffer(blob[:128], "<u8")
+    assert hdr[9] == 16 + 16 * sw["managed"] + 24 * 3 * len(sw["swaps"])   # the swap section's bytes
+    bad = json.loads(json.dumps(doc))
+    bad["swap"]["swaps"][0]["planned_ns"]["out_end"] = bad["swap"]["swaps"][0]["next_access_ns"] + 10_000
+    with pytest.raises(PyinterposeError, match="swap-out ends after"):
+        plan_file.check(bad)
+    bad = json.loads(json.dumps(doc))
+    bad["swap"]["swaps"][0]["request"]["ordinal"] = 10_000
+    with pytest.raises(PyinterposeError, match="not a managed request"):
+        plan_file.check(bad)
