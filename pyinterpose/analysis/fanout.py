@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from .executor import executor
+
 _settings: dict | None = None      # set by using(): {"scheduler": ..., "max_workers": ...}
 
 
@@ -75,7 +77,5 @@ def iterations_per_process(trace, pids: list[int]) -> list[int]:
     pids = [int(p) for p in pids]
     if not _fannable(trace, len(pids)):
         return [int(find_iterations(trace, p).count) for p in pids]
-    from .job import executor
-
     with executor(_settings["scheduler"], _settings["max_workers"], len(pids)) as ex:
         return [int(c) for c in ex.map(iterations_task, [(trace.path, p) for p in pids])]
