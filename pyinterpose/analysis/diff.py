@@ -175,8 +175,9 @@ def diff(a: dict, b: dict) -> dict[str, Any]:
     counts = {s: sum(r["status"] == s for r in sites) for s in _ORDER}
     notes = []
     if not (a["has_stacks"] and b["has_stacks"]):
-        which = " and ".join(p["label"] for p in (a, b) if not p["has_stacks"])
-        notes.append(f"no call stacks in {which}: its blocks are under {NO_SITE!r} (capture with --stacks python|native)")
+        without = [p["label"] for p in (a, b) if not p["has_stacks"]]
+        notes.append(f"no call stacks in {' and '.join(without)}: {'its' if len(without) == 1 else 'their'} blocks are "
+                     f"under {NO_SITE!r} (capture with --stacks python|native)")
     return {"a": {"label": a["label"], "path": a["path"], "iterations": a["iterations"]},
             "b": {"label": b["label"], "path": b["path"], "iterations": b["iterations"]},
             "totals": totals, "call_sites": sites, "call_site_counts": counts,

@@ -32,17 +32,24 @@ import pandas as pd
 SUFFIX = ".picache"
 FORMAT = 1
 MIN_BYTES = 32 << 20
-TABLES = ("blocks", "accesses", "launches", "copies", "hints", "failures", "markers", "processes", "nvml",
-          "reservations", "frames", "stacks", "gpu_activity", "applied")
 OTHER_FIELDS = frozenset({"kernels", "meta", "counts", "warnings", "path", "_derived"})
 
 
-def _knows_every_field(trace) -> bool:
-    """The Trace holds nothing this module does not store (a table or field added to the model later
-    would otherwise come back empty from the cache: then no cache is written)."""
+def _tables() -> tuple:
+    """Every field of Trace but OTHER_FIELDS: its tables (a table added to the model is stored too)."""
     import dataclasses
 
-    return {f.name for f in dataclasses.fields(trace)} == set(TABLES) | OTHER_FIELDS
+    from .model import Trace
+
+    return tuple(f.name for f in dataclasses.fields(Trace) if f.name not in OTHER_FIELDS)
+
+
+TABLES = _tables()
+
+
+def _knows_every_field(trace) -> bool:
+    """Every field of the trace that is not in OTHER_FIELDS is a table (else: no cache is written)."""
+    return all(isinstance(getattr(trace, n, None), pd.DataFrame) for n in TABLES)
 _fingerprint: str | None = None
 
 

@@ -109,6 +109,9 @@ def test_every_field_of_the_trace_is_stored():
     from pyinterpose.trace.model import Trace
 
     assert {f.name for f in dataclasses.fields(Trace)} == set(colcache.TABLES) | colcache.OTHER_FIELDS
+    assert {"blocks", "accesses", "launches", "gpu_activity"} <= set(colcache.TABLES)
+    t = Trace.from_tables()
+    assert all(isinstance(getattr(t, n), pd.DataFrame) for n in colcache.TABLES)
 
 
 def test_small_traces_get_no_cache_by_default(tmp_path, monkeypatch):

@@ -139,9 +139,8 @@ def test_timeline_on_real_trace(tmp_path, name):
         # something is drawn: at least one point per event of the opening range (one steady
         # iteration: JAX's attention step is 3 buffers, 6 events), else more than 10
         assert st["points"] > min(10, st["range"][1] - st["range"][0]), st
-        if st["iters"] >= 2:
-            # opens on one steady iteration: a small part of the run
-            assert st["range"][1] - st["range"][0] < st["n"] / 3
+        # with two iterations or more it opens on one steady iteration: a small part of the run
+        assert st["iters"] < 2 or st["range"][1] - st["range"][0] < st["n"] / 3, st
         if name == "torch-cnn-blocks.pit":
             # the dashed reserved line: PyTorch's caching allocator simulated on the blocks view's requests
             # equals what the native allocator reserved in the same program's reserved-view run
@@ -195,8 +194,7 @@ def test_timeline_on_real_trace(tmp_path, name):
         b.mouse("mouseReleased", win[0] - win[2] * 0.1, win[1], button="left", clickCount=1)
         r3 = b.eval(STATE)["range"]
         assert abs((r3[1] - r3[0]) - (r2[1] - r2[0])) < 1e-6 * st["n"] + 1e-9, (r2, r3)
-        if r2[0] > 0.1 * st["n"]:
-            assert r3[0] < r2[0], (r2, r3)
+        assert r2[0] <= 0.1 * st["n"] or r3[0] < r2[0], (r2, r3)
 
         # hover: sweep the cursor up the plot at mid-width until a block is read out
         box = b.eval(OVER)

@@ -477,6 +477,7 @@ SIM_API(CUresult, cuMemFreeAsync, (CUdeviceptr dptr, CUstream s))
         sim_res_stream_time(sim_queue_done_at(q));
     }
     if (gbytes) { /* a graph's allocation freed outside the graph: back to its pool, the address stays */
+        sim_res_stream_time(0);   /* no device bytes counted here: the time is not for the next count */
         sim_graph_mem_give(dev, gbytes);
         return CUDA_SUCCESS;
     }
