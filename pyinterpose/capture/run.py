@@ -252,9 +252,6 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     device work got no device clock.  ``after``: called as ``after(output, procs)`` once the trace is
     written (procs: each process's ring counters, e.g. ``oom_failures``)."""
     _check_options(argv, view, gpu_clock, stacks)
-    from . import window_run
-
-    windows = window_run.configure(capture_range, steps, flight_recorder)   # None: the whole run
     child_env = dict(os.environ if env is None else env)
     if simulated_gpu:
         child_env["LD_LIBRARY_PATH"] = ":".join(p for p in [SIMCUDA, child_env.get("LD_LIBRARY_PATH", "")] if p)
@@ -268,6 +265,9 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         sys.stderr.flush()
         return _spawn(argv, child_env, cwd)
     _check_built()
+    from . import window_run    # after the check: it reads the record layout, absent from an unbuilt tree
+
+    windows = window_run.configure(capture_range, steps, flight_recorder)   # None: the whole run
     output = output or default_output(argv)
     if os.path.exists(output) and not force:
         raise PyinterposeError(f"-o {output}: file exists; pass -f to overwrite")
@@ -294,19 +294,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
             raise
     nvml_info, sampler = _nvml_start()
     t0 = time.monotonic_ns()
-    meta = {
-        "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
-        "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
-        "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock, "apply": apply_meta,
-        "knobs": knobs, "cuda_graphs": CUDA_GRAPHS_NOTE, "user_env": user_env, "session": session, "t0_ns": t0, "start_time": time.time(),
-        "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
-        "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
-        "record_size": records.event_dtype().itemsize, "nvml": nvml_info,
-        "cuda_visible_devices": child_env.get("CUDA_VISIBLE_DEVICES"),
-        "gpus": [{"nvml_index": d.get("index"), "name": d.get("name"), "uuid": d.get("uuid")}
-                 for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
-        "frameworks": framework_versions(argv, child_env),
-    }
+    meta = _trace_meta(argv, cwd, view, access, stacks, simulated_gpu, gpu_clock, apply_meta, knobs, user_env,
+                       session, t0, nvml_info, child_env)
     if windows is not None:
         meta["capture_window"] = windows.describe()
     try:
@@ -319,13 +308,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         raise PyinterposeError(f"cannot write trace {output}: {e.strerror or e}")
 
     drain = Drain(session, writer, ring_dir=rdir, lease_s=_lease_s())
-    signals = None
-    if windows is not None:   # capture windows / flight recorder (window_run.py)
-        drain.windows = windows
-        if windows.mode == "flight":
-            drain.dumper = window_run.Dumper(output, meta, windows, force, quiet)
-        signals = window_run.Signals(windows, drain.dumper)
-        signals.__enter__()
+    signals = _attach_windows(drain, windows, output, meta, force, quiet)
     if live is not None:
         live.start(drain)
     drain.start()
@@ -352,6 +335,39 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     if after is not None:
         after(output, procs)
     return _exit_status(output, status, procs, unrecorded, capture_error, gpu_clock)
+
+
+def _trace_meta(argv, cwd, view, access, stacks, simulated_gpu, gpu_clock, apply_meta, knobs, user_env, session,
+                t0, nvml_info, child_env) -> dict:
+    """The trace's META chunk: the run's command, options, machine and the record layout it was written with."""
+    return {
+        "format": "pyinterpose-trace", "pyinterpose_version": __version__, "command": list(argv),
+        "cwd": os.path.abspath(cwd or os.getcwd()), "view": view, "access": access, "stacks": stacks,
+        "site_format": 1, "simulated_gpu": simulated_gpu, "gpu_clock": gpu_clock, "apply": apply_meta,
+        "knobs": knobs, "cuda_graphs": CUDA_GRAPHS_NOTE, "user_env": user_env, "session": session, "t0_ns": t0,
+        "start_time": time.time(),
+        "host": platform.node(), "platform": platform.platform(), "python": sys.version.split()[0],
+        "apis": records.api_names(), "kinds": {str(k): v for k, v in records.kinds().items()},
+        "record_size": records.event_dtype().itemsize, "nvml": nvml_info,
+        "cuda_visible_devices": child_env.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": [{"nvml_index": d.get("index"), "name": d.get("name"), "uuid": d.get("uuid")}
+                 for d in nvml_info.get("devices", [])] if nvml_info.get("available") else [],
+        "frameworks": framework_versions(argv, child_env),
+    }
+
+
+def _attach_windows(drain: Drain, windows, output: str, meta: dict, force: bool, quiet: bool):
+    """Capture windows / the flight recorder (window_run.py) on the drain; their signal handlers (None: none)."""
+    if windows is None:
+        return None
+    from . import window_run
+
+    drain.windows = windows
+    if windows.mode == "flight":
+        drain.dumper = window_run.Dumper(output, meta, windows, force, quiet)
+    signals = window_run.Signals(windows, drain.dumper)
+    signals.__enter__()
+    return signals
 
 
 def _check_options(argv: list[str], view: str, gpu_clock: str, stacks: str) -> None:
