@@ -284,6 +284,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
+    if windows is not None:   # a signal window: run's word in the ring folder gates the shims too
+        child_env.update(windows.open_gate(rdir))
     apply_meta = None
     if apply:   # --apply plan.json: its digest for the shim (pyinterpose.capture.apply)
         from . import apply as applying    # pandas (the plan's check): not at every run's start
@@ -339,6 +341,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         if windows is not None:
             signals.__exit__(None, None, None)
             window_run.finish(windows, writer, drain._write, drain.dumper, procs)
+            windows.close_gate()
         unrecorded = drain.unrecorded()
         apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)
