@@ -279,7 +279,8 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env.update(knobs)
     _shim_environment(child_env, session, access, stacks, gpu_clock, ring_records)
     if windows is not None:   # windows the program opens: the shim leaves launches out while closed
-        child_env.pop("PYINTERPOSE_WINDOW_GATE", None)
+        for k in ("PYINTERPOSE_WINDOW_GATE", "PYINTERPOSE_WINDOW_STEPS", "PYINTERPOSE_WINDOW_GATE_FILE"):
+            child_env.pop(k, None)
         child_env.update(windows.shim_environment())
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
