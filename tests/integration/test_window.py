@@ -238,6 +238,43 @@ def test_sigusr2_toggles_a_signal_window(tmp_path):
     assert s["peak_live_bytes"] == _peak_in_steps(pyinterpose.load(full), 200, 400)
 
 
+@pytest.mark.slow
+def test_sigusr2_while_the_program_runs_gates_the_shim_without_losing_a_record(tmp_path):
+    """Signals that land while the program runs (no wait at the edges): the shim's gate opens before the
+    signal's time and closes after it, so every complete step inside the window holds what a full capture's
+    step holds, and the blocks live at the window's end are the full capture's."""
+    steps = 4000
+    out, wd, proc = _start(tmp_path, ["--capture-range", "signal"], ["--steps", str(steps), "--wait-steps", "0"])
+    try:
+        _ready(wd, 0, proc)
+        (wd / "go-0").write_text("")
+        for _ in range(2):
+            time.sleep(0.15)
+            proc.send_signal(signal.SIGUSR2)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    t = pyinterpose.load(out)
+    s = summarize(t)
+    first, last = s["window"]["first_step"], s["window"]["last_step"]
+    assert 0 < first and last < steps - 1 and last - first > 10   # both signals landed inside the run
+    w = t.meta["window"][0]["processes"][0]["windows"][0]
+    t0 = t.meta["t0_ns"]
+    marks = np.sort(t.markers["t"].to_numpy())
+    step0 = first if marks[0] == w["start_ns"] - t0 else first + 1     # opened on a marker, or inside a step
+    full, _, _ = _run(tmp_path, "full", [], ["--steps", str(steps)])
+    tf = pyinterpose.load(full)
+    inside = range(step0, step0 + len(marks) - 1)
+    assert _ops_per_step(t, inside, step0) == _ops_per_step(tf, inside, 0)
+    # the shim wrote the allocation stream only outside the window (17 records a step instead of 25)
+    tr, trf = t.meta["trailer"], tf.meta["trailer"]
+    outside = steps - (last - first + 1)
+    assert (tr["events_written"] - tr["events_in_file"]) / outside < 21
+    assert trf["events_written"] - tr["events_written"] > 6 * outside
+
+
 def _ops_per_step(trace, steps, step0) -> list[tuple]:
     """Per step k in ``steps`` (from the trace's markers for step k and k+1; its first marker begins step
     ``step0``): how many launches, copies and memsets (by op), block accesses and allocations it holds."""
