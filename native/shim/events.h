@@ -165,7 +165,9 @@ enum pi_window_flags {
 
 enum pi_window_source {
     PI_WINDOW_PROFILER = 1,   /* cudaProfilerStart/Stop, cuProfilerStart/Stop */
-    PI_WINDOW_MARKERS = 2     /* pyinterpose.start() / pyinterpose.stop() */
+    PI_WINDOW_MARKERS = 2,    /* pyinterpose.start() / pyinterpose.stop() */
+    PI_WINDOW_SIGNAL = 3,     /* SIGUSR2 to `run` (the gate only: `run` flips a shared word) */
+    PI_WINDOW_STEPS = 4       /* run --steps A:B (the gate only: the shim counts pyinterpose.mark_step markers) */
 };
 
 enum pi_graph_def {

@@ -78,6 +78,7 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
     pi_map_atfork_child();
     pi_apply_atfork_child();
+    pi_window_atfork_child();
     pthread_mutex_init(&g_init_lock, NULL);
     /* The child gets its own ring on its next event; the parent's mapping
      * stays mapped but is never written again from here. */
@@ -623,7 +624,9 @@ __attribute__((visibility("default"))) int pyinterpose_mark(const char *label) {
     if (pi_t.depth > 0 || !pi_active()) return 0;
     pi_t.depth++;
     uint32_t id = pi_intern(label ? label : "step");
+    pi_window_mark_begin(); /* window.c: the --steps gate opens before the marker, closes after it */
     pi_emit(PI_OP_MARKER, 0, 0, 0, 0, 0, id, 0);
+    pi_window_mark_end();
     pi_apply_mark(); /* a plan keyed by markers begins an iteration here */
     pi_t.depth--;
     return 1;

@@ -175,6 +175,9 @@ PI_HIDDEN void pi_window_edge(int api, int result, int edge, int source); /* a P
 /* 0 while a window the shim gates ($PYINTERPOSE_WINDOW_GATE) is closed: launches, copies, memsets and their
  * accesses are then not written (allocations, frees, sites, markers and definitions always are) */
 PI_HIDDEN int pi_window_recording(void);
+PI_HIDDEN void pi_window_mark_begin(void); /* around a marker's record (the --steps gate counts them) */
+PI_HIDDEN void pi_window_mark_end(void);
+PI_HIDDEN void pi_window_atfork_child(void);
 
 /* --- serving allocations from a planned arena (apply.c) --- */
 /* 1 when the request was served (*pp holds the block, *result the CUDA result); fam: 0 runtime, 1 driver */

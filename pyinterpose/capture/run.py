@@ -279,11 +279,14 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
     child_env.update(knobs)
     _shim_environment(child_env, session, access, stacks, gpu_clock, ring_records)
     if windows is not None:   # windows the program opens: the shim leaves launches out while closed
-        child_env.pop("PYINTERPOSE_WINDOW_GATE", None)
+        for k in ("PYINTERPOSE_WINDOW_GATE", "PYINTERPOSE_WINDOW_STEPS", "PYINTERPOSE_WINDOW_GATE_FILE"):
+            child_env.pop(k, None)
         child_env.update(windows.shim_environment())
     rdir, rdir_error = _make_ring_dir(session, ring_dir)
     if rdir:
         child_env["PYINTERPOSE_RING_DIR"] = rdir
+    if windows is not None:   # a signal window: run's word in the ring folder gates the shims too
+        child_env.update(windows.open_gate(rdir))
     apply_meta = None
     if apply:   # --apply plan.json: its digest for the shim (pyinterpose.capture.apply)
         from . import apply as applying    # pandas (the plan's check): not at every run's start
@@ -322,6 +325,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         if windows is not None:
             signals.__exit__(None, None, None)
             window_run.finish(windows, writer, drain._write, drain.dumper, procs)
+            windows.close_gate()
         unrecorded = drain.unrecorded()
         apply_status = applying.read_status(rdir) if apply else []
         _remove_dir(rdir)

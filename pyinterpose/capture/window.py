@@ -23,10 +23,12 @@ begins its step k).  A process that writes no marker is cut into pseudo-steps of
 from __future__ import annotations
 
 import collections
+import time
 
 import numpy as np
 
 from ..trace import records
+from .window_gate import SignalGate
 
 O = records.OP
 KIND_VMM_RESERVE, KIND_VMM_CREATE, KIND_VMM_MAP, KIND_HOST = 7, 8, 9, 6
@@ -36,6 +38,7 @@ HISTORY_ROWS = 4096        # rows of the per-step history before pairs of rows a
 CAPTURE_RANGES = ("cudaProfilerApi", "markers", "signal")
 WINDOW_START, WINDOW_STOP = 1, 2
 SOURCE_PROFILER, SOURCE_MARKERS = 1, 2
+GATE_SIGNAL, GATE_STEPS = 3, 4          # enum pi_window_source: gates of windows run decides
 
 # records that define things other records refer to: written whatever the window
 DEF_OPS = np.array(sorted({getattr(O, n) for n in ("STRING", "STRDATA", "FRAME", "STACK", "NOTE", "CLOCK",
@@ -540,6 +543,7 @@ class Windows:
         self.names = False                     # decode frames and stacks as they come (run --live)
         self._toggles: list[int] = []          # CLOCK_MONOTONIC ns of each SIGUSR2 (signal range)
         self._consumed: dict[int, int] = {}
+        self.gate: SignalGate | None = None    # the shim's gate of a signal window (window_gate.py)
 
     def describe(self) -> dict:
         d = {"mode": self.mode}
@@ -554,8 +558,32 @@ class Windows:
     def shim_environment(self) -> dict[str, str]:
         """What the shim needs (native/shim/window.c): windows that the program opens itself are gated in
         the shim too (no launch, copy, memset or access record while closed)."""
+        if self.mode != "range":
+            return {}            # the flight recorder keeps every record of its last steps
+        if self.range == "steps":   # the shim counts mark_step markers as the drain does
+            a, b = self.steps
+            return {"PYINTERPOSE_WINDOW_GATE": str(GATE_STEPS), "PYINTERPOSE_WINDOW_STEPS": f"{a}:{b}"}
         gate = {"cudaProfilerApi": SOURCE_PROFILER, "markers": SOURCE_MARKERS}.get(self.range or "")
-        return {"PYINTERPOSE_WINDOW_GATE": str(gate)} if self.mode == "range" and gate else {}
+        return {"PYINTERPOSE_WINDOW_GATE": str(gate)} if gate else {}
+
+    def open_gate(self, folder: str | None) -> dict[str, str]:
+        """A signal window: the shared word in ``folder`` (run's ring folder) that gates every shim; the
+        environment that names it ({} when there is none: then only the drain cuts the window)."""
+        if self.mode != "range" or self.range != "signal" or not folder:
+            return {}
+        try:
+            self.gate = SignalGate(folder)
+        except OSError:
+            return {}
+        return {"PYINTERPOSE_WINDOW_GATE": str(GATE_SIGNAL), **self.gate.environment()}
+
+    def close_gate(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
+
+    def signal(self) -> None:
+        """SIGUSR2 to ``run`` (its signal handler): the shim's gate flips around the signal's time."""
+        self.toggle(self.gate.toggle() if self.gate is not None else time.monotonic_ns())
 
     def toggle(self, t_ns: int) -> None:
         """SIGUSR2 reached ``run`` at t_ns: the window of every process toggles there."""

@@ -145,8 +145,7 @@ class Signals:
         if self.dumper is not None:
             self.old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda *_: self.dumper.request())
         if self.windows.range == "signal":
-            self.old[signal.SIGUSR2] = signal.signal(signal.SIGUSR2,
-                                                     lambda *_: self.windows.toggle(time.monotonic_ns()))
+            self.old[signal.SIGUSR2] = signal.signal(signal.SIGUSR2, lambda *_: self.windows.signal())
         return self
 
     def __exit__(self, *exc):

@@ -117,11 +117,15 @@ def test_window_peak_and_snapshot_equal_the_truth(tmp_path, how):
     assert int(snap["size"].sum()) == w["live_bytes_at_start"]
     assert sorted(snap["size"].tolist()) == sorted([1 << 20, 4 << 20, 4 << 20] + [truth["leak_bytes"]] * 4)
     # what the shim wrote outside the window (the ring's count less the file's): per step 13 records of the
-    # allocation stream (a marker, 4 x ALLOC+SITE+FREE) and the device clock's 4 memset records; the program's
-    # own windows are gated in the shim too (no MEMSET and ACCESS records: 8 more per step otherwise)
+    # allocation stream (a marker, 4 x ALLOC+SITE+FREE) and the device clock's 4 memset records; every window
+    # is gated in the shim too, --steps by the shim's own count of markers (no MEMSET and ACCESS records:
+    # 8 more per step otherwise)
     tr = t.meta["trailer"]
     per_outside_step = (tr["events_written"] - tr["events_in_file"]) / 700
-    assert per_outside_step < 21 if how != "steps" else per_outside_step > 21
+    assert per_outside_step < 21
+    if how == "steps":   # the shim's gate lost nothing the drain keeps: each step as in a full capture
+        full, _, _ = _run(tmp_path, "full", [], ["--steps", "1000"])
+        assert _ops_per_step(t, range(400, 699), 400) == _ops_per_step(pyinterpose.load(full), range(400, 699), 0)
     # the whole run's history is there beyond the window
     g = s["growth"]["processes"][0]
     assert g["peak_bytes"] == truth["peak_live_bytes"] and g["first_step"] == 0 and g["last_step"] == 998
@@ -223,6 +227,80 @@ def test_sigusr2_toggles_a_signal_window(tmp_path):
     live = b[(b["t_alloc"] <= m) & (~b["freed"] | (b["t_free"] > m))]
     assert sorted(zip(live["address"].astype("int64"), live["size"].astype("int64"))) == \
         sorted((a, n) for a, n in info[400]["live"])
+    # the shim is gated too (run sets the ring header's drain_window): outside the window it wrote only the
+    # allocation stream and the device clock (17 records a step; a full step is 25: test_window_peak...)
+    tr = t.meta["trailer"]
+    assert (tr["events_written"] - tr["events_in_file"]) / 400 < 21
+    # ... and inside it, every step holds what a full capture's step holds, record kind by record kind
+    full, _, _ = _run(tmp_path, "full", [], ["--steps", "600"])
+    # (the window opened during step 200, after its marker: the trace's first marker begins step 201)
+    assert _ops_per_step(t, range(201, 400), 201) == _ops_per_step(pyinterpose.load(full), range(201, 400), 0)
+    assert s["peak_live_bytes"] == _peak_in_steps(pyinterpose.load(full), 200, 400)
+
+
+@pytest.mark.slow
+def test_sigusr2_while_the_program_runs_gates_the_shim_without_losing_a_record(tmp_path):
+    """Signals that land while the program runs (no wait at the edges): the shim's gate opens before the
+    signal's time and closes after it, so every complete step inside the window holds what a full capture's
+    step holds, and the blocks live at the window's end are the full capture's."""
+    steps = 4000
+    out, wd, proc = _start(tmp_path, ["--capture-range", "signal"], ["--steps", str(steps), "--wait-steps", "0"])
+    try:
+        _ready(wd, 0, proc)
+        (wd / "go-0").write_text("")
+        for _ in range(2):
+            time.sleep(0.15)
+            proc.send_signal(signal.SIGUSR2)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    t = pyinterpose.load(out)
+    s = summarize(t)
+    first, last = s["window"]["first_step"], s["window"]["last_step"]
+    assert 0 < first and last < steps - 1 and last - first > 10   # both signals landed inside the run
+    w = t.meta["window"][0]["processes"][0]["windows"][0]
+    t0 = t.meta["t0_ns"]
+    marks = np.sort(t.markers["t"].to_numpy())
+    step0 = first if marks[0] == w["start_ns"] - t0 else first + 1     # opened on a marker, or inside a step
+    full, _, _ = _run(tmp_path, "full", [], ["--steps", str(steps)])
+    tf = pyinterpose.load(full)
+    inside = range(step0, step0 + len(marks) - 1)
+    assert _ops_per_step(t, inside, step0) == _ops_per_step(tf, inside, 0)
+    # the shim wrote the allocation stream only outside the window (17 records a step instead of 25)
+    tr, trf = t.meta["trailer"], tf.meta["trailer"]
+    outside = steps - (last - first + 1)
+    assert (tr["events_written"] - tr["events_in_file"]) / outside < 21
+    assert trf["events_written"] - tr["events_written"] > 6 * outside
+
+
+def _ops_per_step(trace, steps, step0) -> list[tuple]:
+    """Per step k in ``steps`` (from the trace's markers for step k and k+1; its first marker begins step
+    ``step0``): how many launches, copies and memsets (by op), block accesses and allocations it holds."""
+    marks = np.sort(trace.markers["t"].to_numpy())
+    out = []
+    for k in steps:
+        lo, hi = marks[k - step0], marks[k - step0 + 1]
+
+        def n(df, col="t"):
+            return int(((df[col] >= lo) & (df[col] < hi)).sum())
+        cp = trace.copies[(trace.copies["t"] >= lo) & (trace.copies["t"] < hi)]
+        out.append((k, n(trace.launches), cp["op"].value_counts().sort_index().to_dict(), n(trace.accesses),
+                    n(trace.blocks, "t_alloc")))
+    return out
+
+
+def _peak_in_steps(trace, a, b) -> int:
+    """The highest live bytes between step a's marker and step b's, replayed from the trace's blocks."""
+    marks = np.sort(trace.markers["t"].to_numpy())
+    lo, hi = marks[a], marks[b]
+    bl = trace.blocks[trace.blocks["counts_device"].to_numpy(bool)]
+    t_alloc = bl["t_alloc"].to_numpy()
+    t_free = np.where(bl["freed"].to_numpy(bool), bl["t_free"].to_numpy(), np.iinfo(np.int64).max)
+    size = bl["size"].to_numpy().astype(np.int64)
+    times = np.unique(np.concatenate([[lo], t_alloc[(t_alloc >= lo) & (t_alloc < hi)]]))
+    return int(max(size[(t_alloc <= x) & (t_free > x)].sum() for x in times))
 
 
 def test_report_and_summary_show_the_whole_run(tmp_path):
