@@ -90,7 +90,8 @@ WRITERS = {
     "memory-viz": ["export", "{t}", "--format", "memory-viz", "-o", "{o}"],
     "csv": ["export", "{t}", "--format", "csv", "-o", "{o}"],
     "compare": ["compare", "{t}", "{t}", "-o", "{o}", "--no-pools", "--no-swap", "--bandwidth", "16"],
-    "swap-schedule": ["swap", "{t}", "--bandwidth", "16", "--schedule-csv", "{o}"],
+    # 100 GB/s: on simtrain's device clock no swap hides at 16 GB/s (the CSV would be its header alone)
+    "swap-schedule": ["swap", "{t}", "--bandwidth", "100", "--schedule-csv", "{o}"],
 }
 
 
