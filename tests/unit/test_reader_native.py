@@ -241,3 +241,21 @@ def test_call_sites_same_as_the_spec_reference(capture, cbuild, mode):
     assert len(new.processes) == 2 and len({stacks[i] for i in new.blocks["stack_id"]}) > 3
     # the processes' CONTEXT/DEVICE records are newer than the reference (trace/context.py reads them)
     assert_same(new, _reference(path), unread={"processes": ["context", "devices"]})
+
+
+@pytest.mark.slow
+def test_failed_allocations_call_sites_same_as_the_spec_reference(capture, tmp_path):
+    """A run that ends out of memory (simtrain --oom final on a 64 MiB simulated GPU, Python stacks): the
+    failures' owner and call stack are those the spec reference decodes from the failed ALLOC's SITE."""
+    path, cp = capture([sys.executable, "-m", "pyinterpose.examples.simtrain", "--framework", "torch", "--steps",
+                        "6", "--oom", "final", "--oom-truth", str(tmp_path / "oom.jsonl")], "--stacks", "python",
+                       "--gpu-clock", "off", env={"SIMCUDA_MEMORY_BYTES": str(64 << 20)})   # (no GPU records:
+    # the device clock is newer than the reference)
+    assert cp.returncode == 1, cp.stderr[-2000:]
+    new = pyinterpose.load(path)
+    stacks = call_stacks(new)
+    failed = new.failures["stack_id"].tolist()
+    assert len(failed) >= 2 and all(i >= 0 for i in failed) and all(stacks[i] != "none" for i in failed)
+    # the processes' CONTEXT/DEVICE/CLOCK records are newer than the reference
+    assert_same(new, _reference(path), unread={"processes": ["context", "devices", "clock", "clock_note",
+                                                             "clock_error_ns", "gpu_dropped"]})
