@@ -3,11 +3,12 @@
  *
  * One call replays a whole request stream (n requests in order: is_alloc[i],
  * block id, size in bytes, stream) through one allocator and returns what the
- * Python simulators return.  The rules are those of the Python simulators,
- * whose module docstring is the specification (PyTorch's caching allocator with
- * classic or expandable segments, TF/XLA BFC, NVIDIA CNMeM); the Python code
- * stays as the reference and tests/unit/test_pools_allocsim.py compares the two
- * on random request streams and on the real GPU traces.
+ * Python reference simulators return.  The specification is the module docstring
+ * of pyinterpose/analysis/pools/allocators.py (PyTorch's caching allocator with
+ * classic or expandable segments, TF/XLA BFC, NVIDIA CNMeM); the Python simulators
+ * are the tests' reference (tests/unit/allocators_reference.py) and
+ * tests/unit/test_pools_allocsim.py compares the two on random request streams and
+ * on the real GPU traces.
  *
  * Conventions: capacity < 0 means none.  Block ids: a free of an id that is not
  * live is ignored; an alloc of an id that is live replaces it (the older block
@@ -24,7 +25,7 @@
  *
  * Every function returns 0, -1 when out of memory, or -2 when the input leaves
  * the range the C model handles exactly (a 64-bit overflow, a broken
- * invariant); the caller then runs the Python reference instead.
+ * invariant); the caller then refuses the input (one line: out of the simulators' range).
  */
 #ifndef PYINTERPOSE_ALLOCSIM_H
 #define PYINTERPOSE_ALLOCSIM_H

@@ -1,6 +1,8 @@
-"""The trace reader's former table builder (pure numpy, pyinterpose 839db96..bfcd0af), kept verbatim as
-the slow reference that tests/unit/test_reader_native.py compares the native record pass against.
-Not used by pyinterpose itself."""
+"""The trace reader's former table builder (pure numpy, pyinterpose 839db96..bfcd0af), kept as the slow
+reference that tests/unit/test_reader_native.py compares the native record pass against. Its call-site part
+(SITE/FRAME/STACK/NOTE records) is written from docs/trace-format.md alone and numbers frames and stacks its own
+way, so the test compares them by content. Not used by pyinterpose itself; imports neither trace/reader.py
+nor trace/stacks.py."""
 from __future__ import annotations
 
 import os
@@ -10,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from pyinterpose.trace import records
-from pyinterpose.trace import stacks as _stacks
 from pyinterpose.trace import graphs, vmm
 from pyinterpose.trace.model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
                                      HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS,
-                                     Trace, conform, empty_table)
+                                     FRAME_COLUMNS, STACK_COLUMNS, Trace, conform, empty_frames, empty_stacks,
+                                     empty_table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,9 +134,9 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
     blocks = blocks.sort_values(["t_alloc", "pid", "seq_alloc"], kind="stable").reset_index(drop=True)
     blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
     blocks = conform(blocks, BLOCK_COLUMNS)
-    sites = site_tables.read_sites(ev, pid, op, offsets, pids, strings,  # owners, frames, stacks
-                                   int(meta.get("site_format") or site_tables.SITE_FORMAT))
-    site_tables.attach_blocks(blocks, sites)
+    sites = read_sites(ev, op, offsets, pids, strings,  # owners, frames, stacks
+                       int(meta.get("site_format") or SITE_FORMAT))
+    attach_blocks(blocks, sites)
 
     never_freed = int((~matched).sum())
     # drop the pairing's intermediates now (the peak of a 10 M-event load is set by what is alive here)
@@ -246,11 +248,7 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
     # the MEMINFO whose aux is the failure's seq
     kind_names = {0: "", 1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
                   7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map"}
-    site_of = {}
-    if sites.per_alloc is not None:
-        names = sites.names.names if sites.names is not None else []
-        for r in sites.per_alloc.itertuples(index=False):
-            site_of[(int(r.pid), int(r.seq))] = (names[r.owner] if 0 <= r.owner < len(names) else "", int(r.stack_id))
+    site_of = {k: v[:2] for k, v in sites.site_of.items()}
     meminfo = {}
     mop = getattr(O, "MEMINFO", -1)
     for i in np.flatnonzero(op == mop):
@@ -325,169 +323,129 @@ def build_trace(raw: "RawTrace", path: str | None = None) -> Trace:
     return graphs.expand(tr, ev, pid, op, O.GRAPH_DEF, graph_launches)
 
 
-# ---- pyinterpose/trace/stacks.py's read_sites / attach_blocks as they were (same commit range) ----
-Sites, empty_stacks, _frames_table = _stacks.Sites, _stacks.empty_stacks, _stacks._frames_table  # unchanged
-SITE_FORMAT, SITE_PYTHON, SITE_NATIVE = _stacks.SITE_FORMAT, _stacks.SITE_PYTHON, _stacks.SITE_NATIVE
-NO_PYTHON, BACKWARD, AUTOGRAD_THREAD_PREFIX = _stacks.NO_PYTHON, _stacks.BACKWARD, _stacks.AUTOGRAD_THREAD_PREFIX
+# ---- call sites: SITE, FRAME, STACK, NOTE records, decoded from docs/trace-format.md ("Call sites") alone ----
+# Written from the spec, not from pyinterpose/trace/stacks.py: ids are numbered here in an order of this file's
+# own (every call stack resolved to its frames' contents first), so tests compare frames, stacks and the
+# tables' stack_id by content (test_reader_native.canonical_*), never by id.
+SITE_FORMAT = 1
+PY_REQUESTED, NATIVE_REQUESTED = 1, 32                  # SITE flags
+NO_PYTHON_FRAMES, NO_NATIVE_STACK = "<no Python frames>", "<no native stack>"
+AUTOGRAD, AUTOGRAD_THREAD = "backward (autograd thread)", "pt_autograd_"
 
 
-def _texts(raw_rows: np.ndarray, ev: np.ndarray, idx: np.ndarray) -> list[bytes]:
-    """Text that follows each record at ``idx`` (size = length, then STRDATA records)."""
-    out = []
-    for i in idx:
-        n = int(ev["size"][i])
-        k = -(-n // records.STR_PAYLOAD)
-        out.append(raw_rows[i + 1:i + 1 + k, 16:48].tobytes()[:n])
+def _record_text(raw: np.ndarray, ev: np.ndarray, i: int) -> bytes:
+    """The text of a FRAME (as of a STRING): ``size`` bytes in the addr..aux bytes of the STRDATA records after it."""
+    n = int(ev["size"][i])
+    return b"".join(raw[i + 1 + k, 16:48].tobytes() for k in range(-(-n // 32)))[:n]
+
+
+def _elf_names(native: set) -> dict:
+    """(path, offset) -> symbol, from the object files (the spec: "symbolises native frames from the object
+    files' ELF symbol tables"); the ELF reader is shared, the record decoding below is not."""
+    from pyinterpose.trace.elfsym import symbolize
+    return symbolize(sorted(native)) if native else {}
+
+
+def read_sites(ev: np.ndarray, op: np.ndarray, offsets: np.ndarray, pids: list[int],
+               strings: dict[int, dict[int, str]], site_format: int) -> types.SimpleNamespace:
+    """frames, stacks, notes, and ``site_of``: (pid, seq of the ALLOC) -> (owner, stack_id, caller, thread)."""
+    out = types.SimpleNamespace(frames=empty_frames(), stacks=empty_stacks(), notes=[], site_of={})
+    if site_format > SITE_FORMAT:
+        out.notes = [{"pid": 0, "note": f"call sites skipped: site format {site_format} is newer than "
+                                        f"this pyinterpose understands ({SITE_FORMAT})"}]
+        return out
+    O = records.OP
+    if len(ev) == 0 or not np.any((op == O.SITE) | (op == O.NOTE)):
+        return out
+    raw = ev.view(np.uint8).reshape(len(ev), ev.dtype.itemsize)
+    # frame content: python (filename, function, line); native (path, PC - load bias)
+    # call stack: tuple of frame contents, innermost first
+    all_frames: list[tuple] = []
+    all_stacks: list[tuple] = []
+    pending = []                                          # (pid, seq, owner, stack or None, caller, thread)
+    for i, p in enumerate(pids):
+        st = strings.get(p, {})
+        frames: dict[int, tuple] = {}
+        stack_defs: dict[int, tuple[int, int]] = {}       # id -> (parent id, frame id), first definition
+        sites = []
+        for r in range(int(offsets[i]), int(offsets[i + 1])):
+            o = int(op[r])
+            if o == O.NOTE:
+                out.notes.append({"pid": int(p), "note": st.get(int(ev["aux"][r]), "")})
+            elif o == O.FRAME:
+                text = _record_text(raw, ev, r)
+                if int(ev["flags"][r]) == 1:
+                    filename, _, function = text.partition(b"\0")
+                    f = ("python", filename.decode(errors="replace"), function.decode(errors="replace"),
+                         int(ev["addr"][r].astype(np.int64)))
+                else:
+                    f = ("native", text.decode(errors="replace"), int(ev["stream"][r]))
+                frames[int(ev["aux"][r])] = f
+                all_frames.append(f)
+            elif o == O.STACK:
+                if int(ev["aux"][r]):                         # id 0 is the root, never a stack
+                    stack_defs.setdefault(int(ev["aux"][r]), (int(ev["addr"][r]), int(ev["size"][r])))
+            elif o == O.SITE:
+                sites.append(r)
+        resolved: dict[int, tuple | None] = {}
+
+        def resolve(sid: int) -> tuple | None:
+            """A stack's frames (innermost first); None where its frame is not defined. A parent that is not
+            a defined stack with a smaller id (or names no frame) is the root. Parents resolve first (id order)."""
+            if sid not in resolved:
+                parent, frame = stack_defs[sid]
+                up = resolve(parent) if parent in stack_defs and parent < sid else None
+                resolved[sid] = (frames[frame],) + (up or ()) if frame in frames else None
+            return resolved[sid]
+
+        for sid in sorted(stack_defs):
+            path = resolve(sid)
+            if path is not None:
+                all_stacks.append(path)
+        for r in sites:
+            flags = int(ev["flags"][r])
+            owner = st.get(int(ev["stream"][r]), "")
+            thread = st.get(int(ev["result"][r].astype(np.uint32)), "")
+            sid = int(ev["aux"][r]) if flags & PY_REQUESTED else int(ev["size"][r]) if flags & NATIVE_REQUESTED else 0
+            path = resolved.get(sid) if sid else None
+            if path is None and flags & (PY_REQUESTED | NATIVE_REQUESTED):
+                why = AUTOGRAD if thread.startswith(AUTOGRAD_THREAD) else \
+                    NO_PYTHON_FRAMES if flags & PY_REQUESTED else NO_NATIVE_STACK
+                path = (("label", why, owner),)
+                all_frames.append(path[0])
+                all_stacks.append(path)
+            pending.append((int(p), int(ev["seq"][r]) - 1, owner, path, int(ev["addr"][r]), thread))
+    # number frames and stacks: frames in order of first appearance; stacks shortest first, then by content
+    frame_id: dict[tuple, int] = {}
+    for f in all_frames:
+        frame_id.setdefault(f, len(frame_id))
+    stack_id: dict[tuple, int] = {}
+    for path in sorted(set(all_stacks), key=lambda s: (len(s), repr(s))):
+        stack_id[path] = len(stack_id)
+    names = _elf_names({(f[1], f[2]) for f in frame_id if f[0] == "native" and f[1]})
+    rows = []
+    for f, i in frame_id.items():
+        if f[0] == "python":
+            rows.append((i, "python", f[1], f[2], f[3], ""))
+        elif f[0] == "native":
+            rows.append((i, "native", "", names.get((f[1], f[2])) or f"0x{f[2]:x}", 0, os.path.basename(f[1])))
+        else:                                             # a stack that was requested but is not there
+            rows.append((i, "native", "", f[1], 0, f[2]))
+    if rows:
+        out.frames = pd.DataFrame(rows, columns=list(FRAME_COLUMNS)).astype(FRAME_COLUMNS)
+    if stack_id:
+        out.stacks = pd.DataFrame([(i, stack_id[s[1:]] if len(s) > 1 else -1, frame_id[s[0]])
+                                   for s, i in stack_id.items()], columns=list(STACK_COLUMNS)).astype(STACK_COLUMNS)
+    for p, seq, owner, path, caller, thread in pending:
+        out.site_of[(p, seq)] = (owner, stack_id[path] if path is not None else -1, caller, thread)
     return out
 
 
-class _Interner:
-    """Global dense ids for frames and stack nodes, merged by content."""
-
-    def __init__(self):
-        self.frame_index: dict[tuple, int] = {}
-        self.frames: list[tuple] = []     # (kind, filename, function, line, object, path, offset)
-        self.stack_index: dict[tuple[int, int], int] = {}
-        self.stacks: list[tuple[int, int]] = []  # (parent, frame)
-
-    def frame(self, key: tuple) -> int:
-        i = self.frame_index.get(key)
-        if i is None:
-            i = self.frame_index[key] = len(self.frames)
-            self.frames.append(key)
-        return i
-
-    def stack(self, parent: int, frame: int) -> int:
-        k = (parent, frame)
-        i = self.stack_index.get(k)
-        if i is None:
-            i = self.stack_index[k] = len(self.stacks)
-            self.stacks.append(k)
-        return i
-
-
-def _lookup_strings(ids: np.ndarray, strings: dict[int, str]) -> np.ndarray:
-    """strings[id] for each id ("" when unknown), one dict lookup per distinct id."""
-    uniq, inv = np.unique(ids, return_inverse=True)
-    names = np.array([strings.get(int(u), "") for u in uniq], dtype=object)
-    return names[inv] if len(ids) else np.zeros(0, dtype=object)
-
-
-def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndarray, pids: list[int],
-               strings: dict[int, dict[int, str]], site_format: int = SITE_FORMAT) -> Sites:
-    """Frames, stacks and per-allocation call sites from the concatenated records."""
-    if site_format > SITE_FORMAT:
-        return Sites(notes=[{"pid": 0, "note": f"call sites skipped: site format {site_format} is newer than "
-                                               f"this pyinterpose understands ({SITE_FORMAT})"}])
-    O = records.OP
-    site = getattr(O, "SITE", None)
-    if site is None or len(ev) == 0 or not np.any((op == site) | (op == O.NOTE)):
-        return Sites()
-    raw_rows = ev.view(np.uint8).reshape(len(ev), ev.dtype.itemsize)
-    it = _Interner()
-    notes = []
-    per = []
-    for i, p in enumerate(pids):
-        lo, hi = int(offsets[i]), int(offsets[i + 1])
-        pop = op[lo:hi]
-        pev = ev[lo:hi]
-        prow = raw_rows[lo:hi]
-        st = strings.get(p, {})
-        for j in np.flatnonzero(pop == O.NOTE):
-            notes.append({"pid": int(p), "note": st.get(int(pev["aux"][j]), "")})
-        # frames: local id -> global id
-        fidx = np.flatnonzero(pop == O.FRAME)
-        fmap: dict[int, int] = {}
-        for j, text in zip(fidx, _texts(prow, pev, fidx)):
-            kind = int(pev["flags"][j])
-            if kind == 1:
-                fname, _, func = text.partition(b"\0")
-                key = ("python", fname.decode(errors="replace"), func.decode(errors="replace"),
-                       int(np.int64(pev["addr"][j])), "", "", 0)
-            else:
-                path = text.decode(errors="replace")
-                key = ("native", "", "", 0, os.path.basename(path), path, int(pev["stream"][j]))
-            fmap[int(pev["aux"][j])] = it.frame(key)
-        # stack nodes in id order (a parent always has a smaller id than its children)
-        sidx = np.flatnonzero(pop == O.STACK)
-        smap: dict[int, int] = {0: -1}
-        if len(sidx):
-            ids = pev["aux"][sidx].astype(np.int64)
-            order = np.argsort(ids, kind="stable")
-            for j in sidx[order]:
-                local = int(pev["aux"][j])
-                if local in smap:
-                    continue
-                parent = smap.get(int(pev["addr"][j]), -1)
-                frame = fmap.get(int(pev["size"][j]))
-                if frame is None:
-                    continue
-                smap[local] = it.stack(parent, frame)
-        # per-allocation sites (vectorised: one lookup per distinct string / stack id)
-        sidx = np.flatnonzero(pop == site)
-        if len(sidx) == 0:
-            continue
-        flags = pev["flags"][sidx].astype(np.int64)
-        owner = _lookup_strings(pev["stream"][sidx].astype(np.int64), st)
-        thread = _lookup_strings(pev["result"][sidx].astype(np.uint32).astype(np.int64), st)
-        local = np.where(flags & SITE_PYTHON, pev["aux"][sidx].astype(np.int64),
-                         np.where(flags & SITE_NATIVE, pev["size"][sidx].astype(np.int64), 0))
-        keys = np.array(sorted(smap), dtype=np.int64)
-        vals = np.array([smap[k] for k in keys.tolist()], dtype=np.int64)
-        pos = np.minimum(np.searchsorted(keys, local), len(keys) - 1)
-        stack_id = np.where((keys[pos] == local) & (local > 0), vals[pos], -1)
-        # no stack although one was requested: a one-frame stack naming why, with the owner
-        miss = np.flatnonzero((stack_id < 0) & ((flags & (SITE_PYTHON | SITE_NATIVE)) != 0))
-        if len(miss):
-            autograd = np.char.startswith(thread[miss].astype(str), AUTOGRAD_THREAD_PREFIX)
-            label = np.where(autograd, BACKWARD,
-                             np.where(flags[miss] & SITE_PYTHON, NO_PYTHON, "<no native stack>"))
-            ocode, onames = pd.factorize(pd.Series(owner[miss], dtype=object))
-            lcode, lnames = pd.factorize(pd.Series(label, dtype=object))
-            combo = lcode.astype(np.int64) * max(len(onames), 1) + ocode
-            uniq, inv = np.unique(combo, return_inverse=True)
-            u_ids = np.array([it.stack(-1, it.frame(("native", "", str(lnames[u // max(len(onames), 1)]), 0,
-                                                     str(onames[u % max(len(onames), 1)]), "", 0)))
-                              for u in uniq.tolist()], dtype=np.int64)
-            ids = u_ids[inv]
-            stack_id[miss] = ids
-        per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32),
-                                 "seq": pev["seq"][sidx].astype(np.int64) - 1,
-                                 "owner": owner, "stack_id": stack_id,
-                                 "caller": pev["addr"][sidx].astype(np.uint64), "thread": thread,
-                                 "site_flags": flags.astype(np.uint16)}))
-    frames = _frames_table(it.frames)
-    stacks = pd.DataFrame({"stack_id": np.arange(len(it.stacks), dtype=np.int64),
-                           "parent_id": np.array([s[0] for s in it.stacks], dtype=np.int64),
-                           "frame_id": np.array([s[1] for s in it.stacks], dtype=np.int64)})
-    return Sites(frames=frames, stacks=stacks if len(stacks) else empty_stacks(),
-                 per_alloc=pd.concat(per, ignore_index=True) if per else None, notes=notes)
-
-
-def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
-    """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
-    n = len(blocks)
-    owner = np.full(n, "", dtype=object)
-    stack_id = np.full(n, -1, dtype=np.int64)
-    caller = np.zeros(n, dtype=np.uint64)
-    thread = np.full(n, "", dtype=object)
-    pa = sites.per_alloc
-    if pa is not None and len(pa) and n:
-        bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
-        skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        order = np.argsort(skey)
-        sk = skey[order]
-        pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
-        ok = sk[pos] == bkey
-        src = order[pos[ok]]
-        owner[ok] = pa["owner"].to_numpy(object)[src]
-        stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
-        caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
-        thread[ok] = pa["thread"].to_numpy(object)[src]
-    blocks["owner"] = pd.Categorical(owner)
-    blocks["stack_id"] = stack_id
-    blocks["caller"] = caller
-    blocks["thread"] = pd.Categorical(thread)
-
-
-site_tables = types.SimpleNamespace(read_sites=read_sites, attach_blocks=attach_blocks, SITE_FORMAT=SITE_FORMAT)
+def attach_blocks(blocks: pd.DataFrame, sites: types.SimpleNamespace) -> None:
+    """owner, stack_id, caller, thread of each block: those of the SITE that follows its ALLOC."""
+    got = [sites.site_of.get((int(p), int(s)), ("", -1, 0, "")) for p, s in
+           zip(blocks["pid"].to_numpy(), blocks["seq_alloc"].to_numpy())]
+    blocks["owner"] = pd.Categorical(np.array([g[0] for g in got], dtype=object))
+    blocks["stack_id"] = np.array([g[1] for g in got], dtype=np.int64)
+    blocks["caller"] = np.array([g[2] for g in got], dtype=np.uint64)
+    blocks["thread"] = pd.Categorical(np.array([g[3] for g in got], dtype=object))

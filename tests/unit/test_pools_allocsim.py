@@ -1,5 +1,5 @@
-"""The native allocator replay (native/allocsim) against the Python reference simulators
-(``simulate(..., reference=True)``): identical results — peak reserved and allocated bytes,
+"""The native allocator replay (native/allocsim, the only one pyinterpose runs) against the Python
+reference simulators (``allocators_reference.py`` beside this file): identical results — peak reserved and allocated bytes,
 backing allocations, where an OOM stops the replay, every detail — on random request streams
 with every option, with and without a capacity, and on the real GPU traces."""
 import random
@@ -12,6 +12,9 @@ from conftest import gpu_trace
 from pyinterpose.analysis.pools import requests
 from pyinterpose.analysis.pools.allocators import (RequestArrays, _cudamalloc_native, _lib, _simulate_native,
                                                    simulate)
+from pyinterpose.errors import PyinterposeError
+
+from allocators_reference import simulate_reference  # noqa: E402  (beside this file, on sys.path)
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -88,29 +91,27 @@ def _peak_live(req: pd.DataFrame) -> int:
     return int(np.cumsum(sizes).max())
 
 
-def _same(req, allocator, capacity=None, native=True, **opts):
-    """The native result (which must exist when ``native``) equals the reference's."""
+def _same(req, allocator, capacity=None, **opts):
+    """The native result equals the reference's."""
     arrs = RequestArrays(req)
     c = simulate(arrs, allocator, capacity, **opts)
     cs = simulate(arrs, allocator, capacity, series=True, **opts)
-    p = simulate(arrs, allocator, capacity, reference=True, series=True, **opts)
-    for r in (c, cs, p):
+    p = simulate_reference(req, allocator, capacity, series=True, **opts)
+    for r in (c, cs):
         r.pop("seconds")
     # the reserved curve: the same from C and from the reference, one value per request,
     # its maximum is the peak, and asking for it changes nothing else
     curve, ref_curve = cs.pop("reserved_after"), p.pop("reserved_after")
-    assert (curve.dtype == np.int64 or curve.dtype == object and not native) and len(curve) == len(req)
+    assert curve.dtype == np.int64 and len(curve) == len(req)
     assert np.array_equal(curve, ref_curve), (allocator, capacity, opts, int(np.argmax(curve != ref_curve)))
     assert int(curve.max(initial=0)) == c["peak_reserved_bytes"], (allocator, capacity, opts)
     assert allocator == "cudamalloc" or (curve >= 0).all()   # (cudamalloc counts frees of unseen blocks)
     assert cs == c and c == p, (allocator, capacity, opts)
     c["reserved_after"] = curve
-    if native:
-        n = (_cudamalloc_native(arrs, capacity) if allocator == "cudamalloc"
-             else _simulate_native(arrs, allocator, capacity, opts))
-        assert n is not None, "the native replay declined this input"
-        assert {"details": {}, **n, "allocator": allocator, "options": opts} == {k: v for k, v in c.items()
-                                                                                  if k != "reserved_after"}
+    n = (_cudamalloc_native(arrs, capacity) if allocator == "cudamalloc"
+         else _simulate_native(arrs, allocator, capacity, opts))
+    assert {"details": {}, **n, "allocator": allocator, "options": opts} == {k: v for k, v in c.items()
+                                                                              if k != "reserved_after"}
     return c
 
 
@@ -162,20 +163,34 @@ def test_cnmem_stealing_and_expandable_release_happen_in_the_random_streams():
     assert steals > 0 and unmapped > 0 and released > 0
 
 
-def test_inputs_outside_the_native_range_run_the_reference():
-    """Sizes beyond int64 (an object column) or beyond the C model's 32 TiB: the same
-    results, from the reference."""
+def test_inputs_outside_the_native_range_are_refused_in_one_line():
+    """Sizes beyond int64 (an object column) or beyond the C model's 32 TiB: pyinterpose refuses them with a
+    one-line error naming the simulator (the reference, which has no such limit, still replays them)."""
     for big in (1 << 70, 1 << 50):
         req = random_stream(2, 200)
         req["size"] = req["size"].astype(object)
         first = int(np.flatnonzero(req["op"] == "alloc")[0])
         bid = req.loc[first, "block_id"]
         req.loc[req["block_id"] == bid, "size"] = big
+        why = "size values beyond int64" if big >= 1 << 63 else "above 32 TiB"
         for a in ("cudamalloc", "pytorch", "bfc", "cnmem") if big < 1 << 63 else ("pytorch", "bfc", "cnmem"):
-            r = _same(req, a, native=False)
-            assert r["peak_reserved_bytes"] >= big
-            arrs = RequestArrays(req)
-            assert (_cudamalloc_native(arrs, None) if a == "cudamalloc" else _simulate_native(arrs, a, None, {})) is None
+            assert simulate_reference(req, a)["peak_reserved_bytes"] >= big
+            with pytest.raises(PyinterposeError, match=f"^{a} simulator: .*{why}") as e:
+                simulate(req, a)
+            assert "\n" not in str(e.value)
+
+
+def test_option_values_the_native_replay_refuses():
+    req = random_stream(3, 300)
+    for a, opts, why in (("bfc", {"max_internal_fragmentation": 1.25 * MiB + 0.5}, "is not a whole number"),
+                         ("pytorch", {"max_split_size": 1 << 62}, "out of range"),
+                         ("pytorch", {"roundup_power2_divisions": [1, 2]}, "2 values, not 16"),
+                         ("pytorch", {"max_spilt_size": 40 * MiB}, r"bad option \(max_spilt_size\): it takes"),
+                         ("cnmem", {"initial_bytes": 4 * MiB}, "initial_bytes 4194304 exceed the capacity"),
+                         ("pytorch", {}, "above 4 PiB")):
+        cap = 1 * MiB if a == "cnmem" else (1 << 53) if not opts else None
+        with pytest.raises(PyinterposeError, match=why):
+            simulate(req, a, cap, **opts)
 
 
 GPU_TRACES = ["torch-cnn-blocks.pit", "torch-cnn-reserved.pit", "torch-transformer-blocks.pit",
@@ -201,9 +216,9 @@ def test_native_replay_equals_the_reference_on_gpu_traces(name):
             _same(req, allocator, int(peak * 1.05), **opts)
 
 
-def test_evaluate_runs_the_reference_for_options_the_native_replay_does_not_take():
-    """A non-integer option value: evaluate's row comes from the reference simulator (built
-    from the request table made on demand), equal to replaying requests() directly."""
+def test_evaluate_takes_whole_number_float_options():
+    """An option value given as a float that holds a whole number (``1.5 * MiB``) goes to the native
+    replay as that integer: evaluate's row equals the reference's for it."""
     from pyinterpose.analysis.pools import evaluate
     from pyinterpose.analysis.pools.generate import training_trace
 
@@ -211,11 +226,23 @@ def test_evaluate_runs_the_reference_for_options_the_native_replay_does_not_take
     opts = {"max_internal_fragmentation": 1.5 * MiB}
     res = evaluate(tr, strategies="bfc,pytorch", allocator_options={"bfc": opts}, time_limit=1)
     req = requests(tr, allocator_only=True)
-    assert _simulate_native(RequestArrays(req), "bfc", None, opts) is None
-    ref = simulate(req, "bfc", reference=True, **opts)
+    ref = simulate_reference(req, "bfc", **opts)
     row = res["strategies"][0]
     assert row["strategy"] == "bfc" and row["options"] == opts
     assert (row["peak_bytes"], row["backing_allocations"], row["peak_allocated_bytes"]) == \
         (ref["peak_reserved_bytes"], ref["backing_allocations"], ref["peak_allocated_bytes"])
+    key = ("peak_reserved_bytes", "backing_allocations", "peak_allocated_bytes")
+    assert [ref[k] for k in key] != [simulate_reference(req, "bfc")[k] for k in key]   # the option matters here
     nat = simulate(req, "pytorch")
     assert res["strategies"][1]["peak_bytes"] == nat["peak_reserved_bytes"]
+
+
+def test_pools_refuses_an_option_out_of_range_in_one_line():
+    import os
+
+    from conftest import ROOT, run_cli
+
+    cp = run_cli("pools", "--alloc-conf", "max_split_size_mb:9000000000",
+                 os.path.join(ROOT, "samples", "torch-cnn-blocks.pit"))
+    assert cp.returncode == 2 and cp.stdout == ""
+    assert cp.stderr.count("\n") == 1 and "pytorch simulator: " in cp.stderr and "above 4 PiB" in cp.stderr

@@ -311,8 +311,7 @@ def request_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray |
         allocator = allocator_mask(trace)
     cols = _block_columns(trace, _device_mask(trace, resolve_pid(trace, pid), True, allocator))
     rq = _request_columns(cols, times=False)
-    rq["arrays"] = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
-                                            lambda: _request_frame(_request_columns(cols)))
+    rq["arrays"] = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
     return rq
 
 
@@ -365,8 +364,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     sizes = np.where(rq["is_alloc"], rq["size"], -rq["size"])
     whole = int(np.cumsum(sizes).max()) if len(sizes) else 0
     del sizes
-    arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"],
-                                    lambda: _request_frame(_request_columns(cols)))
+    arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
     view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)
     prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
