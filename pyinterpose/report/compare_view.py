@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from .. import __version__
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio
@@ -96,8 +97,6 @@ def print_table(cmp: dict[str, Any], out=None) -> None:
 
 
 def _bars_png(cmp: dict[str, Any]) -> str:
-    from matplotlib.figure import Figure
-
     rows = cmp["traces"]
     labels = [r["label"] for r in rows]
     peak = np.array([r["peak_live_bytes"] or 0 for r in rows], dtype=np.float64)
@@ -119,8 +118,6 @@ def _bars_png(cmp: dict[str, Any]) -> str:
 
 
 def _frag_png(cmp: dict[str, Any]) -> str | None:
-    from matplotlib.figure import Figure
-
     rows = cmp["traces"]
     strategies: list[str] = []
     for r in rows:

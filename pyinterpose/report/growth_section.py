@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from ..units import fmt_bytes
 from .reporter import Reporter
@@ -24,8 +25,6 @@ def has_history(trace) -> bool:
 
 
 def whole_run_png(hist: pd.DataFrame, windows: dict) -> str:
-    from matplotlib.figure import Figure
-
 
     vmax = float(max(hist["peak"].max(), hist["live_end"].max())) if len(hist) else 0.0
     div, unit = _byte_unit(vmax)

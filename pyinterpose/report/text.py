@@ -140,7 +140,7 @@ def progress(description: str, enabled: bool | None = None, stream=None) -> Iter
     if not enabled:
         yield _NoProgress()
         return
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # lazy: rich progress only for a terminal
 
     con = Console(file=stream)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
