@@ -24,7 +24,6 @@ from ..trace.writer import TraceWriter
 from . import gpuclock
 from .drain import Drain
 from .ring import DEFAULT_LEASE_S
-from . import apply as applying, nvml, window_run
 
 
 # --view blocks: make every tensor/buffer its own CUDA allocation (DESIGN §3).
@@ -71,6 +70,10 @@ def _resolve_program(argv: list[str], env: dict[str, str]) -> None:
 
 
 def _nvml_start():
+    try:
+        from . import nvml  # lazy: nvml.py loads pandas, not wanted at every run's start
+    except ImportError:
+        return {"available": False, "reason": "pyinterpose.capture.nvml not available"}, None
     info = nvml.link_info()
     sampler = None
     if info.get("available"):
@@ -262,6 +265,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         sys.stderr.flush()
         return _spawn(argv, child_env, cwd)
     _check_built()
+    from . import window_run    # lazy: after the check: it reads the record layout, absent from an unbuilt tree
 
     windows = window_run.configure(capture_range, steps, flight_recorder)   # None: the whole run
     output = output or default_output(argv)
@@ -282,6 +286,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         child_env["PYINTERPOSE_RING_DIR"] = rdir
     apply_meta = None
     if apply:   # --apply plan.json: its digest for the shim (pyinterpose.capture.apply)
+        from . import apply as applying    # lazy: pandas (the plan's check): not at every run's start
         try:
             apply_meta = applying.prepare(apply, rdir, argv, knobs, child_env)
         except BaseException:
@@ -355,6 +360,7 @@ def _attach_windows(drain: Drain, windows, output: str, meta: dict, force: bool,
     """Capture windows / the flight recorder (window_run.py) on the drain; their signal handlers (None: none)."""
     if windows is None:
         return None
+    from . import window_run    # lazy: it reads the record layout, absent from an unbuilt tree
 
     drain.windows = windows
     if windows.mode == "flight":
@@ -380,7 +386,7 @@ def _check_built() -> None:
     if not os.path.exists(SHIM):
         raise PyinterposeError(not_built_message(SHIM))
     try:
-        from .. import _core  # noqa: F401  (compiled: absent from a source tree that is not built)
+        from .. import _core  # noqa: F401  (lazy: compiled: absent from a source tree that is not built)
     except ImportError:
         raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE), "_core (cffi extension)")))
 

@@ -19,7 +19,7 @@ import pandas as pd
 from . import records
 from ..errors import PyinterposeError, TraceError
 from ..installation import NATIVE, not_built_message
-from . import colcache
+from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
 from . import context
 from . import failures as failure_details
 from . import format as fmt
