@@ -9,6 +9,8 @@ Public API::
 """
 from __future__ import annotations
 
+# Lazy imports (in functions): a profiled program imports this for mark_step/start/stop; keep it light.
+
 __version__ = "0.1.0"
 
 from .errors import PyinterposeError, TraceError  # noqa: E402

@@ -119,7 +119,7 @@ def _cdef_block(path: str) -> str:
 def _make_ffibuilder(absolute: bool = False):
     """setuptools wants source paths relative to setup.py; the developer build
     (cffi compiling in build/cffi) needs absolute ones."""
-    from cffi import FFI
+    from cffi import FFI  # lazy: only a build needs cffi's compiler front end
 
     ffi = FFI()
     cdefs = [os.path.join(NATIVE, "capture", "drain.h"), os.path.join(NATIVE, "planner", "planner.h"),

@@ -18,6 +18,11 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
+from ..trace.model import live_bytes_curve, live_events
+from .bandwidth import Bandwidth, resolve_bandwidth
+from .clock import clock_of
+from .iterations import find_iterations
+from .lifetimes import classify
 
 INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
 INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", "end_seq",
@@ -90,7 +95,7 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
     else:
         row = np.full(len(a_bid), -1, np.int32)
     # touches per block (C: grouped, in seq order, one per seq), then the intervals between them
-    from .._core import ffi, lib
+    from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     def ptr(x):
         return ffi.from_buffer({"<i8": "int64_t[]", "<i4": "int32_t[]", "|i1": "int8_t[]"}[x.dtype.str], x)
@@ -155,7 +160,6 @@ def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
 def _device_times(trace: Trace, pid: int | None, rows: np.ndarray, a, a_seq: np.ndarray, a_t: np.ndarray):
     """On the device clock (:mod:`.clock`): (t_alloc, t_free of the blocks' ``rows``, start and end of
     every access) on it; None when every process concerned is on the CPU clock."""
-    from .clock import clock_of
 
     b = trace.blocks
     pids = [pid] if pid is not None else sorted({int(x) for x in b["pid"].to_numpy()[rows]})
@@ -197,7 +201,6 @@ def resolve_link(trace: Trace, bandwidth=None, latency_us: float | None = None,
                  cache_path: str | None = None):
     """(Bandwidth or None, note).  ``bandwidth``: a Bandwidth, GB/s per direction, or None
     (then a cached measurement for the trace's GPU, else the trace's NVML link data)."""
-    from .bandwidth import Bandwidth, resolve_bandwidth
 
     if isinstance(bandwidth, Bandwidth):
         return bandwidth, bandwidth.source
@@ -307,7 +310,6 @@ def _top_order(key: np.ndarray, top: int) -> np.ndarray:
 def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
     """(time, bytes) of the peak of live bytes of the blocks in ``mask`` (the first time it is
     reached; (0, 0) for none): ``live_bytes_curve(trace.blocks[mask])`` without sorting again."""
-    from ..trace.model import live_bytes_curve, live_events
 
     t, d, r = live_events(trace)
     if len(d):
@@ -422,8 +424,6 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     filter is skipped (``filtered_fraction`` None, ``bandwidth_note`` says why).
     Outliers: intervals with ATI >= the ``ati_quantile`` of all ATIs and block size >= the
     ``size_quantile`` of all block sizes."""
-    from .clock import clock_of
-    from .iterations import find_iterations
 
     for name, q in (("ati_quantile", ati_quantile), ("size_quantile", size_quantile)):
         if not 0.0 <= q <= 1.0:
@@ -607,7 +607,6 @@ def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: 
     """:func:`stability` of the process's device blocks: the columns of :func:`~.lifetimes.classify`
     it reads (the step of each allocation is ``iters.iteration_of(seq_alloc)``) taken from the
     blocks table directly; through classify itself when block ids repeat (its own order then)."""
-    from .lifetimes import classify
 
     if iters.count < 2:
         return None

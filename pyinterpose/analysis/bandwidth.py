@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import PyinterposeError
 from ..units import PCIE_LANE_BYTES_PER_S, pcie_bytes_per_s  # noqa: F401  (part of this module's API)
+from ..outfile import atomic_output
 
 GB = 1e9
 MiB = 1 << 20
@@ -86,7 +87,6 @@ def save_measurement(m: dict, path: str | None = None) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = load_measurements(path)
     data[m["key"]] = m
-    from ..outfile import atomic_output
 
     with atomic_output(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)

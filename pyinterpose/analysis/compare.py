@@ -48,6 +48,12 @@ import numpy as np
 from ..trace import reader
 from ..trace.model import Trace, peak_live_bytes_of
 from . import guarded
+from ..errors import PyinterposeError
+from ..trace.stacks import top_call_sites_json
+from .access import access_intervals
+from .clock import clock_of, launch_lag
+from .owners import allocator_info, bytes_by_owner, framework
+from .ranks import per_rank
 
 SMALL = 1 << 20
 
@@ -55,7 +61,6 @@ SMALL = 1 << 20
 def framework_of(trace: Trace) -> str:
     """The framework that ran: :func:`pyinterpose.analysis.owners.framework` (the one decision
     every command shows)."""
-    from .owners import framework
 
     return framework(trace)
 
@@ -103,12 +108,9 @@ def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any
     """What a row reads from the blocks alone (peak, owners, the pools analysis, call sites):
     :func:`trace_row` computes it on a side thread beside the access and swap analyses, after
     the main process's access intervals (kept by ``Trace.derived`` for those analyses)."""
-    from ..trace.stacks import top_call_sites_json
-    from .owners import allocator_info, bytes_by_owner
 
     if trace.main_pid is not None:    # first the access intervals, while the iterations are found
         try:
-            from .access import access_intervals
             access_intervals(trace, trace.main_pid)
         except Exception:  # noqa: BLE001 - the access analysis reports it when it asks again
             pass
@@ -121,7 +123,6 @@ def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any
 
 def _clock_keys(trace: Trace) -> dict[str, Any]:
     """The main process's clock (:mod:`.clock`): ``clock``, ``clock_note`` and the launch lag."""
-    from .clock import clock_of, launch_lag
 
     c = clock_of(trace)
     return {**c.as_dict(), "launch_lag": launch_lag(trace)}
@@ -129,7 +130,6 @@ def _clock_keys(trace: Trace) -> dict[str, Any]:
 
 def _ranks_of(trace: Trace) -> list[int]:
     """The ranks the trace's processes name (pyinterpose.analysis.ranks; [] for none)."""
-    from .ranks import per_rank
 
     return [r["rank"] for r in per_rank(trace, iterations=False) if r["rank"] is not None]
 
@@ -238,7 +238,6 @@ def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, bandwi
     """``{"traces": [trace_row(...), ...]}`` in the order given."""
     labels = list(labels) if labels else [None] * len(traces)
     if len(labels) != len(traces):
-        from ..errors import PyinterposeError
         raise PyinterposeError(f"{len(labels)} labels for {len(traces)} traces")
     rows = []
     for i, (t, lab) in enumerate(zip(traces, labels)):
@@ -274,7 +273,6 @@ def compare_files(paths: Sequence[str], labels: Sequence[str] | None = None, ban
         load = reader.load
     labels = list(labels) if labels else [None] * len(paths)
     if len(labels) != len(paths):
-        from ..errors import PyinterposeError
         raise PyinterposeError(f"{len(labels)} labels for {len(paths)} traces")
     rows, done, sources = [], {}, []
     for i, (path, lab) in enumerate(zip(paths, labels)):

@@ -35,6 +35,12 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace, peak_live_bytes_of
+from ..trace.stacks import call_site
+from .flame import peak_bytes_per_block
+from .iterations import find_iterations
+from .lifetimes import classify, per_iteration_peaks
+from .owners import allocator_info, block_owners
+from .pools import reserved_curve
 
 NO_SITE = "(no call site recorded)"
 METRICS = ("peak", "reserved", "site")
@@ -42,8 +48,6 @@ _SIM = {"pytorch": "pytorch", "jax": "bfc", "tensorflow": "bfc"}
 
 
 def _site_texts(trace: Trace, stack_ids: np.ndarray) -> np.ndarray:
-    from ..trace.stacks import call_site
-
     uniq, inv = np.unique(stack_ids, return_inverse=True)
     texts = np.array([call_site(trace, int(s)) if s >= 0 else "" for s in uniq.tolist()], dtype=object)
     out = texts[inv] if len(stack_ids) else np.zeros(0, object)
@@ -60,7 +64,6 @@ def _group(keys: np.ndarray, live: np.ndarray, size: np.ndarray) -> dict[str, di
 
 def reserved(trace: Trace) -> tuple[int | None, str]:
     """(bytes, source) the framework's allocator reserved at its peak; (None, why) when unknown."""
-    from .owners import allocator_info
 
     info = allocator_info(trace)
     if trace.meta.get("view") == "reserved":
@@ -68,7 +71,6 @@ def reserved(trace: Trace) -> tuple[int | None, str]:
     sim = _SIM.get(info["framework"])
     if sim is None:
         return None, "no framework allocator recognised (its reserve is not known)"
-    from .pools import reserved_curve
 
     curve = reserved_curve(trace, sim)
     b = np.asarray(curve["bytes"])
@@ -77,10 +79,6 @@ def reserved(trace: Trace) -> tuple[int | None, str]:
 
 def profile(trace: Trace, label: str) -> dict[str, Any]:
     """The tables :func:`diff` compares, for one trace (plain values)."""
-    from .flame import peak_bytes_per_block
-    from .iterations import find_iterations
-    from .lifetimes import classify, per_iteration_peaks
-    from .owners import block_owners
 
     b = trace.blocks
     dev = b["counts_device"].to_numpy(bool)

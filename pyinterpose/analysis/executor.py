@@ -47,7 +47,7 @@ class _DaskExecutor:
     def __init__(self, address: str):
         _probe(address)             # before importing Dask (seconds on a loaded machine)
         try:
-            from distributed import Client
+            from distributed import Client  # lazy: Dask distributed only with --scheduler (seconds to import)
         except ImportError:
             raise PyinterposeError("--scheduler needs Dask distributed (pip install 'dask[distributed]')")
         try:

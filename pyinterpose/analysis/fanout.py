@@ -20,6 +20,9 @@ import contextlib
 import os
 
 from .executor import executor
+from ..trace import colcache
+from ..trace.reader import load
+from .iterations import find_iterations
 
 _settings: dict | None = None      # set by using(): {"scheduler": ..., "max_workers": ...}
 
@@ -51,7 +54,6 @@ def _fannable(trace, n: int) -> bool:
     if not _settings["scheduler"] and ((_settings["max_workers"] or os.cpu_count() or 1) < 2
                                        or len(trace.blocks) < min_blocks()):
         return False
-    from ..trace import colcache
 
     cached = colcache.read(trace.path)
     if cached is None:
@@ -64,15 +66,12 @@ def _fannable(trace, n: int) -> bool:
 def iterations_task(item: tuple[str, int]) -> int:
     """How many training iterations process ``pid`` of the trace at ``path`` ran (a worker's task)."""
     path, pid = item
-    from ..trace.reader import load
-    from .iterations import find_iterations
 
     return int(find_iterations(load(path), int(pid)).count)
 
 
 def iterations_per_process(trace, pids: list[int]) -> list[int]:
     """``find_iterations(trace, pid).count`` for each pid, fanned out when :func:`using` allows it."""
-    from .iterations import find_iterations
 
     pids = [int(p) for p in pids]
     if not _fannable(trace, len(pids)):

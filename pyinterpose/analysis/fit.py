@@ -48,6 +48,13 @@ import numpy as np
 
 from ..errors import PyinterposeError
 from ..trace.model import counted_bytes
+from . import pools, swap
+from ..trace.model import peak_live_bytes_of
+from .bandwidth import Bandwidth, DEFAULT_LATENCY_S, pcie_bytes_per_s, resolve_bandwidth
+from .oom import live_mask, oom_failures, reserve_at
+from .owners import allocator_mask, framework
+from .pools import plan, reserved_curve, simulate, steady_problem
+from .pools.allocators import pytorch_options
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -60,7 +67,6 @@ def gpu_table() -> list[dict]:
     """The GPU models of ``pyinterpose/data/gpus.json``, each with ``memory_bytes`` (vendor figure,
     binary GB), ``capacity_bytes`` (measured total where known, else memory_bytes) and
     ``bytes_per_s`` (PCIe per direction, theoretical after encoding)."""
-    from .bandwidth import pcie_bytes_per_s
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "gpus.json")
     with open(path) as fh:
@@ -109,11 +115,6 @@ class FitModel:
 
     def __init__(self, trace, pid: int | None = None, bandwidth_bytes_per_s: float | None = None,
                  plan_time_limit: float = PLAN_TIME_LIMIT, swap: bool = True):
-        from ..trace.model import peak_live_bytes_of
-        from . import pools
-        from .oom import oom_failures, reserve_at, live_mask
-        from .owners import allocator_mask, framework
-
         self.trace = trace
         self.pid = pools.resolve_pid(trace, pid)
         b = trace.blocks
@@ -196,7 +197,6 @@ class FitModel:
     # ---- needs
     def _captured_options(self) -> dict:
         if self.simulator == "pytorch":
-            from .pools.allocators import pytorch_options
             return dict(pytorch_options(self.trace.meta, None)[0])
         return {}   # bfc: allow_growth (growing regions) is the simulator's default
 
@@ -205,8 +205,6 @@ class FitModel:
         """The allocator's request stream as numpy columns (what pools.reserved_curve replays; no
         DataFrame), made when a simulation other than the captured one is needed."""
         if self._arrs_made is None:
-            from . import pools
-            from .owners import allocator_mask
             rq = pools.request_stream(self.trace, self.pid, allocator_mask(self.trace))
             self._req_seq = rq["seq"]
             self._arrs_made = rq["arrays"]
@@ -218,17 +216,14 @@ class FitModel:
         allocator's curve is pools.reserved_curve's (computed once per trace: the report's timeline
         shares it)."""
         if sim == "none":
-            from ..trace.model import peak_live_bytes_of
             b = self.trace.blocks
             return peak_live_bytes_of(self.trace, b["counts_device"].to_numpy(bool) & (b["pid"].to_numpy() == self.pid))
         key = (sim, tuple(sorted(options.items())))
         if key not in self._needs:
             if sim == self.simulator and options == self._captured_options():
-                from .pools import reserved_curve
                 rc = reserved_curve(self.trace, sim, self.pid)
                 seq, curve = np.asarray(rc["seq"], np.int64), rc["bytes"]
             else:
-                from .pools import simulate
                 curve = simulate(self._arrs, sim, None, series=True, **options)["reserved_after"]
                 seq = self._req_seq
             self._needs[key] = _curve_max(seq, curve, self._out_seq, self._out_live)
@@ -237,7 +232,6 @@ class FitModel:
     def allocator_fits_limited(self, sim: str, options: dict, limit: int) -> bool:
         """The simulator with a device limit (the bytes left after the peak outside the allocator):
         True when the replay never runs out."""
-        from .pools import simulate
         cap = int(limit) - self.outside_peak
         if cap <= 0:
             return False
@@ -245,7 +239,6 @@ class FitModel:
 
     def planned_need(self) -> int:
         if self._planned is None:
-            from .pools import plan, steady_problem
             need = self.lower_bound
             try:
                 prob = steady_problem(self.trace, self.pid)
@@ -350,9 +343,6 @@ class FitModel:
                 "not_modelled": not_modelled if any(a["name"] in {k[0] for k in knobs} for a in answers) else []}
 
     def _swap(self, C: int, gpu: dict | None, record_answer) -> bool:
-        from . import swap
-        from .bandwidth import DEFAULT_LATENCY_S, Bandwidth
-
         bps = self.bandwidth_bytes_per_s or (gpu or {}).get("bytes_per_s")
         if bps:
             src = "--bandwidth" if self.bandwidth_bytes_per_s else f"{gpu['name']}: PCIe gen{gpu['pcie_gen']} " \
@@ -360,7 +350,6 @@ class FitModel:
             bw = Bandwidth(float(bps), float(bps), DEFAULT_LATENCY_S, src)
         else:
             try:
-                from .bandwidth import resolve_bandwidth
                 bw = resolve_bandwidth(self.trace)
             except PyinterposeError as e:
                 record_answer("host swapping", False,

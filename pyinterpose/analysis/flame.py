@@ -26,6 +26,8 @@ import pandas as pd
 
 from ..trace.model import Trace, counted_bytes, live_events
 from ..trace.stacks import frame_text
+from ..trace.stacks import display_owner
+from .oom import live_mask, oom_failures
 
 NO_STACK = "<no call stack>"
 UNKNOWN_OWNER = "<unknown object>"
@@ -84,7 +86,6 @@ def _frames_of_stacks(trace: Trace, stack_ids: np.ndarray) -> dict[int, tuple[st
 def fold(trace: Trace, bytes_per_block: np.ndarray) -> pd.DataFrame:
     """The blocks with ``bytes_per_block > 0`` folded by call stack: columns ``frames`` (tuple of
     frame texts, outermost first), ``bytes``, ``blocks``; largest first, then by frames."""
-    from ..trace.stacks import display_owner
 
     b = trace.blocks
     rows = np.flatnonzero(np.asarray(bytes_per_block) > 0)
@@ -125,7 +126,6 @@ def at_peak(trace: Trace) -> Moment:
 
 def at_ooms(trace: Trace, limit: int = 20) -> list[Moment]:
     """One moment per out-of-memory failure (the first ``limit``), in (pid, seq) order."""
-    from .oom import live_mask, oom_failures
 
     f = oom_failures(trace)
     out = []

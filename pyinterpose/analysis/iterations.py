@@ -41,6 +41,7 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace
+from .clock import clock_of
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -469,7 +470,6 @@ def find_iterations(trace: Trace, pid: int | None = None, *, use_markers: bool =
 def _on_clock(trace: Trace, it: Iterations) -> Iterations:
     """``it`` with its boundaries' times on the process's clock (:mod:`.clock`): on the device
     clock a step starts where the GPU reached its first event, so durations are the GPU's."""
-    from .clock import clock_of
 
     c = clock_of(trace, it.pid)
     it.clock = c.as_dict()

@@ -28,6 +28,7 @@ from ..trace.model import peak_live_bytes_of
 from ..trace.reader import load
 from .executor import SCHEDULER_ENV, executor, scheduler_address  # noqa: F401 - job's public names
 from .ranks import per_rank
+from .ranks import job_view
 
 TRACE_SUFFIX = ".pit"
 
@@ -125,7 +126,6 @@ def worker_task(path: str) -> dict:
 
 def combine(parts: list[dict]) -> dict:
     """The job: every trace's headline, all ranks (sorted by rank, host, pid), the job view."""
-    from .ranks import job_view
 
     parts, duplicates = dedupe(parts)
     ranks = [r for p in parts for r in p["per_rank"]]

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..trace.model import Trace, live_bytes_curve, live_events
 from .iterations import Iterations, find_iterations
+from .growth import leak_stacks
 
 CLASSES = ["persistent", "per_iteration", "cross_iteration", "outside", "transient", "leak"]
 QUANTILES = (0.5, 0.9, 0.99)
@@ -154,7 +155,6 @@ def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
 
 def _leaks(trace: Trace, out: pd.DataFrame, ia: np.ndarray, freed: np.ndarray, iters: Iterations) -> np.ndarray:
     """Blocks of a leak (see the module's doc): never freed, from a call site that leaks."""
-    from .growth import leak_stacks
 
     n = len(out)
     mask = np.zeros(n, bool)

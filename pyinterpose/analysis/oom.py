@@ -40,6 +40,12 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from . import pools
+from ..trace.stacks import call_site
+from ..trace.window import step_offset
+from .iterations import find_iterations
+from .lifetimes import classify
+from .owners import allocator as _allocator, allocator_mask, block_owners, framework
 
 OOM_RESULTS = frozenset({2})   # cudaErrorMemoryAllocation == CUDA_ERROR_OUT_OF_MEMORY == 2
 TOP = 10
@@ -153,8 +159,6 @@ def _capacity(trace: Trace, row: dict) -> tuple[int | None, str]:
 
 
 def _site_texts(trace: Trace, stack_ids: np.ndarray) -> np.ndarray:
-    from ..trace.stacks import call_site
-
     out = np.empty(len(stack_ids), dtype=object)
     cache: dict[int, str] = {}
     for i, s in enumerate(stack_ids.tolist()):
@@ -183,7 +187,6 @@ def _group(df: pd.DataFrame, key: str, top: int, extra=None) -> list[dict]:
 def reserve_at(trace: Trace, pid: int, seq: int, allocator_live: int) -> dict:
     """The framework allocator's reserve at the failure and the bytes allocated inside it (see the
     module docstring for where each comes from)."""
-    from .owners import framework
 
     fw = framework(trace)
     view = str(trace.meta.get("view") or "blocks")
@@ -197,7 +200,6 @@ def reserve_at(trace: Trace, pid: int, seq: int, allocator_live: int) -> dict:
         return {"source": "none", "allocator": fw, "reserve_bytes": None, "allocated_bytes": int(allocator_live),
                 "free_in_reserve_bytes": None, "fragmentation": None,
                 "note": f"no simulator for the {fw} framework's allocator"}
-    from . import pools
 
     try:
         rc = pools.reserved_curve(trace, sim, pid)
@@ -216,8 +218,6 @@ def reserve_at(trace: Trace, pid: int, seq: int, allocator_live: int) -> dict:
 
 
 def _boundary(trace: Trace, pid: int, seq: int) -> dict | None:
-    from .iterations import find_iterations
-
     it = find_iterations(trace, pid)
     if it.count == 0:
         return None
@@ -227,7 +227,6 @@ def _boundary(trace: Trace, pid: int, seq: int) -> dict | None:
         return None
     step = k
     if it.source == "markers":   # a windowed or flight-recorder trace: the step's number in the whole run
-        from ..trace.window import step_offset
 
         step += step_offset(trace, pid)
     return {"seq": int(B[k]), "t": int(it.boundaries_t[k]), "step": step, "steps": int(it.count),
@@ -236,8 +235,6 @@ def _boundary(trace: Trace, pid: int, seq: int) -> dict | None:
 
 def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
     """The explanation of one out-of-memory failure (a row of :func:`oom_failures` as a dict)."""
-    from .lifetimes import classify
-    from .owners import allocator_mask, block_owners
 
     pid, seq, t = int(row["pid"]), int(row["seq"]), int(row["t"])
     device = int(row.get("device", -1)) if row.get("device") is not None else -1
@@ -267,7 +264,6 @@ def explain_failure(trace: Trace, row: dict, top: int = TOP) -> dict:
     boundary = _boundary(trace, pid, seq)
     since = live[live["seq_alloc"] >= boundary["seq"]] if boundary else live.iloc[0:0]
     stack = int(row.get("stack_id", -1)) if row.get("stack_id") is not None else -1
-    from .owners import allocator as _allocator
 
     known = _allocator(trace).known       # no framework recognised: every block is the program's own request
     alloc_live = int(live.loc[live["is_allocator"], "size"].sum())

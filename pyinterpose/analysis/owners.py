@@ -53,6 +53,7 @@ import pandas as pd
 
 from ..trace.model import Trace, peak_live_bytes_of
 from ..trace.stacks import display_owner, is_trampoline
+from ..trace.context import context_of
 
 FRAMEWORKS = ("pytorch", "jax", "tensorflow")
 _ALIASES = {"torch": "pytorch", "tf": "tensorflow", "keras": "tensorflow"}
@@ -98,7 +99,6 @@ def _framework_of_objects(names: list[str]) -> str | None:
 def _declared_framework(trace: Trace) -> str | None:
     """The framework the processes declared in their environment (``PYINTERPOSE_FRAMEWORK``, recorded
     by the shim's CONTEXT records): the most common among the processes that allocated; None if none."""
-    from ..trace.context import context_of
 
     p = trace.processes
     if "context" not in p or len(p) == 0:

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..trace.context import context_of, devices_of, rank_context
 from ..trace.model import Trace, live_events
+from .fanout import iterations_per_process
 
 # the collective library: the calling object's name (block owner) -> library
 COLLECTIVE_OWNERS = (("nccl", re.compile(r"^lib(sim)?nccl")), ("rccl", re.compile(r"^librccl")),
@@ -180,7 +181,6 @@ def per_rank(trace: Trace, iterations: bool | None = None) -> list[dict]:
     if iterations is None:
         iterations = any(r["rank"] is not None for r in ranks)
     if iterations:   # one task per rank on the executor of analysis.fanout.using(), else here in turn
-        from .fanout import iterations_per_process
 
         for r, n in zip(ranks, iterations_per_process(trace, [int(r["pid"]) for r in ranks])):
             r["iterations"] = n

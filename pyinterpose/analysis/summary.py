@@ -9,6 +9,10 @@ from .machine import machine
 from .owners import allocator_info, bytes_by_owner
 from .ranks import job_view, per_rank
 from ..trace.stacks import top_call_sites_json
+from .applied import summary
+from .clock import clock_of, launch_lag
+from .growth import growth, window_summary
+from .oom import explain
 
 
 def summarize(trace: Trace) -> dict:
@@ -39,7 +43,6 @@ def summarize(trace: Trace) -> dict:
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
     info = allocator_info(trace)
     graph_launches = int(trace.launches["graph"].sum()) if len(trace.launches) else 0
-    from .clock import clock_of, launch_lag
 
     for row in per_pid:
         row.update(clock_of(trace, row["pid"]).as_dict())
@@ -88,14 +91,12 @@ def summarize(trace: Trace) -> dict:
 
 def _applied(trace: Trace) -> dict | None:
     """What a plan served (``run --apply``); None without one."""
-    from .applied import summary
 
     return summary(trace)
 
 
 def _oom(trace: Trace) -> dict:
     """``oom``: one entry per failed out-of-memory allocation (pyinterpose.analysis.oom)."""
-    from .oom import explain
 
     ex = explain(trace)
     return {"oom": ex["entries"], "oom_summary": {k: v for k, v in ex.items() if k != "entries"}}
@@ -105,6 +106,5 @@ def _window(trace: Trace) -> dict:
     """``window`` (the steps the events cover) and ``growth`` (the whole run's bytes per step, the call
     sites that grew, leaks) of a windowed or flight-recorder trace; both None for a full capture
     (pyinterpose.analysis.growth)."""
-    from .growth import growth, window_summary
 
     return {"window": window_summary(trace), "growth": trace.derived(("growth.growth",), lambda: growth(trace))}

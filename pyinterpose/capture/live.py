@@ -62,7 +62,7 @@ def snapshot(windows, top: int = 5) -> list[dict]:
 
 
 def render(snap: list[dict]):
-    from rich.table import Table
+    from rich.table import Table  # lazy: rich only for the live terminal view
 
     t = Table(title="pyinterpose --live", expand=False)
     for c in ("pid", "step", "live", "reserved", "peak", "growth/step", "top call sites (live bytes)"):
@@ -100,8 +100,8 @@ class LiveView:
         return None
 
     def _loop(self) -> None:
-        from rich.console import Console
-        from rich.live import Live
+        from rich.console import Console  # lazy: rich only for the live terminal view
+        from rich.live import Live  # lazy: rich only for the live terminal view
 
         con = Console(file=self.stream)
         with Live(render([]), console=con, auto_refresh=False, transient=False, redirect_stdout=False,

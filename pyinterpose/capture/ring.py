@@ -68,7 +68,7 @@ class Ring:
         self.attached = False
         self.ready = False
         self.capacity = 0
-        from .. import _core
+        from .. import _core  # lazy: compiled cffi module, absent from an unbuilt tree
 
         self._ffi, self._lib = _core.ffi, _core.lib
         self._ptr = self._ffi.from_buffer(self._mm)

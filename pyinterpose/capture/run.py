@@ -71,7 +71,7 @@ def _resolve_program(argv: list[str], env: dict[str, str]) -> None:
 
 def _nvml_start():
     try:
-        from . import nvml
+        from . import nvml  # lazy: nvml.py loads pandas, not wanted at every run's start
     except ImportError:
         return {"available": False, "reason": "pyinterpose.capture.nvml not available"}, None
     info = nvml.link_info()
@@ -265,7 +265,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         sys.stderr.flush()
         return _spawn(argv, child_env, cwd)
     _check_built()
-    from . import window_run    # after the check: it reads the record layout, absent from an unbuilt tree
+    from . import window_run    # lazy: after the check: it reads the record layout, absent from an unbuilt tree
 
     windows = window_run.configure(capture_range, steps, flight_recorder)   # None: the whole run
     output = output or default_output(argv)
@@ -289,7 +289,7 @@ def capture(argv: list[str], output: str | None = None, view: str = "blocks", ac
         child_env.update(windows.open_gate(rdir))
     apply_meta = None
     if apply:   # --apply plan.json: its digest for the shim (pyinterpose.capture.apply)
-        from . import apply as applying    # pandas (the plan's check): not at every run's start
+        from . import apply as applying    # lazy: pandas (the plan's check): not at every run's start
         try:
             apply_meta = applying.prepare(apply, rdir, argv, knobs, child_env)
         except BaseException:
@@ -364,7 +364,7 @@ def _attach_windows(drain: Drain, windows, output: str, meta: dict, force: bool,
     """Capture windows / the flight recorder (window_run.py) on the drain; their signal handlers (None: none)."""
     if windows is None:
         return None
-    from . import window_run
+    from . import window_run    # lazy: it reads the record layout, absent from an unbuilt tree
 
     drain.windows = windows
     if windows.mode == "flight":
@@ -390,7 +390,7 @@ def _check_built() -> None:
     if not os.path.exists(SHIM):
         raise PyinterposeError(not_built_message(SHIM))
     try:
-        from .. import _core  # noqa: F401  (compiled: absent from a source tree that is not built)
+        from .. import _core  # noqa: F401  (lazy: compiled: absent from a source tree that is not built)
     except ImportError:
         raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE), "_core (cffi extension)")))
 

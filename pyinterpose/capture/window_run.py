@@ -11,6 +11,7 @@ import time
 from ..errors import PyinterposeError
 from ..trace import records
 from .window import CAPTURE_RANGES, Windows
+from ..trace.writer import TraceWriter
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -94,8 +95,6 @@ class Dumper:
             self.pending_oom = True
 
     def dump(self, headers: list[dict], reason: str) -> str | None:
-        from ..trace.writer import TraceWriter
-
         self.k += 1
         path = dump_path(self.output, self.k)
         try:

@@ -5,6 +5,8 @@ which adds its parser and sets ``func`` to a callable ``(args) -> int``.
 """
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help`/`run` start-up loads only the parser, not the analyses.
+
 import importlib
 import os
 import re

@@ -11,6 +11,8 @@ Commands that pick an output name themselves call :func:`check_output` with it.
 """
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import argparse
 import math
 import os

@@ -1,6 +1,8 @@
 """``pyinterpose access FILE``: access intervals (ATI), the bandwidth filter and outliers (paper 1)."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from . import _args as A
 
 

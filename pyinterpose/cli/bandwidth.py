@@ -1,6 +1,8 @@
 """``pyinterpose bandwidth``: measure pinned-memory H2D/D2H bandwidth and latency, cache it for ``swap``."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from ..errors import PyinterposeError
 from . import _args as A
 

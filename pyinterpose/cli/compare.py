@@ -1,6 +1,8 @@
 """``pyinterpose compare A B ... [--json] [-o compare.html]``: traces side by side."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import os
 
 from ..errors import PyinterposeError

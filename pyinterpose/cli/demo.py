@@ -5,6 +5,8 @@ driver) and the simtrain example, so no GPU is needed.  ``--sample`` uses a
 real-GPU trace committed under samples/ instead."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import contextlib
 import glob
 import json

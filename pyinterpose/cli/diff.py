@@ -1,6 +1,8 @@
 """``pyinterpose diff A B [--fail-above PCT [--metric peak|reserved|site:FILE:LINE]] [--json]``."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from . import _args as A
 
 EXIT_ABOVE = 1     # --fail-above: B exceeds A by more than the limit (bad input is 2, as everywhere)

@@ -1,6 +1,8 @@
 """``pyinterpose export FILE --format perfetto|memory-viz|csv|minimalloc -o OUT``."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import os
 
 from ..errors import PyinterposeError

@@ -1,6 +1,8 @@
 """pyinterpose fit FILE [--capacity BYTES | --gpu NAME]... [--bandwidth GBPS] [--pid PID] [--json]"""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from . import _args as A
 
 

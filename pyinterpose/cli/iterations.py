@@ -1,6 +1,8 @@
 """``pyinterpose iterations FILE``: the training loop's period, steps and their durations."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from . import _args as A
 
 

@@ -2,6 +2,8 @@
 ``pyinterpose plan --csv IN --capacity N -o OUT``: offsets for a MiniMalloc CSV."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from . import _args as A
 
 NO_PLAN_EXIT = 3

@@ -1,6 +1,8 @@
 """``pyinterpose pools FILE``: every pool strategy against the lower bound."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from . import _args as A
 
 

@@ -1,6 +1,8 @@
 """``pyinterpose report FILE [-o report.html]``: the self-contained HTML report."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import os
 
 from ..errors import PyinterposeError

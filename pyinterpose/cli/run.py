@@ -1,6 +1,8 @@
 """pyinterpose run [-o FILE] [-f] [--view blocks|reserved] [--no-access] [--simulated-gpu] [--stacks python|native|none] [--gpu-clock auto|cupti|off] [--ring-dir DIR] [--apply PLAN] [--capture-range cudaProfilerApi|markers|signal | --steps A:B | --flight-recorder N] [--live] -- CMD ..."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import argparse
 import os
 

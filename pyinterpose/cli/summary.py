@@ -1,6 +1,8 @@
 """pyinterpose summary FILE [--json]"""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 import json
 
 from . import _args as A

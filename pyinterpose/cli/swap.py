@@ -1,6 +1,8 @@
 """``pyinterpose swap FILE``: how far host swapping would lower the peak, and at what stall cost."""
 from __future__ import annotations
 
+# Lazy imports (in functions): `pyinterpose --help` loads every cli module, so analyses/reports load on use.
+
 from ..errors import PyinterposeError
 from . import _args as A
 from ._args import parse_bytes  # noqa: F401  (the one byte-count parser)

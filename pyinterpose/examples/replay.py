@@ -39,7 +39,9 @@ import sys
 
 import numpy as np
 
+import pyinterpose
 from pyinterpose.errors import PyinterposeError
+from ._simlib import _require, load_simcuda, native_dir
 
 MAX_ARGS = 64
 ASYNC_APIS = ("cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync", "cudaMallocFromPoolAsync_ptsz",
@@ -199,8 +201,6 @@ def _dilate_device_model(speed: float) -> None:
 
 
 def run_ops(ops: dict, check: bool, speed: float = 1.0) -> dict:
-    from ._simlib import _require, load_simcuda, native_dir
-
     _dilate_device_model(speed)
     load_simcuda()
     lib = ctypes.CDLL(_require(os.path.join(native_dir(), "libpireplay.so")), mode=os.RTLD_GLOBAL)
@@ -240,8 +240,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not os.path.isfile(args.trace):
             raise PyinterposeError(f"{args.trace}: no such trace file")
-        import pyinterpose
-
         trace = pyinterpose.load(args.trace)
         extra = []
         for x in args.extra_launch:

@@ -30,7 +30,10 @@ import ctypes
 import json
 import sys
 
+import pyinterpose
 from pyinterpose.errors import PyinterposeError
+
+from ._simlib import load_simcuda
 
 ACTIVATIONS = (3 << 20, 1 << 20, 2 << 20, 512 << 10)   # bytes asked per step, in allocation order
 WEIGHTS = (4 << 20, 4 << 20, 1 << 20)
@@ -39,8 +42,6 @@ DEFAULT_DEVICE_BYTES = 256 << 20
 
 class _Cuda:
     def __init__(self):
-        from ._simlib import load_simcuda
-
         _, rt = load_simcuda()
         self.rt = rt
         rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
@@ -98,8 +99,6 @@ def _window_edge(loop: Loop, api: str, start: bool) -> None:
         if r != 0:
             raise PyinterposeError(f"cudaProfiler{'Start' if start else 'Stop'} failed: {r}")
     else:
-        import pyinterpose
-
         (pyinterpose.start if start else pyinterpose.stop)()
     loop.window_peak = loop.live_bytes if start else loop.window_peak
 
@@ -124,8 +123,6 @@ def _wait(folder: str, step: int, loop: Loop) -> None:
 
 
 def run(args: argparse.Namespace) -> tuple[dict, int]:
-    import pyinterpose
-
     cuda = _Cuda()
     loop = Loop(cuda)
     truth = {"leak_bytes": args.leak_bytes, "leak_every": args.leak_every,

@@ -7,9 +7,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from .. import __version__
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio
+from . import plots
+from .html import _CSS, _esc, _SCRIPT, _table_html
+from .text import console, table
 
 # matplotlib (through .plots) is imported by the figures only: `compare --json` and the terminal
 # table never draw, and importing it costs more than a small comparison itself
@@ -84,8 +88,6 @@ def metric_rows(cmp: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def print_table(cmp: dict[str, Any], out=None) -> None:
-    from .text import console, table
-
     con = out or console()
     cols, rows = metric_rows(cmp)
     con.print(table(rows, ["metric"] + cols, title="Traces side by side"))
@@ -95,9 +97,6 @@ def print_table(cmp: dict[str, Any], out=None) -> None:
 
 
 def _bars_png(cmp: dict[str, Any]) -> str:
-    from matplotlib.figure import Figure
-
-    from . import plots
     rows = cmp["traces"]
     labels = [r["label"] for r in rows]
     peak = np.array([r["peak_live_bytes"] or 0 for r in rows], dtype=np.float64)
@@ -119,9 +118,6 @@ def _bars_png(cmp: dict[str, Any]) -> str:
 
 
 def _frag_png(cmp: dict[str, Any]) -> str | None:
-    from matplotlib.figure import Figure
-
-    from . import plots
     rows = cmp["traces"]
     strategies: list[str] = []
     for r in rows:
@@ -149,9 +145,6 @@ def _frag_png(cmp: dict[str, Any]) -> str | None:
 
 
 def render_html(cmp: dict[str, Any]) -> str:
-    from . import plots
-    from .html import _CSS, _SCRIPT, _esc, _table_html
-
     cols, rows = metric_rows(cmp)
     df = pd.DataFrame(rows, columns=["metric"] + cols)
     figs = [(_bars_png(cmp), "peak live and reserved bytes per trace")]

@@ -14,6 +14,8 @@ import io
 
 import numpy as np
 import pandas as pd
+from ..outfile import atomic_output, atomic_path
+from .chunks import in_order
 
 _POW10_ARR = np.array([10 ** k for k in range(20)], np.uint64)
 
@@ -154,8 +156,6 @@ def _format_rows(plans, r0: int, r1: int) -> bytes:
 def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15, threads: int = 1) -> None:
     """Write ``df`` to ``path`` exactly as ``df.to_csv(path, index=False)`` would.  Chunks of rows
     are formatted on ``threads`` threads (report.chunks) and written in order."""
-    from ..outfile import atomic_output, atomic_path
-    from .chunks import in_order
 
     plans = [_column_plan(df[c]) for c in df.columns] if df.columns.is_unique else [None]
     if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in df.columns):

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, counted_bytes
+from ..analysis.clock import block_times
+from ..trace.model import peak_live_bytes
 
 
 @dataclass
@@ -106,7 +108,6 @@ def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: 
     devices = sorted(int(d) for d in b["device"].unique()) if device is None else [device]
     for dev in devices:
         bd = b[b["device"] == dev]
-        from ..analysis.clock import block_times
 
         t, d, r = _events(bd, block_times(trace, bd))     # on the process's clock
         total = np.cumsum(d)
@@ -194,6 +195,5 @@ def size_quantiles(blocks: pd.DataFrame, qs=(0.5, 0.9, 0.99)) -> dict[str, int]:
 
 def peak_of(trace: Trace) -> int:
     """Peak live device bytes over all devices together (the pools' lower bound for one device)."""
-    from ..trace.model import peak_live_bytes
 
     return peak_live_bytes(trace.blocks)

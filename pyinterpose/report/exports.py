@@ -19,7 +19,10 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.model import Trace
 from ..analysis import guarded
+from ..analysis.pools import steady_problem, write_minimalloc_csv
 
+# The writers below are imported lazily: cli/export.py reads FORMATS at `pyinterpose --help`, and the
+# writers pull in trace.stacks, cffi and (flame) matplotlib, which would double that start-up time.
 FORMATS = ["perfetto", "memory-viz", "csv", "minimalloc", "folded", "speedscope"]
 
 
@@ -33,7 +36,7 @@ def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame
 
 
 def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, Any]:
-    from .csv_fast import write_csv_frame
+    from .csv_fast import write_csv_frame  # lazy: see FORMATS
 
     # the text of blocks_table(trace, classes).to_csv(path, index=False), at numpy speed: the
     # categorical columns (and the classes, as one) are written from their codes, so no string
@@ -46,10 +49,6 @@ def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict
 
 
 def write_minimalloc(trace: Trace, path: str, pid: int | None = None) -> dict[str, Any]:
-    try:
-        from ..analysis.pools import steady_problem, write_minimalloc_csv
-    except ImportError as e:
-        raise PyinterposeError(f"minimalloc export needs the pools analysis, not available here ({e})")
     df = steady_problem(trace, pid)
     write_minimalloc_csv(df, path)
     return {"buffers": int(len(df))}
@@ -95,7 +94,7 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
     ``pid``: memory-viz and minimalloc describe one process (default: see
     :func:`snapshot_process` and ``steady_problem``); perfetto and csv hold every process."""
     if fmt == "perfetto":
-        from .perfetto import write_chrome_trace
+        from .perfetto import write_chrome_trace  # lazy: see FORMATS
 
         it = guarded.iterations(trace)
         cl = guarded.block_classes(trace, iters=it.value)
@@ -103,7 +102,7 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value, notes=notes)
         return {"events": counts, "iterations_note": it.note, "notes": notes, **_completeness(trace)}
     if fmt == "memory-viz":
-        from .memory_viz import write_snapshot
+        from .memory_viz import write_snapshot  # lazy: see FORMATS
 
         view, pid, others = snapshot_process(trace, pid)
         cl = guarded.block_classes(trace, iters=guarded.iterations(trace).value)
@@ -117,14 +116,14 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
     if fmt in ("folded", "speedscope"):
         import os
 
-        from ..analysis.flame import moments
-        from .flame import write_folded, write_speedscope
+        from ..analysis.flame import moments  # lazy: see FORMATS
+        from .flame import write_folded, write_speedscope  # lazy: see FORMATS
 
         ms = moments(trace)
         if fmt == "folded":
             return {**write_folded(ms, path, moment), **_completeness(trace)}
         if moment is not None:
-            from .flame import pick
+            from .flame import pick  # lazy: see FORMATS
             ms = [pick(ms, moment)]
         return {**write_speedscope(ms, path, os.path.basename(path)),
                 **_completeness(trace)}

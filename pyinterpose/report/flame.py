@@ -23,6 +23,10 @@ from .. import __version__
 from ..analysis.flame import Moment, folded_lines
 from ..errors import PyinterposeError
 from .reporter import Reporter
+from ..analysis.flame import moments
+from ..outfile import atomic_output
+from ..units import fmt_bytes
+from .html_sections import has_stacks
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 WIDTH = 1200
@@ -40,8 +44,6 @@ def pick(moments: list[Moment], name: str | None) -> Moment:
 
 
 def write_folded(moments: list[Moment], path: str, name: str | None = None) -> dict[str, Any]:
-    from ..outfile import atomic_output
-
     m = pick(moments, name)
     lines = folded_lines(m)
     with atomic_output(path, "w", encoding="utf-8") as f:
@@ -84,8 +86,6 @@ def _speedscope_frame(text: str) -> dict:
 
 
 def write_speedscope(moments: list[Moment], path: str, name: str = "pyinterpose") -> dict[str, Any]:
-    from ..outfile import atomic_output
-
     obj = speedscope(moments, name)
     with atomic_output(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, separators=(",", ":"))
@@ -107,8 +107,6 @@ def _tree(m: Moment) -> dict:
 
 
 def _fmt(n: int) -> str:
-    from ..units import fmt_bytes
-
     return fmt_bytes(n)
 
 
@@ -202,16 +200,12 @@ FLAME_EXPLAIN = ("Flame graphs of the device bytes live at the peak, and at each
 
 
 def fill_flame(s, ctx) -> None:
-    from ..analysis.flame import moments
-
     ms = moments(ctx.trace)
     ctx.heads["flame"] = [{"moment": m.name, "live_bytes": m.live_bytes, "stacks": int(len(m.stacks))} for m in ms]
     s.html += section_html(ms)
 
 
 def _has_stacks(ctx) -> bool:
-    from .html_sections import has_stacks
-
     return has_stacks(ctx)
 
 

@@ -30,6 +30,9 @@ from .registry import REPORTERS
 from .reporter import ReportContext
 from .sections import Report
 from .text import fmt_bytes, fmt_ns
+from ..analysis.access import access_intervals
+from ..analysis.clock import clock_of, launch_lag
+from ..outfile import atomic_output
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,7 +53,6 @@ def _get(obj: Any, *names: str, default=None):
 def _clock_facts(trace: Trace, heads: dict) -> list[tuple[str, str]]:
     """The header's clock line (and the launch-to-start lag on the device clock); their keys in
     the headlines."""
-    from ..analysis.clock import clock_of, launch_lag
 
     c = clock_of(trace)
     lag = launch_lag(trace)
@@ -209,7 +211,6 @@ def _prefetch_intervals(trace: Trace) -> None:
     if trace.main_pid is None:
         return
     try:
-        from ..analysis.access import access_intervals
         access_intervals(trace, trace.main_pid)
     except Exception:  # noqa: BLE001 - the access section reports it when it asks again
         pass
@@ -324,8 +325,6 @@ def render(rep: Report) -> str:
 
 
 def write(trace: Trace, path: str, **kw) -> Report:
-    from ..outfile import atomic_output
-
     rep = build(trace, **kw)
     with atomic_output(path, "w", encoding="utf-8") as f:
         f.write(render(rep))

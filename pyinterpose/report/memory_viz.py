@@ -40,7 +40,12 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..analysis.owners import allocator_mask
 from ..trace.model import Trace
+from ..trace.stacks import frames_of
+from . import pickle_stream as P
+from ..outfile import atomic_output
+from .pickle_stream import Const, Int, Ref, write_rows
 
 VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63)
 UNKNOWN = "unknown"               # the category of a block without a lifetime class (and one the viewer needs)
@@ -185,10 +190,8 @@ def _allocator_blocks(trace: Trace, columns=None) -> pd.DataFrame:
     if columns is not None:
         b = b[[c for c in columns if c in b.columns]]
     try:
-        from ..analysis.owners import allocator_mask  # type: ignore[import-not-found]
-
         m = np.asarray(allocator_mask(trace), bool)
-    except Exception:  # noqa: BLE001 - owners analysis not in this build
+    except Exception:  # noqa: BLE001 - an owners-analysis failure: every device block
         return b
     if len(m) != len(trace.blocks) or not m.any():
         return b
@@ -241,10 +244,6 @@ def _call_stacks(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.nd
     if not (sid >= 0).any():
         return [[NO_STACKS]], none
     empty = [NO_STACK]
-    try:
-        from ..trace.stacks import frames_of  # type: ignore[import-not-found]
-    except Exception:  # noqa: BLE001 - no stacks API in this build
-        return [[NO_STACKS]], none
     uniq, inv = np.unique(sid, return_inverse=True)
     stacks = [empty]
     for s in uniq.tolist():
@@ -275,7 +274,6 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
     category and frames list the rows refer to, each memoized once), then ``"segments"`` again ->
     the real final segments, which replaces the prelude (a dict keeps the last value of a
     repeated key, in Python's unpickler and in the viewer's), then ``"device_traces"``."""
-    from . import pickle_stream as P
 
     c = _Columns(trace, classes)
     b = c.blocks
@@ -285,7 +283,6 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
     else:
         cat_codes, cat_names = np.zeros(len(b), np.int64), []
     entries = 0
-    from ..outfile import atomic_output
 
     with atomic_output(path, "wb") as f:
         ps = P.PickleStream(f)
@@ -320,7 +317,6 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
 
 def _write_device(ps, c: _Columns, d: int, stacks, fidx: np.ndarray, cat_codes, cat_names) -> int:
     """Append device ``d``'s trace entries (the list is open); returns how many."""
-    from .pickle_stream import Const, Int, Ref, write_rows
 
     sel = c.dev[c.ev_row] == d
     if not sel.any():

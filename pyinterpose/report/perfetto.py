@@ -34,6 +34,10 @@ import numpy as np
 
 from ..trace.model import Trace
 from .data import memory_timeline, reserved_curves
+from ..analysis.oom import oom_failures
+from ..outfile import atomic_output
+from ..trace.model import peak_live_bytes
+from .timeline import _owners
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid
 
@@ -44,7 +48,6 @@ def _us(ns) -> float:
 
 def default_large_threshold(trace: Trace) -> int:
     """1% of the peak live bytes, at least 1 MiB."""
-    from ..trace.model import peak_live_bytes
 
     return max(1 << 20, peak_live_bytes(trace.blocks) // 100)
 
@@ -191,7 +194,6 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
 def _oom_instants(trace: Trace) -> list[dict]:
     """An instant on the process's "large allocations" track per allocation that failed for lack of
     memory (pyinterpose.analysis.oom: near = a retry succeeded)."""
-    from ..analysis.oom import oom_failures
 
     f = oom_failures(trace)
     return [{"name": f"OOM ({outcome}) {api} {_mib(size)}", "cat": "oom", "ph": "i", "s": "t", "pid": int(pid),
@@ -206,7 +208,6 @@ def _owner_series(trace: Trace):
     """block_id -> owner library for the device blocks (see report.timeline._owners)."""
     import pandas as pd
 
-    from .timeline import _owners
 
     b = trace.device_blocks
     if len(b) == 0:
@@ -544,7 +545,6 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -
 def write_chrome_trace(trace: Trace, path: str, iterations=None, **kw) -> dict[str, int]:
     """Write the Chrome-trace JSON to ``path``; returns counts of events by phase (``notes=[]``: gets
     what was left out or cut short, as otherData says)."""
-    from ..outfile import atomic_output
 
     text, counts = chrome_trace_json(trace, iterations=iterations, **kw)
     with atomic_output(path, "w") as f:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Sequence
 
 import numpy as np
+from .chunks import in_order
 
 PROTO4 = b"\x80\x04"
 EMPTY_DICT, EMPTY_LIST, MARK, SETITEMS, APPENDS, STOP = b"}", b"]", b"(", b"u", b"e", b"."
@@ -227,7 +228,6 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
     strided copies of the columns' little-endian bytes; a mask keeps each row's own length and
     the boolean selection concatenates the rows in order.  Chunks are built on ``threads``
     threads (report.chunks) and written in order."""
-    from .chunks import in_order
 
     kind = np.asarray(kind, np.int64)
     n = len(kind)

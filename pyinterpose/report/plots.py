@@ -13,6 +13,7 @@ import io
 from typing import Sequence
 
 import numpy as np
+import matplotlib
 import pandas as pd
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
@@ -41,8 +42,6 @@ def _colour(name: str, i: int) -> str:
 def _png(fig: Figure, tight: bool = True) -> str:
     """The figure as base64 SVG; ``tight``: crop to what is drawn (one more draw: the
     report's own figures lay themselves out with :func:`_layout` and pass False)."""
-    import matplotlib
-
     FigureCanvasSVG(fig)
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "pyinterpose"}):

@@ -8,6 +8,7 @@ from ..analysis.ranks import job_view, per_rank
 from .reporter import Reporter
 from .sections import Report, Section
 from .text import fmt_bytes
+from .plots import ranks_png
 
 EXPLAIN = ("One row per rank (the process whose environment named it: RANK, JAX_PROCESS_ID, TF_CONFIG, "
            "SLURM_PROCID, ...): its device by the UUID the process saw (CUDA_VISIBLE_DEVICES remaps ordinals, "
@@ -34,8 +35,6 @@ def _device_table(job: dict) -> pd.DataFrame:
 
 
 def _figure(per_rank: list[dict], job: dict) -> tuple[str, str]:
-    from .plots import ranks_png
-
     labels = [f"pid {r['pid']}" if r["rank"] is None else str(r["rank"]) for r in per_rank]
     peaks = [r["peak_live_bytes"] for r in per_rank]
     top = max(range(len(peaks)), key=lambda i: peaks[i]) if peaks else None

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from ..trace.model import live_bytes_curve
 
 
 def training_trace(iterations: int = 6, layers: int = 4, weight: int = 4 << 20,
@@ -98,7 +99,6 @@ def training_trace(iterations: int = 6, layers: int = 4, weight: int = 4 << 20,
     if nvml:
         # a "reserved" view of the device: live bytes rounded up to 32 MiB plus a 300 MiB context
         ts = np.arange(0, t_end + 1, max(1, t_end // 50), dtype=np.int64)
-        from ..trace.model import live_bytes_curve
         ct, cl = live_bytes_curve(Trace.from_tables(blocks=b).blocks)
         idx = np.searchsorted(ct, ts, side="right") - 1
         lv = np.where(idx >= 0, cl[np.clip(idx, 0, None)], 0)

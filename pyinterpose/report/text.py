@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..units import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio  # noqa: F401  (the report's formatters)
+from ..analysis.clock import clock_of
 
 def is_tty(stream=None) -> bool:
     stream = stream or sys.stdout
@@ -122,8 +123,6 @@ def print_json(obj: Any, stream=None, trace=None) -> None:
     if trace is not None and isinstance(obj, dict):
         obj = {**obj, **completeness(trace)}
         if "clock" not in obj and not isinstance(trace, (list, tuple)):
-            from ..analysis.clock import clock_of
-
             obj = {**obj, **clock_of(trace).as_dict()}
     stream.write(json.dumps(to_jsonable(obj), indent=None, separators=(",", ":")) + "\n")
     stream.flush()
@@ -141,7 +140,7 @@ def progress(description: str, enabled: bool | None = None, stream=None) -> Iter
     if not enabled:
         yield _NoProgress()
         return
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn  # lazy: rich progress only for a terminal
 
     con = Console(file=stream)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),

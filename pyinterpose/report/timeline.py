@@ -35,6 +35,11 @@ import pandas as pd
 
 from ..trace.model import Trace, counted_bytes
 from .data import CLASS_ORDER
+from ..analysis.clock import block_times, clock_of
+from ..analysis.iterations import find_iterations
+from ..analysis.owners import block_owners
+from ..trace.stacks import call_site
+from ..errors import PyinterposeError
 
 NEVER = np.uint32(0xFFFFFFFF)
 MAX_OWNERS = 12          # owners beyond these (by peak bytes) are drawn as "other owners"
@@ -93,8 +98,6 @@ def _owners(trace: Trace, b: pd.DataFrame) -> pd.Series:
     itself falls back to for traces without call sites)."""
     own = None
     try:
-        from ..analysis.owners import block_owners  # type: ignore[import-not-found]
-
         s = block_owners(trace)
         own = s.reindex(b.index) if s.index.equals(trace.blocks.index) or len(s) == len(trace.blocks) else None
         if own is not None and len(s) == len(trace.blocks) and not s.index.equals(trace.blocks.index):
@@ -116,10 +119,6 @@ def _sites(trace: Trace, stack_id: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """(code per block, names): the call site of each block's stack (-1: none)."""
     codes = np.full(len(stack_id), -1, np.int32)
     if len(stack_id) == 0 or not (stack_id >= 0).any():
-        return codes, []
-    try:
-        from ..trace.stacks import call_site  # type: ignore[import-not-found]
-    except Exception:  # noqa: BLE001 - no stacks API in this build
         return codes, []
     uniq, inv = _sorted_codes(stack_id)
     names: list[str] = []
@@ -194,7 +193,6 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     freed = b["freed"].to_numpy(bool)
     nb = len(b)
     rows = np.arange(nb)
-    from ..analysis.clock import block_times
 
     t_alloc, t_free = block_times(trace, b)      # on the process's clock (device time when recorded)
     t_all = np.concatenate([t_free[freed], t_alloc])
@@ -309,7 +307,6 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         if rl is not None:
             extra["reserved_line"] = rl
     start_epoch = trace.meta.get("start_time")
-    from ..analysis.clock import clock_of
 
     extra.update(clock_of(trace).as_dict())      # the time axis' clock
     return {**extra,
@@ -337,8 +334,6 @@ def _own_iterations(trace: Trace, b: pd.DataFrame, iterations):
             (pids == int(iterations.pid)).any():
         return iterations
     vals, counts = np.unique(pids, return_counts=True)
-    from ..analysis.iterations import find_iterations
-    from ..errors import PyinterposeError
 
     try:
         return find_iterations(trace, pid=int(vals[np.argmax(counts)]))

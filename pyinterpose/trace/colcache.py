@@ -28,6 +28,7 @@ import shutil
 
 import numpy as np
 import pandas as pd
+from .model import Trace
 
 SUFFIX = ".picache"
 FORMAT = 1
@@ -39,7 +40,6 @@ def _tables() -> tuple:
     """Every field of Trace but OTHER_FIELDS: its tables (a table added to the model is stored too)."""
     import dataclasses
 
-    from .model import Trace
 
     return tuple(f.name for f in dataclasses.fields(Trace) if f.name not in OTHER_FIELDS)
 
@@ -204,7 +204,6 @@ def _column(folder: str, col: dict):
 
 def read(path: str):
     """The trace's tables from its cache (memory-mapped), or None when there is no valid cache."""
-    from .model import Trace
 
     if not enabled():
         return None

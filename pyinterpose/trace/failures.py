@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from .stacks import attach_blocks
 
 
 def attach(failures: pd.DataFrame, side_ev: np.ndarray, side_pid: np.ndarray, side_op: np.ndarray,
@@ -33,7 +34,6 @@ def attach(failures: pd.DataFrame, side_ev: np.ndarray, side_pid: np.ndarray, si
             dev = side_ev["device"][src].astype(np.int16)
             device[np.flatnonzero(hit)[dev >= 0]] = dev[dev >= 0]
     tmp = pd.DataFrame({"pid": failures["pid"].to_numpy(), "seq_alloc": failures["seq"].to_numpy(np.int64)})
-    from .stacks import attach_blocks
 
     attach_blocks(tmp, sites)
     failures["device"] = device

@@ -50,7 +50,7 @@ def validate_plan(lower, upper, size, offsets, capacity: int | None = None) -> i
     with a segment tree over the compressed address axis that counts how many
     live buffers cover each address cell; a newcomer landing on a covered cell
     overlaps a live buffer.  O(n log n)."""
-    from .._core import ffi, lib
+    from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     lower = np.ascontiguousarray(lower, np.int64)
     upper = np.ascontiguousarray(upper, np.int64)

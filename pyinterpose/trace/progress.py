@@ -15,8 +15,8 @@ def bar(description: str, enabled: bool):
     if not enabled:
         yield lambda fraction, description=None: None
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console  # lazy: rich only for a progress bar on a terminal
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: rich only for a progress bar on a terminal
 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True) as p:

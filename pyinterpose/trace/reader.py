@@ -19,16 +19,18 @@ import pandas as pd
 from . import records
 from ..errors import PyinterposeError, TraceError
 from ..installation import NATIVE, not_built_message
+from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
 from . import context
 from . import failures as failure_details
 from . import format as fmt
 from . import gpuclock
 from . import graphs
+from . import progress as progress_bar   # a module: tests replace progress.bar
 from . import stacks as site_tables
 from . import vmm
-from .model import (ACCESS_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS, KINDS,
-                    HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS, Trace,
-                    conform, empty_table)
+from .model import (ACCESS_COLUMNS, APPLY_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
+                    KINDS, HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS,
+                    SWAP_COLUMNS, Trace, conform, empty_table)
 
 
 @dataclass
@@ -375,7 +377,7 @@ class _Split:
 
     def __init__(self):
         try:
-            from .._core import ffi, lib
+            from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
             lib.pi_split_new      # a _core built before the reader's C pass has none
         except (ImportError, AttributeError):
             raise PyinterposeError(not_built_message(os.path.join(os.path.dirname(NATIVE),
@@ -807,7 +809,6 @@ class _Builder:
 
 def _swapped(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
     """PI_OP_SWAP records (native/shim/swap.c) as the ``swapped`` table."""
-    from .model import SWAP_COLUMNS
 
     code = getattr(records.OP, "SWAP", None)
     si = np.flatnonzero(side_op == code) if code is not None and len(side) else np.zeros(0, np.int64)
@@ -833,7 +834,6 @@ def _swapped(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
 
 def _applied(side, side_pid, side_op, col, tcol) -> pd.DataFrame:
     """PI_OP_APPLY records (native/shim/apply.c) as the ``applied`` table."""
-    from .model import APPLY_COLUMNS
 
     code = getattr(records.OP, "APPLY", None)
     ai = np.flatnonzero(side_op == code) if code is not None and len(side) else np.zeros(0, np.int64)
@@ -871,14 +871,12 @@ def load(path: str, progress: bool = False) -> Trace:
     ``progress``: a progress bar on stderr while the file is read (callers pass True on a terminal only)."""
     if os.path.isdir(path):
         raise TraceError(f"{path}: is a directory, not a trace file")
-    from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
 
     cached = colcache.read(path) if os.path.isfile(path) else None
     if cached is not None:
         return cached
-    from .progress import bar
 
-    with bar(f"reading {os.path.basename(path)}", progress) as on_progress:
+    with progress_bar.bar(f"reading {os.path.basename(path)}", progress) as on_progress:
         sp = _Split()
         raw = _read(path, lambda size: sp.feed, threads=True, on_progress=on_progress)
         sp.flush()

@@ -27,7 +27,7 @@ def _contract_file(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _ffi():
-    from cffi import FFI
+    from cffi import FFI  # lazy: cffi and its C parser load on the first layout query, not at import
 
     with open(_contract_file("events.h")) as f:
         text = f.read()

@@ -39,6 +39,7 @@ import pandas as pd
 
 from . import records
 from .model import FRAME_COLUMNS, empty_frames, empty_stacks, live_events
+from .elfsym import symbolize
 
 SITE_FORMAT = 1  # version of the SITE/FRAME/STACK records this reader understands (meta "site_format")
 SITE_PYTHON, SITE_NO_PYFRAMES, SITE_TRUNCATED, SITE_NO_GIL, SITE_PY_OFF, SITE_NATIVE = 1, 2, 4, 8, 16, 32
@@ -241,7 +242,6 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
 def _frames_table(frames: list[tuple]) -> pd.DataFrame:
     if not frames:
         return empty_frames()
-    from .elfsym import symbolize
 
     rows = []
     native = [(f[5], f[6]) for f in frames if f[0] == "native" and f[5]]
@@ -459,7 +459,6 @@ def live_at_peak_bytes(trace) -> np.ndarray:
     trace's live device bytes peak (model.live_events; 0 for blocks not live then).  The live set at
     the peak, exactly: it adds up to the peak (a block allocated at the peak's instant but after the
     peak event, and a double-mapped window's overlap, count nothing)."""
-    from .model import live_events
 
     t, d, r = live_events(trace)
     n = len(trace.blocks)

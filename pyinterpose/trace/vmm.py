@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from .model import RESERVATION_COLUMNS, conform, empty_table
+from .model import BLOCK_COLUMNS
 
 RAW_KINDS = ("vmm_reserve", "vmm_create", "vmm_map")
 KIND = "vmm"
@@ -267,7 +268,6 @@ def join_blocks(b: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame
     old_to_new = np.full(n_old, -1, dtype=np.int64)
     old_to_new[old_ids] = np.arange(len(out), dtype=np.int64)
     out["block_id"] = np.arange(len(out), dtype=np.int64)
-    from .model import BLOCK_COLUMNS
     out = conform(out, BLOCK_COLUMNS)
     return out, old_to_new, reservations
 

@@ -29,6 +29,15 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
 from .problem import MIN_SIZE, MODES, STRATEGIES, SWAP_INTERVAL_KIND, _kind_is, prepare_tables
+from ..access import access_intervals
+from ..clock import clock_of
+from ..pools.plan_file import servable
+from ..pools.planners import plan as run_planner
+from ..pools.problem import load
+from .replay import replay
+from .schedule import schedule_with_candidates
+from .strategies import _order
+from .validate import validate_schedule
 
 MECHANISM = "uvm"
 
@@ -47,8 +56,6 @@ def _block_times(trace, pid: int, clock) -> pd.DataFrame:
 def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, unsteady=frozenset()):
     """(problem, context) of the plan's window; see the module docstring.  ``unsteady``: request keys
     (phase, size, site, ordinal) left out because another iteration names their block while it would be away."""
-    from ..access import access_intervals
-    from ..clock import clock_of
 
     pid = int(doc["trace"]["pid"])
     clock = clock_of(trace, pid)
@@ -122,7 +129,6 @@ def window_problem(trace, doc: dict, bandwidth: Bandwidth, min_size: int = MIN_S
 
 def _anchor_seqs(trace, doc: dict, pid: int) -> np.ndarray:
     """The seqs of the plan's iteration boundaries in the trace (the anchor's requests, or the window)."""
-    from ..pools.plan_file import servable
 
     it = doc["iteration"]
     if it["boundary"] != "anchor":
@@ -152,7 +158,6 @@ def _keys_of_window(trace, doc: dict, pid: int, lo: int, hi: int) -> dict:
     """block id -> its request key (phase, size, site, ordinal) for the blocks of the window [lo, hi): the
     iteration's requests by their ordinal within it, the blocks that live across iterations by the plan's
     persistent rows; only keys the plan has."""
-    from ..pools.plan_file import servable
 
     req = servable(trace, pid)
     sa = req["seq_alloc"].to_numpy(np.int64)
@@ -180,10 +185,6 @@ def _req_key(r: dict) -> dict:
 
 def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead", budget: int | None = None) -> dict:
     """The schedule (see the module docstring) as the plan's ``swap`` section, without the prediction."""
-    from .replay import replay
-    from .schedule import schedule_with_candidates
-    from .strategies import _order
-    from .validate import validate_schedule
 
     if strategy not in STRATEGIES:
         raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
@@ -324,8 +325,6 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
 
 
 def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time_limit, unsteady=frozenset()):
-    from ..pools.plan_file import servable
-    from ..pools.planners import plan as run_planner
     mode = "no-overhead" if budget is None else "budget"
     problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size, unsteady=unsteady)
     section = choose(problem, ctx, strategy, mode, budget)
@@ -355,7 +354,6 @@ def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time
         for r, o in zip(arena, offs):
             r["offset"] = int(o)
         doc["capacity"] = int((offs + prob["size"].to_numpy(np.int64)).max())
-        from ..pools.problem import load
         doc["load_bytes"] = int(load(prob["lower"], prob["upper"], prob["size"]))
     else:
         doc["capacity"], doc["load_bytes"] = 0, 0
@@ -384,8 +382,6 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     after the launch that needs them starts) and ``predicted_stall_ns_run`` (how much later the run
     ends: the program waits at each late swap-in's next access, a wait moving the later ones along),
     and returns ``section``."""
-    from ..clock import clock_of
-    from ..pools.plan_file import servable
 
     pid = int(doc["trace"]["pid"])
     clock = clock_of(trace, pid)

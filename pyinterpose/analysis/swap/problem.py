@@ -12,6 +12,8 @@ from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
 
 
+# access/iterations/clock are imported in the functions that use them: the cli reads STRATEGIES and
+# MIN_SIZE from analysis.swap at `pyinterpose --help`, and those analyses add ~90 ms (trace.stacks, cffi) there.
 STRATEGIES = ("doa", "aoa", "wdoa", "vote", "size", "outlier")
 MODES = ("no-overhead", "budget")
 MIN_SIZE = 1 << 20
@@ -137,9 +139,9 @@ def _steps_f(problem: SwapProblem) -> np.ndarray:
 
 def _iteration_labels(trace, pid, start_t: np.ndarray) -> tuple[np.ndarray, str]:
     try:
-        from ..iterations import find_iterations
+        from ..iterations import find_iterations  # lazy: see the note above STRATEGIES
         it = find_iterations(trace, pid=pid)
-    except (ImportError, PyinterposeError) as e:
+    except PyinterposeError as e:
         return np.full(len(start_t), -1, np.int64), f"iterations not available ({e})"
     b = np.asarray(getattr(it, "boundaries_t", np.zeros(0)), dtype=np.int64)
     if getattr(it, "count", 0) < 1 or len(b) < 2:
@@ -257,7 +259,7 @@ def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.nda
 
 def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
     """:func:`prepare_tables` for one process of a trace (default: the main process)."""
-    from ..access import access_intervals
+    from ..access import access_intervals  # lazy: see the note above STRATEGIES
 
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
@@ -273,9 +275,9 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     # kept by Trace.derived: where an analysis found them already, that part returns at once.
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..iterations import find_iterations
+    from ..iterations import find_iterations  # lazy: see the note above STRATEGIES
 
-    from ..clock import clock_of
+    from ..clock import clock_of  # lazy: see the note above STRATEGIES
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
         found = ex.submit(find_iterations, trace, pid=pid)

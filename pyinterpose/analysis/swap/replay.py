@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from .problem import _peak_after
 
 TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
 
@@ -98,8 +99,7 @@ def streams(problem) -> dict:
 def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     """Replay ``sched`` (:func:`~pyinterpose.analysis.swap.schedule_with_candidates`'s table and
     candidates) on the problem's compute streams; see the module docstring."""
-    from ..._core import ffi, lib
-    from .problem import _peak_after
+    from ..._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     n_sw = len(sched)
     if n_sw == 0:

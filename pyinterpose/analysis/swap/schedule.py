@@ -12,6 +12,7 @@ from ..bandwidth import Bandwidth
 from .problem import (MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside)
 from .strategies import _order
 from .validate import validate_schedule
+from .replay import replay
 
 
 # ---- schedulers ------------------------------------------------------------------------
@@ -179,7 +180,7 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
         raise PyinterposeError(f"unknown swap mode {mode!r} (choose from {', '.join(MODES)})")
     if mode == "budget" and budget is None:
         raise PyinterposeError("budget mode needs a budget")
-    from ..._core import ffi, lib
+    from ..._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     target = 0 if budget is None else int(budget)
     c = problem.candidates
@@ -229,7 +230,6 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
 def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
     """Order by ``strategy``, schedule in ``mode``, validate, replay on the GPU model
     (:mod:`.replay`): the peak after and the stall are the replay's."""
-    from .replay import replay
 
     score_budget = problem.default_budget if budget is None else int(budget)
     sched, cand = schedule_with_candidates(problem, _order(problem, strategy, score_budget), mode,
