@@ -243,7 +243,7 @@ def test_sigusr2_while_the_program_runs_gates_the_shim_without_losing_a_record(t
     """Signals that land while the program runs (no wait at the edges): the shim's gate opens before the
     signal's time and closes after it, so every complete step inside the window holds what a full capture's
     step holds, and the blocks live at the window's end are the full capture's."""
-    steps = 4000
+    steps = 40000   # long enough that both signals land inside the loop on an idle machine too (4,000 steps took ~0.3 s)
     out, wd, proc = _start(tmp_path, ["--capture-range", "signal"], ["--steps", str(steps), "--wait-steps", "0"])
     try:
         _ready(wd, 0, proc)
