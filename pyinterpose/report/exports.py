@@ -35,17 +35,30 @@ def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame
     return b
 
 
-def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, Any]:
-    from .csv_fast import write_csv_frame  # lazy: see FORMATS
+def write_csv(trace: Trace, path: str, classes: pd.Series | None = None, progress=None) -> dict[str, Any]:
+    from .csv_fast import lookup_plan, write_csv_frame  # lazy: see FORMATS
 
     # the text of blocks_table(trace, classes).to_csv(path, index=False), at numpy speed: the
     # categorical columns (and the classes, as one) are written from their codes, so no string
-    # per row is made (a category's text is its str, a missing value an empty field, as there)
+    # per row is made (a category's text is its str, a missing value an empty field, as there);
+    # the classes are looked up a chunk of blocks at a time (report.class_lookup)
     b = trace.blocks
+    columns = list(b.columns)
+    extra = None
     if classes is not None:
-        b = b.assign(**{"class": pd.Categorical(classes.reindex(b["block_id"].to_numpy()))})
-    write_csv_frame(b, path)
-    return {"rows": len(b), "columns": list(b.columns)}
+        from .class_lookup import ClassLookup  # lazy: see FORMATS
+
+        look = ClassLookup(classes)
+        bid = b["block_id"].to_numpy()
+        extra = [("class", lookup_plan(lambda r0, r1: look.codes(bid[r0:r1]), look.values))]
+        columns.append("class")
+    try:
+        write_csv_frame(b, path, extra=extra, progress=progress)
+    except ValueError:                 # a class that is not text, or a frame pandas must write
+        if classes is not None:
+            b = b.assign(**{"class": pd.Categorical(classes.reindex(b["block_id"].to_numpy()))})
+        write_csv_frame(b, path, progress=progress)
+    return {"rows": len(b), "columns": columns}
 
 
 def write_minimalloc(trace: Trace, path: str, pid: int | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.chunking import chunk_rows, spans
 from ..pages import release
+from .class_lookup import ClassLookup
 
 VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63); memory_viz's
 
@@ -127,41 +128,23 @@ class SnapshotBlocks:
         """Each block's class as a code into ``cat_names`` (the distinct classes in the order the
         blocks first show them, then "unknown" for a block without one): what ``pd.factorize`` of
         the classes reindexed on the blocks gives, without a string per block."""
-        if not classes.index.is_unique:
-            classes.reindex(self.col("block_id")[self.pos[:1]])     # raises as the reindex would
-        vals = classes.to_numpy(object)
-        codes, uniq = pd.factorize(vals, use_na_sentinel=True)
-        codes = codes.astype(np.int16 if len(uniq) < (1 << 15) else np.int64)
-        keys = classes.index
-        self._by_sorted = bool(keys.is_monotonic_increasing) and keys.dtype.kind in "iu"
-        self._keys = keys.to_numpy(np.int64) if self._by_sorted else keys
-        self._val_codes = codes
+        self._lookup = look = ClassLookup(classes)
         seen: dict[int, int] = {}
         for s, e in spans(self.n):
             for v in pd.unique(self._value_codes(np.arange(s, e))).tolist():
                 if v >= 0 and v not in seen:
                     seen[v] = len(seen)
             self.release(s, e, ("block_id",))
-        names = [str(u) for u in pd.Series(uniq, dtype=object).take(list(seen))] if seen else []
+        names = [str(look.values[v]) for v in seen]
         self.cat_names = names + ["unknown"]
-        remap = np.full(len(uniq) + 1, len(names), np.int64)     # -1 (no class) -> "unknown"
+        remap = np.full(len(look.values) + 1, len(names), np.int64)     # -1 (no class) -> "unknown"
         for v, r in seen.items():
             remap[v] = r
         self._cat = remap
 
     def _value_codes(self, j: np.ndarray) -> np.ndarray:
         """Per selected block, its code among the classes' distinct values (-1: no class)."""
-        bid = self.col("block_id")[self.pos[j]].astype(np.int64)
-        if self._by_sorted:
-            k = np.searchsorted(self._keys, bid)
-            kk = np.minimum(k, max(len(self._keys) - 1, 0))
-            hit = (k < len(self._keys)) & (self._keys[kk] == bid) if len(self._keys) else np.zeros(len(bid), bool)
-        else:
-            kk = self._keys.get_indexer(bid)
-            hit = kk >= 0
-        out = np.full(len(bid), -1, np.int64)
-        out[hit] = self._val_codes[kk[hit]]
-        return out
+        return self._lookup.codes(self.col("block_id")[self.pos[j]])
 
     def category_codes(self, j: np.ndarray) -> np.ndarray:
         """Per selected block, the index of its class in ``cat_names``."""
