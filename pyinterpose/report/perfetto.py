@@ -23,7 +23,7 @@ Layout (``{"traceEvents": [...], "displayTimeUnit": "ms"}``, ``ts`` in microseco
 metadata names), so a broken export fails a test rather than a UI.
 
 Counters with more than ``max_points`` changes are reduced to the peak and the
-last value of each time bin (peaks survive; see report.data._keep_indices).
+last value of each time bin (peaks survive; see report.live_curve).
 """
 from __future__ import annotations
 
