@@ -217,14 +217,16 @@ def _oom_instants(trace: Trace) -> list[dict]:
 
 
 def _owner_series(trace: Trace):
-    """block_id -> owner library for the device blocks (see report.timeline._owners)."""
+    """block_id -> owner library for the device blocks (see report.timeline._owners), from the
+    owner and api columns of the device blocks only (not a copy of every column)."""
     import pandas as pd
 
-
-    b = trace.device_blocks
-    if len(b) == 0:
+    bl = trace.blocks
+    rows = np.flatnonzero(bl["counts_device"].to_numpy(bool))
+    if len(rows) == 0:
         return None
-    return pd.Series(_owners(trace, b).to_numpy(), index=b["block_id"].to_numpy())
+    b = bl[[c for c in ("owner", "api") if c in bl.columns]].iloc[rows]
+    return pd.Series(_owners(trace, b).to_numpy(), index=bl["block_id"].to_numpy()[rows])
 
 
 def _grouped_counters(trace: Trace, name: str, groups, max_points: int) -> list[dict[str, Any]]:
