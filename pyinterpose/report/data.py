@@ -48,23 +48,31 @@ def memory_timeline(trace: Trace, classes: pd.Series | None = None, max_points: 
     The per-class series add up to ``total`` at every point; ``peak`` is exact
     (computed before downsampling).  Each device's curve is made in one pass over its events in
     pieces (:func:`pyinterpose.report.live_curve.device_curve`): no array per event."""
+    return memory_timelines(trace, [classes], max_points, device)[0]
+
+
+def memory_timelines(trace: Trace, groupings: list, max_points: int = 4000,
+                     device: int | None = None) -> list[list[Timeline]]:
+    """:func:`memory_timeline` for each of ``groupings`` (classes, or None), from one pass over each
+    device's events."""
     bl = trace.blocks
     on_device = bl["counts_device"].to_numpy(bool)
     dcol = bl["device"].to_numpy()
     devices = sorted(int(d) for d in pd.unique(dcol[on_device])) if device is None else [device]
-    out = []
+    out: list[list[Timeline]] = [[] for _ in groupings]
     for dev in devices:
-        c = device_curve(trace, np.flatnonzero(on_device & (dcol == dev)), classes, max_points)
-        tl = Timeline(device=dev, t=c["t"], total=c["total"], peak=c["peak"], peak_t=c["peak_t"],
-                      events=c["events"], reduced=c["reduced"])
-        if classes is None:
-            tl.series["live"] = c["total"]
-        else:
-            names = c["names"]
-            # bottom of the stack first: long-lived classes, then short-lived ones
-            for k in sorted(range(len(names)), key=lambda k: (_class_rank(str(names[k])), str(names[k]))):
-                tl.series[str(names[k])] = c["series"][str(names[k])]
-        out.append(tl)
+        curves = device_curve(trace, np.flatnonzero(on_device & (dcol == dev)), groupings, max_points)
+        for g, (classes, c) in enumerate(zip(groupings, curves)):
+            tl = Timeline(device=dev, t=c["t"], total=c["total"], peak=c["peak"], peak_t=c["peak_t"],
+                          events=c["events"], reduced=c["reduced"])
+            if classes is None:
+                tl.series["live"] = c["total"]
+            else:
+                names = c["names"]
+                # bottom of the stack first: long-lived classes, then short-lived ones
+                for k in sorted(range(len(names)), key=lambda k: (_class_rank(str(names[k])), str(names[k]))):
+                    tl.series[str(names[k])] = c["series"][str(names[k])]
+            out[g].append(tl)
     return out
 
 

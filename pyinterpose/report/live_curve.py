@@ -103,22 +103,28 @@ def class_codes(classes: pd.Series, block_ids: np.ndarray) -> tuple[np.ndarray, 
     return names, remap[vcode].astype(dt)
 
 
-def device_curve(trace, rows: np.ndarray, classes: pd.Series | None, max_points: int) -> dict:
-    """The curve of the blocks at ``rows`` of ``trace.blocks`` (one device, block order):
-    ``{"t", "total", "series" (name -> values at the points; None without classes), "names",
-    "peak", "peak_t", "events", "reduced"}``."""
+def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> list[dict]:
+    """The curve of the blocks at ``rows`` of ``trace.blocks`` (one device, block order), once per
+    grouping of ``groupings`` (each a Series block_id -> class, or None) from one pass over the
+    events: ``{"t", "total", "series" (name -> values at the points; None without classes), "names",
+    "peak", "peak_t", "events", "reduced"}`` each (the points are the same for every grouping)."""
     bl = trace.blocks
     ev = _Sorted(trace, bl, rows)
-    names = None
-    code = None
-    if classes is not None:
+    groups = []                          # per grouping: (names, code per block, offset in the stacked series)
+    K = 0
+    for classes in groupings:
+        if classes is None:
+            groups.append((None, None, K))
+            continue
         names, code = class_codes(classes, bl["block_id"].to_numpy()[rows])
-    K = len(names) if names is not None else 0
+        groups.append((names, code, K))
+        K += len(names)
     n = ev.n
     if n == 0:
         z = np.zeros(0, np.int64)
-        return {"t": z, "total": z, "series": {str(k): z for k in names} if names is not None else None,
-                "names": names, "peak": 0, "peak_t": 0, "events": 0, "reduced": False}
+        return [{"t": z, "total": z, "series": {str(k): z for k in names} if names is not None else None,
+                 "names": names, "peak": 0, "peak_t": 0, "events": 0, "reduced": False}
+                for names, _, _ in groups]
     t_first, t_last = ev.time_at(0), ev.time_at(n - 1)
     nbins = max(1, max_points // 2)
     edges = np.linspace(t_first, t_last + 1, nbins + 1)
@@ -135,10 +141,13 @@ def device_curve(trace, rows: np.ndarray, classes: pd.Series | None, max_points:
         tot = carry + np.cumsum(d)
         carry = int(tot[-1])
         if K:
-            cls = code[j]
             per = np.empty((K, len(d)), np.int64)
-            for k in range(K):
-                per[k] = carry_k[k] + np.cumsum(np.where(cls == k, d, 0))
+            for names, code, off in groups:
+                if names is None:
+                    continue
+                cls = code[j]
+                for k in range(len(names)):
+                    per[off + k] = carry_k[off + k] + np.cumsum(np.where(cls == k, d, 0))
             carry_k = per[:, -1].copy()
         i = int(np.argmax(tot))
         if peak is None or int(tot[i]) > peak:
@@ -192,11 +201,12 @@ def device_curve(trace, rows: np.ndarray, classes: pd.Series | None, max_points:
         t_k = np.array([p[1] for p in kept], np.int64)
         v_k = np.array([p[2] for p in kept], np.int64)
         s_k = np.array([p[3] for p in kept], np.int64).T.reshape(K, len(kept)) if K else None
-    series = None
-    if K:
-        series = {str(names[k]): s_k[k] for k in range(K)}
-    return {"t": t_k, "total": v_k, "series": series, "names": names, "peak": int(peak), "peak_t": int(peak_t),
-            "events": int(n), "reduced": len(t_k) < lat_count}
+    out = []
+    for names, _, off in groups:
+        series = None if names is None else {str(names[k]): s_k[off + k] for k in range(len(names))}
+        out.append({"t": t_k, "total": v_k, "series": series, "names": names, "peak": int(peak),
+                    "peak_t": int(peak_t), "events": int(n), "reduced": len(t_k) < lat_count})
+    return out
 
 
 def _close(run, kept: list) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..trace.model import Trace
-from .data import memory_timeline, reserved_curves
+from .data import memory_timeline, memory_timelines, reserved_curves
 from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
 from ..trace.model import peak_live_bytes
@@ -507,20 +507,21 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
     series = "reserved_bytes" if reserved_view else "live_bytes"
     devices = set()
-    tls = memory_timeline(trace, max_points=max_points)
+    grouped = [(name, g) for name, g in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace)))
+               if g is not None]
+    step(0.1)
+    # the live curve and its split by class and by owner: one pass over each device's events
+    tls, *by_group = memory_timelines(trace, [None] + [g for _, g in grouped], max_points=max_points)
     for tl in tls:
         devices.add(tl.device)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + tl.device, tl.t, {series: tl.total}))
     for dev, (t, used) in _nvml_curves(trace).items():
         devices.add(dev)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + dev, t, {"nvml_used_bytes": used}))
-    step(0.2)
-    for name, groups in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace))):
-        if groups is None:
-            continue
-        for tl in memory_timeline(trace, classes=groups, max_points=max_points):
+    for (name, _), group_tls in zip(grouped, by_group):
+        for tl in group_tls:
             doc.add("C", _counter_texts(name, GPU_PID_BASE + tl.device, tl.t, tl.series))
-        step(0.4 if name.endswith("class") else 0.6)
+    step(0.6)
     kdev = _kernel_texts(trace, max_kernels, doc, knotes)
     devices |= kdev
     step(0.85)
