@@ -222,6 +222,23 @@ class Writer:
                 except OSError:
                     pass
 
+    def replace_columns(self, name: str, df: pd.DataFrame, columns: list) -> None:
+        """Write ``columns`` of table ``name`` again, from ``df`` (the table, with those columns set
+        afresh): plain numeric columns of the table's length only."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return
+        for c in columns:
+            i, e = next((i, e) for i, e in enumerate(spec["columns"]) if e["name"] == c)
+            a = df[c].to_numpy()
+            if e["kind"] != "array" or len(a) != spec["rows"] or a.dtype.kind not in "biuf":
+                raise ValueError(f"{name}.{c}: not a plain column of the table")
+            self._gen += 1
+            fname = f"{name}.g{self._gen}.{i}.npy"
+            np.save(os.path.join(self.tmp, fname), np.ascontiguousarray(a), allow_pickle=False)
+            self._unlink({"columns": [e]})
+            spec["columns"][i] = {"name": c, "kind": "array", "file": fname}
+
     def column(self, name: str, i: int, dtype) -> "NpyAppender":
         """A column file of table ``name`` (its ``i``-th column) written chunk by chunk."""
         return NpyAppender(os.path.join(self.tmp, f"{name}.{i}.npy"), dtype)

@@ -255,8 +255,10 @@ def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
     warnings = []
     unpack_events = fmt.EVENTS_HEAD.unpack_from
     tick = _ticker(on_progress, chunks, size)
+    drop = _page_dropper(data, chunks)
     for ctype, payload in _inflated(data, chunks, threads):
         tick()
+        drop()
         if ctype is None:
             warnings.append(payload)
             break
@@ -287,6 +289,29 @@ def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
         raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
     raw.warnings = warnings
     return raw
+
+
+def _page_dropper(data: memoryview, chunks: list, every: int = 1024):
+    """A function to call once per chunk consumed: every ``every`` chunks it gives back the pages of
+    the file mapping read so far (MADV_DONTNEED: they count in the reader's resident memory, the whole
+    file by the end, 1 GB at 100 M events; a page touched again is read again from the file)."""
+    mm = data.obj if isinstance(data.obj, mmap.mmap) else None
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return lambda: None
+    state = [0, 0]        # chunks consumed, bytes given back
+
+    def drop():
+        state[0] += 1
+        n = state[0]
+        if n % every == 0 and n < len(chunks):
+            upto = chunks[n - 1][1] // mmap.PAGESIZE * mmap.PAGESIZE
+            if upto > state[1]:
+                try:
+                    mm.madvise(mmap.MADV_DONTNEED, state[1], upto - state[1])
+                except (OSError, ValueError):
+                    return
+                state[1] = upto
+    return drop
 
 
 def _ticker(on_progress, chunks: list, size: int):
@@ -497,6 +522,17 @@ ACC_DTYPE = np.dtype([("ref", "<i8"), ("seq", "<i8"), ("t", "<i8"), ("pid", "<i4
 ACC_CHUNK_ROWS = 1 << 20     # accesses resolved at a time (at most; trace/chunking.py's knob when smaller)
 
 
+def _owning(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each column that is a strided view into a record array (a field of the 64-byte
+    records) copied out: the records are then freed once the table is built, not kept alive by its
+    narrowest column.  In place; returns ``df``."""
+    for c in df.columns:
+        v = df[c].to_numpy() if isinstance(df[c].dtype, np.dtype) else None
+        if v is not None and v.ndim == 1 and len(v) > 1 and v.strides[0] != v.itemsize:
+            df[c] = np.ascontiguousarray(v)
+    return df
+
+
 def _by_pid(pid: np.ndarray, *cols):
     """cols reordered by pid, file order within a pid (only needed when processes' chunks interleave)."""
     order = np.argsort(pid, kind="stable")
@@ -525,6 +561,16 @@ class _Tables:
         if self.writer is not None and self.writer.table(name, df):
             return
         self.kept[name] = df           # no cache, or a table the cache cannot hold
+
+    def put_mapped(self, name: str, df: pd.DataFrame) -> pd.DataFrame:
+        """put(), then the table as it will be read: memory-mapped from the cache when written there."""
+        self.put(name, df)
+        return self.kept[name] if name in self.kept else self.writer.mapped(name)
+
+    def update(self, name: str, df: pd.DataFrame, columns: list) -> None:
+        """``columns`` of a table put before were set afresh in ``df`` (its put_mapped table)."""
+        if name not in self.kept:
+            self.writer.replace_columns(name, df, columns)
 
     def streamed(self, name: str, rows: int, columns: list) -> None:
         self.writer.streamed(name, rows, columns)
@@ -627,8 +673,12 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     b = _Builder(sp, raw)
     sites = site_tables.read_sites(b.side, b.side_pid, b.side_op, b.side_off, b.pids, b.strings,  # owners,
                                    int(b.meta.get("site_format") or site_tables.SITE_FORMAT))       # frames, stacks
+    b.drop_sites()
+    failures = b.failures()
+    failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
     blocks, row_block, never_freed = b.blocks()
     site_tables.attach_blocks(blocks, sites)
+    sites.per_alloc = None           # one row per allocation: not needed any more
     blockmap = b.blockmap(blocks)
     out.put("blocks", blocks)
     del blocks
@@ -638,15 +688,16 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     del row_block, blockmap
     launches, graph_launches, kid = b.launches(L, l_pid, kid, n_acc, kernels)
     del L, l_pid, n_acc
-    copies = b.copies()
+    launches = out.put_mapped("launches", launches)    # written (cache) before the device clock is read:
+    copies = out.put_mapped("copies", b.copies())      # only their dev_start / dev_end are written again
     gpu_activity = b.gpu_activity(kernels, launches, copies, kid, graph_launches)
     del kid
-    for name, df in (("gpu_activity", gpu_activity), ("launches", launches), ("copies", copies)):
-        out.put(name, df)
+    if len(gpu_activity):
+        out.update("launches", launches, ["dev_start", "dev_end"])
+        out.update("copies", copies, ["dev_start", "dev_end"])
+    out.put("gpu_activity", gpu_activity)
     del gpu_activity, launches, copies
     out.put("hints", b.hints())
-    failures = b.failures()
-    failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
     markers = b.markers()
     out.put("failures", failures)
     out.put("markers", markers)
@@ -721,6 +772,17 @@ class _Builder:
         for i, p in enumerate(pids):
             lo, hi = self.side_off[i], self.side_off[i + 1]
             self.strings[p] = _strings(side[lo:hi], self.side_op[lo:hi])
+
+    def drop_sites(self) -> None:
+        """Once the call sites are read: the side records without the SITE records (one per
+        allocation, most of the side records), which nothing else reads."""
+        site = getattr(self.O, "SITE", None)
+        if site is None or not len(self.side):
+            return
+        keep = np.flatnonzero(self.side_op != site)
+        if len(keep) < len(self.side):
+            self.side, self.side_pid, self.side_op = self.side[keep], self.side_pid[keep], self.side_op[keep]
+        self.side_off = None       # offsets into the side records as read
 
     def ptr(self, a):
         return self.ffi.from_buffer(_CTYPES.get(a.dtype.str, "char[]"), a)
@@ -801,7 +863,7 @@ class _Builder:
         blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
         blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
         blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
-        return conform(blocks, BLOCK_COLUMNS), row_block, never_freed
+        return _owning(conform(blocks, BLOCK_COLUMNS)), row_block, never_freed
 
     def kernels(self, L: np.ndarray, l_pid: np.ndarray) -> tuple[list[str], np.ndarray]:
         """The kernel names (one entry per distinct name) and the kernel of each launch row (-1: graph
@@ -895,7 +957,7 @@ class _Builder:
             "kernel_name": self.categorical(np.where(kid >= 0, kid, len(kernels)), kn),
             "n_access": n_acc, "graph": L["op"] == self.O.GRAPH_LAUNCH,
         }, copy=False)
-        launches = conform(launches, LAUNCH_COLUMNS)
+        launches = _owning(conform(launches, LAUNCH_COLUMNS))
         gl_rows = np.flatnonzero(launches["graph"].to_numpy())
         graph_launches = pd.DataFrame({"pid": launches["pid"].to_numpy()[gl_rows],
                                        "seq": launches["seq"].to_numpy()[gl_rows], "exec": L["addr"][gl_rows]})
@@ -904,11 +966,11 @@ class _Builder:
     def copies(self) -> pd.DataFrame:
         C, c_pid = self.table("copy")
         c_copy = C["op"] == self.O.COPY
-        return conform(pd.DataFrame({
+        return _owning(conform(pd.DataFrame({
             "pid": c_pid, "seq": self.col(C, "seq"), "t": self.tcol(C), "api": self.api_name(C["api"]),
             "op": self.categorical(np.where(c_copy, 0, 1), ["copy", "memset"]), "dst": C["addr"],
             "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": self.col(C, "size"),
-            "stream": C["stream"]}), COPY_COLUMNS)
+            "stream": C["stream"]}), COPY_COLUMNS))
 
     def gpu_activity(self, kernels, launches, copies, kid, graph_launches) -> pd.DataFrame:
         """The device clock: activities, and the device start/end of launches and copies (set in place)."""
@@ -916,6 +978,7 @@ class _Builder:
         gpu_activity = gpuclock.activity_table(G, g_pid, self.t0, self.strings, kernels, launches["pid"].to_numpy(),
                                                launches["seq"].to_numpy(), kid, copies["pid"].to_numpy(),
                                                copies["seq"].to_numpy())
+        gpu_activity = _owning(gpu_activity)
         del G, g_pid
         if len(gpu_activity):
             O = self.O
