@@ -821,10 +821,15 @@ class _Builder:
         end_seq = sp._take(s, "al_end_seq", na, np.int64)
         # blocks in (t_alloc, pid, seq_alloc) order, stable; rows of A (file order) -> pid order -> block order
         perm = np.argsort(a_pid, kind="stable") if self.interleaved else None
+        # the fields the table needs, each copied out: the 64-byte records go before the table is built
+        F = {k: np.ascontiguousarray(A[k]) for k in ("device", "api", "flags", "addr", "size", "aux", "t_ns", "seq",
+                                                     "stream")}
+        del A
         if perm is not None:
-            a_pid, A, status, end_tns, end_seq = a_pid[perm], A[perm], status[perm], end_tns[perm], end_seq[perm]
-        t_alloc = self.tcol(A)
-        seq_alloc = col(A, "seq")
+            a_pid, status, end_tns, end_seq = a_pid[perm], status[perm], end_tns[perm], end_seq[perm]
+            F = {k: v[perm] for k, v in F.items()}
+        t_alloc = F.pop("t_ns").view(np.int64) - self.t0
+        seq_alloc = F.pop("seq").view(np.int64)
         if na > 1:   # allocations come in almost that order: check before sorting
             dt, dp, ds = np.diff(t_alloc), np.diff(a_pid), np.diff(seq_alloc)
             in_order = bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0))))))
@@ -836,8 +841,11 @@ class _Builder:
         if bo is not None or perm is not None:
             src = perm if bo is None else (bo if perm is None else perm[bo])
             row_block[src] = np.arange(na, dtype=np.int64)
+            del src
+        del perm
         matched = status == 1
         ended = status > 0
+        del status
 
         def by_block(x):
             return x if bo is None else x[bo]
@@ -845,20 +853,25 @@ class _Builder:
         last_seq = self.pp_last[np.argsort(self.pp_pid)] + 1
         pid_rank = np.searchsorted(np.sort(self.pp_pid), a_pid) if na else np.zeros(0, np.int64)
         seq_free = np.where(ended, end_seq, last_seq[pid_rank] if na else 0)
+        del pid_rank, end_seq
+        t_free = np.where(ended, end_tns - self.t0, self.end_t)
+        del end_tns, ended
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
-        bk = by_block(A["flags"])
-        aux_a = by_block(A["aux"])
+        bk = by_block(F.pop("flags"))
+        aux_a = by_block(F.pop("aux"))
+        handle = np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64)
+        del aux_a
         blocks = pd.DataFrame({
-            "pid": by_block(a_pid), "device": by_block(A["device"]), "api": self.api_name(by_block(A["api"])),
+            "pid": by_block(a_pid), "device": by_block(F.pop("device")), "api": self.api_name(by_block(F.pop("api"))),
             "kind": self.categorical(np.clip(bk, 0, 15), kind_names),
-            "address": by_block(A["addr"]), "size": by_block(col(A, "size")),
-            "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64),
-            "t_alloc": by_block(t_alloc), "t_free": by_block(np.where(ended, end_tns - self.t0, self.end_t)),
+            "address": by_block(F.pop("addr")), "size": by_block(F.pop("size").view(np.int64)),
+            "handle": handle,
+            "t_alloc": by_block(t_alloc), "t_free": by_block(t_free),
             "seq_alloc": by_block(seq_alloc), "seq_free": by_block(seq_free),
-            "freed": by_block(matched), "stream": by_block(A["stream"]),
+            "freed": by_block(matched), "stream": by_block(F.pop("stream")),
         }, copy=False)
         never_freed = int((~matched).sum())
-        del A, status, end_tns, end_seq, ended, t_alloc, seq_alloc, seq_free, aux_a, bk, pid_rank
+        del F, t_alloc, t_free, seq_alloc, seq_free, bk, handle, matched
         kind_cat = blocks["kind"].cat
         blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
         blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
