@@ -40,7 +40,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..trace.chunking import spans
 from ..trace.model import Trace
+from ..trace.pages import release
 from .clock import clock_of
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -333,6 +335,42 @@ def _window_hashes(values: np.ndarray, p: int) -> np.ndarray:
         return win * ipw[: n - p + 1]
 
 
+_BASE = 0x100000001B3
+
+
+def _hashes_of(values: np.ndarray, p: int, k0: int, k1: int) -> np.ndarray:
+    """``_window_hashes(values, p)[k0:k1]``, computed from ``values[k0:k1 + p - 1]`` alone (the same
+    uint64 arithmetic: the prefix sums differ by a constant that cancels, the powers start at
+    ``base**(k0+1)``)."""
+    m = 1 << 64
+    v = values[k0:k1 + p - 1]
+    L = len(v)
+    base, inv = np.uint64(_BASE), np.uint64(pow(_BASE, -1, m))
+    with np.errstate(over="ignore"):
+        pw = np.full(L, base, dtype=np.uint64)
+        pw[0] = np.uint64(pow(_BASE, k0 + 1, m))
+        pw = np.cumprod(pw, dtype=np.uint64)                                   # base^(j+1), j = k0..
+        pre = np.concatenate([np.zeros(1, np.uint64), np.cumsum(_mix64(v) * pw, dtype=np.uint64)])
+        del pw
+        ipw = np.full(k1 - k0, inv, dtype=np.uint64)
+        ipw[0] = np.uint64(pow(pow(_BASE, -1, m), k0 + 1, m))
+        ipw = np.cumprod(ipw, dtype=np.uint64)                                 # base^-(k+1), k = k0..
+        return (pre[p:p + k1 - k0] - pre[:k1 - k0]) * ipw
+
+
+def _window_matches(values: np.ndarray, p: int, ref: int) -> np.ndarray:
+    """``h == h[ref]`` for ``h = _window_hashes(values, p)``, computed in pieces (no full-length hash)."""
+    n = len(values)
+    if p > n:
+        return np.zeros(0, bool)
+    nw = n - p + 1
+    target = _hashes_of(values, p, ref, ref + 1)[0]
+    out = np.empty(nw, bool)
+    for k0, k1 in spans(nw):
+        out[k0:k1] = _hashes_of(values, p, k0, k1) == target
+    return out
+
+
 def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """starts and lengths of runs of True."""
     m = np.concatenate([[False], mask, [False]]).astype(np.int8)
@@ -405,18 +443,33 @@ def _none(pid, seq_range, reason, score=0.0) -> Iterations:
 
 
 def _seq_range(trace: Trace, pid: int) -> tuple[int, int]:
-    vals_lo, vals_hi = [], []
-    b = trace.blocks[trace.blocks["pid"] == pid]
-    if len(b):
-        vals_lo.append(int(b["seq_alloc"].min()))
-        vals_hi.append(int(b["seq_free"].max()))
-        vals_hi.append(int(b["seq_alloc"].max()) + 1)
+    """The process's [first seq, last seq + 1) over its blocks, launches, accesses and markers,
+    read in pieces (min and max of each piece)."""
+    lo, hi = [], []
+
+    def extent(tab, cols, plus):
+        if not len(tab):
+            return
+        p = tab["pid"].to_numpy()
+        arrs = [tab[c].to_numpy() for c in cols]
+        for a0, a1 in spans(len(tab)):
+            m = p[a0:a1] == pid
+            if not m.any():
+                continue
+            whole = m.all()
+            for c, a, add in zip(cols, arrs, plus):
+                x = a[a0:a1] if whole else a[a0:a1][m]
+                if add is not None:
+                    hi.append(int(x.max()) + add)
+                if c != "seq_free":
+                    lo.append(int(x.min()))
+        for a in [p, *arrs]:
+            release(a)
+
+    extent(trace.blocks, ("seq_alloc", "seq_free", "seq_alloc"), (None, 0, 1))
     for tab in (trace.launches, trace.accesses, trace.markers):
-        x = tab[tab["pid"] == pid]["seq"]
-        if len(x):
-            vals_lo.append(int(x.min()))
-            vals_hi.append(int(x.max()) + 1)
-    return (min(vals_lo), max(vals_hi)) if vals_lo else (0, 0)
+        extent(tab, ("seq",), (1,))
+    return (min(lo), max(hi)) if lo else (0, 0)
 
 
 def _from_markers(trace: Trace, pid: int, seq_range) -> Iterations | None:
@@ -539,10 +592,12 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     b0 = int(cand[np.argmax(sig.gap_before[cand])])
 
     ref = sig.size[b0:b0 + p]
-    h_size = _window_hashes(sig.size.astype(np.uint64), p)
-    exact_starts = set(np.flatnonzero(h_size == h_size[b0]).tolist())
-    h_tok = _window_hashes(sig.token, p)
-    tok_exact = h_tok == h_tok[b0]
+    size_exact = _window_matches(sig.size.view(np.uint64) if sig.size.dtype == np.int64
+                                 else sig.size.astype(np.uint64), p, b0)
+    exact_arr = np.flatnonzero(size_exact)
+    del size_exact
+    exact_starts = set(exact_arr.tolist())
+    tok_exact = _window_matches(sig.token, p, b0)
     if max_extra is None:
         max_extra = max(3, p // 4)
     m = _Matcher(sig.size, ref, exact_starts, max_extra)
@@ -557,7 +612,6 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     starts_l, last_end = _forward(m, starts_b[::-1], m.match(b0)[0])
     best = (starts_l, last_end)
     # after a broken step, resume at the next exact step; keep the longest contiguous run
-    exact_arr = np.flatnonzero(h_size == h_size[b0])
     e = last_end
     while True:
         k = int(np.searchsorted(exact_arr, e))

@@ -143,11 +143,13 @@ def _piece_order(blocks, step: int) -> np.ndarray:
 
 def compute_order(blocks, step: int | None = None) -> np.ndarray:
     """The live events of ``blocks`` in the curve's order: the row of each allocation, ``~row`` of
-    each free (int32 when the rows fit, else int64), in pieces of ``step`` blocks (``chunk_rows()``)."""
+    each free (int32 when the rows fit, else int64), in pieces of ``step`` blocks (``chunk_rows() // 8``)."""
     if not len(blocks):
         return np.zeros(0, np.int32)
     try:
-        return _piece_order(blocks, step or chunk_rows())
+        # a piece's sort holds ~16 arrays of its length: an eighth of chunk_rows() keeps it near one
+        # column's piece of memory
+        return _piece_order(blocks, step or max(1, chunk_rows() // 8))
     except _Whole:
         code = _whole_order(blocks)
         return code.astype(np.int32) if len(blocks) < (1 << 31) - 1 else code
