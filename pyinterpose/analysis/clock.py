@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..trace.chunking import spans
+from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
 
 CPU = "cpu"
-FEW = 4096       # host_times of at most this many events reads the frontier in pieces (frontier_at)
 
 
 @dataclass
@@ -107,8 +106,8 @@ class Clock:
         t = np.asarray(t, dtype=np.int64)
         if not self.device:
             return t
-        if self._ops is None and self._trace is not None and t.size <= FEW:
-            # a few events (iteration boundaries): the frontier read in pieces, no full-length ops
+        if self._ops is None and self._trace is not None and t.size <= chunk_rows():
+            # up to a piece of events (iteration boundaries): the frontier read in pieces, no full-length ops
             return np.maximum(t, frontier_at(self._trace, self.pid, np.asarray(seq, dtype=np.int64)))
         k = np.searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
         f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)

@@ -154,6 +154,82 @@ def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
 
 
 def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
+    """The signature of the process's allocations, computed a piece of allocations at a time from
+    the frees in seq order (their seqs, cumulative sizes and times): no full-length event arrays.
+    Each position is counted as in the merged alloc/free event sequence (frees before allocs at
+    equal seq): an allocation's position is its index plus the frees at or before its seq, a
+    free's the allocations before its seq plus its rank among the frees."""
+    seq_a = blocks["seq_alloc"].to_numpy(np.int64)
+    bid = blocks["block_id"].to_numpy(np.int64)
+    n = len(seq_a)
+    ds = np.diff(seq_a)
+    if n > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
+        o = np.lexsort((bid, seq_a))
+    else:
+        o = slice(None)
+    del ds
+    seq_a = seq_a[o]
+    t_a = blocks["t_alloc"].to_numpy(np.int64)[o]
+    size = blocks["size"].to_numpy(np.int64)[o]
+    freed = blocks["freed"].to_numpy(bool)[o]
+    seq_f = blocks["seq_free"].to_numpy(np.int64)[o]
+    # the frees in seq order: their seqs, running total of sizes, times
+    fsel = np.flatnonzero(freed)
+    fo = np.argsort(seq_f[fsel], kind="stable")
+    fsel = fsel[fo]
+    del fo
+    fs = seq_f[fsel]
+    if len(fs) > 1 and not (fs[1:] > fs[:-1]).all():       # two frees at one seq: ranks by sort order
+        del fs, fsel
+        return _signature_whole(blocks, seq_range)
+    fsum = np.cumsum(size[fsel])
+    tfs = blocks["t_free"].to_numpy(np.int64)[o][fsel] if not isinstance(o, slice) else \
+        blocks["t_free"].to_numpy(np.int64)[fsel]
+    del fsel
+    token = np.empty(n, np.uint64)
+    live_before = np.empty(n, np.int64)
+    gap = np.empty(n, np.int64)
+    step_end = np.empty(n, np.int64)
+    total = np.int64(0)                                      # sizes of the allocations before the piece
+    for a0, a1 in spans(n):
+        sa = seq_a[a0:a1]
+        sz = size[a0:a1]
+        fr = freed[a0:a1]
+        cf = np.searchsorted(fs, sa, side="right")           # frees at or before each allocation
+        pos_a = cf + np.arange(a0, a1)
+        sf = seq_f[a0:a1]
+        life = np.full(a1 - a0, -1, np.int64)
+        sff = sf[fr]
+        life[fr] = np.searchsorted(seq_a, sff, side="left") + np.searchsorted(fs, sff, side="left") - pos_a[fr]
+        del sff
+        token[a0:a1] = _mix64(sz.astype(np.uint64)) ^ _mix64(life.astype(np.uint64) * np.uint64(3) + np.uint64(1))
+        del life
+        with np.errstate(over="ignore"):
+            before = np.cumsum(sz) - sz + total              # the allocations' bytes before each one
+            total = before[-1] + sz[-1]
+            live_before[a0:a1] = before - (np.where(cf > 0, fsum[np.maximum(cf - 1, 0)], 0) if len(fsum) else 0)
+        del before
+        # the event before each allocation: the previous allocation, or else the last free before it
+        prev_pos = np.empty(a1 - a0, np.int64)
+        prev_pos[1:] = pos_a[:-1]
+        prev_pos[0] = (int(np.searchsorted(fs, seq_a[a0 - 1], side="right")) + a0 - 1) if a0 > 0 else -2
+        ta = t_a[a0:a1]
+        t_prev = np.empty(a1 - a0, np.int64)
+        t_prev[1:] = ta[:-1]
+        t_prev[0] = t_a[a0 - 1] if a0 > 0 else 0
+        by_free = (pos_a - 1 != prev_pos) & (cf > 0)
+        t_prev[by_free] = tfs[cf[by_free] - 1]
+        g = ta - t_prev
+        g[pos_a == 0] = 0                                    # the first event: no gap before it
+        gap[a0:a1] = g
+        step_end[a0:a1] = np.where(fr, sf + 1, sa + 1)
+        del cf, pos_a, prev_pos, t_prev, by_free, g
+    del fs, fsum, tfs
+    return _Signature(seq_a, t_a, size, token, live_before, gap, step_end, seq_range)
+
+
+def _signature_whole(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
+    """:func:`_signature` with every event sorted at once (the frees of two blocks at one seq)."""
     seq_a = blocks["seq_alloc"].to_numpy(np.int64)
     bid = blocks["block_id"].to_numpy(np.int64)
     n = len(seq_a)
