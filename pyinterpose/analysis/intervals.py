@@ -8,7 +8,7 @@ touches of a block: at 100 M events ~50 M rows of 13 columns, 3.4 GB.  The analy
    access's block, then the touches grouped by block in seq order, one per seq (``pi_access_touches``
    in ``native/reader/intervals.c``).  16 bytes per access (its seq, and its CPU time or, on the device
    clock, its access row) plus 8 per block; the pages of the cached access columns read on the way are
-   given back (:mod:`pyinterpose.trace.mapped`).
+   given back (:mod:`pyinterpose.trace.pages`).
 2. :func:`pieces` — the intervals of a range of blocks at a time (about ``chunk_rows()`` intervals,
    cut only where the block id changes), each piece exactly the rows the whole table holds for those
    blocks, in the same order and with the same columns and types: ``pd.concat(list(pieces(...)))``
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace import chunking, mapped
+from ..trace import chunking, pages
 from ..trace.model import Trace
 from .clock import clock_of
 
@@ -115,7 +115,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
                 pos = np.searchsorted(bid, x)
                 pos_c = np.minimum(pos, nb - 1)
                 row[s:e] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
-            mapped.drop_pages(a_bid, s, e)
+            pages.release(a_bid, s, e)
         del lut
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row: its times are read from the clock per piece
@@ -128,7 +128,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     if n < 0:
         raise MemoryError("out of memory building access intervals")
     del row, a_t
-    mapped.drop_all(a_seq, a["t"].to_numpy())
+    pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
     if n < na:          # keep only what is used (a copy now, the full-length arrays go)
         t_seq, t_t = t_seq[:n].copy(), t_t[:n].copy()
