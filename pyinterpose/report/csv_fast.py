@@ -15,7 +15,7 @@ import io
 import numpy as np
 import pandas as pd
 from ..outfile import atomic_output, atomic_path
-from ..pages import release
+from ..trace.pages import release
 from ..trace.chunking import chunk_rows
 from .chunks import in_order
 
@@ -187,7 +187,7 @@ def write_csv_frame(df: pd.DataFrame, path: str, chunk: int | None = None, threa
     (``chunk``, default ``min(32768, trace.chunking.chunk_rows())``) are formatted on ``threads``
     threads (report.chunks) and written in order; each chunk's codes are made when it is formatted,
     and the mapped pages of a cached column are given back once its chunk is written
-    (``pyinterpose.pages``), so memory holds a chunk, not the table.
+    (``pyinterpose.trace.pages``), so memory holds a chunk, not the table.
 
     ``extra``: columns appended after ``df``'s, as ``(name, plan)`` with a plan from
     :func:`lookup_plan`; a None plan, like an unsupported column, raises ValueError (the caller

@@ -10,7 +10,7 @@ built:
   one pass over their columns finds (devices, the addresses of physical handles, the blocks live
   at the end, the call stacks, the class of each block as a small code); columns are gathered for
   the rows a piece needs, and the mapped pages of the cache are given back after each pass
-  (``pyinterpose.pages``);
+  (``pyinterpose.trace.pages``);
 * :class:`DeviceEvents` orders one device's events without materialising them: the allocations
   sorted by time, the frees sorted by time, and each free's place in the merged list (the number of
   allocations strictly before it plus its own rank), so that any range of the merged list is found
@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.chunking import chunk_rows, spans
-from ..pages import release
+from ..trace.pages import release
 from .class_lookup import ClassLookup
 
 VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63); memory_viz's

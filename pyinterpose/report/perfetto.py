@@ -38,7 +38,7 @@ from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
 from ..trace.model import peak_live_bytes
 from .timeline import _owners
-from ..pages import release
+from ..trace.pages import release
 from ..trace.chunking import spans
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid

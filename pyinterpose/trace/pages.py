@@ -1,4 +1,4 @@
-"""Give back the resident pages of memory-mapped columns once a pass over them is done.
+"""Give back the resident pages of memory-mapped cache columns once a pass over them is done.
 
 A column read from the table cache (``trace.colcache``) is a copy-on-write map of its ``.npy``
 file; every page a pass touches stays resident, and counts in the process's RSS, until the
@@ -9,11 +9,14 @@ the array's own bytes are dropped, and only when every one of them is a clean pa
 DONTNEED on a private map throws away what was written to it (a copy-on-write page would go back
 to the file's bytes) and zeroes anonymous memory, so an array that is not a file map is left alone,
 and so is a range holding a page written to since it was mapped (``/proc/self/pagemap`` says which
-pages are the file's).
+pages are the file's).  ``PYINTERPOSE_KEEP_PAGES=1`` turns it off (to measure what it saves).
+
+One module for every streamed pass (the live curve, the clock, access intervals, the exports).
 """
 from __future__ import annotations
 
 import mmap
+import os
 
 import numpy as np
 
@@ -30,10 +33,31 @@ def _file_map(a: np.ndarray):
     return None
 
 
+def enabled() -> bool:
+    return os.environ.get("PYINTERPOSE_KEEP_PAGES", "") in ("", "0")
+
+
+def _array(a):
+    """The numpy array behind ``a`` (a pandas Series or extension array: its values; a categorical:
+    its codes), or None."""
+    if isinstance(a, np.ndarray):
+        return a
+    a = getattr(a, "_values", a)
+    a = getattr(a, "_ndarray", a)       # pandas extension arrays wrapping numpy
+    codes = getattr(a, "codes", None)   # a categorical: its codes are the mapped array
+    if codes is not None and not isinstance(a, np.ndarray):
+        a = codes
+    return a if isinstance(a, np.ndarray) else None
+
+
 def release(a, start: int = 0, stop: int | None = None) -> int:
-    """Drop the resident pages of rows ``[start, stop)`` of the 1-d array ``a`` when ``a`` is a view
-    of a file map (a cached column); returns the bytes advised (0: nothing to do)."""
-    a = np.asarray(a) if not isinstance(a, np.ndarray) else a
+    """Drop the resident pages of rows ``[start, stop)`` of the 1-d array ``a`` (or a pandas Series)
+    when it is a view of a file map (a cached column); returns the bytes advised (0: nothing to do)."""
+    if not enabled():
+        return 0
+    a = _array(a)
+    if a is None:
+        return 0
     if a.ndim != 1 or len(a) == 0:
         return 0
     m = _file_map(a)
@@ -84,11 +108,10 @@ def release_frame(df) -> int:
     """:func:`release` every column of a table (the whole of each); returns the bytes advised."""
     total = 0
     for name in df.columns:
-        try:
-            col = df[name]
-            arr = col.cat.codes.to_numpy() if hasattr(col, "cat") else col.to_numpy()
-        except (TypeError, ValueError, AttributeError):
-            continue
-        if isinstance(arr, np.ndarray):
-            total += release(arr)
+        total += release(df[name])
     return total
+
+
+def release_all(*arrays) -> int:
+    """:func:`release` of each whole array (those not mapped are skipped)."""
+    return sum(release(a) for a in arrays)
