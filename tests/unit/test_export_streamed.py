@@ -15,7 +15,7 @@ import pytest
 
 import pyinterpose
 from pyinterpose.analysis import guarded
-from pyinterpose.pages import release
+from pyinterpose.trace.pages import release
 from pyinterpose.report import exports, memory_viz
 from pyinterpose.report.perfetto import write_chrome_trace
 from pyinterpose.report.synthetic import training_trace
