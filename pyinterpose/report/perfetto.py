@@ -36,10 +36,10 @@ from ..trace.model import Trace
 from .data import memory_timeline, memory_timelines, reserved_curves
 from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
-from ..trace.model import peak_live_bytes
+from ..trace.model import peak_live_bytes_of
 from .timeline import _owners
 from ..trace.pages import release
-from ..trace.chunking import spans
+from ..trace.chunking import chunk_rows, spans
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid
 
@@ -51,7 +51,7 @@ def _us(ns) -> float:
 def default_large_threshold(trace: Trace) -> int:
     """1% of the peak live bytes, at least 1 MiB."""
 
-    return max(1 << 20, peak_live_bytes(trace.blocks) // 100)
+    return max(1 << 20, peak_live_bytes_of(trace) // 100)      # the trace's live order, read in pieces
 
 
 def _nvml_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -268,7 +268,7 @@ def _launch_blocks(trace: Trace, la) -> tuple[list[list[int]], list[int]]:
         def launch_rows(s, e):
             return (op.iloc[s:e].astype(str) == "launch").to_numpy(bool)
     li_parts, bid_parts = [], []
-    for s, e in spans(len(acc)):
+    for s, e in spans(len(acc), max(1, chunk_rows() // 8)):
         m = launch_rows(s, e)
         a = pd.DataFrame({"pid": pid_c[s:e][m], "seq": seq_c[s:e][m], "block_id": bid_c[s:e][m]})
         a = a.merge(keys, on=["pid", "seq"], how="inner")     # keeps the accesses' order
