@@ -47,7 +47,8 @@ class _Sorted:
             ta[s:e], tf[s:e] = a, f
             self.delta[s:e] = piece[size_col].to_numpy(np.int64)
             freed[s:e] = piece["freed"].to_numpy(bool)
-        j = np.arange(n, dtype=np.int64)
+        idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
+        j = np.arange(n, dtype=idx)
         zero = self.delta <= 0
         g0_j = np.concatenate([j[freed], j[zero]])
         g0_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(int(zero.sum()), bool)])
@@ -60,7 +61,7 @@ class _Sorted:
         o = np.argsort(g1_t, kind="stable")
         self.g1_j, self.g1_t = g1_j[o], g1_t[o]
         del ta, tf, o, j
-        self.pos0 = np.searchsorted(self.g1_t, self.g0_t, side="left") + np.arange(len(self.g0_t), dtype=np.int64)
+        self.pos0 = (np.searchsorted(self.g1_t, self.g0_t, side="left") + np.arange(len(self.g0_t))).astype(idx)
         self.n = len(self.g0_t) + len(self.g1_t)
 
     def piece(self, c0: int, c1: int):
