@@ -38,7 +38,7 @@ from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
 from ..trace.model import peak_live_bytes_of
 from .timeline import _owners
-from ..trace.pages import release
+from ..trace.pages import release, release_frame
 from ..trace.chunking import chunk_rows, spans
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid
@@ -194,6 +194,13 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
     if notes is not None:
         notes.extend(allnotes)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(trace, large, allnotes)}
+
+
+def _drop_pages(trace: Trace) -> None:
+    """Give back the mapped cache pages a step read (blocks, launches, accesses): the next step maps
+    what it reads again, so the pages of every column touched do not add up over the export."""
+    for tab in (trace.blocks, trace.launches, trace.accesses):
+        release_frame(tab)
 
 
 def _large_blocks(trace: Trace, large: int):
@@ -521,9 +528,11 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     for (name, _), group_tls in zip(grouped, by_group):
         for tl in group_tls:
             doc.add("C", _counter_texts(name, GPU_PID_BASE + tl.device, tl.t, tl.series))
+    _drop_pages(trace)
     step(0.6)
     kdev = _kernel_texts(trace, max_kernels, doc, knotes)
     devices |= kdev
+    _drop_pages(trace)
     step(0.85)
     for dev in sorted(devices):
         pid = GPU_PID_BASE + dev
