@@ -66,6 +66,10 @@ def test_swaps_lower_the_high_water_mark_as_predicted_and_keep_the_data(tmp_path
     assert got <= 0.90 * none                                        # >= 10 % below the run without the plan
     assert abs(got / sw["predicted_peak_bytes"] - 1) <= 0.02         # within 2 % of the prediction
     assert st1["faults"] == 0                                        # no launch found a block away
+    # the stall on the device clock (simcuda: the program's kernels held by the swap-ins, at --speed 0.25
+    # every device time is dilated by 4) against the prediction of the same quantity
+    assert abs(st1["stall_ns"][0] * 0.25 - sw["predicted_stall_ns_run"]) <= 0.10 * sw["predicted_stall_ns_run"]
+    assert st0["stall_ns"][0] == 0
     # the data: the same run checked (every kernel verifies the blocks it touches)
     cpc, sc, stc = _replay(tmp_path, "checked", plan=plan, speed="0", check=True)
     assert cpc.returncode == 0, cpc.stderr
@@ -196,6 +200,60 @@ assert cu.cuCtxSynchronize() == 0
     assert st["faults"] == 1 and st["prefetches"] == 2
     assert st["prefetch_bytes"] == 8 << 20          # the first prefetch populated (nothing to move), the second moved
     assert st["resident_peak_bytes"][0] == 8 << 20
+
+
+STALL_CODE = r"""
+import ctypes, sys
+from pyinterpose.examples._simlib import load_simcuda
+cu, rt = load_simcuda()
+rt.cudaSetDevice(0)
+assert cu.cuInit(0) == 0
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))(lambda params: None)
+f = ctypes.c_void_p()
+offs = (ctypes.c_size_t * 1)(0); sizes = (ctypes.c_size_t * 1)(8)
+assert cu.simcuRegisterKernel(b"use", fn, 1, offs, sizes, ctypes.byref(f)) == 0
+def launch(stream, ptr):
+    arg = ctypes.c_uint64(ptr)
+    params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
+    assert cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params, None) == 0
+prog, copy = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(prog), 1) == 0 and cu.cuStreamCreate(ctypes.byref(copy), 1) == 0
+p = ctypes.c_uint64()
+assert cu.cuMemAllocManaged(ctypes.byref(p), ctypes.c_size_t(8 << 20), 1) == 0
+for where in (1, 2, 1):      # populate on the device, away, back: 50 ms each on the copy stream
+    assert cu.cuMemPrefetchAsync_v2(p, ctypes.c_size_t(8 << 20), Loc(where, 0), 0, copy) == 0
+ev = ctypes.c_void_p()
+assert cu.cuEventCreate(ctypes.byref(ev), 0) == 0 and cu.cuEventRecord(ev, copy) == 0
+assert cu.cuStreamWaitEvent(prog, ev, 0) == 0     # the program's stream held until the block is back
+launch(prog, p.value)
+if sys.argv[1] == "fault":                        # away again, touched: a page fault on the program's stream
+    assert cu.cuMemPrefetchAsync_v2(p, ctypes.c_size_t(8 << 20), Loc(2, 0), 0, prog) == 0
+    launch(prog, p.value)
+assert cu.cuCtxSynchronize() == 0
+"""
+
+
+@pytest.mark.parametrize("case", ["wait", "fault"])
+def test_simcuda_counts_the_programs_stall_on_the_device_clock(tmp_path, case):
+    """SIMCUDA_STATS stall_ns: how much later the program's kernels started than their stream and the host
+    let them (here: held by a wait on an event after three 50 ms prefetches on another stream), plus the time
+    page faults added; the prefetches themselves (the copy stream's) are not the program's stall."""
+    stats = tmp_path / "stall.stats"
+    env = dict(os.environ, SIMCUDA_H2D_GBPS="0", SIMCUDA_D2H_GBPS="0", SIMCUDA_COPY_LATENCY_NS="50000000",
+               SIMCUDA_FAULT_NS="7000000", SIMCUDA_STATS=str(stats),
+               LD_LIBRARY_PATH=os.path.join(os.path.dirname(pyinterpose.__file__), "_native", "simcuda"))
+    import subprocess
+    cp = subprocess.run([sys.executable, "-c", STALL_CODE, case], env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    st = json.loads(stats.read_text().splitlines()[-1])
+    # the wait: the block lands 150 ms after the first prefetch was sent; the kernel was sent a little later
+    # (the host's few calls in between), so it was held for a little less than 150 ms
+    fault = (7_000_000 + 50_000_000) if case == "fault" else 0      # SIMCUDA_FAULT_NS + the copy's time
+    assert 140_000_000 + fault < st["stall_ns"][0] <= 150_000_000 + fault
+    assert st["faults"] == (1 if case == "fault" else 0)
 
 
 def test_the_plan_file_says_what_it_swaps_and_refuses_a_bad_section(tmp_path, swap_plan):

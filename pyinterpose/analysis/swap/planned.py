@@ -202,14 +202,18 @@ def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead",
     ops, lk = ctx["ops"], ctx["launch_key"]
     oseq, ostart = ops["seq"], ops["start"]
     c = problem.candidates
-    order_rel = np.argsort(ostart, kind="stable")
-    rel_sorted = ostart[order_rel]
+    # the engine sends a swap-in when the launch it follows has *ended* on the device (an event recorded
+    # after it): the launch to follow is the last one that ends by the planned start
+    oend = ostart + ops["dur"]
+    order_rel = np.argsort(oend, kind="stable")
+    rel_sorted = oend[order_rel]
     launch_idx = np.array([int(s) in lk for s in oseq], bool)
     swaps = []
     for j in range(len(sched)):
         ci = int(cand[j])
         prev_op, next_op = int(c["prev_op"].iat[ci]), int(c["next_op"].iat[ci])
-        # the swap-in is sent after the last launch released by its planned start (never before the swap-out's)
+        # the swap-in is sent after the last launch that has ended by its planned start (never before the
+        # swap-out's)
         k = int(np.searchsorted(rel_sorted, float(sched["in_start"].iat[j]), side="right")) - 1
         in_op = int(order_rel[k]) if k >= 0 else prev_op
         while in_op > prev_op and not launch_idx[in_op]:
@@ -379,9 +383,9 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     follows has ended and its copy engine is free (one per direction, in the order they are sent), the
     swap-in is sent after its launch and starts once its swap-out has ended and its engine is free.
     Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
-    after the launch that needs them starts) and ``predicted_stall_ns_run`` (how much later the run
-    ends: the program waits at each late swap-in's next access, a wait moving the later ones along),
-    and returns ``section``."""
+    after the launch that needs them starts) and ``predicted_stall_ns_run`` (the sum of the program's
+    waits for swap-ins over the run, each wait delaying everything after it: how much later the run
+    ends; simcuda's ``stall_ns`` measures the same), and returns ``section``."""
 
     pid = int(doc["trace"]["pid"])
     clock = clock_of(trace, pid)
@@ -454,26 +458,40 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
                         if u <= o_op:
                             continue
                         i_op = n_op = u
-            items.append((b, s["size"], ostart[o_op] + odur[o_op], ostart[i_op], ostart[n_op]))
+            # sent when the launch it follows has ended (an event after it); an unforeseen one at once
+            issue_in = ostart[i_op] + (odur[i_op] if i_op != n_op else 0.0)
+            items.append((b, s["size"], ostart[o_op] + odur[o_op], issue_in, ostart[n_op]))
+    # the run on the device clock, one program stream: swap-outs and swap-ins each on their copy engine in
+    # the order they are sent (a swap-in after its own swap-out), and the program waiting at a swap-in's
+    # next access when it has not landed: that wait delays everything after it (later sends included),
+    # so every time below is the recorded one plus the delay accumulated before it.  The stall is the sum
+    # of the waits (what simcuda counts as SIMCUDA_STATS stall_ns: the program's kernels held by a stream
+    # wait beyond when their stream and the host let them start).
+    ev = []
+    for j, (_, _, o_t, i_t, n_t) in enumerate(items):
+        ev += [(o_t, 0, j), (i_t, 1, j), (n_t, 2, j)]
+    ev.sort()
     out_end = np.zeros(len(items))
-    free = -np.inf
-    for j in sorted(range(len(items)), key=lambda j: items[j][2]):       # D2H: first sent, first served
-        free = max(items[j][2], free) + t_out(items[j][1])
-        out_end[j] = free
-    free = -np.inf
-    lateness = []
-    for j in sorted(range(len(items)), key=lambda j: items[j][3]):       # H2D
-        b, size, _, issue, nxt = items[j]
-        start = max(issue, free, out_end[j])
-        free = start + t_in(size)
-        if free > nxt + 1.0:
+    in_start = np.zeros(len(items))
+    in_end = np.zeros(len(items))
+    rec = np.zeros((len(items), 2))     # out end, in start on the recorded clock (less the delay then)
+    d2h = h2d = -np.inf
+    delay = 0.0
+    for t_rec, kind, j in ev:
+        t_now = t_rec + delay
+        if kind == 0:
+            d2h = max(t_now, d2h) + t_out(items[j][1])
+            out_end[j] = d2h
+            rec[j, 0] = d2h - delay
+        elif kind == 1:
+            in_start[j] = max(t_now, h2d, out_end[j])
+            h2d = in_end[j] = in_start[j] + t_in(items[j][1])
+            rec[j, 1] = in_start[j] - delay
+        elif in_end[j] > t_now + 1.0:
             late += 1
-            lateness.append((nxt, free - nxt))
-        moves.setdefault(b, []).append((out_end[j], start))
-    # the run's stall: the program (one stream on the CPU clock) waits at each late swap-in's next access;
-    # a swap-in is sent after a launch, so a wait moves the later ones along with the program: each adds
-    # its own lateness
-    delay = float(sum(lt for _, lt in lateness))
+            delay += in_end[j] - t_now
+    for j, it_ in enumerate(items):     # residency on the recorded clock (the other blocks' times are)
+        moves.setdefault(it_[0], []).append((rec[j, 0], rec[j, 1]))
     ts, ds = [], []
     seq_t = dict(zip(oseq.tolist(), ostart.tolist()))
     for b, size, ta, tf, fr in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
