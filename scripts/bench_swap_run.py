@@ -10,9 +10,12 @@ pace dilated: a loaded host keeps it), with simcuda's copy engines at the plan's
 (SIMCUDA_H2D_GBPS/SIMCUDA_D2H_GBPS) and latency (SIMCUDA_COPY_LATENCY_NS); then once more with the swap
 plan and SIMCUDA_CHECK=1 at full speed (the replay's kernels check the pattern in every block they touch).
 Prints one JSON object: per trace and run, simcuda's high-water mark of resident device bytes
-(SIMCUDA_STATS ``resident_peak_bytes``), the replay's stall (how much later the device ended than the
-recording), the shim's swap counts, and the plans' predictions.  The stall a swap plan causes is its run's
-stall less the pool plan's run's (the arena's own stream order is in both).
+(SIMCUDA_STATS ``resident_peak_bytes``), the stall on the device clock (SIMCUDA_STATS ``stall_ns``: how
+long the program's ops were held by stream waits — the swap-ins — and page faults beyond when their stream
+and the host let them start; times ``--speed``, back on the recorded clock), the replay's lateness at the
+end (how much later the device ended than the recording: host-paced, so it carries the host's jitter),
+the shim's swap counts, and the plans' predictions (``predicted_stall_ns_run`` is the same quantity as
+``stall_ns``).  Also the load average before and after.
 """
 from __future__ import annotations
 
@@ -48,9 +51,11 @@ def _replay(trace, plan, out_dir, speed, env_extra, tag):
         with open(stats) as f:
             st = json.loads(f.read().splitlines()[-1])
     swaps = next((line.split("swaps: ", 1)[1] for line in r.stderr.splitlines() if "swaps: " in line), None)
+    stall = (st.get("stall_ns") or [None])[0]
     return {"rc": r.returncode, "resident_peak_bytes": (st.get("resident_peak_bytes") or [None])[0],
             "faults": st.get("faults"), "prefetches": st.get("prefetches"),
-            "stall_ns": summary.get("stall_ns"), "check_errors": summary.get("check_errors"),
+            "stall_ns": None if stall is None else stall * (speed if speed > 0 else 1.0),
+            "lateness_ns": summary.get("stall_ns"), "check_errors": summary.get("check_errors"),
             "checked_words": summary.get("checked_words"), "swaps": swaps}
 
 
@@ -71,7 +76,8 @@ def main() -> int:
     args = ap.parse_args()
     traces = args.trace or [t for i, t in enumerate(TRACES) if os.path.exists(t)
                             and not any(os.path.samefile(t, u) for u in TRACES[:i] if os.path.exists(u))]
-    out = {"speed": args.speed, "bandwidth_gbps": args.bandwidth, "traces": {}}
+    out = {"speed": args.speed, "bandwidth_gbps": args.bandwidth, "loadavg_before": list(os.getloadavg()),
+           "traces": {}}
     env = {"SIMCUDA_H2D_GBPS": str(args.bandwidth), "SIMCUDA_D2H_GBPS": str(args.bandwidth),
            "SIMCUDA_COPY_LATENCY_NS": "10000"}
     with tempfile.TemporaryDirectory() as d:
@@ -96,11 +102,18 @@ def main() -> int:
                         "vs_prediction": got / sw["predicted_peak_bytes"] - 1 if got else None,
                         "predicted_stall_ns": sw["predicted_stall_ns_run"],
                         "window_stall_ns": sw["predicted_stall_ns"],
-                        "measured_stall_ns": (res[k]["stall_ns"] - res["pool"]["stall_ns"])
-                        if res[k]["stall_ns"] is not None and res["pool"]["stall_ns"] is not None else None,
+                        "measured_stall_ns": res[k]["stall_ns"],
+                        "stall_vs_prediction": (res[k]["stall_ns"] / sw["predicted_stall_ns_run"] - 1)
+                        if res[k]["stall_ns"] is not None and sw["predicted_stall_ns_run"] else None,
+                        "lateness_vs_pool_ns": (res[k]["lateness_ns"] - res["pool"]["lateness_ns"])
+                        if res[k]["lateness_ns"] is not None and res["pool"]["lateness_ns"] is not None else None,
                         "swaps_per_iteration": len(sw["swaps"]), "predicted_unforeseen": sw["predicted_unforeseen"],
                         "predicted_late": sw["predicted_late_swap_ins"]}
+            pool = res["pool"]["resident_peak_bytes"]
+            t["pool"] = {"arena_bytes": plans["pool"]["capacity"], "measured_peak_bytes": pool,
+                         "vs_no_plan": pool / base - 1 if pool and base else None}
             out["traces"][name] = t
+    out["loadavg_after"] = list(os.getloadavg())
     json.dump(out, sys.stdout, indent=1)
     print()
     return 0
