@@ -1,6 +1,9 @@
 """Swapping for real, measured on simcuda (issue 31): plan --swap, replayed with run --apply.
 
-    python scripts/bench_swap_run.py [--trace T ...] [--speed 0.25] [--bandwidth 55] [--budget 700MB] > out.json
+    python scripts/bench_swap_run.py [--trace T ...] [--speed 0.25] [--bandwidth 55] [--budget B ...] > out.json
+
+``--budget`` per trace, in order (the last one for the rest; default 700MB for ResNet-18, 1500MB for the
+transformer: a budget mode schedule needs a budget the trace can reach).
 
 For each trace (default: samples/torch-cnn-blocks.pit and, when present,
 ../shared/data/gpu-traces/torch-transformer-blocks.pit): three plans (the pool plan alone, ``--swap`` with no
@@ -72,7 +75,7 @@ def main() -> int:
     ap.add_argument("--trace", action="append")
     ap.add_argument("--speed", type=float, default=0.25)
     ap.add_argument("--bandwidth", type=float, default=55.0)
-    ap.add_argument("--budget", default="700MB")
+    ap.add_argument("--budget", action="append", help="per trace, in order (default 700MB, 1500MB)")
     args = ap.parse_args()
     traces = args.trace or [t for i, t in enumerate(TRACES) if os.path.exists(t)
                             and not any(os.path.samefile(t, u) for u in TRACES[:i] if os.path.exists(u))]
@@ -80,19 +83,21 @@ def main() -> int:
            "traces": {}}
     env = {"SIMCUDA_H2D_GBPS": str(args.bandwidth), "SIMCUDA_D2H_GBPS": str(args.bandwidth),
            "SIMCUDA_COPY_LATENCY_NS": "10000"}
+    budgets = args.budget or ["700MB", "1500MB"]
     with tempfile.TemporaryDirectory() as d:
-        for trace in traces:
+        for i, trace in enumerate(traces):
+            budget = budgets[min(i, len(budgets) - 1)]
             name = os.path.basename(trace)
             bw = ["--bandwidth", str(args.bandwidth)]
             plans = {"pool": _plan(trace, os.path.join(d, "pool.json"), []),
                      "swap": _plan(trace, os.path.join(d, "swap.json"), ["--swap", *bw]),
-                     "budget": _plan(trace, os.path.join(d, "budget.json"), ["--swap", *bw, "--budget", args.budget])}
+                     "budget": _plan(trace, os.path.join(d, "budget.json"), ["--swap", *bw, "--budget", budget])}
             res = {"none": _replay(trace, None, d, args.speed, env, "none")}
             for k in plans:
                 res[k] = _replay(trace, os.path.join(d, f"{k}.json"), d, args.speed, env, k)
             res["swap_checked"] = _replay(trace, os.path.join(d, "swap.json"), d, 0, dict(env, SIMCUDA_CHECK="1"),
                                           "checked")
-            t = {"runs": res}
+            t = {"runs": res, "budget_bytes_asked": budget}
             base = res["none"]["resident_peak_bytes"]
             for k in ("swap", "budget"):
                 sw = plans[k]["swap"]
