@@ -120,6 +120,32 @@ def test_the_transformers_pool_plan_is_the_no_plan_peak(tmp_path):
     assert pool["allocs"] == 1                                            # the arena alone: nothing fell through
 
 
+@pytest.mark.skipif(not os.path.exists(TRANSFORMER), reason="the H100 transformer trace is not on this machine")
+def test_the_transformers_budget_schedule_trades_stall_for_memory(tmp_path):
+    """Budget mode on the transformer: the high-water mark at least 10 % below the trace's own peak (what the
+    replay without a plan reaches: the first test) and within 2 % of the prediction, at a stall."""
+    plan = str(tmp_path / "budget.json")
+    cp = run_cli("plan", TRANSFORMER, "--swap", "--bandwidth", "55", "--budget", "1500MB", "-o", plan, "--json",
+                 timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    with open(plan) as f:
+        sw = json.load(f)["swap"]
+    stats = tmp_path / "budget.stats"
+    r = run_cli("run", "-f", "--simulated-gpu", "-o", str(tmp_path / "budget.pit"), "--apply", plan, "--",
+                sys.executable, "-m", "pyinterpose.examples.replay", TRANSFORMER, "--speed", "0.25",
+                env=dict(ENGINES, SIMCUDA_STATS=str(stats)), timeout=900)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(stats.read_text().splitlines()[-1])
+    trace = pyinterpose.load(TRANSFORMER)
+    b = trace.blocks
+    b = b[(b["pid"].to_numpy() == trace.main_pid) & b["counts_device"].to_numpy(bool)]
+    none = peak_live_bytes(b[b["api"].astype(str).isin(["cudaMallocAsync", "cudaMalloc", "cuMemAlloc_v2"]).to_numpy()])
+    got = st["resident_peak_bytes"][0]
+    assert got <= 0.90 * none
+    assert abs(got / sw["predicted_peak_bytes"] - 1) <= 0.02
+    assert st["stall_ns"][0] > 0 and sw["predicted_stall_ns_run"] > 0      # paid for in stalls
+
+
 def _an_away_moment(doc):
     """(seq, block) of the plan's window: a launch between a swap's out-after and in-before launches that
     does not name the block (so the plan never expects the block there)."""
