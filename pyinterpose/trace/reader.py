@@ -1174,20 +1174,32 @@ def load(path: str, progress: bool = False) -> Trace:
 
 
 SPILL = "spill"     # the folder of the reader's spilled records, inside the cache being written
+SPILL_MIN_BYTES = 256 << 20
+
+
+def spill_min_bytes() -> int:
+    """Traces from this size on (``PYINTERPOSE_SPILL_MIN_BYTES``, default 256 MiB: about 25 M events)
+    spill the record pass's tables to files; smaller ones keep them in memory (faster: no file I/O)."""
+    try:
+        return int(os.environ.get("PYINTERPOSE_SPILL_MIN_BYTES", SPILL_MIN_BYTES))
+    except ValueError:
+        return SPILL_MIN_BYTES
 
 
 def _spill_folder(path: str, writer) -> str | None:
     """Where the record pass spills its tables (None: in memory): inside the cache being written, or
-    for a large trace read without the cache, a temporary folder (TMPDIR); small traces stay in memory."""
+    for a trace read without the cache, a temporary folder (TMPDIR); traces under spill_min_bytes()
+    stay in memory."""
     import tempfile
 
     try:
+        if os.path.getsize(path) < spill_min_bytes():
+            return None
         if writer is not None:
             folder = os.path.join(writer.tmp, SPILL)
             os.mkdir(folder)
             return folder
-        if os.path.getsize(path) >= colcache.min_bytes():
-            return tempfile.mkdtemp(prefix="pyinterpose-read-")
+        return tempfile.mkdtemp(prefix="pyinterpose-read-")
     except OSError:
         pass
     return None

@@ -264,8 +264,10 @@ def test_failed_allocations_call_sites_same_as_the_spec_reference(capture, tmp_p
 # The first read of a large trace (issue 30): the record pass spills its tables and the accesses to files,
 # the accesses are resolved a few rows at a time, and (cache on) each table goes to the cache as soon as it is
 # built, then comes back memory-mapped.  "spill": --no-cache, tables in memory; "cache": the cache written.
-READ_MODES = {"spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
-              "cache": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"}}
+READ_MODES = {"spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_SPILL_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
+              "cache": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_SPILL_MIN_BYTES": "0",
+                        "PYINTERPOSE_CHUNK_ROWS": "3"},
+              "cache-in-memory": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"}}
 
 
 def _edge_traces(tmp_path) -> list[str]:
@@ -309,12 +311,17 @@ def test_spilled_and_streamed_first_read_same_tables(mode, tmp_path, monkeypatch
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
+    spilled = []
+    real_spill = reader._Split.spill
+    monkeypatch.setattr(reader._Split, "spill", lambda sp, folder: spilled.append(folder) or real_spill(sp, folder))
     for path in _edge_traces(tmp_path):
         ref = _reference(path)
+        spilled.clear()
         new = pyinterpose.load(path)
+        assert len(spilled) == (0 if mode == "cache-in-memory" else 1)
         assert_same(new, ref)
-        assert os.path.isdir(colcache.cache_dir(path)) == (mode == "cache")
-        if mode == "cache":
+        assert os.path.isdir(colcache.cache_dir(path)) == mode.startswith("cache")
+        if mode.startswith("cache"):
             assert_same(colcache.read(path), ref)
             blocks = new.blocks["seq_alloc"].to_numpy()
             assert len(blocks) == 0 or isinstance(getattr(blocks, "base", None), np.memmap) \
