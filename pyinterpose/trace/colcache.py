@@ -184,6 +184,7 @@ class Writer:
             return None
         try:
             key = _key(path)
+            _remove_stale(path)
             tmp = f"{cache_dir(path)}.tmp-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             os.mkdir(tmp)
@@ -284,6 +285,17 @@ class Writer:
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+
+
+def _remove_stale(path: str) -> None:
+    """Remove the temporary folders of reads of ``path`` that were killed (their process is gone):
+    a 100 M-event read leaves gigabytes of spilled records there."""
+    if not os.path.isdir("/proc/self"):
+        return
+    for d in glob.glob(glob.escape(cache_dir(path)) + ".tmp-*") + glob.glob(glob.escape(cache_dir(path)) + ".old-*"):
+        pid = d.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class NpyAppender:
