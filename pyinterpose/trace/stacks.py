@@ -257,27 +257,34 @@ def _frames_table(frames: list[tuple]) -> pd.DataFrame:
 def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
     n = len(blocks)
-    owner = np.full(n, -1, dtype=np.int32)
-    stack_id = np.full(n, -1, dtype=np.int64)
-    caller = np.zeros(n, dtype=np.uint64)
-    thread = np.full(n, -1, dtype=np.int32)
     pa = sites.per_alloc
     names = sites.names or _Names()
+    aligned = False
     if pa is not None and len(pa) and n:
         bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
         skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        if len(skey) == n and (skey == bkey).all() and (n < 2 or (skey[1:] > skey[:-1]).all()):
-            ok, src = np.ones(n, bool), np.arange(n)      # one site per block, in the blocks' order
-        else:
+        aligned = len(skey) == n and bool((skey == bkey).all()) and (n < 2 or bool((skey[1:] > skey[:-1]).all()))
+        if not aligned:
             order = np.argsort(skey, kind="stable")
             sk = skey[order]
             pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
             ok = sk[pos] == bkey
             src = order[pos[ok]]
-        owner[ok] = pa["owner"].to_numpy(np.int32)[src]
-        stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
-        caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
-        thread[ok] = pa["thread"].to_numpy(np.int32)[src]
+            del order, sk, pos
+        del bkey, skey
+    if aligned:     # one site per block, in the blocks' order (the usual case): its columns as they are
+        owner, stack_id = pa["owner"].to_numpy(np.int32), pa["stack_id"].to_numpy(np.int64)
+        caller, thread = pa["caller"].to_numpy(np.uint64), pa["thread"].to_numpy(np.int32)
+    else:
+        owner = np.full(n, -1, dtype=np.int32)
+        stack_id = np.full(n, -1, dtype=np.int64)
+        caller = np.zeros(n, dtype=np.uint64)
+        thread = np.full(n, -1, dtype=np.int32)
+        if pa is not None and len(pa) and n:
+            owner[ok] = pa["owner"].to_numpy(np.int32)[src]
+            stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
+            caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
+            thread[ok] = pa["thread"].to_numpy(np.int32)[src]
     blocks["owner"] = names.categorical(owner)
     blocks["stack_id"] = stack_id
     blocks["caller"] = caller
