@@ -10,6 +10,11 @@ is then a few milliseconds, and a column takes memory only once an analysis touc
 (page cache, given back by the kernel under pressure; never written back — the mapping
 is copy-on-write, so a table changed in place changes only this process's copy).
 
+The first read of a trace writes the cache while it builds the tables (:class:`Writer`, used by
+``trace/reader.py``): each table is written as soon as it is made and dropped, the accesses a chunk
+of rows at a time (:class:`NpyAppender`), so that read never holds every table at once; the
+trace it returns is then mapped from the cache.
+
 The cache is used only when it was made from this very file (size and modification time
 in nanoseconds) by this very reader (a fingerprint of the ``trace`` package's sources and
 the native reader): anything else is rebuilt.  It is written only for traces of at least
