@@ -7,6 +7,7 @@ documented in :mod:`pyinterpose.trace.model`.  Everything is vectorised: a
 """
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -457,13 +458,22 @@ class _Split:
             held.append(buf)
             ptrs[i], counts[i], pids[i] = buf + head, count, pid
         if self.lib.pi_split_feed_many(self.s, ptrs, counts, pids, k) < 0:
-            raise MemoryError("out of memory reading the trace")
+            self.failed()
+
+    def failed(self):
+        """The pass stopped: out of memory, or (spilling) a spill file could not be written."""
+        err = self.ffi.errno
+        if self.spill_dir and err and err != errno.ENOMEM:
+            raise TraceError(f"cannot write the reader's temporary files in {self.spill_dir} "
+                             f"({os.strerror(err)}); PYINTERPOSE_SPILL_MIN_BYTES sets the trace size from which "
+                             "they are used, TMPDIR where they go without the cache")
+        raise MemoryError("out of memory reading the trace")
 
     def feed_records(self, pid: int, recs: np.ndarray) -> None:
         self.flush()                            # file order: the chunks kept by feed() first
         if len(recs) and self.lib.pi_split_feed(self.s, self.ffi.from_buffer(np.ascontiguousarray(recs)),
                                                 len(recs), pid) < 0:
-            raise MemoryError("out of memory reading the trace")
+            self.failed()
 
     def _take(self, owner, name: str, n: int, dtype) -> np.ndarray:
         """The C buffer ``owner.name`` as an array of n items; numpy owns it from now on."""
@@ -672,7 +682,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     """The Trace from the native pass's tables: one step per table, each freeing its records and
     temporaries, and (``writer``) writing its table to the cache and dropping it."""
     if sp.lib.pi_split_finish(sp.s) < 0:
-        raise MemoryError("out of memory reading the trace")
+        sp.failed()
     out = _Tables(writer)
     b = _Builder(sp, raw)
     sites = site_tables.read_sites(b.side, b.side_pid, b.side_op, b.side_off, b.pids, b.strings,  # owners,

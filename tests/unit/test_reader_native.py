@@ -341,3 +341,19 @@ def _bases(a):
     while a is not None:
         yield a
         a = getattr(a, "base", None)
+
+
+def test_spill_that_cannot_be_written_is_a_one_line_error(tmp_path):
+    """A full disk while the pass spills (here: a file size limit, EFBIG): the command says so in one line."""
+    import subprocess
+
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
+            "from pyinterpose.cli import main; sys.exit(main(['summary', sys.argv[1], '--no-cache']))")
+    env = dict(os.environ, PYINTERPOSE_SPILL_MIN_BYTES="0", TMPDIR=str(tmp_path), PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    assert "cannot write the reader's temporary files" in r.stderr and "File too large" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert os.listdir(tmp_path) == []          # the spill folder is gone
