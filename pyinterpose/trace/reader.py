@@ -690,9 +690,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     b.drop_sites()
     failures = b.failures()
     failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
-    blocks, row_block, never_freed = b.blocks()
-    site_tables.attach_blocks(blocks, sites)
-    sites.per_alloc = None           # one row per allocation: not needed any more
+    blocks, row_block, never_freed = b.blocks(sites)    # with their call sites (then dropped: one row an allocation)
     blockmap = b.blockmap(blocks)
     out.put("blocks", blocks)
     del blocks
@@ -824,9 +822,10 @@ class _Builder:
             t_pid, T = _by_pid(t_pid, T)
         return T, t_pid
 
-    def blocks(self) -> tuple[pd.DataFrame, np.ndarray, int]:
+    def blocks(self, sites) -> tuple[pd.DataFrame, np.ndarray, int]:
         """The blocks (the pass paired allocations with frees per (pid, address family, key), in seq
-        order), the block of each allocation record (file order), and how many were never freed."""
+        order) with their call sites (``sites``: its per-allocation table is dropped once used), the
+        block of each allocation record (file order), and how many were never freed."""
         sp, s, col = self.sp, self.s, self.col
         A, a_pid = sp.table("alloc")
         na = self.n_alloc = len(A)
@@ -870,6 +869,11 @@ class _Builder:
         del pid_rank, end_seq
         t_free = np.where(ended, end_tns - self.t0, self.end_t)
         del end_tns, ended
+        # call sites by (pid, seq_alloc) in the blocks' order, before the table is built: the sites'
+        # table (one row an allocation) goes first
+        site_cols = pd.DataFrame({"pid": by_block(a_pid), "seq_alloc": by_block(seq_alloc)}, copy=False)
+        site_tables.attach_blocks(site_cols, sites)
+        sites.per_alloc = None
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
         bk = by_block(F.pop("flags"))
         aux_a = by_block(F.pop("aux"))
@@ -889,7 +893,9 @@ class _Builder:
         kind_cat = blocks["kind"].cat
         blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
         blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
-        blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
+        for c in ("owner", "stack_id", "caller", "thread"):     # owner, stack_id: model columns; caller, thread after
+            blocks[c] = site_cols[c]
+        del site_cols
         return _owning(conform(blocks, BLOCK_COLUMNS)), row_block, never_freed
 
     def kernels(self, L: np.ndarray, l_pid: np.ndarray) -> tuple[list[str], np.ndarray]:
