@@ -397,7 +397,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     amask = allocator_mask(trace)
     cols = _block_columns(trace, _device_mask(trace, pid, True, amask))
     rq = _request_columns(cols, times=False)
-    n_req = len(rq["seq"])
+    n_req = len(rq.pop("seq"))         # the replay reads the order only: no seq column held (issue 30)
     whole = _peak_of_requests(rq["is_alloc"], rq["size"])
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
     view = trace.process_view(pid)
