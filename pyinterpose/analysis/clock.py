@@ -33,6 +33,7 @@ duration, and the clock's note counts them.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,6 +67,10 @@ class Ops:
         return (self.start >= 0) & (self.end >= self.start)
 
 
+def _none():
+    return None
+
+
 class Clock:
     """The clock of one process.  ``ops`` (the process's launches and copies in seq order, full
     length) is built on first use only: deciding the clock, its label and note, and placing a few
@@ -74,7 +79,9 @@ class Clock:
     def __init__(self, pid: int | None, device: bool, source: str = CPU, note: str = "", ops=None, trace=None):
         self.pid, self.device, self.source, self.note = pid, device, source, note
         self._ops = ops if isinstance(ops, Ops) else None
-        self._trace = trace           # where the ops are read from when first needed
+        # where the ops are read from when first needed: a weak reference, since the clock is kept in the
+        # trace's own derived results (a strong one would be a cycle keeping a dropped trace alive until gc)
+        self._trace = weakref.ref(trace) if trace is not None else _none
         self._lock = threading.Lock()
 
     @property
@@ -82,7 +89,10 @@ class Clock:
         if self._ops is None:
             with self._lock:
                 if self._ops is None:
-                    self._ops = _ops(self._trace, self.pid, self.device)
+                    trace = self._trace()
+                    if trace is None:
+                        raise RuntimeError("the trace of this clock is gone: keep the trace while using its clock")
+                    self._ops = _ops(trace, self.pid, self.device)
         return self._ops
 
     def __repr__(self) -> str:
@@ -106,9 +116,10 @@ class Clock:
         t = np.asarray(t, dtype=np.int64)
         if not self.device:
             return t
-        if self._ops is None and self._trace is not None and t.size <= chunk_rows():
+        trace = self._trace()
+        if self._ops is None and trace is not None and t.size <= chunk_rows():
             # up to a piece of events (iteration boundaries): the frontier read in pieces, no full-length ops
-            return np.maximum(t, frontier_at(self._trace, self.pid, np.asarray(seq, dtype=np.int64)))
+            return np.maximum(t, frontier_at(trace, self.pid, np.asarray(seq, dtype=np.int64)))
         k = np.searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
         f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)
         return np.maximum(t, f)
