@@ -22,6 +22,7 @@ Numeric arrays are little-endian typed arrays, gzip-compressed and base64-coded
 from __future__ import annotations
 
 import base64
+import html
 import importlib.util
 import json
 import os
@@ -40,6 +41,7 @@ from ..analysis.iterations import find_iterations
 from ..analysis.owners import block_owners
 from ..trace.stacks import call_site
 from ..errors import PyinterposeError
+from .timeline_summary import exact_max_events, payload as summary_payload, summary_text
 
 NEVER = np.uint32(0xFFFFFFFF)
 MAX_OWNERS = 12          # owners beyond these (by peak bytes) are drawn as "other owners"
@@ -187,9 +189,16 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     # only the columns used here (a copy of every column of millions of blocks costs hundreds of MB)
     cols = [c for c in ("block_id", "pid", "device", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
                         "device_bytes", "api", "owner", "stack_id") if c in bl.columns]
-    b = bl.loc[mask, cols]
-    if len(b) == 0:
+    if not mask.any():
         return None
+    n_events = int(mask.sum()) + int((bl["freed"].to_numpy(bool) & mask).sum())
+    if n_events > exact_max_events():
+        # a long run: the curve as min/max per bucket at several zoom levels (timeline_summary)
+        cols = [c for c in ("block_id", "pid", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
+                            "device_bytes") if c in bl.columns]
+        return summary_payload(trace, device, bl.loc[mask, cols], iterations=iterations,
+                               reserved_view=reserved_view, reserved=reserved)
+    b = bl.loc[mask, cols]
     freed = b["freed"].to_numpy(bool)
     nb = len(b)
     rows = np.arange(nb)
@@ -367,8 +376,19 @@ def _reserved_steps(block_id: np.ndarray, a_ev: np.ndarray, f_ev: np.ndarray, re
 
 def fragment(p: dict[str, Any], idx: int) -> str:
     """The HTML for one device's timeline: containers, controls and the payload."""
-    data = json.dumps(p, separators=(",", ":")).replace("</", "<\\/")
     dev = p["device"]
+    deeper = ""
+    note = ""
+    if "summary" in p:
+        # level 0 with the payload (the first view); each finer level in its own element, parsed when
+        # the view first needs it
+        levels = p["summary"]["levels"]
+        p = {**p, "summary": {**p["summary"], "levels": levels[:1]}}
+        deeper = "".join(
+            f'<script type="application/json" class="pit-tl-level" data-level="{k}">'
+            f'{json.dumps(tiles, separators=(",", ":"))}</script>' for k, tiles in enumerate(levels) if k)
+        note = f'<div class="pit-tl-summary note">{html.escape(summary_text(p))}</div>'
+    data = json.dumps(p, separators=(",", ":")).replace("</", "<\\/")
     return (
         f'<div class="pit-tl" id="pit-tl-{idx}" data-device="{dev}" data-timeline="pending">'
         f'<div class="pit-tl-bar"><b>GPU {dev}</b>'
@@ -377,13 +397,13 @@ def fragment(p: dict[str, Any], idx: int) -> str:
         '<span class="pit-tl-group"><button data-act="steady">one steady iteration</button>'
         '<button data-act="all">whole run</button></span>'
         '<span class="pit-tl-info"></span></div>'
-        f'<div class="pit-tl-main" id="pit-tl-{idx}-main"></div>'
+        f'{note}<div class="pit-tl-main" id="pit-tl-{idx}-main"></div>'
         '<div class="pit-tl-legend"></div>'
         f'<div class="pit-tl-mini" id="pit-tl-{idx}-mini"></div>'
         '<div class="pit-tl-help">Drag across the plot to zoom into a range, scroll to zoom around the cursor,'
         ' shift+scroll or shift+drag to pan; drag the red window in the minimap to move it, or drag across'
         ' the minimap to choose a range.</div>'
         '<div class="pit-tl-hover">Hover over the stacked area to see the block under the cursor.</div>'
-        f'<script type="application/json" class="pit-tl-data">{data}</script>'
+        f'<script type="application/json" class="pit-tl-data">{data}</script>{deeper}'
         '</div>'
     )
