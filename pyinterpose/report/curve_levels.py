@@ -70,19 +70,21 @@ def levels(values: np.ndarray, times: np.ndarray | None = None, tile: int = TILE
 
 
 def _pack_deltas(a: np.ndarray) -> dict[str, Any]:
-    """int64 values, delta-coded (the first against 0), as int32 when every delta fits, else float64
-    (exact below 2**53), little-endian, gzip (level 1), base64."""
-    d = np.diff(np.asarray(a, np.int64), prepend=np.int64(0))
+    """int64 values as ``base`` (the first) and deltas (the first 0), as int32 when every delta fits, else
+    float64 (exact below 2**53), little-endian, gzip (level 1), base64."""
+    a = np.asarray(a, np.int64)
+    base = int(a[0]) if len(a) else 0
+    d = np.diff(a, prepend=np.int64(base))
     if len(d) == 0 or (int(d.min()) >= -(1 << 31) and int(d.max()) < (1 << 31)):
         raw, dtype = d.astype("<i4").tobytes(), "int32"
     else:
         raw, dtype = d.astype("<f8").tobytes(), "float64"
     z = zlib.compressobj(1, zlib.DEFLATED, 31)
-    return {"dtype": dtype, "n": int(len(d)), "delta": True, "b64": base64.b64encode(z.compress(raw) + z.flush()).decode("ascii")}
+    return {"dtype": dtype, "n": int(len(d)), "base": base, "b64": base64.b64encode(z.compress(raw) + z.flush()).decode("ascii")}
 
 
 def pack_level(level: dict[str, np.ndarray], tile: int = TILE) -> list[dict[str, Any]]:
-    """One level's tiles: per ``tile`` buckets, its lo, hi and t arrays (each delta-coded from 0)."""
+    """One level's tiles: per ``tile`` buckets, its lo, hi and t arrays (each delta-coded from its first value)."""
     n = len(level["lo"])
     out = []
     for s in range(0, n, tile):

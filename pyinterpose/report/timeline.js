@@ -215,9 +215,9 @@
 
   /* ---- the summary of a long run: min/max per bucket at several zoom levels ----------- */
   function inflateDelta(spec) {
-    /* a delta-coded array of report/curve_levels.py: the running sum, as float64 (exact below 2^53) */
+    /* a delta-coded array of report/curve_levels.py: its base plus the running sum, as float64 (exact below 2^53) */
     return inflate(spec).then(function (d) {
-      var out = new Float64Array(d.length), acc = 0;
+      var out = new Float64Array(d.length), acc = spec.base || 0;
       for (var i = 0; i < d.length; i++) { acc += d[i]; out[i] = acc; }
       return out;
     });
