@@ -83,12 +83,16 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     """The analyses every section reads, each run once, as a :class:`ReportContext`.
 
     The access intervals (the access analysis' and the swap problem's first and longest part) are
-    found on a side thread while this one finds the iterations; the interactive timeline's data and
+    found on a side thread while this one finds the iterations (on a trace of :data:`SERIAL_BLOCKS` blocks or
+    more, everything runs on this thread, one analysis at a time, the timeline and the pools before the
+    accesses: the peaks of concurrent analyses add up); the interactive timeline's data and
     the pool strategies (they read only the blocks, the iterations and the classes) on another while
     this one analyses the accesses; the intervals (hundreds of MB at 10 M events) are then let go, and
     the swap schedules run on a worker thread (the C scheduler releases the GIL) while the sections
     before theirs are built (:meth:`ReportContext.swap` waits for them)."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
+    # a long run: one analysis at a time (their peaks would add up), no worker threads
+    later = _now if len(trace.blocks) >= SERIAL_BLOCKS else _in_background
     # the device blocks' few columns used here (not a copy of every column of millions of blocks)
     _bl = trace.blocks
     b = _bl.loc[_bl["counts_device"].to_numpy(bool) if "counts_device" in _bl else slice(None),
@@ -97,10 +101,10 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
                         blocks=b, reserved_view=str(trace.meta.get("view", "")) == "reserved", step=step)
 
     step(0.05, "iterations")
-    intervals = _in_background(lambda: _prefetch_intervals(trace))
+    intervals = _now(lambda: None) if later is _now else _in_background(lambda: _prefetch_intervals(trace))
     ctx.iterations = it = guarded.iterations(trace)
     ctx.classes = guarded.block_classes(trace, iters=it.value)
-    side = _in_background(lambda: (_timeline_payloads(ctx),
+    side = later(lambda: (_timeline_payloads(ctx),
                                    guarded.pools(trace, strategies=strategies, time_limit=time_limit)))
 
     step(0.1, "access intervals")
@@ -113,7 +117,7 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     # thread now and by this thread too once its own sections are built (two busy threads,
     # the C scheduler releasing the GIL, and never more runs at once than that)
     work = guarded.swap_work(sp.value) if sp.ok else sp
-    worker = _in_background(work.value.work) if work.ok else None
+    worker = later(work.value.work) if work.ok and later is not _now else None
 
     def wait_swap():
         ev, sw = guarded.swap_work_results(work)     # this thread takes the tasks left, then waits
@@ -194,6 +198,19 @@ def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
                    f"{fmt_bytes(out['peak_live_bytes'])} ({out['blocks']:,} blocks)"),
                   ("peak of both together", fmt_bytes(peak))]
     return facts
+
+
+SERIAL_BLOCKS = 2_000_000     # device blocks (~20 M events) from which the report runs its analyses one at a time
+
+
+def _now(fn: Callable[[], Any]) -> Future:
+    """``fn()`` run here and now, as a done :class:`Future` (the serial counterpart of :func:`_in_background`)."""
+    f: Future = Future()
+    try:
+        f.set_result(fn())
+    except BaseException as e:  # noqa: BLE001 - raised again by .result(), as a worker's would be
+        f.set_exception(e)
+    return f
 
 
 def _in_background(fn: Callable[[], Any]) -> Future:

@@ -196,7 +196,8 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         # a long run: the curve as min/max per bucket at several zoom levels (timeline_summary)
         cols = [c for c in ("block_id", "pid", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
                             "device_bytes") if c in bl.columns]
-        return summary_payload(trace, device, bl.loc[mask, cols], iterations=iterations,
+        # every block counted on this device (one GPU): the table itself, not a copy of its columns
+        return summary_payload(trace, device, bl if mask.all() else bl.loc[mask, cols], iterations=iterations,
                                reserved_view=reserved_view, reserved=reserved)
     b = bl.loc[mask, cols]
     freed = b["freed"].to_numpy(bool)
