@@ -69,7 +69,7 @@ def levels(values: np.ndarray, times: np.ndarray | None = None, tile: int = TILE
     return out
 
 
-def _pack_deltas(a: np.ndarray) -> dict[str, Any]:
+def pack_deltas(a: np.ndarray) -> dict[str, Any]:
     """int64 values as ``base`` (the first) and deltas (the first 0), as int32 when every delta fits, else
     float64 (exact below 2**53), little-endian, gzip (level 1), base64."""
     a = np.asarray(a, np.int64)
@@ -88,5 +88,5 @@ def pack_level(level: dict[str, np.ndarray], tile: int = TILE) -> list[dict[str,
     n = len(level["lo"])
     out = []
     for s in range(0, n, tile):
-        out.append({k: _pack_deltas(level[k][s:s + tile]) for k in ("lo", "hi", "t") if k in level})
+        out.append({k: pack_deltas(level[k][s:s + tile]) for k in ("lo", "hi", "t") if k in level})
     return out

@@ -21,6 +21,7 @@ import pandas as pd
 from ..analysis.clock import block_times, clock_of
 from ..trace.model import Trace, counted_bytes
 from . import curve_levels
+from .timeline_parts import _own_iterations, _reserved_steps
 
 EXACT_MAX_EVENTS = 3_000_000      # more allocations and frees than this on one device: the summary
 LINE_MAX_POINTS = 100_000         # a step line (NVML, reserved) with more change points: its peak per bucket
@@ -93,8 +94,6 @@ def _line(x: np.ndarray, y: np.ndarray, n: int) -> dict[str, list]:
 def payload(trace: Trace, device: int, b: pd.DataFrame, iterations=None, reserved_view: bool = False,
             reserved: dict | None = None) -> dict[str, Any]:
     """The summary payload of one device's blocks ``b`` (rows of ``trace.blocks`` counted on it)."""
-    from .timeline import _own_iterations, _reserved_steps, _pack
-
     if reserved is not None:
         t, total, a_ev, f_ev = device_curve(trace, b, with_events=True)
     else:
@@ -142,7 +141,7 @@ def payload(trace: Trace, device: int, b: pd.DataFrame, iterations=None, reserve
             "t0_ns": t0, "start_epoch_s": float(start_epoch) if isinstance(start_epoch, (int, float)) else None,
             "reserved_view": bool(reserved_view),
             "summary": {"tile": curve_levels.TILE, "factor": curve_levels.FACTOR, "buckets": sizes, "levels": tiles},
-            "iters": [], "iters_packed": _pack(np.diff(iters_ev, prepend=np.int64(0)), "u4") if len(iters_ev) else None,
+            "iters": [], "iters_packed": curve_levels.pack_deltas(iters_ev) if len(iters_ev) else None,
             "iters_count": int(len(iters_ev)),
             "nvml": nvml, "initial": [-0.5, max(0, n - 1) + 0.5], "steady": steady, "stats": stats}
 
