@@ -337,7 +337,7 @@ def render(rep: Report) -> str:
         "<footer>Self-contained report: no network access needed. Figures are SVG images embedded in this file;"
         " the memory timeline is drawn by uPlot (MIT), inlined."
         "</footer>"
-        f"{libs}<script>{_SCRIPT}</script></body></html>\n"
+        f"{libs}<script>{_SCRIPT}</script>{''.join(t for s in rep.sections for t in s.tail)}</body></html>\n"
     )
 
 

@@ -341,6 +341,7 @@ def _memory_over_time(s: Section, ctx: ReportContext) -> None:
                 # the curve when it maps onto the events (its maximum is the peak), else flat
                 p["reserved_line"] = {**rline, **(curve or {})}
             frags.append(timeline.fragment(p, k))
+            s.tail.append(timeline.deferred(p, k))
     else:
         tls = data.memory_timeline(trace, classes=ctx.classes.value)
         peaks = [(tl.device, tl.peak, tl.peak_t, int(tl.total[-1]) if len(tl.total) else 0) for tl in tls]

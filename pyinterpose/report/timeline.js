@@ -249,7 +249,15 @@
     var key = l + ':' + ti, self = this;
     if (this.loading[key] || this.tiles[l][ti]) return;
     if (!this.raw[l]) {
-      var el = this.root.querySelector('script.pit-tl-level[data-level="' + l + '"]');
+      /* the finer levels sit at the end of the page: not parsed yet, ask again once they are */
+      var el = document.querySelector('script.pit-tl-level[data-tl="' + this.root.getAttribute('data-idx') +
+                                      '"][data-level="' + l + '"]');
+      if (!el || document.readyState === 'loading') {
+        this.loading[key] = new Promise(function (res) {
+          document.addEventListener('DOMContentLoaded', function () { delete self.loading[key]; self.request(l, ti); res(); });
+        });
+        return;
+      }
       this.raw[l] = JSON.parse(el.textContent);
     }
     var spec = this.raw[l][ti];
@@ -838,7 +846,8 @@
     });
   }
   window.pitTimelinesReady = new Promise(function (resolve, reject) {
-    function go() { startAll().then(resolve, reject); }
-    if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', go); else go();
+    /* the page places this script after every timeline (only a summarised timeline's finer levels
+       follow it): start at once, the first view needs nothing the parser has not reached yet */
+    startAll().then(resolve, reject);
   });
 })();

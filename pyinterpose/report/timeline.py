@@ -332,23 +332,28 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     }
 
 
+def deferred(p: dict[str, Any], idx: int) -> str:
+    """A summarised timeline's finer levels, each in its own element, for the end of the page (after the
+    scripts: the first view is drawn before the browser has parsed them); the page decodes a level's
+    tiles when the view first needs them.  Empty for an exact timeline."""
+    if "summary" not in p:
+        return ""
+    return "".join(f'<script type="application/json" class="pit-tl-level" data-tl="{idx}" data-level="{k}">'
+                   f'{json.dumps(tiles, separators=(",", ":"))}</script>'
+                   for k, tiles in enumerate(p["summary"]["levels"]) if k)
+
+
 def fragment(p: dict[str, Any], idx: int) -> str:
     """The HTML for one device's timeline: containers, controls and the payload."""
     dev = p["device"]
-    deeper = ""
     note = ""
     if "summary" in p:
-        # level 0 with the payload (the first view); each finer level in its own element, parsed when
-        # the view first needs it
-        levels = p["summary"]["levels"]
-        p = {**p, "summary": {**p["summary"], "levels": levels[:1]}}
-        deeper = "".join(
-            f'<script type="application/json" class="pit-tl-level" data-level="{k}">'
-            f'{json.dumps(tiles, separators=(",", ":"))}</script>' for k, tiles in enumerate(levels) if k)
+        # level 0 with the payload (the first view); the finer levels: :func:`deferred`
+        p = {**p, "summary": {**p["summary"], "levels": p["summary"]["levels"][:1]}}
         note = f'<div class="pit-tl-summary note">{html.escape(summary_text(p))}</div>'
     data = json.dumps(p, separators=(",", ":")).replace("</", "<\\/")
     return (
-        f'<div class="pit-tl" id="pit-tl-{idx}" data-device="{dev}" data-timeline="pending">'
+        f'<div class="pit-tl" id="pit-tl-{idx}" data-idx="{idx}" data-device="{dev}" data-timeline="pending">'
         f'<div class="pit-tl-bar"><b>GPU {dev}</b>'
         '<span class="pit-tl-group">stack by <button data-mode="cls" class="on">lifetime class</button>'
         '<button data-mode="own">owner</button></span>'
@@ -362,6 +367,6 @@ def fragment(p: dict[str, Any], idx: int) -> str:
         ' shift+scroll or shift+drag to pan; drag the red window in the minimap to move it, or drag across'
         ' the minimap to choose a range.</div>'
         '<div class="pit-tl-hover">Hover over the stacked area to see the block under the cursor.</div>'
-        f'<script type="application/json" class="pit-tl-data">{data}</script>{deeper}'
+        f'<script type="application/json" class="pit-tl-data">{data}</script>'
         '</div>'
     )
