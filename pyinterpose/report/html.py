@@ -25,7 +25,7 @@ from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info
 from ..trace.model import Trace
 from . import data, plots, timeline
-from .html_sections import between_intervals, reserved_curve
+from .html_sections import ati_figure, reserved_curve
 from .registry import REPORTERS
 from .reporter import ReportContext
 from .sections import Report
@@ -109,7 +109,7 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
 
     step(0.1, "access intervals")
     ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-    ctx.between_intervals = between_intervals(trace, ctx.access)
+    ctx.ati_figure = ati_figure(trace, ctx.access)
     step(0.2, "swap planning")
     sp = guarded._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
     trace.forget("access.intervals")
