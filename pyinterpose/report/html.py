@@ -104,8 +104,14 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     intervals = _now(lambda: None) if later is _now else _in_background(lambda: _prefetch_intervals(trace))
     ctx.iterations = it = guarded.iterations(trace)
     ctx.classes = guarded.block_classes(trace, iters=it.value)
-    side = later(lambda: (_timeline_payloads(ctx),
-                                   guarded.pools(trace, strategies=strategies, time_limit=time_limit)))
+    def side_work():
+        if later is _now:
+            step(0.06, "timeline")
+        tl = _timeline_payloads(ctx)
+        if later is _now:
+            step(0.08, "pool strategies")
+        return tl, guarded.pools(trace, strategies=strategies, time_limit=time_limit)
+    side = later(side_work)
 
     step(0.1, "access intervals")
     ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value)

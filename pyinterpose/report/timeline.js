@@ -222,7 +222,7 @@
       return out;
     });
   }
-  function Pyramid(p, root, level0) {
+  function Pyramid(p, root, level0, exact) {
     /* the same interface as Model for what the view asks of it (n, mode, lod); level l has
        p.summary.buckets[l] buckets, bucket j holding the events [floor(j*n/B), floor((j+1)*n/B));
        tiles of p.summary.tile buckets are decoded when the view first needs them */
@@ -231,6 +231,7 @@
     this.raw = [p.summary.levels[0]];        /* per level: the tiles' packed arrays (parsed on demand) */
     this.tiles = [{0: level0}];               /* per level: tile index -> {lo, hi, t} (decoded) */
     this.loading = {}; this.onload = null; this.maxLevelShown = 0;
+    this.exact = exact || [];                 /* stretches stored event by event: {e0, e1, v, t} */
     for (var l = 1; l < this.B.length; l++) { this.raw.push(null); this.tiles.push({}); }
   }
   Pyramid.prototype.mode = function () {
@@ -288,12 +289,27 @@
     for (l = 0; l < this.B.length; l++) if (this.B[l] * span / this.n >= bins) return l;
     return this.B.length - 1;
   };
+  Pyramid.prototype.exactFor = function (e0, e1) {
+    for (var i = 0; i < this.exact.length; i++) {
+      var w = this.exact[i];
+      if (w.e0 <= e0 && e1 <= w.e1) return w;
+    }
+    return null;
+  };
   Pyramid.prototype.lod = function (m, r0, r1, bins) {
     /* points for [r0, r1]: one per bucket of the level the view wants (or the finest one decoded
        so far: the missing tiles are asked for), at the bucket's first event; g[0] its min, g[1]
        max - min (stacked: the band between them); a point at r1 */
     var n = this.n, e0 = Math.max(0, Math.min(n - 1, Math.ceil(r0))), e1 = Math.max(0, Math.min(n - 1, Math.floor(r1)));
-    var want = this.want(r0, r1, bins), l = want, j0, j1;
+    var want = this.want(r0, r1, bins), l = want, j0, j1, w = this.exactFor(e0, e1);
+    if (w && e1 - e0 + 1 <= 2 * bins && this.n > this.B[this.B.length - 1]) {
+      /* inside a stretch stored event by event, and short enough: every event (a step per event) */
+      var ex = [], v0 = [], v1 = [], tx = [], e;
+      for (e = e0; e <= e1; e++) { ex.push(e); v0.push(w.v[e - w.e0]); v1.push(0); tx.push(this.p.t0_ns + w.t[e - w.e0]); }
+      if (r1 > e1) { ex.push(r1); v0.push(w.v[e1 - w.e0]); v1.push(0); tx.push(null); }
+      return {x: ex, g: [v0, v1], t: tx, exact: true, level: this.B.length - 1, want: want, buckets: e1 - e0 + 1,
+              per: 1, window: w};
+    }
     for (; l >= 0; l--) {
       j0 = this.bucketOf(l, e0); j1 = this.bucketOf(l, e1);
       if (this.ready(l, j0, j1)) break;
@@ -311,6 +327,11 @@
   Pyramid.prototype.bucketAt = function (lod, e) {
     /* the bucket drawn at x = e in the last frame: {level, e0, e1, lo, hi, t} */
     if (!lod || e < -0.5 || e > this.n - 0.5) return null;
+    if (lod.window) {
+      var we = Math.max(lod.window.e0, Math.min(lod.window.e1, Math.round(e))), wv = lod.window.v[we - lod.window.e0];
+      return {level: 'exact', e0: we, e1: we, lo: wv, hi: wv, t: this.p.t0_ns + lod.window.t[we - lod.window.e0],
+              t1: we + 1 <= lod.window.e1 ? this.p.t0_ns + lod.window.t[we + 1 - lod.window.e0] : null};
+    }
     var l = lod.level, j = this.bucketOf(l, Math.max(0, Math.min(this.n - 1, Math.floor(e + 0.5))));
     if (!this.tiles[l][Math.floor(j / this.T)]) return null;
     var b = this.bucket(l, j);
@@ -537,7 +558,14 @@
     var span = Math.max(1, x1 - x0);
     var nit = this.itersInView(), dense = this.u ? !this.itersShown(this.u) : nit > 250;
     var how = fr.lod.exact ? 'every event drawn' : fmtInt(fr.lod.x.length) + ' points (each bin keeps its peak)';
-    if (this.model.summary) {
+    if (this.model.summary && fr.lod.window) {
+      how = 'every event drawn (events ' + fmtInt(fr.lod.window.e0) + '\u2013' + fmtInt(fr.lod.window.e1) +
+        ' are stored one by one)';
+      this.root.setAttribute('data-level', String(fr.lod.level));
+      this.root.setAttribute('data-want', String(fr.lod.want));
+      this.root.setAttribute('data-exact', '1');
+    } else if (this.model.summary) {
+      this.root.setAttribute('data-exact', '0');
       how = 'level ' + fr.lod.level + ' of ' + (this.model.B.length - 1) + ': ' + fmtInt(fr.lod.buckets) +
         ' buckets of ' + (fr.lod.per < 10 ? fr.lod.per.toFixed(1) : fmtInt(fr.lod.per)) + ' events (min and max each)' +
         (fr.lod.level < fr.lod.want ? ', loading level ' + fr.lod.want + '\u2026' :
@@ -637,7 +665,8 @@
   };
   Timeline.prototype.showHover = function (d) {
     if (d && d.bucket) {
-      var rowsB = [['events', fmtInt(d.e0) + ' \u2013 ' + fmtInt(d.e1) + ' (' + fmtInt(d.e1 - d.e0 + 1) + ', level ' + d.level + ')'],
+      var rowsB = [['events', d.level === 'exact' ? 'event ' + fmtInt(d.e0) + ' (stored exactly)' :
+                    fmtInt(d.e0) + ' \u2013 ' + fmtInt(d.e1) + ' (' + fmtInt(d.e1 - d.e0 + 1) + ', level ' + d.level + ')'],
                    ['from', fmtNs(d.t) + (d.t1 === null ? '' : ' to ' + fmtNs(d.t1))],
                    ['live bytes, least', fmtBytes(d.lo) + ' (' + fmtInt(d.lo) + ' B)'],
                    ['live bytes, most', fmtBytes(d.hi) + ' (' + fmtInt(d.hi) + ' B)']];
@@ -784,7 +813,12 @@
       /* a long run: level 0 of the curve's summary and the iteration boundaries */
       var l0 = p.summary.levels[0][0];
       jobs = [inflateDelta(l0.lo), inflateDelta(l0.hi), inflateDelta(l0.t),
-              p.iters_packed ? inflateDelta(p.iters_packed) : Promise.resolve([])];
+              p.iters_packed ? inflateDelta(p.iters_packed) : Promise.resolve([]),
+              Promise.all((p.summary.exact || []).map(function (w) {
+                return Promise.all([inflateDelta(w.v), inflateDelta(w.t)]).then(function (a) {
+                  return {e0: w.e0, e1: w.e1, v: a[0], t: a[1]};
+                });
+              }))];
     } else {
       jobs = names.map(function (k) { return inflate(p.arrays[k]); });
     }
@@ -793,7 +827,7 @@
       var arrs = {}, model, tl;
       if (p.summary) {
         p.iters = list[3];
-        model = new Pyramid(p, root, {lo: list[0], hi: list[1], t: list[2]});
+        model = new Pyramid(p, root, {lo: list[0], hi: list[1], t: list[2]}, list[4]);
         tl = new Timeline(root, p, model);
         model.onload = function () { if (!model.pending()) tl.draw(); };
         root.querySelectorAll('button[data-mode]').forEach(function (b) { b.parentNode.style.display = 'none'; });

@@ -25,6 +25,8 @@ from .timeline_parts import _own_iterations, _reserved_steps
 
 EXACT_MAX_EVENTS = 3_000_000      # more allocations and frees than this on one device: the summary
 LINE_MAX_POINTS = 100_000         # a step line (NVML, reserved) with more change points: its peak per bucket
+EXACT_AROUND_PEAK = 2048          # events each side of the peak stored one by one
+EXACT_WINDOW_MAX = 200_000        # the steady iteration is stored event by event when shorter than this
 
 
 def exact_max_events() -> int:
@@ -105,7 +107,6 @@ def payload(trace: Trace, device: int, b: pd.DataFrame, iterations=None, reserve
              "peak_event": ipk, "end_bytes": int(total[-1]) if n else 0}
     t0 = int(t[0]) if n else 0
     lv = curve_levels.levels(total, t - t0)
-    del total
     tiles = [curve_levels.pack_level(level) for level in lv]
     sizes = [len(level["lo"]) for level in lv]
     del lv
@@ -120,6 +121,12 @@ def payload(trace: Trace, device: int, b: pd.DataFrame, iterations=None, reserve
         lo, hi = int(iters_ev[k]), int(iters_ev[k + 1])
         pad = max(1, (hi - lo) // 20)
         steady = [max(0, lo - pad), min(n - 1, hi + pad)]
+    # stretches of the curve stored event by event: the steady iteration and the peak's surroundings
+    spans = ([steady] if steady and steady[1] - steady[0] < EXACT_WINDOW_MAX else []) + \
+        ([[max(0, ipk - EXACT_AROUND_PEAK), min(n - 1, ipk + EXACT_AROUND_PEAK)]] if n else [])
+    windows = [{"e0": int(a), "e1": int(z), "v": curve_levels.pack_deltas(total[a:z + 1]),
+                "t": curve_levels.pack_deltas(t[a:z + 1] - t0)} for a, z in spans]
+    del total
     nvml = {"x": [], "y": []}
     nv = trace.nvml
     if len(nv):
@@ -140,21 +147,28 @@ def payload(trace: Trace, device: int, b: pd.DataFrame, iterations=None, reserve
             "device": int(device), "events": int(n), "blocks": int(len(b)),
             "t0_ns": t0, "start_epoch_s": float(start_epoch) if isinstance(start_epoch, (int, float)) else None,
             "reserved_view": bool(reserved_view),
-            "summary": {"tile": curve_levels.TILE, "factor": curve_levels.FACTOR, "buckets": sizes, "levels": tiles},
+            "summary": {"tile": curve_levels.TILE, "factor": curve_levels.FACTOR, "buckets": sizes, "levels": tiles,
+                        "exact": windows},
             "iters": [], "iters_packed": curve_levels.pack_deltas(iters_ev) if len(iters_ev) else None,
             "iters_count": int(len(iters_ev)),
             "nvml": nvml, "initial": [-0.5, max(0, n - 1) + 0.5], "steady": steady, "stats": stats}
 
 
 def summary_text(p: dict[str, Any]) -> str:
-    """What the page says was summarised, e.g. "memory curve: 22,716,112 points shown as min/max over
-    2,048 buckets per tile, 4 levels (2,048 to 1,048,576 buckets); zoom for detail"."""
+    """What the page says was summarised, e.g. "memory curve of GPU 0: 22,654,686 points (one per
+    allocation and free) shown as min/max per bucket, 4 levels of 2,048, 16,384, 131,072, 1,048,576
+    buckets ..."."""
     s = p["summary"]
     b = s["buckets"]
     fine = p["events"] / b[-1] if b else 0
+    ex = s.get("exact") or []
+    exact = ("; every event is drawn in " + " and ".join(
+        f"events {w['e0']:,}\u2013{w['e1']:,}" + (" (one steady iteration)" if p.get("steady") and
+                                                  [w["e0"], w["e1"]] == p["steady"] else " (around the peak)")
+        for w in ex)) if ex else ""
     return (f"memory curve of GPU {p['device']}: {p['events']:,} points (one per allocation and free) shown as "
             f"min/max per bucket, {len(b)} level{'s' if len(b) != 1 else ''} of {', '.join(f'{x:,}' for x in b)} "
             f"buckets ({s['tile']:,} per tile, decoded as the view needs them); the finest bucket holds "
-            f"{fine:,.1f} events on average; zoom for detail. Above {exact_max_events():,} events per device the"
+            f"{fine:,.1f} events on average{exact}; zoom for detail. Above {exact_max_events():,} events per device the"
             f" timeline is summarised: the stack by lifetime class or owner and the per-block readout are drawn"
             f" for shorter traces only.")

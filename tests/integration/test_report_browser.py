@@ -360,5 +360,13 @@ def test_summarised_timeline_zooms_into_detail(tmp_path, monkeypatch):
         assert level == 1 and (lo, hi) == ref1[e0]
         assert (lo, hi) == (int(curve[e0:e1 + 1].min()), int(curve[e0:e1 + 1].max()))
         assert f"{hi:,} B" in b.eval("document.querySelector('.pit-tl-hover').innerText")
+
+        # one steady iteration: stored event by event, every event drawn with the curve's exact value
+        b.eval(f"{root}.querySelector('button[data-act=steady]').click()")
+        assert b.eval(f"{root}.getAttribute('data-exact')") == "1"
+        d = b.eval(DRAWN)
+        ev = [(int(x), hi) for x, hi in zip(d["x"], d["hi"]) if x == int(x) and d["range"][0] <= x <= d["range"][1]]
+        assert len(ev) > 10
+        assert all(hi == curve[x] for x, hi in ev)
         assert b.console_errors() == []
         assert [u for u in b.requests() if not u.startswith(("file:", "data:", "blob:"))] == []

@@ -141,6 +141,14 @@ def test_summary_payload_against_the_blocks(monkeypatch):
         assert [x for tl in tiles for x in unpack(tl["lo"])] == lo
         assert [x for tl in tiles for x in unpack(tl["hi"])] == hi
         assert [x + p["t0_ns"] for tl in tiles for x in unpack(tl["t"])] == [int(times[i]) for i in first]
+    # the stretches stored event by event: the steady iteration and around the peak
+    assert len(s["exact"]) == 2
+    assert [s["exact"][0]["e0"], s["exact"][0]["e1"]] == p["steady"]
+    pk = int(np.argmax(curve))
+    assert s["exact"][1]["e0"] <= pk <= s["exact"][1]["e1"]
+    for w in s["exact"]:
+        assert unpack(w["v"]) == curve[w["e0"]:w["e1"] + 1].tolist()
+        assert [x + p["t0_ns"] for x in unpack(w["t"])] == times[w["e0"]:w["e1"] + 1].tolist()
     # the page says what was summarised
     frag = timeline.fragment(p, 0)
     assert f"{n:,} points" in frag and "min/max per bucket" in frag
