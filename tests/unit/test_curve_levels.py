@@ -178,3 +178,29 @@ def test_summary_payload_orders_frees_first_at_one_instant(monkeypatch):
         lo, hi, _ = ref_level(curve, bk)
         assert [x for tl in tiles for x in unpack(tl["lo"])] == lo
         assert [x for tl in tiles for x in unpack(tl["hi"])] == hi
+
+
+def test_a_long_step_line_keeps_its_peak_per_bucket(monkeypatch):
+    """NVML / reserved lines with more change points than LINE_MAX_POINTS: each point drawn is the line's
+    greatest value from there to the next point drawn (the line is a step function: y[i] from x[i] on)."""
+    from pyinterpose.report import timeline_summary
+
+    monkeypatch.setattr(timeline_summary, "LINE_MAX_POINTS", 100)
+    rng = np.random.default_rng(5)
+    n = 40000                                    # events: levels of 2,048 and 16,384 buckets
+    x = np.sort(rng.uniform(-0.5, n - 0.5, 3000))
+    x[:5] = np.sort(rng.uniform(-0.5, 3, 5))
+    y = rng.integers(0, 1 << 40, len(x)).astype(np.int64)
+    out = timeline_summary._line(x, y, n)
+    xs, ys = np.array(out["x"]), np.array(out["y"])
+    assert 100 < len(xs) < len(x) and np.all(np.diff(xs) > 0)
+    assert xs[0] == round(float(x[0]), 2)
+    for k in range(len(xs)):
+        a, b = xs[k], (xs[k + 1] if k + 1 < len(xs) else np.inf)
+        # the line's values over [a, b): the one carried into a (the last change at or before a), and
+        # every change inside
+        vals = [int(v) for xi, v in zip(x, y) if a <= xi < b]
+        before = [int(v) for xi, v in zip(x, y) if xi <= a]
+        if before:
+            vals.append(before[-1])
+        assert ys[k] == max(vals), k
