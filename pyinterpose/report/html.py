@@ -206,7 +206,7 @@ def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
     return facts
 
 
-SERIAL_BLOCKS = 2_000_000     # device blocks (~20 M events) from which the report runs its analyses one at a time
+SERIAL_BLOCKS = 2_000_000     # blocks in the trace (~20 M events) from which the report runs its analyses one at a time
 
 
 def _now(fn: Callable[[], Any]) -> Future:
@@ -214,7 +214,7 @@ def _now(fn: Callable[[], Any]) -> Future:
     f: Future = Future()
     try:
         f.set_result(fn())
-    except BaseException as e:  # noqa: BLE001 - raised again by .result(), as a worker's would be
+    except Exception as e:  # noqa: BLE001 - raised again by .result(), as a worker's would be
         f.set_exception(e)
     return f
 
