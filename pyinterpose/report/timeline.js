@@ -813,7 +813,7 @@
       /* a long run: level 0 of the curve's summary and the iteration boundaries */
       var l0 = p.summary.levels[0][0];
       jobs = [inflateDelta(l0.lo), inflateDelta(l0.hi), inflateDelta(l0.t),
-              p.iters_packed ? inflateDelta(p.iters_packed) : Promise.resolve([]),
+              Promise.resolve([]),   /* the iteration boundaries: decoded after the first view (below) */
               Promise.all((p.summary.exact || []).map(function (w) {
                 return Promise.all([inflateDelta(w.v), inflateDelta(w.t)]).then(function (a) {
                   return {e0: w.e0, e1: w.e1, v: a[0], t: a[1]};
@@ -842,12 +842,23 @@
       }
       lap('model');
       root.pitTimeline = tl;
-      if (p.iters.length < 2) root.querySelector('button[data-act="steady"]').disabled = true;
+      if (p.summary ? !p.steady : p.iters.length < 2) root.querySelector('button[data-act="steady"]').disabled = true;
       tl.draw();
       lap('main');
       tl.drawMini();
       tl.bind();
       lap('minimap');
+      if (p.summary && p.iters_packed) {
+        /* a long run's iteration boundaries (hundreds of thousands): decoded once the first view is
+           drawn (zoomed out that far they are too dense to mark anyway), then marked */
+        root.setAttribute('data-iters', 'pending');
+        inflateDelta(p.iters_packed).then(function (it) {
+          p.iters = it;
+          tl.draw();
+          tl.legend(model.mode(), tl.lines());
+          root.setAttribute('data-iters', 'ok');
+        });
+      }
       root.setAttribute('data-timeline', 'ok');
       root.setAttribute('data-mode', tl.modeName);
       root.setAttribute('data-ms', String(Math.round(performance.now() - t0)));

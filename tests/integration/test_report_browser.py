@@ -281,7 +281,7 @@ def _ref_curve(tr, device=0):
         if r.freed:
             ev.append((int(r.t_free), 0, -int(r.size)))
     ev.sort(key=lambda e: (e[0], e[1]))
-    return np.cumsum([e[2] for e in ev]).astype(np.int64)
+    return np.cumsum([e[2] for e in ev]).astype(np.int64), np.array([e[0] for e in ev], np.int64)
 
 
 def _ref_buckets(curve, buckets):
@@ -301,7 +301,7 @@ def test_summarised_timeline_zooms_into_detail(tmp_path, monkeypatch):
 
     monkeypatch.setenv("PYINTERPOSE_TIMELINE_EXACT_MAX", "1000")     # this trace's 72 k events: summarised
     tr = training_trace(iterations=3000)
-    curve = _ref_curve(tr)
+    curve, times = _ref_curve(tr)
     n = len(curve)
     assert n > 16384                                                 # two levels: 2 048 and 16 384 buckets
     page = tmp_path / "long.html"
@@ -323,6 +323,15 @@ def test_summarised_timeline_zooms_into_detail(tmp_path, monkeypatch):
         pts = {x: (lo, hi) for x, lo, hi in zip(d["x"], d["lo"], d["hi"]) if x in ref0}
         assert pts == ref0
         assert max(d["hi"]) == int(curve.max()) == peak_live_bytes(tr.device_blocks)
+        # the iteration boundaries, decoded after the first view: the first event at or after each
+        for _ in range(100):
+            if b.eval(f"{root}.getAttribute('data-iters')") == "ok":
+                break
+            b.eval("new Promise(function(r){setTimeout(r,50)})")
+        from pyinterpose.analysis.iterations import find_iterations
+        bt = np.asarray(find_iterations(tr).boundaries_t, np.int64)
+        assert len(bt) > 1000
+        assert b.eval(f"Array.from({root}.pitTimeline.p.iters)") == np.searchsorted(times, bt, side="left").tolist()
         # level 1 is not decoded before the view needs it
         assert b.eval(f"Object.keys({root}.pitTimeline.model.tiles[1]).length") == 0
         b.element_screenshot(os.path.join(out, "summary-whole-run.png"), ".pit-tl")
