@@ -23,11 +23,8 @@ from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
 from .iterations import find_iterations
 from .lifetimes import classify
-
-INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
-INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", "end_seq",
-                    "ati_ns", "kind", "block_kind", "api", "freed", "counts_device"]
-
+from . import intervals
+from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
 
 def _select_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
     b = trace.blocks
@@ -51,144 +48,12 @@ def access_intervals(trace: Trace, pid: int | None = None) -> pd.DataFrame:
     (block_id, start_seq).  Accesses outside the block's [seq_alloc, seq_free] window
     or naming unknown blocks are ignored.
 
-    Computed once per trace and process (``Trace.derived``): the table is shared, callers
-    must not modify it in place.
+    The whole table at once (at 100 M events ~3 GB): the analyses read it a piece of blocks at a
+    time instead (:func:`pyinterpose.analysis.intervals.pieces`, the same rows).  Computed once per
+    trace and process (``Trace.derived``): the table is shared, callers must not modify it in place.
     """
     key = ("access.intervals", None if pid is None else int(pid))
-    return trace.derived(key, lambda: _intervals(trace, pid))
-
-
-def _block_rows(trace: Trace, pid: int | None) -> np.ndarray:
-    """Rows of ``trace.blocks`` of the process (all with ``pid`` None), in block_id order."""
-    b = trace.blocks
-    rows = np.flatnonzero(b["pid"].to_numpy() == pid) if pid is not None else np.arange(len(b))
-    bid = b["block_id"].to_numpy(np.int64)[rows]
-    if len(bid) > 1 and not (np.diff(bid) > 0).all():
-        rows = rows[np.argsort(bid, kind="stable")]
-    return rows
-
-
-def _intervals(trace: Trace, pid: int | None) -> pd.DataFrame:
-    b = trace.blocks
-    rows = _block_rows(trace, pid)
-    nb = len(rows)
-    all_bid = b["block_id"].to_numpy(np.int64)
-    bid = all_bid[rows]
-    seq_alloc = b["seq_alloc"].to_numpy(np.int64)[rows]
-    seq_free = b["seq_free"].to_numpy(np.int64)[rows]
-
-    a = trace.accesses
-    a_bid = a["block_id"].to_numpy(np.int64)
-    seq_alloc = np.ascontiguousarray(seq_alloc)
-    seq_free = np.ascontiguousarray(seq_free)
-    if nb and len(a_bid):
-        # block row of each access: a direct table when block ids are small (the reader's: dense)
-        hi = int(bid[-1]) if len(bid) else -1
-        if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + len(a_bid)) + 1024:
-            lut = np.full(hi + 2, -1, dtype=np.int32)
-            lut[bid] = np.arange(nb, dtype=np.int32)
-            row = lut[np.clip(a_bid, -1, hi + 1)]
-        else:
-            pos = np.searchsorted(bid, a_bid)
-            pos_c = np.minimum(pos, nb - 1)
-            row = np.where((pos < nb) & (bid[pos_c] == a_bid), pos_c, -1).astype(np.int32)
-    else:
-        row = np.full(len(a_bid), -1, np.int32)
-    # touches per block (C: grouped, in seq order, one per seq), then the intervals between them
-    from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
-
-    def ptr(x):
-        return ffi.from_buffer({"<i8": "int64_t[]", "<i4": "int32_t[]", "|i1": "int8_t[]"}[x.dtype.str], x)
-
-    t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
-    t_free = b["t_free"].to_numpy(np.int64)[rows]
-    a_seq = np.ascontiguousarray(a["seq"].to_numpy(np.int64))
-    a_t = np.ascontiguousarray(a["t"].to_numpy(np.int64))
-    dev = _device_times(trace, pid, rows, a, a_seq, a_t)
-    if dev is not None:          # device clock: blocks' host events placed on it; touches by access row
-        t_alloc, t_free, a_start, a_end = dev
-        a_t = np.arange(len(a_t), dtype=np.int64)
-    t_alloc, t_free = np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free)
-    cnt = np.zeros(nb, np.int64)
-    touch_seq = np.empty(len(a_bid), np.int64)
-    touch_t = np.empty(len(a_bid), np.int64)
-    n_touch = lib.pi_access_touches(nb, ptr(seq_alloc), ptr(seq_free), len(a_bid), ptr(row),
-                                    ptr(a_seq), ptr(a_t), ptr(cnt), ptr(touch_seq), ptr(touch_t))
-    if n_touch < 0:
-        raise MemoryError("out of memory building access intervals")
-    del row, a_t
-    m = int(n_touch) + nb
-    start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
-    start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
-    code = np.empty(m, np.int8)
-    if dev is None:
-        lib.pi_access_intervals(nb, ptr(seq_alloc), ptr(seq_free), ptr(t_alloc), ptr(t_free), ptr(cnt),
-                                ptr(touch_seq), ptr(touch_t), ptr(start_seq), ptr(end_seq), ptr(start_t),
-                                ptr(end_t), ptr(code))
-    else:
-        # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
-        # the next touch STARTS (its device start): the intervals of the touches' ends give the
-        # starts, those of their starts give the ends (alloc and free are the same in both)
-        k = touch_t[:int(n_touch)]
-        scratch = np.empty(m, np.int64)
-        for times, out_start, out_end in ((a_end, start_t, scratch), (a_start, scratch, end_t)):
-            lib.pi_access_intervals(nb, ptr(seq_alloc), ptr(seq_free), ptr(t_alloc), ptr(t_free), ptr(cnt),
-                                    ptr(touch_seq), ptr(np.ascontiguousarray(times[k])), ptr(start_seq),
-                                    ptr(end_seq), ptr(out_start), ptr(out_end), ptr(code))
-        del scratch, k, a_start, a_end
-        np.maximum(end_t, start_t, out=end_t)      # accesses overlapping on concurrent streams: 0
-    del touch_seq, touch_t, t_alloc, t_free
-    rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
-    out = pd.DataFrame({
-        "block_id": all_bid[rows_of_interval],
-        "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
-        "size": b["size"].to_numpy(np.int64)[rows_of_interval],
-        "start_t": start_t,
-        "end_t": end_t,
-        "start_seq": start_seq,
-        "end_seq": end_seq,
-        "ati_ns": end_t - start_t,
-        "kind": pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
-        "block_kind": _take_category(b["kind"], rows_of_interval),
-        "api": _take_category(b["api"], rows_of_interval),
-        "freed": b["freed"].to_numpy(bool)[rows_of_interval],
-        "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
-    }, copy=False)   # fresh arrays: no consolidation copy
-    return out
-
-
-def _device_times(trace: Trace, pid: int | None, rows: np.ndarray, a, a_seq: np.ndarray, a_t: np.ndarray):
-    """On the device clock (:mod:`.clock`): (t_alloc, t_free of the blocks' ``rows``, start and end of
-    every access) on it; None when every process concerned is on the CPU clock."""
-
-    b = trace.blocks
-    pids = [pid] if pid is not None else sorted({int(x) for x in b["pid"].to_numpy()[rows]})
-    clocks = {p: clock_of(trace, p) for p in pids}
-    if not any(c.device for c in clocks.values()):
-        return None
-    t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
-    t_free = b["t_free"].to_numpy(np.int64)[rows]
-    sa, sf = b["seq_alloc"].to_numpy(np.int64)[rows], b["seq_free"].to_numpy(np.int64)[rows]
-    a_start, a_end = a_t.copy(), a_t.copy()
-    b_pid = b["pid"].to_numpy()[rows]
-    a_pid = a["pid"].to_numpy()
-    for p, c in clocks.items():
-        if not c.device:
-            continue
-        mb = slice(None) if len(pids) == 1 else b_pid == p
-        t_alloc, t_free = t_alloc.copy(), t_free.copy()
-        t_alloc[mb] = c.host_times(sa[mb], t_alloc[mb])
-        t_free[mb] = c.host_times(sf[mb], t_free[mb])
-        ma = a_pid == p
-        a_start[ma], a_end[ma] = c.op_times(a_seq[ma], a_t[ma])
-    return t_alloc, t_free, a_start, a_end
-
-
-def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:
-    """col[rows] as a Categorical without materialising strings (fast on millions of rows)."""
-    if not isinstance(col.dtype, pd.CategoricalDtype):
-        col = col.astype("category")
-    return pd.Categorical.from_codes(col.cat.codes.to_numpy()[rows], dtype=col.dtype)
+    return trace.derived(key, lambda: intervals.whole(trace, pid))
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,278 @@
+"""The access intervals of one process, made piece by piece (issue 30: bounded memory).
+
+:func:`pyinterpose.analysis.access.access_intervals` is one table with a row per interval between two
+touches of a block: at 100 M events ~50 M rows of 13 columns, 3.4 GB.  The analyses that read it
+(``access``, ``swap``, ``compare``) need it only a piece at a time, so it is made here in pieces:
+
+1. :func:`touches` — one pass over the accesses, a range of rows at a time (``trace.chunking``): each
+   access's block, then the touches grouped by block in seq order, one per seq (``pi_access_touches``
+   in ``native/reader/intervals.c``).  16 bytes per access (its seq, and its CPU time or, on the device
+   clock, its access row) plus 8 per block; the pages of the cached access columns read on the way are
+   given back (:mod:`pyinterpose.trace.pages`).
+2. :func:`pieces` — the intervals of a range of blocks at a time (about ``chunk_rows()`` intervals,
+   cut only where the block id changes), each piece exactly the rows the whole table holds for those
+   blocks, in the same order and with the same columns and types: ``pd.concat(list(pieces(...)))``
+   *is* ``access_intervals``.  On the device clock the touches' times are read from the clock for
+   the piece's touches only (the clock's functions are element-wise).
+
+The pieces come in block order; an analysis folds them into per-piece partial results and merges
+those (``access.analyze``, ``swap.prepare``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..trace import chunking, pages
+from ..trace.model import Trace
+from .clock import clock_of
+
+INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
+INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", "end_seq",
+                    "ati_ns", "kind", "block_kind", "api", "freed", "counts_device"]
+
+
+@dataclass
+class Touches:
+    """The touches of one process's blocks, grouped by block (see the module docstring)."""
+
+    rows: np.ndarray          # rows of trace.blocks of the process, in block_id order
+    bid: np.ndarray           # int64: their block ids (ascending)
+    cnt: np.ndarray           # int64: distinct touches of each block (rows order)
+    off: np.ndarray           # int64, len(rows) + 1: where each block's touches start in seq / t
+    seq: np.ndarray           # int64: the touches' seq, grouped by block, ascending within a block
+    t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None)
+    clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
+
+    @property
+    def n_intervals(self) -> int:
+        return int(self.off[-1]) + len(self.rows)
+
+
+def block_rows(trace: Trace, pid: int | None) -> np.ndarray:
+    """Rows of ``trace.blocks`` of the process (all with ``pid`` None), in block_id order."""
+    b = trace.blocks
+    rows = np.flatnonzero(b["pid"].to_numpy() == pid) if pid is not None else np.arange(len(b))
+    bid = b["block_id"].to_numpy(np.int64)[rows]
+    if len(bid) > 1 and not (np.diff(bid) > 0).all():
+        rows = rows[np.argsort(bid, kind="stable")]
+    return rows
+
+
+def _ptr(x):
+    from .._core import ffi  # lazy: compiled cffi module, absent from an unbuilt tree
+    return ffi.from_buffer({"<i8": "int64_t[]", "<i4": "int32_t[]", "|i1": "int8_t[]"}[x.dtype.str], x)
+
+
+def _col(table: pd.DataFrame, name: str) -> np.ndarray:
+    return np.ascontiguousarray(table[name].to_numpy(np.int64))
+
+
+def _device_clocks(trace: Trace, pid: int | None, rows: np.ndarray) -> dict | None:
+    b = trace.blocks
+    pids = [pid] if pid is not None else sorted({int(x) for x in b["pid"].to_numpy()[rows]})
+    clocks = {p: clock_of(trace, p) for p in pids}
+    return clocks if any(c.device for c in clocks.values()) else None
+
+
+def touches(trace: Trace, pid: int | None) -> Touches:
+    """The touches of the process's blocks (all processes' with ``pid`` None), computed once per trace
+    and process (``Trace.derived``; shared, read-only)."""
+    key = ("access.touches", None if pid is None else int(pid))
+    return trace.derived(key, lambda: _touches(trace, pid))
+
+
+def _touches(trace: Trace, pid: int | None) -> Touches:
+    from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
+
+    b = trace.blocks
+    rows = block_rows(trace, pid)
+    nb = len(rows)
+    all_bid = b["block_id"].to_numpy(np.int64)
+    bid = all_bid[rows]
+    seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
+    seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
+    a = trace.accesses
+    na = len(a)
+    clocks = _device_clocks(trace, pid, rows) if nb else None
+    # block row of each access, a range of accesses at a time: a direct table when block ids are
+    # small (the reader's: dense), else a search
+    row = np.full(na, -1, np.int32)
+    if nb and na:
+        a_bid = a["block_id"].to_numpy(np.int64)
+        hi = int(bid[-1])
+        lut = None
+        if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + na) + 1024:
+            lut = np.full(hi + 2, -1, dtype=np.int32)
+            lut[bid] = np.arange(nb, dtype=np.int32)
+        for s, e in chunking.spans(na):
+            x = a_bid[s:e]
+            if lut is not None:
+                row[s:e] = lut[np.clip(x, -1, hi + 1)]
+            else:
+                pos = np.searchsorted(bid, x)
+                pos_c = np.minimum(pos, nb - 1)
+                row[s:e] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
+            pages.release(a_bid, s, e)
+        del lut
+    a_seq = _col(a, "seq")
+    # on the device clock a touch keeps its access row: its times are read from the clock per piece
+    a_t = np.arange(na, dtype=np.int64) if clocks is not None else _col(a, "t")
+    cnt = np.zeros(nb, np.int64)
+    t_seq = np.empty(na, np.int64)
+    t_t = np.empty(na, np.int64)
+    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq), _ptr(a_t),
+                              _ptr(cnt), _ptr(t_seq), _ptr(t_t))
+    if n < 0:
+        raise MemoryError("out of memory building access intervals")
+    del row, a_t
+    pages.release_all(a_seq, a["t"].to_numpy())
+    n = int(n)
+    if n < na:          # keep only what is used (a copy now, the full-length arrays go)
+        t_seq, t_t = t_seq[:n].copy(), t_t[:n].copy()
+    off = np.zeros(nb + 1, np.int64)
+    np.cumsum(cnt, out=off[1:])
+    return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
+
+
+def spans(tc: Touches, size: int | None = None) -> list[tuple[int, int]]:
+    """Block ranges ``(r0, r1)`` (indices into ``tc.rows``) of about ``size`` (``chunk_rows()``)
+    intervals each, cut only between blocks of different ids (a run of one id stays in one piece)."""
+    nb = len(tc.rows)
+    if nb == 0:
+        return []
+    size = size or chunking.chunk_rows()
+    if tc.n_intervals <= size:
+        return [(0, nb)]
+    ends = tc.off[1:] + np.arange(1, nb + 1)         # intervals up to and including each block
+    cuts, r0 = [], 0
+    while r0 < nb:
+        base = int(ends[r0 - 1]) if r0 else 0
+        r1 = int(np.searchsorted(ends, base + size, side="right"))
+        r1 = max(r1, r0 + 1)
+        cuts.append((r0, min(r1, nb)))
+        r0 = min(r1, nb)
+    return _whole_ids(cuts, tc)
+
+
+def _whole_ids(cuts: list, tc: Touches) -> list[tuple[int, int]]:
+    """Merge the pieces that would split a run of rows of one block id (ids repeated in the blocks)."""
+    ids = tc.bid
+    if len(cuts) < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return cuts
+    out = [list(cuts[0])]
+    for r0, r1 in cuts[1:]:
+        if ids[r0] == ids[r0 - 1]:
+            out[-1][1] = r1
+        else:
+            out.append([r0, r1])
+    return [(x, y) for x, y in out]
+
+
+def pieces(trace: Trace, pid: int | None, size: int | None = None):
+    """The rows of ``access_intervals(trace, pid)`` for a range of blocks at a time (DataFrames with
+    its columns, in its order; see the module docstring)."""
+    tc = touches(trace, pid)
+    for r0, r1 in spans(tc, size):
+        yield piece(trace, tc, r0, r1)
+
+
+def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
+    """The intervals of the blocks ``tc.rows[r0:r1]``."""
+    from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
+
+    b = trace.blocks
+    rows = tc.rows[r0:r1]
+    nb = len(rows)
+    k0, k1 = int(tc.off[r0]), int(tc.off[r1])
+    cnt = np.ascontiguousarray(tc.cnt[r0:r1])
+    seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
+    seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
+    t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
+    t_free = b["t_free"].to_numpy(np.int64)[rows]
+    tseq = tc.seq[k0:k1]
+    m = (k1 - k0) + nb
+    start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
+    start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
+    code = np.empty(m, np.int8)
+    if tc.clocks is None:
+        t_alloc, t_free = np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free)
+        lib.pi_access_intervals(nb, _ptr(seq_alloc), _ptr(seq_free), _ptr(t_alloc), _ptr(t_free), _ptr(cnt),
+                                _ptr(tseq), _ptr(tc.t[k0:k1]), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
+                                _ptr(end_t), _ptr(code))
+    else:
+        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, tc.t[k0:k1], seq_alloc, seq_free,
+                                                        t_alloc, t_free)
+        # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
+        # the next touch STARTS (its device start): the intervals of the touches' ends give the
+        # starts, those of their starts give the ends (alloc and free are the same in both)
+        scratch = np.empty(m, np.int64)
+        for times, out_start, out_end in ((a_end, start_t, scratch), (a_start, scratch, end_t)):
+            lib.pi_access_intervals(nb, _ptr(seq_alloc), _ptr(seq_free), _ptr(t_alloc), _ptr(t_free), _ptr(cnt),
+                                    _ptr(tseq), _ptr(times), _ptr(start_seq), _ptr(end_seq), _ptr(out_start),
+                                    _ptr(out_end), _ptr(code))
+        del scratch, a_start, a_end
+        np.maximum(end_t, start_t, out=end_t)      # accesses overlapping on concurrent streams: 0
+    rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
+    out = pd.DataFrame({
+        "block_id": b["block_id"].to_numpy(np.int64)[rows_of_interval],
+        "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
+        "size": b["size"].to_numpy(np.int64)[rows_of_interval],
+        "start_t": start_t,
+        "end_t": end_t,
+        "start_seq": start_seq,
+        "end_seq": end_seq,
+        "ati_ns": end_t - start_t,
+        "kind": pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
+        "block_kind": _take_category(b["kind"], rows_of_interval),
+        "api": _take_category(b["api"], rows_of_interval),
+        "freed": b["freed"].to_numpy(bool)[rows_of_interval],
+        "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
+    }, copy=False)   # fresh arrays: no consolidation copy
+    return out
+
+
+def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, seq_alloc, seq_free,
+                  t_alloc, t_free):
+    """On the device clock (:mod:`.clock`): the blocks' allocations and frees placed on it, and the
+    start and end of each touch (``k``: their access rows), all contiguous int64."""
+    b = trace.blocks
+    a = trace.accesses
+    clocks = tc.clocks
+    a_seq = a["seq"].to_numpy(np.int64)[k]
+    a_t = a["t"].to_numpy(np.int64)[k]
+    a_start, a_end = a_t.copy(), a_t.copy()
+    t_alloc, t_free = t_alloc.copy(), t_free.copy()
+    one = len(clocks) == 1
+    b_pid = None if one else b["pid"].to_numpy()[rows]
+    a_pid = a["pid"].to_numpy()[k]
+    for p, c in clocks.items():
+        if not c.device:
+            continue
+        mb = slice(None) if one else b_pid == p
+        t_alloc[mb] = c.host_times(seq_alloc[mb], t_alloc[mb])
+        t_free[mb] = c.host_times(seq_free[mb], t_free[mb])
+        ma = a_pid == p
+        if ma.all():
+            a_start[:], a_end[:] = c.op_times(a_seq, a_t)
+        else:
+            a_start[ma], a_end[ma] = c.op_times(a_seq[ma], a_t[ma])
+    return (np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free), np.ascontiguousarray(a_start),
+            np.ascontiguousarray(a_end))
+
+
+def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:
+    """col[rows] as a Categorical without materialising strings (fast on millions of rows)."""
+    if not isinstance(col.dtype, pd.CategoricalDtype):
+        col = col.astype("category")
+    return pd.Categorical.from_codes(col.cat.codes.to_numpy()[rows], dtype=col.dtype)
+
+
+def whole(trace: Trace, pid: int | None) -> pd.DataFrame:
+    """All the intervals as one table (one piece of every block)."""
+    tc = touches(trace, pid)
+    if len(tc.rows) == 0:
+        return piece(trace, tc, 0, 0)
+    return piece(trace, tc, 0, len(tc.rows))
