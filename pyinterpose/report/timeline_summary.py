@@ -38,38 +38,60 @@ def exact_max_events() -> int:
         return EXACT_MAX_EVENTS
 
 
+def _sorted_stable(a: np.ndarray) -> np.ndarray | None:
+    """None when ``a`` is already non-decreasing, else its stable argsort."""
+    if len(a) < 2 or bool((a[1:] >= a[:-1]).all()):
+        return None
+    return np.argsort(a, kind="stable")
+
+
 def device_curve(trace: Trace, b: pd.DataFrame, with_events: bool = False):
     """(t, total[, a_ev, f_ev]): the device's allocations and frees in the timeline's order (by time on the
     process's clock, frees before allocations at the same instant, then in block order) with their
     times and the live bytes after each; ``a_ev``/``f_ev`` the event index of each block's allocation
-    and free (-1: never freed), as the exact payload numbers them."""
+    and free (-1: never freed), as the exact payload numbers them.
+
+    The order is that of one stable sort of (time, allocation after free) over the frees then the
+    allocations, found without sorting both together: the allocations (in block order, usually sorted
+    already) and the frees are each put in (time, block order), then merged (a free goes before the
+    allocations at its instant): half the sort and none of its 2n-long keys and permutation."""
     freed = b["freed"].to_numpy(bool)
     nb = len(b)
-    nf = int(freed.sum())
     t_alloc, t_free = block_times(trace, b)
-    key = np.concatenate([t_free[freed], t_alloc])
-    del t_alloc, t_free
-    if len(key) and int(key.min()) >= 0 and int(key.max()) < (1 << 61):
-        key *= 2
-        key[nf:] += 1
-        order = np.argsort(key, kind="stable")
-        t = key[order]
-        t >>= 1
-    else:
-        is_alloc = np.r_[np.zeros(nf, bool), np.ones(nb, bool)]
-        order = np.lexsort((is_alloc, key))
-        t = key[order]
-    del key
+    ia = _sorted_stable(t_alloc)
+    ta = t_alloc if ia is None else t_alloc[ia]
+    del t_alloc
+    frows = np.flatnonzero(freed)
+    tf = t_free[frows]
+    del t_free
+    of = _sorted_stable(tf)
+    if of is not None:
+        tf, frows = tf[of], frows[of]
+        del of
+    nf = len(tf)
+    pf = np.searchsorted(ta, tf, side="left")       # allocations strictly before each free
+    pf += np.arange(nf, dtype=pf.dtype)
+    pa = np.searchsorted(tf, ta, side="right")      # frees at or before each allocation
+    pa += np.arange(nb, dtype=pa.dtype)
+    n = nf + nb
+    t = np.empty(n, np.int64)
+    t[pf] = tf
+    t[pa] = ta
+    del tf, ta
     size = counted_bytes(b)
-    d = np.concatenate([-size[freed], size])[order]
+    d = np.empty(n, np.int64)
+    d[pf] = -size[frows]
+    d[pa] = size if ia is None else size[ia]
     total = np.cumsum(d, out=d)
     if not with_events:
         return t, total
-    pos = np.empty(len(order), np.int64)
-    pos[order] = np.arange(len(order), dtype=np.int64)
-    a_ev = pos[nf:].copy()
+    a_ev = np.empty(nb, np.int64)
+    if ia is None:
+        a_ev[:] = pa
+    else:
+        a_ev[ia] = pa
     f_ev = np.full(nb, -1, np.int64)
-    f_ev[freed] = pos[:nf]
+    f_ev[frows] = pf
     bad = freed & (f_ev < a_ev)
     f_ev[bad] = a_ev[bad]
     return t, total, a_ev, f_ev
