@@ -204,3 +204,31 @@ def test_a_long_step_line_keeps_its_peak_per_bucket(monkeypatch):
         if before:
             vals.append(before[-1])
         assert ys[k] == max(vals), k
+
+
+def test_device_curve_rows_out_of_time_order():
+    """Rows not in allocation order and times rounded (ties): the curve, its times and each block's
+    allocation/free event are those of one stable sort by (time, free before allocation), row order
+    breaking ties: the reference sorts the events of the rows as given."""
+    from pyinterpose.report.timeline_summary import device_curve
+
+    tr = training_trace(iterations=200)
+    b = tr.blocks[tr.blocks["counts_device"]].sample(frac=1.0, random_state=3).copy()
+    for c in ("t_alloc", "t_free"):
+        b[c] = (b[c].to_numpy() // 3000) * 3000
+    ev = []
+    for k, r in enumerate(b.itertuples()):
+        ev.append((int(r.t_alloc), 1, int(r.size), k))
+        if r.freed:
+            ev.append((int(r.t_free), 0, -int(r.size), k))
+    # frees of all rows (row order) then allocations (row order), sorted stably by (time, kind)
+    ev = sorted([e for e in ev if e[1] == 0] + [e for e in ev if e[1] == 1], key=lambda e: (e[0], e[1]))
+    t, total, a_ev, f_ev = device_curve(tr, b, with_events=True)
+    assert t.tolist() == [e[0] for e in ev]
+    assert total.tolist() == np.cumsum([e[2] for e in ev]).tolist()
+    a_ref = {e[3]: i for i, e in enumerate(ev) if e[1] == 1}
+    # a block freed at the instant of its allocation: its free sorts first; its free event is put
+    # at its allocation (lifetime 0), as the exact payload does
+    f_ref = {e[3]: max(i, a_ref[e[3]]) for i, e in enumerate(ev) if e[1] == 0}
+    assert a_ev.tolist() == [a_ref[k] for k in range(len(b))]
+    assert f_ev.tolist() == [f_ref.get(k, -1) for k in range(len(b))]
