@@ -193,4 +193,7 @@ def summary_text(p: dict[str, Any]) -> str:
             f"buckets ({s['tile']:,} per tile, decoded as the view needs them); the finest bucket holds "
             f"{fine:,.1f} events on average{exact}; zoom for detail. Above {exact_max_events():,} events per device the"
             f" timeline is summarised: the stack by lifetime class or owner and the per-block readout are drawn"
-            f" for shorter traces only.")
+            f" for shorter traces only."
+            + (" The dashed reserved line is drawn flat at the simulated allocator's peak (its curve along the run"
+               " is not replayed for a summarised run)." if p.get("reserved_line") and "x" not in p["reserved_line"]
+               else ""))

@@ -308,6 +308,7 @@ def test_summarised_timeline_zooms_into_detail(tmp_path, monkeypatch):
     page.write_text(html.render(html.build(tr, bandwidth=16, time_limit=1.0)), encoding="utf-8")
     text = page.read_text(encoding="utf-8")
     assert f"memory curve of GPU 0: {n:,} points" in text and "2 levels of 2,048, 16,384 buckets" in text
+    assert "reserved line is drawn flat at the simulated allocator" in text
     out = artifacts_dir(tmp_path)
     with Browser(str(tmp_path / "profile"), 1400, 1000) as b:
         b.open(page.as_uri())
@@ -332,6 +333,9 @@ def test_summarised_timeline_zooms_into_detail(tmp_path, monkeypatch):
         bt = np.asarray(find_iterations(tr).boundaries_t, np.int64)
         assert len(bt) > 1000
         assert b.eval(f"Array.from({root}.pitTimeline.p.iters)") == np.searchsorted(times, bt, side="left").tolist()
+        # the reserved line: flat at the pools analysis' simulated PyTorch peak (no replay for a long run)
+        rl = b.eval(f"{root}.pitTimeline.p.reserved_line")
+        assert "x" not in rl and rl["y"] > 0
         # level 1 is not decoded before the view needs it
         assert b.eval(f"Object.keys({root}.pitTimeline.model.tiles[1]).length") == 0
         b.element_screenshot(os.path.join(out, "summary-whole-run.png"), ".pit-tl")
