@@ -120,6 +120,9 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     step(0.2, "swap planning")
     sp = guarded._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
     trace.forget("access.intervals")
+    # the accesses' per-block touches too: read by the access intervals and the swap problem, both made
+    # by now (at 10 M events 150 MB kept to the end otherwise; nothing after this reads them again)
+    trace.forget("access.touches")
     # the swap evaluation and the Pareto sweep: one list of tasks, worked through by a worker
     # thread now and by this thread too once its own sections are built (two busy threads,
     # the C scheduler releasing the GIL, and never more runs at once than that)
