@@ -62,6 +62,7 @@ LOAD_CODE = ("import sys, pyinterpose; t = pyinterpose.load(sys.argv[1]); "
 # on that cache unless --no-cache, which also gives "load" for every command's first step.
 NO_CACHE = False
 RSS_CAP_MB = 0      # --rss-cap-mb: a child whose RSS passes this is killed (0: never)
+KEEP_OUTPUTS = ""   # --keep-outputs: the commands' output files are moved there (e.g. the report, for bench_report.py)
 RSS_TARGET_MB = 2048
 # issue 30 (traces of 50 M events and more): 60 s per command, 120 s for report and exports, 4 GiB
 LONG_EVENTS, LONG_RSS_TARGET_MB = 50_000_000, 4096
@@ -196,9 +197,12 @@ def time_command(name: str, trace: str, outdir: str, timeout: float, events: int
     r = run_child(full, timeout, env=env)
     if name != "load":
         r["cache"] = not NO_CACHE
-    if argv is not None:   # the outputs (a 10 M memory-viz pickle is ~300 MB) are not kept
+    if argv is not None:   # the outputs (a 10 M memory-viz pickle is ~300 MB) are not kept, unless --keep-outputs
         for f in glob.glob(out + "*"):
-            os.remove(f)
+            if KEEP_OUTPUTS:
+                shutil.move(f, os.path.join(KEEP_OUTPUTS, os.path.basename(f)))
+            else:
+                os.remove(f)
     rss_target = RSS_TARGET_MB
     if events >= LONG_EVENTS:     # issue 30's targets for long runs
         target, rss_target = (120 if target == 15 else 60), LONG_RSS_TARGET_MB
@@ -248,9 +252,13 @@ def main() -> int:
                          "(recorded as killed_over_rss_mb; 0: no cap)")
     ap.add_argument("--no-cache", action="store_true",
                     help="every command reads the trace file itself (no columnar cache beside the trace)")
+    ap.add_argument("--keep-outputs", metavar="DIR", default="",
+                    help="move each command's output files (report HTML, exports) into DIR instead of deleting them")
     args = ap.parse_args()
-    global NO_CACHE, RSS_CAP_MB
-    NO_CACHE, RSS_CAP_MB = args.no_cache, args.rss_cap_mb
+    global NO_CACHE, RSS_CAP_MB, KEEP_OUTPUTS
+    NO_CACHE, RSS_CAP_MB, KEEP_OUTPUTS = args.no_cache, args.rss_cap_mb, args.keep_outputs
+    if KEEP_OUTPUTS:
+        os.makedirs(KEEP_OUTPUTS, exist_ok=True)
     names = [c for c in args.commands.split(",") if c]
     bad = [c for c in names if c not in COMMANDS]
     if bad:

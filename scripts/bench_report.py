@@ -9,7 +9,15 @@ navigation start until every timeline is drawn (``timelines_ms``) and the
 timeline script's own share (decode + model + first draw, ``script_ms``); ``script_start_ms``
 is when our script began, i.e. after the page and the inlined chart library (uPlot) were parsed;
 ``dom_interactive_ms`` when the whole page was parsed; ``phases_ms`` splits our script per
-timeline into JSON parse, inflate, model, main view and minimap.
+timeline into JSON parse, inflate, model, main view and minimap.  Every time is measured in the page
+(``performance.now()``).  A long run's summarised timeline (report/timeline_summary.py) also gets
+``detail_ms``: from asking for 1/2000 of the run around its middle until the finest level's tiles
+are decoded and drawn.
+
+The issue-30 figures (the report written by the CLI under the 100 M-event flock, then opened here):
+
+    flock /work/bench/big.lock prlimit --as=12000000000 python -m pyinterpose report TRACE -o R.html -f --bandwidth 25
+    python scripts/bench_report.py TRACE --html R.html --runs 3
 
 A ~1 M-event trace: ``pyinterpose run --simulated-gpu -o big.pit -- python -m
 pyinterpose.examples.simtrain --steps 1240 --layers 100`` (995,080 alloc/free events).
@@ -26,6 +34,23 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+
+
+ZOOM = """new Promise(function (resolve) {
+  var root = document.querySelector('.pit-tl'), tl = root.pitTimeline, m = tl.model;
+  if (!m.summary) { resolve(null); return; }
+  var n = m.n, t0 = performance.now(), a = n / 2, w = Math.max(8, n / 2000);
+  tl.setRange(a, a + w);
+  (function poll() {
+    if (root.getAttribute('data-level') === root.getAttribute('data-want') && !m.pending()) {
+      requestAnimationFrame(function () {
+        resolve({ms: Math.round(performance.now() - t0), level: +root.getAttribute('data-level'),
+                 levels: m.B.length, buckets: m.B, points: +root.getAttribute('data-points'),
+                 info: root.querySelector('.pit-tl-info').textContent});
+      });
+    } else { setTimeout(poll, 5); }
+  })();
+})"""
 
 
 def main() -> int:
@@ -63,6 +88,9 @@ def main() -> int:
                                                  function(e){return +e.getAttribute('data-ms');}),
                 events: Array.prototype.map.call(document.querySelectorAll('.pit-tl'),
                                                  function(e){return e.pitTimeline.model.n;})})""")
+            # a summarised timeline (a long run): zoom into 1/2000 of the run around its middle and
+            # time, in the page, until the finest level's tiles are decoded and drawn
+            r["detail"] = b.eval(ZOOM, timeout=120)
             runs.append(r)
     try:
         load = os.getloadavg()[0]
@@ -77,6 +105,10 @@ def main() -> int:
         "script_start_ms": [r["start"] for r in runs],
         "dom_interactive_ms": [r["dom"] for r in runs],
         "phases_ms": [r["phases"] for r in runs],
+        # summarised timelines only (else null): ms from asking for 1/2000 of the run until its finest
+        # level is decoded and drawn, the level reached, the levels' bucket counts
+        "detail_ms": [r["detail"]["ms"] if r["detail"] else None for r in runs],
+        "detail": runs[0]["detail"] if runs else None,
         "cpus": os.cpu_count(), "loadavg_1min": load,
     }))
     return 0

@@ -89,8 +89,7 @@ def reserved_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 def size_histogram(blocks: pd.DataFrame) -> pd.DataFrame:
     """Power-of-two size bins of device blocks: columns lo, hi (bytes, hi exclusive),
     count, bytes.  Bin k holds sizes in [2**k, 2**(k+1)); size 0 goes to bin 0."""
-    b = blocks[blocks["counts_device"]] if "counts_device" in blocks else blocks
-    size = b["size"].to_numpy(np.int64)
+    size = _device_sizes(blocks)
     if len(size) == 0:
         return pd.DataFrame({"lo": [], "hi": [], "count": [], "bytes": []}, dtype=np.int64)
     # floor(log2(size)) exactly: frexp gives size = m * 2**e with m in [0.5, 1)
@@ -103,17 +102,29 @@ def size_histogram(blocks: pd.DataFrame) -> pd.DataFrame:
                          "count": count.astype(np.int64), "bytes": nbytes.astype(np.int64)})
 
 
+def _device_sizes(blocks: pd.DataFrame) -> np.ndarray:
+    """The sizes of the blocks counted on a device (only the size column is read: no copy of the table)."""
+    size = blocks["size"].to_numpy(np.int64)
+    return size[blocks["counts_device"].to_numpy(bool)] if "counts_device" in blocks else size
+
+
 def largest_blocks(trace: Trace, n: int = 15, classes: pd.Series | None = None) -> pd.DataFrame:
     """The ``n`` largest device blocks (ties: earliest first) with lifetime and class."""
-    b = trace.device_blocks
+    bl = trace.blocks
+    dev = bl["counts_device"].to_numpy(bool)
+    if dev.sum() > 4 * n:
+        # only the blocks at least as large as the n-th largest can make the list: take those rows
+        # alone (not a copy of every device block first)
+        size = bl["size"].to_numpy(np.int64)
+        dsize = size[dev]
+        kth = np.partition(dsize, len(dsize) - n)[len(dsize) - n]
+        del dsize
+        b = bl.iloc[np.flatnonzero(dev & (size >= kth))]
+    else:
+        b = bl[dev]
     if len(b) == 0:
         return pd.DataFrame(columns=["block_id", "pid", "device", "api", "kind", "size", "t_alloc",
                                      "lifetime_ns", "freed", "class"])
-    if len(b) > 4 * n:
-        # only the blocks at least as large as the n-th largest can make the list: sort those
-        size = b["size"].to_numpy(np.int64)
-        kth = np.partition(size, len(size) - n)[len(size) - n]
-        b = b[size >= kth]
     top = b.sort_values(["size", "t_alloc"], ascending=[False, True], kind="stable").head(n)
     out = top[["block_id", "pid", "device", "api", "kind", "size", "t_alloc", "freed"]].copy()
     out["api"] = out["api"].astype(str)
@@ -127,8 +138,7 @@ def largest_blocks(trace: Trace, n: int = 15, classes: pd.Series | None = None) 
 
 
 def size_quantiles(blocks: pd.DataFrame, qs=(0.5, 0.9, 0.99)) -> dict[str, int]:
-    b = blocks[blocks["counts_device"]] if "counts_device" in blocks else blocks
-    s = b["size"].to_numpy(np.int64)
+    s = _device_sizes(blocks)
     if len(s) == 0:
         return {**{f"p{int(q * 100)}": 0 for q in qs}, "max": 0, "mean": 0}
     out = {f"p{int(q * 100)}": int(np.quantile(s, q, method="lower")) for q in qs}

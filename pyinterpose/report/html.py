@@ -17,6 +17,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from .. import __version__
@@ -25,7 +26,7 @@ from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info
 from ..trace.model import Trace
 from . import data, plots, timeline
-from .html_sections import between_intervals, reserved_curve
+from .html_sections import ati_figure, reserved_curve
 from .registry import REPORTERS
 from .reporter import ReportContext
 from .sections import Report
@@ -83,12 +84,16 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     """The analyses every section reads, each run once, as a :class:`ReportContext`.
 
     The access intervals (the access analysis' and the swap problem's first and longest part) are
-    found on a side thread while this one finds the iterations; the interactive timeline's data and
+    found on a side thread while this one finds the iterations (on a trace of :data:`SERIAL_BLOCKS` blocks or
+    more, everything runs on this thread, one analysis at a time, the timeline and the pools before the
+    accesses: the peaks of concurrent analyses add up); the interactive timeline's data and
     the pool strategies (they read only the blocks, the iterations and the classes) on another while
     this one analyses the accesses; the intervals (hundreds of MB at 10 M events) are then let go, and
     the swap schedules run on a worker thread (the C scheduler releases the GIL) while the sections
     before theirs are built (:meth:`ReportContext.swap` waits for them)."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
+    # a long run: one analysis at a time (their peaks would add up), no worker threads
+    later = _now if len(trace.blocks) >= SERIAL_BLOCKS else _in_background
     # the device blocks' few columns used here (not a copy of every column of millions of blocks)
     _bl = trace.blocks
     b = _bl.loc[_bl["counts_device"].to_numpy(bool) if "counts_device" in _bl else slice(None),
@@ -97,23 +102,32 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
                         blocks=b, reserved_view=str(trace.meta.get("view", "")) == "reserved", step=step)
 
     step(0.05, "iterations")
-    intervals = _in_background(lambda: _prefetch_intervals(trace))
+    intervals = _now(lambda: None) if later is _now else _in_background(lambda: _prefetch_intervals(trace))
     ctx.iterations = it = guarded.iterations(trace)
     ctx.classes = guarded.block_classes(trace, iters=it.value)
-    side = _in_background(lambda: (_timeline_payloads(ctx),
-                                   guarded.pools(trace, strategies=strategies, time_limit=time_limit)))
+    def side_work():
+        if later is _now:
+            step(0.06, "timeline")
+        tl = _timeline_payloads(ctx)
+        if later is _now:
+            step(0.08, "pool strategies")
+        return tl, guarded.pools(trace, strategies=strategies, time_limit=time_limit)
+    side = later(side_work)
 
     step(0.1, "access intervals")
     ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-    ctx.between_intervals = between_intervals(trace, ctx.access)
+    ctx.ati_figure = ati_figure(trace, ctx.access)
     step(0.2, "swap planning")
     sp = guarded._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
     trace.forget("access.intervals")
+    # the accesses' per-block touches too: read by the access intervals and the swap problem, both made
+    # by now (at 10 M events 150 MB kept to the end otherwise; nothing after this reads them again)
+    trace.forget("access.touches")
     # the swap evaluation and the Pareto sweep: one list of tasks, worked through by a worker
     # thread now and by this thread too once its own sections are built (two busy threads,
     # the C scheduler releasing the GIL, and never more runs at once than that)
     work = guarded.swap_work(sp.value) if sp.ok else sp
-    worker = _in_background(work.value.work) if work.ok else None
+    worker = later(work.value.work) if work.ok and later is not _now else None
 
     def wait_swap():
         ev, sw = guarded.swap_work_results(work)     # this thread takes the tasks left, then waits
@@ -135,7 +149,13 @@ def _timeline_payloads(ctx: ReportContext) -> dict | None:
     trace, b, it = ctx.trace, ctx.blocks, ctx.iterations
     if timeline.chart_js() is None or not len(b):
         return None
-    rcurve = None if ctx.reserved_view else reserved_curve(trace)
+    # the framework allocator replayed for its reserved curve: not for a summarised (long) run, whose
+    # line is drawn flat at the pools analysis' simulated peak (the replay is the pools' second one:
+    # at 100 M events 10-35 s and +2.4 GB for a line of a few steps)
+    dev, freed = b["device"].to_numpy(), b["freed"].to_numpy(bool)
+    long_run = any(int((dev == d).sum()) + int((freed & (dev == d)).sum()) > timeline.exact_max_events()
+                   for d in np.unique(dev))
+    rcurve = None if ctx.reserved_view or long_run else reserved_curve(trace)
     try:
         return {int(d): timeline.payload(trace, int(d), classes=ctx.classes.value,
                                          iterations=it.value if it.ok else None, reserved_view=ctx.reserved_view,
@@ -194,6 +214,19 @@ def _peak_facts(trace: Trace, peak: int) -> list[tuple[str, str]]:
                    f"{fmt_bytes(out['peak_live_bytes'])} ({out['blocks']:,} blocks)"),
                   ("peak of both together", fmt_bytes(peak))]
     return facts
+
+
+SERIAL_BLOCKS = 2_000_000     # blocks in the trace (~20 M events) from which the report runs its analyses one at a time
+
+
+def _now(fn: Callable[[], Any]) -> Future:
+    """``fn()`` run here and now, as a done :class:`Future` (the serial counterpart of :func:`_in_background`)."""
+    f: Future = Future()
+    try:
+        f.set_result(fn())
+    except Exception as e:  # noqa: BLE001 - raised again by .result(), as a worker's would be
+        f.set_exception(e)
+    return f
 
 
 def _in_background(fn: Callable[[], Any]) -> Future:
@@ -320,7 +353,7 @@ def render(rep: Report) -> str:
         "<footer>Self-contained report: no network access needed. Figures are SVG images embedded in this file;"
         " the memory timeline is drawn by uPlot (MIT), inlined."
         "</footer>"
-        f"{libs}<script>{_SCRIPT}</script></body></html>\n"
+        f"{libs}<script>{_SCRIPT}</script>{''.join(t for s in rep.sections for t in s.tail)}</body></html>\n"
     )
 
 

@@ -116,27 +116,43 @@ def between_intervals(trace: Trace, acc: guarded.Result) -> pd.DataFrame | Excep
         return e
 
 
+def _bandwidth_of(d: dict) -> Bandwidth | None:
+    b = d.get("bandwidth")
+    return Bandwidth(b["h2d_bytes_per_s"], b["d2h_bytes_per_s"], b["latency_s"], b.get("source", "")) if b else None
+
+
+def ati_figure(trace: Trace, acc: guarded.Result) -> tuple[str, str] | bool | Exception | None:
+    """The access section's figure, drawn while the trace still holds the access intervals (the
+    intervals' arrays are let go at once: at 100 M events they are hundreds of MB): the access-to-access
+    intervals (:func:`between_intervals`) against the per-interval swap cost; False when there is no
+    such interval, None without an access analysis, the failure itself when they cannot be read."""
+    iv = between_intervals(trace, acc)
+    if iv is None or isinstance(iv, Exception):
+        return iv
+    if len(iv) == 0:
+        return False
+    bw = _bandwidth_of(acc.value)
+    thr = access_analysis.swap_cost_ns(iv["size"].to_numpy(np.int64), bw) if bw is not None else None
+    return plots.ati_png(iv["ati_ns"].to_numpy(), None, thr), "ATI distribution"
+
+
 ACCESS_EXPLAIN = ("The time between consecutive uses of a block by kernels or copies. An interval can hide a"
                   " swap to host memory only if it is longer than the bandwidth filter: size/BW(d2h) +"
                   " size/BW(h2d) + latency. Intervals right of the red line are swap opportunities.")
 
 
 def fill_access(s: Section, ctx: ReportContext) -> None:
-    """``ctx.access``: access.analyze() dict.  The figure: the access-to-access intervals
-    (:func:`between_intervals`) against the per-interval swap cost."""
+    """``ctx.access``: access.analyze() dict.  The figure: :func:`ati_figure` (``ctx.ati_figure``)."""
     acc, heads = ctx.access, ctx.heads
     if not acc.ok:
         s.notes.append(f"access analysis {acc.note}")
         return
     d = acc.value
-    iv = ctx.between_intervals
-    if isinstance(iv, Exception):
-        raise iv
-    bw = None
-    if d.get("bandwidth"):
-        b = d["bandwidth"]
-        bw = Bandwidth(b["h2d_bytes_per_s"], b["d2h_bytes_per_s"], b["latency_s"], b.get("source", ""))
-    if len(iv) == 0:
+    fig = ctx.ati_figure
+    if isinstance(fig, Exception):
+        raise fig
+    bw = _bandwidth_of(d)
+    if fig is False:
         total = int(d.get("intervals", 0) or 0)
         if total:
             s.notes.append(f"ATI histogram not applicable: none of the {total:,} intervals lies between two accesses"
@@ -146,8 +162,7 @@ def fill_access(s: Section, ctx: ReportContext) -> None:
             s.notes.append("ATI histogram not applicable: the trace has no access intervals (was it captured with"
                            " access events on?)")
     else:
-        thr = access_analysis.swap_cost_ns(iv["size"].to_numpy(np.int64), bw) if bw is not None else None
-        s.figures.append((plots.ati_png(iv["ati_ns"].to_numpy(), None, thr), "ATI distribution"))
+        s.figures.append(fig)
     q = d.get("ati_quantiles") or {}
     s.facts += [("intervals (all kinds)", f"{d.get('intervals', 0):,}"),
                 ("accessed blocks", f"{d.get('accessed_blocks', 0):,} of {d.get('blocks', 0):,}"),
@@ -341,6 +356,7 @@ def _memory_over_time(s: Section, ctx: ReportContext) -> None:
                 # the curve when it maps onto the events (its maximum is the peak), else flat
                 p["reserved_line"] = {**rline, **(curve or {})}
             frags.append(timeline.fragment(p, k))
+            s.tail.append(timeline.deferred(p, k))
     else:
         tls = data.memory_timeline(trace, classes=ctx.classes.value)
         peaks = [(tl.device, tl.peak, tl.peak_t, int(tl.total[-1]) if len(tl.total) else 0) for tl in tls]

@@ -47,7 +47,7 @@ class ReportContext:
     iterations: Result = field(default_factory=Result)
     classes: Result = field(default_factory=Result)       # block_id -> lifetime class
     access: Result = field(default_factory=Result)        # access.analyze()
-    between_intervals: pd.DataFrame | None = None         # size, ati_ns of access-to-access intervals
+    ati_figure: Any = None       # the access section's figure, drawn early (html_sections.ati_figure)
     lifetimes: Result = field(default_factory=Result)
     pools: Result = field(default_factory=Result)         # pools.evaluate()
     timelines: dict | None = None          # device -> interactive timeline payload (None: static figure)

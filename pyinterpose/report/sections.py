@@ -18,6 +18,8 @@ class Section:
     facts: list[tuple[str, str]] = field(default_factory=list)      # headline key/values
     notes: list[str] = field(default_factory=list)                  # "not available: ..." etc.
     html: list[str] = field(default_factory=list)                   # interactive fragments (timeline)
+    tail: list[str] = field(default_factory=list)    # HTML for the end of the page, after the scripts: data
+                                                     # the first view does not need (a timeline's finer levels)
 
 
 @dataclass

@@ -20,7 +20,7 @@
                  '#CCB974', '#64B5CD', '#2F4B7C', '#A05195'];
   var CLASS_COLOURS = {persistent: '#4C72B0', leak: '#C44E52', cross_iteration: '#8172B3', per_iteration: '#DD8452',
                        transient: '#55A868', outside: '#BBBBBB', other: '#8C8C8C', live: '#4C72B0',
-                       reserved: '#4C72B0'};
+                       reserved: '#4C72B0', 'min per bucket': '#4C72B0', 'max per bucket': '#A9BEDF'};
   var NVML_COLOUR = '#111111', RESERVED_COLOUR = '#C44E52';
 
   function fmtBytes(n) {
@@ -213,9 +213,135 @@
     };
   };
 
+  /* ---- the summary of a long run: min/max per bucket at several zoom levels ----------- */
+  function inflateDelta(spec) {
+    /* a delta-coded array of report/curve_levels.py: its base plus the running sum, as float64 (exact below 2^53) */
+    return inflate(spec).then(function (d) {
+      var out = new Float64Array(d.length), acc = spec.base || 0;
+      for (var i = 0; i < d.length; i++) { acc += d[i]; out[i] = acc; }
+      return out;
+    });
+  }
+  function Pyramid(p, root, level0, exact) {
+    /* the same interface as Model for what the view asks of it (n, mode, lod); level l has
+       p.summary.buckets[l] buckets, bucket j holding the events [floor(j*n/B), floor((j+1)*n/B));
+       tiles of p.summary.tile buckets are decoded when the view first needs them */
+    this.p = p; this.n = p.events; this.root = root; this.summary = true;
+    this.B = p.summary.buckets; this.T = p.summary.tile;
+    this.raw = [p.summary.levels[0]];        /* per level: the tiles' packed arrays (parsed on demand) */
+    this.tiles = [{0: level0}];               /* per level: tile index -> {lo, hi, t} (decoded) */
+    this.loading = {}; this.onload = null; this.maxLevelShown = 0;
+    this.exact = exact || [];                 /* stretches stored event by event: {e0, e1, v, t} */
+    for (var l = 1; l < this.B.length; l++) { this.raw.push(null); this.tiles.push({}); }
+  }
+  Pyramid.prototype.mode = function () {
+    return {name: 'sum', names: ['min per bucket', 'max per bucket'], K: 2};
+  };
+  Pyramid.prototype.edge = function (l, j) { return Math.floor(j * this.n / this.B[l]); };
+  Pyramid.prototype.bucketOf = function (l, e) {
+    /* the bucket of level l holding event e (e in [0, n)) */
+    var B = this.B[l], j = Math.floor((e + 1) * B / this.n);
+    while (j > 0 && this.edge(l, j) > e) j--;
+    while (j + 1 < B && this.edge(l, j + 1) <= e) j++;
+    return j;
+  };
+  Pyramid.prototype.request = function (l, ti) {
+    /* decode tile ti of level l (once); the view redraws when it arrives */
+    var key = l + ':' + ti, self = this;
+    if (this.loading[key] || this.tiles[l][ti]) return;
+    if (!this.raw[l]) {
+      /* the finer levels sit at the end of the page: not parsed yet, ask again once they are */
+      var el = document.querySelector('script.pit-tl-level[data-tl="' + this.root.getAttribute('data-idx') +
+                                      '"][data-level="' + l + '"]');
+      if (!el || document.readyState === 'loading') {
+        this.loading[key] = new Promise(function (res) {
+          document.addEventListener('DOMContentLoaded', function () { delete self.loading[key]; self.request(l, ti); res(); });
+        });
+        return;
+      }
+      this.raw[l] = JSON.parse(el.textContent);
+    }
+    var spec = this.raw[l][ti];
+    this.loading[key] = Promise.all([inflateDelta(spec.lo), inflateDelta(spec.hi), inflateDelta(spec.t)])
+      .then(function (a) {
+        self.tiles[l][ti] = {lo: a[0], hi: a[1], t: a[2]};
+        delete self.loading[key];
+        if (self.onload) self.onload(l, ti);
+      });
+  };
+  Pyramid.prototype.ready = function (l, j0, j1) {
+    /* whether buckets j0..j1 of level l are decoded; asks for the missing tiles */
+    var ok = true, T = this.T;
+    for (var ti = Math.floor(j0 / T); ti <= Math.floor(j1 / T); ti++) {
+      if (!this.tiles[l][ti]) { ok = false; this.request(l, ti); }
+    }
+    return ok;
+  };
+  Pyramid.prototype.pending = function () { return Object.keys(this.loading).length; };
+  Pyramid.prototype.bucket = function (l, j) {
+    var tile = this.tiles[l][Math.floor(j / this.T)], k = j % this.T;
+    return {lo: tile.lo[k], hi: tile.hi[k], t: this.p.t0_ns + tile.t[k], e0: this.edge(l, j), e1: this.edge(l, j + 1) - 1};
+  };
+  Pyramid.prototype.want = function (r0, r1, bins) {
+    /* the level the view should draw: the coarsest with at least ``bins`` buckets in view (about one
+       per pixel), else the finest */
+    var span = Math.max(1, r1 - r0), l;
+    for (l = 0; l < this.B.length; l++) if (this.B[l] * span / this.n >= bins) return l;
+    return this.B.length - 1;
+  };
+  Pyramid.prototype.exactFor = function (e0, e1) {
+    for (var i = 0; i < this.exact.length; i++) {
+      var w = this.exact[i];
+      if (w.e0 <= e0 && e1 <= w.e1) return w;
+    }
+    return null;
+  };
+  Pyramid.prototype.lod = function (m, r0, r1, bins) {
+    /* points for [r0, r1]: one per bucket of the level the view wants (or the finest one decoded
+       so far: the missing tiles are asked for), at the bucket's first event; g[0] its min, g[1]
+       max - min (stacked: the band between them); a point at r1 */
+    var n = this.n, e0 = Math.max(0, Math.min(n - 1, Math.ceil(r0))), e1 = Math.max(0, Math.min(n - 1, Math.floor(r1)));
+    var want = this.want(r0, r1, bins), l = want, j0, j1, w = this.exactFor(e0, e1);
+    if (w && e1 - e0 + 1 <= 2 * bins && this.n > this.B[this.B.length - 1]) {
+      /* inside a stretch stored event by event, and short enough: every event (a step per event) */
+      var ex = [], v0 = [], v1 = [], tx = [], e;
+      for (e = e0; e <= e1; e++) { ex.push(e); v0.push(w.v[e - w.e0]); v1.push(0); tx.push(this.p.t0_ns + w.t[e - w.e0]); }
+      if (r1 > e1) { ex.push(r1); v0.push(w.v[e1 - w.e0]); v1.push(0); tx.push(null); }
+      return {x: ex, g: [v0, v1], t: tx, exact: true, level: this.B.length - 1, want: want, buckets: e1 - e0 + 1,
+              per: 1, window: w};
+    }
+    for (; l >= 0; l--) {
+      j0 = this.bucketOf(l, e0); j1 = this.bucketOf(l, e1);
+      if (this.ready(l, j0, j1)) break;
+    }
+    var xs = [], g0 = [], g1 = [], ts = [], b, j;
+    for (j = j0; j <= j1; j++) {
+      b = this.bucket(l, j);
+      xs.push(b.e0); g0.push(b.lo); g1.push(b.hi - b.lo); ts.push(b.e0 >= r0 ? b.t : null);
+    }
+    if (r1 > xs[xs.length - 1]) { xs.push(r1); g0.push(b.lo); g1.push(b.hi - b.lo); ts.push(null); }
+    if (l > this.maxLevelShown) this.maxLevelShown = l;
+    return {x: xs, g: [g0, g1], t: ts, exact: false, level: l, want: want, buckets: j1 - j0 + 1,
+            per: n / this.B[l]};
+  };
+  Pyramid.prototype.bucketAt = function (lod, e) {
+    /* the bucket drawn at x = e in the last frame: {level, e0, e1, lo, hi, t} */
+    if (!lod || e < -0.5 || e > this.n - 0.5) return null;
+    if (lod.window) {
+      var we = Math.max(lod.window.e0, Math.min(lod.window.e1, Math.round(e))), wv = lod.window.v[we - lod.window.e0];
+      return {level: 'exact', e0: we, e1: we, lo: wv, hi: wv, t: this.p.t0_ns + lod.window.t[we - lod.window.e0],
+              t1: we + 1 <= lod.window.e1 ? this.p.t0_ns + lod.window.t[we + 1 - lod.window.e0] : null};
+    }
+    var l = lod.level, j = this.bucketOf(l, Math.max(0, Math.min(this.n - 1, Math.floor(e + 0.5))));
+    if (!this.tiles[l][Math.floor(j / this.T)]) return null;
+    var b = this.bucket(l, j);
+    b.level = l; b.t1 = j + 1 < this.B[l] ? this.bucket(l, j + 1).t : null;
+    return b;
+  };
+
   /* ---- the view ------------------------------------------------------------------- */
   function colourOf(mode, name, k) {
-    if (mode === 'cls' && CLASS_COLOURS[name]) return CLASS_COLOURS[name];
+    if ((mode === 'cls' || mode === 'sum') && CLASS_COLOURS[name]) return CLASS_COLOURS[name];
     return PALETTE[k % PALETTE.length];
   }
   function stepped() { return uPlot.paths.stepped({align: 1}); }
@@ -305,7 +431,25 @@
     });
     return s;
   };
+  Timeline.prototype.timeSplits = function (u) {
+    /* summary: the top axis' ticks at bucket edges drawn (their times are known exactly), about
+       110 px apart */
+    var lod = this.lastLod, out = [], last = -Infinity, px = u.bbox.width / (window.devicePixelRatio || 1);
+    if (!lod) return out;
+    var gap = 110 * (this.range[1] - this.range[0]) / Math.max(1, px);
+    this.tickTimes = {};
+    for (var j = 0; j < lod.x.length; j++) {
+      var x = lod.x[j];
+      if (lod.t[j] === null || x < this.range[0] || x > this.range[1] || x - last < gap) continue;
+      out.push(x); this.tickTimes[x] = lod.t[j]; last = x;
+    }
+    return out;
+  };
   Timeline.prototype.timeValues = function (u, splits) {
+    var self = this;
+    if (this.model.summary) {
+      return timeLabels(splits.map(function (e) { var v = self.tickTimes && self.tickTimes[e]; return v === undefined ? null : v; }));
+    }
     var t = this.model.t, n = this.model.n;
     return timeLabels(splits.map(function (e) {
       return e < -0.5 || e > n - 0.5 || e !== Math.round(e) ? null : t[Math.max(0, Math.min(n - 1, e))];
@@ -322,6 +466,7 @@
          grid: {show: false}, space: 70, incrs: INT_INCRS, values: eventValues},
         {scale: 'x', side: 0, label: 'time since the start of capture', labelSize: 20, grid: {show: false},
          space: 110, ticks: {size: 4}, incrs: INT_INCRS,
+         splits: model.summary ? function (u) { return self.timeSplits(u); } : undefined,
          values: function (u, splits) { return self.timeValues(u, splits); }},
         {scale: 'y', side: 3, size: YAXIS, label: 'device memory', labelSize: 18,
          splits: function () { return byteTicks(Math.max(1, self.ymax) * 1.06).vals; },
@@ -412,9 +557,24 @@
     this.stackSeries = fr.m.K;
     var span = Math.max(1, x1 - x0);
     var nit = this.itersInView(), dense = this.u ? !this.itersShown(this.u) : nit > 250;
+    var how = fr.lod.exact ? 'every event drawn' : fmtInt(fr.lod.x.length) + ' points (each bin keeps its peak)';
+    if (this.model.summary && fr.lod.window) {
+      how = 'every event drawn (events ' + fmtInt(fr.lod.window.e0) + '\u2013' + fmtInt(fr.lod.window.e1) +
+        ' are stored one by one)';
+      this.root.setAttribute('data-level', String(fr.lod.level));
+      this.root.setAttribute('data-want', String(fr.lod.want));
+      this.root.setAttribute('data-exact', '1');
+    } else if (this.model.summary) {
+      this.root.setAttribute('data-exact', '0');
+      how = 'level ' + fr.lod.level + ' of ' + (this.model.B.length - 1) + ': ' + fmtInt(fr.lod.buckets) +
+        ' buckets of ' + (fr.lod.per < 10 ? fr.lod.per.toFixed(1) : fmtInt(fr.lod.per)) + ' events (min and max each)' +
+        (fr.lod.level < fr.lod.want ? ', loading level ' + fr.lod.want + '\u2026' :
+         fr.lod.level === this.model.B.length - 1 && fr.lod.buckets < BINS ? ', the finest level stored' : '');
+      this.root.setAttribute('data-level', String(fr.lod.level));
+      this.root.setAttribute('data-want', String(fr.lod.want));
+    }
     this.infoEl.textContent = fmtInt(Math.min(this.model.n, span + 1)) + ' of ' + fmtInt(this.model.n) +
-      ' events in view \u00b7 ' + (fr.lod.exact ? 'every event drawn' : fmtInt(fr.lod.x.length) +
-      ' points (each bin keeps its peak)') + (this.p.iters.length >= 2 ? ' \u00b7 ' + fmtInt(Math.max(0, nit)) +
+      ' events in view \u00b7 ' + how + (this.p.iters.length >= 2 ? ' \u00b7 ' + fmtInt(Math.max(0, nit)) +
       ' iteration boundaries in view' + (dense ? ' (too dense to mark: zoom in)' : '') : '');
     this.root.setAttribute('data-range', Math.round(x0) + ',' + Math.round(x1));
     this.root.setAttribute('data-points', String(fr.lod.x.length));
@@ -477,7 +637,8 @@
     return Promise.resolve();
   };
   Timeline.prototype.steady = function () {
-    return this.setRange(this.p.initial[0], this.p.initial[1]);
+    var r = this.p.steady || this.p.initial;
+    return this.setRange(r[0], r[1]);
   };
   Timeline.prototype.stackTop = function () {
     /* the highest value the drawn stack reaches (the test's view of the drawing) */
@@ -487,6 +648,12 @@
     return m;
   };
   Timeline.prototype.hoverAt = function (e, y) {
+    if (this.model.summary) {
+      var bk = this.model.bucketAt(this.lastLod, e);
+      if (!bk || y < 0 || y > bk.hi * 1.02 + 1) return null;
+      bk.bucket = true;
+      return bk;
+    }
     var m = this.model.mode(this.modeName), hit = this.model.blockAt(m, e, y);
     if (!hit) return null;
     var d = this.model.describe(hit.i);
@@ -497,6 +664,20 @@
     if (this.mark) { this.mark.style.display = 'none'; this.life.style.display = 'none'; }
   };
   Timeline.prototype.showHover = function (d) {
+    if (d && d.bucket) {
+      var rowsB = [['events', d.level === 'exact' ? 'event ' + fmtInt(d.e0) + ' (stored exactly)' :
+                    fmtInt(d.e0) + ' \u2013 ' + fmtInt(d.e1) + ' (' + fmtInt(d.e1 - d.e0 + 1) + ', level ' + d.level + ')'],
+                   ['from', fmtNs(d.t) + (d.t1 === null ? '' : ' to ' + fmtNs(d.t1))],
+                   ['live bytes, least', fmtBytes(d.lo) + ' (' + fmtInt(d.lo) + ' B)'],
+                   ['live bytes, most', fmtBytes(d.hi) + ' (' + fmtInt(d.hi) + ' B)']];
+      this.hoverEl.innerHTML = '<table class="facts pit-tl-readout">' + rowsB.map(function (r) {
+        return '<tr><td>' + esc(r[0]) + '</td><td>' + esc(r[1]) + '</td></tr>';
+      }).join('') + '</table>';
+      this.hoverEl.setAttribute('data-bucket', d.level + ':' + d.e0 + ':' + d.e1 + ':' + d.lo + ':' + d.hi);
+      this.hoverEl.removeAttribute('data-block');
+      this.hideHover();
+      return;
+    }
     if (!d) {
       this.hoverEl.innerHTML = '<span class="pit-tl-none">no block under the cursor</span>';
       this.hoverEl.removeAttribute('data-block');
@@ -627,23 +808,59 @@
     function lap(name) { var t = performance.now(); ph[name] = Math.round(t - tp); tp = t; }
     var p = JSON.parse(root.querySelector('script.pit-tl-data').textContent);
     lap('json');
-    var names = Object.keys(p.arrays);
-    return Promise.all(names.map(function (k) { return inflate(p.arrays[k]); })).then(function (list) {
+    var names = p.summary ? [] : Object.keys(p.arrays), jobs;
+    if (p.summary) {
+      /* a long run: level 0 of the curve's summary and the iteration boundaries */
+      var l0 = p.summary.levels[0][0];
+      jobs = [inflateDelta(l0.lo), inflateDelta(l0.hi), inflateDelta(l0.t),
+              Promise.resolve([]),   /* the iteration boundaries: decoded after the first view (below) */
+              Promise.all((p.summary.exact || []).map(function (w) {
+                return Promise.all([inflateDelta(w.v), inflateDelta(w.t)]).then(function (a) {
+                  return {e0: w.e0, e1: w.e1, v: a[0], t: a[1]};
+                });
+              }))];
+    } else {
+      jobs = names.map(function (k) { return inflate(p.arrays[k]); });
+    }
+    return Promise.all(jobs).then(function (list) {
       lap('inflate');
-      var arrs = {};
-      names.forEach(function (k, i) { arrs[k] = list[i]; });
-      var model = new Model(p, arrs), tl = new Timeline(root, p, model);
-      model.mode('cls');
+      var arrs = {}, model, tl;
+      if (p.summary) {
+        p.iters = list[3];
+        model = new Pyramid(p, root, {lo: list[0], hi: list[1], t: list[2]}, list[4]);
+        tl = new Timeline(root, p, model);
+        model.onload = function () { if (!model.pending()) tl.draw(); };
+        root.querySelectorAll('button[data-mode]').forEach(function (b) { b.parentNode.style.display = 'none'; });
+        root.setAttribute('data-summary', String(model.B.length));
+        tl.modeName = 'sum';
+        root.querySelector('.pit-tl-hover').textContent = 'Hover over the curve to read the bucket under the cursor:' +
+          ' its events, its time and the least and most bytes live during it.';
+      } else {
+        names.forEach(function (k, i) { arrs[k] = list[i]; });
+        model = new Model(p, arrs); tl = new Timeline(root, p, model);
+        model.mode('cls');
+      }
       lap('model');
       root.pitTimeline = tl;
-      if (p.iters.length < 2) root.querySelector('button[data-act="steady"]').disabled = true;
+      if (p.summary ? !p.steady : p.iters.length < 2) root.querySelector('button[data-act="steady"]').disabled = true;
       tl.draw();
       lap('main');
       tl.drawMini();
       tl.bind();
       lap('minimap');
+      if (p.summary && p.iters_packed) {
+        /* a long run's iteration boundaries (hundreds of thousands): decoded once the first view is
+           drawn (zoomed out that far they are too dense to mark anyway), then marked */
+        root.setAttribute('data-iters', 'pending');
+        inflateDelta(p.iters_packed).then(function (it) {
+          p.iters = it;
+          tl.draw();
+          tl.legend(model.mode(), tl.lines());
+          root.setAttribute('data-iters', 'ok');
+        });
+      }
       root.setAttribute('data-timeline', 'ok');
-      root.setAttribute('data-mode', 'cls');
+      root.setAttribute('data-mode', tl.modeName);
       root.setAttribute('data-ms', String(Math.round(performance.now() - t0)));
       root.setAttribute('data-phases', JSON.stringify(ph));
       return tl;
@@ -674,7 +891,8 @@
     });
   }
   window.pitTimelinesReady = new Promise(function (resolve, reject) {
-    function go() { startAll().then(resolve, reject); }
-    if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', go); else go();
+    /* the page places this script after every timeline (only a summarised timeline's finer levels
+       follow it): start at once, the first view needs nothing the parser has not reached yet */
+    startAll().then(resolve, reject);
   });
 })();

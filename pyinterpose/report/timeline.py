@@ -22,6 +22,7 @@ Numeric arrays are little-endian typed arrays, gzip-compressed and base64-coded
 from __future__ import annotations
 
 import base64
+import html
 import importlib.util
 import json
 import os
@@ -36,10 +37,10 @@ import pandas as pd
 from ..trace.model import Trace, counted_bytes
 from .data import CLASS_ORDER
 from ..analysis.clock import block_times, clock_of
-from ..analysis.iterations import find_iterations
 from ..analysis.owners import block_owners
 from ..trace.stacks import call_site
-from ..errors import PyinterposeError
+from .timeline_parts import _own_iterations, _reserved_steps
+from .timeline_summary import exact_max_events, payload as summary_payload, summary_text
 
 NEVER = np.uint32(0xFFFFFFFF)
 MAX_OWNERS = 12          # owners beyond these (by peak bytes) are drawn as "other owners"
@@ -187,9 +188,17 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     # only the columns used here (a copy of every column of millions of blocks costs hundreds of MB)
     cols = [c for c in ("block_id", "pid", "device", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
                         "device_bytes", "api", "owner", "stack_id") if c in bl.columns]
-    b = bl.loc[mask, cols]
-    if len(b) == 0:
+    if not mask.any():
         return None
+    n_events = int(mask.sum()) + int((bl["freed"].to_numpy(bool) & mask).sum())
+    if n_events > exact_max_events():
+        # a long run: the curve as min/max per bucket at several zoom levels (timeline_summary)
+        cols = [c for c in ("block_id", "pid", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
+                            "device_bytes") if c in bl.columns]
+        # every block counted on this device (one GPU): the table itself, not a copy of its columns
+        return summary_payload(trace, device, bl if mask.all() else bl.loc[mask, cols], iterations=iterations,
+                               reserved_view=reserved_view, reserved=reserved)
+    b = bl.loc[mask, cols]
     freed = b["freed"].to_numpy(bool)
     nb = len(b)
     rows = np.arange(nb)
@@ -323,61 +332,35 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
     }
 
 
-def _own_iterations(trace: Trace, b: pd.DataFrame, iterations):
-    """The iterations to mark on this device: ``iterations`` when they are of a process with blocks here,
-    else those of the process holding most of this device's blocks (a rank's GPU shows that rank's steps,
-    not another rank's boundaries placed on its events)."""
-    pids = b["pid"].to_numpy()
-    if not len(pids):
-        return iterations
-    if iterations is not None and getattr(iterations, "pid", None) is not None and \
-            (pids == int(iterations.pid)).any():
-        return iterations
-    vals, counts = np.unique(pids, return_counts=True)
-
-    try:
-        return find_iterations(trace, pid=int(vals[np.argmax(counts)]))
-    except PyinterposeError:
-        return None
-
-
-def _reserved_steps(block_id: np.ndarray, a_ev: np.ndarray, f_ev: np.ndarray, reserved: dict) -> dict | None:
-    """The reserved curve as a step line on the event axis: each request's value from the
-    event of its block's allocation or free on; only the points where it changes."""
-    v = np.asarray(reserved["bytes"], np.int64)
-    if not len(v):
-        return None
-    keep = np.ones(len(v), bool)
-    keep[1:] = v[1:] != v[:-1]
-    idx = np.flatnonzero(keep)
-    pos = pd.Index(block_id).get_indexer(np.asarray(reserved["block_id"], np.int64)[idx])
-    ok = pos >= 0
-    idx, pos = idx[ok], pos[ok]
-    ev = np.where(np.asarray(reserved["is_alloc"], bool)[idx], a_ev[pos], f_ev[pos])
-    ok = ev >= 0
-    idx, ev = idx[ok], ev[ok]
-    if not len(ev):
-        return None
-    o = np.argsort(ev, kind="stable")
-    ev, val = ev[o], v[idx[o]]
-    last = np.ones(len(ev), bool)      # at one event, the last request's value
-    last[:-1] = ev[1:] != ev[:-1]
-    return {"x": ev[last].tolist(), "ys": val[last].tolist()}
+def deferred(p: dict[str, Any], idx: int) -> str:
+    """A summarised timeline's finer levels, each in its own element, for the end of the page (after the
+    scripts: the first view is drawn before the browser has parsed them); the page decodes a level's
+    tiles when the view first needs them.  Empty for an exact timeline."""
+    if "summary" not in p:
+        return ""
+    return "".join(f'<script type="application/json" class="pit-tl-level" data-tl="{idx}" data-level="{k}">'
+                   f'{json.dumps(tiles, separators=(",", ":"))}</script>'
+                   for k, tiles in enumerate(p["summary"]["levels"]) if k)
 
 
 def fragment(p: dict[str, Any], idx: int) -> str:
     """The HTML for one device's timeline: containers, controls and the payload."""
-    data = json.dumps(p, separators=(",", ":")).replace("</", "<\\/")
     dev = p["device"]
+    note = ""
+    if "summary" in p:
+        # level 0 with the payload (the first view); the finer levels: :func:`deferred`
+        p = {**p, "summary": {**p["summary"], "levels": p["summary"]["levels"][:1]}}
+        note = f'<div class="pit-tl-summary note">{html.escape(summary_text(p))}</div>'
+    data = json.dumps(p, separators=(",", ":")).replace("</", "<\\/")
     return (
-        f'<div class="pit-tl" id="pit-tl-{idx}" data-device="{dev}" data-timeline="pending">'
+        f'<div class="pit-tl" id="pit-tl-{idx}" data-idx="{idx}" data-device="{dev}" data-timeline="pending">'
         f'<div class="pit-tl-bar"><b>GPU {dev}</b>'
         '<span class="pit-tl-group">stack by <button data-mode="cls" class="on">lifetime class</button>'
         '<button data-mode="own">owner</button></span>'
         '<span class="pit-tl-group"><button data-act="steady">one steady iteration</button>'
         '<button data-act="all">whole run</button></span>'
         '<span class="pit-tl-info"></span></div>'
-        f'<div class="pit-tl-main" id="pit-tl-{idx}-main"></div>'
+        f'{note}<div class="pit-tl-main" id="pit-tl-{idx}-main"></div>'
         '<div class="pit-tl-legend"></div>'
         f'<div class="pit-tl-mini" id="pit-tl-{idx}-mini"></div>'
         '<div class="pit-tl-help">Drag across the plot to zoom into a range, scroll to zoom around the cursor,'

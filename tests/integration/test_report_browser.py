@@ -265,3 +265,121 @@ def test_timeline_hover_shows_call_site_and_owner(tmp_path, native, capture):
     row = tr.blocks[tr.blocks["block_id"] == int(bid)].iloc[0]
     assert call_site(tr, int(row["stack_id"])) in info and "_simlib.py:" in info  # simtrain calls its C loop from examples/_simlib.py
     assert str(row["owner"]) in info
+
+
+# ---------------------------------------------------------------------------------------------
+# A long run's timeline: the curve summarised as min/max per bucket at several zoom levels
+# (report/curve_levels.py); the finer level is decoded when the user zooms in.
+
+def _ref_curve(tr, device=0):
+    """Live device bytes after every allocation and free (frees first at one instant), from the table."""
+    b = tr.blocks
+    b = b[(b["device"] == device) & b["counts_device"]]
+    ev = []
+    for r in b.itertuples():
+        ev.append((int(r.t_alloc), 1, int(r.size)))
+        if r.freed:
+            ev.append((int(r.t_free), 0, -int(r.size)))
+    ev.sort(key=lambda e: (e[0], e[1]))
+    return np.cumsum([e[2] for e in ev]).astype(np.int64), np.array([e[0] for e in ev], np.int64)
+
+
+def _ref_buckets(curve, buckets):
+    n = len(curve)
+    edges = [j * n // buckets for j in range(buckets + 1)]
+    return {edges[j]: (int(curve[edges[j]:edges[j + 1]].min()), int(curve[edges[j]:edges[j + 1]].max()))
+            for j in range(buckets)}
+
+
+DRAWN = """(function(){var tl=document.querySelector('.pit-tl').pitTimeline, u=tl.u;
+  return {x: Array.from(u.data[0]), hi: Array.from(u.data[1]), lo: Array.from(u.data[2]), range: tl.range.slice(),
+          level: document.querySelector('.pit-tl').getAttribute('data-level')};})()"""
+
+
+def test_summarised_timeline_zooms_into_detail(tmp_path, monkeypatch):
+    from cdp import Browser
+
+    monkeypatch.setenv("PYINTERPOSE_TIMELINE_EXACT_MAX", "1000")     # this trace's 72 k events: summarised
+    tr = training_trace(iterations=3000)
+    curve, times = _ref_curve(tr)
+    n = len(curve)
+    assert n > 16384                                                 # two levels: 2 048 and 16 384 buckets
+    page = tmp_path / "long.html"
+    page.write_text(html.render(html.build(tr, bandwidth=16, time_limit=1.0)), encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    assert f"memory curve of GPU 0: {n:,} points" in text and "2 levels of 2,048, 16,384 buckets" in text
+    assert "reserved line is drawn flat at the simulated allocator" in text
+    out = artifacts_dir(tmp_path)
+    with Browser(str(tmp_path / "profile"), 1400, 1000) as b:
+        b.open(page.as_uri())
+        b.eval("window.pitTimelinesReady")
+        root = "document.querySelector('.pit-tl')"
+        assert b.eval(f"{root}.getAttribute('data-timeline')") == "ok"
+        assert b.eval(f"{root}.getAttribute('data-summary')") == "2"
+        # the first view: the whole run at level 0, every bucket's min and max as the reference's
+        d = b.eval(DRAWN)
+        assert d["level"] == "0"
+        ref0 = _ref_buckets(curve, 2048)
+        # (the NVML and reserved lines' change points join the x axis: one x may appear twice)
+        pts = {x: (lo, hi) for x, lo, hi in zip(d["x"], d["lo"], d["hi"]) if x in ref0}
+        assert pts == ref0
+        assert max(d["hi"]) == int(curve.max()) == peak_live_bytes(tr.device_blocks)
+        # the iteration boundaries, decoded after the first view: the first event at or after each
+        for _ in range(100):
+            if b.eval(f"{root}.getAttribute('data-iters')") == "ok":
+                break
+            b.eval("new Promise(function(r){setTimeout(r,50)})")
+        from pyinterpose.analysis.iterations import find_iterations
+        bt = np.asarray(find_iterations(tr).boundaries_t, np.int64)
+        assert len(bt) > 1000
+        assert b.eval(f"Array.from({root}.pitTimeline.p.iters)") == np.searchsorted(times, bt, side="left").tolist()
+        # the reserved line: flat at the pools analysis' simulated PyTorch peak (no replay for a long run)
+        rl = b.eval(f"{root}.pitTimeline.p.reserved_line")
+        assert "x" not in rl and rl["y"] > 0
+        # level 1 is not decoded before the view needs it
+        assert b.eval(f"Object.keys({root}.pitTimeline.model.tiles[1]).length") == 0
+        b.element_screenshot(os.path.join(out, "summary-whole-run.png"), ".pit-tl")
+
+        # zoom with the mouse wheel: the view wants level 1, which is decoded and drawn
+        box = b.eval(OVER)
+        b.mouse("mouseWheel", box[0] + box[2] * 0.5, box[1] + box[3] * 0.5, deltaX=0, deltaY=-600)
+        for _ in range(100):
+            if b.eval(f"{root}.getAttribute('data-level')") == "1":
+                break
+            b.eval("new Promise(function(r){setTimeout(r,50)})")
+        d = b.eval(DRAWN)
+        assert d["level"] == "1", d["level"]
+        assert d["range"][1] - d["range"][0] < 0.6 * n
+        ref1 = _ref_buckets(curve, 16384)
+        drawn = {x: (lo, hi) for x, lo, hi in zip(d["x"], d["lo"], d["hi"]) if x in ref1}
+        assert len(drawn) > 1200
+        assert all(v == ref1[x] for x, v in drawn.items())
+        pts = sorted((x, lo, hi) for x, (lo, hi) in drawn.items())
+        # the detail bounds the true curve: every event in view lies within its bucket's min and max
+        xs = np.array([p[0] for p in pts])
+        for e in range(int(xs[0]), int(xs[-1])):
+            j = int(np.searchsorted(xs, e, side="right")) - 1
+            assert pts[j][1] <= curve[e] <= pts[j][2]
+        b.element_screenshot(os.path.join(out, "summary-zoomed.png"), ".pit-tl")
+
+        # hover reads out the bucket under the cursor, with its exact least and most bytes
+        b.mouse("mouseMoved", box[0] + box[2] * 0.5, box[1] + box[3] * 0.9)
+        for _ in range(50):
+            bk = b.eval("document.querySelector('.pit-tl-hover').getAttribute('data-bucket')")
+            if bk:
+                break
+            b.eval("new Promise(function(r){requestAnimationFrame(function(){setTimeout(r,30)})})")
+        level, e0, e1, lo, hi = (int(float(v)) for v in bk.split(":"))
+        assert level == 1 and (lo, hi) == ref1[e0]
+        assert (lo, hi) == (int(curve[e0:e1 + 1].min()), int(curve[e0:e1 + 1].max()))
+        assert f"{hi:,} B" in b.eval("document.querySelector('.pit-tl-hover').innerText")
+
+        # one steady iteration: stored event by event, every event drawn with the curve's exact value
+        b.eval(f"{root}.querySelector('button[data-act=steady]').click()")
+        assert b.eval(f"{root}.getAttribute('data-exact')") == "1"
+        d = b.eval(DRAWN)
+        ev = [(int(x), hi) for x, hi in zip(d["x"], d["hi"]) if x == int(x) and d["range"][0] <= x <= d["range"][1]]
+        assert len(ev) > 10
+        assert all(hi == curve[x] for x, hi in ev)
+        assert b.console_errors() == []
+        assert [u for u in b.requests() if not u.startswith(("file:", "data:", "blob:"))] == []

@@ -1,0 +1,38 @@
+"""A long run's report runs its analyses one at a time (html.SERIAL_BLOCKS): the same sections as
+the threaded build, figure for figure."""
+from __future__ import annotations
+
+import pytest
+
+from pyinterpose.report import html
+from pyinterpose.report.synthetic import training_trace
+
+
+@pytest.fixture(autouse=True)
+def _no_cached_bandwidth(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYINTERPOSE_CACHE_DIR", str(tmp_path))
+
+
+def _sections(rep):
+    # timings (pools' seconds, the swap planner's) differ between any two runs: facts, notes and
+    # figures of the sections that hold none
+    keep = {"memory", "iterations", "sizes", "access", "blocks"}
+    return {s.id: (s.facts, s.notes, s.figures, [(c, t.to_dict()) for c, t in s.tables], s.html)
+            for s in rep.sections if s.id in keep}
+
+
+@pytest.mark.slow
+def test_serial_build_equals_threaded(monkeypatch):
+    tr = training_trace(iterations=8)
+    threaded = html.build(tr, bandwidth=16, time_limit=1.0)
+    calls = []
+    real = html._in_background
+    monkeypatch.setattr(html, "_in_background", lambda fn: calls.append(fn) or real(fn))
+    monkeypatch.setattr(html, "SERIAL_BLOCKS", 0)
+    serial = html.build(tr, bandwidth=16, time_limit=1.0)
+    assert calls == []                       # no worker thread
+    a, b = _sections(threaded), _sections(serial)
+    assert set(a) == {"memory", "iterations", "sizes", "access", "blocks"}
+    assert a == b
+    for k in ("peak_live_bytes", "blocks", "iterations", "lifetimes", "sizes", "access"):
+        assert threaded.headlines[k] == serial.headlines[k], k
