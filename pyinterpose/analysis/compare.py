@@ -50,7 +50,6 @@ from ..trace.model import Trace, peak_live_bytes_of
 from . import guarded
 from ..errors import PyinterposeError
 from ..trace.stacks import top_call_sites_json
-from .access import access_intervals
 from .clock import clock_of, launch_lag
 from .owners import allocator_info, bytes_by_owner, framework
 from .ranks import per_rank
@@ -106,14 +105,9 @@ def _fragmentation(value: Any) -> dict[str, float] | None:
 
 def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any]:
     """What a row reads from the blocks alone (peak, owners, the pools analysis, call sites):
-    :func:`trace_row` computes it on a side thread beside the access and swap analyses, after
-    the main process's access intervals (kept by ``Trace.derived`` for those analyses)."""
+    :func:`trace_row` computes it on a side thread beside the access and swap analyses (which make
+    the access intervals a piece at a time, each for itself: nothing row-sized is shared)."""
 
-    if trace.main_pid is not None:    # first the access intervals, while the iterations are found
-        try:
-            access_intervals(trace, trace.main_pid)
-        except Exception:  # noqa: BLE001 - the access analysis reports it when it asks again
-            pass
     out: dict[str, Any] = {"peak": peak_live_bytes_of(trace),   # over the live events, shared with access
                            "info": allocator_info(trace), "by_owner": bytes_by_owner(trace).to_dict("records")}
     out["pools"] = guarded.pools(trace, time_limit=time_limit) if pools else None

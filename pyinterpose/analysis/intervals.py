@@ -78,13 +78,8 @@ def _device_clocks(trace: Trace, pid: int | None, rows: np.ndarray) -> dict | No
 
 
 def touches(trace: Trace, pid: int | None) -> Touches:
-    """The touches of the process's blocks (all processes' with ``pid`` None), computed once per trace
-    and process (``Trace.derived``; shared, read-only)."""
-    key = ("access.touches", None if pid is None else int(pid))
-    return trace.derived(key, lambda: _touches(trace, pid))
-
-
-def _touches(trace: Trace, pid: int | None) -> Touches:
+    """The touches of the process's blocks (all processes' with ``pid`` None).  Not kept with the
+    trace (16 bytes an access): a pass over the pieces holds them while it runs."""
     from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
@@ -171,16 +166,19 @@ def _whole_ids(cuts: list, tc: Touches) -> list[tuple[int, int]]:
     return [(x, y) for x, y in out]
 
 
-def pieces(trace: Trace, pid: int | None, size: int | None = None):
+def pieces(trace: Trace, pid: int | None, size: int | None = None, columns=None, tc: Touches | None = None):
     """The rows of ``access_intervals(trace, pid)`` for a range of blocks at a time (DataFrames with
-    its columns, in its order; see the module docstring)."""
-    tc = touches(trace, pid)
+    its columns, in its order; see the module docstring); with ``columns``, dicts of those columns
+    as numpy arrays (categoricals as their int8 codes).  ``tc``: the process's :func:`touches`, when
+    the caller has them."""
+    if tc is None:
+        tc = touches(trace, pid)
     for r0, r1 in spans(tc, size):
-        yield piece(trace, tc, r0, r1)
+        yield piece(trace, tc, r0, r1, columns)
 
 
-def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
-    """The intervals of the blocks ``tc.rows[r0:r1]``."""
+def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
+    """The intervals of the blocks ``tc.rows[r0:r1]`` (a DataFrame, or a dict of ``columns``)."""
     from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
@@ -216,22 +214,28 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
         del scratch, a_start, a_end
         np.maximum(end_t, start_t, out=end_t)      # accesses overlapping on concurrent streams: 0
     rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
-    out = pd.DataFrame({
-        "block_id": b["block_id"].to_numpy(np.int64)[rows_of_interval],
-        "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
-        "size": b["size"].to_numpy(np.int64)[rows_of_interval],
-        "start_t": start_t,
-        "end_t": end_t,
-        "start_seq": start_seq,
-        "end_seq": end_seq,
-        "ati_ns": end_t - start_t,
-        "kind": pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
-        "block_kind": _take_category(b["kind"], rows_of_interval),
-        "api": _take_category(b["api"], rows_of_interval),
-        "freed": b["freed"].to_numpy(bool)[rows_of_interval],
-        "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
-    }, copy=False)   # fresh arrays: no consolidation copy
-    return out
+    made = {
+        "block_id": lambda: b["block_id"].to_numpy(np.int64)[rows_of_interval],
+        "pid": lambda: b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
+        "size": lambda: b["size"].to_numpy(np.int64)[rows_of_interval],
+        "start_t": lambda: start_t,
+        "end_t": lambda: end_t,
+        "start_seq": lambda: start_seq,
+        "end_seq": lambda: end_seq,
+        "ati_ns": lambda: end_t - start_t,
+        "kind": lambda: pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
+        "block_kind": lambda: _take_category(b["kind"], rows_of_interval),
+        "api": lambda: _take_category(b["api"], rows_of_interval),
+        "freed": lambda: b["freed"].to_numpy(bool)[rows_of_interval],
+        "counts_device": lambda: b["counts_device"].to_numpy(bool)[rows_of_interval],
+    }
+    if columns is not None:
+        out = {}
+        for c in columns:
+            x = code if c == "kind" else made[c]()
+            out[c] = x.codes if isinstance(x, pd.Categorical) else x
+        return out
+    return pd.DataFrame({c: made[c]() for c in INTERVAL_COLUMNS}, copy=False)   # fresh arrays: no copy
 
 
 def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, seq_alloc, seq_free,
