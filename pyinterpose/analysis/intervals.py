@@ -173,8 +173,19 @@ def pieces(trace: Trace, pid: int | None, size: int | None = None, columns=None,
     the caller has them."""
     if tc is None:
         tc = touches(trace, pid)
+    b, a = trace.blocks, trace.accesses
+    read = [b[c].to_numpy() for c in ("block_id", "pid", "size", "seq_alloc", "seq_free", "t_alloc", "t_free",
+                                       "freed", "counts_device")]
+    if tc.clocks is not None:
+        read += [a[c].to_numpy() for c in ("seq", "t", "pid")]
+        for c in tc.clocks.values():
+            o = c.ops if c.device else None
+            if o is not None:
+                read += [x for x in (o.seq, o.t, o.start, o.end, o.stream) if x is not None]
     for r0, r1 in spans(tc, size):
-        yield piece(trace, tc, r0, r1, columns)
+        p = piece(trace, tc, r0, r1, columns)
+        mapped.drop_all(*read)          # the pages of the mapped columns this piece read
+        yield p
 
 
 def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
