@@ -8,7 +8,7 @@ touches of a block: at 100 M events ~50 M rows of 13 columns, 3.4 GB.  The analy
    access's block, then the touches grouped by block in seq order, one per seq (``pi_access_touches``
    in ``native/reader/intervals.c``).  16 bytes per access (its seq, and its CPU time or, on the device
    clock, its access row) plus 8 per block; the pages of the cached access columns read on the way are
-   given back (:mod:`pyinterpose.trace.mapped`).
+   given back (:mod:`.mapped`).
 2. :func:`pieces` — the intervals of a range of blocks at a time (about ``chunk_rows()`` intervals,
    cut only where the block id changes), each piece exactly the rows the whole table holds for those
    blocks, in the same order and with the same columns and types: ``pd.concat(list(pieces(...)))``
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace import chunking, mapped
+from ..trace import chunking
+from . import mapped
 from ..trace.model import Trace
 from .clock import clock_of
 
@@ -80,7 +81,7 @@ def _device_clocks(trace: Trace, pid: int | None, rows: np.ndarray) -> dict | No
 def touches(trace: Trace, pid: int | None) -> Touches:
     """The touches of the process's blocks (all processes' with ``pid`` None).  Not kept with the
     trace (16 bytes an access): a pass over the pieces holds them while it runs."""
-    from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
+    from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
     rows = block_rows(trace, pid)
@@ -113,13 +114,13 @@ def touches(trace: Trace, pid: int | None) -> Touches:
             mapped.drop_pages(a_bid, s, e)
         del lut
     a_seq = _col(a, "seq")
-    # on the device clock a touch keeps its access row: its times are read from the clock per piece
-    a_t = np.arange(na, dtype=np.int64) if clocks is not None else _col(a, "t")
+    # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
+    a_t = None if clocks is not None else _col(a, "t")
     cnt = np.zeros(nb, np.int64)
     t_seq = np.empty(na, np.int64)
     t_t = np.empty(na, np.int64)
-    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq), _ptr(a_t),
-                              _ptr(cnt), _ptr(t_seq), _ptr(t_t))
+    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
+                              ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t))
     if n < 0:
         raise MemoryError("out of memory building access intervals")
     del row, a_t

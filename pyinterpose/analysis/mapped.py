@@ -1,6 +1,6 @@
 """Resident pages of memory-mapped columns, given back once a streamed pass is done with them.
 
-A column read from the columnar cache (:mod:`.colcache`) is a private, copy-on-write file mapping;
+A column read from the columnar cache (:mod:`pyinterpose.trace.colcache`) is a private, copy-on-write file mapping;
 every page a pass reads stays resident (and counts in the process's RSS) until the mapping goes,
 although the kernel can read it again from the page cache at any time.  :func:`drop_pages` unmaps
 the resident pages of a range of such a column (``madvise(MADV_DONTNEED)``): the next read faults
@@ -81,3 +81,15 @@ def drop_all(*arrays) -> None:
     """:func:`drop_pages` of each whole array (those not mapped are skipped)."""
     for a in arrays:
         drop_pages(a)
+
+
+def drop_tables(trace) -> None:
+    """:func:`drop_pages` of every mapped column of the trace's tables (categoricals: their codes)."""
+    for name in ("blocks", "accesses", "launches", "copies", "markers", "nvml", "processes"):
+        df = getattr(trace, name, None)
+        if df is None or not hasattr(df, "columns"):
+            continue
+        for c in df.columns:
+            col = df[c]
+            x = col.cat.codes.to_numpy() if hasattr(col, "cat") else col.to_numpy()
+            drop_pages(x)
