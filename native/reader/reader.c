@@ -1,8 +1,10 @@
 /* reader.c — the trace reader's record pass; see reader.h. */
 #include "reader.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "events.h"
 
@@ -127,14 +129,35 @@ typedef struct {      /* a successful free, kept in case pairing must be redone 
 typedef struct {
     table live_addr;  /* (pid, family, key) -> alloc row of the live allocation */
     table live_seq;   /* (pid, 0, seq of the ALLOC) -> alloc row, live allocations only */
-    free_rec *frees;
+    free_rec *frees;  /* in memory, or (spilled) in f_free */
     int64_t n_free, cap_free;
+    FILE *f_free;
+    int64_t *al_seq;  /* per alloc row: its seq and pid (the records themselves may be spilled) */
+    int32_t *al_pid;
+    int64_t cap_al;
 } state;
+
+/* close a spill file (NULL: none); -1 when a write failed */
+static int close_spill(void **f)
+{
+    int rc = 0;
+    if (*f) {
+        FILE *fp = *f;
+        if (ferror(fp))
+            rc = -1;
+        if (fclose(fp))
+            rc = -1;
+        *f = NULL;
+    }
+    return rc;
+}
 
 static void rtab_free(pi_rtab *t)
 {
     free(t->rec);
     free(t->pid);
+    close_spill(&t->f_rec);
+    close_spill(&t->f_pid);
     memset(t, 0, sizeof(*t));
 }
 
@@ -145,6 +168,10 @@ static void state_free(state *st)
     free(st->live_addr.s);
     free(st->live_seq.s);
     free(st->frees);
+    free(st->al_seq);
+    free(st->al_pid);
+    if (st->f_free)
+        fclose(st->f_free);
     free(st);
 }
 
@@ -180,14 +207,8 @@ void pi_split_free(pi_split *s)
     free(s->al_status);
     free(s->al_end_t);
     free(s->al_end_seq);
-    free(s->a_pid);
-    free(s->a_ref);
-    free(s->a_flags);
-    free(s->a_seq);
-    free(s->a_t);
-    free(s->a_op);
-    free(s->a_launch);
-    free(s->a_row);
+    free(s->acc);
+    close_spill(&s->f_acc);
     free(s->pp_pid);
     free(s->pp_last_seq);
     free(s->pp_count);
@@ -212,6 +233,12 @@ static int grow(void **p, int64_t cap, size_t sz)
 
 static int rtab_push(pi_rtab *t, const pi_event *e, int32_t pid)
 {
+    if (t->f_rec) {
+        if (fwrite_unlocked(e, REC, 1, t->f_rec) != 1 || fwrite_unlocked(&pid, 4, 1, t->f_pid) != 1)
+            return -1;
+        t->n++;
+        return 0;
+    }
     if (t->n == t->cap) {
         int64_t cap = t->cap ? 2 * t->cap : 4096;
         if (grow(&t->rec, cap, REC) || grow((void **)&t->pid, cap, 4))
@@ -224,13 +251,16 @@ static int rtab_push(pi_rtab *t, const pi_event *e, int32_t pid)
     return 0;
 }
 
-static void rtab_trim(pi_rtab *t)
+static int rtab_trim(pi_rtab *t)
 {
+    if (t->f_rec)
+        return close_spill(&t->f_rec) | close_spill(&t->f_pid);
     if (t->n == t->cap || t->n == 0)
-        return;
+        return 0;
     grow(&t->rec, t->n, REC);      /* a failed shrink keeps the larger buffer: harmless */
     grow((void **)&t->pid, t->n, 4);
     t->cap = t->n;
+    return 0;
 }
 
 static int64_t pid_slot(pi_split *s, int32_t pid)
@@ -274,12 +304,6 @@ static inline uint64_t pair_key(const pi_event *e)
     return e->flags == PI_KIND_VMM_CREATE ? e->aux : e->addr;
 }
 
-static inline int64_t alloc_seq(const pi_split *s, int64_t row)
-{
-    pi_event e;
-    memcpy(&e, (const char *)s->alloc.rec + row * REC, REC);
-    return (int64_t)e.seq;
-}
 
 /* allocation `row` ended by the event (t, seq): 1 freed, 2 superseded; it is no longer live */
 static void end_alloc(pi_split *s, state *st, int64_t row, int status, int64_t t, int64_t seq)
@@ -287,8 +311,8 @@ static void end_alloc(pi_split *s, state *st, int64_t row, int status, int64_t t
     s->al_status[row] = (int8_t)status;
     s->al_end_t[row] = t;
     s->al_end_seq[row] = seq;
-    int32_t pid = s->alloc.pid[row];
-    uint64_t h = find(&st->live_seq, pid, 0, (uint64_t)alloc_seq(s, row));
+    int32_t pid = st->al_pid[row];
+    uint64_t h = find(&st->live_seq, pid, 0, (uint64_t)st->al_seq[row]);
     if (st->live_seq.s[h].val == row)
         erase(&st->live_seq, h);
 }
@@ -296,14 +320,18 @@ static void end_alloc(pi_split *s, state *st, int64_t row, int status, int64_t t
 static int on_alloc(pi_split *s, state *st, const pi_event *e, int32_t pid)
 {
     int64_t row = s->alloc.n;
-    if (s->alloc.n == s->alloc.cap) {
-        int64_t cap = s->alloc.cap ? 2 * s->alloc.cap : 4096;
+    if (row == st->cap_al) {
+        int64_t cap = st->cap_al ? 2 * st->cap_al : 4096;
         if (grow((void **)&s->al_status, cap, 1) || grow((void **)&s->al_end_t, cap, 8) ||
-            grow((void **)&s->al_end_seq, cap, 8))
+            grow((void **)&s->al_end_seq, cap, 8) || grow((void **)&st->al_seq, cap, 8) ||
+            grow((void **)&st->al_pid, cap, 4))
             return -1;
+        st->cap_al = cap;
     }
     if (rtab_push(&s->alloc, e, pid))
         return -1;
+    st->al_seq[row] = (int64_t)e->seq;
+    st->al_pid[row] = pid;
     s->al_status[row] = 0;
     s->al_end_t[row] = 0;
     s->al_end_seq[row] = 0;
@@ -323,18 +351,20 @@ static int on_free(pi_split *s, state *st, const pi_event *e, int32_t pid)
 {
     int fam = family(e->flags);
     uint64_t key = pair_key(e);
-    if (st->n_free == st->cap_free) {
-        int64_t cap = st->cap_free ? 2 * st->cap_free : 4096;
-        if (grow((void **)&st->frees, cap, sizeof(free_rec)))
+    free_rec fr = {key, (int64_t)e->seq, (int64_t)e->t_ns, pid, fam};
+    if (st->f_free) {
+        if (fwrite_unlocked(&fr, sizeof(fr), 1, st->f_free) != 1)
             return -1;
-        st->cap_free = cap;
+        st->n_free++;
+    } else {
+        if (st->n_free == st->cap_free) {
+            int64_t cap = st->cap_free ? 2 * st->cap_free : 4096;
+            if (grow((void **)&st->frees, cap, sizeof(free_rec)))
+                return -1;
+            st->cap_free = cap;
+        }
+        st->frees[st->n_free++] = fr;
     }
-    free_rec *f = &st->frees[st->n_free++];
-    f->key = key;
-    f->seq = (int64_t)e->seq;
-    f->t = (int64_t)e->t_ns;
-    f->pid = pid;
-    f->fam = fam;
     s->n_free++;
     uint64_t h = find(&st->live_addr, pid, fam, key);
     int64_t row = st->live_addr.s[h].val;
@@ -349,29 +379,66 @@ static int on_free(pi_split *s, state *st, const pi_event *e, int32_t pid)
 
 static int access_push(pi_split *s, state *st, int32_t pid, const pi_event *e, int64_t pp)
 {
+    pi_acc a;
+    int32_t op = s->pp_own_op[pp];
+    a.ref = (int64_t)e->aux;
+    a.seq = s->pp_own_seq[pp];
+    a.t = s->pp_own_t[pp];
+    a.pid = pid;
+    a.launch = (int32_t)s->pp_own_launch[pp];
+    a.flags = e->flags;
+    a.op = (uint8_t)(op < 0 ? 0 : op > 15 ? 15 : op);
+    a.pad = 0;
+    int64_t row = st->live_seq.s[find(&st->live_seq, pid, 0, e->aux)].val;
+    a.row = (int32_t)row;
+    if (row < 0)
+        s->a_pending++;
+    if (s->f_acc) {
+        if (fwrite_unlocked(&a, sizeof(a), 1, s->f_acc) != 1)
+            return -1;
+        s->a_n++;
+        return 0;
+    }
     if (s->a_n == s->a_cap) {
         int64_t cap = s->a_cap ? 2 * s->a_cap : 16384;
-        if (grow((void **)&s->a_pid, cap, 4) || grow((void **)&s->a_ref, cap, 8) ||
-            grow((void **)&s->a_flags, cap, 2) || grow((void **)&s->a_seq, cap, 8) ||
-            grow((void **)&s->a_t, cap, 8) || grow((void **)&s->a_op, cap, 1) ||
-            grow((void **)&s->a_launch, cap, 4) || grow((void **)&s->a_row, cap, 4))
+        if (grow((void **)&s->acc, cap, sizeof(pi_acc)))
             return -1;
         s->a_cap = cap;
     }
-    int64_t k = s->a_n++;
-    int32_t op = s->pp_own_op[pp];
-    s->a_pid[k] = pid;
-    s->a_ref[k] = (int64_t)e->aux;
-    s->a_flags[k] = e->flags;
-    s->a_seq[k] = s->pp_own_seq[pp];
-    s->a_t[k] = s->pp_own_t[pp];
-    s->a_op[k] = (uint8_t)(op < 0 ? 0 : op > 15 ? 15 : op);
-    s->a_launch[k] = (int32_t)s->pp_own_launch[pp];
-    int64_t row = st->live_seq.s[find(&st->live_seq, pid, 0, e->aux)].val;
-    s->a_row[k] = (int32_t)row;
-    if (row < 0)
-        s->a_pending++;
+    s->acc[s->a_n++] = a;
     return 0;
+}
+
+static FILE *open_spill(const char *dir, const char *name)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+        return NULL;
+    FILE *f = fopen(path, "w+be");     /* read back by pair_in_seq_order */
+    if (f)
+        setvbuf(f, NULL, _IOFBF, 1 << 20);
+    return f;
+}
+
+int pi_split_spill(pi_split *s, const char *dir)
+{
+    struct { pi_rtab *t; const char *rec, *pid; } tabs[] = {
+        {&s->alloc, "alloc.rec", "alloc.pid"}, {&s->launch, "launch.rec", "launch.pid"}, {&s->copy, "copy.rec", "copy.pid"},
+        {&s->hint, "hint.rec", "hint.pid"}, {&s->fail, "fail.rec", "fail.pid"},
+        {&s->side, "side.rec", "side.pid"}, {&s->gpu, "gpu.rec", "gpu.pid"},
+    };
+    if (s->n_events)
+        return -1;
+    for (size_t i = 0; i < sizeof(tabs) / sizeof(tabs[0]); i++) {
+        tabs[i].t->f_rec = open_spill(dir, tabs[i].rec);
+        tabs[i].t->f_pid = open_spill(dir, tabs[i].pid);
+        if (!tabs[i].t->f_rec || !tabs[i].t->f_pid)
+            return -1;
+    }
+    state *st = s->internal;
+    st->f_free = open_spill(dir, "frees.bin");
+    s->f_acc = open_spill(dir, "acc.bin");
+    return s->f_acc && st->f_free ? 0 : -1;
 }
 
 static int is_call(int op)
@@ -510,19 +577,61 @@ static int cmp_ev(const void *a, const void *b)
     return rx < ry ? -1 : rx > ry;
 }
 
+/* the records of `alloc` (mapped from its spill file when spilled; *len: the length to unmap, else 0) */
+static const char *alloc_records(pi_split *s, size_t *len)
+{
+    *len = 0;
+    if (!s->alloc.f_rec)
+        return s->alloc.rec;
+    if (fflush(s->alloc.f_rec))
+        return NULL;
+    size_t n = (size_t)s->alloc.n * REC;
+    if (!n)
+        return "";
+    void *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fileno(s->alloc.f_rec), 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    *len = n;
+    return p;
+}
+
+/* the frees (read back from their spill file when spilled) */
+static int load_frees(state *st)
+{
+    if (!st->f_free)
+        return 0;
+    FILE *f = st->f_free;
+    st->f_free = NULL;
+    free(st->frees);
+    st->frees = malloc((size_t)(st->n_free + 1) * sizeof(free_rec));
+    int rc = !st->frees || fflush(f) || fseek(f, 0, SEEK_SET) ||
+             fread(st->frees, sizeof(free_rec), (size_t)st->n_free, f) != (size_t)st->n_free ? -1 : 0;
+    fclose(f);
+    st->cap_free = st->n_free;
+    return rc;
+}
+
 static int pair_in_seq_order(pi_split *s, state *st)
 {
     int64_t na = s->alloc.n, nf = st->n_free;
+    size_t map_len;
+    if (load_frees(st))
+        return -1;
+    const char *arec = alloc_records(s, &map_len);
+    if (!arec)
+        return -1;
     pair_ev *ev = malloc((size_t)(na + nf + 1) * sizeof(*ev));
     table t;
     if (!ev || table_init(&t, na)) {
         free(ev);
+        if (map_len)
+            munmap((void *)arec, map_len);
         return -1;
     }
     for (int64_t i = 0; i < na; i++) {
-        ev[i].seq = alloc_seq(s, i);
+        ev[i].seq = st->al_seq[i];
         ev[i].ref = i;
-        ev[i].pid = s->alloc.pid[i];
+        ev[i].pid = st->al_pid[i];
         ev[i].is_free = 0;
         s->al_status[i] = 0;
         s->al_end_t[i] = 0;
@@ -547,7 +656,7 @@ static int pair_in_seq_order(pi_split *s, state *st)
             tt = f->t;
         } else {
             pi_event e;
-            memcpy(&e, (const char *)s->alloc.rec + ev[k].ref * REC, REC);
+            memcpy(&e, arec + ev[k].ref * REC, REC);
             fam = family(e.flags);
             key = pair_key(&e);
             tt = (int64_t)e.t_ns;
@@ -576,6 +685,8 @@ static int pair_in_seq_order(pi_split *s, state *st)
     s->unmatched_free = unmatched;
     free(t.s);
     free(ev);
+    if (map_len)
+        munmap((void *)arec, map_len);
     return 0;
 }
 
@@ -590,77 +701,80 @@ int pi_split_finish(pi_split *s)
         state_free(st);
         s->internal = NULL;
     }
-    rtab_trim(&s->alloc);
-    rtab_trim(&s->launch);
-    rtab_trim(&s->copy);
-    rtab_trim(&s->hint);
-    rtab_trim(&s->fail);
-    rtab_trim(&s->side);
-    rtab_trim(&s->gpu);
+    int rc = rtab_trim(&s->alloc) | rtab_trim(&s->launch) | rtab_trim(&s->copy) | rtab_trim(&s->hint) |
+             rtab_trim(&s->fail) | rtab_trim(&s->side) | rtab_trim(&s->gpu) | close_spill(&s->f_acc);
     if (s->alloc.n) {
         grow((void **)&s->al_status, s->alloc.n, 1);
         grow((void **)&s->al_end_t, s->alloc.n, 8);
         grow((void **)&s->al_end_seq, s->alloc.n, 8);
     }
-    return 0;
+    if (s->acc && s->a_n && s->a_n < s->a_cap) {
+        grow((void **)&s->acc, s->a_n, sizeof(pi_acc));
+        s->a_cap = s->a_n;
+    }
+    return rc ? -1 : 0;
 }
 
-int64_t pi_resolve_access(pi_split *s, const int64_t *row_block, const int32_t *bpid, const int64_t *bseq,
-                          const int64_t *bid, int64_t nb, const int32_t *launch_kernel, int64_t n_launch,
-                          int32_t *n_access, int64_t t0)
+void *pi_blockmap_new(const int32_t *bpid, const int64_t *bseq, const int64_t *bid, int64_t nb)
 {
-    table t = {0};
-    int full = s->seq_disorder || s->a_pending > 0;
-    if (full) {     /* every block by (pid, seq of its ALLOC) */
-        if (table_init(&t, nb))
-            return -1;
-        for (int64_t b = 0; b < nb; b++) {
-            uint64_t h = find(&t, bpid[b], 0, (uint64_t)bseq[b]);
-            if (t.s[h].val >= 0 && t.s[h].val <= bid[b])
-                continue;
-            t.s[h].key = (uint64_t)bseq[b];
-            t.s[h].pid = bpid[b];
-            t.s[h].fam = 0;
-            t.s[h].val = bid[b];
-        }
+    table *t = malloc(sizeof(*t));
+    if (!t || table_init(t, nb)) {
+        free(t);
+        return NULL;
     }
+    for (int64_t b = 0; b < nb; b++) {
+        uint64_t h = find(t, bpid[b], 0, (uint64_t)bseq[b]);
+        if (t->s[h].val >= 0 && t->s[h].val <= bid[b])
+            continue;
+        if (t->s[h].val < 0)
+            t->used++;
+        t->s[h].key = (uint64_t)bseq[b];
+        t->s[h].pid = bpid[b];
+        t->s[h].fam = 0;
+        t->s[h].val = bid[b];
+    }
+    return t;
+}
+
+void pi_blockmap_free(void *m)
+{
+    table *t = m;
+    if (t) {
+        free(t->s);
+        free(t);
+    }
+}
+
+int64_t pi_resolve_chunk(const pi_acc *acc, int64_t n, int32_t use_row, const int64_t *row_block, const void *map,
+                         const int32_t *launch_kernel, int64_t n_launch, int32_t *n_access, int64_t t0,
+                         int32_t *o_block, int32_t *o_pid, int64_t *o_seq, int64_t *o_t, int32_t *o_kernel,
+                         int8_t *o_op, uint16_t *o_flags)
+{
+    const table *t = map;
     int64_t k = 0;
-    for (int64_t i = 0; i < s->a_n; i++) {
+    for (int64_t i = 0; i < n; i++) {
+        pi_acc a;
+        memcpy(&a, acc + i, sizeof(a));
         int64_t b = -1;
-        if (!s->seq_disorder && s->a_row[i] >= 0)
-            b = row_block[s->a_row[i]];
-        else if (full)
-            b = t.s[find(&t, s->a_pid[i], 0, (uint64_t)s->a_ref[i])].val;
+        if (use_row && a.row >= 0)
+            b = row_block[a.row];
+        else if (t)
+            b = t->s[find(t, a.pid, 0, (uint64_t)a.ref)].val;
         if (b < 0)
             continue;
-        int32_t row = s->a_launch[i];
-        s->a_pid[k] = s->a_pid[i];
-        s->a_ref[k] = b;
-        s->a_flags[k] = s->a_flags[i];
-        s->a_seq[k] = s->a_seq[i];
-        s->a_t[k] = s->a_t[i] - t0;
-        s->a_op[k] = s->a_op[i];
-        if (row >= 0 && row < n_launch) {
-            s->a_launch[k] = launch_kernel[row];
-            n_access[row]++;
+        o_block[k] = (int32_t)b;
+        o_pid[k] = a.pid;
+        o_seq[k] = a.seq;
+        o_t[k] = a.t - t0;
+        o_op[k] = (int8_t)a.op;
+        o_flags[k] = a.flags;
+        if (a.launch >= 0 && a.launch < n_launch) {
+            o_kernel[k] = launch_kernel[a.launch];
+            n_access[a.launch]++;
         } else {
-            s->a_launch[k] = -1;
+            o_kernel[k] = -1;
         }
         k++;
-    }
-    free(t.s);
-    free(s->a_row);
-    s->a_row = NULL;
-    s->a_n = k;
-    if (k) {
-        grow((void **)&s->a_pid, k, 4);
-        grow((void **)&s->a_ref, k, 8);
-        grow((void **)&s->a_flags, k, 2);
-        grow((void **)&s->a_seq, k, 8);
-        grow((void **)&s->a_t, k, 8);
-        grow((void **)&s->a_op, k, 1);
-        grow((void **)&s->a_launch, k, 4);
-        s->a_cap = k;
     }
     return k;
 }

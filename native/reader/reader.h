@@ -22,10 +22,16 @@
  * finds its block among the live ones (hash map per (pid, seq of the ALLOC)):
  * both maps hold only the live blocks, so they stay small and in cache.  Seq
  * order is file order for the drain's traces; when not, pi_split_finish pairs
- * again after sorting by seq.  pi_resolve_access then gives each access its
+ * again after sorting by seq.  pi_resolve_chunk then gives each access its
  * block id (the rare access to a block no longer live: by a full map), drops
- * the unresolved ones and counts the accesses of each launch.  Tables are in file order; Python
- * regroups them by pid when processes' chunks interleave.
+ * the unresolved ones and counts the accesses of each launch, a chunk of
+ * accesses at a time.  Tables are in file order; Python regroups them by pid
+ * when processes' chunks interleave.
+ *
+ * For a large trace (pi_split_spill) every record table but the allocations,
+ * and the accesses, go to files during the pass: the pass then holds the
+ * allocations and the live blocks only, and Python builds one table at a time
+ * from the files (issue 30: the first read of 100 M events).
  */
 #ifndef PYINTERPOSE_READER_H
 #define PYINTERPOSE_READER_H
@@ -33,10 +39,23 @@
 
 /* BEGIN CDEF */
 typedef struct pi_rtab {        /* whole records of one kind, file order */
-    void *rec;                  /* n * 64 bytes (struct pi_event) */
+    void *rec;                  /* n * 64 bytes (struct pi_event); NULL when spilled */
     int32_t *pid;
     int64_t n, cap;
+    void *f_rec, *f_pid;        /* FILE *: the table spilled to files (pi_split_spill), else NULL */
 } pi_rtab;
+
+typedef struct pi_acc {         /* one ACCESS record, with what it needs from its owner (40 bytes) */
+    int64_t ref;                /* the ALLOC's seq (record aux) */
+    int64_t seq;                /* seq of the owner (the last non-ACCESS record of the pid) */
+    int64_t t;                  /* owner's t_ns */
+    int32_t pid;
+    int32_t row;                /* row in `alloc` of the block, when it was live at the access; else -1 */
+    int32_t launch;             /* owner's row in `launch` (-1: not a launch) */
+    uint16_t flags;
+    uint8_t op;                 /* owner's op, clipped to 0..15 */
+    uint8_t pad;
+} pi_acc;
 
 typedef struct pi_split {
     pi_rtab alloc, launch, copy, hint, fail, side;
@@ -47,16 +66,10 @@ typedef struct pi_split {
     int64_t *al_end_t, *al_end_seq;
     int64_t unmatched_free;     /* frees that ended no allocation */
     int64_t n_free;             /* successful frees with a key */
-    /* accesses: one row per ACCESS record */
-    int32_t *a_pid;
-    int64_t *a_ref;             /* the ALLOC's seq (record aux); block id after resolve */
-    uint16_t *a_flags;
-    int64_t *a_seq;             /* seq of the owner (the last non-ACCESS record of the pid) */
-    int64_t *a_t;               /* owner's t_ns (t_ns - t0 after resolve) */
-    uint8_t *a_op;              /* owner's op, clipped to 0..15 */
-    int32_t *a_launch;          /* owner's row in `launch` (-1: not a launch); kernel after resolve */
-    int32_t *a_row;             /* row in `alloc` of the block, when it was live at the access; else -1 */
+    /* accesses: one pi_acc per ACCESS record, in `acc` or (spilled) in the file f_acc */
+    pi_acc *acc;
     int64_t a_n, a_cap, a_pending;
+    void *f_acc;
     int64_t n_events;
     int64_t t_min, t_max;       /* of t_ns as int64 */
     int64_t op_count[64];       /* records per op (op >= 63 counted in 63) */
@@ -76,26 +89,38 @@ typedef struct pi_split {
 } pi_split;
 
 pi_split *pi_split_new(void);
+/* Before the first feed: write every record table but `alloc` and the accesses to files in dir
+ * (NAME.rec, NAME.pid, acc.bin) instead of memory, so that the pass holds only the allocations and
+ * its hash maps of the live blocks.  0, or -1 (a file could not be made). */
+int pi_split_spill(pi_split *s, const char *dir);
 /* Split n records (64 bytes each, any alignment) of process pid.  0, or -1 when out of memory. */
 int pi_split_feed(pi_split *s, const void *records, int64_t n, int32_t pid);
 /* pi_split_feed of k runs of records in turn (run i: n[i] records at records[i], of process pid[i]):
  * one call for many chunks.  0, or -1 when out of memory. */
 int pi_split_feed_many(pi_split *s, void *const *records, const int64_t *n, const int32_t *pid, int64_t k);
 /* After the last feed: pair allocations with frees again in seq order if the file's order was not
- * that (seq_disorder), drop the pass's hash maps and give each table its exact size.  0 or -1 (memory). */
+ * that (seq_disorder), drop the pass's hash maps, give each table its exact size and close the spill
+ * files (every record written).  0 or -1 (memory, or a spill file could not be written). */
 int pi_split_finish(pi_split *s);
 /* Free the split and every buffer still attached to it (Python takes a buffer by NULLing its pointer). */
 void pi_split_free(pi_split *s);
 void pi_free(void *p);
 
-/* Resolve the accesses of s in place to block ids: through a_row and row_block (alloc row -> block
- * id) when the block was live at the access, else by (pid, seq of the ALLOC) among the blocks
- * bpid/bseq/bid (nb rows; the smallest id wins on a duplicate key).  Drops the accesses of no block
- * (kept rows keep their order), a_t -= t0, a_launch -> launch_kernel[a_launch] (or -1) and
- * n_access[row]++ per kept access of a launch row.  Returns the accesses kept, or -1 (memory). */
-int64_t pi_resolve_access(pi_split *s, const int64_t *row_block, const int32_t *bpid, const int64_t *bseq,
-                          const int64_t *bid, int64_t nb, const int32_t *launch_kernel, int64_t n_launch,
-                          int32_t *n_access, int64_t t0);
+/* The blocks by (pid, seq of their ALLOC): the map pi_resolve_chunk uses for an access whose block
+ * was not live at the access (or every access when the file was not in seq order).  nb rows; the
+ * smallest id wins on a duplicate key.  NULL when out of memory. */
+void *pi_blockmap_new(const int32_t *bpid, const int64_t *bseq, const int64_t *bid, int64_t nb);
+void pi_blockmap_free(void *m);
+
+/* Resolve n accesses (pi_acc, in file order) to block ids: through row and row_block (alloc row ->
+ * block id) when use_row and the block was live at the access, else by (pid, ref) in map (NULL: none).
+ * Drops the accesses of no block (kept rows keep their order) and writes the kept ones to the o_
+ * columns: block id, pid, seq, t - t0, kernel (launch_kernel[launch], or -1), op, flags; counts
+ * n_access[launch]++ per kept access of a launch row.  Returns the accesses kept. */
+int64_t pi_resolve_chunk(const pi_acc *acc, int64_t n, int32_t use_row, const int64_t *row_block, const void *map,
+                         const int32_t *launch_kernel, int64_t n_launch, int32_t *n_access, int64_t t0,
+                         int32_t *o_block, int32_t *o_pid, int64_t *o_seq, int64_t *o_t, int32_t *o_kernel,
+                         int8_t *o_op, uint16_t *o_flags);
 
 /* Access intervals (pyinterpose.analysis.access), step 1.  nb blocks (seq_alloc, seq_free); na accesses
  * with their block row (-1: none), seq and t.  Keeps the accesses inside their block's

@@ -19,7 +19,6 @@ from ..errors import PyinterposeError
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
 from ..trace import chunking
-from . import mapped
 from ..trace.model import live_bytes_curve, live_events
 from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
@@ -427,7 +426,7 @@ class _StreamedIntervals:
 
     def __init__(self, trace: Trace, pid: int | None, n_blocks: int):
         self.n_blocks = n_blocks
-        mapped.drop_tables(trace)          # what the steps before read (the clock, the live bytes)
+        intervals.release_tables(trace)          # what the steps before read (the clock, the live bytes)
         tc = intervals.touches(trace, pid)
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
         n = int(((tc.cnt + 1) * dev_b).sum())
@@ -461,7 +460,7 @@ class _StreamedIntervals:
             del p, a, st, k, bid, sz, dev
         assert pos == n
         del tc
-        mapped.drop_tables(trace)
+        intervals.release_tables(trace)
         self.n = n
         self.seg = np.concatenate(segs) if segs else np.zeros(0, np.int64)
         ub = np.concatenate(ubs) if ubs else np.zeros(0, np.int64)

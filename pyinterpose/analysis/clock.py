@@ -32,9 +32,14 @@ duration, and the clock's note counts them.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..trace.chunking import chunk_rows, spans
+from ..trace.pages import release
 
 CPU = "cpu"
 
@@ -62,13 +67,36 @@ class Ops:
         return (self.start >= 0) & (self.end >= self.start)
 
 
-@dataclass
+def _none():
+    return None
+
+
 class Clock:
-    pid: int | None
-    device: bool
-    source: str = CPU           # "cupti" (or what the trace names) on the device clock
-    note: str = ""
-    ops: Ops | None = None
+    """The clock of one process.  ``ops`` (the process's launches and copies in seq order, full
+    length) is built on first use only: deciding the clock, its label and note, and placing a few
+    host events (:meth:`host_times` of iteration boundaries) read the tables in pieces instead."""
+
+    def __init__(self, pid: int | None, device: bool, source: str = CPU, note: str = "", ops=None, trace=None):
+        self.pid, self.device, self.source, self.note = pid, device, source, note
+        self._ops = ops if isinstance(ops, Ops) else None
+        # where the ops are read from when first needed: a weak reference, since the clock is kept in the
+        # trace's own derived results (a strong one would be a cycle keeping a dropped trace alive until gc)
+        self._trace = weakref.ref(trace) if trace is not None else _none
+        self._lock = threading.Lock()
+
+    @property
+    def ops(self) -> Ops:
+        if self._ops is None:
+            with self._lock:
+                if self._ops is None:
+                    trace = self._trace()
+                    if trace is None:
+                        raise RuntimeError("the trace of this clock is gone: keep the trace while using its clock")
+                    self._ops = _ops(trace, self.pid, self.device)
+        return self._ops
+
+    def __repr__(self) -> str:
+        return f"Clock(pid={self.pid!r}, device={self.device!r}, source={self.source!r}, note={self.note!r})"
 
     @property
     def label(self) -> str:
@@ -88,6 +116,10 @@ class Clock:
         t = np.asarray(t, dtype=np.int64)
         if not self.device:
             return t
+        trace = self._trace()
+        if self._ops is None and trace is not None and t.size <= chunk_rows():
+            # up to a piece of events (iteration boundaries): the frontier read in pieces, no full-length ops
+            return np.maximum(t, frontier_at(trace, self.pid, np.asarray(seq, dtype=np.int64)))
         k = np.searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
         f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)
         return np.maximum(t, f)
@@ -166,16 +198,59 @@ def _ascending(a: np.ndarray) -> bool:
 
 
 def _timed_count(trace, pid: int | None) -> tuple[int, int]:
-    """(launches and copies of the process with a device time, all of them)."""
+    """(launches and copies of the process with a device time, all of them), read in pieces."""
     n = timed = 0
     for tab in (trace.launches, trace.copies):
         if not len(tab):
             continue
-        m = np.ones(len(tab), bool) if pid is None else tab["pid"].to_numpy() == pid
-        s, e = tab["dev_start"].to_numpy(), tab["dev_end"].to_numpy()
-        n += int(m.sum())
-        timed += int(np.count_nonzero(m & (s >= 0) & (e >= s)))
+        p, s_, e_ = (tab[c].to_numpy() for c in ("pid", "dev_start", "dev_end"))
+        for lo, hi in spans(len(tab)):
+            s, e = s_[lo:hi], e_[lo:hi]
+            ok = (s >= 0) & (e >= s)
+            if pid is None:
+                n += hi - lo
+            else:
+                m = p[lo:hi] == pid
+                n += int(np.count_nonzero(m))
+                ok &= m
+            timed += int(np.count_nonzero(ok))
+        for a in (p, s_, e_):
+            release(a)
     return timed, n
+
+
+def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
+    """``Ops.frontier`` read at ``seq`` as :meth:`Clock.host_times` reads it — per query, the latest
+    device end among the process's launches and copies with a smaller seq (-1 none) — computed over
+    the tables in pieces, without building the full-length ops (for a few queries)."""
+    seq = np.asarray(seq, dtype=np.int64)
+    out = np.full(seq.shape, -1, np.int64)
+    if not seq.size:
+        return out
+    for tab in (trace.launches, trace.copies):
+        if not len(tab):
+            continue
+        cols = [tab[c].to_numpy() for c in ("pid", "seq", "dev_start", "dev_end")]
+        p_, q_, s_, e_ = cols
+        for lo, hi in spans(len(tab)):
+            q, s, e = q_[lo:hi], s_[lo:hi], e_[lo:hi]
+            if pid is not None:
+                m = p_[lo:hi] == pid
+                if not m.all():
+                    q, s, e = q[m], s[m], e[m]
+            if not len(q):
+                continue
+            e = np.where((s >= 0) & (e >= s), e, -1).astype(np.int64, copy=False)
+            q = q.astype(np.int64, copy=False)
+            if not _ascending(q):
+                o = np.argsort(q, kind="stable")
+                q, e = q[o], e[o]
+            run = np.maximum.accumulate(e)
+            k = np.searchsorted(q, seq, side="left") - 1
+            np.maximum(out, np.where(k >= 0, run[np.maximum(k, 0)], -1), out=out)
+        for a in cols:
+            release(a)
+    return out
 
 
 def _process_row(trace, pid):
@@ -205,8 +280,7 @@ def _decide(trace, pid: int | None) -> Clock:
     if n_timed == 0:
         if not why:
             why = ("the trace has no device timestamps" if n_ops else "the process launched nothing")
-        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", _ops(trace, pid, False))
-    ops = _ops(trace, pid, True)
+        return Clock(pid, False, CPU, f"no device times: CPU clock ({why})", trace=trace)
     source = declared if declared not in ("", CPU) else "cupti"
     notes = []
     if n_timed < n_ops:
@@ -216,7 +290,7 @@ def _decide(trace, pid: int | None) -> Clock:
         notes.append(f"{int(row['gpu_dropped'])} device activity records dropped by CUPTI")
     if why:
         notes.append(why)
-    return Clock(pid, True, source, "; ".join(notes), ops)
+    return Clock(pid, True, source, "; ".join(notes), trace=trace)
 
 
 def clock_dict(trace, pid: int | None = None) -> dict:

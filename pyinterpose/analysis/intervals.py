@@ -8,7 +8,7 @@ touches of a block: at 100 M events ~50 M rows of 13 columns, 3.4 GB.  The analy
    access's block, then the touches grouped by block in seq order, one per seq (``pi_access_touches``
    in ``native/reader/intervals.c``).  16 bytes per access (its seq, and its CPU time or, on the device
    clock, its access row) plus 8 per block; the pages of the cached access columns read on the way are
-   given back (:mod:`.mapped`).
+   given back (:mod:`pyinterpose.trace.pages`).
 2. :func:`pieces` — the intervals of a range of blocks at a time (about ``chunk_rows()`` intervals,
    cut only where the block id changes), each piece exactly the rows the whole table holds for those
    blocks, in the same order and with the same columns and types: ``pd.concat(list(pieces(...)))``
@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace import chunking
-from . import mapped
+from ..trace import chunking, pages
 from ..trace.model import Trace
 from .clock import clock_of
 
@@ -111,7 +110,7 @@ def touches(trace: Trace, pid: int | None) -> Touches:
                 pos = np.searchsorted(bid, x)
                 pos_c = np.minimum(pos, nb - 1)
                 row[s:e] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
-            mapped.drop_pages(a_bid, s, e)
+            pages.release(a_bid, s, e)
         del lut
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
@@ -124,7 +123,7 @@ def touches(trace: Trace, pid: int | None) -> Touches:
     if n < 0:
         raise MemoryError("out of memory building access intervals")
     del row, a_t
-    mapped.drop_all(a_seq, a["t"].to_numpy())
+    pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
     if n < na:          # keep only what is used (a copy now, the full-length arrays go)
         t_seq, t_t = t_seq[:n].copy(), t_t[:n].copy()
@@ -185,7 +184,7 @@ def pieces(trace: Trace, pid: int | None, size: int | None = None, columns=None,
                 read += [x for x in (o.seq, o.t, o.start, o.end, o.stream) if x is not None]
     for r0, r1 in spans(tc, size):
         p = piece(trace, tc, r0, r1, columns)
-        mapped.drop_all(*read)          # the pages of the mapped columns this piece read
+        pages.release_all(*read)          # the pages of the mapped columns this piece read
         yield p
 
 
@@ -277,6 +276,14 @@ def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, se
             a_start[ma], a_end[ma] = c.op_times(a_seq[ma], a_t[ma])
     return (np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free), np.ascontiguousarray(a_start),
             np.ascontiguousarray(a_end))
+
+
+def release_tables(trace: Trace) -> None:
+    """Give back the resident pages of every mapped column of the trace's tables (:mod:`..trace.pages`)."""
+    for name in ("blocks", "accesses", "launches", "copies", "markers", "nvml", "processes"):
+        df = getattr(trace, name, None)
+        if df is not None and hasattr(df, "columns"):
+            pages.release_frame(df)
 
 
 def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:

@@ -40,7 +40,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..trace.chunking import spans
 from ..trace.model import Trace
+from ..trace.pages import release
 from .clock import clock_of
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -152,6 +154,82 @@ def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
 
 
 def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
+    """The signature of the process's allocations, computed a piece of allocations at a time from
+    the frees in seq order (their seqs, cumulative sizes and times): no full-length event arrays.
+    Each position is counted as in the merged alloc/free event sequence (frees before allocs at
+    equal seq): an allocation's position is its index plus the frees at or before its seq, a
+    free's the allocations before its seq plus its rank among the frees."""
+    seq_a = blocks["seq_alloc"].to_numpy(np.int64)
+    bid = blocks["block_id"].to_numpy(np.int64)
+    n = len(seq_a)
+    ds = np.diff(seq_a)
+    if n > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
+        o = np.lexsort((bid, seq_a))
+    else:
+        o = slice(None)
+    del ds
+    seq_a = seq_a[o]
+    t_a = blocks["t_alloc"].to_numpy(np.int64)[o]
+    size = blocks["size"].to_numpy(np.int64)[o]
+    freed = blocks["freed"].to_numpy(bool)[o]
+    seq_f = blocks["seq_free"].to_numpy(np.int64)[o]
+    # the frees in seq order: their seqs, running total of sizes, times
+    fsel = np.flatnonzero(freed)
+    fo = np.argsort(seq_f[fsel], kind="stable")
+    fsel = fsel[fo]
+    del fo
+    fs = seq_f[fsel]
+    if len(fs) > 1 and not (fs[1:] > fs[:-1]).all():       # two frees at one seq: ranks by sort order
+        del fs, fsel
+        return _signature_whole(blocks, seq_range)
+    fsum = np.cumsum(size[fsel])
+    tfs = blocks["t_free"].to_numpy(np.int64)[o][fsel] if not isinstance(o, slice) else \
+        blocks["t_free"].to_numpy(np.int64)[fsel]
+    del fsel
+    token = np.empty(n, np.uint64)
+    live_before = np.empty(n, np.int64)
+    gap = np.empty(n, np.int64)
+    step_end = np.empty(n, np.int64)
+    total = np.int64(0)                                      # sizes of the allocations before the piece
+    for a0, a1 in spans(n):
+        sa = seq_a[a0:a1]
+        sz = size[a0:a1]
+        fr = freed[a0:a1]
+        cf = np.searchsorted(fs, sa, side="right")           # frees at or before each allocation
+        pos_a = cf + np.arange(a0, a1)
+        sf = seq_f[a0:a1]
+        life = np.full(a1 - a0, -1, np.int64)
+        sff = sf[fr]
+        life[fr] = np.searchsorted(seq_a, sff, side="left") + np.searchsorted(fs, sff, side="left") - pos_a[fr]
+        del sff
+        token[a0:a1] = _mix64(sz.astype(np.uint64)) ^ _mix64(life.astype(np.uint64) * np.uint64(3) + np.uint64(1))
+        del life
+        with np.errstate(over="ignore"):
+            before = np.cumsum(sz) - sz + total              # the allocations' bytes before each one
+            total = before[-1] + sz[-1]
+            live_before[a0:a1] = before - (np.where(cf > 0, fsum[np.maximum(cf - 1, 0)], 0) if len(fsum) else 0)
+        del before
+        # the event before each allocation: the previous allocation, or else the last free before it
+        prev_pos = np.empty(a1 - a0, np.int64)
+        prev_pos[1:] = pos_a[:-1]
+        prev_pos[0] = (int(np.searchsorted(fs, seq_a[a0 - 1], side="right")) + a0 - 1) if a0 > 0 else -2
+        ta = t_a[a0:a1]
+        t_prev = np.empty(a1 - a0, np.int64)
+        t_prev[1:] = ta[:-1]
+        t_prev[0] = t_a[a0 - 1] if a0 > 0 else 0
+        by_free = (pos_a - 1 != prev_pos) & (cf > 0)
+        t_prev[by_free] = tfs[cf[by_free] - 1]
+        g = ta - t_prev
+        g[pos_a == 0] = 0                                    # the first event: no gap before it
+        gap[a0:a1] = g
+        step_end[a0:a1] = np.where(fr, sf + 1, sa + 1)
+        del cf, pos_a, prev_pos, t_prev, by_free, g
+    del fs, fsum, tfs
+    return _Signature(seq_a, t_a, size, token, live_before, gap, step_end, seq_range)
+
+
+def _signature_whole(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
+    """:func:`_signature` with every event sorted at once (the frees of two blocks at one seq)."""
     seq_a = blocks["seq_alloc"].to_numpy(np.int64)
     bid = blocks["block_id"].to_numpy(np.int64)
     n = len(seq_a)
@@ -333,6 +411,42 @@ def _window_hashes(values: np.ndarray, p: int) -> np.ndarray:
         return win * ipw[: n - p + 1]
 
 
+_BASE = 0x100000001B3
+
+
+def _hashes_of(values: np.ndarray, p: int, k0: int, k1: int) -> np.ndarray:
+    """``_window_hashes(values, p)[k0:k1]``, computed from ``values[k0:k1 + p - 1]`` alone (the same
+    uint64 arithmetic: the prefix sums differ by a constant that cancels, the powers start at
+    ``base**(k0+1)``)."""
+    m = 1 << 64
+    v = values[k0:k1 + p - 1]
+    L = len(v)
+    base, inv = np.uint64(_BASE), np.uint64(pow(_BASE, -1, m))
+    with np.errstate(over="ignore"):
+        pw = np.full(L, base, dtype=np.uint64)
+        pw[0] = np.uint64(pow(_BASE, k0 + 1, m))
+        pw = np.cumprod(pw, dtype=np.uint64)                                   # base^(j+1), j = k0..
+        pre = np.concatenate([np.zeros(1, np.uint64), np.cumsum(_mix64(v) * pw, dtype=np.uint64)])
+        del pw
+        ipw = np.full(k1 - k0, inv, dtype=np.uint64)
+        ipw[0] = np.uint64(pow(pow(_BASE, -1, m), k0 + 1, m))
+        ipw = np.cumprod(ipw, dtype=np.uint64)                                 # base^-(k+1), k = k0..
+        return (pre[p:p + k1 - k0] - pre[:k1 - k0]) * ipw
+
+
+def _window_matches(values: np.ndarray, p: int, ref: int) -> np.ndarray:
+    """``h == h[ref]`` for ``h = _window_hashes(values, p)``, computed in pieces (no full-length hash)."""
+    n = len(values)
+    if p > n:
+        return np.zeros(0, bool)
+    nw = n - p + 1
+    target = _hashes_of(values, p, ref, ref + 1)[0]
+    out = np.empty(nw, bool)
+    for k0, k1 in spans(nw):
+        out[k0:k1] = _hashes_of(values, p, k0, k1) == target
+    return out
+
+
 def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """starts and lengths of runs of True."""
     m = np.concatenate([[False], mask, [False]]).astype(np.int8)
@@ -405,18 +519,33 @@ def _none(pid, seq_range, reason, score=0.0) -> Iterations:
 
 
 def _seq_range(trace: Trace, pid: int) -> tuple[int, int]:
-    vals_lo, vals_hi = [], []
-    b = trace.blocks[trace.blocks["pid"] == pid]
-    if len(b):
-        vals_lo.append(int(b["seq_alloc"].min()))
-        vals_hi.append(int(b["seq_free"].max()))
-        vals_hi.append(int(b["seq_alloc"].max()) + 1)
+    """The process's [first seq, last seq + 1) over its blocks, launches, accesses and markers,
+    read in pieces (min and max of each piece)."""
+    lo, hi = [], []
+
+    def extent(tab, cols, plus):
+        if not len(tab):
+            return
+        p = tab["pid"].to_numpy()
+        arrs = [tab[c].to_numpy() for c in cols]
+        for a0, a1 in spans(len(tab)):
+            m = p[a0:a1] == pid
+            if not m.any():
+                continue
+            whole = m.all()
+            for c, a, add in zip(cols, arrs, plus):
+                x = a[a0:a1] if whole else a[a0:a1][m]
+                if add is not None:
+                    hi.append(int(x.max()) + add)
+                if c != "seq_free":
+                    lo.append(int(x.min()))
+        for a in [p, *arrs]:
+            release(a)
+
+    extent(trace.blocks, ("seq_alloc", "seq_free", "seq_alloc"), (None, 0, 1))
     for tab in (trace.launches, trace.accesses, trace.markers):
-        x = tab[tab["pid"] == pid]["seq"]
-        if len(x):
-            vals_lo.append(int(x.min()))
-            vals_hi.append(int(x.max()) + 1)
-    return (min(vals_lo), max(vals_hi)) if vals_lo else (0, 0)
+        extent(tab, ("seq",), (1,))
+    return (min(lo), max(hi)) if lo else (0, 0)
 
 
 def _from_markers(trace: Trace, pid: int, seq_range) -> Iterations | None:
@@ -539,10 +668,12 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     b0 = int(cand[np.argmax(sig.gap_before[cand])])
 
     ref = sig.size[b0:b0 + p]
-    h_size = _window_hashes(sig.size.astype(np.uint64), p)
-    exact_starts = set(np.flatnonzero(h_size == h_size[b0]).tolist())
-    h_tok = _window_hashes(sig.token, p)
-    tok_exact = h_tok == h_tok[b0]
+    size_exact = _window_matches(sig.size.view(np.uint64) if sig.size.dtype == np.int64
+                                 else sig.size.astype(np.uint64), p, b0)
+    exact_arr = np.flatnonzero(size_exact)
+    del size_exact
+    exact_starts = set(exact_arr.tolist())
+    tok_exact = _window_matches(sig.token, p, b0)
     if max_extra is None:
         max_extra = max(3, p // 4)
     m = _Matcher(sig.size, ref, exact_starts, max_extra)
@@ -557,7 +688,6 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     starts_l, last_end = _forward(m, starts_b[::-1], m.match(b0)[0])
     best = (starts_l, last_end)
     # after a broken step, resume at the next exact step; keep the longest contiguous run
-    exact_arr = np.flatnonzero(h_size == h_size[b0])
     e = last_end
     while True:
         k = int(np.searchsorted(exact_arr, e))

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.context import context_of, devices_of, rank_context
-from ..trace.model import Trace, live_events
+from ..trace.live import scan
+from ..trace.model import Trace
 from .fanout import iterations_per_process
 
 # the collective library: the calling object's name (block owner) -> library
@@ -49,12 +50,10 @@ def collective_library(owner: str) -> str:
 def _peak_of(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
     """(peak live device bytes of the blocks in ``mask``, the first time it was reached, -1 none), over
     the trace's live events (sorted once per trace: model.live_events)."""
-    t, d, r = live_events(trace)
-    if len(d) == 0 or not mask.any():
+    if not mask.any():
         return 0, -1
-    live = np.cumsum(d * mask[r])
-    k = int(np.argmax(live))
-    return (int(live[k]), int(t[k])) if live[k] > 0 else (0, -1)
+    peak, k, t = scan(trace, mask)          # one pass over the live events in pieces (trace.live)
+    return (peak, t) if k >= 0 and peak > 0 else (0, -1)
 
 
 def _collective_mask(b) -> np.ndarray:

@@ -23,7 +23,7 @@ def summarize(trace: Trace) -> dict:
     lost = int(trace.processes["lost"].clip(lower=0).sum()) if len(trace.processes) else 0
     per_pid = []
     dev = b["counts_device"].to_numpy(bool)
-    host = b["kind"].astype(str).to_numpy() == "host"
+    host = _is_kind(b["kind"], "host")
     for pid in trace.pids:
         in_pid = b_pid == pid
         on_device = in_pid & dev
@@ -87,6 +87,15 @@ def summarize(trace: Trace) -> dict:
         "per_rank": ranks,
         "ranks": job_view(ranks),
     }
+
+
+def _is_kind(col, kind: str) -> np.ndarray:
+    """bool per row: ``col.astype(str) == kind``, tested once per category (no string per row)."""
+    if hasattr(col, "cat"):
+        cats = np.array([str(c) == kind for c in col.cat.categories] + [kind == "nan"], bool)
+        codes = col.cat.codes.to_numpy()
+        return cats[np.where(codes < 0, len(cats) - 1, codes)]
+    return col.astype(str).to_numpy() == kind
 
 
 def _applied(trace: Trace) -> dict | None:

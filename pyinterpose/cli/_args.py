@@ -214,6 +214,16 @@ def load_trace(path: str, quiet: bool = False):
     return trace
 
 
+def working(args, what: str):
+    """A transient progress bar on stderr while a command's analysis runs (``report.text.progress``):
+    only when stderr is a terminal and the command prints no JSON; a no-op context otherwise, so
+    pipes, files and ``--json`` output never see it.  Yields an object with ``update(fraction=None,
+    description=None)`` for the steps the command reports."""
+    from ..report.text import progress     # rich: not at CLI start
+
+    return progress(what, enabled=None if not getattr(args, "json", False) else False)
+
+
 def warn_incomplete(trace) -> None:
     """Every command says on stderr when its trace is incomplete (one line per reason)."""
     for w in trace.warnings:

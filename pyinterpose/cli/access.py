@@ -38,8 +38,9 @@ def run(args) -> int:
     if args.pid is not None and args.pid not in trace.pids:
         raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
                                f"{', '.join(map(str, trace.pids)) or 'none'})")
-    r = analyze(trace, bandwidth=args.bandwidth, latency_us=args.latency_us, pid=args.pid,
-                ati_quantile=args.ati_quantile, size_quantile=args.size_quantile, top=args.top)
+    with A.working(args, "analysing accesses"):
+        r = analyze(trace, bandwidth=args.bandwidth, latency_us=args.latency_us, pid=args.pid,
+                    ati_quantile=args.ati_quantile, size_quantile=args.size_quantile, top=args.top)
     if args.json:
         print_json(r, trace=trace)
         return 0

@@ -65,7 +65,9 @@ def run(args) -> int:
     A.check_output(out, args.force)
     trace = A.load_trace(args.trace, quiet=args.json)
     try:
-        info = export(trace, args.format, out, large=args.large, pid=args.pid, moment=args.moment)
+        with A.working(args, f"exporting {args.format}") as pr:
+            info = export(trace, args.format, out, large=args.large, pid=args.pid, moment=args.moment,
+                          progress=pr.update)
     except OSError as e:
         raise PyinterposeError(f"cannot write {out}: {e.strerror or e}")
     _say_on_stderr(args.format, out, info)

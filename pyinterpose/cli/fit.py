@@ -37,8 +37,9 @@ def run(args) -> int:
         caps.append((g["name"], g["capacity_bytes"], g))
     caps += [(None, c, None) for c in args.capacity]
     trace = A.load_trace(args.trace, quiet=args.json)
-    res = fit(trace, caps or None, pid=args.pid,
-              bandwidth_bytes_per_s=args.bandwidth * 1e9 if args.bandwidth else None)
+    with A.working(args, "fitting"):
+        res = fit(trace, caps or None, pid=args.pid,
+                  bandwidth_bytes_per_s=args.bandwidth * 1e9 if args.bandwidth else None)
     if args.json:
         print_json(res, trace=trace)
         return 0

@@ -35,8 +35,9 @@ def run(args) -> int:
     if args.pid is not None and args.pid not in trace.pids:
         raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
                                f"{', '.join(map(str, trace.pids)) or 'none'})")
-    it = find_iterations(trace, args.pid, use_markers=not args.no_markers, min_steps=args.min_steps,
-                         max_extra=args.max_extra)
+    with A.working(args, "finding iterations"):
+        it = find_iterations(trace, args.pid, use_markers=not args.no_markers, min_steps=args.min_steps,
+                             max_extra=args.max_extra)
     d = it.to_dict()
     if args.json:
         print_json(d, trace=trace)

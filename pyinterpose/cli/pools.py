@@ -39,8 +39,9 @@ def run(args) -> int:
 
     trace = A.load_trace(args.trace, quiet=args.json)
     allocator_options = None if args.alloc_conf is None else {"pytorch": args.alloc_conf}
-    res = evaluate(trace, strategies=args.strategies, time_limit=args.time_limit, pid=args.pid,
-                   capacity=args.capacity, allocator_options=allocator_options)
+    with A.working(args, "simulating pool strategies"):
+        res = evaluate(trace, strategies=args.strategies, time_limit=args.time_limit, pid=args.pid,
+                       capacity=args.capacity, allocator_options=allocator_options)
     if args.json:
         print_json(res, trace=trace)
         return 0

@@ -42,7 +42,8 @@ def _run(args) -> int:
     apply_site_skip(trace, args)
     from ..analysis import fanout, job
 
-    with fanout.using(job.scheduler_address(args.scheduler), args.workers):   # the ranks of this one trace
+    with fanout.using(job.scheduler_address(args.scheduler), args.workers), \
+            A.working(args, "summarising"):   # the ranks of this one trace
         s = summarize(trace)
     if args.json:
         print(json.dumps(s, indent=2, default=str))
@@ -67,7 +68,8 @@ def run_job_analysis(args) -> dict:
 
 
 def _run_job(args) -> int:
-    res = run_job_analysis(args)
+    with A.working(args, "analysing the job's traces"):
+        res = run_job_analysis(args)
     if args.json:
         print(json.dumps(res, indent=2, default=str))
         return 0

@@ -40,9 +40,10 @@ def run(args) -> int:
     from ..report.text import console, fmt_bytes, fmt_pct, print_json, print_kv, print_table
 
     trace = A.load_trace(args.trace, quiet=args.json)
-    ev = analyse(trace, bandwidth=args.bandwidth, budget=args.budget, strategies=args.strategy,
-                 min_size=args.min_size, pid=args.pid, latency_us=args.latency_us,
-                 schedules=bool(args.schedule_csv))     # whole schedules only when they are written
+    with A.working(args, "scheduling swaps"):
+        ev = analyse(trace, bandwidth=args.bandwidth, budget=args.budget, strategies=args.strategy,
+                     min_size=args.min_size, pid=args.pid, latency_us=args.latency_us,
+                     schedules=bool(args.schedule_csv))     # whole schedules only when they are written
     d = ev.as_dict()
     if args.schedule_csv:
         try:

@@ -15,6 +15,8 @@ import io
 import numpy as np
 import pandas as pd
 from ..outfile import atomic_output, atomic_path
+from ..trace.pages import release
+from ..trace.chunking import chunk_rows
 from .chunks import in_order
 
 _POW10_ARR = np.array([10 ** k for k in range(20)], np.uint64)
@@ -47,7 +49,9 @@ class _Table:
 
 
 def _column_plan(s: pd.Series):
-    """('int', int64/uint64 array) or ('table', codes, _Table), or None when not supported."""
+    """('int', int64/uint64 array) or ('table', codes(r0, r1), _Table), or None when not supported.
+    The arrays are the column's own (a memory-mapped cache column stays mapped): a chunk's codes
+    are made when it is formatted."""
     dt = s.dtype
     if isinstance(dt, pd.CategoricalDtype):
         cats = dt.categories
@@ -55,11 +59,12 @@ def _column_plan(s: pd.Series):
             return None
         if not all(isinstance(c, str) for c in cats):
             return None
-        codes = s.cat.codes.to_numpy(np.int64)
+        codes = s.cat.codes.to_numpy()
         texts = _quote(list(cats)) + [b""]       # code -1 (missing): empty field
-        return ("table", np.where(codes < 0, len(cats), codes), _Table(texts))
+        return ("table", _codes_of(codes, len(cats)), _Table(texts), codes)
     if dt == bool:
-        return ("table", s.to_numpy(bool).astype(np.int64), _Table([b"False", b"True"]))
+        v = s.to_numpy(bool)
+        return ("table", lambda r0, r1: v[r0:r1].astype(np.int64), _Table([b"False", b"True"]), v)
     if isinstance(dt, np.dtype) and dt.kind in "iu":
         return ("int", s.to_numpy())
     if dt == object or pd.api.types.is_string_dtype(dt):
@@ -67,8 +72,31 @@ def _column_plan(s: pd.Series):
         if not all(isinstance(u, str) for u in uniq):
             return None
         texts = _quote(list(uniq)) + [b""]
-        return ("table", np.where(codes < 0, len(uniq), codes).astype(np.int64), _Table(texts))
+        return ("table", _codes_of(codes, len(uniq)), _Table(texts), None)
     return None
+
+
+def _codes_of(codes: np.ndarray, missing: int):
+    """A chunk's codes as int64, -1 (missing) as ``missing`` (the empty field's row)."""
+    def get(r0: int, r1: int) -> np.ndarray:
+        c = codes[r0:r1].astype(np.int64)
+        c[c < 0] = missing
+        return c
+    return get
+
+
+def lookup_plan(codes_of, values: list) -> tuple | None:
+    """A column plan from ``codes_of(r0, r1)`` -> int codes into ``values`` (-1: missing), or None
+    when a value is not a string (the caller then lets pandas write the frame)."""
+    if not all(isinstance(v, str) for v in values):
+        return None
+    n = len(values)
+
+    def get(r0: int, r1: int) -> np.ndarray:
+        c = np.asarray(codes_of(r0, r1), np.int64)
+        c[c < 0] = n
+        return c
+    return ("table", get, _Table(_quote(values) + [b""]), None)
 
 
 _DIGITS4 = np.frombuffer("".join(f"{i:04d}" for i in range(10000)).encode(), np.uint8).reshape(10000, 4)
@@ -142,7 +170,7 @@ def _format_rows(plans, r0: int, r1: int) -> bytes:
         if right:
             length = _int_field(*arg, out=M[:, off:off + w])
         else:
-            codes, tab = arg[1][r0:r1], arg[2]
+            codes, tab = arg[1](r0, r1), arg[2]
             M[:, off:off + w] = tab.mat[codes]
             length = tab.len[codes]
         K[:, off:off + w] = _keep_table(w, right)[length]
@@ -153,18 +181,43 @@ def _format_rows(plans, r0: int, r1: int) -> bytes:
     return M[K].tobytes()
 
 
-def write_csv_frame(df: pd.DataFrame, path: str, chunk: int = 1 << 15, threads: int = 1) -> None:
+def write_csv_frame(df: pd.DataFrame, path: str, chunk: int | None = None, threads: int = 1,
+                    extra: list[tuple[str, tuple | None]] | None = None, progress=None) -> None:
     """Write ``df`` to ``path`` exactly as ``df.to_csv(path, index=False)`` would.  Chunks of rows
-    are formatted on ``threads`` threads (report.chunks) and written in order."""
+    (``chunk``, default ``min(32768, trace.chunking.chunk_rows())``) are formatted on ``threads``
+    threads (report.chunks) and written in order; each chunk's codes are made when it is formatted,
+    and the mapped pages of a cached column are given back once its chunk is written
+    (``pyinterpose.trace.pages``), so memory holds a chunk, not the table.
+
+    ``extra``: columns appended after ``df``'s, as ``(name, plan)`` with a plan from
+    :func:`lookup_plan`; a None plan, like an unsupported column, raises ValueError (the caller
+    writes the frame with pandas instead).  ``progress``: called with the fraction written."""
 
     plans = [_column_plan(df[c]) for c in df.columns] if df.columns.is_unique else [None]
-    if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in df.columns):
+    names = list(df.columns)
+    for name, plan in extra or []:
+        if plan is None:
+            raise ValueError("an extra column that is not text")
+        names.append(name)
+        plans.append(plan)
+    if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in names) \
+            or len(set(names)) != len(names):
+        if extra:
+            raise ValueError("a frame the fast writer does not handle")
         with atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
         return
-    header = b",".join(_quote([str(c) for c in df.columns])) + b"\n"
+    header = b",".join(_quote([str(c) for c in names])) + b"\n"
     n = len(df)
+    chunk = chunk or max(1, min(1 << 15, chunk_rows()))
+    mapped = [p[1] if p[0] == "int" else p[3] for p in plans]
     with atomic_output(path, "wb") as f:
         f.write(header)
-        for text in in_order(lambda r0: _format_rows(plans, r0, min(n, r0 + chunk)), range(0, n, chunk), threads):
+        starts = range(0, n, chunk)
+        for r0, text in zip(starts, in_order(lambda r0: _format_rows(plans, r0, min(n, r0 + chunk)), starts, threads)):
             f.write(text)
+            for a in mapped:
+                if a is not None:
+                    release(a, r0, min(n, r0 + chunk))
+            if progress is not None:
+                progress(min(n, r0 + chunk) / n)

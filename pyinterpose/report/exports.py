@@ -35,17 +35,30 @@ def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame
     return b
 
 
-def write_csv(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, Any]:
-    from .csv_fast import write_csv_frame  # lazy: see FORMATS
+def write_csv(trace: Trace, path: str, classes: pd.Series | None = None, progress=None) -> dict[str, Any]:
+    from .csv_fast import lookup_plan, write_csv_frame  # lazy: see FORMATS
 
     # the text of blocks_table(trace, classes).to_csv(path, index=False), at numpy speed: the
     # categorical columns (and the classes, as one) are written from their codes, so no string
-    # per row is made (a category's text is its str, a missing value an empty field, as there)
+    # per row is made (a category's text is its str, a missing value an empty field, as there);
+    # the classes are looked up a chunk of blocks at a time (report.class_lookup)
     b = trace.blocks
+    columns = list(b.columns)
+    extra = None
     if classes is not None:
-        b = b.assign(**{"class": pd.Categorical(classes.reindex(b["block_id"].to_numpy()))})
-    write_csv_frame(b, path)
-    return {"rows": len(b), "columns": list(b.columns)}
+        from .class_lookup import ClassLookup  # lazy: see FORMATS
+
+        look = ClassLookup(classes)
+        bid = b["block_id"].to_numpy()
+        extra = [("class", lookup_plan(lambda r0, r1: look.codes(bid[r0:r1]), look.values))]
+        columns.append("class")
+    try:
+        write_csv_frame(b, path, extra=extra, progress=progress)
+    except ValueError:                 # a class that is not text, or a frame pandas must write
+        if classes is not None:
+            b = b.assign(**{"class": pd.Categorical(classes.reindex(b["block_id"].to_numpy()))})
+        write_csv_frame(b, path, progress=progress)
+    return {"rows": len(b), "columns": columns}
 
 
 def write_minimalloc(trace: Trace, path: str, pid: int | None = None) -> dict[str, Any]:
@@ -88,30 +101,47 @@ def _completeness(trace: Trace) -> dict[str, Any]:
 
 
 def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None,
-           moment: str | None = None) -> dict[str, Any]:
+           moment: str | None = None, progress=None) -> dict[str, Any]:
     """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict.
 
     ``pid``: memory-viz and minimalloc describe one process (default: see
-    :func:`snapshot_process` and ``steady_problem``); perfetto and csv hold every process."""
+    :func:`snapshot_process` and ``steady_problem``); perfetto and csv hold every process.
+    ``progress``: called as ``progress(fraction, description)`` at each step (fraction None: a step
+    whose length is not known), e.g. a progress bar's ``update``."""
+    say = progress or (lambda fraction=None, description=None: None)
+
+    def classes() -> tuple[Any, Any]:
+        say(None, "finding iterations")
+        it = guarded.iterations(trace)
+        say(None, "classifying blocks")
+        return it, guarded.block_classes(trace, iters=it.value)
+
+    def writing(fraction: float) -> None:
+        say(fraction, f"writing {fmt}")
+
     if fmt == "perfetto":
         from .perfetto import write_chrome_trace  # lazy: see FORMATS
 
-        it = guarded.iterations(trace)
-        cl = guarded.block_classes(trace, iters=it.value)
+        it, cl = classes()
         notes: list[str] = []
-        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value, notes=notes)
+        writing(0.0)
+        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value, notes=notes,
+                                    progress=writing)
         return {"events": counts, "iterations_note": it.note, "notes": notes, **_completeness(trace)}
     if fmt == "memory-viz":
         from .memory_viz import write_snapshot  # lazy: see FORMATS
 
         view, pid, others = snapshot_process(trace, pid)
-        cl = guarded.block_classes(trace, iters=guarded.iterations(trace).value)
-        return {**write_snapshot(view, path, classes=cl.value), "pid": pid, "other_processes": others,
-                **_completeness(trace)}
+        _, cl = classes()
+        writing(0.0)
+        return {**write_snapshot(view, path, classes=cl.value, progress=writing), "pid": pid,
+                "other_processes": others, **_completeness(trace)}
     if fmt == "csv":
-        cl = guarded.block_classes(trace, iters=guarded.iterations(trace).value)
-        return write_csv(trace, path, classes=cl.value)
+        _, cl = classes()
+        writing(0.0)
+        return write_csv(trace, path, classes=cl.value, progress=writing)
     if fmt == "minimalloc":
+        say(None, "the steady iteration")
         return write_minimalloc(trace, path, pid)
     if fmt in ("folded", "speedscope"):
         import os
@@ -119,6 +149,7 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         from ..analysis.flame import moments  # lazy: see FORMATS
         from .flame import write_folded, write_speedscope  # lazy: see FORMATS
 
+        say(None, "the live set at each moment")
         ms = moments(trace)
         if fmt == "folded":
             return {**write_folded(ms, path, moment), **_completeness(trace)}

@@ -45,9 +45,10 @@ from ..trace.model import Trace
 from ..trace.stacks import frames_of
 from . import pickle_stream as P
 from ..outfile import atomic_output
-from .pickle_stream import Const, Int, Ref, write_rows
+from . import memory_viz_stream as S
+from .pickle_stream import Const, Int, Ref, write_rows_from
 
-VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63)
+VMM_BASE = S.VMM_BASE          # synthetic addresses for physical handles (< 2**63)
 UNKNOWN = "unknown"               # the category of a block without a lifetime class (and one the viewer needs)
 
 
@@ -125,26 +126,32 @@ class _Columns:
         return np.where(codes < 0, len(names) - 1, codes).astype(np.int64), names
 
     def snapshot_event(self, d: int, frames: list) -> dict[str, Any]:
-        """The device trace's last entry: the snapshot itself, at the trace's end (PyTorch records one when
-        a snapshot is taken; the viewer draws nothing for it).  With categories it carries "unknown", which
-        the viewer needs in its list (else it stops on a misspelt name, ``snapshot.categores.push``)."""
-        ev = {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": self.epoch_us + self.end_us,
-              "frames": frames}
-        if self.use_categories:
-            ev["category"] = UNKNOWN
-        return ev
+        return _snapshot_event(self.epoch_us + self.end_us, self.use_categories, frames)
 
     def segment(self, i: int, frames: list) -> dict[str, Any]:
-        """The final-state segment of the live block in row ``i`` (one block fills it: in a reserved
-        view that block is the segment itself, its frames say so)."""
-        sz = int(self.size[i])
-        blk = {"size": sz, "requested_size": sz, "state": "active_allocated", "frames": frames}
-        used = sz
-        return {"device": int(self.dev[i]), "address": int(self.addr[i]), "total_size": sz,
-                "stream": int(self.stream[i]), "segment_type": "large" if sz > (1 << 20) else "small",
-                "segment_pool_id": (0, 0), "allocated_size": used, "active_size": used,
-                "requested_size": used, "is_expandable": False, "frames": frames,
-                "blocks": [blk]}
+        return _segment(int(self.dev[i]), int(self.addr[i]), int(self.size[i]), int(self.stream[i]), frames)
+
+
+def _snapshot_event(time_us: int, categories: bool, frames: list) -> dict[str, Any]:
+    """The device trace's last entry: the snapshot itself, at the trace's end (PyTorch records one when
+    a snapshot is taken; the viewer draws nothing for it).  With categories it carries "unknown", which
+    the viewer needs in its list (else it stops on a misspelt name, ``snapshot.categores.push``)."""
+    ev = {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": time_us, "frames": frames}
+    if categories:
+        ev["category"] = UNKNOWN
+    return ev
+
+
+def _segment(dev: int, addr: int, sz: int, stream: int, frames: list) -> dict[str, Any]:
+    """The final-state segment of a live block (one block fills it: in a reserved view that block is
+    the segment itself, its frames say so)."""
+    blk = {"size": sz, "requested_size": sz, "state": "active_allocated", "frames": frames}
+    used = sz
+    return {"device": dev, "address": addr, "total_size": sz,
+            "stream": stream, "segment_type": "large" if sz > (1 << 20) else "small",
+            "segment_pool_id": (0, 0), "allocated_size": used, "active_size": used,
+            "requested_size": used, "is_expandable": False, "frames": frames,
+            "blocks": [blk]}
 
 
 def snapshot(trace: Trace, classes: pd.Series | None = None) -> dict[str, Any]:
@@ -186,17 +193,22 @@ def _allocator_blocks(trace: Trace, columns=None) -> pd.DataFrame:
     """The device blocks a PyTorch snapshot would hold: those of the framework's allocator
     (``pyinterpose.analysis.owners.allocator_mask``) when that analysis is present and finds
     them; else every device block.  ``columns``: only those (the ones present) are kept."""
-    b = trace.device_blocks
+    b = trace.blocks
     if columns is not None:
         b = b[[c for c in columns if c in b.columns]]
+    return b[_snapshot_rows(trace)]
+
+
+def _snapshot_rows(trace: Trace) -> np.ndarray:
+    """Per row of ``trace.blocks``, whether the snapshot holds it (see :func:`_allocator_blocks`)."""
+    dev = trace.blocks["counts_device"].to_numpy(bool)
     try:
         m = np.asarray(allocator_mask(trace), bool)
     except Exception:  # noqa: BLE001 - an owners-analysis failure: every device block
-        return b
-    if len(m) != len(trace.blocks) or not m.any():
-        return b
-    keep = pd.Series(m, index=trace.blocks.index).reindex(b.index).fillna(False).to_numpy(bool)
-    return b[keep]
+        return dev
+    if len(m) != len(dev) or not m.any():
+        return dev
+    return dev & m
 
 
 def _note_frame(where: str, what: str) -> dict[str, Any]:
@@ -226,12 +238,7 @@ def _stack_frames(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.n
     without a stack: a line saying why (the viewer would say "<block was allocated before
     _record_history was enabled>").  Every list starts with a line saying that the trace is
     incomplete when it is, and, in a reserved view, that each block is a whole segment."""
-    head: list[dict] = []
-    if not trace.meta.get("complete", True):
-        head.append(_note_frame("INCOMPLETE TRACE", str(trace.meta.get("incomplete_reason")
-                                                        or "the capture did not record everything")))
-    if str(trace.meta.get("view", "")) == "reserved":
-        head.append(RESERVED)
+    head = _frames_head(trace)
     stacks, idx = _call_stacks(trace, b)
     return [head + s for s in stacks], idx
 
@@ -243,8 +250,17 @@ def _call_stacks(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.nd
     sid = b["stack_id"].to_numpy(np.int64)
     if not (sid >= 0).any():
         return [[NO_STACKS]], none
-    empty = [NO_STACK]
     uniq, inv = np.unique(sid, return_inverse=True)
+    first = int(np.searchsorted(uniq, 0))      # uniq[:first] are the negative ids
+    idx = np.where(sid >= 0, inv.reshape(-1) - first + 1, 0)
+    return _stacks_of(trace, uniq), idx
+
+
+def _stacks_of(trace: Trace, uniq: np.ndarray) -> list[list[dict]]:
+    """The frames lists of the distinct stack ids ``uniq`` (sorted; negative ones skipped), after the
+    list for a block without a stack: index ``k`` of a block's id among the non-negative ones is
+    list ``k + 1``."""
+    empty = [NO_STACK]
     stacks = [empty]
     for s in uniq.tolist():
         if s < 0:
@@ -256,33 +272,53 @@ def _call_stacks(trace: Trace, b: pd.DataFrame) -> tuple[list[list[dict]], np.nd
         stacks.append([{"filename": str(f.get("filename") or f.get("object") or "??"),
                         "line": int(f.get("line") or 0),
                         "name": str(f.get("function") or "??")} for f in fr] or empty)
-    first = int(np.searchsorted(uniq, 0))      # uniq[:first] are the negative ids
-    idx = np.where(sid >= 0, inv.reshape(-1) - first + 1, 0)
-    return stacks, idx
+    return stacks
+
+
+def _frames_head(trace: Trace) -> list[dict]:
+    """The lines every frames list starts with: the trace is incomplete, a reserved view."""
+    head: list[dict] = []
+    if not trace.meta.get("complete", True):
+        head.append(_note_frame("INCOMPLETE TRACE", str(trace.meta.get("incomplete_reason")
+                                                        or "the capture did not record everything")))
+    if str(trace.meta.get("view", "")) == "reserved":
+        head.append(RESERVED)
+    return head
 
 
 _KEYS = ("addr", "size", "stream", "time_us", "frames", "category", "action")
 _ACTIONS = ("segment_alloc", "alloc", "free_requested", "free_completed", "segment_free", "snapshot")
 
 
-def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) -> dict[str, int]:
+def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None, progress=None) -> dict[str, int]:
     """Write the snapshot pickle of :func:`snapshot` to ``path`` without building it: the
-    device traces (five dicts per block) are written from the columns in chunks
-    (:func:`pyinterpose.report.pickle_stream.write_rows`).
+    device traces (five dicts per block) are written from the columns a piece at a time
+    (report.memory_viz_stream, :func:`pyinterpose.report.pickle_stream.write_rows_from`): memory
+    holds a few arrays of block length (the time order of the events), never one of event length.
+    ``progress``: called with the fraction of the device traces written.
 
     Layout: the top-level dict's items are ``"segments"`` -> a *prelude* list (every key, action,
     category and frames list the rows refer to, each memoized once), then ``"segments"`` again ->
     the real final segments, which replaces the prelude (a dict keeps the last value of a
     repeated key, in Python's unpickler and in the viewer's), then ``"device_traces"``."""
 
-    c = _Columns(trace, classes)
-    b = c.blocks
-    stacks, fidx = _stack_frames(trace, b) if len(b) else ([[]], np.zeros(0, np.int64))
-    if c.use_categories and len(b):
-        cat_codes, cat_names = c.category_codes()
+    reserved_view = str(trace.meta.get("view", "")) == "reserved"
+    use_categories = classes is not None and not reserved_view
+    sb = S.SnapshotBlocks(trace, _snapshot_rows(trace), classes, use_categories)
+    epoch = trace.meta.get("start_time")
+    epoch_us = int(round(float(epoch) * 1e6)) if isinstance(epoch, (int, float)) else 0
+    end_us = max(0, int(trace.duration_ns) // 1000)
+    n = sb.n
+    if n:
+        stacks = [_frames_head(trace) + st for st in (_stacks_of(trace, sb.stack_ids)
+                                                      if sb.has_stacks and (sb.stack_ids >= 0).any()
+                                                      else [[NO_STACKS]])]
     else:
-        cat_codes, cat_names = np.zeros(len(b), np.int64), []
+        stacks = [[]]
+    cat_names = sb.cat_names if use_categories and n else []
     entries = 0
+    done = [0]
+    total = 2 * n                                     # events at most: an allocation and a free per block
 
     with atomic_output(path, "wb") as f:
         ps = P.PickleStream(f)
@@ -291,58 +327,86 @@ def write_snapshot(trace: Trace, path: str, classes: pd.Series | None = None) ->
         ps.obj("segments")
         ps.obj(list(_KEYS) + list(_ACTIONS) + [UNKNOWN] + cat_names + stacks)   # the prelude
         ps.obj("segments")
-        ps.obj([c.segment(i, stacks[fidx[i]]) for i in c.live.tolist()] if len(b) else [])
+        live = sb.live
+        if n:
+            fr = sb.frame_index(live).tolist()
+            segs = [_segment(d, a, sz, st, stacks[k]) for d, a, sz, st, k in zip(
+                sb.col("device")[sb.pos[live]].astype(np.int64).tolist(), sb.addresses(live).tolist(),
+                sb.col("size")[sb.pos[live]].astype(np.int64).tolist(), sb.streams(live).tolist(), fr)]
+        else:
+            segs = []
+        ps.obj(segs)
+        del segs
         ps.obj("device_traces")
         ps.write(P.EMPTY_LIST)
-        for d0 in range(0, c.ndev, P.BATCH):
+        for d0 in range(0, sb.ndev, P.BATCH):
             ps.write(P.MARK)
-            for d in range(d0, min(c.ndev, d0 + P.BATCH)):
+            for d in range(d0, min(sb.ndev, d0 + P.BATCH)):
                 ps.write(P.EMPTY_LIST)
-                if len(b):
-                    n = _write_device(ps, c, d, stacks, fidx, cat_codes, cat_names)
-                    if n:
+                if n:
+                    k = _write_device(ps, sb, d, stacks, use_categories, epoch_us, progress, done, total)
+                    if k:
                         ps.write(P.MARK)
-                        ps.obj(c.snapshot_event(d, stacks[0]))
+                        ps.obj(_snapshot_event(epoch_us + end_us, use_categories, stacks[0]))
                         ps.write(P.APPENDS)
-                        n += 1
-                    entries += n
+                        k += 1
+                    entries += k
             ps.write(P.APPENDS)
         ps.obj("pyinterpose")
-        ps.obj(_about(trace, c))
+        ps.obj(_about(trace, None))
         ps.write(P.SETITEMS)
         ps.end()
-    return {"segments": int(len(c.live)) if len(b) else 0, "trace_entries": entries,
-            "blocks": len(b), "device_blocks": len(trace.device_blocks)}
+    return {"segments": int(len(live)) if n else 0, "trace_entries": entries,
+            "blocks": n, "device_blocks": int(trace.blocks["counts_device"].to_numpy(bool).sum())}
 
 
-def _write_device(ps, c: _Columns, d: int, stacks, fidx: np.ndarray, cat_codes, cat_names) -> int:
+_GATHERED = ("address", "size", "stream", "t_alloc", "t_free", "stack_id", "block_id", "device", "freed")
+
+
+def _write_device(ps, sb: "S.SnapshotBlocks", d: int, stacks, use_categories: bool, epoch_us: int,
+                  progress, done: list, total: int) -> int:
     """Append device ``d``'s trace entries (the list is open); returns how many."""
 
-    sel = c.dev[c.ev_row] == d
-    if not sel.any():
+    ev = S.DeviceEvents(sb, d)
+    if ev.n == 0:
         return 0
-    rows = c.ev_row[sel]
     k = {name: ps.str_index(name) for name in _KEYS + _ACTIONS + (UNKNOWN,)}
     frame_memo = np.array([ps.list_index(s) for s in stacks], np.int64)
     common = [(k["addr"], Int("addr")), (k["size"], Int("size")), (k["stream"], Int("stream")),
               (k["time_us"], Int("time_us")), (k["frames"], Ref("frames"))]
     tagged = common
-    columns = {"addr": c.addr[rows], "size": c.size[rows], "stream": c.stream[rows],
-               "time_us": c.epoch_us + c.ev_t[sel] // 1000, "frames": frame_memo[fidx[rows]]}
     ref_widths = {"frames": 1 if frame_memo.max() < 256 else 4}
-    if c.use_categories:
-        cat_memo = np.array([ps.str_index(x) for x in cat_names], np.int64)
+    if use_categories:
+        cat_memo = np.array([ps.str_index(x) for x in sb.cat_names], np.int64)
         tagged = common + [(k["category"], Ref("cat"))]
-        columns["cat"] = cat_memo[np.asarray(cat_codes)[rows]]
         ref_widths["cat"] = 1 if cat_memo.max() < 256 else 4
+    every = S.release_every()
+    since = [0]
+
+    def fetch(c0: int, c1: int):
+        j, is_free = ev.rows(c0, c1)
+        p = sb.pos[j]
+        columns = {"addr": sb.addresses(j), "size": sb.col("size")[p].astype(np.int64), "stream": sb.streams(j),
+                   "time_us": epoch_us + ev.times(j, is_free) // 1000, "frames": frame_memo[sb.frame_index(j)]}
+        if use_categories:
+            columns["cat"] = cat_memo[sb.category_codes(j)]
+        since[0] += c1 - c0
+        if since[0] >= every:                     # give back the cache pages gathered from so far
+            sb.release_all(_GATHERED)
+            since[0] = 0
+        done[0] += c1 - c0
+        if progress is not None:
+            progress(done[0] / max(total, 1))
+        return is_free.astype(np.int64), columns
 
     def act(fields, action):
         return fields + [(k["action"], Const(k[action]))]
 
     shapes = [[act(tagged, "segment_alloc"), act(tagged, "alloc")],
               [act(common, "free_requested"), act(common, "free_completed"), act(common, "segment_free")]]
-    kind = np.where(c.ev_alloc[sel], 0, 1)
-    return write_rows(ps, shapes, kind, columns, ref_widths)
+    n = write_rows_from(ps, shapes, ev.n, fetch, ref_widths)
+    sb.release_all(_GATHERED)
+    return n
 
 
 def check_consistency(snap: dict[str, Any]) -> None:

@@ -38,6 +38,8 @@ from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
 from ..trace.model import peak_live_bytes
 from .timeline import _owners
+from ..trace.pages import release
+from ..trace.chunking import spans
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid
 
@@ -70,15 +72,18 @@ def _nvml_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
 
 def _kernel_rows(trace: Trace, max_kernels: int, notes: list[str]):
     """The launches the export writes: all of them in time order, or, above ``max_kernels``, that many
-    spread evenly over the whole run (a note says so)."""
-    la = trace.launches.sort_values("t", kind="stable")
-    n = len(la)
+    spread evenly over the whole run (a note says so).  Only the time column is sorted; the rows
+    written are then taken (``sort_values("t", kind="stable").iloc[keep]``, without sorting every
+    column of every launch)."""
+    launches = trace.launches
+    n = len(launches)
+    order = np.argsort(launches["t"].to_numpy(), kind="stable")
     if n > max_kernels:
         keep = np.unique(np.linspace(0, n - 1, max(1, max_kernels)).round().astype(np.int64))
-        la = la.iloc[keep]
-        notes.append(f"kernel launches: {len(la):,} of {n:,} written (at most {max_kernels:,}: every "
-                     f"{n / max(1, len(la)):.1f}th launch, spread over the whole run)")
-    return la
+        order = order[keep]
+        notes.append(f"kernel launches: {len(order):,} of {n:,} written (at most {max_kernels:,}: every "
+                     f"{n / max(1, len(order)):.1f}th launch, spread over the whole run)")
+    return launches.iloc[order]
 
 
 def _iteration_us(bt) -> tuple[list[int], list[int]]:
@@ -191,6 +196,13 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(trace, large, allnotes)}
 
 
+def _large_blocks(trace: Trace, large: int):
+    """``trace.device_blocks[size >= large]``, taking only those rows (no copy of every device block)."""
+    b = trace.blocks
+    keep = b["counts_device"].to_numpy(bool) & (b["size"].to_numpy() >= large)
+    return b.iloc[np.flatnonzero(keep)]
+
+
 def _oom_instants(trace: Trace) -> list[dict]:
     """An instant on the process's "large allocations" track per allocation that failed for lack of
     memory (pyinterpose.analysis.oom: near = a retry succeeded)."""
@@ -232,35 +244,61 @@ def _grouped_counters(trace: Trace, name: str, groups, max_points: int) -> list[
 
 def _launch_blocks(trace: Trace, la) -> tuple[list[list[int]], list[int]]:
     """Per launch row of ``la`` (unique (pid, seq)), the block ids its accesses name (in the
-    accesses' order) and their total size (0 for an id not in the blocks table)."""
+    accesses' order) and their total size (0 for an id not in the blocks table).  The accesses are
+    read a piece at a time (``trace.chunking``): only those of ``la``'s launches are kept."""
     import pandas as pd
 
     n = len(la)
     acc = trace.accesses
     if n == 0 or len(acc) == 0:
         return [[] for _ in range(n)], [0] * n
-    op = acc["op"]
-    is_launch = (op == "launch").to_numpy(bool) if isinstance(op.dtype, pd.CategoricalDtype) \
-        else (op.astype(str) == "launch").to_numpy(bool)
-    a = pd.DataFrame({"pid": acc["pid"].to_numpy()[is_launch], "seq": acc["seq"].to_numpy()[is_launch],
-                      "block_id": acc["block_id"].to_numpy()[is_launch]})
     keys = pd.DataFrame({"pid": la["pid"].to_numpy(), "seq": la["seq"].to_numpy(), "li": np.arange(n)})
-    a = a.merge(keys, on=["pid", "seq"], how="inner")     # keeps the accesses' order
-    li = a["li"].to_numpy(np.int64)
+    op = acc["op"]
+    pid_c, seq_c, bid_c = (acc[c].to_numpy() for c in ("pid", "seq", "block_id"))
+    if isinstance(op.dtype, pd.CategoricalDtype):
+        cats = list(op.cat.categories)
+        op_codes = op.cat.codes.to_numpy()
+        code = cats.index("launch") if "launch" in cats else None
+
+        def launch_rows(s, e):
+            return np.zeros(e - s, bool) if code is None else op_codes[s:e] == code
+    else:
+        def launch_rows(s, e):
+            return (op.iloc[s:e].astype(str) == "launch").to_numpy(bool)
+    li_parts, bid_parts = [], []
+    for s, e in spans(len(acc)):
+        m = launch_rows(s, e)
+        a = pd.DataFrame({"pid": pid_c[s:e][m], "seq": seq_c[s:e][m], "block_id": bid_c[s:e][m]})
+        a = a.merge(keys, on=["pid", "seq"], how="inner")     # keeps the accesses' order
+        li_parts.append(a["li"].to_numpy(np.int64))
+        bid_parts.append(a["block_id"].to_numpy(np.int64))
+        for col in (pid_c, seq_c, bid_c, op_codes if isinstance(op.dtype, pd.CategoricalDtype) else None):
+            if col is not None:
+                release(col, s, e)
+    li = np.concatenate(li_parts)
     o = np.argsort(li, kind="stable")
-    bid = a["block_id"].to_numpy(np.int64)[o]
+    bid = np.concatenate(bid_parts)[o]
     bounds = np.concatenate([[0], np.cumsum(np.bincount(li, minlength=n))])
-    blocks = trace.blocks
-    ids = blocks["block_id"].to_numpy(np.int64)
-    sz = blocks["size"].to_numpy(np.int64)
-    srt = np.argsort(ids, kind="stable")
-    pos = np.clip(np.searchsorted(ids[srt], bid), 0, max(len(ids) - 1, 0))
-    bsz = np.where((len(ids) > 0) & (ids[srt][pos] == bid), sz[srt][pos], 0) if len(ids) else np.zeros(len(bid), np.int64)
+    bsz = _block_sizes(trace.blocks, bid)
     csum = np.concatenate([[0], np.cumsum(bsz)])
     total = (csum[bounds[1:]] - csum[bounds[:-1]]).tolist()
     bl = bid.tolist()
     bo = bounds.tolist()
     return [bl[bo[i]:bo[i + 1]] for i in range(n)], total
+
+
+def _block_sizes(blocks, bid: np.ndarray) -> np.ndarray:
+    """The size of each block id of ``bid`` (0 for an id not in the table): by binary search on the
+    ids (sorted by id first when the table is not in id order)."""
+    ids = blocks["block_id"].to_numpy(np.int64)
+    sz = blocks["size"].to_numpy(np.int64)
+    if len(ids) == 0:
+        return np.zeros(len(bid), np.int64)
+    if len(ids) > 1 and not bool((ids[1:] >= ids[:-1]).all()):
+        srt = np.argsort(ids, kind="stable")
+        ids, sz = ids[srt], sz[srt]
+    pos = np.clip(np.searchsorted(ids, bid), 0, len(ids) - 1)
+    return np.where(ids[pos] == bid, sz[pos], 0)
 
 
 def _kernel_tracks(trace: Trace, max_kernels: int, notes: list[str]) -> tuple[list[dict[str, Any]], set[int]]:
@@ -400,15 +438,22 @@ def _key(k) -> str:
 
 
 class _Doc:
-    """The events' JSON texts in document order, and the count per phase."""
+    """The events' JSON texts in document order, handed to ``write`` as they are made (each call
+    one piece of text, commas between the events included), and the count per phase."""
 
-    def __init__(self):
-        self.parts: list[str] = []
+    def __init__(self, write):
+        self.write = write
+        self.events = 0
         self.counts: dict[str, int] = {}
+
+    def extend(self, texts: list[str]) -> None:
+        if texts:
+            self.write(("," if self.events else "") + ",".join(texts))
+            self.events += len(texts)
 
     def add(self, ph: str, texts: list[str]) -> None:
         if texts:
-            self.parts.extend(texts)
+            self.extend(texts)
             self.counts[ph] = self.counts.get(ph, 0) + len(texts)
 
 
@@ -440,8 +485,22 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
                       max_points: int = 200_000, max_instants: int = 20_000, classes=None,
                       max_kernels: int = 200_000, notes: list[str] | None = None) -> tuple[str, dict[str, int]]:
     """``json.dumps(chrome_trace(...), separators=(",", ":"))`` built from the columns, and the
-    number of events per phase."""
-    doc = _Doc()
+    number of events per phase (the text :func:`write_chrome_trace` writes, held whole)."""
+    parts: list[str] = []
+    counts = _write_json(parts.append, trace, iterations=iterations, large=large, max_points=max_points,
+                         max_instants=max_instants, classes=classes, max_kernels=max_kernels, notes=notes)
+    return "".join(parts), counts
+
+
+def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
+                max_points: int = 200_000, max_instants: int = 20_000, classes=None,
+                max_kernels: int = 200_000, notes: list[str] | None = None, progress=None) -> dict[str, int]:
+    """The text of :func:`chrome_trace_json`, handed to ``write`` a piece at a time (an event list at
+    a time: the document is never held whole); returns the number of events per phase.
+    ``progress``: called with the fraction done, at each step."""
+    step = progress or (lambda fraction: None)
+    write('{"traceEvents":[')
+    doc = _Doc(write)
     knotes: list[str] = []
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
     series = "reserved_bytes" if reserved_view else "live_bytes"
@@ -453,13 +512,16 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
     for dev, (t, used) in _nvml_curves(trace).items():
         devices.add(dev)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + dev, t, {"nvml_used_bytes": used}))
+    step(0.2)
     for name, groups in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace))):
         if groups is None:
             continue
         for tl in memory_timeline(trace, classes=groups, max_points=max_points):
             doc.add("C", _counter_texts(name, GPU_PID_BASE + tl.device, tl.t, tl.series))
+        step(0.4 if name.endswith("class") else 0.6)
     kdev = _kernel_texts(trace, max_kernels, doc, knotes)
     devices |= kdev
+    step(0.85)
     for dev in sorted(devices):
         pid = GPU_PID_BASE + dev
         doc.add("M", ['{"name":"process_name","ph":"M","pid":%d,"args":{"name":%s}}' % (pid, _js(f"GPU {dev}")),
@@ -478,8 +540,7 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
                       '"args":{"index":%d}}' % (i, ipid, ts[i], dur[i], i)
                       for i in range(len(ts))])
     large = default_large_threshold(trace) if large is None else int(large)
-    b = trace.device_blocks
-    big = b[b["size"] >= large]
+    big = _large_blocks(trace, large)
     big_total = len(big)
     big = big.sort_values(["size", "t_alloc"], ascending=[False, True]).head(max_instants)
     big = big.sort_values("t_alloc")
@@ -499,9 +560,9 @@ def chrome_trace_json(trace: Trace, iterations=None, large: int | None = None,
     if notes is not None:
         notes.extend(allnotes)
     other = _other_data(trace, large, allnotes)
-    text = ('{"traceEvents":[' + ",".join(doc.parts) + '],"displayTimeUnit":"ms","otherData":'
-            + json.dumps(other, separators=(",", ":"), allow_nan=False) + "}")
-    return text, doc.counts
+    write('],"displayTimeUnit":"ms","otherData":' + json.dumps(other, separators=(",", ":"), allow_nan=False) + "}")
+    step(1.0)
+    return doc.counts
 
 
 def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -> set[int]:
@@ -534,7 +595,7 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -
         if nt is None:
             nt = name_text[name] = _js(name or "kernel")
         out.append(fmt % (nt, GPU_PID_BASE + dev, tid, ts_text[j], ",".join(map(str, touched[j])), nbytes[j], pid, seq))
-    doc.parts.extend(out)
+    doc.extend(out)
     if nmeta:
         doc.counts["M"] = doc.counts.get("M", 0) + nmeta
     if len(out) > nmeta:
@@ -542,11 +603,10 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -
     return {d for d, _ in tracks}
 
 
-def write_chrome_trace(trace: Trace, path: str, iterations=None, **kw) -> dict[str, int]:
-    """Write the Chrome-trace JSON to ``path``; returns counts of events by phase (``notes=[]``: gets
-    what was left out or cut short, as otherData says)."""
+def write_chrome_trace(trace: Trace, path: str, iterations=None, progress=None, **kw) -> dict[str, int]:
+    """Write the Chrome-trace JSON to ``path``, a piece at a time; returns counts of events by phase
+    (``notes=[]``: gets what was left out or cut short, as otherData says).  ``progress``: called with
+    the fraction done."""
 
-    text, counts = chrome_trace_json(trace, iterations=iterations, **kw)
     with atomic_output(path, "w") as f:
-        f.write(text)
-    return counts
+        return _write_json(f.write, trace, iterations=iterations, progress=progress, **kw)

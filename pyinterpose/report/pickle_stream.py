@@ -222,6 +222,22 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
     taken from ``columns[name][j]`` (int64).  ``ref_widths`` gives, per Ref column, 1 (BINGET:
     every index < 256) or 4 (LONG_BINGET).  Every memo index used must already be memoized.
     Items are grouped in APPENDS of at most BATCH.  Returns the number of list items written.
+    (:func:`write_rows_from` with the columns given whole.)"""
+
+    kind = np.asarray(kind, np.int64)
+
+    def fetch(c0: int, c1: int):
+        return kind[c0:c1], {name: col[c0:c1] for name, col in columns.items()}
+
+    return write_rows_from(ps, shapes, len(kind), fetch, ref_widths, chunk=chunk, threads=threads)
+
+
+def write_rows_from(ps: PickleStream, shapes: Sequence[Shape], n: int, fetch, ref_widths: dict[str, int],
+                    chunk: int = 1 << 16, threads: int = 1) -> int:
+    """:func:`write_rows` of ``n`` rows whose kinds and columns come a chunk at a time:
+    ``fetch(c0, c1)`` returns ``(kind, columns)`` for rows ``[c0, c1)`` (arrays of ``c1 - c0``), so the
+    whole columns never exist at once.  The bytes depend only on the rows and on ``chunk`` (each
+    chunk's ints take the width its largest needs), never on how the caller holds its data.
 
     Each chunk of rows is built as a byte matrix, one row per row, from its shape's template
     (with MARK before and APPENDS after, kept only at batch boundaries), the holes filled by
@@ -229,20 +245,19 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
     the boolean selection concatenates the rows in order.  Chunks are built on ``threads``
     threads (report.chunks) and written in order."""
 
-    kind = np.asarray(kind, np.int64)
-    n = len(kind)
     per_row = [len(s) for s in shapes]
+    per_row_arr = np.asarray(per_row, np.int64)
     rows_per_batch = max(1, BATCH // max(per_row))
     int_cols = sorted({v.name for s in shapes for fields in s for _, v in fields if isinstance(v, Int)})
-    total_items = int(np.bincount(kind, minlength=len(shapes)) @ np.asarray(per_row, np.int64)) if n else 0
 
-    def build(c0: int) -> bytes:
+    def build(c0: int) -> tuple[bytes, int]:
         c1 = min(n, c0 + chunk)
-        k = kind[c0:c1]
+        k, columns = fetch(c0, c1)
+        k = np.asarray(k, np.int64)
         m = c1 - c0
         widths = dict(ref_widths)
         for name in int_cols:
-            widths[name] = _int_width(columns[name][c0:c1])
+            widths[name] = _int_width(columns[name])
         lay = [_layout(s, widths) for s in shapes]
         W = 2 + max(len(t) for t, _ in lay)
         # 4 variants per shape: (batch start?, batch end?) -> template and mask rows
@@ -273,15 +288,18 @@ def write_rows(ps: PickleStream, shapes: Sequence[Shape], kind: np.ndarray, colu
                 L = 2 + len(t)
                 sub = M[rows, :L]
                 for off, name, w in holes:
-                    col = np.ascontiguousarray(columns[name][c0:c1][rows], dtype="<i8")
+                    col = np.ascontiguousarray(columns[name][rows], dtype="<i8")
                     sub[:, 1 + off:1 + off + w] = col.view(np.uint8).reshape(len(rows), 8)[:, :w]
                 M[rows, :L] = sub
             else:
                 for off, name, w in holes:
-                    col = np.ascontiguousarray(columns[name][c0:c1], dtype="<i8")
+                    col = np.ascontiguousarray(columns[name], dtype="<i8")
                     M[:, 1 + off:1 + off + w] = col.view(np.uint8).reshape(m, 8)[:, :w]
-        return M[mask[code]].tobytes()
+        items = int(np.bincount(k, minlength=len(shapes)) @ per_row_arr) if m else 0
+        return M[mask[code]].tobytes(), items
 
-    for text in in_order(build, range(0, n, chunk), threads):
+    total_items = 0
+    for text, items in in_order(build, range(0, n, chunk), threads):
         ps.write(text)
+        total_items += items
     return total_items

@@ -118,8 +118,9 @@ def _same_types(a, b) -> bool:
     return True
 
 
-def _table_spec(name: str, df: pd.DataFrame, folder: str) -> dict | None:
-    """Write a table's columns into ``folder``; its manifest entry, or None when it cannot be cached."""
+def _table_spec(name: str, df: pd.DataFrame, folder: str, prefix: str | None = None) -> dict | None:
+    """Write a table's columns into ``folder`` (files ``<prefix>.<i>.npy``, prefix: the table's
+    name); its manifest entry, or None when it cannot be cached."""
     if not isinstance(df.index, pd.RangeIndex) or df.index.start != 0 or df.index.step != 1:
         return None
     cols = []
@@ -128,7 +129,7 @@ def _table_spec(name: str, df: pd.DataFrame, folder: str) -> dict | None:
             return None
         s = df[c]
         dt = s.dtype
-        fname = f"{name}.{i}.npy"
+        fname = f"{prefix or name}.{i}.npy"
         if isinstance(dt, pd.CategoricalDtype):
             cats = s.cat.categories.tolist()
             if not _jsonable(cats) or str(s.cat.categories.dtype) not in ("object", "str", "string"):
@@ -152,39 +153,171 @@ def _table_spec(name: str, df: pd.DataFrame, folder: str) -> dict | None:
 def write(trace, path: str) -> bool:
     """Store ``trace``'s tables in the cache beside ``path``; False when not written (too small,
     disabled, not writable, or something in it that would not come back exactly)."""
+    if not wanted(path) or not _knows_every_field(trace):
+        return False
+    w = Writer.open(path)
+    if w is None:
+        return False
     try:
-        if not wanted(path) or not _knows_every_field(trace):
-            return False
-        key = _key(path)
-        extras = {"kernels": list(trace.kernels), "meta": trace.meta, "counts": trace.counts,
-                  "warnings": list(trace.warnings)}
-        if not all(_jsonable(v) for v in extras.values()):
-            return False
-        final = cache_dir(path)
-        tmp = f"{final}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.mkdir(tmp)
+        if all(w.table(name, getattr(trace, name)) for name in TABLES):
+            return w.finish(trace)
+        return False
+    finally:
+        w.abort()
+
+
+class Writer:
+    """The cache of one trace, written table by table while the reader builds them (the first read
+    of a large trace never holds every table at once: trace/reader.py), into a temporary folder
+    beside the trace renamed into place by :meth:`finish`.  Tables written can be read back
+    memory-mapped (:meth:`mapped`) before the cache is finished."""
+
+    def __init__(self, path: str, tmp: str, key: dict):
+        self.path, self.tmp, self.key = path, tmp, key
+        self.specs: dict = {}
+        self._gen = 0
+
+    @classmethod
+    def open(cls, path: str) -> "Writer | None":
+        """A writer for the cache of ``path`` (None: the cache is off, or its folder cannot be made)."""
+        if not enabled():
+            return None
         try:
-            tables = {}
-            for name in TABLES:
-                spec = _table_spec(name, getattr(trace, name), tmp)
-                if spec is None:
-                    return False
-                tables[name] = spec
-            with open(os.path.join(tmp, "manifest.json"), "w") as f:
-                json.dump({"key": key, "tables": tables, **extras}, f)
+            key = _key(path)
+            tmp = f"{cache_dir(path)}.tmp-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.mkdir(tmp)
+        except OSError:
+            return None
+        return cls(path, tmp, key)
+
+    def _prefix(self, name: str) -> str:
+        """Files of a table written again (vmm.join, graphs.expand replaced it) get new names: the
+        old ones may be mapped (they are unlinked, never overwritten)."""
+        if name in self.specs:
+            self._gen += 1
+            return f"{name}.g{self._gen}"
+        return name
+
+    def table(self, name: str, df: pd.DataFrame) -> bool:
+        """Write one table (replacing a table written before under that name); False when it
+        cannot be cached (the trace then gets no cache: :meth:`finish` says False)."""
+        try:
+            old = self.specs.get(name)
+            spec = _table_spec(name, df, self.tmp, self._prefix(name))
+        except OSError:
+            spec = None
+        if spec is None:
+            self.specs[name] = None
+            return False
+        self.specs[name] = spec
+        self._unlink(old)
+        return True
+
+    def _unlink(self, spec) -> None:
+        for c in (spec or {}).get("columns", []):
+            if "file" in c:
+                try:
+                    os.remove(os.path.join(self.tmp, c["file"]))
+                except OSError:
+                    pass
+
+    def replace_columns(self, name: str, df: pd.DataFrame, columns: list) -> None:
+        """Write ``columns`` of table ``name`` again, from ``df`` (the table, with those columns set
+        afresh): plain numeric columns of the table's length only."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return
+        for c in columns:
+            i, e = next((i, e) for i, e in enumerate(spec["columns"]) if e["name"] == c)
+            a = df[c].to_numpy()
+            if e["kind"] != "array" or len(a) != spec["rows"] or a.dtype.kind not in "biuf":
+                raise ValueError(f"{name}.{c}: not a plain column of the table")
+            self._gen += 1
+            fname = f"{name}.g{self._gen}.{i}.npy"
+            np.save(os.path.join(self.tmp, fname), np.ascontiguousarray(a), allow_pickle=False)
+            self._unlink({"columns": [e]})
+            spec["columns"][i] = {"name": c, "kind": "array", "file": fname}
+
+    def column(self, name: str, i: int, dtype) -> "NpyAppender":
+        """A column file of table ``name`` (its ``i``-th column) written chunk by chunk."""
+        return NpyAppender(os.path.join(self.tmp, f"{name}.{i}.npy"), dtype)
+
+    def streamed(self, name: str, rows: int, columns: list) -> None:
+        """Record a table whose columns were written with :meth:`column`: ``columns`` are the
+        manifest entries ({"name", "kind": "array"|"category", "file", ...})."""
+        self.specs[name] = {"rows": int(rows), "columns": columns}
+
+    def mapped(self, name: str) -> pd.DataFrame:
+        """A table written, read back memory-mapped."""
+        return _frame(self.tmp, self.specs[name])
+
+    def usable(self, name: str) -> bool:
+        return self.specs.get(name) is not None
+
+    def finish(self, trace) -> bool:
+        """Write the manifest (``trace``'s kernels, meta, counts and warnings; every table must be
+        written) and move the cache into place.  False when it cannot be (nothing is then kept)."""
+        try:
+            if any(self.specs.get(n) is None for n in TABLES) or self.key != _key(self.path):
+                return False
+            extras = {"kernels": list(trace.kernels), "meta": trace.meta, "counts": trace.counts,
+                      "warnings": list(trace.warnings)}
+            if not all(_jsonable(v) for v in extras.values()):
+                return False
+            with open(os.path.join(self.tmp, "manifest.json"), "w") as f:
+                json.dump({"key": self.key, "tables": {n: self.specs[n] for n in TABLES}, **extras}, f)
+            final = cache_dir(self.path)
             if os.path.isdir(final):
                 old = f"{final}.old-{os.getpid()}"
                 os.rename(final, old)
                 shutil.rmtree(old, ignore_errors=True)
-            os.rename(tmp, final)
-            tmp = None
+            os.rename(self.tmp, final)
+            self.tmp = None
             return True
-        finally:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
-    except OSError:
-        return False
+        except OSError:
+            return False
+
+    def abort(self) -> None:
+        """Remove what was written unless :meth:`finish` moved it into place (tables mapped from
+        it stay readable: an unlinked file lives on while it is mapped)."""
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+class NpyAppender:
+    """A 1-D ``.npy`` file written in chunks: the header is written again with the final length by
+    :meth:`close` (the header of numpy's format is padded so that the length can grow in place)."""
+
+    def __init__(self, path: str, dtype):
+        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
+        self.f = open(path, "wb")
+        self.head = self._header(0)
+        self.f.write(self.head)
+
+    def _header(self, n: int) -> bytes:
+        import io
+
+        b = io.BytesIO()
+        np.lib.format.write_array_header_1_0(b, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                 "fortran_order": False, "shape": (n,)})
+        return b.getvalue()
+
+    def append(self, a: np.ndarray) -> None:
+        a = np.ascontiguousarray(a, dtype=self.dtype)
+        self.f.write(memoryview(a).cast("B"))
+        self.n += len(a)
+
+    def close(self) -> str:
+        """Finish the file; its name (relative to its folder)."""
+        head = self._header(self.n)
+        if len(head) != len(self.head):     # never for any length numpy can hold; checked all the same
+            raise OSError(f"{self.path}: npy header grew")
+        self.f.seek(0)
+        self.f.write(head)
+        self.f.close()
+        return os.path.basename(self.path)
 
 
 def _column(folder: str, col: dict):
@@ -202,6 +335,15 @@ def _column(folder: str, col: dict):
     return pd.Series(vals, dtype=object, copy=False)
 
 
+def _frame(folder: str, spec: dict) -> pd.DataFrame:
+    """One table of a cache folder, memory-mapped."""
+    data = {c["name"]: _column(folder, c) for c in spec["columns"]}
+    df = pd.DataFrame(data, copy=False) if data else pd.DataFrame(index=pd.RangeIndex(spec["rows"]))
+    if len(df) != spec["rows"]:
+        raise ValueError("table length")
+    return df
+
+
 def read(path: str):
     """The trace's tables from its cache (memory-mapped), or None when there is no valid cache."""
 
@@ -215,12 +357,7 @@ def read(path: str):
             return None
         tables = {}
         for name in TABLES:
-            spec = man["tables"][name]
-            data = {c["name"]: _column(folder, c) for c in spec["columns"]}
-            df = pd.DataFrame(data, copy=False) if data else pd.DataFrame(index=pd.RangeIndex(spec["rows"]))
-            if len(df) != spec["rows"]:
-                return None
-            tables[name] = df
+            tables[name] = _frame(folder, man["tables"][name])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return Trace(kernels=man["kernels"], meta=man["meta"], counts=man["counts"], warnings=man["warnings"],

@@ -151,6 +151,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .chunking import spans
+from .live import _by_t_then_d, counted_bytes, event_order, live_order, peak_of   # noqa: F401 (names of this module)
+
 KINDS = {1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
          7: "vmm_reserve", 8: "vmm_create", 9: "vmm_map", 10: "ipc"}
 DEVICE_KINDS = frozenset({"device", "pitch", "async", "pool", "managed", "vmm", "vmm_create"})
@@ -411,43 +414,6 @@ class Trace:
                 f"{len(self.launches)} launches, {len(self.processes)} processes")
 
 
-def event_order(t: np.ndarray, d: np.ndarray, n_free: int) -> np.ndarray:
-    """``np.lexsort((d, t))`` of alloc/free events whose first ``n_free`` are frees (d <= 0) and
-    the rest allocations (d >= 0): time order, frees first at an equal time — the same order up to
-    events with equal (t, d), which are interchangeable.  Sorts each kind (usually almost in order
-    already: cheap) and merges them, instead of sorting them together."""
-    t, d = np.asarray(t), np.asarray(d)
-    tf, df, ta, da = t[:n_free], d[:n_free], t[n_free:], d[n_free:]
-    if (df > 0).any() or (da < 0).any():
-        return np.lexsort((d, t))
-    of, oa = _by_t_then_d(tf, df), _by_t_then_d(ta, da)
-    tfs, tas = tf[of], ta[oa]
-    order = np.empty(len(t), np.int64)
-    order[np.searchsorted(tas, tfs, side="left") + np.arange(len(tfs))] = of
-    order[np.searchsorted(tfs, tas, side="right") + np.arange(len(tas))] = oa + n_free
-    return order
-
-
-def _by_t_then_d(t: np.ndarray, d: np.ndarray) -> np.ndarray:
-    o = np.argsort(t, kind="stable")
-    ts = t[o]
-    tie = ts[1:] == ts[:-1]
-    if tie.any():
-        ds = d[o]
-        if (ds[1:][tie] < ds[:-1][tie]).any():
-            return np.lexsort((d, t))
-    return o
-
-
-def counted_bytes(blocks: pd.DataFrame) -> np.ndarray:
-    """The device bytes each block adds to the live total: its ``device_bytes`` where the VMM join
-    set them (a mapping partly overlapping another live mapping of its handle adds only the part
-    not covered yet; pyinterpose.trace.vmm), else its size."""
-    if "device_bytes" in blocks:
-        return blocks["device_bytes"].to_numpy(np.int64)
-    return blocks["size"].to_numpy(np.int64)
-
-
 def live_bytes_curve(blocks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Step curve of live device bytes over time: (t_ns, live_bytes) after each event.
 
@@ -472,33 +438,29 @@ def peak_live_bytes(blocks: pd.DataFrame) -> int:
 def live_events(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(t, delta, block row) of the allocation and free of every device block of ``trace.blocks``,
     in :func:`live_bytes_curve`'s order (computed once per trace): ``cumsum(delta)`` is the live
-    device bytes curve, and ``cumsum(delta * mask[row])`` that of any subset of the blocks."""
+    device bytes curve, and ``cumsum(delta * mask[row])`` that of any subset of the blocks.
+    Full-length arrays (24 bytes an event): the streamed analyses read :func:`.live.live_order` in
+    pieces instead (:func:`peak_live_bytes_of`, :func:`.live.scan`)."""
     def compute():
-        # filled in place and reordered one array at a time: at 100 M events each of these is ~0.2 GB
+        code = live_order(trace)
         b = trace.blocks
-        rows = np.flatnonzero(b["counts_device"].to_numpy(bool))
-        fr = rows[b["freed"].to_numpy(bool)[rows]]
-        nf, n = len(fr), len(fr) + len(rows)
-        size = counted_bytes(b)
-        t = np.empty(n, np.int64)
-        np.take(b["t_free"].to_numpy(np.int64), fr, out=t[:nf])
-        np.take(b["t_alloc"].to_numpy(np.int64), rows, out=t[nf:])
-        d = np.empty(n, np.int64)
-        np.negative(np.take(size, fr), out=d[:nf])
-        np.take(size, rows, out=d[nf:])
-        order = event_order(t, d, nf)
-        t = t[order]
-        d = d[order]
-        r = np.empty(n, np.int64)
-        r[:nf], r[nf:] = fr, rows
-        del fr, rows
-        return t, d, r[order]
+        ta, tf, size = b["t_alloc"].to_numpy(), b["t_free"].to_numpy(), counted_bytes(b)
+        n = len(code)
+        t, d, r = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+        for lo, hi in spans(n):
+            c = code[lo:hi]
+            free = c < 0
+            rows = np.where(free, ~c, c)
+            r[lo:hi] = rows
+            t[lo:hi] = np.where(free, tf[rows], ta[rows])
+            dd = d[lo:hi]
+            np.take(size, rows, out=dd)
+            np.negative(dd, out=dd, where=free)
+        return t, d, r
     return trace.derived(("model", "live_events"), compute)
 
 
 def peak_live_bytes_of(trace: Trace, mask: np.ndarray | None = None) -> int:
-    """``peak_live_bytes(trace.blocks[mask])`` without sorting again: over the trace's live events."""
-    _, d, r = live_events(trace)
-    if mask is not None and not np.asarray(mask, bool).all():   # all rows: the whole curve, no masked copy
-        d = d * np.asarray(mask, bool)[r]
-    return int(max(int(np.cumsum(d).max()), 0)) if len(d) else 0
+    """``peak_live_bytes(trace.blocks[mask])`` without sorting again: one pass over the trace's live
+    events in pieces (:func:`.live.scan`)."""
+    return peak_of(trace, mask)

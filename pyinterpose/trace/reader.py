@@ -19,6 +19,7 @@ import pandas as pd
 from . import records
 from ..errors import PyinterposeError, TraceError
 from ..installation import NATIVE, not_built_message
+from . import chunking
 from . import colcache       # the memory-mapped columnar cache beside the trace (--no-cache: off)
 from . import context
 from . import failures as failure_details
@@ -254,8 +255,10 @@ def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
     warnings = []
     unpack_events = fmt.EVENTS_HEAD.unpack_from
     tick = _ticker(on_progress, chunks, size)
+    drop = _page_dropper(data, chunks)
     for ctype, payload in _inflated(data, chunks, threads):
         tick()
+        drop()
         if ctype is None:
             warnings.append(payload)
             break
@@ -286,6 +289,29 @@ def _read(path: str, sink, threads: bool, on_progress=None) -> RawTrace:
         raise TraceError(f"{path}: not a pyinterpose trace (no metadata chunk)")
     raw.warnings = warnings
     return raw
+
+
+def _page_dropper(data: memoryview, chunks: list, every: int = 1024):
+    """A function to call once per chunk consumed: every ``every`` chunks it gives back the pages of
+    the file mapping read so far (MADV_DONTNEED: they count in the reader's resident memory, the whole
+    file by the end, 1 GB at 100 M events; a page touched again is read again from the file)."""
+    mm = data.obj if isinstance(data.obj, mmap.mmap) else None
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return lambda: None
+    state = [0, 0]        # chunks consumed, bytes given back
+
+    def drop():
+        state[0] += 1
+        n = state[0]
+        if n % every == 0 and n < len(chunks):
+            upto = chunks[n - 1][1] // mmap.PAGESIZE * mmap.PAGESIZE
+            if upto > state[1]:
+                try:
+                    mm.madvise(mmap.MADV_DONTNEED, state[1], upto - state[1])
+                except (OSError, ValueError):
+                    return
+                state[1] = upto
+    return drop
 
 
 def _ticker(on_progress, chunks: list, size: int):
@@ -386,10 +412,21 @@ class _Split:
             raise TraceError(f"record size {records.event_dtype().itemsize} != {RECORD_SIZE}")
         self.ffi, self.lib = ffi, lib
         self._run: list = []
+        self.spill_dir: str | None = None
         s = lib.pi_split_new()
         if s == ffi.NULL:
             raise MemoryError("cannot allocate the reader's state")
         self.s = ffi.gc(s, lib.pi_split_free)
+        if ffi.sizeof("pi_acc") != ACC_DTYPE.itemsize:
+            raise TraceError(f"access record size {ffi.sizeof('pi_acc')} != {ACC_DTYPE.itemsize}")
+
+    def spill(self, folder: str) -> bool:
+        """Before the first feed: every record table but the allocations, and the accesses, go to
+        files in ``folder`` during the pass (False: they could not be made; all stays in memory)."""
+        if self.lib.pi_split_spill(self.s, os.fsencode(folder)) < 0:
+            return False
+        self.spill_dir = folder
+        return True
 
     FEED_RUN = 256      # chunks handed to the C pass in one call
 
@@ -435,15 +472,65 @@ class _Split:
         return np.frombuffer(self.ffi.buffer(g, n * dtype.itemsize), dtype)
 
     def table(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(records, pid) of one of the record tables."""
+        """(records, pid) of one of the record tables (read from its files when spilled: the files
+        are removed)."""
         t = getattr(self.s, name)
         n = int(t.n)
-        out = (self._take(t, "rec", n, records.event_dtype()), self._take(t, "pid", n, np.int32))
+        if self.spill_dir and t.rec == self.ffi.NULL:
+            out = tuple(self._spilled(f"{name}.{ext}", dt, n)
+                        for ext, dt in (("rec", records.event_dtype()), ("pid", np.int32)))
+        else:
+            out = (self._take(t, "rec", n, records.event_dtype()), self._take(t, "pid", n, np.int32))
         t.n = t.cap = 0
         return out
 
+    def _spilled(self, fname: str, dtype, n: int) -> np.ndarray:
+        path = os.path.join(self.spill_dir, fname)
+        a = np.fromfile(path, dtype=dtype, count=n) if n else np.zeros(0, dtype)
+        os.remove(path)
+        if len(a) != n:
+            raise TraceError(f"{path}: {len(a)} records of {n} read back")
+        return a
 
-_CTYPES = {"<i4": "int32_t[]", "<i8": "int64_t[]", "|i1": "int8_t[]"}
+    def access_chunks(self, rows: int):
+        """The pi_acc records, in file order, ``rows`` at a time (from the spill file, or from the
+        pass's buffer, which numpy then owns and frees at the end)."""
+        s = self.s
+        n = int(s.a_n)
+        if self.spill_dir and s.acc == self.ffi.NULL:
+            path = os.path.join(self.spill_dir, "acc.bin")
+            with open(path, "rb") as f:
+                left = n
+                while left:
+                    a = np.fromfile(f, dtype=ACC_DTYPE, count=min(rows, left))
+                    if not len(a):
+                        raise TraceError(f"{path}: access records missing")
+                    left -= len(a)
+                    yield a
+            os.remove(path)
+        else:
+            a = self._take(s, "acc", n, ACC_DTYPE)
+            for lo in range(0, n, rows):
+                yield a[lo:lo + rows]
+        s.a_n = s.a_cap = 0
+
+
+_CTYPES = {"<i4": "int32_t[]", "<i8": "int64_t[]", "|i1": "int8_t[]", "<u2": "uint16_t[]"}
+# struct pi_acc (native/reader/reader.h): an ACCESS record with what it needs from its owner
+ACC_DTYPE = np.dtype([("ref", "<i8"), ("seq", "<i8"), ("t", "<i8"), ("pid", "<i4"), ("row", "<i4"),
+                      ("launch", "<i4"), ("flags", "<u2"), ("op", "u1"), ("pad", "u1")])
+ACC_CHUNK_ROWS = 1 << 20     # accesses resolved at a time (at most; trace/chunking.py's knob when smaller)
+
+
+def _owning(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with each column that is a strided view into a record array (a field of the 64-byte
+    records) copied out: the records are then freed once the table is built, not kept alive by its
+    narrowest column.  In place; returns ``df``."""
+    for c in df.columns:
+        v = df[c].to_numpy() if isinstance(df[c].dtype, np.dtype) else None
+        if v is not None and v.ndim == 1 and len(v) > 1 and v.strides[0] != v.itemsize:
+            df[c] = np.ascontiguousarray(v)
+    return df
 
 
 def _by_pid(pid: np.ndarray, *cols):
@@ -461,48 +548,189 @@ def build_trace(raw: RawTrace, path: str | None = None) -> Trace:
     return _build(sp, raw, path)
 
 
-def _build(sp: _Split, raw: RawTrace, path: str | None) -> Trace:
-    """The Trace from the native pass's tables: one step per table (each frees its temporaries)."""
+class _Tables:
+    """Where each table goes once built: kept in memory, or (``writer``: the first read of a trace
+    whose cache is written) written to the cache and dropped, to be mapped back at the end.  So the
+    first read never holds every table at once."""
+
+    def __init__(self, writer=None):
+        self.writer = writer
+        self.kept: dict = {}
+
+    def put(self, name: str, df: pd.DataFrame) -> None:
+        if self.writer is not None and self.writer.table(name, df):
+            return
+        self.kept[name] = df           # no cache, or a table the cache cannot hold
+
+    def put_mapped(self, name: str, df: pd.DataFrame) -> pd.DataFrame:
+        """put(), then the table as it will be read: memory-mapped from the cache when written there."""
+        self.put(name, df)
+        return self.kept[name] if name in self.kept else self.writer.mapped(name)
+
+    def update(self, name: str, df: pd.DataFrame, columns: list) -> None:
+        """``columns`` of a table put before were set afresh in ``df`` (its put_mapped table)."""
+        if name not in self.kept:
+            self.writer.replace_columns(name, df, columns)
+
+    def streamed(self, name: str, rows: int, columns: list) -> None:
+        self.writer.streamed(name, rows, columns)
+
+    def all(self) -> dict:
+        """Every table put, the written ones memory-mapped from the cache being written."""
+        out = dict(self.kept)
+        if self.writer is not None:
+            for name in self.writer.specs:
+                if name not in out and self.writer.usable(name):
+                    out[name] = self.writer.mapped(name)
+        return out
+
+
+class _AccessColumns:
+    """The ``accesses`` table filled a chunk of rows at a time: into arrays of the table's dtypes
+    (in memory), or appended to its column files in the cache being written (``out.writer``)."""
+
+    NAMES = tuple(ACCESS_COLUMNS)      # block_id, pid, seq, t, kernel, op, flags, node
+
+    def __init__(self, out: _Tables, n: int, op_cats: pd.Index, sorted_by_pid: bool):
+        self.out, self.op_cats, self.sorted_by_pid, self.n = out, op_cats, sorted_by_pid, 0
+        self.dtypes = {c: (np.dtype(np.int8) if d == "category" else np.dtype(d)) for c, d in ACCESS_COLUMNS.items()}
+        self.writer = out.writer
+        if self.writer is not None:
+            self.files = {c: self.writer.column("accesses", i, self.dtypes[c]) for i, c in enumerate(self.NAMES)}
+        else:
+            self.arrays = {c: np.empty(n, self.dtypes[c]) for c in self.NAMES}
+
+    def append(self, chunk: dict) -> None:
+        k = len(chunk["pid"])
+        chunk = dict(chunk, node=np.full(k, -1, self.dtypes["node"]))
+        try:
+            for c in self.NAMES:
+                if self.writer is not None:
+                    self.files[c].append(chunk[c])
+                else:
+                    self.arrays[c][self.n:self.n + k] = chunk[c]
+        except OSError as e:
+            raise TraceError(f"cannot write the table cache beside the trace ({e.strerror or e}); "
+                             "--no-cache reads the trace without it")
+        self.n += k
+
+    def _entry(self, c: str, fname: str) -> dict:
+        if ACCESS_COLUMNS[c] == "category":
+            return {"name": c, "kind": "category", "file": fname, "categories": self.op_cats.tolist(),
+                    "ordered": False, "cat_dtype": str(self.op_cats.dtype)}
+        return {"name": c, "kind": "array", "file": fname}
+
+    def finish(self) -> int:
+        """The table is complete (regrouped by pid when processes' chunks interleave): kept in
+        memory or recorded in the cache.  Returns its rows."""
+        n = self.n
+        if self.writer is not None:
+            try:
+                entries = [self._entry(c, self.files[c].close()) for c in self.NAMES]
+                self.out.streamed("accesses", n, entries)
+                if self.sorted_by_pid:
+                    self._regroup_files(entries)
+            except OSError as e:
+                raise TraceError(f"cannot write the table cache beside the trace ({e.strerror or e}); "
+                                 "--no-cache reads the trace without it")
+            return n
+        a = self.arrays
+        for c in self.NAMES:
+            a[c].resize(n, refcheck=False)
+        if self.sorted_by_pid:
+            order = np.argsort(a["pid"], kind="stable")
+            for c in self.NAMES:
+                a[c] = a[c][order]
+            del order
+        data = {c: a[c] for c in self.NAMES}
+        data["op"] = pd.Categorical.from_codes(data["op"], self.op_cats)
+        self.out.put("accesses", conform(pd.DataFrame(data, copy=False), ACCESS_COLUMNS))
+        self.arrays = None
+        return n
+
+    def _regroup_files(self, entries: list) -> None:
+        """Rewrite the column files in pid order (file order within a pid), one column at a time."""
+        w = self.writer
+        order = np.argsort(w.mapped("accesses")["pid"].to_numpy(), kind="stable")
+        new = []
+        for i, (c, e) in enumerate(zip(self.NAMES, entries)):
+            col = np.load(os.path.join(w.tmp, e["file"]), mmap_mode="r")
+            f = w.column("accesses.g", i, self.dtypes[c])
+            for lo in range(0, len(order), ACC_CHUNK_ROWS):
+                f.append(col[order[lo:lo + ACC_CHUNK_ROWS]])
+            del col
+            new.append(self._entry(c, f.close()))
+            os.remove(os.path.join(w.tmp, e["file"]))
+        self.out.streamed("accesses", self.n, new)
+
+
+def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
+    """The Trace from the native pass's tables: one step per table, each freeing its records and
+    temporaries, and (``writer``) writing its table to the cache and dropping it."""
     if sp.lib.pi_split_finish(sp.s) < 0:
         raise MemoryError("out of memory reading the trace")
+    out = _Tables(writer)
     b = _Builder(sp, raw)
-    blocks, row_block, never_freed = b.blocks()
     sites = site_tables.read_sites(b.side, b.side_pid, b.side_op, b.side_off, b.pids, b.strings,  # owners,
                                    int(b.meta.get("site_format") or site_tables.SITE_FORMAT))       # frames, stacks
-    site_tables.attach_blocks(blocks, sites)
-    L, l_pid = sp.table("launch")
-    kernels, kid = b.kernels(L, l_pid)
-    accesses, n_acc, unresolved_access = b.accesses(blocks, row_block, kid, len(L))
-    del row_block
-    launches, graph_launches, kid = b.launches(L, l_pid, kid, n_acc, kernels)
-    del L, l_pid, n_acc
-    copies = b.copies()
-    gpu_activity = b.gpu_activity(kernels, launches, copies, kid, graph_launches)
-    del kid
-    hints = b.hints()
+    b.drop_sites()
     failures = b.failures()
     failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
+    blocks, row_block, never_freed = b.blocks()
+    site_tables.attach_blocks(blocks, sites)
+    sites.per_alloc = None           # one row per allocation: not needed any more
+    blockmap = b.blockmap(blocks)
+    out.put("blocks", blocks)
+    del blocks
+    L, l_pid = sp.table("launch")
+    kernels, kid = b.kernels(L, l_pid)
+    n_access, n_acc, unresolved_access = b.accesses(blockmap, row_block, kid, len(L), out)
+    del row_block, blockmap
+    launches, graph_launches, kid = b.launches(L, l_pid, kid, n_acc, kernels)
+    del L, l_pid, n_acc
+    launches = out.put_mapped("launches", launches)    # written (cache) before the device clock is read:
+    copies = out.put_mapped("copies", b.copies())      # only their dev_start / dev_end are written again
+    gpu_activity = b.gpu_activity(kernels, launches, copies, kid, graph_launches)
+    del kid
+    if len(gpu_activity):
+        out.update("launches", launches, ["dev_start", "dev_end"])
+        out.update("copies", copies, ["dev_start", "dev_end"])
+    out.put("gpu_activity", gpu_activity)
+    del gpu_activity, launches, copies
+    out.put("hints", b.hints())
     markers = b.markers()
-    applied = _applied(b.side, b.side_pid, b.side_op, b.col, b.tcol)
-    swapped = _swapped(b.side, b.side_pid, b.side_op, b.col, b.tcol)
-    processes = b.processes()
-    graph_memory = graphs.graph_memory(b.side, b.side_pid, b.side_op, getattr(b.O, "GRAPH_MEM", None), b.t0)
-    side, side_pid, side_op = b.side, b.side_pid, b.side_op   # CUDA graphs' records, for the expansion below
+    out.put("failures", failures)
+    out.put("markers", markers)
+    out.put("applied", _applied(b.side, b.side_pid, b.side_op, b.col, b.tcol))
+    out.put("swapped", _swapped(b.side, b.side_pid, b.side_op, b.col, b.tcol))
+    out.put("processes", b.processes())
+    out.put("graph_memory", graphs.graph_memory(b.side, b.side_pid, b.side_op, getattr(b.O, "GRAPH_MEM", None),
+                                                b.t0))
+    out.put("frames", sites.frames)
+    out.put("stacks", sites.stacks)
+    gd = np.flatnonzero(b.side_op == b.O.GRAPH_DEF)     # CUDA graphs' records, for the expansion below
+    side, side_pid, side_op = b.side[gd], b.side_pid[gd], b.side_op[gd]
     b.side = b.side_pid = b.side_op = None
-    nvml = b.nvml()
-    counts = b.counts(accesses, markers, failures, unresolved_access, never_freed)
+    del gd
+    out.put("nvml", b.nvml())
+    counts = b.counts(n_access, len(markers), len(failures), unresolved_access, never_freed)
     meta = dict(b.meta)
     meta["trailer"] = raw.trailer
     meta["capture_notes"] = sites.notes
     raw.warnings.extend(failure_details.interrupted_warnings(failures))
-    tr = Trace(blocks=blocks, accesses=accesses, launches=launches, copies=copies, hints=hints,
-               failures=failures, markers=markers, processes=processes, nvml=nvml, kernels=kernels,
-               meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
-               frames=sites.frames, stacks=sites.stacks, gpu_activity=gpu_activity, applied=applied,
-               graph_memory=graph_memory, swapped=swapped)
+    del failures, markers
+    tables = out.all()
+    tr = Trace(kernels=kernels, meta=meta, counts=counts, warnings=list(raw.warnings), path=path,
+               **{k: v for k, v in tables.items() if k not in ("reservations", "graph_nodes")})
     tr = vmm.join(tr)  # one logical block per VMM buffer (reserve + create + map)
     # CUDA graphs: captured calls out of the eager stream, every replay expanded (trace/graphs.py)
-    return graphs.expand(tr, side, side_pid, side_op, b.O.GRAPH_DEF, graph_launches)
+    tr = graphs.expand(tr, side, side_pid, side_op, b.O.GRAPH_DEF, graph_launches)
+    if writer is not None:
+        for name in colcache.TABLES:      # tables the expansions replaced (and the ones they made)
+            df = getattr(tr, name)
+            if df is not tables.get(name):
+                writer.table(name, df)
+    return tr
 
 
 class _Builder:
@@ -545,6 +773,17 @@ class _Builder:
             lo, hi = self.side_off[i], self.side_off[i + 1]
             self.strings[p] = _strings(side[lo:hi], self.side_op[lo:hi])
 
+    def drop_sites(self) -> None:
+        """Once the call sites are read: the side records without the SITE records (one per
+        allocation, most of the side records), which nothing else reads."""
+        site = getattr(self.O, "SITE", None)
+        if site is None or not len(self.side):
+            return
+        keep = np.flatnonzero(self.side_op != site)
+        if len(keep) < len(self.side):
+            self.side, self.side_pid, self.side_op = self.side[keep], self.side_pid[keep], self.side_op[keep]
+        self.side_off = None       # offsets into the side records as read
+
     def ptr(self, a):
         return self.ffi.from_buffer(_CTYPES.get(a.dtype.str, "char[]"), a)
 
@@ -582,10 +821,15 @@ class _Builder:
         end_seq = sp._take(s, "al_end_seq", na, np.int64)
         # blocks in (t_alloc, pid, seq_alloc) order, stable; rows of A (file order) -> pid order -> block order
         perm = np.argsort(a_pid, kind="stable") if self.interleaved else None
+        # the fields the table needs, each copied out: the 64-byte records go before the table is built
+        F = {k: np.ascontiguousarray(A[k]) for k in ("device", "api", "flags", "addr", "size", "aux", "t_ns", "seq",
+                                                     "stream")}
+        del A
         if perm is not None:
-            a_pid, A, status, end_tns, end_seq = a_pid[perm], A[perm], status[perm], end_tns[perm], end_seq[perm]
-        t_alloc = self.tcol(A)
-        seq_alloc = col(A, "seq")
+            a_pid, status, end_tns, end_seq = a_pid[perm], status[perm], end_tns[perm], end_seq[perm]
+            F = {k: v[perm] for k, v in F.items()}
+        t_alloc = F.pop("t_ns").view(np.int64) - self.t0
+        seq_alloc = F.pop("seq").view(np.int64)
         if na > 1:   # allocations come in almost that order: check before sorting
             dt, dp, ds = np.diff(t_alloc), np.diff(a_pid), np.diff(seq_alloc)
             in_order = bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0))))))
@@ -597,8 +841,11 @@ class _Builder:
         if bo is not None or perm is not None:
             src = perm if bo is None else (bo if perm is None else perm[bo])
             row_block[src] = np.arange(na, dtype=np.int64)
+            del src
+        del perm
         matched = status == 1
         ended = status > 0
+        del status
 
         def by_block(x):
             return x if bo is None else x[bo]
@@ -606,25 +853,30 @@ class _Builder:
         last_seq = self.pp_last[np.argsort(self.pp_pid)] + 1
         pid_rank = np.searchsorted(np.sort(self.pp_pid), a_pid) if na else np.zeros(0, np.int64)
         seq_free = np.where(ended, end_seq, last_seq[pid_rank] if na else 0)
+        del pid_rank, end_seq
+        t_free = np.where(ended, end_tns - self.t0, self.end_t)
+        del end_tns, ended
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
-        bk = by_block(A["flags"])
-        aux_a = by_block(A["aux"])
+        bk = by_block(F.pop("flags"))
+        aux_a = by_block(F.pop("aux"))
+        handle = np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64)
+        del aux_a
         blocks = pd.DataFrame({
-            "pid": by_block(a_pid), "device": by_block(A["device"]), "api": self.api_name(by_block(A["api"])),
+            "pid": by_block(a_pid), "device": by_block(F.pop("device")), "api": self.api_name(by_block(F.pop("api"))),
             "kind": self.categorical(np.clip(bk, 0, 15), kind_names),
-            "address": by_block(A["addr"]), "size": by_block(col(A, "size")),
-            "handle": np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64),
-            "t_alloc": by_block(t_alloc), "t_free": by_block(np.where(ended, end_tns - self.t0, self.end_t)),
+            "address": by_block(F.pop("addr")), "size": by_block(F.pop("size").view(np.int64)),
+            "handle": handle,
+            "t_alloc": by_block(t_alloc), "t_free": by_block(t_free),
             "seq_alloc": by_block(seq_alloc), "seq_free": by_block(seq_free),
-            "freed": by_block(matched), "stream": by_block(A["stream"]),
+            "freed": by_block(matched), "stream": by_block(F.pop("stream")),
         }, copy=False)
         never_freed = int((~matched).sum())
-        del A, status, end_tns, end_seq, ended, t_alloc, seq_alloc, seq_free, aux_a, bk, pid_rank
+        del F, t_alloc, t_free, seq_alloc, seq_free, bk, handle, matched
         kind_cat = blocks["kind"].cat
         blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
         blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
         blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
-        return conform(blocks, BLOCK_COLUMNS), row_block, never_freed
+        return _owning(conform(blocks, BLOCK_COLUMNS)), row_block, never_freed
 
     def kernels(self, L: np.ndarray, l_pid: np.ndarray) -> tuple[list[str], np.ndarray]:
         """The kernel names (one entry per distinct name) and the kernel of each launch row (-1: graph
@@ -655,40 +907,57 @@ class _Builder:
             kid[lm] = np.where(kcomb_sorted[pos] == q, kvals[pos], -1)
         return kernels, kid
 
-    def accesses(self, blocks: pd.DataFrame, row_block: np.ndarray, kid: np.ndarray,
-                 n_launch: int) -> tuple[pd.DataFrame, np.ndarray, int]:
-        """Each ACCESS record belongs to the record it follows (in C: its owner): the accesses, the
-        count per launch row, and how many could not be resolved to a block."""
-        sp, s, ptr, O = self.sp, self.s, self.ptr, self.O
-        n_access_records = int(s.a_n)
-        n_acc = np.zeros(n_launch, np.int32)
+    def blockmap(self, blocks: pd.DataFrame):
+        """The blocks by (pid, seq of their ALLOC), for the accesses whose block was not live when
+        they were recorded (or all of them when the file was not in seq order); None when no
+        access needs it."""
+        s, lib, ffi = self.s, self.lib, self.ffi
+        if len(blocks) >= 1 << 31:
+            raise TraceError(f"{len(blocks)} blocks: more than a trace can hold (2^31)")
+        if not (s.seq_disorder or s.a_pending > 0):
+            return None
         b_pid = np.ascontiguousarray(blocks["pid"].to_numpy(np.int32))
         b_seq = np.ascontiguousarray(blocks["seq_alloc"].to_numpy(np.int64))
         b_id = np.ascontiguousarray(blocks["block_id"].to_numpy(np.int64))
-        kept = self.lib.pi_resolve_access(s, ptr(row_block), ptr(b_pid), ptr(b_seq), ptr(b_id), len(blocks),
-                                          ptr(kid), n_launch, ptr(n_acc), self.t0)
-        del b_pid, b_seq, b_id
-        if kept < 0:
+        m = lib.pi_blockmap_new(self.ptr(b_pid), self.ptr(b_seq), self.ptr(b_id), len(blocks))
+        if m == ffi.NULL:
             raise MemoryError("out of memory resolving accesses")
-        x_block = sp._take(s, "a_ref", kept, np.int64)
-        x_pid = sp._take(s, "a_pid", kept, np.int32)
-        x_seq = sp._take(s, "a_seq", kept, np.int64)
-        x_t = sp._take(s, "a_t", kept, np.int64)
-        x_kernel = sp._take(s, "a_launch", kept, np.int32)
-        x_op = sp._take(s, "a_op", kept, np.uint8)
-        x_flags = sp._take(s, "a_flags", kept, np.uint16)
-        s.a_n = s.a_cap = 0
-        if self.interleaved:
-            x_pid, x_block, x_seq, x_t, x_kernel, x_op, x_flags = _by_pid(x_pid, x_block, x_seq, x_t, x_kernel,
-                                                                          x_op, x_flags)
-        op_names = {O.LAUNCH: "launch", O.COPY: "copy", O.MEMSET: "memset", O.TENSORMAP: "tensormap"}
-        accesses = pd.DataFrame({
-            "block_id": x_block, "pid": x_pid, "seq": x_seq, "t": x_t, "kernel": x_kernel,
-            "op": pd.Categorical.from_codes(x_op.view(np.int8), pd.Index([op_names.get(o, f"op{o}")
-                                                                         for o in range(16)])),
-            "flags": x_flags,
-        }, copy=False)
-        return conform(accesses, ACCESS_COLUMNS), n_acc, n_access_records - int(kept)
+        return ffi.gc(m, lib.pi_blockmap_free)
+
+    ACCESS_OPS = {"launch": "LAUNCH", "copy": "COPY", "memset": "MEMSET", "tensormap": "TENSORMAP"}
+
+    def accesses(self, blockmap, row_block: np.ndarray, kid: np.ndarray, n_launch: int,
+                 out: _Tables) -> tuple[int, np.ndarray, int]:
+        """Each ACCESS record belongs to the record it follows (in C: its owner).  Resolved a chunk at
+        a time (pi_resolve_chunk) into the ``accesses`` table's columns, in memory or into the cache
+        (``out``): (the accesses kept, the count per launch row, how many could not be resolved to
+        a block)."""
+        sp, s, ptr, O, ffi = self.sp, self.s, self.ptr, self.O, self.ffi
+        n_records = int(s.a_n)
+        n_acc = np.zeros(n_launch, np.int32)
+        by_code = {getattr(O, v): k for k, v in self.ACCESS_OPS.items()}
+        op_cats = pd.Index([by_code.get(o, f"op{o}") for o in range(16)])
+        cols = _AccessColumns(out, n_records, op_cats, sorted_by_pid=self.interleaved)
+        rows = max(1, min(chunking.chunk_rows(), ACC_CHUNK_ROWS))
+        use_row = 0 if s.seq_disorder else 1
+        kid = np.ascontiguousarray(kid, np.int32)
+        row_block = np.ascontiguousarray(row_block, np.int64)
+        bmap = blockmap if blockmap is not None else ffi.NULL
+        buf = None
+        for chunk in sp.access_chunks(rows):
+            m = len(chunk)
+            if buf is None or len(buf["pid"]) < m:
+                buf = {"block_id": np.empty(m, np.int32), "pid": np.empty(m, np.int32), "seq": np.empty(m, np.int64),
+                       "t": np.empty(m, np.int64), "kernel": np.empty(m, np.int32), "op": np.empty(m, np.int8),
+                       "flags": np.empty(m, np.uint16)}
+            k = self.lib.pi_resolve_chunk(ffi.from_buffer("pi_acc[]", chunk), m, use_row, ptr(row_block), bmap, ptr(kid),
+                                          n_launch, ptr(n_acc), self.t0, ptr(buf["block_id"]), ptr(buf["pid"]),
+                                          ptr(buf["seq"]), ptr(buf["t"]), ptr(buf["kernel"]), ptr(buf["op"]),
+                                          ptr(buf["flags"]))
+            cols.append({c: a[:k] for c, a in buf.items()})
+            del chunk
+        kept = cols.finish()
+        return kept, n_acc, n_records - kept
 
     def launches(self, L, l_pid, kid, n_acc, kernels) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
         """The launches, the graph launches (pid, seq, exec), and ``kid`` in the launches' order."""
@@ -701,7 +970,7 @@ class _Builder:
             "kernel_name": self.categorical(np.where(kid >= 0, kid, len(kernels)), kn),
             "n_access": n_acc, "graph": L["op"] == self.O.GRAPH_LAUNCH,
         }, copy=False)
-        launches = conform(launches, LAUNCH_COLUMNS)
+        launches = _owning(conform(launches, LAUNCH_COLUMNS))
         gl_rows = np.flatnonzero(launches["graph"].to_numpy())
         graph_launches = pd.DataFrame({"pid": launches["pid"].to_numpy()[gl_rows],
                                        "seq": launches["seq"].to_numpy()[gl_rows], "exec": L["addr"][gl_rows]})
@@ -710,11 +979,11 @@ class _Builder:
     def copies(self) -> pd.DataFrame:
         C, c_pid = self.table("copy")
         c_copy = C["op"] == self.O.COPY
-        return conform(pd.DataFrame({
+        return _owning(conform(pd.DataFrame({
             "pid": c_pid, "seq": self.col(C, "seq"), "t": self.tcol(C), "api": self.api_name(C["api"]),
             "op": self.categorical(np.where(c_copy, 0, 1), ["copy", "memset"]), "dst": C["addr"],
             "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": self.col(C, "size"),
-            "stream": C["stream"]}), COPY_COLUMNS)
+            "stream": C["stream"]}), COPY_COLUMNS))
 
     def gpu_activity(self, kernels, launches, copies, kid, graph_launches) -> pd.DataFrame:
         """The device clock: activities, and the device start/end of launches and copies (set in place)."""
@@ -722,6 +991,7 @@ class _Builder:
         gpu_activity = gpuclock.activity_table(G, g_pid, self.t0, self.strings, kernels, launches["pid"].to_numpy(),
                                                launches["seq"].to_numpy(), kid, copies["pid"].to_numpy(),
                                                copies["seq"].to_numpy())
+        gpu_activity = _owning(gpu_activity)
         del G, g_pid
         if len(gpu_activity):
             O = self.O
@@ -792,14 +1062,15 @@ class _Builder:
             return conform(pd.concat(frames, ignore_index=True), NVML_COLUMNS)
         return empty_table(NVML_COLUMNS)
 
-    def counts(self, accesses, markers, failures, unresolved_access: int, never_freed: int) -> dict:
+    def counts(self, n_access: int, n_markers: int, n_failures: int, unresolved_access: int,
+               never_freed: int) -> dict:
         s, O, op_count, op_ok, apis = self.s, self.O, self.op_count, self.op_ok, self.apis
         counts = {
-            "events": self.n, "alloc": self.n_alloc, "free": int(s.n_free), "access": int(len(accesses)),
+            "events": self.n, "alloc": self.n_alloc, "free": int(s.n_free), "access": int(n_access),
             "launch": int(op_count[O.LAUNCH]), "graph_launch": int(op_count[O.GRAPH_LAUNCH]),
             "copy": int(op_ok[O.COPY]), "memset": int(op_ok[O.MEMSET]),
-            "advise": int(op_ok[O.ADVISE]), "prefetch": int(op_ok[O.PREFETCH]), "marker": int(len(markers)),
-            "failure": int(len(failures)), "unmatched_free": int(s.unmatched_free),
+            "advise": int(op_ok[O.ADVISE]), "prefetch": int(op_ok[O.PREFETCH]), "marker": int(n_markers),
+            "failure": int(n_failures), "unmatched_free": int(s.unmatched_free),
             "unresolved_access": unresolved_access, "never_freed": never_freed,
         }
         by_api = s.api_count
@@ -877,13 +1148,46 @@ def load(path: str, progress: bool = False) -> Trace:
         return cached
 
     with progress_bar.bar(f"reading {os.path.basename(path)}", progress) as on_progress:
-        sp = _Split()
-        raw = _read(path, lambda size: sp.feed, threads=True, on_progress=on_progress)
-        sp.flush()
-        raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
-        on_progress(1.0, "building the tables")
-        trace = _build(sp, raw, path)
-        if colcache.wanted(path) and not being_written(path):
-            on_progress(1.0, "writing the table cache")
-            colcache.write(trace, path)
+        writer = colcache.Writer.open(path) if colcache.wanted(path) and not being_written(path) else None
+        spill = None
+        try:
+            sp = _Split()
+            spill = _spill_folder(path, writer)
+            if spill and not sp.spill(spill):
+                spill = None
+            raw = _read(path, lambda size: sp.feed, threads=True, on_progress=on_progress)
+            sp.flush()
+            raw.meta["complete"], raw.meta["incomplete_reason"] = completeness(raw, path)
+            on_progress(1.0, "building the tables" if writer is None else "building the tables and their cache")
+            trace = _build(sp, raw, path, writer)
+            del sp
+            if writer is not None and writer.finish(trace):
+                trace = colcache.read(path) or trace     # every table mapped from the cache just written
+        finally:
+            if writer is not None:
+                writer.abort()           # a cache not finished: gone (tables mapped from it stay readable)
+            if spill:
+                import shutil
+
+                shutil.rmtree(spill, ignore_errors=True)
     return trace
+
+
+SPILL = "spill"     # the folder of the reader's spilled records, inside the cache being written
+
+
+def _spill_folder(path: str, writer) -> str | None:
+    """Where the record pass spills its tables (None: in memory): inside the cache being written, or
+    for a large trace read without the cache, a temporary folder (TMPDIR); small traces stay in memory."""
+    import tempfile
+
+    try:
+        if writer is not None:
+            folder = os.path.join(writer.tmp, SPILL)
+            os.mkdir(folder)
+            return folder
+        if os.path.getsize(path) >= colcache.min_bytes():
+            return tempfile.mkdtemp(prefix="pyinterpose-read-")
+    except OSError:
+        pass
+    return None

@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from . import records
-from .model import FRAME_COLUMNS, empty_frames, empty_stacks, live_events
+from .live import live_at_peak
+from .model import FRAME_COLUMNS, empty_frames, empty_stacks
 from .elfsym import symbolize
 
 SITE_FORMAT = 1  # version of the SITE/FRAME/STACK records this reader understands (meta "site_format")
@@ -460,12 +461,7 @@ def live_at_peak_bytes(trace) -> np.ndarray:
     the peak, exactly: it adds up to the peak (a block allocated at the peak's instant but after the
     peak event, and a double-mapped window's overlap, count nothing)."""
 
-    t, d, r = live_events(trace)
-    n = len(trace.blocks)
-    if len(d) == 0:
-        return np.zeros(n, np.int64)
-    k = int(np.argmax(np.cumsum(d)))
-    return np.bincount(r[:k + 1], weights=d[:k + 1], minlength=n).round().astype(np.int64)
+    return live_at_peak(trace)      # one pass over the live events in pieces (trace.live)
 
 
 def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:

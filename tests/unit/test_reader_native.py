@@ -259,3 +259,72 @@ def test_failed_allocations_call_sites_same_as_the_spec_reference(capture, tmp_p
     # the processes' CONTEXT/DEVICE/CLOCK records are newer than the reference
     assert_same(new, _reference(path), unread={"processes": ["context", "devices", "clock", "clock_note",
                                                              "clock_error_ns", "gpu_dropped"]})
+
+
+# The first read of a large trace (issue 30): the record pass spills its tables and the accesses to files,
+# the accesses are resolved a few rows at a time, and (cache on) each table goes to the cache as soon as it is
+# built, then comes back memory-mapped.  "spill": --no-cache, tables in memory; "cache": the cache written.
+READ_MODES = {"spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
+              "cache": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"}}
+
+
+def _edge_traces(tmp_path) -> list[str]:
+    """The synthetic edge cases (interleaved processes, unknown accesses, reuse without free, ...), a file out of
+    seq order, a sample with CUDA graphs and one with VMM buffers (both rewrite tables after they are built)."""
+    import shutil
+
+    p = tmp_path / "edge.pit"
+    w = TraceWriter(str(p), {"command": ["t"], "view": "blocks", "t0_ns": 0})
+    for pid, recs in _synthetic():
+        w.events(pid, recs)
+    w.trailer({"exit_status": 0, "processes": []})
+    w.close()
+    r = _rec(6)
+    for i, (op, seq, aux) in enumerate([(O.FREE, 3, 0), (O.ALLOC, 1, 0), (O.ALLOC, 2, 0), (O.LAUNCH, 5, 0),
+                                        (O.ACCESS, 6, 1), (O.FREE, 4, 0)]):
+        r[i]["op"], r[i]["seq"], r[i]["t_ns"], r[i]["flags"], r[i]["aux"] = op, seq, 100 * seq, 1, aux
+        r[i]["addr"] = 0x1000 if i < 2 else 0x2000
+        r[i]["size"] = 64
+    q = tmp_path / "dis.pit"
+    w = TraceWriter(str(q), {"command": ["t"], "view": "blocks", "t0_ns": 0})
+    w.events(1, r)
+    w.close()
+    out = [str(p), str(q)]
+    for name in ("graphs-blocks.pit", "jax-attn-reserved.pit"):
+        shutil.copy(os.path.join(ROOT, "samples", name), tmp_path / name)
+        out.append(str(tmp_path / name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(READ_MODES))
+def test_spilled_and_streamed_first_read_same_tables(mode, tmp_path, monkeypatch):
+    from pyinterpose.trace import colcache
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    for k, v in READ_MODES[mode].items():
+        monkeypatch.setenv(k, v)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    for path in _edge_traces(tmp_path):
+        ref = _reference(path)
+        new = pyinterpose.load(path)
+        assert_same(new, ref)
+        assert os.path.isdir(colcache.cache_dir(path)) == (mode == "cache")
+        if mode == "cache":
+            assert_same(colcache.read(path), ref)
+            blocks = new.blocks["seq_alloc"].to_numpy()
+            assert len(blocks) == 0 or isinstance(getattr(blocks, "base", None), np.memmap) \
+                or any(isinstance(b, np.memmap) for b in _bases(blocks))      # mapped from the cache just written
+        # nothing left behind: no spill folder, no temporary cache folder
+        assert os.listdir(tmp) == []
+        assert sorted(f for f in os.listdir(tmp_path) if ".picache." in f) == []
+
+
+def _bases(a):
+    while a is not None:
+        yield a
+        a = getattr(a, "base", None)

@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from ...trace.chunking import spans
 from ...trace.model import Trace, counted_bytes
 from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
 from .planners import PLANNERS, plan
@@ -105,45 +106,81 @@ def _device_blocks(trace: Trace, pid: int | None, allocator_only: bool = False) 
 
 def _block_columns(trace: Trace, mask: np.ndarray) -> dict:
     """The columns of the masked blocks that the request stream and the steady problem
-    read, as numpy arrays (no DataFrame row selection)."""
+    read, as numpy arrays (no DataFrame row selection; the columns themselves, not copies,
+    when every block is selected)."""
     b = trace.blocks
+    every = bool(np.all(mask)) if len(mask) else False
     out = {}
     for c in _BLOCK_COLUMNS:
         a = counted_bytes(b) if c == "size" else b[c].to_numpy()   # the live-bytes sizes (model.counted_bytes)
-        out[c] = a[mask] if len(a) else a
+        out[c] = a if every or not len(a) else a[mask]
     return out
 
 
 def _request_columns(cols: dict, times: bool = True) -> dict:
     """The request stream (one alloc per block, one free per freed block, in sequence
     order; a free first if it shares its seq with an alloc) as numpy columns: seq, t
-    (unless not ``times``), is_alloc (bool), block_id, size, stream."""
-    freed = cols["freed"].astype(bool)
+    (unless not ``times``), is_alloc (bool), block_id, size, stream.
+
+    Each request's place is computed, not sorted for: the allocations and the frees each in
+    seq order (stable), an allocation after the frees at or before its seq, a free after the
+    allocations before its seq — ``np.lexsort((op, seq))`` of all requests, with no
+    full-length order or concatenated copies."""
+    freed = np.asarray(cols["freed"], bool)
     sa = cols["seq_alloc"].astype(np.int64, copy=False)
-    sf = cols["seq_free"][freed].astype(np.int64, copy=False)
-    n_a = len(sa)
-    # two sorted runs (timsort finds the allocations already in order), then their merge
-    oa = np.argsort(sa, kind="stable")
-    of = np.argsort(sf, kind="stable")
-    runs = np.concatenate([sa[oa], sf[of]])
-    m = np.argsort(runs, kind="stable")
-    seq = runs[m]
-    order = np.concatenate([oa, of + n_a])[m]
-    op = np.concatenate([np.ones(n_a, np.int8), np.zeros(len(sf), np.int8)])
-    if len(seq) > 1 and not (seq[1:] != seq[:-1]).all():   # equal seqs: the exact order of lexsort
-        seq_all = np.concatenate([sa, sf])
-        order = np.lexsort((op, seq_all))
-        seq = seq_all[order]
+    fidx = np.flatnonzero(freed)
+    sf = cols["seq_free"].astype(np.int64, copy=False)[fidx]
+    n_a, n_f = len(sa), len(fidx)
+    oa = None if _ascending(sa) else np.argsort(sa, kind="stable")
+    of = None if _ascending(sf) else np.argsort(sf, kind="stable")
+    sas = sa if oa is None else sa[oa]
+    sfs = sf if of is None else sf[of]
+    del sf
+    pos_a = np.searchsorted(sfs, sas, side="right")
+    pos_a += np.arange(n_a)
+    pos_f = np.searchsorted(sas, sfs, side="left")
+    pos_f += np.arange(n_f)
+    n = n_a + n_f
+    seq = np.empty(n, np.int64)
+    seq[pos_a] = sas
+    seq[pos_f] = sfs
+    del sas, sfs
+    is_alloc = np.zeros(n, bool)
+    is_alloc[pos_a] = True
 
     def both(c, dtype):
-        return np.concatenate([cols[c[0]].astype(dtype, copy=False),
-                               cols[c[1]][freed].astype(dtype, copy=False)])[order]
+        out = np.empty(n, dtype)
+        a = cols[c[0]].astype(dtype, copy=False)
+        out[pos_a] = a if oa is None else a[oa]
+        f = cols[c[1]].astype(dtype, copy=False)[fidx]
+        out[pos_f] = f if of is None else f[of]
+        return out
 
-    out = {"seq": seq, "is_alloc": op[order] == 1, "block_id": both(("block_id", "block_id"), np.int64),
+    out = {"seq": seq, "is_alloc": is_alloc, "block_id": both(("block_id", "block_id"), np.int64),
            "size": both(("size", "size"), np.int64), "stream": both(("stream", "stream"), np.uint64)}
     if times:
         out["t"] = both(("t_alloc", "t_free"), np.int64)
     return out
+
+
+def _ascending(a: np.ndarray) -> bool:
+    if len(a) < 2:
+        return True
+    return all(bool((a[lo + 1:hi] >= a[lo:hi - 1]).all()) for lo, hi in spans(len(a) - 1))
+
+
+def _peak_of_requests(is_alloc: np.ndarray, size: np.ndarray) -> int:
+    """``max(cumsum(where(is_alloc, size, -size)))`` (0 for none), in pieces."""
+    best, carry = None, 0
+    for lo, hi in spans(len(size)):
+        d = size[lo:hi].copy()
+        np.negative(d, out=d, where=~is_alloc[lo:hi])
+        cs = np.cumsum(d)
+        cs += carry
+        m = int(cs.max())
+        best = m if best is None else max(best, m)
+        carry = int(cs[-1])
+    return best if best is not None else 0
 
 
 def _request_frame(r: dict) -> pd.DataFrame:
@@ -361,9 +398,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     cols = _block_columns(trace, _device_mask(trace, pid, True, amask))
     rq = _request_columns(cols, times=False)
     n_req = len(rq["seq"])
-    sizes = np.where(rq["is_alloc"], rq["size"], -rq["size"])
-    whole = int(np.cumsum(sizes).max()) if len(sizes) else 0
-    del sizes
+    whole = _peak_of_requests(rq["is_alloc"], rq["size"])
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
     view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)

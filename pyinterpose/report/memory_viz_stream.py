@@ -1,0 +1,213 @@
+"""The memory-viz export's blocks and device traces, a piece at a time (issue 30).
+
+:func:`pyinterpose.report.memory_viz.write_snapshot` writes the snapshot's device traces (five
+dicts per block) from the columns; at 100 M events a trace has ~11 M device blocks, and the
+time-ordered event list that :class:`memory_viz._Columns` builds (times, rows, alloc flags, their
+sort keys, and the gathered columns of every event) is several GB.  Here nothing of event length is
+built:
+
+* :class:`SnapshotBlocks` holds the positions of the snapshot's blocks in ``trace.blocks`` and what
+  one pass over their columns finds (devices, the addresses of physical handles, the blocks live
+  at the end, the call stacks, the class of each block as a small code); columns are gathered for
+  the rows a piece needs, and the mapped pages of the cache are given back after each pass
+  (``pyinterpose.trace.pages``);
+* :class:`DeviceEvents` orders one device's events without materialising them: the allocations
+  sorted by time, the frees sorted by time, and each free's place in the merged list (the number of
+  allocations strictly before it plus its own rank), so that any range of the merged list is found
+  with two binary searches.  Frees come before allocations at the same instant, and equal times
+  keep the block order: the order of ``memory_viz._Columns``, figure for figure.
+
+Pieces: ``trace.chunking.chunk_rows()`` rows per pass step (``PYINTERPOSE_CHUNK_ROWS``); the bytes
+written never depend on it (the pickle's own chunk of 65,536 rows is fixed by the format writer).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..errors import PyinterposeError
+from ..trace.chunking import chunk_rows, spans
+from ..trace.pages import release
+from .class_lookup import ClassLookup
+
+VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63); memory_viz's
+
+
+class SnapshotBlocks:
+    """The snapshot's blocks (positions ``pos`` into ``trace.blocks``, in block order) and the
+    per-block facts the writer needs, found in one pass of ``chunk_rows()`` rows."""
+
+    def __init__(self, trace, keep: np.ndarray, classes: pd.Series | None, use_categories: bool):
+        self.trace = trace
+        self.b = trace.blocks
+        self.pos = np.flatnonzero(keep)
+        self.n = n = len(self.pos)
+        self.idx_dtype = np.int32 if len(self.b) < (1 << 31) else np.int64
+        self.has_stacks = "stack_id" in self.b.columns
+        self.ndev = 1
+        self.live = np.zeros(0, np.int64)
+        self.stack_ids = np.zeros(0, np.int64)
+        self.cat_names: list[str] = []
+        self._cat = None
+        if n == 0:
+            return
+        addr_max = 0
+        dev_max, dev_min = -1, 0
+        zero_j, zero_size, live, sids = [], [], [], []
+        for s, e in spans(n):
+            p = self.pos[s:e]
+            a = self.col("address")[p]
+            addr_max = max(addr_max, int(a.max()))
+            z = np.flatnonzero(a == 0)
+            if len(z):
+                zero_j.append(z + s)
+                zero_size.append(self.col("size")[p[z]].astype(np.int64))
+            d = self.col("device")[p]
+            dev_max, dev_min = max(dev_max, int(d.max())), min(dev_min, int(d.min()))
+            live.append(np.flatnonzero(~self.col("freed")[p].astype(bool)) + s)
+            if self.has_stacks:
+                sids.append(np.unique(self.col("stack_id")[p].astype(np.int64)))
+            self.release(s, e, ("address", "size", "device", "freed", "stack_id"))
+        if addr_max >= 2 ** 63:
+            raise PyinterposeError("an address does not fit in a signed 64-bit int; memory_viz cannot read it")
+        self.ndev = max(dev_max + 1, 1)
+        if dev_min < 0:
+            raise PyinterposeError("device blocks with an unknown device (-1) cannot be placed in a snapshot")
+        # physical handles (address 0): disjoint 2 MiB-aligned ranges above VMM_BASE, in block order
+        self.zero_j = np.concatenate(zero_j) if zero_j else np.zeros(0, np.int64)
+        sizes = np.concatenate(zero_size) if zero_size else np.zeros(0, np.int64)
+        aligned = (sizes + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        self.zero_addr = VMM_BASE + np.concatenate([[0], np.cumsum(aligned)[:-1]]).astype(np.int64) \
+            if len(sizes) else np.zeros(0, np.int64)
+        live_j = np.concatenate(live)
+        self.live = live_j[np.argsort(self.addresses(live_j), kind="stable")]   # the final segments, by address
+        self.stack_ids = np.unique(np.concatenate(sids)) if sids else np.zeros(0, np.int64)
+        if use_categories:
+            self._categories(classes)
+
+    # -- columns ----------------------------------------------------------------------------
+    def col(self, name: str) -> np.ndarray:
+        return self.b[name].to_numpy()
+
+    def release(self, s: int, e: int, names) -> None:
+        """Give back the mapped pages of rows ``[s, e)`` (selected order) of these columns."""
+        if e <= s:
+            return
+        lo, hi = int(self.pos[s]), int(self.pos[e - 1]) + 1
+        for name in names:
+            if name in self.b.columns:
+                release(self.col(name), lo, hi)
+
+    def release_all(self, names) -> None:
+        for name in names:
+            if name in self.b.columns:
+                release(self.col(name))
+
+    def addresses(self, j: np.ndarray) -> np.ndarray:
+        """The snapshot address of selected blocks ``j`` (int64; physical handles get theirs)."""
+        a = self.col("address")[self.pos[j]].astype(np.int64)
+        if len(self.zero_j):
+            k = np.searchsorted(self.zero_j, j)
+            hit = (k < len(self.zero_j)) & (self.zero_j[np.minimum(k, len(self.zero_j) - 1)] == j)
+            a[hit] = self.zero_addr[k[hit]]
+        return a
+
+    def streams(self, j: np.ndarray) -> np.ndarray:
+        return (self.col("stream")[self.pos[j]].astype(np.uint64) & np.uint64(0x7FFF_FFFF_FFFF_FFFF)).astype(np.int64)
+
+    def frame_index(self, j: np.ndarray) -> np.ndarray:
+        """Per selected block, the index of its call stack in the frames list (0: none recorded)."""
+        if not self.has_stacks or not (self.stack_ids >= 0).any():
+            return np.zeros(len(j), np.int64)
+        sid = self.col("stack_id")[self.pos[j]].astype(np.int64)
+        first = int(np.searchsorted(self.stack_ids, 0))      # stack_ids[:first] are the negative ids
+        return np.where(sid >= 0, np.searchsorted(self.stack_ids, sid) - first + 1, 0)
+
+    # -- classes ----------------------------------------------------------------------------
+    def _categories(self, classes: pd.Series) -> None:
+        """Each block's class as a code into ``cat_names`` (the distinct classes in the order the
+        blocks first show them, then "unknown" for a block without one): what ``pd.factorize`` of
+        the classes reindexed on the blocks gives, without a string per block."""
+        self._lookup = look = ClassLookup(classes)
+        seen: dict[int, int] = {}
+        for s, e in spans(self.n):
+            for v in pd.unique(self._value_codes(np.arange(s, e))).tolist():
+                if v >= 0 and v not in seen:
+                    seen[v] = len(seen)
+            self.release(s, e, ("block_id",))
+        names = [str(look.values[v]) for v in seen]
+        self.cat_names = names + ["unknown"]
+        remap = np.full(len(look.values) + 1, len(names), np.int64)     # -1 (no class) -> "unknown"
+        for v, r in seen.items():
+            remap[v] = r
+        self._cat = remap
+
+    def _value_codes(self, j: np.ndarray) -> np.ndarray:
+        """Per selected block, its code among the classes' distinct values (-1: no class)."""
+        return self._lookup.codes(self.col("block_id")[self.pos[j]])
+
+    def category_codes(self, j: np.ndarray) -> np.ndarray:
+        """Per selected block, the index of its class in ``cat_names``."""
+        return self._cat[self._value_codes(j)]     # -1 indexes the last entry: "unknown"
+
+
+class DeviceEvents:
+    """One device's allocations and frees in time order (frees first at an equal time, then block
+    order), as three arrays of block length: nothing per event is built until a range is asked."""
+
+    def __init__(self, sb: SnapshotBlocks, d: int):
+        self.sb = sb
+        n = sb.n
+        dt = sb.idx_dtype
+        if sb.ndev > 1:
+            parts = []
+            for s, e in spans(n):
+                parts.append((np.flatnonzero(sb.col("device")[sb.pos[s:e]] == d) + s).astype(dt))
+                sb.release(s, e, ("device",))
+            rows = np.concatenate(parts) if parts else np.zeros(0, dt)
+        else:
+            rows = np.arange(n, dtype=dt)
+        t_alloc = sb.col("t_alloc")
+        ta = t_alloc[sb.pos[rows]].astype(np.int64)
+        order = np.argsort(ta, kind="stable")
+        self.a_rows = rows[order]
+        del order
+        ta.sort(kind="stable")                              # the allocation times, sorted
+        freed = sb.col("freed")
+        f_rows = rows[freed[sb.pos[rows]].astype(bool)]
+        del rows
+        tf = sb.col("t_free")[sb.pos[f_rows]].astype(np.int64)
+        order = np.argsort(tf, kind="stable")
+        self.f_rows = f_rows[order]
+        del order, f_rows
+        tf.sort(kind="stable")
+        # a free's place in the merged list: the allocations strictly before it, plus its rank
+        self.f_pos = np.searchsorted(ta, tf, side="left").astype(np.int64)
+        self.f_pos += np.arange(len(tf), dtype=np.int64)
+        del ta, tf
+        sb.release_all(("t_alloc", "t_free", "freed", "device"))
+        self.n_alloc, self.n_free = len(self.a_rows), len(self.f_rows)
+        self.n = self.n_alloc + self.n_free
+
+    def rows(self, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+        """Events ``[c0, c1)`` of the merged list: (selected block, is a free)."""
+        i0, i1 = np.searchsorted(self.f_pos, [c0, c1], side="left")
+        is_free = np.zeros(c1 - c0, bool)
+        is_free[self.f_pos[i0:i1] - c0] = True
+        j = np.empty(c1 - c0, self.a_rows.dtype)
+        j[is_free] = self.f_rows[i0:i1]
+        j[~is_free] = self.a_rows[c0 - i0:c1 - i1]
+        return j, is_free
+
+    def times(self, j: np.ndarray, is_free: np.ndarray) -> np.ndarray:
+        sb = self.sb
+        p = sb.pos[j]
+        t = sb.col("t_alloc")[p].astype(np.int64)
+        if is_free.any():
+            t[is_free] = sb.col("t_free")[p[is_free]]
+        return t
+
+
+def release_every() -> int:
+    """Events between two releases of the mapped pages a write has gathered from."""
+    return max(chunk_rows(), 1 << 16)
