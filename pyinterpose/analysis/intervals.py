@@ -9,7 +9,7 @@ touches of a block: at 100 M events ~50 M rows of 13 columns, 3.4 GB.  The analy
    in ``native/reader/intervals.c``).  16 bytes per access (its seq, and its CPU time or, on the device
    clock, its access row) plus 8 per block; the pages of the cached access columns read on the way are
    given back (:mod:`pyinterpose.trace.pages`).
-2. :func:`pieces` — the intervals of a range of blocks at a time (about ``chunk_rows()`` intervals,
+2. :func:`pieces` — the intervals of a range of blocks at a time (about :func:`piece_rows` intervals,
    cut only where the block id changes), each piece exactly the rows the whole table holds for those
    blocks, in the same order and with the same columns and types: ``pd.concat(list(pieces(...)))``
    *is* ``access_intervals``.  On the device clock the touches' times are read from the clock for
@@ -132,13 +132,20 @@ def touches(trace: Trace, pid: int | None) -> Touches:
     return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
+def piece_rows() -> int:
+    """Intervals per piece: a quarter of ``chunk_rows()`` (at least 1).  Making a piece costs ~100 bytes
+    an interval (its seqs and times, the touches' device times, the rows' block columns), so the default
+    piece of 1 Mi intervals stays near 100 MB."""
+    return max(1, chunking.chunk_rows() // 4)
+
+
 def spans(tc: Touches, size: int | None = None) -> list[tuple[int, int]]:
-    """Block ranges ``(r0, r1)`` (indices into ``tc.rows``) of about ``size`` (``chunk_rows()``)
+    """Block ranges ``(r0, r1)`` (indices into ``tc.rows``) of about ``size`` (:func:`piece_rows`)
     intervals each, cut only between blocks of different ids (a run of one id stays in one piece)."""
     nb = len(tc.rows)
     if nb == 0:
         return []
-    size = size or chunking.chunk_rows()
+    size = size or piece_rows()
     if tc.n_intervals <= size:
         return [(0, nb)]
     ends = tc.off[1:] + np.arange(1, nb + 1)         # intervals up to and including each block
