@@ -92,6 +92,11 @@ def touches(trace: Trace, pid: int | None) -> Touches:
     a = trace.accesses
     na = len(a)
     clocks = _device_clocks(trace, pid, rows) if nb else None
+    if clocks is not None:       # the clock's ops (read by every piece) made now, before the touches' arrays
+        for c in clocks.values():
+            if c.device:
+                c.ops
+        release_tables(trace)
     # block row of each access, a range of accesses at a time: a direct table when block ids are
     # small (the reader's: dense), else a search
     row = np.full(na, -1, np.int32)
@@ -125,8 +130,7 @@ def touches(trace: Trace, pid: int | None) -> Touches:
     del row, a_t
     pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
-    if n < na:          # keep only what is used (a copy now, the full-length arrays go)
-        t_seq, t_t = t_seq[:n].copy(), t_t[:n].copy()
+    t_seq, t_t = t_seq[:n], t_t[:n]      # views: a copy of the used part would double them for a moment
     off = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt, out=off[1:])
     return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
