@@ -47,7 +47,7 @@ import numpy as np
 
 from ..trace import reader
 from ..trace.model import Trace, peak_live_bytes_of
-from . import guarded
+from . import guarded, intervals
 from ..errors import PyinterposeError
 from ..trace.stacks import top_call_sites_json
 from .clock import clock_of, launch_lag
@@ -141,8 +141,9 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-compare") as ex:
         side = ex.submit(_memory_facts, trace, pools, time_limit)
         it = guarded.iterations(trace)
-        acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-        ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        with intervals.shared(trace):          # access and swap make the touches once
+            acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
+            ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
         facts = side.result()
     b = trace.device_blocks
     view = str(trace.meta.get("view", "unknown"))

@@ -20,6 +20,7 @@ those (``access.analyze``, ``swap.prepare``).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,9 +78,31 @@ def _device_clocks(trace: Trace, pid: int | None, rows: np.ndarray) -> dict | No
     return clocks if any(c.device for c in clocks.values()) else None
 
 
+_kept: set = set()      # ids of the traces whose touches are kept (inside shared())
+
+
+@contextlib.contextmanager
+def shared(trace: Trace):
+    """Inside this block the touches of ``trace`` are made once and kept with it (``Trace.derived``),
+    for analyses that each make the intervals (``compare`` runs access and swap on one trace); let go
+    at the end."""
+    _kept.add(id(trace))
+    try:
+        yield
+    finally:
+        _kept.discard(id(trace))
+        trace.forget("access.touches")
+
+
 def touches(trace: Trace, pid: int | None) -> Touches:
     """The touches of the process's blocks (all processes' with ``pid`` None).  Not kept with the
-    trace (16 bytes an access): a pass over the pieces holds them while it runs."""
+    trace (16 bytes an access; but see :func:`shared`): a pass over the pieces holds them while it runs."""
+    if id(trace) in _kept:
+        return trace.derived(("access.touches", None if pid is None else int(pid)), lambda: _touches(trace, pid))
+    return _touches(trace, pid)
+
+
+def _touches(trace: Trace, pid: int | None) -> Touches:
     from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
