@@ -43,8 +43,8 @@ class Touches:
     bid: np.ndarray           # int64: their block ids (ascending)
     cnt: np.ndarray           # int64: distinct touches of each block (rows order)
     off: np.ndarray           # int64, len(rows) + 1: where each block's touches start in seq / t
-    seq: np.ndarray           # int64: the touches' seq, grouped by block, ascending within a block
-    t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None)
+    seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
+    t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
     clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
 
     @property
@@ -153,10 +153,22 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     del row, a_t
     pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
-    t_seq, t_t = t_seq[:n], t_t[:n]      # views: a copy of the used part would double them for a moment
+    t_seq, t_t = _narrow(t_seq[:n]), _narrow(t_t[:n]) if clocks is not None else t_t[:n]
     off = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt, out=off[1:])
     return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
+
+
+def _narrow(x: np.ndarray) -> np.ndarray:
+    """``x`` as int32 when every value fits (seqs and access rows below 2**31: 4 bytes an access less),
+    else ``x`` itself; a piece reads its rows back as int64 (:func:`_wide`)."""
+    if len(x) and (int(x.min()) < -(1 << 31) or int(x.max()) >= 1 << 31):
+        return x
+    return x.astype(np.int32)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.int64)
 
 
 def piece_rows() -> int:
@@ -235,7 +247,7 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
     t_free = b["t_free"].to_numpy(np.int64)[rows]
-    tseq = tc.seq[k0:k1]
+    tseq = _wide(tc.seq[k0:k1])
     m = (k1 - k0) + nb
     start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
     start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
@@ -243,10 +255,10 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
     if tc.clocks is None:
         t_alloc, t_free = np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free)
         lib.pi_access_intervals(nb, _ptr(seq_alloc), _ptr(seq_free), _ptr(t_alloc), _ptr(t_free), _ptr(cnt),
-                                _ptr(tseq), _ptr(tc.t[k0:k1]), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
+                                _ptr(tseq), _ptr(_wide(tc.t[k0:k1])), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
                                 _ptr(end_t), _ptr(code))
     else:
-        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, tc.t[k0:k1], seq_alloc, seq_free,
+        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, _wide(tc.t[k0:k1]), seq_alloc, seq_free,
                                                         t_alloc, t_free)
         # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
         # the next touch STARTS (its device start): the intervals of the touches' ends give the
