@@ -31,6 +31,7 @@ struct sim_queue {
     int legacy;              /* the legacy default stream */
     int nonblocking;         /* CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy stream */
     uint64_t tail;           /* device time the last enqueued op ends */
+    uint64_t own_tail;       /* the same, not raised by event waits (the stall count: clock.c) */
     uint64_t *ring;          /* ends of the last ring_cap ops (bounded launch queue) */
     unsigned ring_cap, ring_pos;
     struct CUgraph_st *capture; /* non-NULL while the stream is capturing into this graph */
@@ -50,6 +51,7 @@ struct sim_opdesc {
     uint64_t graph_node_id;
     uint64_t not_before;     /* device time before which it cannot start (residency.c), 0 none */
     int unrecorded;          /* no CUPTI record (a managed-memory prefetch) */
+    uint64_t fault_ns;       /* of dur_ns, the time its page faults add (residency.c) */
 };
 
 /* the queue behind a stream handle (NULL / legacy / per-thread / created) on device dev */
@@ -70,6 +72,7 @@ HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *
 HIDDEN uint64_t sim_queue_done_at(struct sim_queue *q);
 /* device time at which all work on device dev is done */
 HIDDEN uint64_t sim_device_done_at(int dev);
+HIDDEN uint64_t sim_dev_stall_ns(int dev);
 /* make q's later ops start no earlier than t (cuStreamWaitEvent) and return nothing */
 HIDDEN void sim_queue_wait_for(struct sim_queue *q, uint64_t t);
 /* an event recorded on q: its device time (q's tail, or now when idle) */

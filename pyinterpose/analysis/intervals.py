@@ -124,14 +124,14 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     # small (the reader's: dense), else a search
     row = np.full(na, -1, np.int32)
     if nb and na:
-        a_bid = a["block_id"].to_numpy(np.int64)
+        a_bid = a["block_id"].to_numpy()          # the column itself (int32 or int64): widened a range at a time
         hi = int(bid[-1])
         lut = None
         if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + na) + 1024:
             lut = np.full(hi + 2, -1, dtype=np.int32)
             lut[bid] = np.arange(nb, dtype=np.int32)
         for s, e in chunking.spans(na):
-            x = a_bid[s:e]
+            x = a_bid[s:e].astype(np.int64)
             if lut is not None:
                 row[s:e] = lut[np.clip(x, -1, hi + 1)]
             else:

@@ -42,7 +42,7 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.chunking import spans
 from ..trace.model import Trace
-from ..trace.pages import release
+from ..trace.pages import release, release_tables
 from .clock import clock_of
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -618,6 +618,7 @@ def _find(trace: Trace, pid: int, use_markers: bool, min_steps: int, min_score: 
     if len(blocks) < 2 * min_steps:
         return _none(pid, seq_range, f"only {len(blocks)} allocations in process {pid}")
     sig = _signature(blocks, seq_range)
+    release_tables(trace)        # the signature's reads of the cached columns: given back
     n = len(sig.token)
     p, score = find_period(sig.token, min_steps=min_steps, min_score=min_score, tolerance=tolerance)
     if p == 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace.model import Trace, peak_live_bytes_of
+from ..trace.pages import release_tables
 from .graphs import graph_summary
 from .machine import machine
 from .owners import allocator_info, bytes_by_owner
@@ -39,14 +40,22 @@ def summarize(trace: Trace) -> dict:
             "peak_live_bytes": peak_live_bytes_of(trace, in_pid),
             "lost_events": int(row["lost"].clip(lower=0).sum()) if len(row) else 0,
         })
+    release_tables(trace)       # each step's pages of the cached columns: given back before the next
     counts = {k: v for k, v in trace.counts.items() if k != "by_api"}
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
     info = allocator_info(trace)
+    release_tables(trace)
     graph_launches = int(trace.launches["graph"].sum()) if len(trace.launches) else 0
 
     for row in per_pid:
         row.update(clock_of(trace, row["pid"]).as_dict())
+    release_tables(trace)
     ranks = per_rank(trace)
+    release_tables(trace)
+    by_owner = bytes_by_owner(trace).to_dict("records")
+    release_tables(trace)
+    sites = top_call_sites_json(trace)
+    release_tables(trace)
     return {
         **clock_of(trace).as_dict(),
         "launch_lag": launch_lag(trace),
@@ -74,14 +83,14 @@ def summarize(trace: Trace) -> dict:
         "framework": info["framework"],
         "allocator": {k: v for k, v in info.items() if k not in ("outside", "framework")},
         "outside_allocator": info["outside"],
-        "by_owner": bytes_by_owner(trace).to_dict("records"),
+        "by_owner": by_owner,
         "reservations": int(len(trace.reservations)),
         "applied": _applied(trace),
         "graph_launches": graph_launches,
         "cuda_graphs": graph_summary(trace),
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
-        "call_sites": top_call_sites_json(trace),
+        "call_sites": sites,
         **_oom(trace),
         **_window(trace),
         "per_rank": ranks,

@@ -90,7 +90,9 @@ def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]
         elif not quiet:
             lines.append(head + f"served {s.get('served', 0)} of {int(s.get('served', 0)) + fell} requests from "
                                 f"a {fmt_bytes(int(s.get('capacity', 0)))} arena over {s.get('iterations', 0)} "
-                                f"iterations" + (f"; {fell} fell through ({why})" if fell else ""))
+                                f"iterations" + (f"; {fell} fell through ({why})" if fell else "")
+                                + (f"; {s['placed']} of the first iterations' requests placed off their planned "
+                                   f"slots" if s.get("placed") else ""))
         if "swap_managed" in s and not quiet:
             lines.append(head + f"swaps: {s.get('swap_out', 0)} out, {s.get('swap_in', 0)} back "
                                 f"({s.get('swap_waits', 0)} stream waits), {s.get('swap_late', 0)} late, "

@@ -118,7 +118,8 @@ def _plan_trace(args) -> int:
     sw = doc.get("swap")
     if sw:
         result["swap"] = {k: sw[k] for k in ("mechanism", "strategy", "mode", "budget", "bandwidth",
-                                             "predicted_peak_bytes", "predicted_stall_ns", "peak_before_bytes",
+                                             "predicted_peak_bytes", "predicted_stall_ns", "predicted_stall_ns_run",
+                                             "peak_before_bytes",
                                              "swap_model_peak_bytes", "arena_bytes", "managed")}
         result["swap"]["swaps"] = len(sw["swaps"])
         result["swap"]["not_swapped"] = len(sw["not_swapped"])
@@ -191,7 +192,9 @@ def _swap_rows(sw: dict, fmt_bytes) -> list:
             ("predicted peak", f"{fmt_bytes(sw['predicted_peak_bytes'])} (arena {fmt_bytes(sw['arena_bytes'])} + "
                                f"{fmt_bytes(sw['beside_arena_peak_bytes'])} beside it at most; "
                                f"{fmt_bytes(sw['peak_before_bytes'])} without swapping)"),
-            ("predicted stall", f"{sw['predicted_stall_ns'] / 1e6:.3f} ms per iteration (replayed)")]
+            ("predicted stall", f"{sw['predicted_stall_ns'] / 1e6:.3f} ms in the planned iteration (replayed); "
+                                f"{sw.get('predicted_stall_ns_run', 0.0) / 1e6:.3f} ms over the run (the program's "
+                                f"waits for swap-ins)")]
     for w, n in why.items():
         rows.append(("not swapped", f"{n} interval(s): {w}"))
     return rows

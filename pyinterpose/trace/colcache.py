@@ -10,6 +10,11 @@ is then a few milliseconds, and a column takes memory only once an analysis touc
 (page cache, given back by the kernel under pressure; never written back — the mapping
 is copy-on-write, so a table changed in place changes only this process's copy).
 
+The first read of a trace writes the cache while it builds the tables (:class:`Writer`, used by
+``trace/reader.py``): each table is written as soon as it is made and dropped, the accesses a chunk
+of rows at a time (:class:`NpyAppender`), so that read never holds every table at once; the
+trace it returns is then mapped from the cache.
+
 The cache is used only when it was made from this very file (size and modification time
 in nanoseconds) by this very reader (a fingerprint of the ``trace`` package's sources and
 the native reader): anything else is rebuilt.  It is written only for traces of at least
@@ -184,6 +189,7 @@ class Writer:
             return None
         try:
             key = _key(path)
+            _remove_stale(path)
             tmp = f"{cache_dir(path)}.tmp-{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
             os.mkdir(tmp)
@@ -284,6 +290,17 @@ class Writer:
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
+
+
+def _remove_stale(path: str) -> None:
+    """Remove the temporary folders of reads of ``path`` that were killed (their process is gone):
+    a 100 M-event read leaves gigabytes of spilled records there."""
+    if not os.path.isdir("/proc/self"):
+        return
+    for d in glob.glob(glob.escape(cache_dir(path)) + ".tmp-*") + glob.glob(glob.escape(cache_dir(path)) + ".old-*"):
+        pid = d.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class NpyAppender:

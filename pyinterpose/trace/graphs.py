@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .model import GRAPH_MEMORY_COLUMNS, GRAPH_NODE_COLUMNS, conform, empty_table
+from .model import ACCESS_COLUMNS, GRAPH_MEMORY_COLUMNS, GRAPH_NODE_COLUMNS, conform, empty_table
 
 # enum pi_graph_def (native/shim/events.h)
 CAPTURE_BEGIN, CAPTURE_END, INSTANTIATE, NODE_SLOT, NODE_ADD, CHILD, EXEC_SET, EXEC_UPDATE, CREATE = range(1, 10)
@@ -454,7 +454,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     if new_acc:
         a["op"] = pd.Categorical(a["op"].astype(str), categories=list(dict.fromkeys(
             list(acc["op"].cat.categories) + ["graph"])))
-    a["block_id"] = old_to_new[a["block_id"].to_numpy(np.int64)]
+    a["block_id"] = old_to_new[a["block_id"].to_numpy(np.int64)].astype(ACCESS_COLUMNS["block_id"])
     a = a[a["block_id"].to_numpy() >= 0]
     o = np.lexsort((a["seq"].to_numpy(np.int64), a["pid"].to_numpy(np.int64)))
     tr.accesses = a.iloc[o].reset_index(drop=True)

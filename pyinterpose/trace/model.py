@@ -64,7 +64,7 @@ mapped_peak (int64: most physical bytes mapped in it at once — for PyTorch's
 expandable segments, the segment's peak size)
 
 ``accesses`` — one row per (launch|copy|memset, block) pair
-    block_id: int64, pid: int32, seq: int64 (of the LAUNCH/COPY/MEMSET event),
+    block_id: int32 (a trace holds fewer than 2^31 blocks; the reader checks), pid: int32, seq: int64 (of the LAUNCH/COPY/MEMSET event),
     t: int64 ns, kernel: int32 (index into ``trace.kernels``; -1 for copies),
     op: category launch|copy|memset|tensormap|graph (a node of an expanded graph replay),
     flags: uint16 (pi_access_flags), node: int32 (the graph node id; -1 for an eager call)
@@ -174,7 +174,7 @@ RESERVATION_COLUMNS = {"reservation_id": "int64", "pid": "int32", "device": "int
 COLUMN_DEFAULTS = {"handle_t_create": -1, "handle_t_release": -1, "reservation_id": -1, "stack_id": -1,
                    "dev_start": -1, "dev_end": -1, "clock": "cpu", "clock_error_ns": -1, "captured_seq": -1,
                    "free_bytes": -1, "total_bytes": -1, "context": "{}", "devices": "[]", "node": -1}
-ACCESS_COLUMNS = {"block_id": "int64", "pid": "int32", "seq": "int64", "t": "int64",
+ACCESS_COLUMNS = {"block_id": "int32", "pid": "int32", "seq": "int64", "t": "int64",
                   "kernel": "int32", "op": "category", "flags": "uint16", "node": "int32"}
 LAUNCH_COLUMNS = {"pid": "int32", "tid": "int64", "seq": "int64", "t": "int64", "device": "int16",
                   "stream": "uint64", "api": "category", "kernel": "int32",

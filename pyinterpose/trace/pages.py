@@ -115,3 +115,9 @@ def release_frame(df) -> int:
 def release_all(*arrays) -> int:
     """:func:`release` of each whole array (those not mapped are skipped)."""
     return sum(release(a) for a in arrays)
+
+
+def release_tables(trace, names=("blocks", "launches", "copies", "accesses", "gpu_activity")) -> int:
+    """:func:`release_frame` of the trace's long tables: between the steps of a command, so that each
+    step's reads of the cached columns do not stay resident through the next ones."""
+    return sum(release_frame(getattr(trace, n)) for n in names if getattr(trace, n, None) is not None)

@@ -7,6 +7,7 @@ documented in :mod:`pyinterpose.trace.model`.  Everything is vectorised: a
 """
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -299,6 +300,10 @@ def _page_dropper(data: memoryview, chunks: list, every: int = 1024):
     if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
         return lambda: None
     state = [0, 0]        # chunks consumed, bytes given back
+    try:                  # _scan read every chunk's header: that touched nearly every page of the file
+        mm.madvise(mmap.MADV_DONTNEED, 0, len(mm) // mmap.PAGESIZE * mmap.PAGESIZE)
+    except (OSError, ValueError):
+        pass
 
     def drop():
         state[0] += 1
@@ -453,13 +458,22 @@ class _Split:
             held.append(buf)
             ptrs[i], counts[i], pids[i] = buf + head, count, pid
         if self.lib.pi_split_feed_many(self.s, ptrs, counts, pids, k) < 0:
-            raise MemoryError("out of memory reading the trace")
+            self.failed()
+
+    def failed(self):
+        """The pass stopped: out of memory, or (spilling) a spill file could not be written."""
+        err = self.ffi.errno
+        if self.spill_dir and err and err != errno.ENOMEM:
+            raise TraceError(f"cannot write the reader's temporary files in {self.spill_dir} "
+                             f"({os.strerror(err)}); PYINTERPOSE_SPILL_MIN_BYTES sets the trace size from which "
+                             "they are used, TMPDIR where they go without the cache")
+        raise MemoryError("out of memory reading the trace")
 
     def feed_records(self, pid: int, recs: np.ndarray) -> None:
         self.flush()                            # file order: the chunks kept by feed() first
         if len(recs) and self.lib.pi_split_feed(self.s, self.ffi.from_buffer(np.ascontiguousarray(recs)),
                                                 len(recs), pid) < 0:
-            raise MemoryError("out of memory reading the trace")
+            self.failed()
 
     def _take(self, owner, name: str, n: int, dtype) -> np.ndarray:
         """The C buffer ``owner.name`` as an array of n items; numpy owns it from now on."""
@@ -668,7 +682,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     """The Trace from the native pass's tables: one step per table, each freeing its records and
     temporaries, and (``writer``) writing its table to the cache and dropping it."""
     if sp.lib.pi_split_finish(sp.s) < 0:
-        raise MemoryError("out of memory reading the trace")
+        sp.failed()
     out = _Tables(writer)
     b = _Builder(sp, raw)
     sites = site_tables.read_sites(b.side, b.side_pid, b.side_op, b.side_off, b.pids, b.strings,  # owners,
@@ -676,9 +690,7 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     b.drop_sites()
     failures = b.failures()
     failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
-    blocks, row_block, never_freed = b.blocks()
-    site_tables.attach_blocks(blocks, sites)
-    sites.per_alloc = None           # one row per allocation: not needed any more
+    blocks, row_block, never_freed = b.blocks(sites)    # with their call sites (then dropped: one row an allocation)
     blockmap = b.blockmap(blocks)
     out.put("blocks", blocks)
     del blocks
@@ -810,9 +822,10 @@ class _Builder:
             t_pid, T = _by_pid(t_pid, T)
         return T, t_pid
 
-    def blocks(self) -> tuple[pd.DataFrame, np.ndarray, int]:
+    def blocks(self, sites) -> tuple[pd.DataFrame, np.ndarray, int]:
         """The blocks (the pass paired allocations with frees per (pid, address family, key), in seq
-        order), the block of each allocation record (file order), and how many were never freed."""
+        order) with their call sites (``sites``: its per-allocation table is dropped once used), the
+        block of each allocation record (file order), and how many were never freed."""
         sp, s, col = self.sp, self.s, self.col
         A, a_pid = sp.table("alloc")
         na = self.n_alloc = len(A)
@@ -856,6 +869,11 @@ class _Builder:
         del pid_rank, end_seq
         t_free = np.where(ended, end_tns - self.t0, self.end_t)
         del end_tns, ended
+        # call sites by (pid, seq_alloc) in the blocks' order, before the table is built: the sites'
+        # table (one row an allocation) goes first
+        site_cols = pd.DataFrame({"pid": by_block(a_pid), "seq_alloc": by_block(seq_alloc)}, copy=False)
+        site_tables.attach_blocks(site_cols, sites)
+        sites.per_alloc = None
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
         bk = by_block(F.pop("flags"))
         aux_a = by_block(F.pop("aux"))
@@ -875,7 +893,9 @@ class _Builder:
         kind_cat = blocks["kind"].cat
         blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
         blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
-        blocks["owner"] = pd.Categorical.from_codes(np.zeros(len(blocks), np.int8), [""])  # attach_blocks sets it
+        for c in ("owner", "stack_id", "caller", "thread"):     # owner, stack_id: model columns; caller, thread after
+            blocks[c] = site_cols[c]
+        del site_cols
         return _owning(conform(blocks, BLOCK_COLUMNS)), row_block, never_freed
 
     def kernels(self, L: np.ndarray, l_pid: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -1174,20 +1194,32 @@ def load(path: str, progress: bool = False) -> Trace:
 
 
 SPILL = "spill"     # the folder of the reader's spilled records, inside the cache being written
+SPILL_MIN_BYTES = 256 << 20
+
+
+def spill_min_bytes() -> int:
+    """Traces from this size on (``PYINTERPOSE_SPILL_MIN_BYTES``, default 256 MiB: about 25 M events)
+    spill the record pass's tables to files; smaller ones keep them in memory (faster: no file I/O)."""
+    try:
+        return int(os.environ.get("PYINTERPOSE_SPILL_MIN_BYTES", SPILL_MIN_BYTES))
+    except ValueError:
+        return SPILL_MIN_BYTES
 
 
 def _spill_folder(path: str, writer) -> str | None:
     """Where the record pass spills its tables (None: in memory): inside the cache being written, or
-    for a large trace read without the cache, a temporary folder (TMPDIR); small traces stay in memory."""
+    for a trace read without the cache, a temporary folder (TMPDIR); traces under spill_min_bytes()
+    stay in memory."""
     import tempfile
 
     try:
+        if os.path.getsize(path) < spill_min_bytes():
+            return None
         if writer is not None:
             folder = os.path.join(writer.tmp, SPILL)
             os.mkdir(folder)
             return folder
-        if os.path.getsize(path) >= colcache.min_bytes():
-            return tempfile.mkdtemp(prefix="pyinterpose-read-")
+        return tempfile.mkdtemp(prefix="pyinterpose-read-")
     except OSError:
         pass
     return None

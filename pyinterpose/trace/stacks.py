@@ -38,10 +38,13 @@ import numpy as np
 import pandas as pd
 
 from . import records
+from .chunking import spans as _spans
 from .live import live_at_peak
+from .pages import release
 from .model import FRAME_COLUMNS, empty_frames, empty_stacks
 from .elfsym import symbolize
 
+SITE_CHUNK = 1 << 20   # SITE records decoded at a time
 SITE_FORMAT = 1  # version of the SITE/FRAME/STACK records this reader understands (meta "site_format")
 SITE_PYTHON, SITE_NO_PYFRAMES, SITE_TRUNCATED, SITE_NO_GIL, SITE_PY_OFF, SITE_NATIVE = 1, 2, 4, 8, 16, 32
 NO_PYTHON = "<no Python frames>"
@@ -202,15 +205,23 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
         sidx = np.flatnonzero(pop == site)
         if len(sidx) == 0:
             continue
-        flags = pev["flags"][sidx].astype(np.int64)
-        owner = names.codes(pev["stream"][sidx].astype(np.int64), st)
-        thread = names.codes(pev["result"][sidx].astype(np.uint32).astype(np.int64), st)
-        local = np.where(flags & SITE_PYTHON, pev["aux"][sidx].astype(np.int64),
-                         np.where(flags & SITE_NATIVE, pev["size"][sidx].astype(np.int64), 0))
         keys = np.array(sorted(smap), dtype=np.int64)
         vals = np.array([smap[k] for k in keys.tolist()], dtype=np.int64)
-        pos = np.minimum(np.searchsorted(keys, local), len(keys) - 1)
-        stack_id = np.where((keys[pos] == local) & (local > 0), vals[pos], -1)
+        n = len(sidx)
+        flags, stack_id = np.empty(n, np.uint16), np.empty(n, np.int64)
+        owner, thread = np.empty(n, np.int32), np.empty(n, np.int32)
+        for lo in range(0, n, SITE_CHUNK):     # a piece at a time: one record per allocation, 11 M at 100 M events
+            sj = sidx[lo:lo + SITE_CHUNK]
+            hi = lo + len(sj)
+            fl = pev["flags"][sj].astype(np.int64)
+            owner[lo:hi] = names.codes(pev["stream"][sj].astype(np.int64), st)
+            thread[lo:hi] = names.codes(pev["result"][sj].astype(np.uint32).astype(np.int64), st)
+            local = np.where(fl & SITE_PYTHON, pev["aux"][sj].astype(np.int64),
+                             np.where(fl & SITE_NATIVE, pev["size"][sj].astype(np.int64), 0))
+            pos = np.minimum(np.searchsorted(keys, local), len(keys) - 1)
+            stack_id[lo:hi] = np.where((keys[pos] == local) & (local > 0), vals[pos], -1)
+            flags[lo:hi] = fl
+            del sj, fl, local, pos
         # no stack although one was requested: a one-frame stack naming why, with the owner
         miss = np.flatnonzero((stack_id < 0) & ((flags & (SITE_PYTHON | SITE_NATIVE)) != 0))
         if len(miss):
@@ -236,8 +247,9 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
     stacks = pd.DataFrame({"stack_id": np.arange(len(it.stacks), dtype=np.int64),
                            "parent_id": np.array([s[0] for s in it.stacks], dtype=np.int64),
                            "frame_id": np.array([s[1] for s in it.stacks], dtype=np.int64)})
-    return Sites(frames=frames, stacks=stacks if len(stacks) else empty_stacks(),
-                 per_alloc=pd.concat(per, ignore_index=True) if per else None, notes=notes, names=names)
+    per_alloc = None if not per else per[0] if len(per) == 1 else pd.concat(per, ignore_index=True)
+    return Sites(frames=frames, stacks=stacks if len(stacks) else empty_stacks(), per_alloc=per_alloc, notes=notes,
+                 names=names)
 
 
 def _frames_table(frames: list[tuple]) -> pd.DataFrame:
@@ -258,27 +270,34 @@ def _frames_table(frames: list[tuple]) -> pd.DataFrame:
 def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
     n = len(blocks)
-    owner = np.full(n, -1, dtype=np.int32)
-    stack_id = np.full(n, -1, dtype=np.int64)
-    caller = np.zeros(n, dtype=np.uint64)
-    thread = np.full(n, -1, dtype=np.int32)
     pa = sites.per_alloc
     names = sites.names or _Names()
+    aligned = False
     if pa is not None and len(pa) and n:
         bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
         skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        if len(skey) == n and (skey == bkey).all() and (n < 2 or (skey[1:] > skey[:-1]).all()):
-            ok, src = np.ones(n, bool), np.arange(n)      # one site per block, in the blocks' order
-        else:
+        aligned = len(skey) == n and bool((skey == bkey).all()) and (n < 2 or bool((skey[1:] > skey[:-1]).all()))
+        if not aligned:
             order = np.argsort(skey, kind="stable")
             sk = skey[order]
             pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
             ok = sk[pos] == bkey
             src = order[pos[ok]]
-        owner[ok] = pa["owner"].to_numpy(np.int32)[src]
-        stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
-        caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
-        thread[ok] = pa["thread"].to_numpy(np.int32)[src]
+            del order, sk, pos
+        del bkey, skey
+    if aligned:     # one site per block, in the blocks' order (the usual case): its columns as they are
+        owner, stack_id = pa["owner"].to_numpy(np.int32), pa["stack_id"].to_numpy(np.int64)
+        caller, thread = pa["caller"].to_numpy(np.uint64), pa["thread"].to_numpy(np.int32)
+    else:
+        owner = np.full(n, -1, dtype=np.int32)
+        stack_id = np.full(n, -1, dtype=np.int64)
+        caller = np.zeros(n, dtype=np.uint64)
+        thread = np.full(n, -1, dtype=np.int32)
+        if pa is not None and len(pa) and n:
+            owner[ok] = pa["owner"].to_numpy(np.int32)[src]
+            stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
+            caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
+            thread[ok] = pa["thread"].to_numpy(np.int32)[src]
     blocks["owner"] = names.categorical(owner)
     blocks["stack_id"] = stack_id
     blocks["caller"] = caller
@@ -464,6 +483,84 @@ def live_at_peak_bytes(trace) -> np.ndarray:
     return live_at_peak(trace)      # one pass over the live events in pieces (trace.live)
 
 
+def _site_table(trace) -> pd.DataFrame | None:
+    """Per call site (device blocks with a stack): call_site, blocks, bytes, peak_live_bytes, owner (the
+    most common; ties: the first seen), stack_id (of its largest block; ties: the first) — read from the
+    blocks a piece at a time, each piece's counts and sums merged; None when no such block."""
+    b = trace.blocks
+    sid_col = b["stack_id"].to_numpy()
+    dev_col = b["counts_device"].to_numpy()
+    size_col = b["size"].to_numpy()
+    owner = b["owner"]
+    if isinstance(owner.dtype, pd.CategoricalDtype):
+        own_col = owner.cat.codes.to_numpy()
+        own_names = np.array([str(x) for x in owner.cat.categories] + [str(np.nan)], dtype=object)
+    else:
+        own_col, names = pd.factorize(owner.astype(str).to_numpy(), use_na_sentinel=False)
+        own_names = np.array(list(names) + [""], dtype=object)
+    n_own = len(own_names)
+    texts = _call_site_texts(trace)
+    site_code, site_names = pd.factorize(pd.Series(texts, dtype=object), use_na_sentinel=False)
+    n_site = len(site_names)
+    held = live_at_peak_bytes(trace)
+    blocks = np.zeros(n_site, np.int64)
+    nbytes = np.zeros(n_site, np.int64)
+    peak = np.zeros(n_site, np.int64)
+    first = np.full(n_site, -1, np.int64)            # first row of each site: the groups' order
+    big = np.full(n_site, -1, np.int64)              # its largest block's size and row
+    big_row = np.full(n_site, -1, np.int64)
+    pairs: dict[int, list[int]] = {}                 # site * n_own + owner -> [count, first row]
+    for lo, hi in _spans(len(b)):
+        sid = np.asarray(sid_col[lo:hi], np.int64)
+        r = np.flatnonzero((sid >= 0) & np.asarray(dev_col[lo:hi], bool))
+        if not len(r):
+            continue
+        site = site_code[sid[r]].astype(np.int64)
+        sz = np.asarray(size_col[lo:hi], np.int64)[r]
+        row = r + lo
+        np.add.at(blocks, site, 1)
+        np.add.at(nbytes, site, sz)
+        np.add.at(peak, site, held[row])
+        u, i = np.unique(site, return_index=True)
+        new = first[u] < 0
+        first[u[new]] = row[i[new]]
+        o = np.lexsort((row, -sz, site))             # per site: largest first, then the first row
+        so = site[o]
+        head = np.flatnonzero(np.r_[True, so[1:] != so[:-1]])
+        for st, z, rw in zip(so[head].tolist(), sz[o][head].tolist(), row[o][head].tolist()):
+            if z > big[st] or big_row[st] < 0:
+                big[st], big_row[st] = z, rw
+        own = np.asarray(own_col[lo:hi], np.int64)[r]
+        own = np.where(own < 0, n_own - 1, own)
+        key = site * n_own + own
+        ku, ki, kc = np.unique(key, return_index=True, return_counts=True)
+        for k, fi, c in zip(ku.tolist(), row[ki].tolist(), kc.tolist()):
+            e = pairs.get(k)
+            if e is None:
+                pairs[k] = [c, fi]
+            else:
+                e[0] += c
+        for a in (sid_col, dev_col, size_col, own_col):
+            release(a, lo, hi)
+    seen = np.flatnonzero(first >= 0)
+    if not len(seen):
+        return None
+    best: dict[int, tuple] = {}                      # site -> (count, -first row, owner)
+    for k, (c, fi) in pairs.items():
+        st, ow = divmod(k, n_own)
+        cand = (c, -fi, ow)
+        if st not in best or cand[:2] > best[st][:2]:
+            best[st] = cand
+    seen = seen[np.argsort(first[seen], kind="stable")]   # the order groupby(sort=False) gives
+    out = pd.DataFrame({"blocks": blocks[seen], "bytes": nbytes[seen], "peak_live_bytes": peak[seen],
+                        "owner": np.array([best[int(x)][2] for x in seen], np.int64),
+                        "stack_id": np.asarray(sid_col[big_row[seen]], np.int64)})
+    disp = np.array([display_owner(o) if o else o for o in own_names], dtype=object)
+    out["owner"] = disp[out["owner"].to_numpy()]
+    out.index = pd.Index(np.asarray(site_names, dtype=object)[seen], name="call_site")
+    return out.reset_index()
+
+
 def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
     """The call sites (the first frame outside allocation helpers, see :func:`call_site`) that
     hold the most device bytes live at the peak (``by="peak"``) or make the most allocations
@@ -476,35 +573,12 @@ def top_call_sites(trace, by: str = "peak", n: int = 10) -> pd.DataFrame:
         raise ValueError(f"by must be 'peak' or 'count', not {by!r}")
     cols = ["call_site", "stack_id", "owner", "blocks", "bytes", "peak_live_bytes", "frames"]
     b = trace.blocks
-    if "stack_id" not in b or len(b) == 0 or not (b["stack_id"] >= 0).any():
+    if "stack_id" not in b or len(b) == 0:
         return pd.DataFrame({c: [] for c in cols})
-    sid_all = b["stack_id"].to_numpy(np.int64)
-    sel = (sid_all >= 0) & b["counts_device"].to_numpy(bool)     # device blocks only, in both rankings
-    rows = np.flatnonzero(sel)
-    if len(rows) == 0:
+    key = ("stacks", "site_table", str(trace.meta.get(SITE_SKIP_META)), id(trace.stacks), id(trace.frames))
+    out = trace.derived(key, lambda: _site_table(trace))
+    if out is None:
         return pd.DataFrame({c: [] for c in cols})
-    # call sites and owners as codes (one string per distinct stack / owner, not per block)
-    texts = _call_site_texts(trace)
-    site_code, site_names = pd.factorize(pd.Series(texts, dtype=object), use_na_sentinel=False)
-    sid = sid_all[rows]
-    owner = b["owner"]
-    if isinstance(owner.dtype, pd.CategoricalDtype):
-        own_code = owner.cat.codes.to_numpy().astype(np.int64)[rows]
-        own_names = np.array([str(x) for x in owner.cat.categories] + [str(np.nan)], dtype=object)
-    else:
-        own_code, own_names = pd.factorize(owner.astype(str).to_numpy()[rows], use_na_sentinel=False)
-        own_names = np.array(list(own_names) + [""], dtype=object)
-    size = b["size"].to_numpy(np.int64)[rows]
-    df = pd.DataFrame({"site": site_code[sid], "stack_id": sid, "owner": own_code, "size": size,
-                       "peak": live_at_peak_bytes(trace)[rows]})
-    g = df.groupby("site", sort=False)
-    out = pd.DataFrame({"blocks": g.size(), "bytes": g["size"].sum(), "peak_live_bytes": g["peak"].sum(),
-                        "owner": g["owner"].agg(lambda s: s.value_counts().index[0]),
-                        "stack_id": df.loc[g["size"].idxmax().to_numpy(), "stack_id"].to_numpy()})
-    own_names = np.array([display_owner(o) if o else o for o in own_names], dtype=object)
-    out["owner"] = own_names[np.where(out["owner"].to_numpy() < 0, len(own_names) - 1, out["owner"].to_numpy())]
-    out.index = pd.Index(np.asarray(site_names, dtype=object)[out.index.to_numpy()], name="call_site")
-    out = out.reset_index()
     key = ["peak_live_bytes", "bytes"] if by == "peak" else ["blocks", "bytes"]
     out = out.sort_values(key + ["call_site"], ascending=[False, False, True]).head(n)
     if by == "peak":

@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from .model import RESERVATION_COLUMNS, conform, empty_table
-from .model import BLOCK_COLUMNS
+from .model import ACCESS_COLUMNS, BLOCK_COLUMNS
 
 RAW_KINDS = ("vmm_reserve", "vmm_create", "vmm_map")
 KIND = "vmm"
@@ -82,7 +82,7 @@ def join(trace):
         new_id = old_to_new[acc["block_id"].to_numpy(np.int64)]
         keep = new_id >= 0
         acc = acc[keep].copy() if not keep.all() else acc.copy()
-        acc["block_id"] = new_id[keep]
+        acc["block_id"] = new_id[keep].astype(ACCESS_COLUMNS["block_id"])
         if not keep.all():
             trace.counts["unresolved_access"] = int(trace.counts.get("unresolved_access", 0)) + int((~keep).sum())
         trace.accesses = acc.reset_index(drop=True)

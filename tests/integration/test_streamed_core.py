@@ -260,3 +260,57 @@ def test_signature_in_pieces_is_the_sorted_one(rows, monkeypatch):
                 np.testing.assert_array_equal(getattr(a, f), getattr(w, f), err_msg=f"{name} {pid} {f}")
             checked += 1
     assert checked >= 6
+
+
+@pytest.mark.parametrize("rows", ["1", "7", "100000"])
+def test_call_sites_merged_over_pieces(rows, monkeypatch):
+    """Per call site: blocks, bytes, live-at-peak bytes, the most common owner (ties: the first seen) and the
+    stack of the largest block (ties: the first) — against a groupby over every block at once."""
+    import pyinterpose
+    from pyinterpose.trace import stacks
+
+    rng = np.random.default_rng(11)
+    n = 400
+    t_alloc = np.sort(rng.integers(0, 150, n))
+    freed = rng.random(n) < 0.7
+    blocks = pd.DataFrame({
+        "block_id": np.arange(n), "pid": 1, "kind": "device", "api": "cudaMalloc",
+        "size": rng.choice([0, 8, 16, 16, 32], n), "t_alloc": t_alloc,
+        "t_free": np.where(freed, t_alloc + rng.integers(0, 40, n), 10_000), "freed": freed,
+        "seq_alloc": np.arange(n) * 2, "seq_free": np.arange(n) * 2 + 1,
+        "stack_id": rng.integers(-1, 9, n),
+        "owner": pd.Categorical(rng.choice(["liba.so", "libb.so", "libc.so"], n)),
+        "counts_device": rng.random(n) < 0.9})
+    tr = pyinterpose.Trace.from_tables(blocks=blocks)
+    texts = np.array([f"site{k % 4}" for k in range(9)], dtype=object)     # nine stacks, four sites
+    monkeypatch.setattr(stacks, "_call_site_texts", lambda trace: texts)
+    monkeypatch.setattr(stacks, "frames_of", lambda trace, s: [])
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    got = stacks.top_call_sites(tr, "count", n=10)
+    # the reference: live bytes at the peak from the curve itself, then one groupby
+    b = tr.blocks
+    dev = b["counts_device"].to_numpy()
+    ev = [(int(r.t_free), 0, -int(r.size), i) for i, r in enumerate(b.itertuples()) if dev[i] and r.freed] + \
+         [(int(r.t_alloc), 1, int(r.size), i) for i, r in enumerate(b.itertuples()) if dev[i]]
+    ev.sort()
+    cs = np.cumsum([e[2] for e in ev])
+    k = int(np.argmax(cs))
+    held = np.zeros(n, np.int64)
+    for e in ev[:k + 1]:
+        held[e[3]] += e[2]
+    sel = (b["stack_id"].to_numpy() >= 0) & dev
+    df = pd.DataFrame({"site": texts[b["stack_id"].to_numpy()[sel]], "stack_id": b["stack_id"].to_numpy()[sel],
+                       "owner": b["owner"].astype(str).to_numpy()[sel], "size": b["size"].to_numpy()[sel],
+                       "peak": held[sel]})
+    want = []
+    for site, g in df.groupby("site", sort=False):
+        counts = {}
+        for o in g["owner"]:
+            counts[o] = counts.get(o, 0) + 1
+        owner = max(counts, key=lambda o: (counts[o], -list(counts).index(o)))
+        want.append({"call_site": site, "stack_id": int(g["stack_id"].to_numpy()[int(np.argmax(g["size"].to_numpy()))]),
+                     "owner": owner, "blocks": len(g), "bytes": int(g["size"].sum()),
+                     "peak_live_bytes": int(g["peak"].sum())})
+    want.sort(key=lambda r: (-r["blocks"], -r["bytes"], r["call_site"]))
+    assert got.drop(columns=["frames"]).to_dict("records") == want
+    assert len(want) == 4

@@ -264,8 +264,10 @@ def test_failed_allocations_call_sites_same_as_the_spec_reference(capture, tmp_p
 # The first read of a large trace (issue 30): the record pass spills its tables and the accesses to files,
 # the accesses are resolved a few rows at a time, and (cache on) each table goes to the cache as soon as it is
 # built, then comes back memory-mapped.  "spill": --no-cache, tables in memory; "cache": the cache written.
-READ_MODES = {"spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
-              "cache": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"}}
+READ_MODES = {"spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_SPILL_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
+              "cache": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_SPILL_MIN_BYTES": "0",
+                        "PYINTERPOSE_CHUNK_ROWS": "3"},
+              "cache-in-memory": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"}}
 
 
 def _edge_traces(tmp_path) -> list[str]:
@@ -299,6 +301,8 @@ def _edge_traces(tmp_path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(READ_MODES))
 def test_spilled_and_streamed_first_read_same_tables(mode, tmp_path, monkeypatch):
+    import shutil
+
     from pyinterpose.trace import colcache
 
     tmp = tmp_path / "tmpdir"
@@ -309,12 +313,21 @@ def test_spilled_and_streamed_first_read_same_tables(mode, tmp_path, monkeypatch
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
+    spilled = []
+    real_spill = reader._Split.spill
+    monkeypatch.setattr(reader._Split, "spill", lambda sp, folder: spilled.append(folder) or real_spill(sp, folder))
     for path in _edge_traces(tmp_path):
         ref = _reference(path)
+        spilled.clear()
+        stale = colcache.cache_dir(path) + ".tmp-999999999"      # a read killed before (no such process)
+        os.makedirs(os.path.join(stale, "spill"))
         new = pyinterpose.load(path)
+        assert os.path.exists(stale) == (mode == "spill")       # removed by the next read that writes the cache
+        shutil.rmtree(stale, ignore_errors=True)
+        assert len(spilled) == (0 if mode == "cache-in-memory" else 1)
         assert_same(new, ref)
-        assert os.path.isdir(colcache.cache_dir(path)) == (mode == "cache")
-        if mode == "cache":
+        assert os.path.isdir(colcache.cache_dir(path)) == mode.startswith("cache")
+        if mode.startswith("cache"):
             assert_same(colcache.read(path), ref)
             blocks = new.blocks["seq_alloc"].to_numpy()
             assert len(blocks) == 0 or isinstance(getattr(blocks, "base", None), np.memmap) \
@@ -328,3 +341,19 @@ def _bases(a):
     while a is not None:
         yield a
         a = getattr(a, "base", None)
+
+
+def test_spill_that_cannot_be_written_is_a_one_line_error(tmp_path):
+    """A full disk while the pass spills (here: a file size limit, EFBIG): the command says so in one line."""
+    import subprocess
+
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
+            "from pyinterpose.cli import main; sys.exit(main(['summary', sys.argv[1], '--no-cache']))")
+    env = dict(os.environ, PYINTERPOSE_SPILL_MIN_BYTES="0", TMPDIR=str(tmp_path), PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    assert "cannot write the reader's temporary files" in r.stderr and "File too large" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert os.listdir(tmp_path) == []          # the spill folder is gone

@@ -35,6 +35,12 @@ struct device_state {
     int timed;                 /* some op here has taken device time (or had a launch latency) */
 };
 static struct device_state g_dev[SIM_MAX_DEVICES];
+/* The stall (SIMCUDA_STATS "stall_ns"): per device, how much later the program's kernels started than
+ * their streams and the host let them — held by a cuStreamWaitEvent whose event completed after the
+ * stream's own last op had ended, or by managed memory still on its way (not_before) — plus the time page
+ * faults added to them.  Every op but prefetches (unrecorded copies: the swap engine's, on its own copy
+ * streams), which are the cause, not the program's time. */
+static uint64_t g_stall[SIM_MAX_DEVICES];
 static __thread struct sim_queue *t_ptds[SIM_MAX_DEVICES];
 static uint32_t g_next_stream_id = 13; /* CUPTI numbers the legacy stream 7, created streams from 13 */
 static uint32_t g_next_corr;
@@ -225,6 +231,16 @@ HIDDEN void sim_wait_until(uint64_t t)
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
+/* caller holds the lock: when the stream lets its next op start (own: were every event wait instant) */
+static uint64_t ordered_after_tail(const struct sim_queue *q, uint64_t tail)
+{
+    const struct device_state *d = &g_dev[q->device];
+    uint64_t t = tail;
+    if (q->legacy) t = max64(t, d->blocking_tail);
+    else if (!q->nonblocking) t = max64(t, d->legacy_tail);
+    return t;
+}
+
 /* caller holds the lock */
 static uint64_t ordered_after(const struct sim_queue *q)
 {
@@ -302,11 +318,19 @@ HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *
         lock();
     }
     start = max64(enq + g_model.launch_latency_ns, ordered_after(q));
+    uint64_t natural = max64(enq + g_model.launch_latency_ns, ordered_after_tail(q, q->own_tail));
     start = max64(start, op->not_before);
-    if (op->engine != SIM_ENGINE_COMPUTE) start = max64(start, d->engine_free[op->engine]);
+    if (op->engine != SIM_ENGINE_COMPUTE) {
+        start = max64(start, d->engine_free[op->engine]);
+        natural = max64(natural, d->engine_free[op->engine]);
+    }
+    if ((op->engine == SIM_ENGINE_COMPUTE || !op->unrecorded) && q->device >= 0 && q->device < SIM_MAX_DEVICES) {
+        g_stall[q->device] += (start > natural ? start - natural : 0) + op->fault_ns;
+    }
     end = start + op->dur_ns;
     if (op->engine != SIM_ENGINE_COMPUTE) d->engine_free[op->engine] = end;
     q->tail = end;
+    q->own_tail = end;
     if (q->ring) {
         q->ring[q->ring_pos] = end;
         q->ring_pos = (q->ring_pos + 1) % q->ring_cap;
@@ -345,6 +369,14 @@ HIDDEN uint64_t sim_device_done_at(int dev)
 {
     lock();
     uint64_t t = g_dev[dev].all_tail;
+    unlock();
+    return t;
+}
+
+HIDDEN uint64_t sim_dev_stall_ns(int dev)
+{
+    lock();
+    uint64_t t = dev >= 0 && dev < SIM_MAX_DEVICES ? g_stall[dev] : 0;
     unlock();
     return t;
 }

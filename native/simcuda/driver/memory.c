@@ -63,6 +63,9 @@ static void write_stats(void)
     n += snprintf(line + n, sizeof line - n, "], \"resident_peak_bytes\": [");
     for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
         n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)sim_res_peak(i));
+    n += snprintf(line + n, sizeof line - n, "], \"stall_ns\": [");
+    for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
+        n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)sim_dev_stall_ns(i));
     uint64_t faults, pf, pfb;
     sim_res_counts(&faults, &pf, &pfb);
     n += snprintf(line + n, sizeof line - n, "], \"faults\": %llu, \"prefetches\": %llu, \"prefetch_bytes\": %llu}\n",

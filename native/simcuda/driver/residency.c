@@ -202,6 +202,7 @@ HIDDEN int sim_res_kernel_begin(void **params, const size_t *sizes, unsigned npa
         if (m->loc == LOC_HOST) {   /* a fault: the data comes back while the kernel waits */
             if (m->at > op->not_before) op->not_before = m->at;
             op->dur_ns += g_fault_ns + sim_copy_ns(SIM_ENGINE_H2D, m->size);
+            op->fault_ns += g_fault_ns + sim_copy_ns(SIM_ENGINE_H2D, m->size);
             g_faults++;
         }
         if (nt < max) touched[nt++] = m->addr;

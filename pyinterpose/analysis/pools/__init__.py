@@ -53,6 +53,7 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ...trace.chunking import spans
 from ...trace.model import Trace, counted_bytes
+from ...trace.pages import release_tables
 from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
 from .planners import PLANNERS, plan
 from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
@@ -397,12 +398,15 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     amask = allocator_mask(trace)
     cols = _block_columns(trace, _device_mask(trace, pid, True, amask))
     rq = _request_columns(cols, times=False)
-    n_req = len(rq["seq"])
+    n_req = len(rq.pop("seq"))         # the replay reads the order only: no seq column held (issue 30)
     whole = _peak_of_requests(rq["is_alloc"], rq["size"])
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
+    release_tables(trace)       # each step's pages of the cached columns: given back before the next
     view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)
+    release_tables(trace)
     prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
+    release_tables(trace)
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
     bound = load(lower, upper, size)
     # the simulators run in C without the GIL: replay them side by side

@@ -26,6 +26,7 @@ from ...errors import PyinterposeError
 from ...trace.model import Trace
 from ...trace.plan_format import ALIGNMENT, FORMAT, VERSION, check, owner_hash
 from .planners import PLANNERS, plan as run_planner
+from .cyclic import rotate
 from .problem import load
 
 SERVED_APIS = ("cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync",
@@ -173,6 +174,7 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
     # a block of the iteration that lives into the next one while the next one's block of the same key is
     # already allocated (it lives longer than an iteration) needs a second, alternate slot
     alt = np.zeros(len(rows), bool)
+    arc_end = np.full(len(rows), -1, np.int64)   # crossing rows: where their previous instance is freed
     if prev_lo is not None:
         prev = (sa >= prev_lo) & (sa < lo)
         prev_ord = key[prev].groupby(["size", "site"], sort=False).cumcount().to_numpy()
@@ -185,6 +187,19 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
         for i in np.flatnonzero(out_rows):
             f = free_of.get((int(size[i]), int(rows["site"].iat[i]), int(ordinal[i])))
             alt[i] = f is not None and f > r_sa[i]
+            if f is not None and not alt[i]:
+                arc_end[i] = int(np.searchsorted(ev, f))
+    # the window is a cycle (.cyclic): a crossing row is an arc [its allocation, E) u [0, its previous
+    # instance's free); cut where the LOAD is least, when that is less than the whole-window rows give
+    rotation = 0
+    if (arc_end >= 0).any():
+        whole_l = np.where(arc_end >= 0, 0, lower)
+        whole_u = np.where(arc_end >= 0, E, np.maximum(upper, lower + 1))
+        base = load(whole_l, whole_u, _round(size))
+        arc_l = np.where(arc_end >= 0, np.searchsorted(ev, r_sa), whole_l)
+        r, nl, nu = rotate(arc_l, whole_u, arc_end, _round(size), E)
+        if load(nl, nu, _round(size)) < base:
+            rotation, lower, upper = r, nl, nu
     n_rows = len(rows)
     alt_idx = np.flatnonzero(alt)
     slot = _round(np.concatenate([size, size[alt_idx]]))
@@ -228,6 +243,8 @@ def build(trace: Trace, strategy: str = "optimal", time_limit: float = 10.0, pid
                 phase, size, rows["owner"], rows["site"], ordinal, offsets, slot, prob["lower"], prob["upper"],
                 rows["block_id"])],
     }
+    if rotation:   # the lifetimes are on the window's events cut at this one (.cyclic)
+        doc["iteration"]["rotation"] = int(rotation)
     for n, i in enumerate(alt_idx):   # the alternate slots (no block of the trace: block_id -1)
         r = dict(doc["requests"][i])
         r.update(offset=int(offsets[n_rows + n]), lifetime=[0, int(E)], block_id=-1, alternate=True)

@@ -202,14 +202,18 @@ def choose(problem, ctx: dict, strategy: str = "doa", mode: str = "no-overhead",
     ops, lk = ctx["ops"], ctx["launch_key"]
     oseq, ostart = ops["seq"], ops["start"]
     c = problem.candidates
-    order_rel = np.argsort(ostart, kind="stable")
-    rel_sorted = ostart[order_rel]
+    # the engine sends a swap-in when the launch it follows has *ended* on the device (an event recorded
+    # after it): the launch to follow is the last one that ends by the planned start
+    oend = ostart + ops["dur"]
+    order_rel = np.argsort(oend, kind="stable")
+    rel_sorted = oend[order_rel]
     launch_idx = np.array([int(s) in lk for s in oseq], bool)
     swaps = []
     for j in range(len(sched)):
         ci = int(cand[j])
         prev_op, next_op = int(c["prev_op"].iat[ci]), int(c["next_op"].iat[ci])
-        # the swap-in is sent after the last launch released by its planned start (never before the swap-out's)
+        # the swap-in is sent after the last launch that has ended by its planned start (never before the
+        # swap-out's)
         k = int(np.searchsorted(rel_sorted, float(sched["in_start"].iat[j]), side="right")) - 1
         in_op = int(order_rel[k]) if k >= 0 else prev_op
         while in_op > prev_op and not launch_idx[in_op]:
@@ -310,15 +314,25 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
 
     import copy
 
-    first = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit)
-    unsteady = first["swap"].pop("_unsteady", set())
-    best = first
-    if unsteady:   # the same without the swaps another iteration would undo: kept when it predicts less
-        second = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit,
-                             frozenset(unsteady))
-        second["swap"].pop("_unsteady", None)
-        if second["swap"]["predicted_peak_bytes"] < first["swap"]["predicted_peak_bytes"]:
-            best = second
+    def once(left_out):
+        d = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit,
+                        frozenset(left_out))
+        return d, d["swap"].pop("_unsteady", set())
+
+    best, unsteady = once(())
+    if unsteady:
+        # the swaps another iteration undoes (a launch names the block while it is away there: it comes
+        # back early and that iteration's peak stays higher): without all of them, and then one at a time
+        # (each left out when the whole run's predicted peak falls), the schedule re-chosen each time
+        whole, _ = once(unsteady)
+        left_out: set = set()
+        for key in sorted(unsteady):
+            d, more = once(left_out | {key})
+            if d["swap"]["predicted_peak_bytes"] < best["swap"]["predicted_peak_bytes"]:
+                best = d
+                left_out.add(key)
+        if whole["swap"]["predicted_peak_bytes"] < best["swap"]["predicted_peak_bytes"]:
+            best = whole
     doc.clear()
     doc.update(best)
     return doc
@@ -371,6 +385,91 @@ def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time
     return doc
 
 
+def _engines(items, ostart, odur, t_out, t_in, host_waits=False):
+    """The swaps of ``items`` (block, size, out-after op, in-after op, next-access op; in-after == next
+    access: an unforeseen access, sent at once) on a timeline of one program stream, op by op: each op sent
+    at ``ostart`` and started when the stream is free and every swap-in it needs has landed, for ``odur``.
+    A swap-out is sent when the launch it follows has ended, a swap-in likewise (after its own swap-out),
+    an unforeseen one when its launch is sent; each copy engine serves them in the order they are sent.
+    Returns (rec: per item its swap-out's end and swap-in's start on the undelayed timeline, i.e. less the
+    delay of their op; the late swap-ins; the stall: the sum of the waits, what simcuda counts as
+    SIMCUDA_STATS stall_ns — the program's ops held by a stream wait beyond when their stream and the host
+    let them start).  ``host_waits``: the timeline is the host's (the CPU clock: the program is the stream),
+    so an op is sent no earlier than the one before it has ended, waits included."""
+    n = len(ostart)
+    outs, ins, now_in, needs = {}, {}, {}, {}
+    for j, (_, _, o_op, i_op, n_op) in enumerate(items):
+        outs.setdefault(o_op, []).append(j)
+        (now_in if i_op == n_op else ins).setdefault(i_op, []).append(j)
+        needs.setdefault(n_op, []).append(j)
+    touched = sorted(set(outs) | set(ins) | set(now_in) | set(needs))
+    out_end = np.zeros(len(items))
+    in_end = np.zeros(len(items))
+    rec = np.zeros((len(items), 2))
+    d2h = h2d = -np.inf
+    stall, late = 0.0, 0
+    free = base_free = -np.inf
+    k = 0
+    for j in touched:
+        # the ops in between: nothing waits there (only the stream's own order)
+        if k < j:
+            for q in range(k, j):
+                free = max(float(ostart[q]), free) + float(odur[q])
+                base_free = max(float(ostart[q]), base_free) + float(odur[q])
+        k = j + 1
+        send = max(float(ostart[j]), free) if host_waits else float(ostart[j])
+        before = max(send, free) - max(float(ostart[j]), base_free)     # the delay this op finds
+        for i in now_in.get(j, ()):       # unforeseen: sent with the launch
+            st = max(send, h2d, out_end[i])
+            h2d = in_end[i] = st + t_in(items[i][1])
+            rec[i, 1] = st - before
+        ready = max(send, free)
+        base = max(float(ostart[j]), base_free)
+        start = ready
+        for i in needs.get(j, ()):
+            if in_end[i] > start + 1.0:
+                late += 1
+                start = in_end[i]
+        stall += start - ready
+        free = start + float(odur[j])
+        base_free = base + float(odur[j])
+        shift = free - base_free
+        for i in outs.get(j, ()):
+            d2h = max(free, d2h) + t_out(items[i][1])
+            out_end[i] = d2h
+            rec[i, 0] = d2h - shift
+        for i in ins.get(j, ()):
+            st = max(free, h2d, out_end[i])
+            h2d = in_end[i] = st + t_in(items[i][1])
+            rec[i, 1] = st - shift
+    del n
+    return rec, late, stall
+
+
+def _device_timeline(trace, pid: int, oseq, ostart, odur):
+    """(start, duration) per op of the program's device timeline as a replay (and the device) runs it: each
+    op sent at its recorded call (the swap clock's start) and started when its stream is free, for its
+    recorded device duration (one stream).  On the device clock, or without device durations: the swap
+    clock's own."""
+    clock = clock_of(trace, pid)
+    if clock.device:
+        return ostart, odur
+    dur = {}
+    for tab in (trace.launches, trace.copies):
+        t = tab[tab["pid"].to_numpy() == pid]
+        ok = (t["dev_start"].to_numpy() >= 0) & (t["dev_end"].to_numpy() >= t["dev_start"].to_numpy())
+        dur.update(zip(t["seq"].to_numpy()[ok].tolist(), (t["dev_end"] - t["dev_start"]).to_numpy()[ok].tolist()))
+    if not dur:
+        return ostart, odur
+    d = np.array([float(dur.get(int(q), 0)) for q in oseq])
+    start = np.empty(len(oseq))
+    free = -np.inf
+    for j in range(len(oseq)):
+        start[j] = max(float(ostart[j]), free)
+        free = start[j] + d[j]
+    return start, d
+
+
 def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> dict:
     """The applied run's resident device bytes over the whole trace, every iteration with its own times
     (the schedule is keyed by launches, so each iteration moves the same blocks at its own pace): the
@@ -379,9 +478,9 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     follows has ended and its copy engine is free (one per direction, in the order they are sent), the
     swap-in is sent after its launch and starts once its swap-out has ended and its engine is free.
     Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
-    after the launch that needs them starts) and ``predicted_stall_ns_run`` (how much later the run
-    ends: the program waits at each late swap-in's next access, a wait moving the later ones along),
-    and returns ``section``."""
+    after the launch that needs them starts) and ``predicted_stall_ns_run`` (the sum of the program's
+    waits for swap-ins over the run, each wait delaying everything after it: how much later the run
+    ends; simcuda's ``stall_ns`` measures the same), and returns ``section``."""
 
     pid = int(doc["trace"]["pid"])
     clock = clock_of(trace, pid)
@@ -454,26 +553,14 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
                         if u <= o_op:
                             continue
                         i_op = n_op = u
-            items.append((b, s["size"], ostart[o_op] + odur[o_op], ostart[i_op], ostart[n_op]))
-    out_end = np.zeros(len(items))
-    free = -np.inf
-    for j in sorted(range(len(items)), key=lambda j: items[j][2]):       # D2H: first sent, first served
-        free = max(items[j][2], free) + t_out(items[j][1])
-        out_end[j] = free
-    free = -np.inf
-    lateness = []
-    for j in sorted(range(len(items)), key=lambda j: items[j][3]):       # H2D
-        b, size, _, issue, nxt = items[j]
-        start = max(issue, free, out_end[j])
-        free = start + t_in(size)
-        if free > nxt + 1.0:
-            late += 1
-            lateness.append((nxt, free - nxt))
-        moves.setdefault(b, []).append((out_end[j], start))
-    # the run's stall: the program (one stream on the CPU clock) waits at each late swap-in's next access;
-    # a swap-in is sent after a launch, so a wait moves the later ones along with the program: each adds
-    # its own lateness
-    delay = float(sum(lt for _, lt in lateness))
+            items.append((b, s["size"], o_op, i_op, n_op))
+    # the swaps' times on the swap clock (the residency: the other blocks' times are on it), and the stall
+    # on the program's device timeline (below)
+    rec, _, _ = _engines(items, ostart, odur, t_out, t_in, host_waits=not clock.device)
+    dstart, ddur = _device_timeline(trace, pid, oseq, ostart, odur)
+    _, late, delay = _engines(items, dstart, ddur, t_out, t_in)
+    for j, it_ in enumerate(items):     # residency on the recorded clock (the other blocks' times are)
+        moves.setdefault(it_[0], []).append((rec[j, 0], rec[j, 1]))
     ts, ds = [], []
     seq_t = dict(zip(oseq.tolist(), ostart.tolist()))
     for b, size, ta, tf, fr in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
