@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace
+from ..trace.pages import release_frame
 from ..analysis import guarded
 from ..analysis.pools import steady_problem, write_minimalloc_csv
 
@@ -114,7 +115,10 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         say(None, "finding iterations")
         it = guarded.iterations(trace)
         say(None, "classifying blocks")
-        return it, guarded.block_classes(trace, iters=it.value)
+        cl = guarded.block_classes(trace, iters=it.value)
+        for tab in (trace.blocks, trace.launches, trace.accesses):
+            release_frame(tab)      # the cache pages the analyses read: the writer maps what it needs again
+        return it, cl
 
     def writing(fraction: float) -> None:
         say(fraction, f"writing {fmt}")

@@ -23,7 +23,7 @@ Layout (``{"traceEvents": [...], "displayTimeUnit": "ms"}``, ``ts`` in microseco
 metadata names), so a broken export fails a test rather than a UI.
 
 Counters with more than ``max_points`` changes are reduced to the peak and the
-last value of each time bin (peaks survive; see report.data._keep_indices).
+last value of each time bin (peaks survive; see report.live_curve).
 """
 from __future__ import annotations
 
@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from ..trace.model import Trace
-from .data import memory_timeline, reserved_curves
+from .data import memory_timeline, memory_timelines, reserved_curves
 from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
-from ..trace.model import peak_live_bytes
+from ..trace.model import peak_live_bytes_of
 from .timeline import _owners
-from ..trace.pages import release
-from ..trace.chunking import spans
+from ..trace.pages import release, release_frame
+from ..trace.chunking import chunk_rows, spans
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid
 
@@ -51,7 +51,7 @@ def _us(ns) -> float:
 def default_large_threshold(trace: Trace) -> int:
     """1% of the peak live bytes, at least 1 MiB."""
 
-    return max(1 << 20, peak_live_bytes(trace.blocks) // 100)
+    return max(1 << 20, peak_live_bytes_of(trace) // 100)      # the trace's live order, read in pieces
 
 
 def _nvml_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -196,6 +196,13 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(trace, large, allnotes)}
 
 
+def _drop_pages(trace: Trace) -> None:
+    """Give back the mapped cache pages a step read (blocks, launches, accesses): the next step maps
+    what it reads again, so the pages of every column touched do not add up over the export."""
+    for tab in (trace.blocks, trace.launches, trace.accesses):
+        release_frame(tab)
+
+
 def _large_blocks(trace: Trace, large: int):
     """``trace.device_blocks[size >= large]``, taking only those rows (no copy of every device block)."""
     b = trace.blocks
@@ -217,14 +224,16 @@ def _oom_instants(trace: Trace) -> list[dict]:
 
 
 def _owner_series(trace: Trace):
-    """block_id -> owner library for the device blocks (see report.timeline._owners)."""
+    """block_id -> owner library for the device blocks (see report.timeline._owners), from the
+    owner and api columns of the device blocks only (not a copy of every column)."""
     import pandas as pd
 
-
-    b = trace.device_blocks
-    if len(b) == 0:
+    bl = trace.blocks
+    rows = np.flatnonzero(bl["counts_device"].to_numpy(bool))
+    if len(rows) == 0:
         return None
-    return pd.Series(_owners(trace, b).to_numpy(), index=b["block_id"].to_numpy())
+    b = bl[[c for c in ("owner", "api") if c in bl.columns]].iloc[rows]
+    return pd.Series(_owners(trace, b).to_numpy(), index=bl["block_id"].to_numpy()[rows])
 
 
 def _grouped_counters(trace: Trace, name: str, groups, max_points: int) -> list[dict[str, Any]]:
@@ -266,7 +275,7 @@ def _launch_blocks(trace: Trace, la) -> tuple[list[list[int]], list[int]]:
         def launch_rows(s, e):
             return (op.iloc[s:e].astype(str) == "launch").to_numpy(bool)
     li_parts, bid_parts = [], []
-    for s, e in spans(len(acc)):
+    for s, e in spans(len(acc), max(1, chunk_rows() // 8)):
         m = launch_rows(s, e)
         a = pd.DataFrame({"pid": pid_c[s:e][m], "seq": seq_c[s:e][m], "block_id": bid_c[s:e][m]})
         a = a.merge(keys, on=["pid", "seq"], how="inner")     # keeps the accesses' order
@@ -505,22 +514,25 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
     series = "reserved_bytes" if reserved_view else "live_bytes"
     devices = set()
-    tls = memory_timeline(trace, max_points=max_points)
+    grouped = [(name, g) for name, g in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace)))
+               if g is not None]
+    step(0.1)
+    # the live curve and its split by class and by owner: one pass over each device's events
+    tls, *by_group = memory_timelines(trace, [None] + [g for _, g in grouped], max_points=max_points)
     for tl in tls:
         devices.add(tl.device)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + tl.device, tl.t, {series: tl.total}))
     for dev, (t, used) in _nvml_curves(trace).items():
         devices.add(dev)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + dev, t, {"nvml_used_bytes": used}))
-    step(0.2)
-    for name, groups in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace))):
-        if groups is None:
-            continue
-        for tl in memory_timeline(trace, classes=groups, max_points=max_points):
+    for (name, _), group_tls in zip(grouped, by_group):
+        for tl in group_tls:
             doc.add("C", _counter_texts(name, GPU_PID_BASE + tl.device, tl.t, tl.series))
-        step(0.4 if name.endswith("class") else 0.6)
+    _drop_pages(trace)
+    step(0.6)
     kdev = _kernel_texts(trace, max_kernels, doc, knotes)
     devices |= kdev
+    _drop_pages(trace)
     step(0.85)
     for dev in sorted(devices):
         pid = GPU_PID_BASE + dev

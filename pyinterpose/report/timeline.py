@@ -7,7 +7,7 @@ detail on zoom, the minimap, the per-block hover readout).  This module
 turns one device's blocks into the compact payload that script reads:
 
 * events: every allocation and free of the device, in the order of
-  ``data._events`` (time, frees before allocs at the same instant); the x axis in
+  ``report.live_curve`` (time, frees before allocs at the same instant); the x axis in
   "events" mode is the index of this sequence;
 * blocks, sorted by their allocation event: alloc event (delta-coded), lifetime in
   events (``0xFFFFFFFF`` = never freed), size (index into a table of distinct
