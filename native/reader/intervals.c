@@ -55,7 +55,7 @@ int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *s
         if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
             int64_t p = off[r]++;
             out_seq[p] = a_seq[k];
-            out_t[p] = a_t[k];
+            out_t[p] = a_t ? a_t[k] : k;
         }
     }
     /* per block: in seq order (stable), one touch per seq; segments compacted to the front */

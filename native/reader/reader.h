@@ -126,7 +126,8 @@ int64_t pi_resolve_chunk(const pi_acc *acc, int64_t n, int32_t use_row, const in
  * with their block row (-1: none), seq and t.  Keeps the accesses inside their block's
  * [seq_alloc, seq_free], groups them by block (stable), orders each block's by seq (stable) and keeps
  * the first of equal seqs: writes cnt[nb] (accesses kept per block) and, block after block, their
- * seq and t in out_seq/out_t (room for na).  Returns the accesses kept, or -1 (memory). */
+ * seq and t in out_seq/out_t (room for na); a_t NULL: t is the access's row k (the device clock reads its
+ * times later, a piece at a time).  Returns the accesses kept, or -1 (memory). */
 int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t na,
                           const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
                           int64_t *out_seq, int64_t *out_t);

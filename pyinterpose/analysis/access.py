@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
+from ..trace import chunking
 from ..trace.model import live_bytes_curve, live_events
 from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
@@ -100,18 +101,6 @@ def _quantile_summary(x: np.ndarray, extra: tuple[float, ...] = ()) -> tuple[dic
     return d, [float(v) for v in q[len(QUANTILES):]]
 
 
-def _device_parts(dev: np.ndarray) -> list[slice] | None:
-    """The rows of an intervals table with ``dev`` true as a few slices (the runs between host
-    blocks), or None when they are too scattered (then the rows are copied through the mask)."""
-    if len(dev) == 0 or dev.all():
-        return [slice(0, len(dev))]
-    edge = np.flatnonzero(dev[1:] != dev[:-1]) + 1
-    if len(edge) > 1024:
-        return None
-    bounds = [0, *edge.tolist(), len(dev)]
-    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if dev[lo]]
-
-
 class _Rows:
     """One column of the device rows of an intervals table, in table order, without copying it:
     a list of contiguous parts (views of the table's column); row ``i`` is ``parts[k][i - offs[k]]``."""
@@ -123,8 +112,10 @@ class _Rows:
     def __len__(self) -> int:
         return int(self.offs[-1])
 
-    def chunks(self, step: int = 1 << 20):
-        """(part, local slice, device-row slice) over all rows, at most ``step`` rows each."""
+    def chunks(self, step: int | None = None):
+        """(part, local slice, device-row slice) over all rows, at most ``step`` rows each (default
+        1 Mi, or ``chunk_rows()`` when that is smaller)."""
+        step = step or _step()
         for k, p in enumerate(self.parts):
             o = int(self.offs[k])
             for a in range(0, len(p), step):
@@ -303,8 +294,10 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     if pid is not None:
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
     block_size = b["size"].to_numpy(np.int64)[in_blocks]
-    iv = _DeviceIntervals(access_intervals(trace, pid), len(block_size))
-    peak = _peak(trace, in_blocks) if iv.n else None     # first: live_events' temporaries while little is held
+    peak = _peak(trace, in_blocks)         # first: live_events' temporaries while little is held
+    iv = _StreamedIntervals(trace, pid, len(block_size))
+    if not iv.n:
+        peak = None
     n_kind, kcode = iv.n_kind, iv.kcode
     ati_q, (ati_thr,) = _quantile_summary(iv.ati.copy(), (ati_quantile,)) if iv.n else (None, (None,))
     out: dict[str, Any] = {
@@ -348,37 +341,152 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     return out
 
 
-class _DeviceIntervals:
-    """The device rows of the shared intervals table, read in place (views of its columns, one per run
-    between host blocks): nothing row-sized is copied but the ATIs partitioned for the quantiles;
-    per-row work runs in chunks, per-block values come from one segment per block (intervals are
-    ordered by block)."""
+def _step() -> int:
+    """Rows per chunk of the per-row passes: 1 Mi, fewer when ``PYINTERPOSE_CHUNK_ROWS`` says so."""
+    return min(1 << 20, chunking.chunk_rows())
 
-    def __init__(self, table: pd.DataFrame, n_blocks: int):
-        self.table, self.n_blocks = table, n_blocks
-        self.dev = table["counts_device"].to_numpy(bool)
-        self.parts = _device_parts(self.dev)
-        self.ati, self.size, self.bid = self.rows("ati_ns", np.int64), self.rows("size", np.int64), \
-            self.rows("block_id", np.int64)
-        self.n = len(self.ati)
-        kcode = self.rows("kind")
-        self.kcode = kcode.parts[0] if len(kcode.parts) == 1 else kcode.copy()     # int8, one byte a row
-        self.n_kind = [int(np.count_nonzero(self.kcode == i)) for i in range(len(INTERVAL_KINDS))]
-        self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
-        self.seg = self.bid.segment_starts()
-        self.seg_size_i = self.size.take(self.seg)
+
+class _Chunk:
+    """Rows ``s`` of a column, made for one chunk: indexed with ``s`` itself (as a one-part :class:`_Rows`'
+    chunk is, whose local and global slices are the same)."""
+
+    def __init__(self, x: np.ndarray, s: slice):
+        self.x, self.s = x, s
+
+    def __getitem__(self, ls: slice) -> np.ndarray:
+        return self.x[ls.start - self.s.start:ls.stop - self.s.start]
+
+
+class _SegRows:
+    """A column whose value is constant along each segment (``seg``: the segment starts, ``vals``: one
+    value a segment) over ``n`` rows, read like :class:`_Rows` without a row-sized array."""
+
+    def __init__(self, vals: np.ndarray, seg: np.ndarray, n: int):
+        self.vals, self.seg, self.n = vals, seg, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def chunks(self, step: int | None = None):
+        step = step or _step()
+        for a in range(0, self.n, step):
+            s = slice(a, min(a + step, self.n))
+            yield _Chunk(_repeat_rows(self.vals, self.seg, s), s), s, s
+
+    def _segment(self, idx):
+        return np.searchsorted(self.seg, idx, side="right") - 1
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        return self.vals[self._segment(np.asarray(idx))]
+
+    def at(self, i: int):
+        return self.vals[int(self._segment(i))]
+
+    def copy(self) -> np.ndarray:
+        return np.repeat(self.vals, np.diff(np.append(self.seg, self.n)))
+
+    def segment_starts(self) -> np.ndarray:
+        return self.seg
+
+
+class _EndRows:
+    """``start + ati`` (= the intervals' ``end_t``: ``ati_ns`` is ``end_t - start_t`` in int64), made a
+    chunk at a time."""
+
+    def __init__(self, start: np.ndarray, ati: np.ndarray):
+        self.start, self.ati = start, ati
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def chunks(self, step: int | None = None):
+        step = step or _step()
+        for a in range(0, len(self.start), step):
+            s = slice(a, min(a + step, len(self.start)))
+            yield _Chunk(self.start[s] + self.ati[s], s), s, s
+
+    @property
+    def parts(self):
+        return (c.x for c, _, _ in self.chunks())
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        return self.start[idx] + self.ati[idx]
+
+    def at(self, i: int):
+        return self.start[i] + self.ati[i]
+
+
+class _StreamedIntervals:
+    """What the analysis reads of the device rows of ``access_intervals(trace, pid)``, made
+    from its pieces (:func:`.intervals.pieces`, a range of blocks at a time) instead of the whole table:
+    per row only the ATI, the start and the kind (17 bytes); per segment (a run of one block id) the
+    block id and size; the end is start + ATI; a row's size is its segment's unless a segment holds
+    rows of several sizes (block ids repeated in the blocks table), then kept per row.  The same values
+    in the same order as the table's device rows, so every figure computed from them is the same."""
+
+    def __init__(self, trace: Trace, pid: int | None, n_blocks: int):
+        self.n_blocks = n_blocks
+        intervals.release_tables(trace)          # what the steps before read (the clock, the live bytes)
+        tc = intervals.touches(trace, pid)
+        dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
+        n = int(((tc.cnt + 1) * dev_b).sum())
+        ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
+        segs, ubs, sizes, row_sizes, mixed, done = [], [], [], [], False, []
+        pos = 0
+        for p in intervals.pieces(trace, pid, columns=("block_id", "size", "start_t", "ati_ns", "kind",
+                                                        "counts_device"), tc=tc):
+            dev = p["counts_device"]
+            sel = slice(None) if dev.all() else dev
+            a, st = p["ati_ns"][sel], p["start_t"][sel]
+            k, bid, sz = p["kind"][sel], p["block_id"][sel], p["size"][sel]
+            m = len(a)
+            ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
+            if m:
+                first = np.empty(m, bool)
+                first[0] = True
+                np.not_equal(bid[1:], bid[:-1], out=first[1:])
+                seg = np.flatnonzero(first)
+                segs.append(seg + pos)
+                ubs.append(bid[seg])
+                sizes.append(sz[seg])
+                if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
+                    mixed = True        # the rows' sizes of the pieces before, from their segments
+                    row_sizes = [np.repeat(v, np.diff(np.append(g, mm))) for g, v, mm in done]
+                if mixed:
+                    row_sizes.append(np.array(sz, np.int64))
+                else:
+                    done.append((seg, sizes[-1], m))
+            pos += m
+            del p, a, st, k, bid, sz, dev
+        assert pos == n
+        del tc
+        intervals.release_tables(trace)
+        self.n = n
+        self.seg = np.concatenate(segs) if segs else np.zeros(0, np.int64)
+        ub = np.concatenate(ubs) if ubs else np.zeros(0, np.int64)
+        self.seg_size_i = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         self.seg_size = self.seg_size_i.astype(np.float64)
-        self.uniform = len(self.seg) == n_blocks     # one segment a block (no two adjacent blocks share an id)
+        self.ati = _Rows([ati])
+        self.kcode = kcode
+        self.start = start
+        self.bid = _SegRows(ub, self.seg, n)
+        self.size = _Rows([np.concatenate(row_sizes)]) if mixed else _SegRows(self.seg_size_i, self.seg, n)
+        self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
+        self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
+        self.uniform = len(self.seg) == n_blocks
 
-    def rows(self, name: str, dtype=None) -> _Rows:
-        x = self.table[name].cat.codes.to_numpy() if dtype is None else self.table[name].to_numpy(dtype)
-        return _Rows([x[self.dev]] if self.parts is None else [x[s] for s in self.parts] or [x[:0]])
+    def rows(self, name: str, dtype=None):
+        if name == "start_t":
+            return _Rows([self.start])
+        if name == "end_t":
+            return _EndRows(self.start, self.ati.parts[0])
+        raise KeyError(name)
 
     def per_block_any(self, mask: np.ndarray) -> np.ndarray:
         return np.logical_or.reduceat(mask, self.seg) if len(self.seg) else np.zeros(0, bool)
 
 
-def _bandwidth_filter(out: dict, iv: _DeviceIntervals, bw, block_bytes: float) -> np.ndarray:
+def _bandwidth_filter(out: dict, iv: "_StreamedIntervals", bw, block_bytes: float) -> np.ndarray:
     """An interval hides a swap of its block if ATI >= the block's swap cost: ``filtered_fraction``,
     ``filtered_by_kind`` and ``swappable`` into ``out``; the bool per interval."""
     n, n_blocks, seg = iv.n, iv.n_blocks, iv.seg
@@ -410,7 +518,7 @@ def _pressure_window(iters, t_peak: int, st: _Rows, en: _Rows) -> tuple[int, int
     return min(int(p.min()) for p in st.parts), max(int(p.max()) for p in en.parts), "whole trace"
 
 
-def _outliers(iv: _DeviceIntervals, block_size: np.ndarray, ati_thr, ati_quantile: float, size_quantile: float,
+def _outliers(iv: "_StreamedIntervals", block_size: np.ndarray, ati_thr, ati_quantile: float, size_quantile: float,
               peak: tuple[int, int], iters, hides: np.ndarray | None, top: int) -> dict[str, Any]:
     """Outliers (ATI and size both high) and their share of the peak and of memory pressure."""
     ati, size, seg, n = iv.ati, iv.size, iv.seg, iv.n

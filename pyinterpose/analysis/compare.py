@@ -47,10 +47,9 @@ import numpy as np
 
 from ..trace import reader
 from ..trace.model import Trace, peak_live_bytes_of
-from . import guarded
+from . import guarded, intervals
 from ..errors import PyinterposeError
 from ..trace.stacks import top_call_sites_json
-from .access import access_intervals
 from .clock import clock_of, launch_lag
 from .owners import allocator_info, bytes_by_owner, framework
 from .ranks import per_rank
@@ -106,14 +105,9 @@ def _fragmentation(value: Any) -> dict[str, float] | None:
 
 def _memory_facts(trace: Trace, pools: bool, time_limit: float) -> dict[str, Any]:
     """What a row reads from the blocks alone (peak, owners, the pools analysis, call sites):
-    :func:`trace_row` computes it on a side thread beside the access and swap analyses, after
-    the main process's access intervals (kept by ``Trace.derived`` for those analyses)."""
+    :func:`trace_row` computes it on a side thread beside the access and swap analyses (which make
+    the access intervals a piece at a time, each for itself: nothing row-sized is shared)."""
 
-    if trace.main_pid is not None:    # first the access intervals, while the iterations are found
-        try:
-            access_intervals(trace, trace.main_pid)
-        except Exception:  # noqa: BLE001 - the access analysis reports it when it asks again
-            pass
     out: dict[str, Any] = {"peak": peak_live_bytes_of(trace),   # over the live events, shared with access
                            "info": allocator_info(trace), "by_owner": bytes_by_owner(trace).to_dict("records")}
     out["pools"] = guarded.pools(trace, time_limit=time_limit) if pools else None
@@ -147,8 +141,9 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-compare") as ex:
         side = ex.submit(_memory_facts, trace, pools, time_limit)
         it = guarded.iterations(trace)
-        acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-        ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        with intervals.shared(trace):          # access and swap make the touches once
+            acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
+            ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
         facts = side.result()
     b = trace.device_blocks
     view = str(trace.meta.get("view", "unknown"))

@@ -9,7 +9,7 @@ touches of a block: at 100 M events ~50 M rows of 13 columns, 3.4 GB.  The analy
    in ``native/reader/intervals.c``).  16 bytes per access (its seq, and its CPU time or, on the device
    clock, its access row) plus 8 per block; the pages of the cached access columns read on the way are
    given back (:mod:`pyinterpose.trace.pages`).
-2. :func:`pieces` — the intervals of a range of blocks at a time (about ``chunk_rows()`` intervals,
+2. :func:`pieces` — the intervals of a range of blocks at a time (about :func:`piece_rows` intervals,
    cut only where the block id changes), each piece exactly the rows the whole table holds for those
    blocks, in the same order and with the same columns and types: ``pd.concat(list(pieces(...)))``
    *is* ``access_intervals``.  On the device clock the touches' times are read from the clock for
@@ -20,6 +20,7 @@ those (``access.analyze``, ``swap.prepare``).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,8 +43,8 @@ class Touches:
     bid: np.ndarray           # int64: their block ids (ascending)
     cnt: np.ndarray           # int64: distinct touches of each block (rows order)
     off: np.ndarray           # int64, len(rows) + 1: where each block's touches start in seq / t
-    seq: np.ndarray           # int64: the touches' seq, grouped by block, ascending within a block
-    t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None)
+    seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
+    t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
     clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
 
     @property
@@ -77,15 +78,32 @@ def _device_clocks(trace: Trace, pid: int | None, rows: np.ndarray) -> dict | No
     return clocks if any(c.device for c in clocks.values()) else None
 
 
+_kept: set = set()      # ids of the traces whose touches are kept (inside shared())
+
+
+@contextlib.contextmanager
+def shared(trace: Trace):
+    """Inside this block the touches of ``trace`` are made once and kept with it (``Trace.derived``),
+    for analyses that each make the intervals (``compare`` runs access and swap on one trace); let go
+    at the end."""
+    _kept.add(id(trace))
+    try:
+        yield
+    finally:
+        _kept.discard(id(trace))
+        trace.forget("access.touches")
+
+
 def touches(trace: Trace, pid: int | None) -> Touches:
-    """The touches of the process's blocks (all processes' with ``pid`` None), computed once per trace
-    and process (``Trace.derived``; shared, read-only)."""
-    key = ("access.touches", None if pid is None else int(pid))
-    return trace.derived(key, lambda: _touches(trace, pid))
+    """The touches of the process's blocks (all processes' with ``pid`` None).  Not kept with the
+    trace (16 bytes an access; but see :func:`shared`): a pass over the pieces holds them while it runs."""
+    if id(trace) in _kept:
+        return trace.derived(("access.touches", None if pid is None else int(pid)), lambda: _touches(trace, pid))
+    return _touches(trace, pid)
 
 
 def _touches(trace: Trace, pid: int | None) -> Touches:
-    from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
+    from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
     rows = block_rows(trace, pid)
@@ -97,18 +115,23 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     a = trace.accesses
     na = len(a)
     clocks = _device_clocks(trace, pid, rows) if nb else None
+    if clocks is not None:       # the clock's ops (read by every piece) made now, before the touches' arrays
+        for c in clocks.values():
+            if c.device:
+                c.ops
+        release_tables(trace)
     # block row of each access, a range of accesses at a time: a direct table when block ids are
     # small (the reader's: dense), else a search
     row = np.full(na, -1, np.int32)
     if nb and na:
-        a_bid = a["block_id"].to_numpy(np.int64)
+        a_bid = a["block_id"].to_numpy()          # the column itself (int32 or int64): widened a range at a time
         hi = int(bid[-1])
         lut = None
         if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + na) + 1024:
             lut = np.full(hi + 2, -1, dtype=np.int32)
             lut[bid] = np.arange(nb, dtype=np.int32)
         for s, e in chunking.spans(na):
-            x = a_bid[s:e]
+            x = a_bid[s:e].astype(np.int64)
             if lut is not None:
                 row[s:e] = lut[np.clip(x, -1, hi + 1)]
             else:
@@ -118,32 +141,50 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
             pages.release(a_bid, s, e)
         del lut
     a_seq = _col(a, "seq")
-    # on the device clock a touch keeps its access row: its times are read from the clock per piece
-    a_t = np.arange(na, dtype=np.int64) if clocks is not None else _col(a, "t")
+    # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
+    a_t = None if clocks is not None else _col(a, "t")
     cnt = np.zeros(nb, np.int64)
     t_seq = np.empty(na, np.int64)
     t_t = np.empty(na, np.int64)
-    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq), _ptr(a_t),
-                              _ptr(cnt), _ptr(t_seq), _ptr(t_t))
+    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
+                              ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t))
     if n < 0:
         raise MemoryError("out of memory building access intervals")
     del row, a_t
     pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
-    if n < na:          # keep only what is used (a copy now, the full-length arrays go)
-        t_seq, t_t = t_seq[:n].copy(), t_t[:n].copy()
+    t_seq, t_t = _narrow(t_seq[:n]), _narrow(t_t[:n]) if clocks is not None else t_t[:n]
     off = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt, out=off[1:])
     return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
+def _narrow(x: np.ndarray) -> np.ndarray:
+    """``x`` as int32 when every value fits (seqs and access rows below 2**31: 4 bytes an access less),
+    else ``x`` itself; a piece reads its rows back as int64 (:func:`_wide`)."""
+    if len(x) and (int(x.min()) < -(1 << 31) or int(x.max()) >= 1 << 31):
+        return x
+    return x.astype(np.int32)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def piece_rows() -> int:
+    """Intervals per piece: a quarter of ``chunk_rows()`` (at least 1).  Making a piece costs ~100 bytes
+    an interval (its seqs and times, the touches' device times, the rows' block columns), so the default
+    piece of 1 Mi intervals stays near 100 MB."""
+    return max(1, chunking.chunk_rows() // 4)
+
+
 def spans(tc: Touches, size: int | None = None) -> list[tuple[int, int]]:
-    """Block ranges ``(r0, r1)`` (indices into ``tc.rows``) of about ``size`` (``chunk_rows()``)
+    """Block ranges ``(r0, r1)`` (indices into ``tc.rows``) of about ``size`` (:func:`piece_rows`)
     intervals each, cut only between blocks of different ids (a run of one id stays in one piece)."""
     nb = len(tc.rows)
     if nb == 0:
         return []
-    size = size or chunking.chunk_rows()
+    size = size or piece_rows()
     if tc.n_intervals <= size:
         return [(0, nb)]
     ends = tc.off[1:] + np.arange(1, nb + 1)         # intervals up to and including each block
@@ -171,16 +212,30 @@ def _whole_ids(cuts: list, tc: Touches) -> list[tuple[int, int]]:
     return [(x, y) for x, y in out]
 
 
-def pieces(trace: Trace, pid: int | None, size: int | None = None):
+def pieces(trace: Trace, pid: int | None, size: int | None = None, columns=None, tc: Touches | None = None):
     """The rows of ``access_intervals(trace, pid)`` for a range of blocks at a time (DataFrames with
-    its columns, in its order; see the module docstring)."""
-    tc = touches(trace, pid)
+    its columns, in its order; see the module docstring); with ``columns``, dicts of those columns
+    as numpy arrays (categoricals as their int8 codes).  ``tc``: the process's :func:`touches`, when
+    the caller has them."""
+    if tc is None:
+        tc = touches(trace, pid)
+    b, a = trace.blocks, trace.accesses
+    read = [b[c].to_numpy() for c in ("block_id", "pid", "size", "seq_alloc", "seq_free", "t_alloc", "t_free",
+                                       "freed", "counts_device")]
+    if tc.clocks is not None:
+        read += [a[c].to_numpy() for c in ("seq", "t", "pid")]
+        for c in tc.clocks.values():
+            o = c.ops if c.device else None
+            if o is not None:
+                read += [x for x in (o.seq, o.t, o.start, o.end, o.stream) if x is not None]
     for r0, r1 in spans(tc, size):
-        yield piece(trace, tc, r0, r1)
+        p = piece(trace, tc, r0, r1, columns)
+        pages.release_all(*read)          # the pages of the mapped columns this piece read
+        yield p
 
 
-def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
-    """The intervals of the blocks ``tc.rows[r0:r1]``."""
+def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
+    """The intervals of the blocks ``tc.rows[r0:r1]`` (a DataFrame, or a dict of ``columns``)."""
     from .._core import lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
@@ -192,7 +247,7 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
     t_free = b["t_free"].to_numpy(np.int64)[rows]
-    tseq = tc.seq[k0:k1]
+    tseq = _wide(tc.seq[k0:k1])
     m = (k1 - k0) + nb
     start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
     start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
@@ -200,10 +255,10 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
     if tc.clocks is None:
         t_alloc, t_free = np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free)
         lib.pi_access_intervals(nb, _ptr(seq_alloc), _ptr(seq_free), _ptr(t_alloc), _ptr(t_free), _ptr(cnt),
-                                _ptr(tseq), _ptr(tc.t[k0:k1]), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
+                                _ptr(tseq), _ptr(_wide(tc.t[k0:k1])), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
                                 _ptr(end_t), _ptr(code))
     else:
-        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, tc.t[k0:k1], seq_alloc, seq_free,
+        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, _wide(tc.t[k0:k1]), seq_alloc, seq_free,
                                                         t_alloc, t_free)
         # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
         # the next touch STARTS (its device start): the intervals of the touches' ends give the
@@ -216,22 +271,28 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int) -> pd.DataFrame:
         del scratch, a_start, a_end
         np.maximum(end_t, start_t, out=end_t)      # accesses overlapping on concurrent streams: 0
     rows_of_interval = np.repeat(rows.astype(np.int32 if len(b) < 1 << 31 else np.int64), cnt + 1)
-    out = pd.DataFrame({
-        "block_id": b["block_id"].to_numpy(np.int64)[rows_of_interval],
-        "pid": b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
-        "size": b["size"].to_numpy(np.int64)[rows_of_interval],
-        "start_t": start_t,
-        "end_t": end_t,
-        "start_seq": start_seq,
-        "end_seq": end_seq,
-        "ati_ns": end_t - start_t,
-        "kind": pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
-        "block_kind": _take_category(b["kind"], rows_of_interval),
-        "api": _take_category(b["api"], rows_of_interval),
-        "freed": b["freed"].to_numpy(bool)[rows_of_interval],
-        "counts_device": b["counts_device"].to_numpy(bool)[rows_of_interval],
-    }, copy=False)   # fresh arrays: no consolidation copy
-    return out
+    made = {
+        "block_id": lambda: b["block_id"].to_numpy(np.int64)[rows_of_interval],
+        "pid": lambda: b["pid"].to_numpy()[rows_of_interval].astype(np.int32, copy=False),
+        "size": lambda: b["size"].to_numpy(np.int64)[rows_of_interval],
+        "start_t": lambda: start_t,
+        "end_t": lambda: end_t,
+        "start_seq": lambda: start_seq,
+        "end_seq": lambda: end_seq,
+        "ati_ns": lambda: end_t - start_t,
+        "kind": lambda: pd.Categorical.from_codes(code, categories=INTERVAL_KINDS),
+        "block_kind": lambda: _take_category(b["kind"], rows_of_interval),
+        "api": lambda: _take_category(b["api"], rows_of_interval),
+        "freed": lambda: b["freed"].to_numpy(bool)[rows_of_interval],
+        "counts_device": lambda: b["counts_device"].to_numpy(bool)[rows_of_interval],
+    }
+    if columns is not None:
+        out = {}
+        for c in columns:
+            x = code if c == "kind" else made[c]()
+            out[c] = x.codes if isinstance(x, pd.Categorical) else x
+        return out
+    return pd.DataFrame({c: made[c]() for c in INTERVAL_COLUMNS}, copy=False)   # fresh arrays: no copy
 
 
 def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, seq_alloc, seq_free,
@@ -261,6 +322,14 @@ def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, se
             a_start[ma], a_end[ma] = c.op_times(a_seq[ma], a_t[ma])
     return (np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free), np.ascontiguousarray(a_start),
             np.ascontiguousarray(a_end))
+
+
+def release_tables(trace: Trace) -> None:
+    """Give back the resident pages of every mapped column of the trace's tables (:mod:`..trace.pages`)."""
+    for name in ("blocks", "accesses", "launches", "copies", "markers", "nvml", "processes"):
+        df = getattr(trace, name, None)
+        if df is not None and hasattr(df, "columns"):
+            pages.release_frame(df)
 
 
 def _take_category(col: pd.Series, rows: np.ndarray) -> pd.Categorical:

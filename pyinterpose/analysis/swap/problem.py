@@ -257,10 +257,26 @@ def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.nda
     return ops, np.searchsorted(times, start).astype(np.int64), np.searchsorted(times, end).astype(np.int64)
 
 
+def _between_intervals(trace, pid: int, min_size: int) -> pd.DataFrame:
+    """The rows of ``access_intervals(trace, pid)`` that :func:`prepare_tables` can keep (kind
+    ``between``, size >= ``min_size``), the columns it reads, made a piece of blocks at a time
+    (:func:`..intervals.pieces`: the whole table is never held)."""
+    from ..intervals import INTERVAL_KINDS, pieces  # lazy: see the note above STRATEGIES
+
+    cols = ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")
+    code = INTERVAL_KINDS.index(SWAP_INTERVAL_KIND)
+    parts = {k: [] for k in cols}
+    for p in pieces(trace, pid, columns=cols + ("kind",)):
+        keep = p["kind"] == code
+        keep &= p["size"] >= max(1, min_size)
+        for k in cols:
+            parts[k].append(p[k][keep])
+        del p, keep
+    return pd.DataFrame({k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}, copy=False)
+
+
 def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
     """:func:`prepare_tables` for one process of a trace (default: the main process)."""
-    from ..access import access_intervals  # lazy: see the note above STRATEGIES
-
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
         raise PyinterposeError("the trace has no allocations: nothing to swap")
@@ -281,11 +297,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
         found = ex.submit(find_iterations, trace, pid=pid)
-        iv = access_intervals(trace, pid=pid)
-        between = _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
-        between = between & (iv["size"].to_numpy(np.int64) >= max(1, min_size))     # what prepare_tables keeps
-        iv = pd.DataFrame({k: iv[k].to_numpy()[between]
-                           for k in ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")}, copy=False)
+        iv = _between_intervals(trace, pid, min_size)
         try:
             found.result()
         except PyinterposeError:
