@@ -19,7 +19,8 @@ from ..errors import PyinterposeError
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
 from ..trace import chunking
-from ..trace.model import live_bytes_curve, live_events
+from ..trace.live import scan
+from ..trace.model import live_bytes_curve
 from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
 from .iterations import find_iterations
@@ -165,14 +166,12 @@ def _top_order(key: np.ndarray, top: int) -> np.ndarray:
 
 def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
     """(time, bytes) of the peak of live bytes of the blocks in ``mask`` (the first time it is
-    reached; (0, 0) for none): ``live_bytes_curve(trace.blocks[mask])`` without sorting again."""
-
-    t, d, r = live_events(trace)
-    if len(d):
-        live = np.cumsum(d * mask[r])
-        i = int(np.argmax(live))
-        if live[i] > 0 and mask[r[i]]:
-            return int(t[i]), int(live[i])
+    reached; (0, 0) for none): ``live_bytes_curve(trace.blocks[mask])`` without sorting again, one
+    pass over the trace's live-event order in pieces (:func:`..trace.live.scan`: nothing full-length
+    kept; the first event reaching a positive maximum is one of a masked block, whose delta raised it)."""
+    best, at, t = scan(trace, mask)
+    if at >= 0 and best > 0:
+        return t, best
     t, live = live_bytes_curve(trace.blocks[mask])
     i = int(np.argmax(live)) if len(live) else 0
     return (int(t[i]), int(live[i])) if len(live) else (0, 0)
@@ -294,7 +293,7 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     if pid is not None:
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
     block_size = b["size"].to_numpy(np.int64)[in_blocks]
-    peak = _peak(trace, in_blocks)         # first: live_events' temporaries while little is held
+    peak = _peak(trace, in_blocks)
     iv = _StreamedIntervals(trace, pid, len(block_size))
     if not iv.n:
         peak = None
