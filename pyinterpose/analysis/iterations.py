@@ -153,26 +153,29 @@ def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
     return cols if m.all() else cols[m]
 
 
+def _allocations_in_order(blocks: pd.DataFrame):
+    """(order, seq_alloc, t_alloc, size, freed, seq_free) of the allocations in (seq_alloc, block_id) order
+    (``order`` a slice when they are in that order already)."""
+    seq_a = blocks["seq_alloc"].to_numpy(np.int64)
+    bid = blocks["block_id"].to_numpy(np.int64)
+    ds = np.diff(seq_a)
+    if len(seq_a) > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
+        o = np.lexsort((bid, seq_a))
+    else:
+        o = slice(None)
+    del ds
+    return (o, seq_a[o], blocks["t_alloc"].to_numpy(np.int64)[o], blocks["size"].to_numpy(np.int64)[o],
+            blocks["freed"].to_numpy(bool)[o], blocks["seq_free"].to_numpy(np.int64)[o])
+
+
 def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     """The signature of the process's allocations, computed a piece of allocations at a time from
     the frees in seq order (their seqs, cumulative sizes and times): no full-length event arrays.
     Each position is counted as in the merged alloc/free event sequence (frees before allocs at
     equal seq): an allocation's position is its index plus the frees at or before its seq, a
     free's the allocations before its seq plus its rank among the frees."""
-    seq_a = blocks["seq_alloc"].to_numpy(np.int64)
-    bid = blocks["block_id"].to_numpy(np.int64)
+    o, seq_a, t_a, size, freed, seq_f = _allocations_in_order(blocks)
     n = len(seq_a)
-    ds = np.diff(seq_a)
-    if n > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
-        o = np.lexsort((bid, seq_a))
-    else:
-        o = slice(None)
-    del ds
-    seq_a = seq_a[o]
-    t_a = blocks["t_alloc"].to_numpy(np.int64)[o]
-    size = blocks["size"].to_numpy(np.int64)[o]
-    freed = blocks["freed"].to_numpy(bool)[o]
-    seq_f = blocks["seq_free"].to_numpy(np.int64)[o]
     # the frees in seq order: their seqs, running total of sizes, times
     fsel = np.flatnonzero(freed)
     fo = np.argsort(seq_f[fsel], kind="stable")
@@ -230,20 +233,8 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
 
 def _signature_whole(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     """:func:`_signature` with every event sorted at once (the frees of two blocks at one seq)."""
-    seq_a = blocks["seq_alloc"].to_numpy(np.int64)
-    bid = blocks["block_id"].to_numpy(np.int64)
+    o, seq_a, t_a, size, freed, seq_f = _allocations_in_order(blocks)
     n = len(seq_a)
-    ds = np.diff(seq_a)
-    if n > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
-        o = np.lexsort((bid, seq_a))
-    else:
-        o = slice(None)
-    del ds
-    seq_a = seq_a[o]
-    t_a = blocks["t_alloc"].to_numpy(np.int64)[o]
-    size = blocks["size"].to_numpy(np.int64)[o]
-    freed = blocks["freed"].to_numpy(bool)[o]
-    seq_f = blocks["seq_free"].to_numpy(np.int64)[o]
     t_f = blocks["t_free"].to_numpy(np.int64)[o]
     # alloc/free events in seq order (frees before allocs at equal seq, each kind in its order):
     # the allocations are in seq order already, the frees sorted, then both merged
