@@ -271,7 +271,7 @@ def _repeat_rows(vals: np.ndarray, seg: np.ndarray, s: slice) -> np.ndarray:
 
 def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pid: int | None = None,
             iters=None, ati_quantile: float = 0.9, size_quantile: float = 0.9, top: int = 10,
-            cache_path: str | None = None) -> dict[str, Any]:
+            cache_path: str | None = None, between=None) -> dict[str, Any]:
     """Paper 1's access analysis of one process's device blocks (default: the main process).
 
     ``bandwidth``: GB/s per direction (or a :class:`~pyinterpose.analysis.bandwidth.Bandwidth`);
@@ -295,6 +295,8 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     block_size = b["size"].to_numpy(np.int64)[in_blocks]
     peak = _peak(trace, in_blocks)
     iv = _StreamedIntervals(trace, pid, len(block_size))
+    if between is not None:
+        between(lambda: _between_rows(iv))
     if not iv.n:
         peak = None
     n_kind, kcode = iv.n_kind, iv.kcode
@@ -483,6 +485,14 @@ class _StreamedIntervals:
 
     def per_block_any(self, mask: np.ndarray) -> np.ndarray:
         return np.logical_or.reduceat(mask, self.seg) if len(self.seg) else np.zeros(0, bool)
+
+
+def _between_rows(iv: "_StreamedIntervals"):
+    """(ATI, size) of the device rows of kind ``between``, a chunk at a time, in table order."""
+    k = INTERVAL_KINDS.index("between")
+    for (p, ls, s), (p_sz, ls_sz, _) in zip(iv.ati.chunks(), iv.size.chunks()):
+        sel = iv.kcode[s] == k
+        yield p[ls][sel], np.asarray(p_sz[ls_sz])[sel]
 
 
 def _bandwidth_filter(out: dict, iv: "_StreamedIntervals", bw, block_bytes: float) -> np.ndarray:

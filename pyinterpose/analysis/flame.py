@@ -1,7 +1,7 @@
 """Live device memory by call stack, at one instant: the data of a flame graph.
 
 A *moment* is an instant of the run and the device blocks live at it: the peak of live device
-bytes (the instant :func:`pyinterpose.trace.model.live_events` reaches its maximum, in the same
+bytes (the instant the live device bytes curve (:mod:`pyinterpose.trace.live`) reaches its maximum, in the same
 event order, so the bytes of a peak moment sum exactly to the trace's peak live bytes), and each
 out-of-memory failure (the live set :func:`pyinterpose.analysis.oom.live_mask` gives: the failing
 process's blocks by sequence number and the other processes' on that device by time).
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace, counted_bytes, live_events
+from ..trace.live import live_at_peak, scan
+from ..trace.model import Trace, counted_bytes
 from ..trace.stacks import frame_text
 from ..trace.stacks import display_owner
 from .oom import live_mask, oom_failures
@@ -45,18 +46,14 @@ class Moment:
 
 def peak_bytes_per_block(trace: Trace) -> tuple[int, np.ndarray]:
     """(t of the peak, bytes each block holds at the peak): over the live events up to and
-    including the event where live device bytes are highest; sums to the peak live bytes."""
-    t, d, r = live_events(trace)
-    out = np.zeros(len(trace.blocks), np.int64)
-    if len(d) == 0:
-        return 0, out
-    live = np.cumsum(d)
-    k = int(np.argmax(live))
-    if live[k] <= 0:
-        return int(t[k]), out
-    # every block's events up to k: +bytes at its alloc, -bytes at its free
-    np.add.at(out, r[:k + 1], d[:k + 1])
-    return int(t[k]), out
+    including the event where live device bytes are highest; sums to the peak live bytes.  Read
+    from the live-event order in pieces (:func:`pyinterpose.trace.live.scan`, ``live_at_peak``)."""
+    best, k, t = scan(trace)
+    if k < 0:
+        return 0, np.zeros(len(trace.blocks), np.int64)
+    if best <= 0:
+        return t, np.zeros(len(trace.blocks), np.int64)
+    return t, live_at_peak(trace, k)
 
 
 def _frames_of_stacks(trace: Trace, stack_ids: np.ndarray) -> dict[int, tuple[str, ...]]:

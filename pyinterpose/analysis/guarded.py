@@ -73,8 +73,9 @@ def block_classes(trace: Trace, iters=None) -> Result:
     return Result(s, "")
 
 
-def access(trace: Trace, bandwidth: float | None = None, iters=None) -> Result:
-    return _call("access", "analyze", trace, bandwidth=bandwidth, iters=iters)
+def access(trace: Trace, bandwidth: float | None = None, iters=None, between=None) -> Result:
+    return _call("access", "analyze", trace, bandwidth=bandwidth, iters=iters,
+                 **({} if between is None else {"between": between}))
 
 
 def pools(trace: Trace, strategies=None, time_limit: float = 5.0) -> Result:

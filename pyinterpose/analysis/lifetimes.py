@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace, live_bytes_curve, live_events
+from ..trace.live_windows import masked_peaks
+from ..trace.model import Trace, live_bytes_curve
 from .iterations import Iterations, find_iterations
 from .growth import leak_stacks
 
@@ -206,20 +207,24 @@ def live_at(blocks: pd.DataFrame, t: int) -> pd.DataFrame:
     return blocks[(blocks["t_alloc"] <= t) & ((blocks["t_free"] > t) | ~blocks["freed"])]
 
 
-def peak(classes: pd.DataFrame, top: int = 10, curve: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+def peak(classes: pd.DataFrame, top: int = 10, curve: tuple[np.ndarray, np.ndarray] | None = None,
+         at_peak: tuple[int, int] | None = None) -> dict[str, Any]:
     """Peak live device bytes of the classified blocks and what is live then.  ``curve``: their
-    ``live_bytes_curve`` when the caller has it."""
+    ``live_bytes_curve`` when the caller has it; ``at_peak``: (its maximum, the time first reached)
+    when the caller has only those."""
     dev = classes[classes["counts_device"]]
-    t, live = live_bytes_curve(dev) if curve is None else curve
-    if len(live) == 0:
-        return {"bytes": 0, "t": None, "by_class": {}, "top_blocks": [], "blocks": 0}
-    i = int(np.argmax(live))
-    t_peak = int(t[i])
+    if at_peak is None:
+        t, live = live_bytes_curve(dev) if curve is None else curve
+        if len(live) == 0:
+            return {"bytes": 0, "t": None, "by_class": {}, "top_blocks": [], "blocks": 0}
+        i = int(np.argmax(live))
+        at_peak = int(live[i]), int(t[i])
+    peak_bytes, t_peak = at_peak
     at = live_at(dev, t_peak)
     by_class = at.groupby("class", observed=True)["size"].sum()
     top_rows = at.sort_values(["size", "block_id"], ascending=[False, True]).head(top)
     return {
-        "bytes": int(live[i]), "t": t_peak, "blocks": int(len(at)),
+        "bytes": int(peak_bytes), "t": t_peak, "blocks": int(len(at)),
         "by_class": {str(k): int(v) for k, v in by_class.items()},
         "top_blocks": [
             {"block_id": int(r.block_id), "size": int(r.size), "kind": str(r.kind), "api": str(r.api),
@@ -271,12 +276,10 @@ def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = Non
             "size": _quantiles(size[g]),
         }
     per_class = {name: per_class[name] for name in CLASSES if name in per_class}
-    curve = _live_curve(trace, c)
-    pk = peak(c, top=top, curve=curve)
+    pk, per_it = _peaks(trace, c, iters, top)
     steady_peak = None
     if iters.count:
         lo, hi = iters.boundaries[0], iters.boundaries[-1]
-        per_it = per_iteration_peaks(None, iters.boundaries_t, curve=curve)
         steady_peak = {"per_iteration_max": int(max(per_it)), "per_iteration_min": int(min(per_it)),
                        "seq_range": [int(lo), int(hi)]}
     freed = c["freed"].to_numpy(bool)[on]
@@ -297,16 +300,31 @@ def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = Non
     }
 
 
-def _live_curve(trace: Trace, classes: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """``live_bytes_curve`` of the classified blocks (device blocks of one process), taken from the
-    trace's live events (sorted once per trace) instead of sorting them again."""
+def _peaks(trace: Trace, classes: pd.DataFrame, iters: Iterations, top: int):
+    """(:func:`peak` of the classified blocks, :func:`per_iteration_peaks` of their curve or None
+    without iterations).  The classified blocks are usually the trace's device blocks of one process:
+    then both are read from the trace's live events in pieces (:func:`.live_windows.masked_peaks`:
+    the same events in the same order, nothing of the trace's length kept); else from their own curve."""
+    bt = iters.boundaries_t if iters.count else None
+    mine = _one_process_mask(trace, classes)
+    if mine is None or (bt is not None and len(bt) > 1 and (np.diff(np.asarray(bt, np.int64)) < 0).any()):
+        curve = live_bytes_curve(classes)
+        return (peak(classes, top=top, curve=curve),
+                per_iteration_peaks(None, bt, curve=curve) if bt is not None else None)
+    mp = masked_peaks(trace, mine, bt)
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    pk = peak(classes, top=top, at_peak=(mp.peak, mp.t)) if mp.events else peak(classes, top=top, curve=empty)
+    return pk, mp.per_window
+
+
+def _one_process_mask(trace: Trace, classes: pd.DataFrame) -> np.ndarray | None:
+    """Rows of ``trace.blocks`` of the classified blocks' process, when the classified device blocks are
+    exactly that process's device blocks (None otherwise: not the trace's blocks of one process)."""
     b = trace.blocks
     if not len(classes):
-        return live_bytes_curve(classes)
+        return None
     pid = classes["pid"].iloc[0]
     mine = b["pid"].to_numpy() == pid
     if int((mine & b["counts_device"].to_numpy(bool)).sum()) != int(classes["counts_device"].sum()):
-        return live_bytes_curve(classes)       # not the trace's blocks of one process
-    t, d, r = live_events(trace)
-    keep = mine[r]
-    return t[keep], np.cumsum(d[keep])
+        return None
+    return mine

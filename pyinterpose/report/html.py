@@ -12,6 +12,7 @@ figures/tables or a "not available: <reason>" note, and the headlines
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import html as _html
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,12 +28,13 @@ from ..analysis.owners import allocator_info
 from ..trace.model import Trace
 from ..trace.pages import release_tables
 from . import data, plots, timeline
+from .ati_stream import BetweenSummary
 from .html_sections import ati_figure, reserved_curve
+from .html_sections import SWAP
 from .registry import REPORTERS
 from .reporter import ReportContext
 from .sections import Report
 from .text import fmt_bytes, fmt_ns
-from ..analysis.access import access_intervals
 from ..analysis.clock import clock_of, launch_lag
 from ..outfile import atomic_output
 
@@ -73,11 +75,52 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
     ctx = analyse(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
                   progress=progress)
     facts = header_facts(ctx)
-    sections = [s for s in (r.section(ctx) for r in REPORTERS) if s is not None]
+    if ctx.wait_swap is None:       # a long run: the swap work last, once the rest is let go
+        sections = _sections_swap_last(ctx)
+    else:
+        sections = [s for s in (r.section(ctx) for r in REPORTERS) if s is not None]
     ctx.swap()        # the swap schedules' worker is done even when no section asked for them
     ctx.step(1.0, "rendering")
     title = f"pyinterpose report: {os.path.basename(trace.path) if trace.path else 'trace'}"
     return Report(title=title, facts=facts, sections=sections, headlines=ctx.heads, warnings=list(trace.warnings))
+
+
+def _sections_swap_last(ctx: ReportContext) -> list:
+    """Every section, the swap section's work last (a long run, analyses one at a time): the other
+    sections are built first, then what they read is let go (:func:`_let_go`: the analyses' results and
+    the pages of the cached columns), then the swap problem and its schedules run on this thread (at
+    100 M events the largest step: it no longer stacks on what the other sections kept).  The sections
+    come in page order, and so do the headlines (a section after the swap section put its keys after it)."""
+    built, after, later_keys = {}, False, []
+    for r in REPORTERS:
+        if r is SWAP:
+            after = True
+            continue
+        before = set(ctx.heads)
+        built[r.id] = r.section(ctx)
+        if after:
+            later_keys += [k for k in ctx.heads if k not in before]
+    _let_go(ctx)
+    start_swap(ctx, _now)
+    built[SWAP.id] = SWAP.section(ctx)
+    for k in later_keys:
+        ctx.heads[k] = ctx.heads.pop(k)
+    return [built[r.id] for r in REPORTERS if built.get(r.id) is not None]
+
+
+# what the report's analyses memoized on the trace that the swap problem does not read again
+_DONE_BEFORE_SWAP = ("lifetimes.classify", "pools.reserved_curve", "stacks", "growth.growth")
+
+
+def _let_go(ctx: ReportContext) -> None:
+    """The results the sections are built from, once they are built (a long run, before the swap work):
+    the context's analyses and the trace's memoized results only they read."""
+    ctx.iterations = ctx.classes = ctx.access = ctx.lifetimes = ctx.pools = guarded.Result()
+    ctx.timelines = ctx.ati_figure = None
+    for m in _DONE_BEFORE_SWAP:
+        ctx.trace.forget(m)
+    gc.collect()
+    release_tables(ctx.trace)
 
 
 def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0, strategies=None,
@@ -103,7 +146,6 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
                         blocks=b, reserved_view=str(trace.meta.get("view", "")) == "reserved", step=step)
 
     step(0.05, "iterations")
-    intervals = _now(lambda: None) if later is _now else _in_background(lambda: _prefetch_intervals(trace))
     ctx.iterations = it = guarded.iterations(trace)
     ctx.classes = guarded.block_classes(trace, iters=it.value)
     def side_work():
@@ -117,19 +159,34 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
 
     _give_back(trace, later)
     step(0.1, "access intervals")
-    ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-    ctx.ati_figure = ati_figure(trace, ctx.access)
+    between = BetweenSummary()       # what the ATI figure reads of the intervals, while the analysis holds them
+    ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value, between=between)
+    ctx.ati_figure = ati_figure(ctx.access, between)
+    del between
     _give_back(trace, later)
-    step(0.2, "swap planning")
-    sp = guarded._call("swap", "problem_for", trace, bandwidth=bandwidth)   # prepared once for both
-    trace.forget("access.intervals")
-    # the accesses' per-block touches too: read by the access intervals and the swap problem, both made
-    # by now (at 10 M events 150 MB kept to the end otherwise; nothing after this reads them again)
+    if later is not _now:
+        start_swap(ctx, later)     # a long run: once every other section is built (build())
+    step(0.3, "lifetimes")
+    ctx.lifetimes = guarded.lifetimes_summary(trace, iters=it.value)
+    step(0.35, "timeline")
+    ctx.timelines, ctx.pools = side.result()
+    _give_back(trace, later)
+    return ctx
+
+
+def start_swap(ctx: ReportContext, later) -> None:
+    """The swap problem, prepared once for the evaluation and the Pareto sweep, and their work:
+    one list of tasks, worked through by a worker thread now (``later`` is :func:`_in_background`)
+    and by this thread too once its own sections are built (two busy threads, the C scheduler
+    releasing the GIL, and never more runs at once than that); ``ctx.wait_swap`` gives the results."""
+    trace = ctx.trace
+    ctx.step(0.2, "swap planning")
+    sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth)   # prepared once for both
+    # the accesses' per-block touches: read by the access analysis and the swap problem, both made by
+    # now (kept only inside intervals.shared(); nothing after this reads them again)
     trace.forget("access.touches")
-    # the swap evaluation and the Pareto sweep: one list of tasks, worked through by a worker
-    # thread now and by this thread too once its own sections are built (two busy threads,
-    # the C scheduler releasing the GIL, and never more runs at once than that)
     work = guarded.swap_work(sp.value) if sp.ok else sp
+    del sp
     worker = later(work.value.work) if work.ok and later is not _now else None
 
     def wait_swap():
@@ -139,13 +196,6 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
         return ev, sw
     ctx.wait_swap = wait_swap
     _give_back(trace, later)
-    step(0.3, "lifetimes")
-    ctx.lifetimes = guarded.lifetimes_summary(trace, iters=it.value)
-    step(0.35, "timeline")
-    ctx.timelines, ctx.pools = side.result()
-    intervals.result()
-    _give_back(trace, later)
-    return ctx
 
 
 def _give_back(trace: Trace, later) -> None:
@@ -248,17 +298,6 @@ def _in_background(fn: Callable[[], Any]) -> Future:
         return ex.submit(fn)
     finally:
         ex.shutdown(wait=False)      # the submitted call still runs; no thread is left behind
-
-
-def _prefetch_intervals(trace: Trace) -> None:
-    """The main process's access intervals into the trace's derived tables, where the access
-    analysis and the swap problem read them (a failure is theirs to report)."""
-    if trace.main_pid is None:
-        return
-    try:
-        access_intervals(trace, trace.main_pid)
-    except Exception:  # noqa: BLE001 - the access section reports it when it asks again
-        pass
 
 
 # ---------------------------------------------------------------------------------------------

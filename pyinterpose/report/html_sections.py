@@ -14,7 +14,8 @@ from ..analysis.owners import allocator_mask
 from ..analysis.pools import reserved_curve as pools_reserved_curve
 from ..trace.model import Trace
 from ..trace.stacks import helper_frames, top_call_sites
-from . import data, plots, timeline
+from . import ati_stream, data, plots, timeline
+from .ati_stream import BetweenSummary
 from .reporter import Reporter, ReportContext, safe
 from .sections import Section
 from .tables import format_frame, group_rows
@@ -101,39 +102,22 @@ def _lifetimes_section(s: Section, d: dict, heads: dict) -> None:
                           "peak_by_class": to_jsonable(pk.get("by_class"))}
 
 
-def between_intervals(trace: Trace, acc: guarded.Result) -> pd.DataFrame | Exception | None:
-    """What the access section plots: size and ati_ns of the device blocks' access-to-access intervals
-    (kind "between"), taken while the trace still holds the access intervals (the report lets them go
-    before the sections are built); the failure itself when they cannot be read (the section says so)."""
-    if not acc.ok:
-        return None
-    try:
-        iv = access_analysis.access_intervals(trace, acc.value.get("pid"))
-        sel = iv["counts_device"].to_numpy(bool) & (iv["kind"].cat.codes.to_numpy()
-                                                    == iv["kind"].cat.categories.get_loc("between"))
-        return pd.DataFrame({k: iv[k].to_numpy()[sel] for k in ("size", "ati_ns")}, copy=False)
-    except Exception as e:  # noqa: BLE001 - reported in the access section
-        return e
-
-
 def _bandwidth_of(d: dict) -> Bandwidth | None:
     b = d.get("bandwidth")
     return Bandwidth(b["h2d_bytes_per_s"], b["d2h_bytes_per_s"], b["latency_s"], b.get("source", "")) if b else None
 
 
-def ati_figure(trace: Trace, acc: guarded.Result) -> tuple[str, str] | bool | Exception | None:
-    """The access section's figure, drawn while the trace still holds the access intervals (the
-    intervals' arrays are let go at once: at 100 M events they are hundreds of MB): the access-to-access
-    intervals (:func:`between_intervals`) against the per-interval swap cost; False when there is no
-    such interval, None without an access analysis, the failure itself when they cannot be read."""
-    iv = between_intervals(trace, acc)
-    if iv is None or isinstance(iv, Exception):
-        return iv
-    if len(iv) == 0:
-        return False
-    bw = _bandwidth_of(acc.value)
-    thr = access_analysis.swap_cost_ns(iv["size"].to_numpy(np.int64), bw) if bw is not None else None
-    return plots.ati_png(iv["ati_ns"].to_numpy(), None, thr), "ATI distribution"
+def ati_figure(acc: guarded.Result, between: BetweenSummary) -> tuple[str, str] | bool | Exception | None:
+    """The access section's figure, drawn from what the access analysis gave ``between`` (its hook) while
+    it held the intervals (:mod:`.ati_stream`: the whole intervals table is never made): the
+    access-to-access intervals against the per-interval swap cost; False when there is no such interval,
+    None without an access analysis, the failure itself when it cannot be drawn."""
+    if not acc.ok or not between.called:
+        return None
+    try:
+        return ati_stream.figure(between, _bandwidth_of(acc.value))
+    except Exception as e:  # noqa: BLE001 - reported in the access section
+        return e
 
 
 ACCESS_EXPLAIN = ("The time between consecutive uses of a block by kernels or copies. An interval can hide a"

@@ -196,16 +196,40 @@ def ati_png(ati_ns: np.ndarray, weights: np.ndarray | None, threshold_ns: float 
         ax.hist(a, bins=bins, weights=w, color=PALETTE[0], alpha=0.85,
                 label="intervals" + (" (weighted by block bytes)" if w is not None else ""))
         ax.set_xscale("log")
+    marks = None
     if threshold_ns is not None:
         th = np.atleast_1d(np.asarray(threshold_ns, dtype=np.float64))
         th = th[np.isfinite(th) & (th > 0)]
         if len(th) == 1 or (len(th) and th.min() == th.max()):
-            ax.axvline(th[0], color="#C44E52", linewidth=1.5,
-                       label=threshold_label or f"bandwidth filter {fmt_ns(th[0])}")
+            marks = ("line", th[0])
         elif len(th):
-            ax.axvspan(np.quantile(th, 0.05), np.quantile(th, 0.95), color="#C44E52", alpha=0.15,
-                       label=threshold_label or "bandwidth filter (5-95% of blocks)")
-            ax.axvline(np.median(th), color="#C44E52", linewidth=1.5, label="bandwidth filter, median block")
+            marks = ("band", np.quantile(th, 0.05), np.quantile(th, 0.95), np.median(th))
+    return _ati_finish(fig, ax, marks, threshold_label, bunit)
+
+
+def ati_binned_png(bins: np.ndarray | None, counts: np.ndarray, marks, threshold_label: str = "") -> str:
+    """:func:`ati_png` (unweighted) drawn from its histogram: the bin edges (None: no positive ATI) and
+    the intervals in each bin; ``marks``: the threshold as ("line", x) or ("band", p5, p95, median)."""
+    fig = Figure(figsize=(10, 3.2))
+    ax = fig.add_subplot(1, 1, 1)
+    if bins is not None:
+        # one point at each bin's left edge weighted by its count: the same bars as the ATIs themselves
+        ax.hist(bins[:-1], bins=bins, weights=np.asarray(counts, np.float64), color=PALETTE[0], alpha=0.85,
+                label="intervals")
+        ax.set_xscale("log")
+    return _ati_finish(fig, ax, marks, threshold_label, "intervals")
+
+
+def _ati_finish(fig: Figure, ax, marks, threshold_label: str, bunit: str) -> str:
+    """The ATI figure's threshold marks, axes and layout (see :func:`ati_png`)."""
+    if marks is not None and marks[0] == "line":
+        ax.axvline(marks[1], color="#C44E52", linewidth=1.5,
+                   label=threshold_label or f"bandwidth filter {fmt_ns(marks[1])}")
+    elif marks is not None:
+        _, q05, q95, med = marks
+        ax.axvspan(q05, q95, color="#C44E52", alpha=0.15,
+                   label=threshold_label or "bandwidth filter (5-95% of blocks)")
+        ax.axvline(med, color="#C44E52", linewidth=1.5, label="bandwidth filter, median block")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
     ax.set_xlabel("access time interval (log scale)")
     ax.set_ylabel(bunit)

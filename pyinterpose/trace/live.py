@@ -205,16 +205,18 @@ def peak_of(trace, mask: np.ndarray | None = None) -> int:
     return max(scan(trace, mask)[0], 0)
 
 
-def live_at_peak(trace) -> np.ndarray:
+def live_at_peak(trace, k: int | None = None) -> np.ndarray:
     """int64 per row of ``trace.blocks``: the sum of the deltas of the block's events up to and including
     the first event where the trace's live device bytes peak (its bytes live then; 0 for blocks not
-    live; ``-size`` for a block freed at the peak's instant and allocated again after it)."""
+    live; ``-size`` for a block freed at the peak's instant and allocated again after it).  ``k``: that
+    event's index when the caller has it from :func:`scan`."""
     n = len(trace.blocks)
     out = np.zeros(n, np.int64)
     code = live_order(trace)
     if not len(code):
         return out
-    _, k, _ = scan(trace)
+    if k is None:
+        _, k, _ = scan(trace)
     size = counted_bytes(trace.blocks)
     for lo, hi in spans(k + 1):
         rows, free = _decode(code[lo:hi])

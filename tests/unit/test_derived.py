@@ -3,6 +3,8 @@ the trace is replaced; find_iterations and the live-bytes events go through it; 
 order and the masked peaks equal the sorting ones."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 
@@ -156,9 +158,9 @@ def test_classify_is_shared_per_iterations():
 
 
 def test_summary_curve_from_the_live_events_equals_the_sorted_one():
-    """lifetimes.summary takes the process's curve from the trace's live events: its peak and
-    per-iteration peaks equal those of the blocks' own sorted curve, per process, host blocks mixed in."""
-    from pyinterpose.analysis.lifetimes import _live_curve, classify
+    """lifetimes.summary reads the process's peak and per-iteration peaks from the trace's live events
+    in pieces: they equal those of the blocks' own sorted curve, per process, host blocks mixed in."""
+    from pyinterpose.analysis.lifetimes import _peaks, classify, peak, per_iteration_peaks
 
     rng = np.random.default_rng(5)
     n = 400
@@ -169,11 +171,14 @@ def test_summary_curve_from_the_live_events_equals_the_sorted_one():
         "kind": rng.choice(["device", "host"], n, p=[0.8, 0.2]), "api": "cudaMalloc",
         "freed": rng.random(n) < 0.9}))
     for pid in (1, 2):
-        it = find_iterations(tr, pid)
+        # four iterations, one of them empty
+        it = dataclasses.replace(find_iterations(tr, pid), count=4, boundaries=np.array([0, 200, 200, 500, 790]),
+                                 boundaries_t=np.array([0, 1200, 1200, 3000, 4700]))
         c = classify(tr, it, pid)
-        t1, l1 = _live_curve(tr, c)
-        t2, l2 = live_bytes_curve(c)
-        assert len(t1) == len(t2) and (t1 == t2).all() and (l1 == l2).all()
+        pk, per_it = _peaks(tr, c, it, 10)
+        curve = live_bytes_curve(c)
+        assert pk == peak(c, top=10, curve=curve)
+        assert per_it.tolist() == per_iteration_peaks(None, it.boundaries_t, curve=curve).tolist()
 
 
 def test_forget_on_another_thread_between_store_and_return():
