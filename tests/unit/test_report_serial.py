@@ -36,3 +36,8 @@ def test_serial_build_equals_threaded(monkeypatch):
     assert a == b
     for k in ("peak_live_bytes", "blocks", "iterations", "lifetimes", "sizes", "access"):
         assert threaded.headlines[k] == serial.headlines[k], k
+    # the serial build runs the swap work last, after the sections below it: the same sections in the
+    # same order, and the headlines' keys in page order all the same
+    assert [x.id for x in serial.sections] == [x.id for x in threaded.sections]
+    assert "swap" in [x.id for x in serial.sections]
+    assert list(serial.headlines) == list(threaded.headlines)
