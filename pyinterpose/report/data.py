@@ -119,7 +119,14 @@ def largest_blocks(trace: Trace, n: int = 15, classes: pd.Series | None = None) 
         dsize = size[dev]
         kth = np.partition(dsize, len(dsize) - n)[len(dsize) - n]
         del dsize
-        b = bl.iloc[np.flatnonzero(dev & (size >= kth))]
+        # those rows may be millions (one size repeated every iteration): their order is found on the
+        # two sort keys alone (np.lexsort is stable: the stable sort below, ties in row order) and only
+        # the first n rows are taken
+        rows = np.flatnonzero(dev & (size >= kth))
+        t_alloc = bl["t_alloc"].to_numpy(np.int64)[rows]
+        first = rows[np.lexsort((t_alloc, -size[rows]))[:n]]
+        del rows, t_alloc
+        b = bl.iloc[np.sort(first)]
     else:
         b = bl[dev]
     if len(b) == 0:

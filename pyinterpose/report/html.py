@@ -98,6 +98,7 @@ def _sections_swap_last(ctx: ReportContext) -> list:
             continue
         before = set(ctx.heads)
         built[r.id] = r.section(ctx)
+        release_tables(ctx.trace)     # the pages of the cached columns it read (the next reads its own)
         if after:
             later_keys += [k for k in ctx.heads if k not in before]
     _let_go(ctx)

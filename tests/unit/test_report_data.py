@@ -135,6 +135,28 @@ def test_largest_blocks_order_and_lifetime():
     assert (lb["lifetime_ns"].to_numpy() == (expect["t_free"] - expect["t_alloc"]).to_numpy()).all()
 
 
+def test_largest_blocks_with_many_ties_at_the_cut():
+    """Thousands of device blocks of the n-th largest size (one size every iteration), some at one
+    instant: the rows listed are the first n of every device block sorted by size (largest first),
+    then allocation time, then row, with their own columns."""
+    rng = np.random.default_rng(9)
+    n_blocks = 3000
+    size = rng.choice([1 << 20, 1 << 22, 1 << 22, 1 << 22, 5 << 22], n_blocks)
+    size[:3] = 7 << 22
+    ta = np.sort(rng.integers(0, 800, n_blocks))
+    tr = Trace.from_tables(blocks=pd.DataFrame({
+        "block_id": np.arange(n_blocks) + 10, "pid": 7, "size": size, "t_alloc": ta, "t_free": ta + 50,
+        "seq_alloc": np.arange(n_blocks) * 2, "seq_free": np.arange(n_blocks) * 2 + 1,
+        "kind": rng.choice(["device", "host"], n_blocks, p=[0.9, 0.1]), "api": "cudaMalloc", "freed": True}))
+    dev = [r for r in tr.blocks.itertuples(index=False) if str(r.kind) == "device"]
+    for n in (5, 40, 200):
+        want = sorted(range(len(dev)), key=lambda i: (-dev[i].size, dev[i].t_alloc, i))[:n]
+        lb = data.largest_blocks(tr, n=n)
+        assert lb["block_id"].tolist() == [dev[i].block_id for i in want]
+        assert lb["t_alloc"].tolist() == [dev[i].t_alloc for i in want]
+        assert lb["lifetime_ns"].tolist() == [50] * n
+
+
 def test_size_quantiles():
     blocks = pd.DataFrame({"size": [1, 2, 3, 4, 100], "counts_device": True})
     q = data.size_quantiles(blocks)
