@@ -128,14 +128,16 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
             top: int = 15, progress=None) -> ReportContext:
     """The analyses every section reads, each run once, as a :class:`ReportContext`.
 
-    The access intervals (the access analysis' and the swap problem's first and longest part) are
-    found on a side thread while this one finds the iterations (on a trace of :data:`SERIAL_BLOCKS` blocks or
-    more, everything runs on this thread, one analysis at a time, the timeline and the pools before the
-    accesses: the peaks of concurrent analyses add up); the interactive timeline's data and
-    the pool strategies (they read only the blocks, the iterations and the classes) on another while
-    this one analyses the accesses; the intervals (hundreds of MB at 10 M events) are then let go, and
-    the swap schedules run on a worker thread (the C scheduler releases the GIL) while the sections
-    before theirs are built (:meth:`ReportContext.swap` waits for them)."""
+    The interactive timeline's data and the pool strategies (they read only the blocks, the iterations
+    and the classes) are made on a side thread while this one analyses the accesses (the ATI figure is
+    drawn from the access analysis' own intervals: :mod:`.ati_stream`); then the swap problem is
+    prepared and its schedules run on a worker thread (the C scheduler releases the GIL) while the
+    sections before theirs are built (:meth:`ReportContext.swap` waits for them).
+
+    On a trace of :data:`SERIAL_BLOCKS` blocks or more (a long run), everything runs on this thread,
+    one analysis at a time (the peaks of concurrent analyses add up), the accesses right after the
+    iterations (before the classes, the timeline and the pools are made and kept), and the swap work
+    not here but last, once every other section is built and what they read is let go (:func:`build`)."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
     # a long run: one analysis at a time (their peaks would add up), no worker threads
     later = _now if len(trace.blocks) >= SERIAL_BLOCKS else _in_background
@@ -146,27 +148,33 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     ctx = ReportContext(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
                         blocks=b, reserved_view=str(trace.meta.get("view", "")) == "reserved", step=step)
 
+    def accesses():
+        step(0.1, "access intervals")
+        between = BetweenSummary()    # what the ATI figure reads of the intervals, while the analysis holds them
+        ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value, between=between)
+        ctx.ati_figure = ati_figure(ctx.access, between)
+        _give_back(trace, later)
+
     step(0.05, "iterations")
     ctx.iterations = it = guarded.iterations(trace)
+    if later is _now:
+        _give_back(trace, later)
+        accesses()
     ctx.classes = guarded.block_classes(trace, iters=it.value)
+
     def side_work():
         if later is _now:
-            step(0.06, "timeline")
+            step(0.15, "timeline")
         tl = _timeline_payloads(ctx)
         if later is _now:
-            step(0.08, "pool strategies")
+            _give_back(trace, later)
+            step(0.2, "pool strategies")
         return tl, guarded.pools(trace, strategies=strategies, time_limit=time_limit)
     side = later(side_work)
-
-    _give_back(trace, later)
-    step(0.1, "access intervals")
-    between = BetweenSummary()       # what the ATI figure reads of the intervals, while the analysis holds them
-    ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value, between=between)
-    ctx.ati_figure = ati_figure(ctx.access, between)
-    del between
-    _give_back(trace, later)
     if later is not _now:
+        accesses()
         start_swap(ctx, later)     # a long run: once every other section is built (build())
+    _give_back(trace, later)
     step(0.3, "lifetimes")
     ctx.lifetimes = guarded.lifetimes_summary(trace, iters=it.value)
     step(0.35, "timeline")
@@ -181,7 +189,7 @@ def start_swap(ctx: ReportContext, later) -> None:
     and by this thread too once its own sections are built (two busy threads, the C scheduler
     releasing the GIL, and never more runs at once than that); ``ctx.wait_swap`` gives the results."""
     trace = ctx.trace
-    ctx.step(0.2, "swap planning")
+    ctx.step(0.7 if later is _now else 0.2, "swap planning")     # a long run's: after the other sections
     sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth)   # prepared once for both
     # the accesses' per-block touches: read by the access analysis and the swap problem, both made by
     # now (kept only inside intervals.shared(); nothing after this reads them again)
