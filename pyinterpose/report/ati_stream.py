@@ -46,8 +46,7 @@ class BetweenSummary:
                 mn, mx = a.min(), a.max()
                 lo = mn if lo is None or mn < lo else lo
                 hi = mx if hi is None or mx > hi else hi
-            u, c = np.unique(np.asarray(size, np.int64), return_counts=True)
-            parts.append((u, c))
+            parts.append(_value_counts(np.asarray(size, np.int64)))
         self.n = n
         if parts:
             u = np.concatenate([p[0] for p in parts])
@@ -62,7 +61,7 @@ class BetweenSummary:
         counts = np.zeros(N_EDGES - 1, np.int64)
         for ati, _ in rows():
             a = np.asarray(ati, np.float64)
-            counts += np.histogram(a[a > 0], bins=self.bins)[0]
+            counts += bin_counts(a[a > 0], self.bins)
         self.counts = counts
 
     def thresholds(self, bw) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +69,27 @@ class BetweenSummary:
         th = swap_cost_ns(self.sizes, bw)
         keep = np.isfinite(th) & (th > 0)
         return th[keep], self.size_counts[keep]
+
+
+def _value_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, how many of each) of ``x``, its runs of one value counted first (the sizes of
+    one block's intervals are one run: the sort is over the runs, not the rows)."""
+    if not len(x):
+        return x[:0], np.zeros(0, np.int64)
+    start = np.flatnonzero(np.concatenate(([True], x[1:] != x[:-1])))
+    run_len = np.diff(np.append(start, len(x)))
+    u, inv = np.unique(x[start], return_inverse=True)
+    return u, np.bincount(inv, weights=run_len, minlength=len(u)).astype(np.int64)
+
+
+def bin_counts(a: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``np.histogram(a, bins=edges)[0]`` without its sort: each value's bin by one search among the
+    edges; a bin holds [edge, next edge), the last one its right edge too; values outside are left out."""
+    nb = len(edges) - 1
+    k = np.searchsorted(edges, a, side="right") - 1
+    k[(k == nb) & (a == edges[-1])] = nb - 1
+    k = k[(k >= 0) & (k < nb)]
+    return np.bincount(k, minlength=nb).astype(np.int64)
 
 
 def threshold_marks(th: np.ndarray, counts: np.ndarray):

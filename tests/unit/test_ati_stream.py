@@ -86,3 +86,14 @@ def test_between_hook_gives_the_tables_between_device_rows(monkeypatch, tmp_path
     assert sel.sum() > 10
     assert ati.tolist() == iv["ati_ns"].to_numpy()[sel].tolist()
     assert size.tolist() == iv["size"].to_numpy()[sel].tolist()
+
+
+def test_bin_counts_are_numpys_histogram():
+    """Values on the edges (the last edge is its bin's), below the first and above the last."""
+    edges = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    a = np.array([0.5, 1.0, 1.5, 2.0, 3.9, 4.0, 8.0, 15.99, 16.0, 16.01, 100.0])
+    assert ati_stream.bin_counts(a, edges).tolist() == np.histogram(a, bins=edges)[0].tolist() == [2, 2, 1, 3]
+    rng = np.random.default_rng(4)
+    x = rng.lognormal(5, 2, 5000)
+    e = np.logspace(0, 4, 50)
+    assert ati_stream.bin_counts(x, e).tolist() == np.histogram(x, bins=e)[0].tolist()
