@@ -117,7 +117,7 @@ def _let_go(ctx: ReportContext) -> None:
     """The results the sections are built from, once they are built (a long run, before the swap work):
     the context's analyses and the trace's memoized results only they read."""
     ctx.iterations = ctx.classes = ctx.access = ctx.lifetimes = ctx.pools = guarded.Result()
-    ctx.timelines = ctx.ati_figure = None
+    ctx.timelines = ctx.ati_figure = ctx.blocks = None
     for m in _DONE_BEFORE_SWAP:
         ctx.trace.forget(m)
     gc.collect()
