@@ -127,12 +127,19 @@ def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
     return not (mode == "no-overhead" and hiding_floor(problem) >= int(live.max()))
 
 
+def _repeats(idx: np.ndarray, n: int) -> bool:
+    """Whether a candidate comes more than once in ``idx`` (indices in [0, n)): one byte a candidate."""
+    seen = np.zeros(n, bool)
+    seen[idx] = True
+    return int(np.count_nonzero(seen)) < len(idx)
+
+
 def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.DataFrame:
     c = problem.candidates
     a = _cand_arrays(problem)
-    return pd.DataFrame({
-        "block_id": c["block_id"].to_numpy(np.int64)[i], "size": a["size"][i],
-        "iteration": c["iteration"].to_numpy(np.int64)[i], "prev_access": a["start"][i],
+    return pd.DataFrame({     # the swaps' rows only, as int64 (the columns may be narrower)
+        "block_id": c["block_id"].to_numpy()[i].astype(np.int64), "size": a["size"][i],
+        "iteration": c["iteration"].to_numpy()[i].astype(np.int64), "prev_access": a["start"][i],
         "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
         "in_start": t[:, 4], "in_end": t[:, 5], "next_access": a["end"][i], "stall": t[:, 6],
     }, columns=SCHEDULE_COLUMNS)
@@ -185,10 +192,12 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     target = 0 if budget is None else int(budget)
     c = problem.candidates
     n = len(c)
-    idx = np.asarray(idx_order, dtype=np.int64)
+    idx = np.asarray(idx_order)
+    if idx.dtype not in (np.int32, np.int64):      # the kept orders are int32 (issue 30): used as they are
+        idx = idx.astype(np.int64)
     if len(idx) and (idx.min() < 0 or idx.max() >= n):
         raise PyinterposeError("swap order refers to a candidate that does not exist")
-    if len(idx) and np.bincount(idx, minlength=n).max() > 1:    # a candidate is visited once, at its first place
+    if len(idx) and _repeats(idx, n):               # a candidate is visited once, at its first place
         _, first = np.unique(idx, return_index=True)
         idx = idx[np.sort(first)]
     live = problem.live
