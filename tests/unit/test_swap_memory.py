@@ -113,3 +113,33 @@ def test_two_streams_replay_equals_the_reference_in_pieces_of_two(monkeypatch):
 
     monkeypatch.setattr(replay_mod, "PIECE", 2)
     test_swap_replay.test_two_streams_replay_equals_the_independent_reference()
+
+
+def _long_trace_paths(monkeypatch, on: bool):
+    """Take the long-trace paths (one analysis after the other, the clock let go) at any size."""
+    import sys
+
+    from pyinterpose.analysis import compare as compare_mod
+
+    limit = 0 if on else 4_000_000
+    for mod in (sys.modules["pyinterpose.analysis.swap.problem"], swap, compare_mod):
+        monkeypatch.setattr(mod, "SIDE_BY_SIDE_BLOCKS", limit)
+
+
+@pytest.mark.parametrize("sample", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit"])
+def test_long_trace_paths_give_the_same_swap_and_compare(monkeypatch, sample):
+    """compare's row and swap's evaluation, with the iterations and intervals one after the other, the
+    pools before the rest and the clock let go, equal those of the side-by-side paths."""
+    import os
+
+    from pyinterpose.analysis.compare import compare_files
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "samples", sample)
+    got = {}
+    for on in (False, True):
+        _long_trace_paths(monkeypatch, on)
+        row, _ = compare_files([path], bandwidth=16.0)
+        ev = swap.evaluate(__import__("pyinterpose").load(path), bandwidth=16.0)
+        got[on] = (row, ev)
+    assert got[True] == got[False]
+    assert got[True][1]["candidates"] > 0 and got[True][0]["traces"][0]["swap"] is not None
