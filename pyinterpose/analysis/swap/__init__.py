@@ -287,7 +287,11 @@ def _prime_votes(problem: SwapProblem) -> None:
         for f in parts:
             f()
     _wdoa_points(problem)
-    _vote_fixed(problem)
+    if _vote_fixed(problem) is not None:
+        # every vote order is made from what _vote_fixed keeps: the DOA and AOA ranks of every
+        # candidate go (issue 30: 16 bytes a candidate; asked again, made again)
+        for k in (("rank", "doa"), ("rank", "aoa")):
+            problem.memo.pop(k, None)
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,

@@ -210,41 +210,56 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     instant tau, the sum of every delta at or before tau.  The memory events stay in time order
     once moved (each is moved by its anchor's delay, then none before the one before it), the
     swaps' events are few and sorted once: so the value after each instant is the events' running
-    sum there plus the swaps' running sum up to it, read by a binary search, a piece of
-    :data:`PIECE` events at a time (issue 30: no merged copy of every event is made)."""
-    t = problem.events_t.astype(np.float64)
-    d = problem.events_d
-    if st["n"] and delay.any():
-        a = _event_anchors(problem, st)
-        for lo in range(0, len(t), PIECE):
-            ak = a[lo:lo + PIECE]
-            t[lo:lo + PIECE] += np.where(ak >= 0, delay[np.maximum(ak, 0)], 0.0)
-        # the allocations and frees keep their order (the program's): none moves before the one
-        # before it (a free moved late by the op it follows holds back the allocations after it)
-        np.maximum.accumulate(t, out=t)
+    sum there plus the swaps' running sum up to it, read by a binary search.  The events are
+    moved and summed a piece of :data:`PIECE` at a time, carrying the running sum and the running
+    latest time from piece to piece (issue 30: nothing of every event's length is made)."""
+    ev_t, d = problem.events_t, problem.events_d
+    n = len(ev_t)
+    a = _event_anchors(problem, st) if n and st["n"] and delay.any() else None
     sw_t = np.concatenate([free_t, realloc_t])
     sw_d = np.concatenate([-size, size])
     so = np.argsort(sw_t, kind="stable")
     sw_t = sw_t[so]
     sw_cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(sw_d[so])])   # swaps' sum of the first k
-    n = len(t)
     if not n and not len(sw_t):
         return 0
+
+    def times(lo, hi):          # the events' times moved by their anchors' delays (before the running max)
+        t = ev_t[lo:hi].astype(np.float64)
+        if a is not None:
+            ak = a[lo:hi]
+            t += np.where(ak >= 0, delay[np.maximum(ak, 0)], 0.0)
+        return t
+
     best = 0
-    ev_cum = np.cumsum(d)                   # events' running sum (int64, exact in any grouping)
-    for lo in range(0, n, PIECE):           # after each instant ending at an event
+    carry = 0                                  # the events' sum before the piece
+    ev_at_sw = np.zeros(len(sw_t), np.int64)   # the events' sum at or before each swap event
+    nxt = times(0, min(PIECE, n)) if n else None
+    for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
-        tk = t[lo:hi]
-        last = np.ones(hi - lo, bool)
+        tk = nxt
+        if a is not None:
+            # the allocations and frees keep their order (the program's): none moves before the one
+            # before it (a free moved late by the op it follows holds back the allocations after it)
+            if lo:
+                tk[0] = max(tk[0], run_max)
+            np.maximum.accumulate(tk, out=tk)
+            run_max = tk[-1]
+        nxt = times(hi, min(hi + PIECE, n)) if hi < n else None
+        cum = np.cumsum(d[lo:hi])
+        cum += carry
+        last = np.ones(hi - lo, bool)          # the last event of its instant
         last[:-1] = tk[1:] != tk[:-1]
-        if hi < n:
-            last[-1] = t[hi] != t[hi - 1]
-        v = ev_cum[lo:hi][last] + sw_cum[np.searchsorted(sw_t, tk[last], side="right")]
+        if nxt is not None:
+            last[-1] = (max(nxt[0], run_max) if a is not None else nxt[0]) != tk[-1]
+        v = cum[last] + sw_cum[np.searchsorted(sw_t, tk[last], side="right")]
         if len(v):
             best = max(best, int(v.max()))
-    if len(sw_t):                           # after each instant ending at a swap's event
-        k = np.searchsorted(t, sw_t, side="right")
-        v = np.where(k > 0, ev_cum[np.maximum(k - 1, 0)] if n else 0, 0) + \
-            sw_cum[np.searchsorted(sw_t, sw_t, side="right")]
+        if len(sw_t):
+            k = np.searchsorted(tk, sw_t, side="right")      # this piece's events at or before each
+            ev_at_sw += np.where(k > 0, cum[np.maximum(k - 1, 0)] - carry, 0)
+        carry = int(cum[-1])
+    if len(sw_t):                              # after each instant ending at a swap's event
+        v = ev_at_sw + sw_cum[np.searchsorted(sw_t, sw_t, side="right")]
         best = max(best, int(v.max()))
     return int(max(0, best))
