@@ -99,9 +99,9 @@ def hiding_floor(problem: SwapProblem) -> int:
 
 def _pack(problem: SwapProblem, target: int) -> dict:
     """What the scheduler reads at ``target``: the hot steps (live bytes > target: start, end,
-    value) and every candidate as a ``pi_swap_cand`` record (its interval's hot steps [lo, hi)),
-    with ``has_hot`` (lo < hi).  :func:`_run_all` keeps it in ``problem.memo`` while several runs
-    share a target."""
+    value) and every candidate with a hot step in its interval as a ``pi_swap_cand`` record (its
+    interval's hot steps [lo, hi)), with ``has_hot`` (lo < hi) and ``at`` (each candidate's
+    record).  :func:`_run_all` keeps it in ``problem.memo`` while several runs share a target."""
     live = problem.live
     hot = live > target
     hot_k = np.flatnonzero(hot)
@@ -109,13 +109,23 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     np.cumsum(hot, out=hot_before[1:])
     lo_iv, hi_iv = _iv_steps(problem)
     a = _cand_arrays(problem)
-    rec = np.empty(len(lo_iv), dtype=CAND_DTYPE)
+    lo = np.take(hot_before, lo_iv)
+    hi = np.take(hot_before, hi_iv)
+    del hot_before
+    has_hot = hi > lo
+    # records of the candidates with a hot step only (the others are never visited), and where
+    # each candidate's record is (-1: none): issue 30, 48 bytes for those only
+    keep = np.flatnonzero(has_hot)
+    rec = np.empty(len(keep), dtype=CAND_DTYPE)
     for k in ("start", "end", "t_out", "t_in", "size"):
-        rec[k] = a[k]
-    rec["lo"] = np.take(hot_before, lo_iv)
-    rec["hi"] = np.take(hot_before, hi_iv)
+        rec[k] = a[k][keep]
+    rec["lo"] = lo[keep]
+    rec["hi"] = hi[keep]
+    del lo, hi
+    at = np.full(len(has_hot), -1, np.int32 if len(keep) < 2 ** 31 - 1 else np.int64)
+    at[keep] = np.arange(len(keep), dtype=at.dtype)
     st = _steps_f(problem)
-    return {"rec": rec, "has_hot": rec["hi"] > rec["lo"], "hot_t": np.take(st, hot_k),
+    return {"rec": rec, "at": at, "has_hot": has_hot, "hot_t": np.take(st, hot_k),
             "hot_end": np.take(st, hot_k + 1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
 
 
@@ -210,7 +220,7 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     sel = idx[pk["has_hot"][idx]]
     if mode == "no-overhead":
         sel = sel[hides[sel]]
-    cand = np.take(pk["rec"], sel)
+    cand = np.take(pk["rec"], np.take(pk["at"], sel))     # every one has a record (has_hot)
     hide_pos = None
     if mode == "budget":
         hide_pos = np.flatnonzero(hides[sel]).astype(np.int64)
