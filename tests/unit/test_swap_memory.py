@@ -143,3 +143,23 @@ def test_long_trace_paths_give_the_same_swap_and_compare(monkeypatch, sample):
         got[on] = (row, ev)
     assert got[True] == got[False]
     assert got[True][1]["candidates"] > 0 and got[True][0]["traces"][0]["swap"] is not None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_problem_runs_equal_the_others(monkeypatch, seed):
+    """_run_all's long-trace path (orders made on first use and let go, their inputs let go) gives
+    every strategy's result of the other path, with one worker and with two."""
+    import os
+
+    def results(long: bool, cpus: int):
+        monkeypatch.setattr(swap, "LONG_CANDIDATES", -1 if long else 1 << 40)
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        p = _random_problem(np.random.default_rng(200 + seed), n_blocks=40)
+        ev = swap.analyse(None, problem=p)
+        if long:
+            assert not [k for k in p.memo if k in swap.ORDER_INPUTS or (isinstance(k, tuple) and k[0] == "order")]
+        return [(r.strategy, r.mode, r.peak_after, r.stall_ns, r.schedule.to_dict("list")) for r in ev.results]
+
+    want = results(False, 2)
+    assert results(True, 2) == want
+    assert results(True, 1) == want

@@ -220,7 +220,9 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     sel = idx[pk["has_hot"][idx]]
     if mode == "no-overhead":
         sel = sel[hides[sel]]
-    cand = np.take(pk["rec"], np.take(pk["at"], sel))     # every one has a record (has_hot)
+    # each candidate's record (every one has one: has_hot), read in place by the scheduler (issue 30:
+    # no copy of the records per run)
+    cand_at = np.take(pk["at"], sel)
     hide_pos = None
     if mode == "budget":
         hide_pos = np.flatnonzero(hides[sel]).astype(np.int64)
@@ -229,18 +231,26 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
             hide_pos = np.zeros(1, np.int64)     # a valid pointer; none of it is read
     hot_t, hot_end, hot_live = pk["hot_t"], pk["hot_end"], pk["hot_live"]
     m = len(sel)
-    out_pos = np.zeros(max(m, 1), np.int64)
-    out_t = np.zeros((max(m, 1), 7), np.float64)
+    # room for every candidate; only the first ``kept`` rows are written and read (np.empty: the
+    # pages of the rest are never touched)
+    out_pos = np.empty(max(m, 1), np.int64)
+    out_t = np.empty((max(m, 1), 7), np.float64)
 
     def ptr(kind, arr):
         return ffi.cast(kind, arr.ctypes.data)
 
-    kept = lib.pi_swap_schedule(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
-                                ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand),
-                                0 if hide_pos is None else n_hide,
-                                ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
-                                1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
-                                ptr("double *", out_t))
+    if cand_at.dtype == np.int32:
+        cand, at_arg = pk["rec"], ptr("int32_t *", np.ascontiguousarray(cand_at))
+    else:                                   # more than 2**31 records: a copy in visiting order
+        cand, at_arg = np.take(pk["rec"], cand_at), ffi.NULL
+    if not len(cand):
+        cand = np.zeros(1, CAND_DTYPE)      # a valid pointer; none of it is read
+    kept = lib.pi_swap_schedule_at(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
+                                   ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand), at_arg,
+                                   0 if hide_pos is None else n_hide,
+                                   ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
+                                   1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
+                                   ptr("double *", out_t))
     if kept < 0:
         raise MemoryError("swap scheduler: out of memory")
     return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]
