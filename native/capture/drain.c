@@ -4,6 +4,18 @@
 
 #include "events.h"
 
+/* the record of ticket t in a built intent whose tickets include t, or NULL (final pass only: the process
+ * is gone, and a gap can only be a ticket taken and never committed) */
+static const pi_event *intent_for(const pi_ring_header *h, uint64_t t) {
+    uint64_t used = h->intents_used < PI_INTENTS ? h->intents_used : PI_INTENTS;
+    for (uint64_t k = 0; k < used; k++) {
+        const pi_intent *in = &h->intents[k];
+        uint64_t first = in->ticket - 1, n = in->n <= PI_INTENT_RECORDS ? in->n : 0;
+        if (in->state == PI_INTENT_BUILT && in->ticket && t >= first && t - first < n) return &in->rec[t - first];
+    }
+    return NULL;
+}
+
 int64_t pi_drain(void *ring, void *out, uint64_t max_records, int final, uint64_t *lost) {
     pi_ring_header *h = (pi_ring_header *)ring;
     pi_event *slots = (pi_event *)((char *)ring + sizeof(pi_ring_header));
@@ -21,6 +33,14 @@ int64_t pi_drain(void *ring, void *out, uint64_t max_records, int final, uint64_
             if (!final) break;
             if (seq == (t | PI_SEQ_HELD)) { /* a call the process was killed inside: its record, as held */
                 memcpy(&dst[n], s, sizeof(pi_event));
+                dst[n++].seq = t;
+                continue;
+            }
+            /* the process was killed between taking this ticket and committing its record: a thread's
+             * intent (events.h) that names this ticket holds the record */
+            const pi_event *in = intent_for(h, t);
+            if (in) {
+                memcpy(&dst[n], in, sizeof(pi_event));
                 dst[n++].seq = t;
                 continue;
             }

@@ -66,14 +66,16 @@ static uint64_t rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
     int ns = pi_site_capture(caller, &site);
-    pi_writer w;
-    int ok = pi_writer_open(&w, 1 + (uint64_t)ns);
-    if (addressable(kind)) pi_map_insert(addr, size, ok ? pi_writer_seq(&w, 0) : 0);
-    if (!ok) return 0;
-    uint64_t seq = pi_writer_seq(&w, 0);
-    pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
-    if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
-    pi_writer_close(&w);
+    pi_writer w; /* staged: a kill anywhere in here leaves the ALLOC recorded or no ticket taken */
+    uint64_t seq = 0;
+    if (pi_writer_stage(&w, 1 + (uint64_t)ns)) {
+        pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
+        if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
+        pi_writer_close(&w);
+        seq = pi_writer_seq(&w, 0); /* 0: nothing recorded */
+    }
+    if (addressable(kind)) pi_map_insert(addr, size, seq);
+    if (!seq) return 0;
     if (kind == PI_KIND_ASYNC || kind == PI_KIND_POOL) pi_graph_captured(stream, 1); /* a memory node */
     if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
         !(kind == PI_KIND_VMM_CREATE && size == 0))
