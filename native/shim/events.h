@@ -248,12 +248,14 @@ enum pi_ring_flags {
  * would leave a gap the drain can only count as lost; with the intent, the drain's final pass puts the
  * records into that gap.  state is PI_INTENT_BUILT from before the tickets are taken until the records
  * are committed; ticket is the first ticket + 1, written before it is taken (shim.c reserve_noted: a
- * compare-and-swap of the head), n the records (at most PI_INTENT_RECORDS).  One per thread, for the
+ * compare-and-swap of the head), n the records (at most PI_INTENT_RECORDS; any number for
+ * PI_INTENT_HELD, which covers a held writer until its slots are marked: shim.h pi_writer_open_held).  One per thread, for the
  * first PI_INTENTS threads of a process; the writers of more records, and the other threads, write into
  * the ring directly as before (pi_writer_stage, shim.h). */
 #define PI_INTENTS 64
 #define PI_INTENT_RECORDS 2
 #define PI_INTENT_BUILT 1
+#define PI_INTENT_HELD 2     /* rec[0] is a held writer's record 0; its records 1..n-1 are held NONE records */
 typedef struct pi_intent {
     uint64_t state;
     uint64_t ticket;

@@ -547,24 +547,52 @@ void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len) {
     }
 }
 
+/* record i of a held writer, as if its call were interrupted: record 0 the call, the others NONE */
+static inline void held_record(pi_event *e, const pi_writer *w, uint64_t i, uint16_t op, uint16_t api,
+                               uint64_t addr, uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags) {
+    e->t_ns = w->t;
+    e->addr = i ? 0 : addr;
+    e->size = i ? 0 : size;
+    e->stream = i ? 0 : stream;
+    e->aux = i ? 0 : aux;
+    e->tid = pi_tid();
+    e->op = i ? PI_OP_NONE : op;
+    e->api = api;
+    e->result = PI_RESULT_INTERRUPTED;
+    e->device = (int16_t)pi_t.device;
+    e->flags = i ? 0 : flags;
+}
+
 void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size, uint64_t stream,
                     uint64_t aux, uint16_t flags) {
     if (!w->ok || w->in) return; /* a staged writer has no slots before its close */
     for (uint64_t i = 0; i < w->n; i++) {
         pi_event *e = slot(w->seq + i);
-        e->t_ns = w->t;
-        e->addr = i ? 0 : addr;
-        e->size = i ? 0 : size;
-        e->stream = i ? 0 : stream;
-        e->aux = i ? 0 : aux;
-        e->tid = pi_tid();
-        e->op = i ? PI_OP_NONE : op;
-        e->api = api;
-        e->result = PI_RESULT_INTERRUPTED;
-        e->device = (int16_t)pi_t.device;
-        e->flags = i ? 0 : flags;
+        held_record(e, w, i, op, api, addr, size, stream, aux, flags);
         __atomic_store_n(&e->seq, (w->seq + i) | PI_SEQ_HELD, __ATOMIC_RELEASE);
     }
+}
+
+int pi_writer_open_held(pi_writer *w, uint64_t n, uint16_t op, uint16_t api, uint64_t addr, uint64_t size,
+                        uint64_t stream, uint64_t aux, uint16_t flags) {
+    pi_intent *in = !g_abandoned ? my_intent() : NULL;
+    if (!in) {
+        if (!pi_writer_open(w, n)) return 0;
+        pi_writer_hold(w, op, api, addr, size, stream, aux, flags);
+        return 1;
+    }
+    w->n = n;
+    w->seq = 0;
+    w->in = NULL;
+    w->t = pi_now();
+    held_record(&in->rec[0], w, 0, op, api, addr, size, stream, aux, flags);
+    __atomic_store_n(&in->n, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->ticket, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->state, PI_INTENT_HELD, __ATOMIC_RELEASE);
+    w->ok = reserve_noted(n, &w->seq, &in->ticket);
+    pi_writer_hold(w, op, api, addr, size, stream, aux, flags);
+    __atomic_store_n(&in->state, 0, __ATOMIC_RELEASE);
+    return w->ok;
 }
 
 void pi_writer_close(pi_writer *w) {

@@ -83,6 +83,11 @@ PI_HIDDEN int pi_writer_open(pi_writer *w, uint64_t n); /* 1 when the n records 
  * are closed (pi_writer_seq is valid after the close).  Falls back to pi_writer_open when n exceeds
  * PI_INTENT_RECORDS or the process's intents are all taken.  pi_put and pi_site_put only. */
 PI_HIDDEN int pi_writer_stage(pi_writer *w, uint64_t n);
+/* pi_writer_open then pi_writer_hold, with no instruction between the tickets and their held marks at
+ * which a kill loses them: record 0 as held is written into the thread's intent (PI_INTENT_HELD) before
+ * the tickets are taken.  1 when the n records are held. */
+PI_HIDDEN int pi_writer_open_held(pi_writer *w, uint64_t n, uint16_t op, uint16_t api, uint64_t addr,
+                                  uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags);
 static inline uint64_t pi_writer_seq(const pi_writer *w, uint64_t i) { return w->seq + i; }
 PI_HIDDEN void pi_put(pi_writer *w, uint64_t i, uint16_t op, uint16_t api, int32_t result, uint64_t addr,
                       uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags);

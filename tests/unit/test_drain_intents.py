@@ -102,3 +102,21 @@ def test_a_two_record_intent_fills_both_tickets_and_no_more():
     h.intents[0].ticket, h.intents[0].n, h.intents[0].state = 3, 2, 1
     out, lost = _drain(buf)
     assert _rows(out) == _expect([1, 2, 3, 5]) and lost == 1
+
+
+def test_a_held_intent_fills_a_launch_and_its_access_slots_as_interrupted():
+    """A launch with two accesses (shim.c pi_writer_open_held): tickets 2..4 taken, killed before its
+    slots were marked held; the drain gives ticket 2 the launch as interrupted and 3, 4 NONE records."""
+    buf, h, slots = _ring()
+    _write(slots[1], _record(1), 1)
+    _write(slots[5], _record(5), 5)
+    h.head = 6
+    h.intents_used = 1
+    launch = dict(_record(2, op=records.OP.LAUNCH), result=-1000)
+    _write(h.intents[0].rec[0], launch, 0)
+    h.intents[0].ticket, h.intents[0].n, h.intents[0].state = 3, 3, 2      # PI_INTENT_HELD
+    out, lost = _drain(buf)
+    assert lost == 0 and [int(x) for x in out["seq"]] == [1, 2, 3, 4, 5]
+    assert [int(x) for x in out["op"]] == [1, records.OP.LAUNCH, records.OP.NONE, records.OP.NONE, 1]
+    assert [int(x) for x in out["result"][1:4]] == [-1000] * 3
+    assert int(out["addr"][1]) == launch["addr"] and int(out["addr"][2]) == 0 and int(out["tid"][3]) == 42
