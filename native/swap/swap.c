@@ -481,6 +481,14 @@ typedef struct {
 int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
                          int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
                          int budget_mode, int64_t target, int64_t *out_pos, double *out_t) {
+    return pi_swap_schedule_at(n_hot, hot_t, hot_end, hot_live, n, cand, NULL, n_hide, hide_pos, budget_mode,
+                               target, out_pos, out_t);
+}
+
+int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
+                            int64_t n, const pi_swap_cand *cand, const int32_t *cand_at, int64_t n_hide,
+                            const int64_t *hide_pos, int budget_mode, int64_t target, int64_t *out_pos,
+                            double *out_t) {
     curve cv = {0};
     channel d2h = {0}, h2d = {0};
     char *used = calloc((size_t)(n > 0 ? n : 1), 1);
@@ -494,7 +502,7 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
         int64_t nk = (ph == 0 && hide_pos) ? n_hide : n;
         for (int64_t k = 0; k < nk; k++) {
             int64_t i = (ph == 0 && hide_pos) ? hide_pos[k] : k;
-            const pi_swap_cand *c = &cand[i];
+            const pi_swap_cand *c = &cand[cand_at ? (int64_t)cand_at[i] : i];
             if (curve_max_all(&cv) <= target) break;
             if (used[i]) continue;
             /* a swap that hides needs start <= end - t_in - t_out (the earliest swap-out is at the
@@ -579,7 +587,7 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
     for (int64_t j = ntk - 1; j >= 0; j--) {
         /* giving the swap up would lift the peak above the limit: the curve stays at most the
          * limit outside the window, so that is "window max + size > limit" (no add and undo) */
-        int64_t sz = cand[tk[j].pos].size;
+        int64_t sz = cand[cand_at ? (int64_t)cand_at[tk[j].pos] : tk[j].pos].size;
         if (tk[j].hi > tk[j].lo && curve_max(&cv, tk[j].lo, tk[j].hi) + sz > limit) {
             keep[j] = 1;
         } else {

@@ -50,6 +50,13 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
                          int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
                          int budget_mode, int64_t target, int64_t *out_pos, double *out_t);
 
+/* pi_swap_schedule with the candidate at position i read from cand[cand_at[i]] (cand_at NULL:
+ * cand[i]): the records are shared by every run and each run passes its visiting order only. */
+int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
+                            int64_t n, const pi_swap_cand *cand, const int32_t *cand_at, int64_t n_hide,
+                            const int64_t *hide_pos, int budget_mode, int64_t target, int64_t *out_pos,
+                            double *out_t);
+
 /* ---- replay (replay.c): a schedule played on a discrete-event model of the GPU ----------
  *
  * The compute ops (launches, copies) are released at their recorded start R[i] and keep their

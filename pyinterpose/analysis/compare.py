@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..trace import reader
+from ..trace import pages, reader
 from ..trace.model import Trace, peak_live_bytes_of
 from . import guarded, intervals
 from ..errors import PyinterposeError
@@ -53,6 +53,7 @@ from ..trace.stacks import top_call_sites_json
 from .clock import clock_of, launch_lag
 from .owners import allocator_info, bytes_by_owner, framework
 from .ranks import per_rank
+from .swap.problem import SIDE_BY_SIDE_BLOCKS
 
 SMALL = 1 << 20
 
@@ -135,16 +136,30 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
 
 
     notes: list[str] = []
-    # the blocks-only figures on a side thread while this one finds the iterations, the access
-    # intervals and the swap plans (numpy and the C passes release the GIL; Trace.derived
-    # computes what both ask for once)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-compare") as ex:
-        side = ex.submit(_memory_facts, trace, pools, time_limit)
+    clock_keys = _clock_keys(trace)        # before swap, which lets the clock go on a long trace
+
+    def analyses():
         it = guarded.iterations(trace)
         with intervals.shared(trace):          # access and swap make the touches once
             acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
             ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
-        facts = side.result()
+        return it, acc, ev
+
+    if len(trace.blocks) > SIDE_BY_SIDE_BLOCKS:
+        # a long trace (issue 30): one after the other, so that the row's peak is the largest
+        # analysis' (swap's), not the sum of the pools' and swap's; the same figures
+        facts = _memory_facts(trace, pools, time_limit)
+        trace.forget("pools")                  # what the pools analysis kept: nothing after it reads it
+        pages.release_tables(trace)
+        it, acc, ev = analyses()
+    else:
+        # the blocks-only figures on a side thread while this one finds the iterations, the access
+        # intervals and the swap plans (numpy and the C passes release the GIL; Trace.derived
+        # computes what both ask for once)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-compare") as ex:
+            side = ex.submit(_memory_facts, trace, pools, time_limit)
+            it, acc, ev = analyses()
+            facts = side.result()
     b = trace.device_blocks
     view = str(trace.meta.get("view", "unknown"))
     peak = facts["peak"]
@@ -162,7 +177,7 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         "path": trace.path,
         "framework": framework_of(trace),
         "view": view,
-        **_clock_keys(trace),
+        **clock_keys,
         "processes": len(trace.pids),
         "ranks": _ranks_of(trace),
         "devices": sorted(int(d) for d in b["device"].unique()),

@@ -64,6 +64,7 @@ from .problem import (  # noqa: F401  (the public API, and names the tests read)
     MIN_SIZE,
     MODES,
     REPLAY_COLUMNS,
+    SIDE_BY_SIDE_BLOCKS,
     SCHEDULE_COLUMNS,
     STRATEGIES,
     SWAP_INTERVAL_KIND,
@@ -220,6 +221,10 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
         raise PyinterposeError(f"--budget must be >= 0 bytes (got {budget})")
     if problem is None:
         problem = problem_for(trace, bandwidth, min_size=min_size, pid=pid, latency_us=latency_us)
+        if len(trace.blocks) > SIDE_BY_SIDE_BLOCKS:
+            # a long trace (issue 30): the problem holds what the runs read of the clock (its
+            # replay ops); the clock's own ops go (asked again, it is computed again)
+            trace.forget("clock")
     if budget is None:
         b, src = problem.default_budget, "default: half-way between the swap floor and the peak"
     else:
@@ -254,6 +259,8 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 
     if any(k[0] == "vote" for k in keys):
         _prime_votes(problem)
+    if len(problem.candidates) > LONG_CANDIDATES:
+        return _run_long(problem, runs, keys, shared, workers, run)
     try:
         if workers <= 1:
             for k in keys:
@@ -271,6 +278,52 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
             problem.memo.pop(("packed", t), None)
 
 
+# Above this many candidates (a long trace, issue 30), _run_all makes each order when a run first
+# needs it and lets it go after its last run, and lets go of what only the orders are made from
+# once every order is made: at 100 M events (9.5 M candidates) an order is 38 MB, the vote's fixed
+# part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
+LONG_CANDIDATES = 2_000_000
+ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
+
+
+def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list, workers: int, run) -> list:
+    """:func:`_run_all`'s runs on a long trace (see LONG_CANDIDATES)."""
+    def key_of(r):
+        return (r[0], problem.default_budget if r[2] is None else int(r[2]))
+
+    left = {k: sum(1 for r in runs if key_of(r) == k) for k in keys}
+    made: set = set()
+    locks = {k: threading.Lock() for k in keys}
+    guard = threading.Lock()
+
+    def one(r):
+        k = key_of(r)
+        with locks[k]:                       # both modes of a strategy share one order, made once
+            _order(problem, *k)
+        with guard:
+            made.add(k)
+            if len(made) == len(keys):       # every order made: what they are made from goes
+                for name in ORDER_INPUTS:
+                    problem.memo.pop(name, None)
+        res = run(r)
+        with guard:
+            left[k] -= 1
+            if not left[k]:
+                problem.memo.pop(("order", *k), None)
+        return res
+
+    try:
+        for t in shared:
+            problem.memo[("packed", t)] = _pack(problem, t)
+        if workers <= 1:
+            return [one(r) for r in runs]
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            return list(ex.map(one, runs))
+    finally:
+        for t in shared:
+            problem.memo.pop(("packed", t), None)
+
+
 def _prime_votes(problem: SwapProblem) -> None:
     """What every budget's vote order shares, computed once before threads ask for it: the
     three sorts it starts from side by side (numpy's sorts release the GIL), then the rest."""
@@ -282,7 +335,11 @@ def _prime_votes(problem: SwapProblem) -> None:
         for f in parts:
             f()
     _wdoa_points(problem)
-    _vote_fixed(problem)
+    if _vote_fixed(problem) is not None:
+        # every vote order is made from what _vote_fixed keeps: the DOA and AOA ranks of every
+        # candidate go (issue 30: 16 bytes a candidate; asked again, made again)
+        for k in (("rank", "doa"), ("rank", "aoa")):
+            problem.memo.pop(k, None)
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,

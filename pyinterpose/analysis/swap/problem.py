@@ -122,7 +122,9 @@ def _peak_after(problem: SwapProblem, sched: pd.DataFrame) -> int:
     # counts from the first step starting at or after it)
     delta = np.zeros(len(ut) + 1, np.int64)
     np.add.at(delta, np.searchsorted(ut, ts, side="left"), ds[o])
-    at_steps = live + np.cumsum(delta[:-1])
+    at_steps = delta[:-1]                 # in place: one array of the steps' length (issue 30)
+    np.cumsum(at_steps, out=at_steps)
+    at_steps += live
     # after each window end's instant: the live bytes of the last step starting by it + the deltas up to it
     kb = np.searchsorted(ut, ts, side="right") - 1
     at_sched = np.where(kb >= 0, live[np.maximum(kb, 0)], 0) + cs[np.searchsorted(ts, ts, side="right") - 1]
@@ -171,19 +173,41 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     label per interval row.  ``ops``: the compute streams the schedules are replayed on
     (:meth:`.clock.Clock.replay_ops`); None: one op at every interval end, one stream.
     ``clock``: the clock's JSON keys (default CPU)."""
+    return _problem_of({"blocks": blocks, "intervals": intervals, "iteration": iteration}, bandwidth,
+                       min_size=min_size, t_end=t_end, ops=ops, clock=clock)
+
+
+def _narrow(x: np.ndarray) -> np.ndarray:
+    """``x`` (int64 indices or labels, -1 for none) as int32 when every value fits (exact)."""
+    if len(x) and (int(x.max()) >= 2 ** 31 or int(x.min()) < -2 ** 31):
+        return x
+    return x.astype(np.int32)
+
+
+def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_end: int | None = None,
+                ops: dict | None = None, clock: dict | None = None) -> SwapProblem:
+    """:func:`prepare_tables` with its tables handed over in ``parts`` (blocks, intervals, iteration):
+    each is let go once read, so that the problem is built in about the memory it keeps (issue 30)
+    when the caller holds them nowhere else (:func:`prepare`)."""
     if min_size < 0:
         raise PyinterposeError(f"--min-size must be >= 0 (got {min_size})")
+    blocks = parts.pop("blocks")
     if "counts_device" in blocks:
-        blocks = blocks[blocks["counts_device"].to_numpy(bool)]
+        dev = blocks["counts_device"].to_numpy(bool)
+        if not dev.all():
+            blocks = blocks[dev]
+        del dev
+    iv = parts.pop("intervals")
     ends = [int(t_end)] if t_end is not None else []
     if len(blocks):
         ends += [int(blocks["t_alloc"].max()), int(blocks["t_free"].max())]
-    if len(intervals):
-        ends.append(int(intervals["end_t"].max()))
+    if len(iv):
+        ends.append(int(iv["end_t"].max()))
     t_stop = max(ends) if ends else 0
     steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
+    bids = blocks["block_id"].to_numpy(np.int64)
+    del blocks
 
-    iv = intervals
     iv_size = iv["size"].to_numpy(np.int64)
     iv_start = iv["start_t"].to_numpy(np.int64)
     iv_end = iv["end_t"].to_numpy(np.int64)
@@ -191,26 +215,36 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     keep = (iv_size >= max(1, min_size)) & (iv_end > iv_start)
     if "kind" in iv:
         keep &= _kind_is(iv["kind"], SWAP_INTERVAL_KIND)
-    keep &= np.isin(iv_bid, blocks["block_id"].to_numpy(np.int64))
-    lab = np.full(len(iv), -1, np.int64) if iteration is None else np.asarray(iteration, np.int64)
+    keep &= np.isin(iv_bid, bids)
+    del bids
+    every = bool(keep.all())
+
+    def kept(x):                 # the kept rows (no copy when every row is kept)
+        return x if every else x[keep]
+
+    iteration = parts.pop("iteration", None)
+    lab = np.full(int(keep.sum()), -1, np.int32) if iteration is None else _narrow(kept(np.asarray(iteration, np.int64)))
+    del iteration
     if ops is None or not len(ops["seq"]) or "start_seq" not in iv:
         ops, prev_op, next_op = _synthetic_ops(iv[keep], ev_t)
     else:
         prev_op, next_op = _ops_of_intervals(ops, iv, keep)
     c = pd.DataFrame({
-        "block_id": iv_bid[keep],
-        "size": iv_size[keep],
-        "start_t": iv_start[keep],
-        "end_t": iv_end[keep],
-        "iteration": lab[keep],
-        "prev_op": prev_op,
-        "next_op": next_op,
+        "block_id": kept(iv_bid),
+        "size": kept(iv_size),
+        "start_t": kept(iv_start),
+        "end_t": kept(iv_end),
+        "iteration": lab,
+        "prev_op": _narrow(prev_op),
+        "next_op": _narrow(next_op),
     }, copy=False)
+    del iv, iv_size, iv_start, iv_end, iv_bid, keep, lab, prev_op, next_op
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
     c["ati_ns"] = end - start
     size = size_i.astype(np.float64)
     c["t_out_ns"] = bandwidth.d2h_seconds(size) * 1e9
     c["t_in_ns"] = bandwidth.h2d_seconds(size) * 1e9
+    del size
     c["doa_ns"] = c["ati_ns"].to_numpy() - c["t_out_ns"].to_numpy() - c["t_in_ns"].to_numpy()
 
     peak = int(live.max()) if len(live) else 0
@@ -219,13 +253,24 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
         lo_f, hi_f = lo, hi     # int64 times convert to float64 exactly: the scheduler's ranges are these
     else:
         lo_f, hi_f = _steps_inside(steps_t.astype(np.float64), start.astype(np.float64), end.astype(np.float64))
-    is_peak = np.concatenate([[0], np.cumsum(live == peak)]) if len(live) else np.zeros(1, np.int64)
-    c["straddles_peak"] = (is_peak[hi] - is_peak[lo]) > 0
-    cover = np.zeros(len(live) + 1, np.int64)
-    np.add.at(cover, lo, size_i)
-    np.add.at(cover, hi, -size_i)
-    floor = int(max(0, (live - np.cumsum(cover)[:-1]).max())) if len(live) else 0
+    # straddles: a step at the peak lies in [lo, hi)
+    at_peak = np.flatnonzero(live == peak) if len(live) else np.zeros(0, np.int64)
+    c["straddles_peak"] = np.searchsorted(at_peak, lo) < np.searchsorted(at_peak, hi)
+    del at_peak
+    floor = 0
+    if len(live):
+        cover = np.zeros(len(live) + 1, np.int64)
+        np.add.at(cover, lo, size_i)
+        np.add.at(cover, hi, -size_i)
+        under = cover[:-1]
+        np.cumsum(under, out=under)
+        np.subtract(live, under, out=under)          # the live bytes with every candidate away
+        floor = int(max(0, under.max()))
+        del cover, under
     span = int(steps_t[-1] - steps_t[0]) if len(steps_t) else 0
+    if lo_f is not lo:
+        del lo, hi
+    lo_f, hi_f = (lo_f, hi_f) if len(live) >= 2 ** 31 - 1 else (lo_f.astype(np.int32), hi_f.astype(np.int32))
     return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, events_d=ev_d,
                        candidates=c, peak_before=peak, floor=floor, span_ns=span,
                        lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
@@ -275,43 +320,64 @@ def _between_intervals(trace, pid: int, min_size: int) -> pd.DataFrame:
     return pd.DataFrame({k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}, copy=False)
 
 
+# Above this many blocks in the trace, prepare finds the iterations and the access intervals one
+# after the other instead of side by side: each pass's peak is then the process's, not their sum
+# (issue 30: at 100 M events each is ~2 GB).  The answers are the same either way.
+SIDE_BY_SIDE_BLOCKS = 4_000_000
+
+
 def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
     """:func:`prepare_tables` for one process of a trace (default: the main process)."""
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
         raise PyinterposeError("the trace has no allocations: nothing to swap")
+    from ...trace import pages
+    from ..clock import clock_of  # lazy: see the note above STRATEGIES
+    from ..iterations import find_iterations  # lazy: see the note above STRATEGIES
+
     tb = trace.blocks
     mine = tb["pid"].to_numpy() == pid
-    # only the columns prepare_tables reads, selected without copying the whole table
-    blocks = pd.DataFrame({k: tb[k].to_numpy()[mine] for k in BLOCK_COLUMNS if k in tb}, copy=False)
-    if len(blocks) == 0:
+    if not mine.any():
         raise PyinterposeError(f"process {pid} has no allocations in this trace")
     # the iterations (for the candidates' labels) on a side thread while the access intervals
     # are found: neither needs the other, and numpy and the C pass release the GIL. Both are
     # kept by Trace.derived: where an analysis found them already, that part returns at once.
-    from concurrent.futures import ThreadPoolExecutor
+    # On a long trace one after the other (SIDE_BY_SIDE_BLOCKS).
+    if len(tb) <= SIDE_BY_SIDE_BLOCKS:
+        from concurrent.futures import ThreadPoolExecutor
 
-    from ..iterations import find_iterations  # lazy: see the note above STRATEGIES
-
-    from ..clock import clock_of  # lazy: see the note above STRATEGIES
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
-        found = ex.submit(find_iterations, trace, pid=pid)
-        iv = _between_intervals(trace, pid, min_size)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
+            found = ex.submit(find_iterations, trace, pid=pid)
+            iv = _between_intervals(trace, pid, min_size)
+            try:
+                found.result()
+            except PyinterposeError:
+                pass                      # _iteration_labels says why, in the problem's notes
+    else:
         try:
-            found.result()
+            find_iterations(trace, pid=pid)
         except PyinterposeError:
-            pass                      # _iteration_labels says why, in the problem's notes
+            pass
+        pages.release_tables(trace)
+        iv = _between_intervals(trace, pid, min_size)
+    trace.forget("access.touches")      # kept inside intervals.shared(): nothing after this reads them
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
     clock = clock_of(trace, pid)
+    # the rows prepare_tables keeps (device-counted blocks of the process), only the columns it reads
+    rows = np.flatnonzero(mine & tb["counts_device"].to_numpy(bool)) if "counts_device" in tb else np.flatnonzero(mine)
+    del mine
+    blocks = pd.DataFrame({k: tb[k].to_numpy()[rows] for k in BLOCK_COLUMNS if k in tb and k != "counts_device"},
+                          copy=False)
     t_end = trace.end_ns
     if clock.device:         # the blocks' allocations and frees where the GPU reached them
-        blocks = blocks.copy()
         for t, sq in (("t_alloc", "seq_alloc"), ("t_free", "seq_free")):
-            blocks[t] = clock.host_times(tb[sq].to_numpy()[mine], blocks[t].to_numpy())
+            blocks[t] = clock.host_times(tb[sq].to_numpy()[rows], blocks[t].to_numpy())
         t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
-    p = prepare_tables(blocks, iv, bandwidth, min_size=min_size, t_end=t_end, iteration=lab,
-                       ops=clock.replay_ops(), clock=clock.as_dict())
+    del rows
+    pages.release_tables(trace)
+    parts = {"blocks": blocks, "intervals": iv, "iteration": lab}
+    del blocks, iv, lab                 # held by parts only: let go as the problem is built
+    p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=clock.replay_ops(), clock=clock.as_dict())
     p.pid = pid
     p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
     p.notes.append(note)

@@ -112,8 +112,8 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         return k if ord_ is None else ord_[k]
     c = problem.candidates
     cand = np.asarray(cand, np.int64)
-    prev_op = c["prev_op"].to_numpy(np.int64)[cand]
-    next_op = c["next_op"].to_numpy(np.int64)[cand]
+    prev_op = c["prev_op"].to_numpy()[cand].astype(np.int64)     # the swaps' rows, as int64 (the
+    next_op = c["next_op"].to_numpy()[cand].astype(np.int64)     # columns may be int32)
     out_start, out_end = sched["out_start"].to_numpy(np.float64), sched["out_end"].to_numpy(np.float64)
     in_start, in_end = sched["in_start"].to_numpy(np.float64), sched["in_end"].to_numpy(np.float64)
     free_t = sched["free_t"].to_numpy(np.float64)
@@ -198,31 +198,68 @@ def _event_anchors(problem, st: dict) -> np.ndarray:
     return m["replay_anchors"]
 
 
+PIECE = 1 << 20     # memory events handled at a time by _replayed_peak (bounds its temporaries)
+
+
 def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
                    realloc_t: np.ndarray) -> int:
     """Peak of live bytes on the replayed timeline (module docstring, "Peak after").
 
     The running sum over the events sorted by (time, delta) peaks at the end of some instant
-    (inside one, frees come first), so the peak is the largest value after an instant.  The
-    memory events usually stay in order once moved (the delays grow along the run), and the
-    swaps' events are few: one stable sort of the two sorted runs then merges them."""
-    t = problem.events_t.astype(np.float64)
-    d = problem.events_d
-    if st["n"] and delay.any():
-        a = _event_anchors(problem, st)
-        t += np.where(a >= 0, delay[np.maximum(a, 0)], 0.0)
-        # the allocations and frees keep their order (the program's): none moves before the one
-        # before it (a free moved late by the op it follows holds back the allocations after it)
-        np.maximum.accumulate(t, out=t)
+    (inside one, frees come first), so the peak is the largest value after an instant: at an
+    instant tau, the sum of every delta at or before tau.  The memory events stay in time order
+    once moved (each is moved by its anchor's delay, then none before the one before it), the
+    swaps' events are few and sorted once: so the value after each instant is the events' running
+    sum there plus the swaps' running sum up to it, read by a binary search.  The events are
+    moved and summed a piece of :data:`PIECE` at a time, carrying the running sum and the running
+    latest time from piece to piece (issue 30: nothing of every event's length is made)."""
+    ev_t, d = problem.events_t, problem.events_d
+    n = len(ev_t)
+    a = _event_anchors(problem, st) if n and st["n"] and delay.any() else None
     sw_t = np.concatenate([free_t, realloc_t])
     sw_d = np.concatenate([-size, size])
     so = np.argsort(sw_t, kind="stable")
-    t = np.concatenate([t, sw_t[so]])
-    d = np.concatenate([d, sw_d[so]])
-    if not len(t):
+    sw_t = sw_t[so]
+    sw_cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(sw_d[so])])   # swaps' sum of the first k
+    if not n and not len(sw_t):
         return 0
-    o = np.argsort(t, kind="stable")          # two sorted runs: a merge
-    t, cs = t[o], np.cumsum(d[o])
-    last = np.ones(len(t), bool)
-    last[:-1] = t[1:] != t[:-1]              # the value after each instant
-    return int(max(0, int(cs[last].max())))
+
+    def times(lo, hi):          # the events' times moved by their anchors' delays (before the running max)
+        t = ev_t[lo:hi].astype(np.float64)
+        if a is not None:
+            ak = a[lo:hi]
+            t += np.where(ak >= 0, delay[np.maximum(ak, 0)], 0.0)
+        return t
+
+    best = 0
+    carry = 0                                  # the events' sum before the piece
+    ev_at_sw = np.zeros(len(sw_t), np.int64)   # the events' sum at or before each swap event
+    nxt = times(0, min(PIECE, n)) if n else None
+    for lo in range(0, n, PIECE):
+        hi = min(lo + PIECE, n)
+        tk = nxt
+        if a is not None:
+            # the allocations and frees keep their order (the program's): none moves before the one
+            # before it (a free moved late by the op it follows holds back the allocations after it)
+            if lo:
+                tk[0] = max(tk[0], run_max)
+            np.maximum.accumulate(tk, out=tk)
+            run_max = tk[-1]
+        nxt = times(hi, min(hi + PIECE, n)) if hi < n else None
+        cum = np.cumsum(d[lo:hi])
+        cum += carry
+        last = np.ones(hi - lo, bool)          # the last event of its instant
+        last[:-1] = tk[1:] != tk[:-1]
+        if nxt is not None:
+            last[-1] = (max(nxt[0], run_max) if a is not None else nxt[0]) != tk[-1]
+        v = cum[last] + sw_cum[np.searchsorted(sw_t, tk[last], side="right")]
+        if len(v):
+            best = max(best, int(v.max()))
+        if len(sw_t):
+            k = np.searchsorted(tk, sw_t, side="right")      # this piece's events at or before each
+            ev_at_sw += np.where(k > 0, cum[np.maximum(k - 1, 0)] - carry, 0)
+        carry = int(cum[-1])
+    if len(sw_t):                              # after each instant ending at a swap's event
+        v = ev_at_sw + sw_cum[np.searchsorted(sw_t, sw_t, side="right")]
+        best = max(best, int(v.max()))
+    return int(max(0, best))

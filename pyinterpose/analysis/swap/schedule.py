@@ -99,9 +99,9 @@ def hiding_floor(problem: SwapProblem) -> int:
 
 def _pack(problem: SwapProblem, target: int) -> dict:
     """What the scheduler reads at ``target``: the hot steps (live bytes > target: start, end,
-    value) and every candidate as a ``pi_swap_cand`` record (its interval's hot steps [lo, hi)),
-    with ``has_hot`` (lo < hi).  :func:`_run_all` keeps it in ``problem.memo`` while several runs
-    share a target."""
+    value) and every candidate with a hot step in its interval as a ``pi_swap_cand`` record (its
+    interval's hot steps [lo, hi)), with ``has_hot`` (lo < hi) and ``at`` (each candidate's
+    record).  :func:`_run_all` keeps it in ``problem.memo`` while several runs share a target."""
     live = problem.live
     hot = live > target
     hot_k = np.flatnonzero(hot)
@@ -109,13 +109,23 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     np.cumsum(hot, out=hot_before[1:])
     lo_iv, hi_iv = _iv_steps(problem)
     a = _cand_arrays(problem)
-    rec = np.empty(len(lo_iv), dtype=CAND_DTYPE)
+    lo = np.take(hot_before, lo_iv)
+    hi = np.take(hot_before, hi_iv)
+    del hot_before
+    has_hot = hi > lo
+    # records of the candidates with a hot step only (the others are never visited), and where
+    # each candidate's record is (-1: none): issue 30, 48 bytes for those only
+    keep = np.flatnonzero(has_hot)
+    rec = np.empty(len(keep), dtype=CAND_DTYPE)
     for k in ("start", "end", "t_out", "t_in", "size"):
-        rec[k] = a[k]
-    rec["lo"] = np.take(hot_before, lo_iv)
-    rec["hi"] = np.take(hot_before, hi_iv)
+        rec[k] = a[k][keep]
+    rec["lo"] = lo[keep]
+    rec["hi"] = hi[keep]
+    del lo, hi
+    at = np.full(len(has_hot), -1, np.int32 if len(keep) < 2 ** 31 - 1 else np.int64)
+    at[keep] = np.arange(len(keep), dtype=at.dtype)
     st = _steps_f(problem)
-    return {"rec": rec, "has_hot": rec["hi"] > rec["lo"], "hot_t": np.take(st, hot_k),
+    return {"rec": rec, "at": at, "has_hot": has_hot, "hot_t": np.take(st, hot_k),
             "hot_end": np.take(st, hot_k + 1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
 
 
@@ -127,12 +137,19 @@ def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
     return not (mode == "no-overhead" and hiding_floor(problem) >= int(live.max()))
 
 
+def _repeats(idx: np.ndarray, n: int) -> bool:
+    """Whether a candidate comes more than once in ``idx`` (indices in [0, n)): one byte a candidate."""
+    seen = np.zeros(n, bool)
+    seen[idx] = True
+    return int(np.count_nonzero(seen)) < len(idx)
+
+
 def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.DataFrame:
     c = problem.candidates
     a = _cand_arrays(problem)
-    return pd.DataFrame({
-        "block_id": c["block_id"].to_numpy(np.int64)[i], "size": a["size"][i],
-        "iteration": c["iteration"].to_numpy(np.int64)[i], "prev_access": a["start"][i],
+    return pd.DataFrame({     # the swaps' rows only, as int64 (the columns may be narrower)
+        "block_id": c["block_id"].to_numpy()[i].astype(np.int64), "size": a["size"][i],
+        "iteration": c["iteration"].to_numpy()[i].astype(np.int64), "prev_access": a["start"][i],
         "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
         "in_start": t[:, 4], "in_end": t[:, 5], "next_access": a["end"][i], "stall": t[:, 6],
     }, columns=SCHEDULE_COLUMNS)
@@ -185,10 +202,12 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     target = 0 if budget is None else int(budget)
     c = problem.candidates
     n = len(c)
-    idx = np.asarray(idx_order, dtype=np.int64)
+    idx = np.asarray(idx_order)
+    if idx.dtype not in (np.int32, np.int64):      # the kept orders are int32 (issue 30): used as they are
+        idx = idx.astype(np.int64)
     if len(idx) and (idx.min() < 0 or idx.max() >= n):
         raise PyinterposeError("swap order refers to a candidate that does not exist")
-    if len(idx) and np.bincount(idx, minlength=n).max() > 1:    # a candidate is visited once, at its first place
+    if len(idx) and _repeats(idx, n):               # a candidate is visited once, at its first place
         _, first = np.unique(idx, return_index=True)
         idx = idx[np.sort(first)]
     live = problem.live
@@ -201,7 +220,9 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     sel = idx[pk["has_hot"][idx]]
     if mode == "no-overhead":
         sel = sel[hides[sel]]
-    cand = np.take(pk["rec"], sel)
+    # each candidate's record (every one has one: has_hot), read in place by the scheduler (issue 30:
+    # no copy of the records per run)
+    cand_at = np.take(pk["at"], sel)
     hide_pos = None
     if mode == "budget":
         hide_pos = np.flatnonzero(hides[sel]).astype(np.int64)
@@ -210,18 +231,26 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
             hide_pos = np.zeros(1, np.int64)     # a valid pointer; none of it is read
     hot_t, hot_end, hot_live = pk["hot_t"], pk["hot_end"], pk["hot_live"]
     m = len(sel)
-    out_pos = np.zeros(max(m, 1), np.int64)
-    out_t = np.zeros((max(m, 1), 7), np.float64)
+    # room for every candidate; only the first ``kept`` rows are written and read (np.empty: the
+    # pages of the rest are never touched)
+    out_pos = np.empty(max(m, 1), np.int64)
+    out_t = np.empty((max(m, 1), 7), np.float64)
 
     def ptr(kind, arr):
         return ffi.cast(kind, arr.ctypes.data)
 
-    kept = lib.pi_swap_schedule(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
-                                ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand),
-                                0 if hide_pos is None else n_hide,
-                                ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
-                                1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
-                                ptr("double *", out_t))
+    if cand_at.dtype == np.int32:
+        cand, at_arg = pk["rec"], ptr("int32_t *", np.ascontiguousarray(cand_at))
+    else:                                   # more than 2**31 records: a copy in visiting order
+        cand, at_arg = np.take(pk["rec"], cand_at), ffi.NULL
+    if not len(cand):
+        cand = np.zeros(1, CAND_DTYPE)      # a valid pointer; none of it is read
+    kept = lib.pi_swap_schedule_at(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
+                                   ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand), at_arg,
+                                   0 if hide_pos is None else n_hide,
+                                   ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
+                                   1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
+                                   ptr("double *", out_t))
     if kept < 0:
         raise MemoryError("swap scheduler: out of memory")
     return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]

@@ -117,14 +117,10 @@ def _rank(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
 
 
 def _scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
-    """:func:`scores`, kept per problem (read-only; WDOA and vote per budget)."""
-    key = ("scores", strategy, int(budget) if strategy in ("wdoa", "vote") else None)
-    m = problem.memo
-    if key not in m:
-        v = np.asarray(scores(problem, strategy, budget))
-        v.flags.writeable = False
-        m[key] = v
-    return m[key]
+    """:func:`scores` (not kept: each is made from the candidates' columns in one pass, and what
+    is kept per problem is the orders and ranks made from them — issue 30: a score array of
+    every candidate per strategy was ~76 MB each at 100 M events)."""
+    return np.asarray(scores(problem, strategy, budget))
 
 
 def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
@@ -167,8 +163,14 @@ def _tie_order(problem: SwapProblem) -> np.ndarray:
     m = problem.memo
     if "tie_order" not in m:
         c = problem.candidates
-        m["tie_order"] = np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(), -c["doa_ns"].to_numpy()))
+        m["tie_order"] = _indices(np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(),
+                                              -c["doa_ns"].to_numpy())))
     return m["tie_order"]
+
+
+def _indices(x: np.ndarray) -> np.ndarray:
+    """Candidate indices as int32 when every one fits (they index the candidates: exact), kept so."""
+    return x.astype(np.int32) if len(x) < 2 ** 31 - 1 else x
 
 
 def _vote_fixed(problem: SwapProblem) -> dict | None:
@@ -211,7 +213,7 @@ def _vote_fixed(problem: SwapProblem) -> dict | None:
     # DOA) ranks where their DOA ranks among all
     kf = key(fi, ranks[fi] + _rank(problem, "doa", 0)[fi])
     o = np.argsort(kf)
-    m["vote_fixed"] = fixed = {"idx": fi[o], "key": kf[o], "var": vi, "var_ranks": ranks[vi],
+    m["vote_fixed"] = fixed = {"idx": _indices(fi[o]), "key": kf[o], "var": vi, "var_ranks": ranks[vi],
                                "points": (pa, pb), "key_of": key}
     return fixed
 
@@ -241,7 +243,7 @@ def _order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     key = ("order", strategy, int(budget))
     m = problem.memo
     if key not in m:
-        o = order(problem, strategy, budget)
+        o = _indices(order(problem, strategy, budget))
         o.flags.writeable = False
         m[key] = o
     return m[key]

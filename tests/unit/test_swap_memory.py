@@ -1,0 +1,165 @@
+"""The swap problem in less memory (issue 30): the narrower and in-place forms give what their
+definitions give.  Each reference below is written from the definition (sorts, loops over steps),
+never from the code it checks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyinterpose.analysis import swap
+from pyinterpose.analysis.swap import replay as replay_mod
+from pyinterpose.analysis.swap.schedule import schedule_with_candidates
+from pyinterpose.analysis.swap.strategies import _order, order
+
+from test_swap import _random_problem
+
+
+def _peak_by_sorting(t: np.ndarray, d: np.ndarray) -> int:
+    """max(0, running sum) over the events sorted by (time, delta): frees first at a tie."""
+    if not len(t):
+        return 0
+    o = np.lexsort((d, t))
+    return int(max(0, np.cumsum(d[o]).max()))
+
+
+class _Problem:
+    def __init__(self, events_t, events_d):
+        self.events_t, self.events_d, self.memo = events_t, events_d, {}
+
+
+def _anchor(release: np.ndarray, t: float, alloc: bool) -> int:
+    """The op whose delay moves a memory event: an allocation's first op released at or after
+    it, a free's last op released by it; -1 none (loops, from the replay's docstring)."""
+    if alloc:
+        later = [i for i, r in enumerate(release) if r >= t]
+        return later[0] if later else -1
+    before = [i for i, r in enumerate(release) if r <= t]
+    return before[-1] if before else -1
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 20])
+@pytest.mark.parametrize("seed", range(12))
+def test_replayed_peak_in_pieces_is_the_sorted_running_sum(monkeypatch, piece, seed):
+    rng = np.random.default_rng(seed)
+    n_ev = int(rng.integers(1, 40))
+    ev_t = np.sort(rng.integers(0, 30, n_ev)).astype(np.int64)          # many ties
+    ev_d = rng.choice([-1, 1], n_ev) * rng.integers(1, 9, n_ev)
+    release = np.sort(rng.integers(0, 30, int(rng.integers(1, 12)))).astype(np.float64)
+    delay = np.where(rng.random(len(release)) < 0.5, rng.integers(0, 20, len(release)), 0).astype(np.float64)
+    n_sw = int(rng.integers(0, 6))
+    size = rng.integers(1, 9, n_sw).astype(np.int64)
+    free_t = rng.integers(0, 35, n_sw).astype(np.float64)
+    realloc_t = free_t + rng.integers(0, 10, n_sw)
+    st = {"n": len(release), "release_sorted": release, "ord": None}
+    monkeypatch.setattr(replay_mod, "PIECE", piece)
+    got = replay_mod._replayed_peak(_Problem(ev_t, ev_d), st, delay, size, free_t, realloc_t)
+
+    moved = [float(t) + (delay[a] if (a := _anchor(release, float(t), d > 0)) >= 0 else 0.0)
+             for t, d in zip(ev_t, ev_d)]
+    for i in range(1, len(moved)):                  # none moves before the one before it
+        moved[i] = max(moved[i], moved[i - 1])
+    t = np.concatenate([np.array(moved), free_t, realloc_t])
+    d = np.concatenate([ev_d, -size, size])
+    assert got == _peak_by_sorting(t, d)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_peak_after_and_the_problem_figures_match_their_definitions(seed):
+    """_peak_after (in place) = the sorted running sum; straddles_peak and the floor of
+    prepare_tables = their definitions over the steps, candidate by candidate."""
+    p = _random_problem(np.random.default_rng(seed), n_blocks=25)
+    c = p.candidates
+    live, st = p.live, p.steps_t
+    peak = int(live.max())
+    lo = np.searchsorted(st, c["start_t"].to_numpy(), side="left")
+    hi = np.searchsorted(st, c["end_t"].to_numpy(), side="right") - 1
+    for j in range(len(c)):
+        inside = [k for k in range(len(live)) if st[k] >= c["start_t"].iat[j] and st[k + 1] <= c["end_t"].iat[j]]
+        assert list(range(lo[j], max(lo[j], hi[j]))) == inside
+        assert bool(c["straddles_peak"].iat[j]) == any(live[k] == peak for k in inside)
+    away = [int(live[k]) - sum(int(c["size"].iat[j]) for j in range(len(c))
+                               if st[k] >= c["start_t"].iat[j] and st[k + 1] <= c["end_t"].iat[j])
+            for k in range(len(live))]
+    assert p.floor == max(0, max(away))
+    for strategy in swap.STRATEGIES:
+        sched = swap.schedule(p, order(p, strategy, p.floor), "budget", p.floor)
+        t = np.concatenate([p.events_t.astype(np.float64), sched["free_t"].to_numpy(), sched["realloc_t"].to_numpy()])
+        d = np.concatenate([p.events_d, -sched["size"].to_numpy(), sched["size"].to_numpy()])
+        assert swap._peak_after(p, sched) == _peak_by_sorting(t, d)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_orders_are_int32_and_schedule_as_int64_ones(seed):
+    p = _random_problem(np.random.default_rng(50 + seed), n_blocks=40)
+    for strategy in swap.STRATEGIES:
+        o = _order(p, strategy, p.default_budget)
+        assert o.dtype == np.int32
+        assert np.array_equal(o, order(p, strategy, p.default_budget))
+        assert sorted(o.tolist()) == list(range(len(p.candidates)))
+        for mode, b in (("budget", p.default_budget), ("no-overhead", None)):
+            a, ca = schedule_with_candidates(p, o, mode, b)
+            w, cw = schedule_with_candidates(p, o.astype(np.int64), mode, b)
+            assert a.equals(w) and np.array_equal(ca, cw)
+            # a candidate named twice is visited at its first place only
+            twice = np.concatenate([o, o[::-1]])
+            r, cr = schedule_with_candidates(p, twice, mode, b)
+            assert r.equals(w) and np.array_equal(cr, cw)
+
+
+def test_two_streams_replay_equals_the_reference_in_pieces_of_two(monkeypatch):
+    """The independent replay reference of test_swap_replay, with _replayed_peak working two
+    memory events at a time."""
+    import test_swap_replay
+
+    monkeypatch.setattr(replay_mod, "PIECE", 2)
+    test_swap_replay.test_two_streams_replay_equals_the_independent_reference()
+
+
+def _long_trace_paths(monkeypatch, on: bool):
+    """Take the long-trace paths (one analysis after the other, the clock let go) at any size."""
+    import sys
+
+    from pyinterpose.analysis import compare as compare_mod
+
+    limit = 0 if on else 4_000_000
+    for mod in (sys.modules["pyinterpose.analysis.swap.problem"], swap, compare_mod):
+        monkeypatch.setattr(mod, "SIDE_BY_SIDE_BLOCKS", limit)
+
+
+@pytest.mark.parametrize("sample", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit"])
+def test_long_trace_paths_give_the_same_swap_and_compare(monkeypatch, sample):
+    """compare's row and swap's evaluation, with the iterations and intervals one after the other, the
+    pools before the rest and the clock let go, equal those of the side-by-side paths."""
+    import os
+
+    from pyinterpose.analysis.compare import compare_files
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "samples", sample)
+    got = {}
+    for on in (False, True):
+        _long_trace_paths(monkeypatch, on)
+        row, _ = compare_files([path], bandwidth=16.0)
+        ev = swap.evaluate(__import__("pyinterpose").load(path), bandwidth=16.0)
+        got[on] = (row, ev)
+    assert got[True] == got[False]
+    assert got[True][1]["candidates"] > 0 and got[True][0]["traces"][0]["swap"] is not None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_problem_runs_equal_the_others(monkeypatch, seed):
+    """_run_all's long-trace path (orders made on first use and let go, their inputs let go) gives
+    every strategy's result of the other path, with one worker and with two."""
+    import os
+
+    def results(long: bool, cpus: int):
+        monkeypatch.setattr(swap, "LONG_CANDIDATES", -1 if long else 1 << 40)
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        p = _random_problem(np.random.default_rng(200 + seed), n_blocks=40)
+        ev = swap.analyse(None, problem=p)
+        if long:
+            assert not [k for k in p.memo if k in swap.ORDER_INPUTS or (isinstance(k, tuple) and k[0] == "order")]
+        return [(r.strategy, r.mode, r.peak_after, r.stall_ns, r.schedule.to_dict("list")) for r in ev.results]
+
+    want = results(False, 2)
+    assert results(True, 2) == want
+    assert results(True, 1) == want
