@@ -41,3 +41,20 @@ def test_serial_build_equals_threaded(monkeypatch):
     assert [x.id for x in serial.sections] == [x.id for x in threaded.sections]
     assert "swap" in [x.id for x in serial.sections]
     assert list(serial.headlines) == list(threaded.headlines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("serial", [False, True])
+def test_report_makes_no_full_length_tables(monkeypatch, serial):
+    """Neither build makes the whole access-intervals table nor the full-length live events (the ATI
+    figure, lifetimes and flame read them in pieces); a long run's build has let go of the results only
+    its sections read before the swap work (no classify table, no reserved curve kept)."""
+    if serial:
+        monkeypatch.setattr(html, "SERIAL_BLOCKS", 0)
+    tr = training_trace(iterations=8)
+    rep = html.build(tr, bandwidth=16, time_limit=1.0)
+    assert {"memory", "access", "iterations", "swap"} <= {s.id for s in rep.sections}
+    keys = [k for k in tr._derived if isinstance(k, tuple)]
+    assert not [k for k in keys if k[0] == "access.intervals" or k == ("model", "live_events")]
+    modules = {k[0] for k in keys}
+    assert ("lifetimes.classify" in modules) == (not serial)
