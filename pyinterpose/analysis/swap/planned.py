@@ -513,8 +513,15 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     rseq = req["seq_alloc"].to_numpy(np.int64)
     rit = np.searchsorted(bnd, rseq, side="right") - 1
     rkey = pd.DataFrame({"it": rit, "size": req["size"].to_numpy(), "site": req["site"].to_numpy()})
-    it_ord = rkey.groupby(["it", "size", "site"], sort=False).cumcount().to_numpy()
     life_ord = rkey.groupby(["size", "site"], sort=False).cumcount().to_numpy()
+    # as apply.c keys them: the requests of the process whose ordinal of their (size, site) is a persistent
+    # row's go to that row; only the others count in the iterations' ordinals
+    pers_rows = {(int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"]
+                 if r["phase"] == "persistent"}
+    is_pers = np.array([(int(a), int(b), int(o)) in pers_rows for a, b, o in
+                        zip(req["size"].to_numpy(), req["site"].to_numpy(), life_ord)], bool)
+    it_ord = rkey.assign(p=is_pers).groupby(["it", "size", "site", "p"], sort=False).cumcount().to_numpy()
+    it_ord = np.where(is_pers, -1, it_ord)
     bid = req["block_id"].to_numpy()
     inst_it = {(int(i), int(s), int(si), int(o)): int(b) for i, s, si, o, b in
                zip(rit, req["size"], req["site"], it_ord, bid)}
@@ -563,23 +570,36 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
         s = section["swaps"][src]
         k = int(np.searchsorted(bnd, oseq[it_[2]], side="right")) - 1
         n_plan = at.get((k, s["in_before"]["kernel"], s["in_before"]["ordinal"]), -1)
-        if 0 <= it_[4] and (n_plan < 0 or it_[4] < n_plan):
+        if 0 <= it_[4] < n_plan:
             q = s["request"]
             unsteady.add((q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])))
     # the swaps' times on the swap clock (the residency: the other blocks' times are on it), and the stall
     # on the program's device timeline (below)
-    rec, _, _ = _engines(items, ostart, odur, t_out, t_in, host_waits=not clock.device)
+    # the residency and the stall on the program's device timeline (what simcuda counts: on the CPU clock
+    # the device runs behind the host's calls, and a copy engine's backlog with it): each op started when
+    # its stream is free, a stream-ordered allocation or free counted where its stream gets to it (after
+    # the op before it), a swapped block resident from the start of its first access.  On the device
+    # clock the swap clock is the device's already.
     dstart, ddur = _device_timeline(trace, pid, oseq, ostart, odur)
-    _, late, delay = _engines(items, dstart, ddur, t_out, t_in, calls=None if clock.device else ostart)
-    for j, it_ in enumerate(items):     # residency on the recorded clock (the other blocks' times are)
+    rec, late, delay = _engines(items, dstart, ddur, t_out, t_in, calls=None if clock.device else ostart)
+    for j, it_ in enumerate(items):
         moves.setdefault(it_[0], []).append((rec[j, 0], rec[j, 1]))
     ts, ds = [], []
-    seq_t = dict(zip(oseq.tolist(), ostart.tolist()))
-    for b, size, ta, tf, fr in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
-                                   dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
-                                   dev["freed"].to_numpy(bool)):
+    seq_t = dict(zip(oseq.tolist(), np.asarray(dstart, np.float64).tolist()))
+    dend = np.asarray(dstart, np.float64) + np.asarray(ddur, np.float64)
+
+    def on_device(sq, t):
+        j = int(np.searchsorted(oseq, sq)) - 1
+        return max(float(t), float(dend[j])) if j >= 0 and not clock.device else float(t)
+    stream_ordered = dev["api"].astype(str).str.contains("Async", regex=False).to_numpy(bool)
+    for b, size, ta, tf, fr, sa, sf, so in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
+                                               dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
+                                               dev["freed"].to_numpy(bool), dev["seq_alloc"].to_numpy(),
+                                               dev["seq_free"].to_numpy(), stream_ordered):
         b = int(b)
-        end = float(tf) if fr else float(trace.end_ns)
+        end = on_device(sf, tf) if fr else float(trace.end_ns)
+        if so:
+            ta = on_device(sa, ta)
         if b in pers or b in small:
             continue
         if b in moves:
