@@ -41,6 +41,7 @@ from .strategies import _order
 from .validate import validate_schedule
 
 MECHANISM = "uvm"
+MAX_RESCHEDULES = 60    # schedules made again at most, leaving out swaps other iterations undo
 
 
 def _block_times(trace, pid: int, clock) -> pd.DataFrame:
@@ -322,16 +323,29 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
 
     best, unsteady = once(())
     if unsteady:
-        # the swaps another iteration undoes (a launch names the block while it is away there: it comes
-        # back early and that iteration's peak stays higher): without all of them, and then one at a time
-        # (each left out when the whole run's predicted peak falls), the schedule re-chosen each time
+        # the swaps another iteration undoes (a launch names the block before the planned one there: it
+        # comes back early and that iteration's peak stays higher): without all of them, and then greedily,
+        # each round leaving out the one whose absence lowers the whole run's predicted peak most (the keys
+        # a new schedule undoes joining the candidates), the schedule re-chosen each time, at most
+        # MAX_RESCHEDULES schedules
         whole, _ = once(unsteady)
         left_out: set = set()
-        for key in sorted(unsteady):
-            d, more = once(left_out | {key})
-            if d["swap"]["predicted_peak_bytes"] < best["swap"]["predicted_peak_bytes"]:
-                best = d
-                left_out.add(key)
+        cands = set(unsteady)
+        n = 0
+        while cands and n < MAX_RESCHEDULES:
+            round_best = None
+            for key in sorted(cands):
+                if n >= MAX_RESCHEDULES:
+                    break
+                n += 1
+                d, more = once(left_out | {key})
+                if d["swap"]["predicted_peak_bytes"] < (round_best or best)["swap"]["predicted_peak_bytes"]:
+                    round_best, round_key, round_more = d, key, more
+            if round_best is None:
+                break
+            best = round_best
+            left_out.add(round_key)
+            cands = (cands | set(round_more)) - left_out
         if whole["swap"]["predicted_peak_bytes"] < best["swap"]["predicted_peak_bytes"]:
             best = whole
     doc.clear()
