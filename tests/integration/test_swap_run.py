@@ -77,6 +77,25 @@ def test_swaps_lower_the_high_water_mark_as_predicted_and_keep_the_data(tmp_path
     assert stc["prefetches"] >= 2 * len(sw["swaps"]) * 15
 
 
+
+def test_resnets_budget_schedule_is_predicted_to_the_byte(tmp_path):
+    """Budget mode on ResNet-18: its optimizer's 9 MiB requests share their key (size, no call site) with
+    persistent rows (apply.c gives those ordinals to the rows; only the others are the iteration's): the
+    prediction serves the same blocks from managed memory as the engine, so the high-water mark and the
+    stall are the predicted ones."""
+    plan = str(tmp_path / "budget.json")
+    cp = run_cli("plan", SAMPLE, "--swap", "--bandwidth", "55", "--budget", "700MB", "-o", plan, "--json")
+    assert cp.returncode == 0, cp.stderr
+    with open(plan) as f:
+        sw = json.load(f)["swap"]
+    cp0, s0, st0 = _replay(tmp_path, "none")
+    cp1, s1, st1 = _replay(tmp_path, "budget", plan=plan)
+    assert cp1.returncode == 0, cp1.stderr
+    got = st1["resident_peak_bytes"][0]
+    assert got <= 0.90 * st0["resident_peak_bytes"][0]
+    assert abs(got / sw["predicted_peak_bytes"] - 1) <= 0.02
+    assert abs(st1["stall_ns"][0] * 0.25 - sw["predicted_stall_ns_run"]) <= 0.10 * sw["predicted_stall_ns_run"]
+
 TRANSFORMER = "/work/shared/data/gpu-traces/torch-transformer-blocks.pit"
 
 

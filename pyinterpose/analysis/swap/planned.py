@@ -400,19 +400,18 @@ def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time
     return doc
 
 
-def _engines(items, ostart, odur, t_out, t_in, host_waits=False, calls=None):
+def _engines(items, ostart, odur, t_out, t_in, calls=None):
     """The swaps of ``items`` (block, size, out-after op, in-after op or -1, waiting op or -1; in-after ==
-    waiting op: an unforeseen or late access, sent at once; :func:`.engine_model.engine_items`) on a timeline of one program stream, op by op: each op sent
-    at ``ostart`` and started when the stream is free and every swap-in it needs has landed, for ``odur``.
-    A swap-out is sent when the launch it follows has ended, a swap-in likewise (after its own swap-out),
-    an unforeseen one when its launch is sent; each copy engine serves them in the order they are sent.
+    waiting op: a late or unforeseen swap-in, sent with that op; :func:`.engine_model.engine_items`) on a
+    timeline of one program stream, op by op: each op sent at ``ostart`` and started when the stream is
+    free and every swap-in it needs has landed, for ``odur``.  A swap-out is sent when the launch it
+    follows has ended, a swap-in likewise (after its own swap-out), a late or unforeseen one when its
+    launch is called (``calls``: when the host makes each op's call, if not at ``ostart``: on a device
+    timeline the host runs ahead of the device); each copy engine serves them in the order they are sent.
     Returns (rec: per item its swap-out's end and swap-in's start on the undelayed timeline, i.e. less the
-    delay of their op; the late swap-ins; the stall: the sum of the waits, what simcuda counts as
-    SIMCUDA_STATS stall_ns — the program's ops held by a stream wait beyond when their stream and the host
-    let them start).  ``host_waits``: the timeline is the host's (the CPU clock: the program is the stream),
-    so an op is sent no earlier than the one before it has ended, waits included.  ``calls``: when the host
-    makes each op's call, if not at ``ostart`` (a device timeline: the host runs ahead of the device); the
-    engine sends a late or unforeseen swap-in from the call of the launch that needs it."""
+    delay of their op, inf when it never comes back; the late swap-ins; the stall: the sum of the waits,
+    what simcuda counts as SIMCUDA_STATS stall_ns — the program's ops held by a stream wait beyond when
+    their stream and the host let them start)."""
     n = len(ostart)
     outs, ins, now_in, needs = {}, {}, {}, {}
     for j, (_, _, o_op, i_op, n_op) in enumerate(items):
@@ -437,7 +436,7 @@ def _engines(items, ostart, odur, t_out, t_in, host_waits=False, calls=None):
                 free = max(float(ostart[q]), free) + float(odur[q])
                 base_free = max(float(ostart[q]), base_free) + float(odur[q])
         k = j + 1
-        send = max(float(ostart[j]), free) if host_waits else float(ostart[j])
+        send = float(ostart[j])
         before = max(send, free) - max(float(ostart[j]), base_free)     # the delay this op finds
         for i in now_in.get(j, ()):       # unforeseen: sent with the launch
             st = max(send if calls is None else float(calls[j]), h2d, out_end[i])
