@@ -48,7 +48,7 @@ PI="$PY -m pyinterpose"
 FAILED=0
 run() {  # run LOG CMD...: log stdout+stderr, remember failures
     local log=$1; shift
-    echo "+ $*" >>"$OUT/commands.txt"
+    echo "+ $(date +%s) $*" >>"$OUT/commands.txt"
     "$@" >"$OUT/$log.log" 2>&1
     local rc=$?
     if [ $rc -ne 0 ]; then echo "gpu_validate: $log failed (exit $rc), see $OUT/$log.log" >&2; FAILED=1; fi
@@ -107,7 +107,7 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-600}
 TO=(timeout -k 10 "$STEP_TIMEOUT")
 rows() {  # rows NAME CMD...: CMD prints a JSON list of table rows; anything else becomes one FAIL row
     local name=$1; shift
-    echo "+ $*" >>"$OUT/commands.txt"
+    echo "+ $(date +%s) $*" >>"$OUT/commands.txt"
     "${TO[@]}" "$@" >"$OUT/rows-$name.json" 2>"$OUT/rows-$name.err"
     local rc=$?
     if ! $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); assert isinstance(r, list)' "$OUT/rows-$name.json" \

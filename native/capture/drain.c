@@ -4,6 +4,31 @@
 
 #include "events.h"
 
+/* the record of ticket t from an intent whose tickets include t, into *e; 0 when none (final pass only:
+ * the process is gone, and a gap can only be a ticket taken and never committed) */
+static int intent_for(const pi_ring_header *h, uint64_t t, pi_event *e) {
+    uint64_t used = h->intents_used < PI_INTENTS ? h->intents_used : PI_INTENTS;
+    for (uint64_t k = 0; k < used; k++) {
+        const pi_intent *in = &h->intents[k];
+        uint64_t first = in->ticket - 1;
+        if (!in->ticket || t < first || t - first >= in->n) continue;
+        if (in->state == PI_INTENT_BUILT && in->n <= PI_INTENT_RECORDS) {
+            *e = in->rec[t - first];
+            return 1;
+        }
+        if (in->state == PI_INTENT_HELD) { /* record 0 as held; the others NONE, interrupted (pi_writer_hold) */
+            *e = in->rec[0];
+            if (t != first) {
+                e->addr = e->size = e->stream = e->aux = 0;
+                e->op = PI_OP_NONE;
+                e->flags = 0;
+            }
+            return 1;
+        }
+    }
+    return 0;
+}
+
 int64_t pi_drain(void *ring, void *out, uint64_t max_records, int final, uint64_t *lost) {
     pi_ring_header *h = (pi_ring_header *)ring;
     pi_event *slots = (pi_event *)((char *)ring + sizeof(pi_ring_header));
@@ -21,6 +46,12 @@ int64_t pi_drain(void *ring, void *out, uint64_t max_records, int final, uint64_
             if (!final) break;
             if (seq == (t | PI_SEQ_HELD)) { /* a call the process was killed inside: its record, as held */
                 memcpy(&dst[n], s, sizeof(pi_event));
+                dst[n++].seq = t;
+                continue;
+            }
+            /* the process was killed between taking this ticket and committing its record: a thread's
+             * intent (events.h) that names this ticket holds the record */
+            if (intent_for(h, t, &dst[n])) {
                 dst[n++].seq = t;
                 continue;
             }

@@ -622,7 +622,9 @@ int pi_apply_serve(int api, void *pp, uint64_t size, uint64_t stream, int fam, i
             unlock();
             if (crossed) pi_swap_boundary(finished);
             if (have || refused_now) after_boundary(have, &fin, refused_now);
-            if (mode >= SLOT_MANAGED && g_state == ST_ARMED &&
+            /* never from managed memory into a graph being captured: cuMemAllocManaged is not a call a
+             * capture allows, and the graph's memory node belongs to the graph */
+            if (mode >= SLOT_MANAGED && g_state == ST_ARMED && !(async && capturing(fam, stream_of(stream, ptsz))) &&
                 pi_swap_serve((uint32_t)(mode - SLOT_MANAGED), size, pp, result, current_device(fam),
                               stream_of(stream, ptsz), async)) {
                 lock();

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #define PI_RING_MAGIC 0x31474e4952495950ULL /* "PYIRING1" little endian */
-#define PI_RING_VERSION 2
+#define PI_RING_VERSION 3
 #define PI_ATTACH_GRACE_NS 10000000000ULL /* 10 s for the drain to find a new ring */
 #define PI_MIN_RECORDS 4096             /* the smallest ring (256 KiB) */
 #define PI_SHM_PREFIX "/pyinterpose-"
@@ -243,6 +243,27 @@ enum pi_ring_flags {
     PI_RING_REDUCED = 4      /* smaller than asked: space, memory or the file-size limit */
 };
 
+/* An intent (version 3): a thread's records written down, whole, before their tickets are taken.  A
+ * process killed between taking tickets and committing their records (SIGTERM's default action, SIGKILL)
+ * would leave a gap the drain can only count as lost; with the intent, the drain's final pass puts the
+ * records into that gap.  state is PI_INTENT_BUILT from before the tickets are taken until the records
+ * are committed; ticket is the first ticket + 1, written before it is taken (shim.c reserve_noted: a
+ * compare-and-swap of the head), n the records (at most PI_INTENT_RECORDS; any number for
+ * PI_INTENT_HELD, which covers a held writer until its slots are marked: shim.h pi_writer_open_held).  One per thread, for the
+ * first PI_INTENTS threads of a process; the writers of more records, and the other threads, write into
+ * the ring directly as before (pi_writer_stage, shim.h). */
+#define PI_INTENTS 64
+#define PI_INTENT_RECORDS 2
+#define PI_INTENT_BUILT 1
+#define PI_INTENT_HELD 2     /* rec[0] is a held writer's record 0; its records 1..n-1 are held NONE records */
+typedef struct pi_intent {
+    uint64_t state;
+    uint64_t ticket;
+    uint64_t n;
+    uint8_t  pad[40];
+    pi_event rec[2];         /* PI_INTENT_RECORDS */
+} pi_intent;
+
 typedef struct pi_ring_header {
     uint64_t magic;
     uint32_t version;
@@ -273,6 +294,9 @@ typedef struct pi_ring_header {
     uint8_t  pad1[56];
     uint64_t tail;           /* consumed tickets (own cache line) */
     uint8_t  pad2[56];
+    uint64_t intents_used;   /* intents handed to threads (version 3) */
+    uint8_t  pad3[56];
+    pi_intent intents[64];   /* PI_INTENTS */
 } pi_ring_header;
 /* END CDEF */
 

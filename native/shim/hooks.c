@@ -66,14 +66,16 @@ static uint64_t rec_alloc(int api, int r, uint64_t addr, uint64_t size, int kind
     }
     pi_site site; /* owner and stacks first: their definitions precede the ALLOC */
     int ns = pi_site_capture(caller, &site);
-    pi_writer w;
-    int ok = pi_writer_open(&w, 1 + (uint64_t)ns);
-    if (addressable(kind)) pi_map_insert(addr, size, ok ? pi_writer_seq(&w, 0) : 0);
-    if (!ok) return 0;
-    uint64_t seq = pi_writer_seq(&w, 0);
-    pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
-    if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
-    pi_writer_close(&w);
+    pi_writer w; /* staged: a kill anywhere in here leaves the ALLOC recorded or no ticket taken */
+    uint64_t seq = 0;
+    if (pi_writer_stage(&w, 1 + (uint64_t)ns)) {
+        pi_put(&w, 0, PI_OP_ALLOC, (uint16_t)api, 0, addr, size, stream, aux, (uint16_t)kind);
+        if (ns) pi_site_put(&w, 1, (uint16_t)api, &site); /* the SITE record follows its ALLOC (seq + 1) */
+        pi_writer_close(&w);
+        seq = pi_writer_seq(&w, 0); /* 0: nothing recorded */
+    }
+    if (addressable(kind)) pi_map_insert(addr, size, seq);
+    if (!seq) return 0;
     if (kind == PI_KIND_ASYNC || kind == PI_KIND_POOL) pi_graph_captured(stream, 1); /* a memory node */
     if (kind != PI_KIND_HOST && kind != PI_KIND_VMM_RESERVE && kind != PI_KIND_IPC &&
         !(kind == PI_KIND_VMM_CREATE && size == 0))
@@ -90,8 +92,9 @@ static void free_pre(pi_ctx *c, int api, uint64_t addr, int kind, uint64_t strea
      * racing allocation that reuses the address is always ordered after it. */
     c->addr = addr;
     c->have_b = addressable(kind) ? pi_map_remove(addr, &c->b) : 0;
-    if (pi_writer_open(&c->w, 1)) /* held across the real free: a kill inside it leaves it recorded */
-        pi_writer_hold(&c->w, PI_OP_FREE, (uint16_t)api, addr, c->have_b ? c->b.size : 0, stream, 0, (uint16_t)kind);
+    /* held across the real free: a kill inside it leaves it recorded */
+    pi_writer_open_held(&c->w, 1, PI_OP_FREE, (uint16_t)api, addr, c->have_b ? c->b.size : 0, stream, 0,
+                        (uint16_t)kind);
 }
 
 static void free_post(pi_ctx *c, int api, int r, int kind, uint64_t stream, uint64_t aux) {
@@ -112,8 +115,8 @@ static void call_begin(pi_ctx *c, const pi_scan *sc, int api, uint16_t op, uint6
                        uint64_t stream, uint64_t aux) {
     if (!pi_window_recording()) return; /* window.c: outside a capture window, the allocation stream only */
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
-    int ok = pi_writer_open(&c->w, 1 + (uint64_t)sc->n);
-    pi_writer_hold(&c->w, op, (uint16_t)api, addr, size, stream, aux, 0); /* a kill inside the call */
+    int ok = pi_writer_open_held(&c->w, 1 + (uint64_t)sc->n, op, (uint16_t)api, addr, size, stream, aux,
+                                 0); /* a kill inside the call */
     c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
 }
 
@@ -137,9 +140,9 @@ static void call_end(pi_ctx *c, int api, int r, uint16_t op, uint64_t addr, uint
 static void graph_begin(pi_ctx *c, int api, uint64_t exec, uint64_t stream) {
     int gpu = pi_gpu_ready(); /* may write the CLOCK event: before any ticket is held */
     c->slots = pi_graph_exec_nodes(exec);
-    int ok = pi_writer_open(&c->w, 1 + (uint64_t)c->slots);
     /* a kill inside the call leaves the launch recorded as interrupted (issue 33.7) */
-    pi_writer_hold(&c->w, PI_OP_GRAPH_LAUNCH, (uint16_t)api, exec, c->slots, stream, 0, 0);
+    int ok = pi_writer_open_held(&c->w, 1 + (uint64_t)c->slots, PI_OP_GRAPH_LAUNCH, (uint16_t)api, exec, c->slots,
+                                 stream, 0, 0);
     c->pushed = ok && gpu ? pi_gpu_push(pi_writer_seq(&c->w, 0)) : 0;
 }
 

@@ -386,8 +386,14 @@ int pi_access_enabled(void) { return g_access; }
 
 /* ---- the ring's producer side: only the record writer below takes tickets ---- */
 
-/* reserve n consecutive records; their first ticket in *ticket, or 0 when recording is impossible */
-static int reserve(uint64_t n, uint64_t *ticket) {
+/* reserve n consecutive records; their first ticket in *ticket, or 0 when recording is impossible.
+ * With `note` (an intent's ticket word), the ticket + 1 is written there before it is taken: a compare-
+ * and-swap of the head instead of an add, so that no instruction lies between taking the ticket and the
+ * ticket being known outside the process. */
+static int reserve_noted(uint64_t n, uint64_t *ticket, uint64_t *note);
+static int reserve(uint64_t n, uint64_t *ticket) { return reserve_noted(n, ticket, NULL); }
+
+static int reserve_noted(uint64_t n, uint64_t *ticket, uint64_t *note) {
     pi_ring_header *h = g_ring;
     if (PI_UNLIKELY(g_abandoned)) {
         __atomic_fetch_add(&h->lost, n, __ATOMIC_RELAXED);
@@ -398,7 +404,13 @@ static int reserve(uint64_t n, uint64_t *ticket) {
         __atomic_fetch_add(&h->lost, n, __ATOMIC_RELAXED);
         return 0;
     }
-    uint64_t t = __atomic_fetch_add(&h->head, n, __ATOMIC_ACQ_REL);
+    uint64_t t;
+    if (!note) t = __atomic_fetch_add(&h->head, n, __ATOMIC_ACQ_REL);
+    else {
+        t = __atomic_load_n(&h->head, __ATOMIC_RELAXED);
+        do __atomic_store_n(note, t + 1, __ATOMIC_RELAXED);
+        while (!__atomic_compare_exchange_n(&h->head, &t, t + n, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    }
     if (PI_UNLIKELY(t + n > __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE) + cap)) {
         /* Back-pressure: wait for the drain.  Never silently drop; give up only when the drain's
          * heartbeat stopped (its lease ran out) or no drain ever attached. */
@@ -434,20 +446,67 @@ static inline void commit(pi_event *e, uint64_t ticket) { __atomic_store_n(&e->s
 int pi_writer_open(pi_writer *w, uint64_t n) {
     w->n = n;
     w->seq = 0;
+    w->in = NULL;
     w->ok = reserve(n, &w->seq);
     w->t = pi_now();
     return w->ok;
 }
 
-/* record i of the writer: committed now, except record 0 (pi_writer_close) */
+/* this thread's intent in the current ring (events.h, pi_intent), or NULL when all are taken */
+static pi_intent *my_intent(void) {
+    pi_ring_header *h = g_ring;
+    if (PI_UNLIKELY(pi_t.intent_ring != (void *)h)) {
+        uint64_t k = __atomic_fetch_add(&h->intents_used, 1, __ATOMIC_RELAXED);
+        pi_t.intent = k < PI_INTENTS ? (int)k : -1;
+        pi_t.intent_ring = h;
+    }
+    return pi_t.intent >= 0 ? &h->intents[pi_t.intent] : NULL;
+}
+
+int pi_writer_stage(pi_writer *w, uint64_t n) {
+    pi_intent *in = n <= PI_INTENT_RECORDS && !g_abandoned ? my_intent() : NULL;
+    if (!in) return pi_writer_open(w, n);
+    w->n = n;
+    w->seq = 0;
+    w->in = in;
+    w->ok = 1;
+    w->t = pi_now();
+    return 1;
+}
+
+/* where record i of the writer is written: its ring slot, or its intent's record (staged) */
+static inline pi_event *wslot(pi_writer *w, uint64_t i) { return w->in ? &w->in->rec[i] : slot(w->seq + i); }
+
+/* record i of the writer: committed now, except record 0 (pi_writer_close) and a staged writer's */
 static inline void put_done(pi_writer *w, uint64_t i, pi_event *e) {
-    if (i) commit(e, w->seq + i);
+    if (i && !w->in) commit(e, w->seq + i);
+}
+
+/* a staged writer's close: the tickets taken (the first one written into the intent before), the records
+ * copied into their slots and committed; the intent is let go once they are */
+static void close_staged(pi_writer *w) {
+    pi_intent *in = w->in;
+    uint64_t n = w->n, t;
+    __atomic_store_n(&in->n, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->ticket, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->state, PI_INTENT_BUILT, __ATOMIC_RELEASE);
+    if (reserve_noted(n, &t, &in->ticket)) {
+        w->seq = t;
+        for (uint64_t i = 0; i < n; i++) {
+            pi_event *e = slot(t + i);
+            uint64_t prev = e->seq; /* the slot's previous ticket: stays until the commit */
+            *e = in->rec[i];
+            e->seq = prev;
+            commit(e, t + i);
+        }
+    } else w->seq = 0; /* nothing recorded (counted lost by reserve) */
+    __atomic_store_n(&in->state, 0, __ATOMIC_RELEASE);
 }
 
 void pi_put(pi_writer *w, uint64_t i, uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size,
             uint64_t stream, uint64_t aux, uint16_t flags) {
     if (!w->ok || i >= w->n) return;
-    pi_event *e = slot(w->seq + i);
+    pi_event *e = wslot(w, i);
     e->t_ns = w->t;
     e->addr = addr;
     e->size = size;
@@ -464,7 +523,7 @@ void pi_put(pi_writer *w, uint64_t i, uint16_t op, uint16_t api, int32_t result,
 
 void pi_put_as(pi_writer *w, uint64_t i, const pi_event *src) {
     if (!w->ok || i >= w->n) return;
-    pi_event *e = slot(w->seq + i);
+    pi_event *e = wslot(w, i);
     uint64_t seq = e->seq; /* the slot's previous ticket: stays until the commit */
     *e = *src;
     e->seq = seq;
@@ -475,7 +534,7 @@ void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len) {
     uint64_t nrec = pi_text_records(len);
     if (!w->ok || i + nrec > w->n) return;
     for (uint64_t k = 0; k < nrec; k++) {
-        pi_event *d = slot(w->seq + i + k);
+        pi_event *d = wslot(w, i + k);
         uint64_t seq = d->seq;
         memset(d, 0, sizeof *d);
         d->seq = seq;
@@ -488,36 +547,65 @@ void pi_put_text(pi_writer *w, uint64_t i, const char *text, size_t len) {
     }
 }
 
+/* record i of a held writer, as if its call were interrupted: record 0 the call, the others NONE */
+static inline void held_record(pi_event *e, const pi_writer *w, uint64_t i, uint16_t op, uint16_t api,
+                               uint64_t addr, uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags) {
+    e->t_ns = w->t;
+    e->addr = i ? 0 : addr;
+    e->size = i ? 0 : size;
+    e->stream = i ? 0 : stream;
+    e->aux = i ? 0 : aux;
+    e->tid = pi_tid();
+    e->op = i ? PI_OP_NONE : op;
+    e->api = api;
+    e->result = PI_RESULT_INTERRUPTED;
+    e->device = (int16_t)pi_t.device;
+    e->flags = i ? 0 : flags;
+}
+
 void pi_writer_hold(pi_writer *w, uint16_t op, uint16_t api, uint64_t addr, uint64_t size, uint64_t stream,
                     uint64_t aux, uint16_t flags) {
-    if (!w->ok) return;
+    if (!w->ok || w->in) return; /* a staged writer has no slots before its close */
     for (uint64_t i = 0; i < w->n; i++) {
         pi_event *e = slot(w->seq + i);
-        e->t_ns = w->t;
-        e->addr = i ? 0 : addr;
-        e->size = i ? 0 : size;
-        e->stream = i ? 0 : stream;
-        e->aux = i ? 0 : aux;
-        e->tid = pi_tid();
-        e->op = i ? PI_OP_NONE : op;
-        e->api = api;
-        e->result = PI_RESULT_INTERRUPTED;
-        e->device = (int16_t)pi_t.device;
-        e->flags = i ? 0 : flags;
+        held_record(e, w, i, op, api, addr, size, stream, aux, flags);
         __atomic_store_n(&e->seq, (w->seq + i) | PI_SEQ_HELD, __ATOMIC_RELEASE);
     }
 }
 
+int pi_writer_open_held(pi_writer *w, uint64_t n, uint16_t op, uint16_t api, uint64_t addr, uint64_t size,
+                        uint64_t stream, uint64_t aux, uint16_t flags) {
+    pi_intent *in = !g_abandoned ? my_intent() : NULL;
+    if (!in) {
+        if (!pi_writer_open(w, n)) return 0;
+        pi_writer_hold(w, op, api, addr, size, stream, aux, flags);
+        return 1;
+    }
+    w->n = n;
+    w->seq = 0;
+    w->in = NULL;
+    w->t = pi_now();
+    held_record(&in->rec[0], w, 0, op, api, addr, size, stream, aux, flags);
+    __atomic_store_n(&in->n, n, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->ticket, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&in->state, PI_INTENT_HELD, __ATOMIC_RELEASE);
+    w->ok = reserve_noted(n, &w->seq, &in->ticket);
+    pi_writer_hold(w, op, api, addr, size, stream, aux, flags);
+    __atomic_store_n(&in->state, 0, __ATOMIC_RELEASE);
+    return w->ok;
+}
+
 void pi_writer_close(pi_writer *w) {
     if (!w->ok) return;
-    commit(slot(w->seq), w->seq);
+    if (w->in) close_staged(w);
+    else commit(slot(w->seq), w->seq);
     w->ok = 0;
 }
 
 void pi_emit(uint16_t op, uint16_t api, int32_t result, uint64_t addr, uint64_t size, uint64_t stream,
              uint64_t aux, uint16_t flags) {
     pi_writer w;
-    if (!pi_writer_open(&w, 1)) return;
+    if (!pi_writer_stage(&w, 1)) return;
     pi_put(&w, 0, op, api, result, addr, size, stream, aux, flags);
     pi_writer_close(&w);
 }

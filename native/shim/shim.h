@@ -50,6 +50,8 @@ typedef struct pi_tls {
     int device;         /* last cudaSetDevice on this thread */
     uint32_t tid;
     int tid_pid;        /* pid for which tid was read (fork) */
+    void *intent_ring;  /* the ring whose intent `intent` is (a fork child's ring is another) */
+    int intent;         /* index into that ring's intents; -1: none left */
 } pi_tls;
 extern PI_HIDDEN PI_TLS pi_tls pi_t;
 
@@ -68,12 +70,24 @@ PI_HIDDEN uint32_t pi_tid(void);
  * holds nothing; putting into it and closing it do nothing.  Opening may wait for the drain
  * (back-pressure), so never open a writer while holding a lock the drain's progress could need. */
 typedef struct pi_writer {
-    uint64_t seq; /* seq (ticket) of record 0 */
+    uint64_t seq; /* seq (ticket) of record 0 (a staged writer: known once closed) */
     uint64_t n;   /* records held */
     uint64_t t;   /* when the writer was opened (CLOCK_MONOTONIC ns; set even when open failed) */
     int ok;       /* the records are held */
+    struct pi_intent *in; /* staged: the records go to this thread's intent, the tickets come at close */
 } pi_writer;
 PI_HIDDEN int pi_writer_open(pi_writer *w, uint64_t n); /* 1 when the n records are held */
+/* A writer whose n records are written down in this thread's intent (events.h) and whose tickets are
+ * taken at pi_writer_close, so that a kill at any instruction loses nothing: either no ticket was taken,
+ * or the drain finds the records in the intent.  For records that need no seq of their own before they
+ * are closed (pi_writer_seq is valid after the close).  Falls back to pi_writer_open when n exceeds
+ * PI_INTENT_RECORDS or the process's intents are all taken.  pi_put and pi_site_put only. */
+PI_HIDDEN int pi_writer_stage(pi_writer *w, uint64_t n);
+/* pi_writer_open then pi_writer_hold, with no instruction between the tickets and their held marks at
+ * which a kill loses them: record 0 as held is written into the thread's intent (PI_INTENT_HELD) before
+ * the tickets are taken.  1 when the n records are held. */
+PI_HIDDEN int pi_writer_open_held(pi_writer *w, uint64_t n, uint16_t op, uint16_t api, uint64_t addr,
+                                  uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags);
 static inline uint64_t pi_writer_seq(const pi_writer *w, uint64_t i) { return w->seq + i; }
 PI_HIDDEN void pi_put(pi_writer *w, uint64_t i, uint16_t op, uint16_t api, int32_t result, uint64_t addr,
                       uint64_t size, uint64_t stream, uint64_t aux, uint16_t flags);

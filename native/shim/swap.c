@@ -42,9 +42,10 @@ _Static_assert(sizeof(sw_managed) == 16, "managed entry");
 _Static_assert(sizeof(sw_action) == 24, "action entry");
 enum { A_OUT = 0, A_IN = 1, A_BEFORE = 2 };
 enum { S_NONE = 0, S_RESIDENT, S_OUT, S_IN };
-enum { K_OUT, K_IN, K_LATE, K_UNFORESEEN, K_WAITS, K_MANAGED, K_REAL, K_N };
+/* K_REFUSED (requests refused managed memory for lack of free device memory) is in the status only */
+enum { K_OUT, K_IN, K_LATE, K_UNFORESEEN, K_WAITS, K_MANAGED, K_REAL, K_REFUSED, K_N };
 static const char *const K_NAME[K_N] = {"swap_out", "swap_in", "swap_late", "swap_unforeseen", "swap_waits",
-                                        "swap_managed", "swap_real"};
+                                        "swap_managed", "swap_real", "swap_refused"};
 
 typedef struct m_rt {
     uint64_t ptr;                  /* the request's managed buffer, kept across iterations */
@@ -90,12 +91,14 @@ typedef int (*wait_fn)(void *, void *, unsigned);
 typedef int (*stream_create_fn)(void **, unsigned);
 typedef int (*sync_fn)(void);
 typedef int (*discard_fn)(uint64_t *, size_t *, size_t, unsigned long long, void *);
+typedef int (*meminfo_fn)(size_t *, size_t *);
 enum { D_ALLOC, D_FREE, D_ADVISE, D_PF2, D_PF1, D_EV_CREATE, D_EV_DESTROY, D_EV_SYNC, D_EV_RECORD, D_WAIT,
-       D_STREAM, D_SYNC, D_DISCARD, D_N };
+       D_STREAM, D_SYNC, D_DISCARD, D_MEMINFO, D_N };
 static const char *const D_NAME[D_N] = {"cuMemAllocManaged", "cuMemFree_v2", "cuMemAdvise", "cuMemPrefetchAsync_v2",
                                         "cuMemPrefetchAsync", "cuEventCreate", "cuEventDestroy_v2",
                                         "cuEventSynchronize", "cuEventRecord", "cuStreamWaitEvent",
-                                        "cuStreamCreate", "cuCtxSynchronize", "cuMemDiscardBatchAsync"};
+                                        "cuStreamCreate", "cuCtxSynchronize", "cuMemDiscardBatchAsync",
+                                        "cuMemGetInfo_v2"};
 static void *g_fn[D_N];
 static int g_fn_done;
 
@@ -195,6 +198,27 @@ static uint32_t next_ordinal(uint64_t kname) {
 }
 
 /* ---------------------------------------------------------------- serve and free */
+/* Managed memory is never asked for beyond what the device has free (less this headroom): on some
+ * systems a managed allocation larger than the free device memory can hang the GPU, not only the
+ * program.  Such a request goes to the program's own allocator, and the trace says so once. */
+#define SWAP_HEADROOM (64ull << 20)
+static int g_refused_noted;
+
+/* g_lock held */
+static int managed_fits(uint64_t size) {
+    meminfo_fn mi = (meminfo_fn)fn(D_MEMINFO);
+    size_t fr = 0, tot = 0;
+    if (mi && mi(&fr, &tot) == 0 && size + SWAP_HEADROOM <= fr) return 1;
+    g_cnt[K_REFUSED]++;
+    g_tot[K_REFUSED]++;
+    if (!g_refused_noted) {
+        g_refused_noted = 1;
+        pi_note("swap: a swapped request would need more managed memory than the device has free (or its free "
+                "memory is unknown); such requests go to the program's allocator, unswapped");
+    }
+    return 0;
+}
+
 int pi_swap_serve(uint32_t m, uint64_t size, void *pp, int *result, int device, uint64_t stream, int async) {
     if (m >= g_nm || size > g_m[m].size) return 0;
     if (device >= 0) g_device = device;
@@ -207,7 +231,7 @@ int pi_swap_serve(uint32_t m, uint64_t size, void *pp, int *result, int device, 
     if (!b->ptr) { /* the request's buffer, made once (the address of its blocks never changes in a run) */
         alloc_managed_fn a = (alloc_managed_fn)fn(D_ALLOC);
         uint64_t p = 0;
-        if (!a || a(&p, g_m[m].size, 1 /* CU_MEM_ATTACH_GLOBAL */) != 0 || !p) {
+        if (!a || !managed_fits(g_m[m].size) || a(&p, g_m[m].size, 1 /* CU_MEM_ATTACH_GLOBAL */) != 0 || !p) {
             pthread_mutex_unlock(&g_lock);
             return 0;
         }

@@ -98,7 +98,9 @@ def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]
                                 f"({s.get('swap_waits', 0)} stream waits), {s.get('swap_late', 0)} late, "
                                 f"{s.get('swap_unforeseen', 0)} unforeseen accesses waited; "
                                 f"{s.get('swap_managed', 0)} requests from managed memory, "
-                                f"{s.get('swap_real', 0)} to the program's allocator by plan")
+                                f"{s.get('swap_real', 0)} to the program's allocator by plan"
+                                + (f" ({s['swap_refused']} of them because the device had too little free memory "
+                                   f"for managed memory)" if s.get("swap_refused") else ""))
         if s.get("arena") == "failed":
             lines.append(head + "the arena could not be reserved; nothing served")
     return lines

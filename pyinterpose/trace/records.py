@@ -64,7 +64,9 @@ def header_layout() -> dict[str, tuple[int, np.dtype]]:
     """Field -> (offset, numpy dtype) of ``struct pi_ring_header``."""
     ffi = _ffi()
     t = ffi.typeof("pi_ring_header")
-    return {name: (f.offset, _numpy_type(f.type)) for name, f in t.fields}
+    # the scalar and text fields (the intents, an array of structs, are the drain's own: drain.c)
+    return {name: (f.offset, _numpy_type(f.type)) for name, f in t.fields
+            if (f.type.item if f.type.kind == "array" else f.type).kind == "primitive"}
 
 
 @functools.lru_cache(maxsize=None)

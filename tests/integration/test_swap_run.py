@@ -351,3 +351,23 @@ def test_the_plan_file_says_what_it_swaps_and_refuses_a_bad_section(tmp_path, sw
     bad["swap"]["swaps"][0]["request"]["ordinal"] = 10_000
     with pytest.raises(PyinterposeError, match="not a managed request"):
         plan_file.check(bad)
+
+
+def test_managed_memory_is_never_asked_for_beyond_the_devices_free_memory(tmp_path, swap_plan):
+    """A device too small for the plan's managed buffers beside the program's own memory (simcuda with
+    400 MB: the arena of 320 MiB fits, then little is left): the engine does not ask for managed memory
+    (on some systems a managed allocation beyond free device memory hangs the GPU), the requests go to the
+    program's allocator, and `run` and the trace say so.  Ground truth: simcuda's own counts (no prefetch
+    ever ran, no managed byte was resident beyond the device)."""
+    plan, _ = swap_plan
+    stats = tmp_path / "small.stats"
+    cp = run_cli("run", "-f", "--simulated-gpu", "-o", str(tmp_path / "small.pit"), "--apply", plan, "--",
+                 sys.executable, "-m", "pyinterpose.examples.replay", SAMPLE, "--speed", "0",
+                 env=dict(ENGINES, SIMCUDA_STATS=str(stats), SIMCUDA_MEMORY_BYTES="400000000"), timeout=600)
+    assert cp.returncode == 0, cp.stderr                     # the program runs on (its own OOMs are its own)
+    st = json.loads(stats.read_text().splitlines()[-1])
+    assert st["prefetches"] == 0 and st["resident_peak_bytes"][0] <= 400_000_000
+    line = next(x for x in cp.stderr.splitlines() if "swaps: " in x)
+    assert "0 requests from managed memory" in line and "because the device had too little free memory" in line
+    notes = pyinterpose.load(str(tmp_path / "small.pit")).meta["capture_notes"]
+    assert any("more managed memory than the device has free" in n["note"] for n in notes), notes
