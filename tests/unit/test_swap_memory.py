@@ -154,6 +154,7 @@ def test_long_problem_runs_equal_the_others(monkeypatch, seed):
     def results(long: bool, cpus: int):
         monkeypatch.setattr(swap, "LONG_CANDIDATES", -1 if long else 1 << 40)
         monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(swap, "LONG_WORKERS", cpus)
         p = _random_problem(np.random.default_rng(200 + seed), n_blocks=40)
         ev = swap.analyse(None, problem=p)
         if long:

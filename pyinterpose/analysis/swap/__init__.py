@@ -284,6 +284,10 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
+# ... and runs them on this many threads: each run holds the scheduler's curve and links, its
+# visiting order and its replay (~0.4 GB a thread at 30 M events, measured: 1946 -> 1537 MiB peak
+# with one; 30.5 -> 44.4 s), so on a long trace one at a time (issue 30: memory first).
+LONG_WORKERS = 1
 
 
 def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list, workers: int, run) -> list:
@@ -315,9 +319,9 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
     try:
         for t in shared:
             problem.memo[("packed", t)] = _pack(problem, t)
-        if workers <= 1:
+        if min(workers, LONG_WORKERS) <= 1:
             return [one(r) for r in runs]
-        with ThreadPoolExecutor(max_workers=workers) as ex:
+        with ThreadPoolExecutor(max_workers=min(workers, LONG_WORKERS)) as ex:
             return list(ex.map(one, runs))
     finally:
         for t in shared:

@@ -380,6 +380,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=clock.replay_ops(), clock=clock.as_dict())
     p.pid = pid
     p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
+    pages.release_tables(trace)         # the duration read every table's times: not resident through the runs
     p.notes.append(note)
     if clock.note:
         p.notes.append(clock.note)

@@ -61,16 +61,27 @@ def _iv_steps(problem: SwapProblem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cand_arrays(problem: SwapProblem) -> dict:
-    """The candidates' columns as the scheduler reads them (float64 times), once per problem."""
+    """The candidates' columns as the scheduler reads them, once per problem: the transfer times and
+    sizes (the columns themselves) and ``hides``.  Their times as float64 are made for the rows a
+    step reads (:func:`_times`; issue 30: not kept for every candidate)."""
     m = problem.memo
     if "cand_arrays" not in m:
         c = problem.candidates
-        a = {"start": c["start_t"].to_numpy(np.float64), "end": c["end_t"].to_numpy(np.float64),
-             "t_out": c["t_out_ns"].to_numpy(np.float64), "t_in": c["t_in_ns"].to_numpy(np.float64),
+        a = {"t_out": c["t_out_ns"].to_numpy(np.float64), "t_in": c["t_in_ns"].to_numpy(np.float64),
              "size": c["size"].to_numpy(np.int64)}
-        a["hides"] = a["start"] <= a["end"] - a["t_in"] - a["t_out"]   # the C loop's own test, same expression
+        start, end = _times(problem)
+        a["hides"] = start <= end - a["t_in"] - a["t_out"]   # the C loop's own test, same expression
         m["cand_arrays"] = a
     return m["cand_arrays"]
+
+
+def _times(problem: SwapProblem, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of the candidates ``rows`` (every one: None) on the scheduler's float64 clock."""
+    c = problem.candidates
+    start, end = c["start_t"].to_numpy(), c["end_t"].to_numpy()
+    if rows is not None:
+        start, end = start[rows], end[rows]
+    return start.astype(np.float64), end.astype(np.float64)
 
 
 def hiding_floor(problem: SwapProblem) -> int:
@@ -88,8 +99,9 @@ def hiding_floor(problem: SwapProblem) -> int:
             h = a["hides"]
             st = _steps_f(problem)
             n = len(live)
-            lo = np.minimum(np.searchsorted(st, a["start"][h] + a["t_out"][h], side="left"), n)
-            hi = np.clip(np.searchsorted(st, a["end"][h] - a["t_in"][h], side="right") - 1, lo, n)
+            start, end = _times(problem, h)
+            lo = np.minimum(np.searchsorted(st, start + a["t_out"][h], side="left"), n)
+            hi = np.clip(np.searchsorted(st, end - a["t_in"][h], side="right") - 1, lo, n)
             cover = np.zeros(n + 1, np.int64)
             np.add.at(cover, lo, a["size"][h])
             np.add.at(cover, hi, -a["size"][h])
@@ -117,7 +129,8 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     # each candidate's record is (-1: none): issue 30, 48 bytes for those only
     keep = np.flatnonzero(has_hot)
     rec = np.empty(len(keep), dtype=CAND_DTYPE)
-    for k in ("start", "end", "t_out", "t_in", "size"):
+    rec["start"], rec["end"] = _times(problem, keep)
+    for k in ("t_out", "t_in", "size"):
         rec[k] = a[k][keep]
     rec["lo"] = lo[keep]
     rec["hi"] = hi[keep]
@@ -147,11 +160,12 @@ def _repeats(idx: np.ndarray, n: int) -> bool:
 def _schedule_frame(problem: SwapProblem, i: np.ndarray, t: np.ndarray) -> pd.DataFrame:
     c = problem.candidates
     a = _cand_arrays(problem)
+    start, end = _times(problem, i)
     return pd.DataFrame({     # the swaps' rows only, as int64 (the columns may be narrower)
         "block_id": c["block_id"].to_numpy()[i].astype(np.int64), "size": a["size"][i],
-        "iteration": c["iteration"].to_numpy()[i].astype(np.int64), "prev_access": a["start"][i],
+        "iteration": c["iteration"].to_numpy()[i].astype(np.int64), "prev_access": start,
         "out_start": t[:, 0], "out_end": t[:, 1], "free_t": t[:, 2], "realloc_t": t[:, 3],
-        "in_start": t[:, 4], "in_end": t[:, 5], "next_access": a["end"][i], "stall": t[:, 6],
+        "in_start": t[:, 4], "in_end": t[:, 5], "next_access": end, "stall": t[:, 6],
     }, columns=SCHEDULE_COLUMNS)
 
 
