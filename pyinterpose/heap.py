@@ -34,3 +34,20 @@ def keep_freed_memory() -> bool:
     ok = mallopt(_M_MMAP_THRESHOLD, 1 << 30) == 1
     ok = mallopt(_M_ARENA_MAX, 1) == 1 and ok
     return bool(mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1) == 1 and ok)
+
+
+def give_back() -> bool:
+    """Hand the heap's free pages back to the kernel now (glibc ``malloc_trim(0)``), for a long
+    command between steps of different shapes (issue 30): :func:`keep_freed_memory` keeps freed
+    memory resident for the next arrays, so without this a step's peak stays in the process's RSS
+    through the next steps, and the next step's arrays rarely fit the holes the last one left.
+    Returns whether it ran (False where the C library has no ``malloc_trim``)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

@@ -49,6 +49,7 @@ from ..trace import pages, reader
 from ..trace.model import Trace, peak_live_bytes_of
 from . import guarded, intervals
 from ..errors import PyinterposeError
+from ..heap import give_back
 from ..trace.stacks import top_call_sites_json
 from .clock import clock_of, launch_lag
 from .owners import allocator_info, bytes_by_owner, framework
@@ -147,11 +148,22 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
 
     if len(trace.blocks) > SIDE_BY_SIDE_BLOCKS:
         # a long trace (issue 30): one after the other, so that the row's peak is the largest
-        # analysis' (swap's), not the sum of the pools' and swap's; the same figures
+        # analysis' (swap's), not the sum of the pools' and swap's; each step's kept tables, mapped
+        # pages and freed heap given back before the next; access and swap each make the touches
+        # (not kept from one to the other: ~0.5 GB at 100 M events).  The same figures.
+        def between_steps(*modules):
+            for m in modules:
+                trace.forget(m)
+            pages.release_tables(trace)
+            give_back()
+
         facts = _memory_facts(trace, pools, time_limit)
-        trace.forget("pools")                  # what the pools analysis kept: nothing after it reads it
-        pages.release_tables(trace)
-        it, acc, ev = analyses()
+        between_steps("pools")
+        it = guarded.iterations(trace)
+        acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
+        between_steps("access.intervals", "access.touches")
+        ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        between_steps()
     else:
         # the blocks-only figures on a side thread while this one finds the iterations, the access
         # intervals and the swap plans (numpy and the C passes release the GIL; Trace.derived

@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from ...heap import give_back
 from ..bandwidth import Bandwidth, resolve_bandwidth
 
 from .problem import (  # noqa: F401  (the public API, and names the tests read)
@@ -225,6 +226,7 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
             # a long trace (issue 30): the problem holds what the runs read of the clock (its
             # replay ops); the clock's own ops go (asked again, it is computed again)
             trace.forget("clock")
+            give_back()                 # the preparation's freed heap, not kept resident through the runs
     if budget is None:
         b, src = problem.default_budget, "default: half-way between the swap floor and the peak"
     else:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from ...heap import give_back
 from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
 
@@ -359,7 +360,9 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
         except PyinterposeError:
             pass
         pages.release_tables(trace)
+        give_back()                     # the iterations' peak not kept resident through the intervals
         iv = _between_intervals(trace, pid, min_size)
+        give_back()
     trace.forget("access.touches")      # kept inside intervals.shared(): nothing after this reads them
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
     clock = clock_of(trace, pid)
