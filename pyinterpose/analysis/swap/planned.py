@@ -34,12 +34,14 @@ from ..clock import clock_of
 from ..pools.plan_file import servable
 from ..pools.planners import plan as run_planner
 from ..pools.problem import load
+from .engine_model import engine_items
 from .replay import replay
 from .schedule import schedule_with_candidates
 from .strategies import _order
 from .validate import validate_schedule
 
 MECHANISM = "uvm"
+MAX_RESCHEDULES = 60    # schedules made again at most, leaving out swaps other iterations undo
 
 
 def _block_times(trace, pid: int, clock) -> pd.DataFrame:
@@ -321,16 +323,29 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
 
     best, unsteady = once(())
     if unsteady:
-        # the swaps another iteration undoes (a launch names the block while it is away there: it comes
-        # back early and that iteration's peak stays higher): without all of them, and then one at a time
-        # (each left out when the whole run's predicted peak falls), the schedule re-chosen each time
+        # the swaps another iteration undoes (a launch names the block before the planned one there: it
+        # comes back early and that iteration's peak stays higher): without all of them, and then greedily,
+        # each round leaving out the one whose absence lowers the whole run's predicted peak most (the keys
+        # a new schedule undoes joining the candidates), the schedule re-chosen each time, at most
+        # MAX_RESCHEDULES schedules
         whole, _ = once(unsteady)
         left_out: set = set()
-        for key in sorted(unsteady):
-            d, more = once(left_out | {key})
-            if d["swap"]["predicted_peak_bytes"] < best["swap"]["predicted_peak_bytes"]:
-                best = d
-                left_out.add(key)
+        cands = set(unsteady)
+        n = 0
+        while cands and n < MAX_RESCHEDULES:
+            round_best = None
+            for key in sorted(cands):
+                if n >= MAX_RESCHEDULES:
+                    break
+                n += 1
+                d, more = once(left_out | {key})
+                if d["swap"]["predicted_peak_bytes"] < (round_best or best)["swap"]["predicted_peak_bytes"]:
+                    round_best, round_key, round_more = d, key, more
+            if round_best is None:
+                break
+            best = round_best
+            left_out.add(round_key)
+            cands = (cands | set(round_more)) - left_out
         if whole["swap"]["predicted_peak_bytes"] < best["swap"]["predicted_peak_bytes"]:
             best = whole
     doc.clear()
@@ -385,27 +400,31 @@ def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time
     return doc
 
 
-def _engines(items, ostart, odur, t_out, t_in, host_waits=False):
-    """The swaps of ``items`` (block, size, out-after op, in-after op, next-access op; in-after == next
-    access: an unforeseen access, sent at once) on a timeline of one program stream, op by op: each op sent
-    at ``ostart`` and started when the stream is free and every swap-in it needs has landed, for ``odur``.
-    A swap-out is sent when the launch it follows has ended, a swap-in likewise (after its own swap-out),
-    an unforeseen one when its launch is sent; each copy engine serves them in the order they are sent.
+def _engines(items, ostart, odur, t_out, t_in, calls=None):
+    """The swaps of ``items`` (block, size, out-after op, in-after op or -1, waiting op or -1; in-after ==
+    waiting op: a late or unforeseen swap-in, sent with that op; :func:`.engine_model.engine_items`) on a
+    timeline of one program stream, op by op: each op sent at ``ostart`` and started when the stream is
+    free and every swap-in it needs has landed, for ``odur``.  A swap-out is sent when the launch it
+    follows has ended, a swap-in likewise (after its own swap-out), a late or unforeseen one when its
+    launch is called (``calls``: when the host makes each op's call, if not at ``ostart``: on a device
+    timeline the host runs ahead of the device); each copy engine serves them in the order they are sent.
     Returns (rec: per item its swap-out's end and swap-in's start on the undelayed timeline, i.e. less the
-    delay of their op; the late swap-ins; the stall: the sum of the waits, what simcuda counts as
-    SIMCUDA_STATS stall_ns — the program's ops held by a stream wait beyond when their stream and the host
-    let them start).  ``host_waits``: the timeline is the host's (the CPU clock: the program is the stream),
-    so an op is sent no earlier than the one before it has ended, waits included."""
+    delay of their op, inf when it never comes back; the late swap-ins; the stall: the sum of the waits,
+    what simcuda counts as SIMCUDA_STATS stall_ns — the program's ops held by a stream wait beyond when
+    their stream and the host let them start)."""
     n = len(ostart)
     outs, ins, now_in, needs = {}, {}, {}, {}
     for j, (_, _, o_op, i_op, n_op) in enumerate(items):
         outs.setdefault(o_op, []).append(j)
-        (now_in if i_op == n_op else ins).setdefault(i_op, []).append(j)
-        needs.setdefault(n_op, []).append(j)
+        if i_op >= 0:               # -1: never sent back (freed while away)
+            (now_in if i_op == n_op else ins).setdefault(i_op, []).append(j)
+        if n_op >= 0:               # -1: nothing names the block again before its free
+            needs.setdefault(n_op, []).append(j)
     touched = sorted(set(outs) | set(ins) | set(now_in) | set(needs))
     out_end = np.zeros(len(items))
     in_end = np.zeros(len(items))
     rec = np.zeros((len(items), 2))
+    rec[:, 1] = np.inf              # no swap-in: away until its free
     d2h = h2d = -np.inf
     stall, late = 0.0, 0
     free = base_free = -np.inf
@@ -417,10 +436,10 @@ def _engines(items, ostart, odur, t_out, t_in, host_waits=False):
                 free = max(float(ostart[q]), free) + float(odur[q])
                 base_free = max(float(ostart[q]), base_free) + float(odur[q])
         k = j + 1
-        send = max(float(ostart[j]), free) if host_waits else float(ostart[j])
+        send = float(ostart[j])
         before = max(send, free) - max(float(ostart[j]), base_free)     # the delay this op finds
         for i in now_in.get(j, ()):       # unforeseen: sent with the launch
-            st = max(send, h2d, out_end[i])
+            st = max(send if calls is None else float(calls[j]), h2d, out_end[i])
             h2d = in_end[i] = st + t_in(items[i][1])
             rec[i, 1] = st - before
         ready = max(send, free)
@@ -507,8 +526,15 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     rseq = req["seq_alloc"].to_numpy(np.int64)
     rit = np.searchsorted(bnd, rseq, side="right") - 1
     rkey = pd.DataFrame({"it": rit, "size": req["size"].to_numpy(), "site": req["site"].to_numpy()})
-    it_ord = rkey.groupby(["it", "size", "site"], sort=False).cumcount().to_numpy()
     life_ord = rkey.groupby(["size", "site"], sort=False).cumcount().to_numpy()
+    # as apply.c keys them: the requests of the process whose ordinal of their (size, site) is a persistent
+    # row's go to that row; only the others count in the iterations' ordinals
+    pers_rows = {(int(r["size"]), int(r["site"]), int(r["ordinal"])) for r in doc["requests"]
+                 if r["phase"] == "persistent"}
+    is_pers = np.array([(int(a), int(b), int(o)) in pers_rows for a, b, o in
+                        zip(req["size"].to_numpy(), req["site"].to_numpy(), life_ord)], bool)
+    it_ord = rkey.assign(p=is_pers).groupby(["it", "size", "site", "p"], sort=False).cumcount().to_numpy()
+    it_ord = np.where(is_pers, -1, it_ord)
     bid = req["block_id"].to_numpy()
     inst_it = {(int(i), int(s), int(si), int(o)): int(b) for i, s, si, o, b in
                zip(rit, req["size"], req["site"], it_ord, bid)}
@@ -529,45 +555,64 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     moves: dict[int, list] = {}
     late = 0
     n_it = len(bnd)
-    items = []      # (block, size, out issue, in issue, next access start)
-    for k in range(-1, n_it):       # -1: before the first boundary (the shim counts from the start there)
-        for s in section["swaps"]:
+    # the engine's moves, op by op over the whole run (engine_model.engine_items): each iteration's
+    # launches keyed (kernel, ordinal) as the shim keys them, the requests' blocks served from their
+    # managed buffer when it is free, the first op naming an away block waiting for it
+    op_key: list = [None] * len(oseq)
+    for (i_, n_, o_), j_ in at.items():
+        if j_ >= 0:
+            op_key[j_] = (n_, o_)
+    instances = []
+    for s in section["swaps"]:
+        q = s["request"]
+        if q["phase"] == "persistent":
+            b_ = inst_life.get((q["size"], q["site"], q["ordinal"]))
+            instances.append([] if b_ is None else [b_])
+        else:
+            instances.append([b_ for k in range(-1, n_it)
+                              if (b_ := inst_it.get((k, q["size"], q["site"], q["ordinal"]))) is not None])
+    life = {int(b_): (int(sa), int(sf) if fr else None) for b_, sa, sf, fr in
+            zip(dev["block_id"].to_numpy(), dev["seq_alloc"].to_numpy(), dev["seq_free"].to_numpy(),
+                dev["freed"].to_numpy(bool))}
+    named: dict = {}
+    for b_, sq in zip(acc["block_id"].to_numpy().tolist(), acc["seq"].to_numpy().tolist()):
+        named.setdefault(sq, []).append(b_)
+    items, _, unforeseen, sources = engine_items(section["swaps"], instances, life, op_key, oseq, named)
+    for it_, src in zip(items, sources):
+        # a swap another iteration undoes: a launch there names the block before the planned one
+        s = section["swaps"][src]
+        k = int(np.searchsorted(bnd, oseq[it_[2]], side="right")) - 1
+        n_plan = at.get((k, s["in_before"]["kernel"], s["in_before"]["ordinal"]), -1)
+        if 0 <= it_[4] < n_plan:
             q = s["request"]
-            b = inst_life.get((q["size"], q["site"], q["ordinal"])) if q["phase"] == "persistent" else \
-                inst_it.get((k, q["size"], q["site"], q["ordinal"]))
-            o_op = at.get((k, s["out_after"]["kernel"], s["out_after"]["ordinal"]), -1)
-            i_op = at.get((k, s["in_after"]["kernel"], s["in_after"]["ordinal"]), -1)
-            n_op = at.get((k, s["in_before"]["kernel"], s["in_before"]["ordinal"]), -1)
-            if b is None or o_op < 0 or i_op < 0 or n_op < 0:
-                continue
-            # a launch naming the block while it is away (this iteration's accesses differ from the
-            # planned one's) brings it back right then and waits for it, as the shim does
-            acc_b = acc_seqs.get(b)
-            if acc_b is not None:
-                j = int(np.searchsorted(acc_b, oseq[o_op], side="right"))
-                if j < len(acc_b) and acc_b[j] < oseq[n_op]:
-                    u = op_of_seq.get(int(acc_b[j]), -1)
-                    if 0 <= u and u < n_op:
-                        unforeseen += 1
-                        unsteady.add((q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])))
-                        if u <= o_op:
-                            continue
-                        i_op = n_op = u
-            items.append((b, s["size"], o_op, i_op, n_op))
+            unsteady.add((q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])))
     # the swaps' times on the swap clock (the residency: the other blocks' times are on it), and the stall
     # on the program's device timeline (below)
-    rec, _, _ = _engines(items, ostart, odur, t_out, t_in, host_waits=not clock.device)
+    # the residency and the stall on the program's device timeline (what simcuda counts: on the CPU clock
+    # the device runs behind the host's calls, and a copy engine's backlog with it): each op started when
+    # its stream is free, a stream-ordered allocation or free counted where its stream gets to it (after
+    # the op before it), a swapped block resident from the start of its first access.  On the device
+    # clock the swap clock is the device's already.
     dstart, ddur = _device_timeline(trace, pid, oseq, ostart, odur)
-    _, late, delay = _engines(items, dstart, ddur, t_out, t_in)
-    for j, it_ in enumerate(items):     # residency on the recorded clock (the other blocks' times are)
+    rec, late, delay = _engines(items, dstart, ddur, t_out, t_in, calls=None if clock.device else ostart)
+    for j, it_ in enumerate(items):
         moves.setdefault(it_[0], []).append((rec[j, 0], rec[j, 1]))
     ts, ds = [], []
-    seq_t = dict(zip(oseq.tolist(), ostart.tolist()))
-    for b, size, ta, tf, fr in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
-                                   dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
-                                   dev["freed"].to_numpy(bool)):
+    seq_t = dict(zip(oseq.tolist(), np.asarray(dstart, np.float64).tolist()))
+    dend = np.asarray(dstart, np.float64) + np.asarray(ddur, np.float64)
+
+    def on_device(sq, t):
+        j = int(np.searchsorted(oseq, sq)) - 1
+        return max(float(t), float(dend[j])) if j >= 0 and not clock.device else float(t)
+    stream_ordered = dev["api"].astype(str).str.contains("Async", regex=False).to_numpy(bool)
+    for b, size, ta, tf, fr, sa, sf, so in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
+                                               dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
+                                               dev["freed"].to_numpy(bool), dev["seq_alloc"].to_numpy(),
+                                               dev["seq_free"].to_numpy(), stream_ordered):
         b = int(b)
-        end = float(tf) if fr else float(trace.end_ns)
+        end = on_device(sf, tf) if fr else float(trace.end_ns)
+        if so:
+            ta = on_device(sa, ta)
         if b in pers or b in small:
             continue
         if b in moves:
@@ -577,8 +622,11 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
                 ts += [start, oe]
                 ds += [size, -size]
                 start = is_
-            ts += [start, end]
-            ds += [size, -size]
+                if not np.isfinite(start):      # never came back
+                    break
+            if np.isfinite(start):
+                ts += [start, end]
+                ds += [size, -size]
         else:
             ts += [float(ta), end]
             ds += [size, -size]
