@@ -344,7 +344,8 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     # are found: neither needs the other, and numpy and the C pass release the GIL. Both are
     # kept by Trace.derived: where an analysis found them already, that part returns at once.
     # On a long trace one after the other (SIDE_BY_SIDE_BLOCKS).
-    if len(tb) <= SIDE_BY_SIDE_BLOCKS:
+    long = len(tb) > SIDE_BY_SIDE_BLOCKS
+    if not long:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
@@ -377,13 +378,15 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
             blocks[t] = clock.host_times(tb[sq].to_numpy()[rows], blocks[t].to_numpy())
         t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
     del rows
-    pages.release_tables(trace)
+    if long:
+        pages.release_tables(trace)
     parts = {"blocks": blocks, "intervals": iv, "iteration": lab}
     del blocks, iv, lab                 # held by parts only: let go as the problem is built
     p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=clock.replay_ops(), clock=clock.as_dict())
     p.pid = pid
     p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
-    pages.release_tables(trace)         # the duration read every table's times: not resident through the runs
+    if long:                            # the duration read every table's times: not resident through the runs
+        pages.release_tables(trace)
     p.notes.append(note)
     if clock.note:
         p.notes.append(clock.note)
