@@ -24,12 +24,8 @@ def keep_freed_memory() -> bool:
     thread.  Not applied to ``run``, whose program is a child process (exec resets
     malloc settings); ignored where the C library has no ``mallopt``.  Returns whether
     the settings took."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc("mallopt")
+    if mallopt is None:
         return False
     ok = mallopt(_M_MMAP_THRESHOLD, 1 << 30) == 1
     ok = mallopt(_M_ARENA_MAX, 1) == 1 and ok
@@ -42,12 +38,19 @@ def give_back() -> bool:
     memory resident for the next arrays, so without this a step's peak stays in the process's RSS
     through the next steps, and the next step's arrays rarely fit the holes the last one left.
     Returns whether it ran (False where the C library has no ``malloc_trim``)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
+    trim = _libc("malloc_trim")
+    if trim is None:
         return False
     trim(0)
     return True
+
+
+def _libc(name: str):
+    """The C library's function ``name`` (glibc on Linux), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None

@@ -139,22 +139,28 @@ def test_the_transformers_pool_plan_is_the_no_plan_peak(tmp_path):
     assert pool["allocs"] == 1                                            # the arena alone: nothing fell through
 
 
-@pytest.mark.skipif(not os.path.exists(TRANSFORMER), reason="the H100 transformer trace is not on this machine")
-def test_the_transformers_budget_schedule_trades_stall_for_memory(tmp_path):
-    """Budget mode on the transformer: the high-water mark at least 10 % below the trace's own peak (what the
-    replay without a plan reaches: the first test) and within 2 % of the prediction, at a stall."""
-    plan = str(tmp_path / "budget.json")
-    cp = run_cli("plan", TRANSFORMER, "--swap", "--bandwidth", "55", "--budget", "1500MB", "-o", plan, "--json",
+def _transformer_swap_replay(tmp_path, name, *plan_opts):
+    """(the plan's swap section, simcuda's stats, run's stderr): `plan --swap` of the transformer trace (55 GB/s, with
+    plan_opts), then the replay under `run --apply` at --speed 0.25."""
+    plan = str(tmp_path / f"{name}.json")
+    cp = run_cli("plan", TRANSFORMER, "--swap", "--bandwidth", "55", *plan_opts, "-o", plan, "--json",
                  timeout=600)
     assert cp.returncode == 0, cp.stderr
     with open(plan) as f:
         sw = json.load(f)["swap"]
-    stats = tmp_path / "budget.stats"
-    r = run_cli("run", "-f", "--simulated-gpu", "-o", str(tmp_path / "budget.pit"), "--apply", plan, "--",
+    stats = tmp_path / f"{name}.stats"
+    r = run_cli("run", "-f", "--simulated-gpu", "-o", str(tmp_path / f"{name}.pit"), "--apply", plan, "--",
                 sys.executable, "-m", "pyinterpose.examples.replay", TRANSFORMER, "--speed", "0.25",
                 env=dict(ENGINES, SIMCUDA_STATS=str(stats)), timeout=900)
     assert r.returncode == 0, r.stderr
-    st = json.loads(stats.read_text().splitlines()[-1])
+    return sw, json.loads(stats.read_text().splitlines()[-1]), r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(TRANSFORMER), reason="the H100 transformer trace is not on this machine")
+def test_the_transformers_budget_schedule_trades_stall_for_memory(tmp_path):
+    """Budget mode on the transformer: the high-water mark at least 10 % below the trace's own peak (what the
+    replay without a plan reaches: the first test) and within 2 % of the prediction, at a stall."""
+    sw, st, _ = _transformer_swap_replay(tmp_path, "budget", "--budget", "1500MB")
     trace = pyinterpose.load(TRANSFORMER)
     b = trace.blocks
     b = b[(b["pid"].to_numpy() == trace.main_pid) & b["counts_device"].to_numpy(bool)]
@@ -174,22 +180,12 @@ def test_the_transformers_no_overhead_schedule_is_predicted(tmp_path):
     tensors in other iterations: the prediction follows the engine op by op (the first launch naming an
     away block waits for it, wherever it is), so the measured high-water mark and stall are the predicted
     ones (before: the stall predicted 12.5 % high, 17 waits that never happened)."""
-    plan = str(tmp_path / "swap.json")
-    cp = run_cli("plan", TRANSFORMER, "--swap", "--bandwidth", "55", "-o", plan, "--json", timeout=600)
-    assert cp.returncode == 0, cp.stderr
-    with open(plan) as f:
-        sw = json.load(f)["swap"]
-    stats = tmp_path / "swap.stats"
-    r = run_cli("run", "-f", "--simulated-gpu", "-o", str(tmp_path / "swap.pit"), "--apply", plan, "--",
-                sys.executable, "-m", "pyinterpose.examples.replay", TRANSFORMER, "--speed", "0.25",
-                env=dict(ENGINES, SIMCUDA_STATS=str(stats)), timeout=900)
-    assert r.returncode == 0, r.stderr
-    st = json.loads(stats.read_text().splitlines()[-1])
+    sw, st, err = _transformer_swap_replay(tmp_path, "swap")
     got = st["resident_peak_bytes"][0]
     assert abs(got / sw["predicted_peak_bytes"] - 1) <= 0.02
     assert st["faults"] == 0
     assert abs(st["stall_ns"][0] * 0.25 - sw["predicted_stall_ns_run"]) <= 0.10 * sw["predicted_stall_ns_run"]
-    line = next(x for x in r.stderr.splitlines() if "swaps: " in x)
+    line = next(x for x in err.splitlines() if "swaps: " in x)
     assert f" {sw['predicted_unforeseen']} unforeseen accesses waited" in line, line
 
 
