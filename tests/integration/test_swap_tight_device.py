@@ -71,6 +71,8 @@ alloc(36 * MiB)
 out["free_alloc"] = free()
 launch(a)
 launch(b)
+prefetch(c)
+out["free_c"] = free()
 alloc(100 * MiB)
 out["free_full"] = free()
 prefetch(a)
@@ -86,7 +88,9 @@ def test_simcuda_evicts_least_recently_used_managed_memory_and_never_ordinary_me
     prefetch a, b; a kernel uses a -> b is the least recently used.  Prefetch c: 64 + 192 = 256, it fits
     (no eviction).  An ordinary 36 MiB: 292 > 256 -> b evicted (1), not a.  A kernel on a: resident, no
     fault.  A kernel on b: a fault, 64 MiB needed, a (used last by a kernel) and c (arrived before that
-    kernel): c evicted (2).  An ordinary 100 MiB: 200 MiB ordinary + a + b = 328 -> both evicted (3, 4).
+    kernel): c evicted (2).  Prefetch c: 36 MiB needed, a used before b -> a evicted (3), the prefetch
+    starting when that eviction has ended.  An ordinary 100 MiB: 200 MiB ordinary + b + c = 328 -> both
+    evicted (4, 5).
     Prefetch a: 264 > 256 and nothing left to evict -> no room, it stays on the host (1); the kernel on a
     faults, served from the host (fault 2, no room 2).  cuMemGetInfo's free memory counts resident managed
     bytes as used; the data is the host's writes all along."""
@@ -100,8 +104,9 @@ def test_simcuda_evicts_least_recently_used_managed_memory_and_never_ordinary_me
     assert out["free_ab"] == (256 - 64 - 128) * MiB
     assert out["free_abc"] == 0
     assert out["free_alloc"] == (256 - 100 - 128) * MiB        # a and c resident, b evicted
+    assert out["free_c"] == (256 - 100 - 128) * MiB            # b and c resident, a evicted
     assert out["free_full"] == (256 - 200) * MiB                # no managed byte left on the device
-    assert st["evictions"] == 4 and st["evicted_bytes"] == 4 * 64 * MiB
+    assert st["evictions"] == 5 and st["evicted_bytes"] == 5 * 64 * MiB
     assert st["faults"] == 2 and st["no_room"] == 2
     assert st["resident_peak_bytes"][0] <= 256 * MiB
     assert out["data"] == [True, True, True]
@@ -140,7 +145,12 @@ def test_a_swap_plan_runs_a_program_exactly_on_a_device_too_small_for_it_alone(t
     assert s1["failed_calls"] == 0
     assert s1["check_errors"] == 0 and s1["checked_words"] > 100_000
     assert st1["resident_peak_bytes"][0] <= cap
-    assert st1["prefetches"] > 0
+    # the engine: every block that left came back by a prefetch (a swap-in held back for want of room was
+    # sent when a launch named it), and simcuda ran each of those moves
+    line = next(x for x in cp.stderr.splitlines() if "swaps: " in x)
+    out, back = (int(line.split("swaps: ")[1].split(" out, ")[0]), int(line.split(" out, ")[1].split(" back")[0]))
+    assert out > 100 and back == out
+    assert st1["prefetches"] == out + back
 
 
 @pytest.mark.slow
