@@ -273,7 +273,7 @@ HIDDEN void sim_res_device_bytes(int device, int64_t delta)
     uint64_t now = sim_now_ns();
     if (t_stream_time > now) now = t_stream_time;
     t_stream_time = 0;
-    uint64_t ready = 0;
+    uint64_t ready = 0, wait = 0;
     pthread_mutex_lock(&g_rlock);
     if (delta > 0 && g_nm && device >= 0 && device < SIM_MAX_DEVICES) {
         /* room: resident managed memory evicted, then (managed bytes still on their way out, stream-ordered
@@ -281,13 +281,13 @@ HIDDEN void sim_res_device_bytes(int device, int64_t delta)
         make_room(device, now, delta, NULL, 0, 1, &ready);
         uint64_t t = fits_from(device, ready > now ? ready : now, delta);
         if (t != UINT64_MAX && t > ready) ready = t;
-        if (ready > now) now = ready;
+        if (ready > now) now = wait = ready; /* only then: where there was room, nothing waits */
     }
     g_log_managed = 0;
     log_ev(now, delta, device);
     g_log_managed = 1;
     pthread_mutex_unlock(&g_rlock);
-    if (ready) sim_wait_until(ready); /* the allocating call waits for the driver's evictions */
+    if (wait) sim_wait_until(wait); /* the allocating call waits for the driver's evictions */
 }
 
 /* the managed bytes resident on device dev now (cuMemGetInfo counts them as used) */
