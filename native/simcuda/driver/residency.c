@@ -410,6 +410,7 @@ HIDDEN int sim_res_kernel_begin(struct sim_queue *q, void **params, const size_t
                                 struct sim_opdesc *op, uint64_t *touched, int *fresh, int max)
 {
     if (!g_nm || !params) return 0;
+    logging(); /* reads SIMCUDA_FAULT_NS */
     uint64_t named[64];
     int nn = 0, nt = 0;
     pthread_mutex_lock(&g_rlock);
