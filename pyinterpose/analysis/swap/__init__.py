@@ -251,6 +251,9 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
                for _, m, b in runs]
     looping = [t for m, t in targets if _loops(problem, m, t)]
     shared = [t for t in dict.fromkeys(looping) if looping.count(t) > 1]
+    # the orders the runs that loop read (run_strategy makes none for a run whose schedule is known empty)
+    needed = set(k for r, (m, t) in zip(runs, targets) if _loops(problem, m, t)
+                 for k in [(r[0], problem.default_budget if r[2] is None else int(r[2]))])
     workers = min(2, os.cpu_count() or 1, len(runs))
 
     def run(r: tuple) -> SwapResult:
@@ -259,10 +262,11 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
             res.schedule = res.schedule[["size"]]
         return res
 
-    if any(k[0] == "vote" for k in keys):
+    if any(k[0] == "vote" for k in needed):
         _prime_votes(problem)
     if len(problem.candidates) > LONG_CANDIDATES:
-        return _run_long(problem, runs, keys, shared, workers, run)
+        return _run_long(problem, runs, keys, shared, workers, run, needed)
+    keys = [k for k in keys if k in needed]
     try:
         if workers <= 1:
             for k in keys:
@@ -292,8 +296,10 @@ ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
 LONG_WORKERS = 1
 
 
-def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list, workers: int, run) -> list:
-    """:func:`_run_all`'s runs on a long trace (see LONG_CANDIDATES)."""
+def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list, workers: int, run,
+              needed: set) -> list:
+    """:func:`_run_all`'s runs on a long trace (see LONG_CANDIDATES); ``needed``: the orders that
+    looping runs read (the others are never made)."""
     def key_of(r):
         return (r[0], problem.default_budget if r[2] is None else int(r[2]))
 
@@ -304,8 +310,9 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
 
     def one(r):
         k = key_of(r)
-        with locks[k]:                       # both modes of a strategy share one order, made once
-            _order(problem, *k)
+        if k in needed:
+            with locks[k]:                   # both modes of a strategy share one order, made once
+                _order(problem, *k)
         with guard:
             made.add(k)
             if len(made) == len(keys):       # every order made: what they are made from goes
