@@ -32,6 +32,7 @@ duration, and the clock's note counts them.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -60,8 +61,10 @@ class Ops:
             e = np.where((self.start >= 0) & (self.end >= self.start), self.end, -1)
             self.frontier = np.maximum.accumulate(e) if len(e) else e
 
-    @property
+    @functools.cached_property
     def timed(self) -> np.ndarray:
+        """bool per op: it has a device start and end (made once: every piece of the access
+        intervals reads it)."""
         if self.start is None:
             return np.zeros(len(self.seq), bool)
         return (self.start >= 0) & (self.end >= self.start)
@@ -133,12 +136,18 @@ class Clock:
             return t, t
         seq = np.asarray(seq, dtype=np.int64)
         o = self.ops
-        i = np.minimum(np.searchsorted(o.seq, seq, side="left"), max(len(o.seq) - 1, 0))
-        hit = (o.seq[i] == seq) & o.timed[i] if len(o.seq) else np.zeros(len(seq), bool)
-        if hit.all():
-            return o.start[i], o.end[i]
-        h = self.host_times(seq, t)
-        return np.where(hit, o.start[i], h), np.where(hit, o.end[i], h)
+        if not len(o.seq):
+            h = self.host_times(seq, t)
+            return h, h.copy()
+        i = np.minimum(np.searchsorted(o.seq, seq, side="left"), len(o.seq) - 1)
+        hit = (o.seq[i] == seq) & o.timed[i]
+        start, end = o.start[i], o.end[i]
+        if not hit.all():         # the host position of the others only
+            miss = ~hit
+            h = self.host_times(seq[miss], t[miss])
+            start[miss] = h
+            end[miss] = h
+        return start, end
 
     def replay_ops(self) -> dict:
         """The compute streams for the swap replay (:mod:`.swap.replay`), in seq order:
