@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..analysis import guarded, intervals
+from ..analysis import guarded
 from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info
 from ..trace.model import Trace
@@ -160,15 +160,7 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     ctx.iterations = it = guarded.iterations(trace)
     if later is _now:
         _give_back(trace, later)
-        # the accesses' touches made once for the access analysis and the swap problem (kept until
-        # the problem has read them); then the problem prepared on a worker thread while this one
-        # makes the other sections' analyses and sections (the heap the access analysis grew given
-        # back first: their peaks add up, each well below the swap work's)
-        touches = intervals.shared(trace)
-        touches.__enter__()
         accesses()
-        give_back()
-        ctx.swap_problem = _in_background(lambda: _swap_problem(ctx, touches))
     ctx.classes = guarded.block_classes(trace, iters=it.value)
 
     def side_work():
@@ -199,10 +191,7 @@ def start_swap(ctx: ReportContext, later) -> None:
     releasing the GIL, and never more runs at once than that); ``ctx.wait_swap`` gives the results."""
     trace = ctx.trace
     ctx.step(0.7 if later is _now else 0.2, "swap planning")     # a long run's: after the other sections
-    if ctx.swap_problem is not None:      # a long run: prepared on a worker thread (analyse())
-        sp, ctx.swap_problem = ctx.swap_problem.result(), None
-    else:
-        sp = _swap_problem(ctx)
+    sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth)   # prepared once for both
     # the accesses' per-block touches: read by the access analysis and the swap problem, both made by
     # now (kept only inside intervals.shared(); nothing after this reads them again)
     trace.forget("access.touches")
@@ -225,17 +214,6 @@ def start_swap(ctx: ReportContext, later) -> None:
         return ev, sw
     ctx.wait_swap = wait_swap
     _give_back(trace, later)
-
-
-def _swap_problem(ctx: ReportContext, touches=None) -> guarded.Result:
-    """The swap problem, prepared once for the evaluation and the Pareto sweep (``touches``: the
-    :func:`~pyinterpose.analysis.intervals.shared` block the accesses' touches are kept in, left once
-    the problem has read them)."""
-    try:
-        return guarded._call("swap", "problem_for", ctx.trace, bandwidth=ctx.bandwidth)
-    finally:
-        if touches is not None:
-            touches.__exit__(None, None, None)
 
 
 def _give_back(trace: Trace, later) -> None:

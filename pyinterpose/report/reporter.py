@@ -52,7 +52,6 @@ class ReportContext:
     pools: Result = field(default_factory=Result)         # pools.evaluate()
     timelines: dict | None = None          # device -> interactive timeline payload (None: static figure)
     wait_swap: Callable[[], tuple[Result, Result]] | None = None
-    swap_problem: Any = None      # a long run: the swap problem being prepared (a Future of its Result)
     step: Callable[..., None] = lambda *a, **k: None      # progress: step(fraction, label)
     _swap: tuple[Result, Result] | None = None
 
