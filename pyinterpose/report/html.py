@@ -196,16 +196,11 @@ def start_swap(ctx: ReportContext, later) -> None:
     # now (kept only inside intervals.shared(); nothing after this reads them again)
     trace.forget("access.touches")
     if later is _now:
-        # a long run, every other section built: the problem holds what the runs read of the clock
-        # (its replay ops), so the clock's own go (~0.5 GB at 100 M events), and the heap the other
-        # sections and the preparation freed is given back (as ``swap.analyse`` does on a long trace)
-        trace.forget("clock")
-        give_back()
+        ctx.wait_swap = lambda: _swap_one_after_the_other(trace, sp)
+        return
     work = guarded.swap_work(sp.value) if sp.ok else sp
     del sp
-    # the schedules on a worker thread and on this one (two busy threads, the C scheduler releasing
-    # the GIL): beside the sections still to build, or, a long run, once nothing else is left to run
-    worker = _in_background(work.value.work) if work.ok else None
+    worker = later(work.value.work) if work.ok else None
 
     def wait_swap():
         ev, sw = guarded.swap_work_results(work)     # this thread takes the tasks left, then waits
@@ -214,6 +209,24 @@ def start_swap(ctx: ReportContext, later) -> None:
         return ev, sw
     ctx.wait_swap = wait_swap
     _give_back(trace, later)
+
+
+def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded.Result, guarded.Result]:
+    """A long run's swap work, every other section built: the evaluation, then the Pareto sweep, each
+    through the swap analysis' own entry point on the prepared problem, so with its own policy for a
+    long trace (``swap.evaluate``: the runs one at a time, each order made when first needed and let go
+    after its last run; the same values as :class:`~pyinterpose.analysis.swap.SwapWork`'s, which keeps
+    every order for both and runs on two threads: at 100 M events +1 GB).  The problem holds what the
+    runs read of the clock (its replay ops), so the clock's own go (~0.5 GB at 100 M events), and the heap
+    the other sections, the preparation and then the evaluation freed is given back before each step
+    (as ``swap.analyse`` does on a long trace)."""
+    if not sp.ok:
+        return sp, sp
+    trace.forget("clock")
+    give_back()
+    ev = guarded._call("swap", "evaluate", trace, problem=sp.value)
+    give_back()
+    return ev, guarded._call("swap", "pareto", trace, problem=sp.value)
 
 
 def _give_back(trace: Trace, later) -> None:
