@@ -78,8 +78,19 @@ def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarra
     cum = np.cumsum(d)
     last = np.ones(len(t), dtype=bool)
     last[:-1] = t[1:] != t[:-1]          # value after the last event at each instant
+    end = max(int(t_end), int(t[-1]))
+    if last.all():
+        # every event at an instant of its own (the usual case): the steps' starts are the events'
+        # times, so the events' times are a view of the steps' (issue 30: 8 bytes an event less)
+        steps_t = np.empty(len(t) + 1, np.int64)
+        steps_t[:-1] = t
+        steps_t[-1] = end
+        del t
+        ev_t = steps_t[:-1]
+        ev_t.flags.writeable = False
+        return steps_t, cum, ev_t, d
     ut, live = t[last], cum[last]
-    steps_t = np.append(ut, max(int(t_end), int(ut[-1])))
+    steps_t = np.append(ut, end)
     return steps_t, live, t, d
 
 

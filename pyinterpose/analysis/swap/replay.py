@@ -123,8 +123,12 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     free_t = sched["free_t"].to_numpy(np.float64)
 
     def last_released(t):                 # the last op released by t (-1 none)
-        k = np.searchsorted(rs, t, side="right") - 1
-        return np.where(k >= 0, op_at(np.maximum(k, 0)), -1) if n else np.full(len(t), -1)
+        if not n:
+            return np.full(len(t), -1)
+        so = np.argsort(t, kind="stable")   # the keys in order: one pass over the releases
+        k = np.empty(len(t), np.int64)
+        k[so] = np.searchsorted(rs, t[so], side="right") - 1
+        return np.where(k >= 0, op_at(np.maximum(k, 0)), -1)
 
     xfers = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
                                ("t_in", np.float64), ("out_anchor", np.int64), ("in_anchor", np.int64)])
@@ -187,18 +191,22 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
 def _event_anchors(problem, st: dict) -> np.ndarray:
     """Per memory event (``problem.events_t``), the op whose delay moves it: for an allocation
     the first op released at or after it, for a free the last op released by it (-1: none);
-    once per problem, found when a replay first has delays."""
+    once per problem, found when a replay first has delays, :data:`PIECE` events at a time
+    (issue 30: its temporaries were ~1 GB at 100 M events, the swap command's peak)."""
     m = problem.memo
     if "replay_anchors" not in m:
-        t = problem.events_t.astype(np.float64)
-        n = st["n"]
-        alloc = problem.events_d > 0
-        k = np.where(alloc, np.searchsorted(st["release_sorted"], t, side="left"),
-                     np.searchsorted(st["release_sorted"], t, side="right") - 1)
-        ok = (k >= 0) & (k < n)
-        kc = np.clip(k, 0, max(n - 1, 0))
-        a = np.where(ok, kc if st["ord"] is None else st["ord"][kc], -1)
-        m["replay_anchors"] = a.astype(np.int32 if n < 2 ** 31 else np.int64)
+        ev_t, ev_d = problem.events_t, problem.events_d
+        n, rs, ord_ = st["n"], st["release_sorted"], st["ord"]
+        out = np.empty(len(ev_t), np.int32 if n < 2 ** 31 else np.int64)
+        for lo in range(0, len(ev_t), PIECE):
+            hi = min(lo + PIECE, len(ev_t))
+            t = ev_t[lo:hi].astype(np.float64)
+            alloc = ev_d[lo:hi] > 0
+            k = np.where(alloc, np.searchsorted(rs, t, side="left"), np.searchsorted(rs, t, side="right") - 1)
+            ok = (k >= 0) & (k < n)
+            kc = np.clip(k, 0, max(n - 1, 0))
+            out[lo:hi] = np.where(ok, kc if ord_ is None else ord_[kc], -1)
+        m["replay_anchors"] = out
     return m["replay_anchors"]
 
 
@@ -238,6 +246,7 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     best = 0
     carry = 0                                  # the events' sum before the piece
     ev_at_sw = np.zeros(len(sw_t), np.int64)   # the events' sum at or before each swap event
+    all_from = np.zeros(len(sw_t), np.int64)   # a whole piece's sum, from the swap event it is at or before
     nxt = times(0, min(PIECE, n)) if n else None
     for lo in range(0, n, PIECE):
         hi = min(lo + PIECE, n)
@@ -260,10 +269,18 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
         if len(v):
             best = max(best, int(v.max()))
         if len(sw_t):
-            k = np.searchsorted(tk, sw_t, side="right")      # this piece's events at or before each
-            ev_at_sw += np.where(k > 0, cum[np.maximum(k - 1, 0)] - carry, 0)
+            # this piece's events at or before each swap event: none before the piece's first
+            # time, all of them from its last time on (added once, at the first such swap event,
+            # and summed over the swap events at the end), a search only in between
+            a_ = int(np.searchsorted(sw_t, tk[0], side="left"))
+            b_ = int(np.searchsorted(sw_t, tk[-1], side="left"))
+            k = np.searchsorted(tk, sw_t[a_:b_], side="right")
+            ev_at_sw[a_:b_] += np.where(k > 0, cum[np.maximum(k - 1, 0)] - carry, 0)
+            if b_ < len(sw_t):
+                all_from[b_] += int(cum[-1]) - carry
         carry = int(cum[-1])
     if len(sw_t):                              # after each instant ending at a swap's event
+        ev_at_sw += np.cumsum(all_from)
         v = ev_at_sw + sw_cum[np.searchsorted(sw_t, sw_t, side="right")]
         best = max(best, int(v.max()))
     return int(max(0, best))
