@@ -41,6 +41,7 @@ import numpy as np
 
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
+from ..trace.search import searchsorted
 
 CPU = "cpu"
 
@@ -123,7 +124,7 @@ class Clock:
         if self._ops is None and trace is not None and t.size <= chunk_rows():
             # up to a piece of events (iteration boundaries): the frontier read in pieces, no full-length ops
             return np.maximum(t, frontier_at(trace, self.pid, np.asarray(seq, dtype=np.int64)))
-        k = np.searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
+        k = searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
         f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)
         return np.maximum(t, f)
 
@@ -139,7 +140,7 @@ class Clock:
         if not len(o.seq):
             h = self.host_times(seq, t)
             return h, h.copy()
-        i = np.minimum(np.searchsorted(o.seq, seq, side="left"), len(o.seq) - 1)
+        i = np.minimum(searchsorted(o.seq, seq, side="left"), len(o.seq) - 1)
         hit = (o.seq[i] == seq) & o.timed[i]
         start, end = o.start[i], o.end[i]
         if not hit.all():         # the host position of the others only
