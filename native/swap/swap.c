@@ -478,6 +478,9 @@ typedef struct {
     double t[7];
 } taken_swap;
 
+#define PF_REC 16
+#define PF_STEP 8
+
 int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
                          int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
                          int budget_mode, int64_t target, int64_t *out_pos, double *out_t) {
@@ -503,6 +506,19 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
         for (int64_t k = 0; k < nk; k++) {
             int64_t i = (ph == 0 && hide_pos) ? hide_pos[k] : k;
             const pi_swap_cand *c = &cand[cand_at ? (int64_t)cand_at[i] : i];
+            /* the visiting order is by score, the records by candidate: each visit is a cache miss
+             * on its record and on its first steps.  Ask for them ahead (issue 30: at 100 M events
+             * ~9 M visits a run): the record PF_REC visits on, the first step PF_STEP visits on
+             * (its record asked for earlier).  No effect on what is computed. */
+            if (k + PF_REC < nk) {
+                int64_t ip = (ph == 0 && hide_pos) ? hide_pos[k + PF_REC] : k + PF_REC;
+                __builtin_prefetch(&cand[cand_at ? (int64_t)cand_at[ip] : ip]);
+            }
+            if (k + PF_STEP < nk) {
+                int64_t ip = (ph == 0 && hide_pos) ? hide_pos[k + PF_STEP] : k + PF_STEP;
+                int64_t lo = cand[cand_at ? (int64_t)cand_at[ip] : ip].lo;
+                if (lo >= 0 && lo < n_hot) __builtin_prefetch(&cv.m[0][lo]);
+            }
             if (curve_max_all(&cv) <= target) break;
             if (used[i]) continue;
             /* a swap that hides needs start <= end - t_in - t_out (the earliest swap-out is at the
