@@ -41,7 +41,7 @@ import numpy as np
 
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
-from ..trace.search import searchsorted
+from .search import searchsorted
 
 CPU = "cpu"
 

@@ -1,11 +1,11 @@
-"""trace.search.searchsorted: the insertion points of needles in no order, found in sorted order,
+"""analysis.search.searchsorted: the insertion points of needles in no order, found in sorted order,
 equal a brute-force count per needle (ties, repeated needles, both sides, sorted and unsorted)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pyinterpose.trace import search
+from pyinterpose.analysis import search
 
 
 def _brute(a, v, side):
