@@ -89,7 +89,8 @@ def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
 def _sections_swap_last(ctx: ReportContext) -> list:
     """Every section, the swap section's work last (a long run, analyses one at a time): the other
     sections are built first, then what they read is let go (:func:`_let_go`: the analyses' results and
-    the pages of the cached columns), then the swap problem and its schedules run on this thread (at
+    the pages of the cached columns), then the swap problem is prepared and its schedules run
+    (:func:`_swap_one_after_the_other`; at
     100 M events the largest step: it no longer stacks on what the other sections kept).  The sections
     come in page order, and so do the headlines (a section after the swap section put its keys after it)."""
     built, after, later_keys = {}, False, []
@@ -188,7 +189,9 @@ def start_swap(ctx: ReportContext, later) -> None:
     """The swap problem, prepared once for the evaluation and the Pareto sweep, and their work:
     one list of tasks, worked through by a worker thread now (``later`` is :func:`_in_background`)
     and by this thread too once its own sections are built (two busy threads, the C scheduler
-    releasing the GIL, and never more runs at once than that); ``ctx.wait_swap`` gives the results."""
+    releasing the GIL, and never more runs at once than that); ``ctx.wait_swap`` gives the results.
+    A long run (``later`` is :func:`_now`, every other section built): the evaluation and then the
+    sweep, when ``ctx.wait_swap`` is called (:func:`_swap_one_after_the_other`)."""
     trace = ctx.trace
     ctx.step(0.7 if later is _now else 0.2, "swap planning")     # a long run's: after the other sections
     sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth)   # prepared once for both
@@ -266,6 +269,7 @@ def header_facts(ctx: ReportContext) -> list[tuple[str, str]]:
     else:
         peak = data.peak_of(trace)
     nv = trace.nvml
+    duration = int(trace.duration_ns)      # read once (four full-length columns' maxima)
     facts = [
         ("trace", os.path.basename(trace.path) if trace.path else "(in memory)"),
         ("command", " ".join(map(str, trace.meta.get("command", []))) or "-"),
@@ -274,7 +278,7 @@ def header_facts(ctx: ReportContext) -> list[tuple[str, str]]:
         ("GPUs", ", ".join(str(_get(g, "name", default=g)) for g in trace.meta.get("gpus", []))
          or ("simulated (simcuda): no real GPU" if trace.meta.get("simulated_gpu") else "not recorded")),
         ("processes", str(len(trace.pids))),
-        ("duration", fmt_ns(trace.duration_ns)),
+        ("duration", fmt_ns(duration)),
         ("device allocations", f"{len(b):,}"),
         ("accesses", f"{len(trace.accesses):,}"),
         ("kernel launches", f"{len(trace.launches):,}"),
@@ -288,7 +292,7 @@ def header_facts(ctx: ReportContext) -> list[tuple[str, str]]:
                      outside_allocator_peak_bytes=int(al["outside"]["peak_live_bytes"]))
     heads.update(blocks=int(len(b)), peak_live_bytes=int(peak), view=trace.meta.get("view"),
                  nvml_peak_used_bytes=int(nv["used_bytes"].max()) if len(nv) else None,
-                 duration_ns=int(trace.duration_ns))
+                 duration_ns=duration)
     return facts
 
 
