@@ -68,6 +68,8 @@ HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op,
 /* the same, and its device start in *start */
 HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr, uint64_t *start);
 
+/* the earliest device time op could start on q if enqueued now (nothing enqueued) */
+HIDDEN uint64_t sim_dev_peek_start(struct sim_queue *q, const struct sim_opdesc *op);
 /* device time at which everything enqueued so far on q (with legacy-stream ordering) is done */
 HIDDEN uint64_t sim_queue_done_at(struct sim_queue *q);
 /* device time at which all work on device dev is done */

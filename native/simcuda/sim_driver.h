@@ -124,12 +124,14 @@ HIDDEN void sim_res_stream_time(uint64_t t);
 HIDDEN void sim_res_managed_alloc(uint64_t addr, uint64_t size, int device);
 HIDDEN void sim_res_managed_free(uint64_t addr);
 HIDDEN CUresult sim_res_prefetch(uint64_t p, uint64_t n, int to_device, int device, struct sim_queue *q);
-HIDDEN int sim_res_kernel_begin(void **params, const size_t *sizes, unsigned nparams, struct sim_opdesc *op,
-                                uint64_t *touched, int max);
-HIDDEN void sim_res_kernel_end(const uint64_t *touched, int nt, uint64_t start);
+HIDDEN int sim_res_kernel_begin(struct sim_queue *q, void **params, const size_t *sizes, unsigned nparams,
+                                struct sim_opdesc *op, uint64_t *touched, int *fresh, int max);
+HIDDEN void sim_res_kernel_end(const uint64_t *touched, const int *fresh, int nt, uint64_t start, uint64_t end);
+HIDDEN uint64_t sim_res_managed_resident(int dev);
 HIDDEN uint64_t sim_res_peak(int dev);
 HIDDEN CUresult sim_res_discard(uint64_t p, struct sim_queue *q);
-HIDDEN void sim_res_counts(uint64_t *faults, uint64_t *prefetches, uint64_t *bytes);
+/* faults, prefetches, prefetch_bytes, evictions, evicted_bytes, no_room */
+HIDDEN void sim_res_counts(uint64_t c[6]);
 /* the device-clock queue behind stream s (NULL/legacy/per-thread: the current device's) */
 HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q);
 

@@ -100,7 +100,9 @@ def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]
                                 f"{s.get('swap_managed', 0)} requests from managed memory, "
                                 f"{s.get('swap_real', 0)} to the program's allocator by plan"
                                 + (f" ({s['swap_refused']} of them because the device had too little free memory "
-                                   f"for managed memory)" if s.get("swap_refused") else ""))
+                                   f"for managed memory)" if s.get("swap_refused") else "")
+                                + (f"; a swap-in found no room on the device {s['swap_no_room']} times (the block "
+                                   f"stayed on the host until a launch needed it)" if s.get("swap_no_room") else ""))
         if s.get("arena") == "failed":
             lines.append(head + "the arena could not be reserved; nothing served")
     return lines

@@ -122,13 +122,16 @@ def _wait(folder: str, step: int, loop: Loop) -> None:
         time.sleep(0.01)
 
 
-def run(args: argparse.Namespace) -> tuple[dict, int]:
+def run(args: argparse.Namespace, ready=None) -> tuple[dict, int]:
+    """The loop; ``ready``: called once the weights are allocated (the rank processes' barrier)."""
     cuda = _Cuda()
     loop = Loop(cuda)
     truth = {"leak_bytes": args.leak_bytes, "leak_every": args.leak_every,
              "leak_per_step": args.leak_bytes / args.leak_every, "leak_function": "_leaky_cache",
              "weights_bytes": sum(WEIGHTS)}
     weights = [loop.malloc(n) for n in WEIGHTS]
+    if ready is not None:
+        ready()
     held: list[int] = []
     win = args.window
     status = 0
@@ -201,6 +204,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--truth")
     p.add_argument("--ranks", type=int, default=1, help="rank processes (RANK/WORLD_SIZE set), forked")
     p.add_argument("--oom-rank", type=int, default=0, help="with --ranks: the rank that runs out of memory")
+    p.add_argument("--slow-rank", type=lambda t: tuple(float(x) for x in t.split(":")), metavar="R:SECONDS",
+                   help="with --ranks: rank R sleeps SECONDS before its first CUDA call (tests: a rank slow to start)")
     p.add_argument("--wait-dir", help="with --wait-steps: where ready-S / go-S files go (tests)")
     p.add_argument("--wait-steps", type=lambda t: [int(x) for x in t.split(",") if x], default=[],
                    metavar="S[,S]", help="at the start of each of these steps, write ready-S and wait for go-S")
@@ -218,20 +223,56 @@ def _ranks(args: argparse.Namespace) -> tuple[dict, int]:
     import os
 
     oom_step = args.oom_step
-    children = []
+    children, gos = [], []
     rank = 0
+    ready_r, ready_w = os.pipe()       # each rank's "my CUDA is up", to rank 0
+    go_r = -1
     for r in range(1, args.ranks):
         rfd, wfd = os.pipe()
+        gr, gw = os.pipe()             # rank 0's "every rank is up: start", to this rank
         pid = os.fork()
         if pid == 0:
             os.close(rfd)
-            rank = r
+            os.close(gw)
+            for g in gos:
+                os.close(g)
+            rank, go_r = r, gr
             break
         os.close(wfd)
+        os.close(gr)
         children.append((pid, rfd))
+        gos.append(gw)
+    if rank == 0:
+        os.close(ready_w)              # the ranks' copies only: when they all end, rank 0 reads EOF
+    else:
+        os.close(ready_r)
+
+    def barrier() -> None:
+        """A job's start-up barrier (as NCCL's init is): no rank steps before every rank has made its
+        first CUDA calls, so a dump at any rank's step sees every rank of the job."""
+        if rank:
+            os.write(ready_w, b"r")
+            os.close(ready_w)
+            os.read(go_r, 1)
+            os.close(go_r)
+            return
+        for _ in gos:
+            if not os.read(ready_r, 1):
+                break                  # a rank ended before it was up: start anyway
+        for g in gos:
+            try:
+                os.write(g, b"g")
+            except BrokenPipeError:
+                pass
+            os.close(g)
+        os.close(ready_r)
+
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(args.ranks))
     args.oom_step = oom_step if rank == args.oom_rank else -1
-    truth, status = run(args)
+    if args.slow_rank and int(args.slow_rank[0]) == rank:
+        import time
+        time.sleep(args.slow_rank[1])
+    truth, status = run(args, ready=barrier)
     truth["rank"] = rank
     if rank:
         with os.fdopen(wfd, "w") as w:

@@ -164,3 +164,38 @@ def test_long_problem_runs_equal_the_others(monkeypatch, seed):
     want = results(False, 2)
     assert results(True, 2) == want
     assert results(True, 1) == want
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_tie_order_is_the_three_key_lexsort(monkeypatch, seed, shuffled):
+    """The tie order (-DOA, then block, then start) from one stable sort when the rows are in
+    (block, start) order, from the lexsort otherwise: both equal the definition, a sort of the
+    rows by their key tuples written out (many ties in every key, pieces of 3 rows)."""
+    import pandas as pd
+
+    from pyinterpose.analysis.swap import strategies as strat
+
+    rng = np.random.default_rng(700 + seed)
+    n = int(rng.integers(1, 60))
+    blk = np.sort(rng.integers(0, 6, n)).astype(np.int64)
+    start = np.zeros(n, np.int64)
+    for b in np.unique(blk):
+        at = np.flatnonzero(blk == b)
+        start[at] = np.sort(rng.integers(0, 5, len(at)))
+    doa = rng.choice([-2.0, -1.0, 0.0, 1.5, 3.0], n)
+    if shuffled:
+        perm = rng.permutation(n)
+        blk, start, doa = blk[perm], start[perm], doa[perm]
+
+    class P:
+        memo: dict = {}
+    p = P()
+    p.memo = {}
+    p.candidates = pd.DataFrame({"block_id": blk, "start_t": start, "doa_ns": doa})
+    monkeypatch.setattr(strat, "ORDER_CHECK_PIECE", 3)
+    got = strat._tie_order(p)
+    want = sorted(range(n), key=lambda i: (-doa[i], blk[i], start[i], i))
+    assert got.tolist() == want
+    rows_sorted = all((blk[i], start[i]) <= (blk[i + 1], start[i + 1]) for i in range(n - 1))
+    assert strat._in_block_start_order(blk, start) == rows_sorted

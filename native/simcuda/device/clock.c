@@ -357,6 +357,21 @@ HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *
     return end;
 }
 
+/* the earliest device time op could start on q if it were enqueued now (nothing is enqueued): what the
+ * residency model makes room for before it submits a prefetch or a kernel (residency.c); the real start
+ * is never earlier (other threads only push the tails and engines later) */
+HIDDEN uint64_t sim_dev_peek_start(struct sim_queue *q, const struct sim_opdesc *op)
+{
+    pthread_once(&g_once, init);
+    lock();
+    const struct device_state *d = &g_dev[q->device];
+    uint64_t t = max64(sim_now_ns() + g_model.launch_latency_ns, ordered_after(q));
+    t = max64(t, op->not_before);
+    if (op->engine != SIM_ENGINE_COMPUTE) t = max64(t, d->engine_free[op->engine]);
+    unlock();
+    return t;
+}
+
 HIDDEN uint64_t sim_queue_done_at(struct sim_queue *q)
 {
     lock();

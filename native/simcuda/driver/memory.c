@@ -66,10 +66,12 @@ static void write_stats(void)
     n += snprintf(line + n, sizeof line - n, "], \"stall_ns\": [");
     for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
         n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)sim_dev_stall_ns(i));
-    uint64_t faults, pf, pfb;
-    sim_res_counts(&faults, &pf, &pfb);
-    n += snprintf(line + n, sizeof line - n, "], \"faults\": %llu, \"prefetches\": %llu, \"prefetch_bytes\": %llu}\n",
-                  (unsigned long long)faults, (unsigned long long)pf, (unsigned long long)pfb);
+    uint64_t c[6];
+    sim_res_counts(c);
+    n += snprintf(line + n, sizeof line - n, "], \"faults\": %llu, \"prefetches\": %llu, \"prefetch_bytes\": %llu, "
+                  "\"evictions\": %llu, \"evicted_bytes\": %llu, \"no_room\": %llu}\n",
+                  (unsigned long long)c[0], (unsigned long long)c[1], (unsigned long long)c[2],
+                  (unsigned long long)c[3], (unsigned long long)c[4], (unsigned long long)c[5]);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return;
     ssize_t w = write(fd, line, (size_t)n);
@@ -388,8 +390,9 @@ SIM_API(CUresult, cuMemGetInfo_v2, (size_t *freeb, size_t *total))
     if (r) return r;
     size_t used;
     sim_mem_used(dev, &used);
+    used += sim_res_managed_resident(dev); /* resident managed bytes are used memory (residency.c) */
     *total = sim_capacity();
-    *freeb = *total - used;
+    *freeb = used < *total ? *total - used : 0;
     return CUDA_SUCCESS;
 }
 

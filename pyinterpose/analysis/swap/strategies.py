@@ -163,9 +163,33 @@ def _tie_order(problem: SwapProblem) -> np.ndarray:
     m = problem.memo
     if "tie_order" not in m:
         c = problem.candidates
-        m["tie_order"] = _indices(np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(),
-                                              -c["doa_ns"].to_numpy())))
+        blk, start = c["block_id"].to_numpy(), c["start_t"].to_numpy()
+        if _in_block_start_order(blk, start):
+            # the candidates are made block by block, each block's in time order: then the rows'
+            # own order breaks DOA's ties as (block, start) would, and one stable sort of -DOA
+            # gives the lexsort's order (issue 30: two of its three passes, ~3 s at 100 M events)
+            m["tie_order"] = _indices(np.argsort(-c["doa_ns"].to_numpy(), kind="stable"))
+        else:
+            m["tie_order"] = _indices(np.lexsort((start, blk, -c["doa_ns"].to_numpy())))
     return m["tie_order"]
+
+
+ORDER_CHECK_PIECE = 1 << 20    # rows compared at a time by _in_block_start_order
+
+
+def _in_block_start_order(blk: np.ndarray, start: np.ndarray) -> bool:
+    """Whether the rows are sorted by (block, start): a piece at a time, no row-sized temporaries."""
+    n = len(blk)
+    step = ORDER_CHECK_PIECE
+    for lo in range(0, max(n - 1, 0), step):
+        hi = min(lo + step + 1, n)
+        b, s = blk[lo:hi], start[lo:hi]
+        if not (b[1:] >= b[:-1]).all():
+            return False
+        same = b[1:] == b[:-1]
+        if not (s[1:][same] >= s[:-1][same]).all():
+            return False
+    return True
 
 
 def _indices(x: np.ndarray) -> np.ndarray:
