@@ -159,10 +159,8 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
     if len(trace.blocks) > SIDE_BY_SIDE_BLOCKS:
         # a long trace (issue 30): one after the other, so that the row's peak is the largest
         # analysis' (swap's), not the sum of the pools' and swap's; each step's kept tables, mapped
-        # pages and freed heap given back before the next.  The touches access makes are kept for
-        # swap's access intervals, which let them go (~0.5 GB at 100 M events; making them twice
-        # was ~4.4 CPU-s).  Held through the rest of access, they raise the row's peak at 100 M
-        # events from 3698 to 4020 MiB, within the 4 GiB of issue 30, for 73 -> 54 s.  The same figures.
+        # pages and freed heap given back before the next; access and swap each make the touches
+        # (not kept from one to the other: ~0.5 GB at 100 M events).  The same figures.
         def between_steps(*modules):
             for m in modules:
                 trace.forget(m)
@@ -172,10 +170,9 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         facts = _memory_facts(trace, pools, time_limit)
         between_steps("pools")
         it = guarded.iterations(trace)
-        with intervals.shared(trace):
-            acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-            between_steps("access.intervals")
-            ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
+        between_steps("access.intervals", "access.touches")
+        ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
         between_steps()
     else:
         # the blocks-only figures on a side thread while this one finds the iterations, the access

@@ -149,8 +149,10 @@ def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
     in_pid = b["pid"].to_numpy() == pid
     dev = in_pid & b["counts_device"].to_numpy(bool)
     m = dev if dev.any() else in_pid
-    cols = b[_BLOCK_COLUMNS]
-    return cols if m.all() else cols[m]
+    if m.all():
+        return b[_BLOCK_COLUMNS]
+    # the rows by numpy's mask, not the frame's (pandas' take of every column: ~0.75 s at 100 M events)
+    return pd.DataFrame({c: b[c].to_numpy()[m] for c in _BLOCK_COLUMNS}, copy=False)
 
 
 def _allocations_in_order(blocks: pd.DataFrame):
@@ -734,8 +736,8 @@ def _forward(m: "_Matcher", starts: list[int], end: int) -> tuple[list[int], int
 
 def _t_at_seq(trace: Trace, pid: int, seq: int, blocks: pd.DataFrame) -> int:
     """time of the last alloc/free event of ``blocks`` at or before ``seq``."""
-    ta = blocks.loc[blocks["seq_alloc"] <= seq, "t_alloc"]
-    f = blocks[blocks["freed"] & (blocks["seq_free"] <= seq)]["t_free"]
+    ta = blocks["t_alloc"].to_numpy()[blocks["seq_alloc"].to_numpy() <= seq]
+    f = blocks["t_free"].to_numpy()[blocks["freed"].to_numpy(bool) & (blocks["seq_free"].to_numpy() <= seq)]
     vals = [int(x.max()) for x in (ta, f) if len(x)]
     return max(vals) if vals else 0
 
