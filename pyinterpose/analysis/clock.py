@@ -32,6 +32,7 @@ duration, and the clock's note counts them.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ import numpy as np
 
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
+from .search import searchsorted
 
 CPU = "cpu"
 
@@ -60,8 +62,10 @@ class Ops:
             e = np.where((self.start >= 0) & (self.end >= self.start), self.end, -1)
             self.frontier = np.maximum.accumulate(e) if len(e) else e
 
-    @property
+    @functools.cached_property
     def timed(self) -> np.ndarray:
+        """bool per op: it has a device start and end (made once: every piece of the access
+        intervals reads it)."""
         if self.start is None:
             return np.zeros(len(self.seq), bool)
         return (self.start >= 0) & (self.end >= self.start)
@@ -120,7 +124,7 @@ class Clock:
         if self._ops is None and trace is not None and t.size <= chunk_rows():
             # up to a piece of events (iteration boundaries): the frontier read in pieces, no full-length ops
             return np.maximum(t, frontier_at(trace, self.pid, np.asarray(seq, dtype=np.int64)))
-        k = np.searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
+        k = searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
         f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)
         return np.maximum(t, f)
 
@@ -133,12 +137,18 @@ class Clock:
             return t, t
         seq = np.asarray(seq, dtype=np.int64)
         o = self.ops
-        i = np.minimum(np.searchsorted(o.seq, seq, side="left"), max(len(o.seq) - 1, 0))
-        hit = (o.seq[i] == seq) & o.timed[i] if len(o.seq) else np.zeros(len(seq), bool)
-        if hit.all():
-            return o.start[i], o.end[i]
-        h = self.host_times(seq, t)
-        return np.where(hit, o.start[i], h), np.where(hit, o.end[i], h)
+        if not len(o.seq):
+            h = self.host_times(seq, t)
+            return h, h.copy()
+        i = np.minimum(searchsorted(o.seq, seq, side="left"), len(o.seq) - 1)
+        hit = (o.seq[i] == seq) & o.timed[i]
+        start, end = o.start[i], o.end[i]
+        if not hit.all():         # the host position of the others only
+            miss = ~hit
+            h = self.host_times(seq[miss], t[miss])
+            start[miss] = h
+            end[miss] = h
+        return start, end
 
     def replay_ops(self) -> dict:
         """The compute streams for the swap replay (:mod:`.swap.replay`), in seq order:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..trace import chunking
 from ..trace.model import Trace, peak_live_bytes_of
 from ..trace.stacks import display_owner, is_trampoline
 from ..trace.context import context_of
@@ -83,9 +84,20 @@ def _owner_names(b: pd.DataFrame) -> list[str]:
     if "owner" not in b or len(b) == 0:
         return []
     col = b["owner"]
-    used = col.cat.remove_unused_categories().cat.categories if isinstance(col.dtype, pd.CategoricalDtype) \
-        else pd.unique(col.astype(str))
+    used = _used_categories(col) if isinstance(col.dtype, pd.CategoricalDtype) else pd.unique(col.astype(str))
     return [str(o) for o in used if str(o) and str(o) != "nan"]
+
+
+def _used_categories(col: pd.Series) -> pd.Index:
+    """The categories some row of ``col`` holds, in the categories' order (what
+    ``col.cat.remove_unused_categories().cat.categories`` gives): the codes counted a range of rows at
+    a time (a count per category; pandas' way sorts the codes: 0.2 s a call at 11 M blocks)."""
+    cats = col.cat.categories
+    codes = col.cat.codes.to_numpy()
+    seen = np.zeros(len(cats) + 1, np.int64)
+    for s, e in chunking.spans(len(codes)):
+        seen += np.bincount(codes[s:e].astype(np.intp) + 1, minlength=len(cats) + 1)   # code -1: missing
+    return cats[seen[1:] > 0]
 
 
 def _framework_of_objects(names: list[str]) -> str | None:

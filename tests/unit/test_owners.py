@@ -146,3 +146,23 @@ def test_allocator_mask_categorical_owners_tested_per_category():
         want &= tr.blocks["counts_device"].to_numpy(bool)
         assert want.any()
         assert (allocator_mask(tr) == want).all()
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 1000])
+def test_owner_names_are_the_used_categories_in_order(monkeypatch, rows):
+    """The recorded owners are the categories some row holds, in the categories' order (what pandas'
+    ``remove_unused_categories`` keeps), counted a piece at a time; missing values and "" left out."""
+    from pyinterpose.trace import chunking
+
+    monkeypatch.setattr(chunking, "chunk_rows", lambda: 3)       # several pieces, one cut mid-run
+    cats = ["libz.so", "libc10_cuda.so", "", "python", "unused", "libcublas.so"]
+    rng = np.random.default_rng(rows)
+    codes = rng.integers(-1, len(cats), rows).astype(np.int8)
+    codes[codes == 4] = 0                                           # "unused" never appears
+    b = pd.DataFrame({"owner": pd.Categorical.from_codes(codes, cats)})
+    # independent: the categories, in order, that equal some row's value
+    present = set(b["owner"].dropna().astype(str))
+    want = [c for c in cats if c in present and c != ""]
+    assert owners._owner_names(b) == want
+    if rows == 1000:
+        assert want == ["libz.so", "libc10_cuda.so", "python", "libcublas.so"]

@@ -21,6 +21,12 @@ def _sections(rep):
             for s in rep.sections if s.id in keep}
 
 
+def _swap_tables(rep):
+    # the swap section's strategy table and facts (no wall-clock cell in them)
+    s = next(x for x in rep.sections if x.id == "swap")
+    return s.facts, s.notes, [(c, t.to_dict()) for c, t in s.tables], s.figures
+
+
 @pytest.mark.slow
 def test_serial_build_equals_threaded(monkeypatch):
     tr = training_trace(iterations=8)
@@ -36,6 +42,13 @@ def test_serial_build_equals_threaded(monkeypatch):
     assert a == b
     for k in ("peak_live_bytes", "blocks", "iterations", "lifetimes", "sizes", "access"):
         assert threaded.headlines[k] == serial.headlines[k], k
+    # the swap work: two threads through one task list (SwapWork) against the evaluation and then the
+    # Pareto sweep, each through its own entry point: the same plans and replays
+    assert serial.headlines["swap"]["best_no_overhead"]["peak_after"] > 0
+    assert len(serial.headlines["swap_pareto"]) >= 2
+    for k in ("swap", "swap_pareto"):
+        assert threaded.headlines[k] == serial.headlines[k], k
+    assert _swap_tables(threaded) == _swap_tables(serial)
     # the serial build runs the swap work last, after the sections below it: the same sections in the
     # same order, and the headlines' keys in page order all the same
     assert [x.id for x in serial.sections] == [x.id for x in threaded.sections]
