@@ -379,6 +379,10 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     if strategy == "vote":
         _prime_votes(problem)
     workers = min(2, os.cpu_count() or 1, len(budgets))
+    if len(problem.candidates) > LONG_CANDIDATES:
+        # a long trace: one budget at a time, as the runs of analyse (LONG_WORKERS; issue 30: the
+        # report's sweep on two threads peaked at 4794 MiB at 100 M events, on one at ~3900)
+        workers = min(workers, LONG_WORKERS)
     if workers <= 1:
         return [_pareto_point(problem, strategy, b) for b in budgets]
     with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
