@@ -134,3 +134,20 @@ def fake_trace_files(monkeypatch, made: dict):
 
     monkeypatch.setattr("pyinterpose.cli._args.load_trace", fake_load)
     return made
+
+
+# The start of a test program driving simcuda directly (run with ``ctypes`` imported): the runtime and
+# driver loaded, device 0, the CUmemLocation struct ``Loc``, and ``f``: a kernel "use" taking one
+# pointer (the block it touches, for the residency model).
+SIMCUDA_USE_KERNEL = r"""
+from pyinterpose.examples._simlib import load_simcuda
+cu, rt = load_simcuda()
+rt.cudaSetDevice(0)
+assert cu.cuInit(0) == 0
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))(lambda params: None)
+f = ctypes.c_void_p()
+offs = (ctypes.c_size_t * 1)(0); sizes = (ctypes.c_size_t * 1)(8)
+assert cu.simcuRegisterKernel(b"use", fn, 1, offs, sizes, ctypes.byref(f)) == 0
+"""

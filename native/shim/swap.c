@@ -204,18 +204,30 @@ static uint32_t next_ordinal(uint64_t kname) {
 #define SWAP_HEADROOM (64ull << 20)
 static int g_refused_noted;
 
+/* g_lock held: the device's free memory (cuMemGetInfo) in *fr; 0 when it cannot be asked */
+static int device_free(size_t *fr) {
+    meminfo_fn mi = (meminfo_fn)fn(D_MEMINFO);
+    size_t tot = 0;
+    return mi && mi(fr, &tot) == 0;
+}
+
+/* g_lock held: count what the engine turned away (kind k); the trace says why once per kind */
+static void turned_away(int k, int *noted, const char *why) {
+    g_cnt[k]++;
+    g_tot[k]++;
+    if (!*noted) {
+        *noted = 1;
+        pi_note(why);
+    }
+}
+
 /* g_lock held */
 static int managed_fits(uint64_t size) {
-    meminfo_fn mi = (meminfo_fn)fn(D_MEMINFO);
-    size_t fr = 0, tot = 0;
-    if (mi && mi(&fr, &tot) == 0 && size + SWAP_HEADROOM <= fr) return 1;
-    g_cnt[K_REFUSED]++;
-    g_tot[K_REFUSED]++;
-    if (!g_refused_noted) {
-        g_refused_noted = 1;
-        pi_note("swap: a swapped request would need more managed memory than the device has free (or its free "
+    size_t fr = 0;
+    if (device_free(&fr) && size + SWAP_HEADROOM <= fr) return 1;
+    turned_away(K_REFUSED, &g_refused_noted,
+                "swap: a swapped request would need more managed memory than the device has free (or its free "
                 "memory is unknown); such requests go to the program's allocator, unswapped");
-    }
     return 0;
 }
 
@@ -411,16 +423,11 @@ static int g_noroom_noted;
  * page fault).  Measured on simcuda (ResNet-18 replay, devices of 680-720 MB, docs/swap-run.md): half the
  * faults and evictions, 5 % less stall. */
 static int room_for(uint64_t size) {
-    meminfo_fn mi = (meminfo_fn)fn(D_MEMINFO);
-    size_t fr = 0, tot = 0;
-    if (!mi || mi(&fr, &tot) != 0 || size <= fr) return 1;
-    g_cnt[K_NOROOM]++;
-    g_tot[K_NOROOM]++;
-    if (!g_noroom_noted) {
-        g_noroom_noted = 1;
-        pi_note("swap: the device had no room for a swapped block coming back; it was left on the host to be "
+    size_t fr = 0;
+    if (!device_free(&fr) || size <= fr) return 1;
+    turned_away(K_NOROOM, &g_noroom_noted,
+                "swap: the device had no room for a swapped block coming back; it was left on the host to be "
                 "brought back by the launch that needs it (a page fault)");
-    }
     return 0;
 }
 

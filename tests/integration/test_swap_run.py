@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pyinterpose
-from conftest import ROOT, run_cli
+from conftest import ROOT, SIMCUDA_USE_KERNEL, run_cli
 from pyinterpose.trace.model import peak_live_bytes
 
 SAMPLE = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
@@ -271,18 +271,7 @@ assert cu.cuCtxSynchronize() == 0
     assert st["resident_peak_bytes"][0] == 8 << 20
 
 
-STALL_CODE = r"""
-import ctypes, sys
-from pyinterpose.examples._simlib import load_simcuda
-cu, rt = load_simcuda()
-rt.cudaSetDevice(0)
-assert cu.cuInit(0) == 0
-class Loc(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))(lambda params: None)
-f = ctypes.c_void_p()
-offs = (ctypes.c_size_t * 1)(0); sizes = (ctypes.c_size_t * 1)(8)
-assert cu.simcuRegisterKernel(b"use", fn, 1, offs, sizes, ctypes.byref(f)) == 0
+STALL_CODE = "import ctypes, sys\n" + SIMCUDA_USE_KERNEL + r"""
 def launch(stream, ptr):
     arg = ctypes.c_uint64(ptr)
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))

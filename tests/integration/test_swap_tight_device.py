@@ -17,26 +17,15 @@ import sys
 import pytest
 
 import pyinterpose
-from conftest import ROOT, run_cli
+from conftest import ROOT, SIMCUDA_USE_KERNEL, run_cli
 
 SAMPLE = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
 ENGINES = {"SIMCUDA_H2D_GBPS": "55", "SIMCUDA_D2H_GBPS": "55", "SIMCUDA_COPY_LATENCY_NS": "10000"}
 SIMLIB = os.path.join(os.path.dirname(pyinterpose.__file__), "_native", "simcuda")
 MiB = 1 << 20
 
-EVICT_CODE = r"""
-import ctypes, json
-from pyinterpose.examples._simlib import load_simcuda
-cu, rt = load_simcuda()
-rt.cudaSetDevice(0)
-assert cu.cuInit(0) == 0
+EVICT_CODE = "import ctypes, json\n" + SIMCUDA_USE_KERNEL + r"""
 MiB = 1 << 20
-class Loc(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-fn = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))(lambda params: None)
-f = ctypes.c_void_p()
-offs = (ctypes.c_size_t * 1)(0); sizes = (ctypes.c_size_t * 1)(8)
-assert cu.simcuRegisterKernel(b"use", fn, 1, offs, sizes, ctypes.byref(f)) == 0
 def launch(ptr):
     arg = ctypes.c_uint64(ptr)
     params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))

@@ -256,3 +256,27 @@ def test_find_period_matches_brute_force(seed):
     tok = np.concatenate([prefix, np.tile(pattern, reps)]).astype(np.uint64)
     p, _ = find_period(tok, tolerance=0.0)
     assert p == _brute_period(tok)
+
+
+def test_one_process_among_others_and_the_last_boundary_time():
+    """A process's iterations are its own: another process's blocks (a host-side and a device-side
+    one in the same tables) change nothing; the last boundary's time is that of the process's last
+    allocation or free before the boundary (written out from the blocks, a loop)."""
+    tr, truth = training_trace(steps=12, layers=4, warmup=1, seed=5)
+    alone = find_iterations(tr, pid=100)
+    other = training_trace(steps=7, layers=3, warmup=0, seed=9)[0].blocks.copy()
+    other["pid"] = 200
+    other["block_id"] += len(tr.blocks)
+    host = tr.blocks.iloc[:3].copy()
+    host["pid"], host["kind"] = 100, "host"
+    host["block_id"] = np.arange(3) + len(tr.blocks) + len(other)
+    both = Trace.from_tables(blocks=pd.concat([tr.blocks, other, host], ignore_index=True), accesses=tr.accesses)
+    got = find_iterations(both, pid=100)
+    assert got.count == alone.count == truth["count"]
+    assert got.boundaries.tolist() == alone.boundaries.tolist()
+    assert got.boundaries_t.tolist() == alone.boundaries_t.tolist()
+    b = tr.blocks
+    end = int(got.boundaries[-1]) - 1
+    last = max([int(t) for s, t in zip(b["seq_alloc"], b["t_alloc"]) if s <= end] +
+               [int(t) for f, s, t in zip(b["freed"], b["seq_free"], b["t_free"]) if f and s <= end])
+    assert int(got.boundaries_t[-1]) == last

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from ..search import searchsorted
 from .problem import _peak_after
 
 TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
@@ -125,9 +126,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     def last_released(t):                 # the last op released by t (-1 none)
         if not n:
             return np.full(len(t), -1)
-        so = np.argsort(t, kind="stable")   # the keys in order: one pass over the releases
-        k = np.empty(len(t), np.int64)
-        k[so] = np.searchsorted(rs, t[so], side="right") - 1
+        k = searchsorted(rs, t, side="right") - 1   # the keys come in schedule order: searched sorted
         return np.where(k >= 0, op_at(np.maximum(k, 0)), -1)
 
     xfers = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
