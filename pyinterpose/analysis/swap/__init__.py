@@ -246,14 +246,14 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
     most: each holds its own copy of the curve and the links).  What the runs share is made
     first: the orders (one per strategy and scoring budget, for both modes) and the
     scheduler's packed view of a target that several runs schedule at."""
-    keys = list(dict.fromkeys((s, problem.default_budget if b is None else int(b)) for s, _, b in runs))
+    keys = list(dict.fromkeys(_order_key(problem, r) for r in runs))
     targets = [(m, problem.default_budget if m == "budget" and b is None else (0 if b is None else int(b)))
                for _, m, b in runs]
-    looping = [t for m, t in targets if _loops(problem, m, t)]
+    loops = [_loops(problem, m, t) for m, t in targets]
+    looping = [t for (_, t), lp in zip(targets, loops) if lp]
     shared = [t for t in dict.fromkeys(looping) if looping.count(t) > 1]
     # the orders the runs that loop read (run_strategy makes none for a run whose schedule is known empty)
-    needed = set(k for r, (m, t) in zip(runs, targets) if _loops(problem, m, t)
-                 for k in [(r[0], problem.default_budget if r[2] is None else int(r[2]))])
+    needed = {_order_key(problem, r) for r, lp in zip(runs, loops) if lp}
     workers = min(2, os.cpu_count() or 1, len(runs))
 
     def run(r: tuple) -> SwapResult:
@@ -296,12 +296,18 @@ ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
 LONG_WORKERS = 1
 
 
+def _order_key(problem: SwapProblem, run: tuple) -> tuple:
+    """The order a run (strategy, mode, budget) reads: its strategy's at its scoring budget."""
+    s, _, b = run
+    return (s, problem.default_budget if b is None else int(b))
+
+
 def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list, workers: int, run,
               needed: set) -> list:
     """:func:`_run_all`'s runs on a long trace (see LONG_CANDIDATES); ``needed``: the orders that
     looping runs read (the others are never made)."""
     def key_of(r):
-        return (r[0], problem.default_budget if r[2] is None else int(r[2]))
+        return _order_key(problem, r)
 
     left = {k: sum(1 for r in runs if key_of(r) == k) for k in keys}
     made: set = set()
