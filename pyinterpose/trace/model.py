@@ -152,6 +152,7 @@ import numpy as np
 import pandas as pd
 
 from .chunking import spans
+from .piecewise import maximum
 from .live import _by_t_then_d, counted_bytes, event_order, live_order, peak_of   # noqa: F401 (names of this module)
 
 KINDS = {1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
@@ -395,7 +396,7 @@ class Trace:
     @property
     def end_ns(self) -> int:
         cols = [self.blocks["t_free"], self.blocks["t_alloc"], self.launches["t"], self.accesses["t"]]
-        vals = [int(c.max()) for c in cols if len(c)]
+        vals = [maximum(c.to_numpy()) for c in cols if len(c)]     # in pieces, the mapped pages given back
         return max(vals) if vals else 0
 
     @property

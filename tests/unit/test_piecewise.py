@@ -1,0 +1,172 @@
+"""Reductions read a piece at a time (pyinterpose.trace.piecewise) and the summary's per-block figures
+made from them, against references computed in the test from the whole arrays (numpy's own sum, max,
+sort and quantile; pandas groupby; the live curve from its definition)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pyinterpose
+from pyinterpose.trace import piecewise
+
+
+def _pieces(v, k):
+    return lambda: (v[i:i + k] for i in range(0, len(v), k))
+
+
+@pytest.mark.parametrize("rows", ["1", "3", "7", "4096"])
+def test_total_and_maximum_in_pieces(rows, monkeypatch):
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5, 29, 300):
+        v = rng.integers(-10**6, 10**6, n)
+        m = rng.random(n) < 0.4
+        assert piecewise.total(v) == int(v.sum())
+        assert piecewise.total(v, m) == int(v[m].sum())
+        assert piecewise.maximum(v) == int(v.max())
+    big = np.array([2**62, 2**62, 2**62, -5], np.int64)       # int64 wrap-around, as numpy's sum
+    with np.errstate(over="ignore"):
+        assert piecewise.total(big) == int(big.sum())
+    assert piecewise.maximum(np.zeros(0, np.int64)) is None
+
+
+@pytest.mark.parametrize("rows", ["1", "4", "7", "1000000"])   # 1-4: a cap of one value, every rank narrowed
+def test_order_stats_and_quantiles_are_numpys(rows, monkeypatch):
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(int(rows))
+    qs = [0.5, 0.9, 0.99, 0.0, 1.0, 0.25, 1 / 3, 0.999]
+    for trial in range(60):
+        n = int(rng.integers(1, 90))
+        scale = [1, 7, 1000, 10**12, 2**60][trial % 5]
+        v = rng.integers(-4, 5, n) * scale + rng.integers(0, 3, n)
+        if trial % 6 == 0:
+            v[0], v[-1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+        if trial % 9 == 0:
+            v[:] = 42                                     # every value equal
+        p = _pieces(v, int(rng.integers(1, 8)))
+        srt = np.sort(v)
+        n_, got = piecewise.order_stats(p, list(range(-1, n + 1)))
+        assert n_ == n
+        assert got == [None] + srt.tolist() + [None]
+        n_, q = piecewise.quantiles(p, qs)
+        ref = np.quantile(v.astype(np.float64), qs)
+        assert n_ == n and q.tobytes() == ref.tobytes(), (v, q, ref)
+    assert piecewise.quantiles(_pieces(np.zeros(0, np.int64), 3), qs) == (0, None)
+    # a median halfway between two values whose two interpolations round differently (numpy takes b - d/2)
+    v = np.array([1263248596961149231, -2123342786782762096], np.int64)
+    q = piecewise.quantiles(_pieces(v, 1), [0.5])[1]
+    assert q.tobytes() == np.quantile(v.astype(np.float64), [0.5]).tobytes()
+
+
+def test_launch_lag_in_pieces_is_the_whole_arrays(monkeypatch):
+    """The launch lag's count, quantiles and maximum of a long table (pieces of one launch) equal
+    np.quantile over the process's launches with a device start."""
+    from pyinterpose.analysis import clock
+
+    rng = np.random.default_rng(5)
+    n = 500
+    t = np.cumsum(rng.integers(1, 50, n))
+    start = np.where(rng.random(n) < 0.8, t + rng.choice([3, 3, 3, 40, 900, 10**7], n), -1)
+    start[::37] = 0                                     # a device start at 0: a launch with a device time
+    pid = np.where(rng.random(n) < 0.85, 7, 8)
+    la = pd.DataFrame({"pid": pid, "seq": np.arange(n) * 2, "t": t, "dev_start": start,
+                       "dev_end": np.where(start >= 0, start + 5, -1), "stream": np.uint64(1),
+                       "graph": np.uint64(0)})
+    blocks = pd.DataFrame({"pid": [7, 8], "size": [1, 1], "t_alloc": [0, 0], "t_free": [1, 1],
+                           "freed": [True, True], "counts_device": [True, True], "seq_alloc": [0, 1],
+                           "seq_free": [2, 3], "kind": "device", "api": "cudaMalloc"})
+    for rows in ("1", "3", "7"):
+        monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+        tr = pyinterpose.Trace.from_tables(blocks=blocks, launches=la)
+        for p in (7, 8):
+            got = clock._launch_lag_pieces(tr.launches, p)
+            m = (start >= 0) & (pid == p)
+            lag = (start[m] - t[m]).astype(np.float64)
+            q = np.quantile(lag, [0.5, 0.9, 0.99])
+            assert got == {"launches": int(m.sum()), "median_ns": float(q[0]), "p90_ns": float(q[1]),
+                           "p99_ns": float(q[2]), "max_ns": float(lag.max())}
+        assert clock._launch_lag_pieces(tr.launches, 9) is None
+
+
+@pytest.mark.parametrize("rows", ["1", "5", "100000"])
+def test_live_at_peak_by_group(rows, monkeypatch):
+    """Bytes live at the first peak, summed per group, from the curve's events sorted in the test."""
+    from pyinterpose.trace import live
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(17)
+    n = 300
+    t_alloc = np.sort(rng.integers(0, 100, n))
+    freed = rng.random(n) < 0.75
+    b = pd.DataFrame({"t_alloc": t_alloc, "t_free": np.where(freed, t_alloc + rng.integers(0, 30, n), 10**6),
+                      "size": rng.choice([0, 4, 8, 8, 64], n).astype(np.int64), "freed": freed,
+                      "counts_device": rng.random(n) < 0.9})
+    group = rng.integers(-1, 6, n)                      # -1: in no group
+
+    class T:
+        blocks = b
+        memo: dict = {}
+
+        def derived(self, key, compute):
+            if key not in self.memo:
+                self.memo[key] = compute()
+            return self.memo[key]
+    dev = b["counts_device"].to_numpy()
+    ev = sorted([(int(b.t_free[i]), 0, -int(b["size"][i]), i) for i in range(n) if dev[i] and freed[i]] +
+                [(int(b.t_alloc[i]), 1, int(b["size"][i]), i) for i in range(n) if dev[i]])
+    cs = np.cumsum([e[2] for e in ev])
+    k = int(np.argmax(cs))
+    want = np.zeros(6, np.int64)
+    for e in ev[:k + 1]:
+        if group[e[3]] >= 0:
+            want[group[e[3]]] += e[2]
+    got = live.live_at_peak_by(T(), lambda r: group[r], 6)
+    np.testing.assert_array_equal(got, want)
+    assert got.sum() != 0
+
+
+@pytest.mark.parametrize("rows", ["1", "6", "100000"])
+def test_owner_and_device_sums_in_pieces(rows, monkeypatch):
+    """bytes_by_owner's and allocator_info's bytes, per_process' device and allocations, and the graph
+    summary's pool bytes: against a groupby over every block."""
+    from pyinterpose.analysis import graphs, owners, ranks
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(23)
+    n = 240
+    t_alloc = np.sort(rng.integers(0, 90, n))
+    freed = rng.random(n) < 0.8
+    blocks = pd.DataFrame({
+        "block_id": np.arange(n), "pid": 1, "device": rng.choice([0, 1, 1], n).astype(np.int16),
+        "kind": pd.Categorical(rng.choice(["device", "async", "pool"], n)),
+        "api": pd.Categorical(rng.choice(["cudaMalloc", "cudaMallocAsync"], n)),
+        "size": rng.choice([1, 8, 16, 512], n).astype(np.int64), "t_alloc": t_alloc,
+        "t_free": np.where(freed, t_alloc + rng.integers(0, 20, n), 10_000), "freed": freed,
+        "seq_alloc": np.arange(n) * 2, "seq_free": np.arange(n) * 2 + 1,
+        "owner": pd.Categorical(rng.choice(["", "libc10_cuda.so", "libnccl.so", "libfoo.so"], n)),
+        "graph": np.where(rng.random(n) < 0.3, np.uint64(5), np.uint64(0)),
+        "counts_device": rng.random(n) < 0.9})
+    tr = pyinterpose.Trace.from_tables(blocks=blocks)
+    b = tr.blocks
+    dev = b["counts_device"].to_numpy()
+    size = b["size"].to_numpy()
+    own = b["owner"].astype(str).to_numpy()
+    got = owners.bytes_by_owner(tr).set_index("owner")
+    label = np.where(own != "", own, b["api"].astype(str).to_numpy())
+    want = pd.Series(size[dev]).groupby(label[dev]).sum()
+    assert {k: int(v) for k, v in got["bytes"].items()} == {k: int(v) for k, v in want.items()}
+    assert {k: int(v) for k, v in got["blocks"].items()} == pd.Series(label[dev]).value_counts().to_dict()
+    info = owners.allocator_info(tr)
+    m = owners.allocator(tr).mask
+    assert info["bytes"] == int(size[m].sum()) and info["outside"]["bytes"] == int(size[dev & ~m].sum())
+    (p,) = ranks.per_process(tr)
+    d = b["device"].to_numpy()[dev]
+    per_dev = {int(u): int(size[dev][d == u].sum()) for u in np.unique(d)}
+    assert p["allocs"] == int(dev.sum()) and p["device"] == max(per_dev, key=lambda u: (per_dev[u], -u))
+    assert [x["device"] for x in p["devices"]] == sorted(per_dev)
+    g = graphs.graph_summary(tr)
+    in_graph = b["graph"].to_numpy() != 0
+    node = in_graph & np.isin(b["kind"].astype(str).to_numpy(), ["async", "pool"])
+    assert g["memory_node_blocks"] == int(node.sum())
+    assert g["private_pool_bytes"] == int(size[in_graph & ~node].sum())
