@@ -421,16 +421,27 @@ def _detect_helpers(trace, parent: np.ndarray, frame: np.ndarray, recs: list[dic
     b = trace.blocks
     if "stack_id" not in b or len(b) == 0:
         return set()
-    sid = b["stack_id"].to_numpy(np.int64)
-    cur = sid[sid >= 0]
-    total = len(cur)
+    # the blocks' stack ids counted per id (a piece of blocks at a time): every block of one id walks
+    # up the same way, so the walk runs over the distinct ids, each weighing its blocks
+    sid_col = b["stack_id"].to_numpy()
+    per_id = np.zeros(len(parent), np.int64)
+    for lo, hi in _spans(len(b), piece_rows()):
+        sid = np.asarray(sid_col[lo:hi], np.int64)
+        c = np.bincount(sid[sid >= 0])
+        if len(c) > len(per_id):
+            per_id = np.concatenate([per_id, np.zeros(len(c) - len(per_id), np.int64)])
+        per_id[:len(c)] += c
+        release(sid_col, lo, hi)
+    cur = np.flatnonzero(per_id)
+    weight = per_id[cur]
+    total = int(weight.sum())
     helpers: set[int] = set()
     if total < 2:
         return helpers
     python = np.array([r["kind"] == "python" for r in recs], bool)
     for _ in range(64):
         fr = frame[cur]
-        counts = np.bincount(fr, minlength=len(recs))     # one pass, no sort (millions of blocks)
+        counts = np.bincount(fr, weights=weight, minlength=len(recs)).astype(np.int64)   # blocks per frame
         f = int(np.argmax(counts))
         sel = fr == f
         above = parent[cur[sel]]

@@ -170,3 +170,111 @@ def test_owner_and_device_sums_in_pieces(rows, monkeypatch):
     node = in_graph & np.isin(b["kind"].astype(str).to_numpy(), ["async", "pool"])
     assert g["memory_node_blocks"] == int(node.sum())
     assert g["private_pool_bytes"] == int(size[in_graph & ~node].sum())
+
+
+@pytest.mark.parametrize("rows", ["1", "16", "112", "1000000"])     # pieces of 1, 1, 7 and all tokens
+def test_gap_histogram_in_pieces(rows, monkeypatch):
+    """The distances from each token to its previous occurrence, counted a piece at a time, against the
+    whole-array way (a stable sort of every token, then the consecutive equal ones)."""
+    from pyinterpose.analysis import iterations as it
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(31)
+    for n, distinct, max_period in ((1, 1, 5), (40, 3, 10), (300, 25, 60), (300, 300, 299), (257, 2, 1)):
+        token = rng.integers(0, distinct, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        order = np.argsort(token, kind="stable")
+        ts = token[order]
+        gaps = (order[1:] - order[:-1])[ts[1:] == ts[:-1]]
+        gaps = gaps[(gaps > 0) & (gaps <= max_period)]
+        want = np.zeros(max_period + 1, np.int64)
+        np.add.at(want, gaps, 1)
+        np.testing.assert_array_equal(it._gap_histogram(token, max_period), want)
+
+
+@pytest.mark.parametrize("rows", ["1", "5", "100000"])
+def test_process_rows_and_time_at_seq_in_pieces(rows, monkeypatch):
+    """The process's rows copied column by column equal the blocks' own rows; the time of the last
+    alloc/free at or before a seq, read in pieces, equals the maximum over those rows."""
+    from pyinterpose.analysis import iterations as it
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(41)
+    n = 200
+    seq_a = np.sort(rng.choice(np.arange(4 * n), n, replace=False))
+    freed = rng.random(n) < 0.7
+    b = pd.DataFrame({"block_id": np.arange(n), "pid": rng.choice([3, 4], n), "seq_alloc": seq_a,
+                      "t_alloc": seq_a * 10, "size": rng.integers(1, 99, n), "freed": freed,
+                      "seq_free": np.where(freed, seq_a + rng.integers(1, 30, n), -1),
+                      "t_free": np.where(freed, seq_a * 10 + rng.integers(1, 300, n), -1),
+                      "counts_device": rng.random(n) < 0.8, "kind": "device", "api": "cudaMalloc"})
+    tr = pyinterpose.Trace.from_tables(blocks=b)
+    for pid in (3, 4):
+        rows_ = it._process_rows(tr, pid)
+        m = (b["pid"] == pid) & b["counts_device"]
+        sub = b[m]
+        assert len(rows_) == len(sub)
+        for c in ("seq_alloc", "t_alloc", "size", "seq_free"):
+            np.testing.assert_array_equal(rows_[c].to_numpy(), sub[c].to_numpy())
+        fs = b["seq_free"].to_numpy()[m.to_numpy() & freed]
+        for seq in (-1, 0, int(seq_a[5]), int(seq_a[n // 2]) + 1, 10 * n, *fs[::7].tolist()):
+            ta = sub["t_alloc"][sub["seq_alloc"] <= seq]
+            tf = sub["t_free"][sub["freed"] & (sub["seq_free"] <= seq)]
+            want = max([int(x.max()) for x in (ta, tf) if len(x)], default=0)
+            assert it._t_at_seq(tr, pid, seq, rows_) == want
+
+
+@pytest.mark.parametrize("rows", ["1", "7", "100000"])
+def test_main_pid_counted_in_pieces(rows, monkeypatch):
+    """The process with the most blocks (pandas' value_counts, as before), counted a piece at a time."""
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(43)
+    for pids, reps in (([5, 9, 9, 2], None), ([7, 7, 3, 3, 1], None), ([1, 2], [3, 1]), ([4, 6], [2, 5])):
+        col = np.repeat(pids, reps if reps is not None else rng.integers(1, 4, len(pids)))
+        rng.shuffle(col)
+        b = pd.DataFrame({"pid": col.astype(np.int32), "size": 1, "t_alloc": 0, "t_free": 1, "freed": True,
+                          "counts_device": True, "seq_alloc": 0, "seq_free": 1, "kind": "device",
+                          "api": "cudaMalloc"})
+        tr = pyinterpose.Trace.from_tables(blocks=b)
+        vc = pd.Series(col).value_counts()
+        assert tr.main_pid == int(vc.idxmax())
+        assert (pd.Series(col) == tr.main_pid).sum() == vc.max()
+
+
+@pytest.mark.parametrize("rows", ["1", "3", "100000"])
+def test_helpers_detected_over_distinct_stacks(rows, monkeypatch):
+    """The allocation helpers found from the blocks' stack ids counted per id equal the walk over every
+    block (the whole-array way, written here), on a stack tree where two helper frames wrap every site."""
+    from pyinterpose.trace import stacks
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    # nodes: 0 root(main) <- 1 train <- 2 site_a, 3 site_b; helper frames h1 (node 4, 6), h2 (node 5, 7)
+    parent = np.array([-1, 0, 1, 1, 2, 4, 3, 6], np.int64)
+    frame = np.array([0, 1, 2, 3, 4, 5, 4, 5], np.int64)
+    recs = [{"kind": "python"}] * 6
+    rng = np.random.default_rng(7)
+    cases = (np.array([5, 7] * 10 + [-1]), np.array([5] * 9 + [7] * 9 + [0] * 3), rng.choice([5, 7, 7, -1, 0], 60),
+             rng.choice([5, 7, 3, -1], 9), np.array([0, -1, 5]))
+    found = []
+    for sid in cases:
+        b = pd.DataFrame({"stack_id": sid.astype(np.int64)})
+
+        class T:
+            blocks = b
+        cur = sid[sid >= 0].astype(np.int64)
+        want: set = set()
+        total = len(cur)
+        if total >= 2:
+            for _ in range(64):
+                fr = frame[cur]
+                counts = np.bincount(fr, minlength=len(recs))
+                f = int(np.argmax(counts))
+                sel = fr == f
+                above = parent[cur[sel]]
+                if counts[f] < stacks.HELPER_SHARE * total or (above < 0).any() or not (above != above[0]).any():
+                    break
+                want.add(f)
+                cur = cur.copy()
+                cur[sel] = above
+        assert stacks._detect_helpers(T(), parent, frame, recs) == want
+        found.append(want)
+    assert found[0] == {4, 5} and found[1] == set()
