@@ -134,10 +134,20 @@ class _Signature:
     t: np.ndarray          # t_alloc
     size: np.ndarray       # int64
     token: np.ndarray      # uint64: hash(size, lifetime in events)
-    live_before: np.ndarray  # live bytes just before each allocation
-    gap_before: np.ndarray   # ns since the previous alloc/free event
+    live_before: np.ndarray | None  # live bytes just before each allocation (None: see facts)
+    gap_before: np.ndarray | None   # ns since the previous alloc/free event (None: see facts)
     step_end_seq: np.ndarray  # per allocation: seq_free + 1 if freed else seq_alloc + 1
     seq_range: tuple[int, int]
+    frees: Any = None      # () -> iterator of (seq_free, size, t_free) of the frees, a piece at a time
+
+    def facts(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(live_before, gap_before) of the allocations at the ascending indices ``j``: read from the
+        arrays when the signature holds them, else computed for those allocations only from one pass
+        over the frees (:func:`_facts_at`; 16 bytes an allocation not kept for a window of one step)."""
+        j = np.asarray(j, np.int64)
+        if self.live_before is not None:
+            return self.live_before[j], self.gap_before[j]
+        return _facts_at(self, j)
 
 
 _BLOCK_COLUMNS = ["block_id", "seq_alloc", "t_alloc", "size", "freed", "seq_free", "t_free"]
@@ -223,15 +233,9 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     if len(fs) > 1 and not (fs[1:] > fs[:-1]).all():       # two frees at one seq: ranks by sort order
         del fs, fsel
         return _signature_whole(blocks, seq_range)
-    fsum = np.cumsum(size[fsel])
-    tfs = blocks["t_free"].to_numpy(np.int64)[o][fsel] if not isinstance(o, slice) else \
-        blocks["t_free"].to_numpy(np.int64)[fsel]
     del fsel
     token = np.empty(n, np.uint64)
-    live_before = np.empty(n, np.int64)
-    gap = np.empty(n, np.int64)
     step_end = np.empty(n, np.int64)
-    total = np.int64(0)                                      # sizes of the allocations before the piece
     # a piece holds ~15 arrays of its length: a sixteenth of chunk_rows() keeps it near one column's piece
     for a0, a1 in spans(n, max(1, chunk_rows() // 16)):
         sa = seq_a[a0:a1]
@@ -246,28 +250,81 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
         del sff
         token[a0:a1] = _mix64(sz.astype(np.uint64)) ^ _mix64(life.astype(np.uint64) * np.uint64(3) + np.uint64(1))
         del life
-        with np.errstate(over="ignore"):
-            before = np.cumsum(sz) - sz + total              # the allocations' bytes before each one
-            total = before[-1] + sz[-1]
-            live_before[a0:a1] = before - (np.where(cf > 0, fsum[np.maximum(cf - 1, 0)], 0) if len(fsum) else 0)
-        del before
-        # the event before each allocation: the previous allocation, or else the last free before it
-        prev_pos = np.empty(a1 - a0, np.int64)
-        prev_pos[1:] = pos_a[:-1]
-        prev_pos[0] = (int(np.searchsorted(fs, seq_a[a0 - 1], side="right")) + a0 - 1) if a0 > 0 else -2
-        ta = t_a[a0:a1]
-        t_prev = np.empty(a1 - a0, np.int64)
-        t_prev[1:] = ta[:-1]
-        t_prev[0] = t_a[a0 - 1] if a0 > 0 else 0
-        by_free = (pos_a - 1 != prev_pos) & (cf > 0)
-        t_prev[by_free] = tfs[cf[by_free] - 1]
-        g = ta - t_prev
-        g[pos_a == 0] = 0                                    # the first event: no gap before it
-        gap[a0:a1] = g
         step_end[a0:a1] = np.where(fr, sf + 1, sa + 1)
-        del cf, pos_a, prev_pos, t_prev, by_free, g
-    del fs, fsum, tfs
-    return _Signature(seq_a, t_a, size, token, live_before, gap, step_end, seq_range)
+        del cf, pos_a
+    del fs
+    # live_before and gap_before are read for one step's allocations only: computed then (facts)
+    return _Signature(seq_a, t_a, size, token, None, None, step_end, seq_range, frees=_frees_of(blocks))
+
+
+def _frees_of(blocks):
+    """A function yielding (seq_free, size, t_free) of the freed rows of ``blocks`` (a :class:`_Rows`
+    or a table) a piece of the table at a time, in its order (the mapped pages given back)."""
+    rows = blocks if isinstance(blocks, _Rows) else _Rows(blocks, None)
+    b, m = rows.blocks, rows.mask
+
+    def frees():
+        cols = [b[c].to_numpy() for c in ("freed", "seq_free", "size", "t_free")]
+        fr_, sf_, sz_, tf_ = cols
+        for lo, hi in spans(len(b), piece_rows()):
+            k = np.asarray(fr_[lo:hi], bool)
+            if m is not None:
+                k = k & m[lo:hi]
+            yield (np.asarray(sf_[lo:hi], np.int64)[k], np.asarray(sz_[lo:hi], np.int64)[k],
+                   np.asarray(tf_[lo:hi], np.int64)[k])
+            for a in cols:
+                release(a, lo, hi)
+    return frees
+
+
+def _facts_at(sig: _Signature, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(live_before[j], gap_before[j])`` of :func:`_signature`'s definition (every event in seq order,
+    frees before allocations at an equal seq), for the ascending allocation indices ``j`` only: per
+    allocation seq, the frees at or before it — their count, their sizes' sum and the time of the last
+    of them — counted over the frees a piece at a time (their seqs are distinct: else the signature
+    holds the arrays)."""
+    if not len(j):
+        z = np.zeros(0, np.int64)
+        return z, z.copy()
+    jp = np.maximum(j - 1, 0)
+    q = np.unique(np.concatenate([sig.seq[j], sig.seq[jp]]))        # the seqs asked about, ascending
+    cnt = np.zeros(len(q) + 1, np.int64)        # frees first counted at each query (by searchsorted)
+    tot = np.zeros(len(q) + 1, np.int64)
+    last_s = np.full(len(q), -1, np.int64)      # per query: the largest free seq at or before it, its time
+    last_t = np.zeros(len(q), np.int64)
+    found = np.zeros(len(q), bool)
+    for sf, sz, tf in sig.frees():
+        if not len(sf):
+            continue
+        k = np.searchsorted(q, sf, side="left")     # a free at seq s counts for every query >= s
+        cnt += np.bincount(k, minlength=len(cnt))
+        with np.errstate(over="ignore"):
+            np.add.at(tot, k, sz)
+        o = np.argsort(sf, kind="stable")
+        sfs = sf[o]
+        i = np.searchsorted(sfs, q, side="right") - 1
+        ok = i >= 0
+        better = ok & (~found | (sfs[np.maximum(i, 0)] > last_s))
+        last_s[better] = sfs[i[better]]
+        last_t[better] = tf[o][i[better]]
+        found |= ok
+    with np.errstate(over="ignore"):
+        cf_q = np.cumsum(cnt)[:len(q)]
+        fsum_q = np.cumsum(tot)[:len(q)]
+        at = np.searchsorted(q, sig.seq[j])
+        cf = cf_q[at]
+        j0 = int(j[0])
+        total = sig.size[:j0].sum(dtype=np.int64)                     # the allocations' bytes before j[0]
+        run = np.cumsum(sig.size[j0:int(j[-1]) + 1], dtype=np.int64)
+        before = run[j - j0] - sig.size[j] + total
+        live = before - np.where(cf > 0, fsum_q[at], 0)
+    cf_prev = cf_q[np.searchsorted(q, sig.seq[jp])]
+    by_free = np.where(j > 0, cf != cf_prev, True) & (cf > 0)
+    t_prev = np.where(j > 0, sig.t[jp], 0)
+    t_prev = np.where(by_free, last_t[at], t_prev)
+    gap = sig.t[j] - t_prev
+    gap[(cf + j) == 0] = 0                                           # the first event: no gap before it
+    return live.astype(np.int64), gap.astype(np.int64)
 
 
 def _signature_whole(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
@@ -730,9 +787,10 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     i0 = int(starts[ok[np.argmax(lens[ok])]] if longest_run else starts[ok[0]])
     # phase: the loop's low point (fewest live bytes before the allocation), then longest idle gap
     w = np.arange(i0, i0 + p)
-    lb = sig.live_before[w]
-    cand = w[lb == lb.min()]
-    b0 = int(cand[np.argmax(sig.gap_before[cand])])
+    lb, gb = sig.facts(w)
+    low = lb == lb.min()
+    cand = w[low]
+    b0 = int(cand[np.argmax(gb[low])])
 
     ref = sig.size[b0:b0 + p]
     size_exact = _window_matches(sig.size.view(np.uint64) if sig.size.dtype == np.int64

@@ -278,3 +278,33 @@ def test_helpers_detected_over_distinct_stacks(rows, monkeypatch):
         assert stacks._detect_helpers(T(), parent, frame, recs) == want
         found.append(want)
     assert found[0] == {4, 5} and found[1] == set()
+
+
+@pytest.mark.parametrize("rows", ["1", "7", "100000"])
+def test_signature_facts_with_shared_seqs(rows, monkeypatch):
+    """live_before and gap_before made for a few allocations from one pass over the frees equal the
+    whole sort's, on blocks where a free and an allocation share a seq (frees first) and sizes wrap."""
+    from pyinterpose.analysis import iterations as it
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    rng = np.random.default_rng(47)
+    n = 120
+    seq_a = np.sort(rng.choice(np.arange(0, 6 * n, 2), n, replace=False))
+    freed = rng.random(n) < 0.8
+    # frees on distinct seqs, some equal to a later allocation's seq
+    later = np.minimum(np.searchsorted(seq_a, seq_a + 1) + rng.integers(0, 4, n), n - 1)
+    seq_f = np.where(rng.random(n) < 0.5, seq_a[later], seq_a + 1 + 2 * rng.integers(0, 5, n))
+    seq_f = np.where(seq_f <= seq_a, seq_a + 1, seq_f)
+    _, first = np.unique(seq_f, return_index=True)
+    freed &= np.isin(np.arange(n), first)                       # distinct free seqs
+    size = rng.choice([1, 64, 2**62], n).astype(np.int64)
+    b = pd.DataFrame({"block_id": np.arange(n), "seq_alloc": seq_a, "t_alloc": seq_a * 3, "size": size,
+                      "freed": freed, "seq_free": np.where(freed, seq_f, -1),
+                      "t_free": np.where(freed, seq_f * 3 + 1, -1)})
+    with np.errstate(over="ignore"):
+        a, w = it._signature(b, (0, 0)), it._signature_whole(b, (0, 0))
+        assert a.live_before is None and np.isin(seq_f[freed], seq_a).any()
+        for j in (np.arange(n), np.arange(40, 61), np.array([0]), np.array([n - 1])):
+            lb, gb = a.facts(j)
+            np.testing.assert_array_equal(lb, w.live_before[j])
+            np.testing.assert_array_equal(gb, w.gap_before[j])
