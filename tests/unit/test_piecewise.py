@@ -308,3 +308,33 @@ def test_signature_facts_with_shared_seqs(rows, monkeypatch):
             lb, gb = a.facts(j)
             np.testing.assert_array_equal(lb, w.live_before[j])
             np.testing.assert_array_equal(gb, w.gap_before[j])
+
+
+@pytest.mark.parametrize("rows", ["1", "7", "100000"])
+def test_steady_problem_read_in_pieces(rows, monkeypatch):
+    """The steady iteration's problem read a piece of blocks at a time equals the one made from the
+    masked columns copied whole (the in-memory route, still taken when the columns are given)."""
+    import os
+
+    from pyinterpose.analysis import pools
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    checked = 0
+    for name in ("torch-cnn-blocks.pit", "jax-attn-blocks.pit", "loader-blocks.pit"):
+        tr = pyinterpose.load(os.path.join(ROOT, "samples", name))
+        pid = pools.resolve_pid(tr, None)
+        window, _ = pools._steady_window(tr, pid)
+        b = tr.blocks
+        sfc = b["seq_free"].to_numpy()
+        sf = np.sort(sfc[b["freed"].to_numpy() & (sfc > window[0]) & (sfc < window[1])])
+        # the steady window, and windows starting or ending right at a free's seq
+        for win in (window, (int(sf[len(sf) // 3]), window[1]), (window[0], int(sf[len(sf) // 2]))):
+            for only in (False, True):
+                cols = pools._block_columns(tr, pools._device_mask(tr, pid, only))
+                want = pools.steady_problem(tr, pid, window=win, allocator_only=only, _cols=cols)
+                got = pools.steady_problem(tr, pid, window=win, allocator_only=only)
+                pd.testing.assert_frame_equal(got, want)
+                assert got.attrs == want.attrs
+                checked += len(got)
+    assert checked > 0
