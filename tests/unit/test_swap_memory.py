@@ -199,3 +199,21 @@ def test_tie_order_is_the_three_key_lexsort(monkeypatch, seed, shuffled):
     assert got.tolist() == want
     rows_sorted = all((blk[i], start[i]) <= (blk[i + 1], start[i + 1]) for i in range(n - 1))
     assert strat._in_block_start_order(blk, start) == rows_sorted
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_from_a_given_order_is_pandas_rank(seed):
+    """A rank read from an order that sorts the values from the largest, ties in any order (the
+    tie order for DOA), = pandas' descending min rank; and the DOA rank a problem keeps."""
+    import pandas as pd
+
+    from pyinterpose.analysis.swap.strategies import _rank, _rank_desc_min, _tie_order
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-5, 6, 300).astype(np.float64)          # many ties
+    o = np.lexsort((rng.random(len(x)), -x))                  # largest first, ties shuffled
+    assert np.array_equal(_rank_desc_min(x, o), pd.Series(x).rank(ascending=False, method="min").to_numpy())
+    p = _random_problem(np.random.default_rng(70 + seed), n_blocks=30)
+    _tie_order(p)
+    doa = p.candidates["doa_ns"].to_numpy(np.float64)
+    assert np.array_equal(_rank(p, "doa", 0), pd.Series(doa).rank(ascending=False, method="min").to_numpy())
