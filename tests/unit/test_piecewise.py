@@ -338,3 +338,50 @@ def test_steady_problem_read_in_pieces(rows, monkeypatch):
                 assert got.attrs == want.attrs
                 checked += len(got)
     assert checked > 0
+
+
+@pytest.mark.parametrize("rows", ["1", "7", "100000"])
+def test_class_series_in_pieces_is_classifys(rows, monkeypatch):
+    """The classes made a piece of blocks at a time equal classify's class column (the whole table), on
+    the samples and on a synthetic run with leaking call sites, steps and blocks of two processes."""
+    import os
+
+    from pyinterpose.analysis import guarded, lifetimes
+    from pyinterpose.analysis.iterations import find_iterations
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+
+    def whole(tr, it):
+        c = lifetimes._classify(tr, it, it.pid)
+        return pd.Series(c["class"].astype(str).to_numpy(), index=pd.Index(c["block_id"], name="block_id"))
+    seen = set()
+    for name in ("torch-cnn-blocks.pit", "jax-attn-blocks.pit", "loader-blocks.pit", "graphs-blocks.pit"):
+        tr = pyinterpose.load(os.path.join(ROOT, "samples", name))
+        it = find_iterations(tr)
+        got = lifetimes.class_series(tr, it)
+        pd.testing.assert_series_equal(got, whole(tr, it))
+        pd.testing.assert_series_equal(guarded.block_classes(tr, iters=it).value, whole(tr, it))
+        seen |= set(got.tolist())
+    # a loop of 6 steps: per-step blocks, and a site (stack 4) that never frees, in steps 0-3
+    rows_ = []
+    seq = 0
+    for step in range(6):
+        for k in range(3):
+            rows_.append((seq, seq + 2, True, 1)); seq += 1
+        if step < 4:                        # never freed, allocated in exactly LEAK_STEPS steps after the first
+            rows_.append((seq, -1, False, 4)); seq += 1
+        seq += 3
+    n = len(rows_)
+    sa = np.array([r[0] for r in rows_]); sf = np.array([r[1] for r in rows_])
+    fr = np.array([r[2] for r in rows_]); sid = np.array([r[3] for r in rows_])
+    b = pd.DataFrame({"block_id": np.arange(n), "pid": 1, "size": 8, "kind": "device", "api": "cudaMalloc",
+                      "counts_device": True, "t_alloc": sa * 10, "t_free": np.where(fr, sf * 10, 10**6),
+                      "seq_alloc": sa, "seq_free": np.where(fr, sf, -1), "freed": fr, "stack_id": sid})
+    tr = pyinterpose.Trace.from_tables(blocks=b)
+    it = find_iterations(tr, 1)
+    assert it.count >= 2
+    got = lifetimes.class_series(tr, it, 1)
+    pd.testing.assert_series_equal(got, whole(tr, it))
+    seen |= set(got.tolist())
+    assert {"leak", "per_iteration"} <= seen
