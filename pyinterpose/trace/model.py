@@ -391,7 +391,11 @@ class Trace:
         col = self.blocks["pid"].to_numpy()       # blocks per process, a piece at a time
         counts: dict = {}
         for lo, hi in spans(len(col), piece_rows()):
-            u, c = np.unique(col[lo:hi], return_counts=True)
+            piece = col[lo:hi]
+            if (piece == piece[0]).all():        # one process in the piece (the usual case): no sort
+                u, c = piece[:1], np.array([len(piece)])
+            else:
+                u, c = np.unique(piece, return_counts=True)
             for p, k in zip(u.tolist(), c.tolist()):
                 counts[p] = counts.get(p, 0) + k
             release(col, lo, hi)
