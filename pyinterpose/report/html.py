@@ -138,8 +138,10 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
 
     On a trace of :data:`SERIAL_BLOCKS` blocks or more (a long run), everything runs on this thread,
     one analysis at a time (the peaks of concurrent analyses add up), the accesses right after the
-    iterations (before the classes, the timeline and the pools are made and kept), and the swap work
-    not here but last, once every other section is built and what they read is let go (:func:`build`)."""
+    iterations (before the classes, the timeline and the pools are made and kept), the lifetimes right
+    after the classes (then their classify table is let go), the heap's free pages handed back after
+    the accesses and the lifetimes (:func:`_give_back`), and the swap work not here but
+    last, once every other section is built and what they read is let go (:func:`build`)."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
     # a long run: one analysis at a time (their peaks would add up), no worker threads
     later = _now if len(trace.blocks) >= SERIAL_BLOCKS else _in_background
@@ -160,7 +162,7 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     step(0.05, "iterations")
     ctx.iterations = it = guarded.iterations(trace)
     if later is _now:
-        _give_back(trace, later, heap=True)
+        _give_back(trace, later)
         accesses()
     ctx.classes = guarded.block_classes(trace, iters=it.value)
     if later is _now:
@@ -251,11 +253,13 @@ def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded
 def _give_back(trace: Trace, later, heap: bool = False) -> None:
     """A long run (analyses one at a time): the pages of the cached columns the step before read are given
     back before the next (at 100 M events ~3 GB of mapped columns otherwise stay resident to the end);
-    with ``heap``, the heap's free pages too (:func:`~pyinterpose.heap.give_back`): after the iterations
-    and the accesses, the two steps whose transient arrays are largest (at 100 M events the access
-    analysis grows the heap to ~3.4 GB and keeps ~0.8 GB in use), and after the lifetimes summary (the
-    classify table let go), so that the steps after them grow it only as far as they need, instead of
-    keeping the largest step's high-water mark resident beneath every later step's mapped columns."""
+    with ``heap``, the heap's free pages too (:func:`~pyinterpose.heap.give_back`): after the accesses
+    (at 100 M events the access analysis grows the heap to ~3.4 GB and keeps ~0.8 GB in use) and after
+    the lifetimes summary (~1.7 GB of transient arrays; the classify table let go), so that the steps
+    after them grow it only as far as they need, instead of keeping the largest step's high-water mark
+    resident beneath every later step's mapped columns.  Not after every step: each give-back costs
+    the page faults of the heap grown again (~1.5 s of system time a GB at 100 M events), and the
+    iterations' heap is reused by the accesses, which need more."""
     if later is _now:
         release_tables(trace)
         if heap:

@@ -75,8 +75,8 @@ def test_report_makes_no_full_length_tables(monkeypatch, serial):
 
 @pytest.mark.slow
 def test_long_run_lets_the_heap_and_the_classify_table_go_early(monkeypatch):
-    """A long run hands the heap's free pages back after the iterations and after the accesses (their
-    transient arrays are the largest), makes the lifetimes summary right after the classes and then lets
+    """A long run hands the heap's free pages back after the accesses (its transient arrays are the
+    largest), makes the lifetimes summary right after the classes and then lets
     the classify table and the heap's free pages go: the timeline and the pools are made without it.  The same headlines as the
     threaded build's (which keeps the classify table to the end)."""
     tr = training_trace(iterations=8)
@@ -102,8 +102,8 @@ def test_long_run_lets_the_heap_and_the_classify_table_go_early(monkeypatch):
     wrap(html, "_timeline_payloads", "timeline")
     serial = html.build(tr, bandwidth=16, time_limit=1.0)
     order = [label for label, _ in seen]
-    assert order[:8] == ["iterations", "give_back", "access", "give_back", "block_classes", "lifetimes_summary",
-                         "give_back", "timeline"]
+    assert order[:7] == ["iterations", "access", "give_back", "block_classes", "lifetimes_summary", "give_back",
+                         "timeline"]
     assert order.index("pools") > order.index("timeline")
     assert dict(seen)["lifetimes_summary"] is True          # it reads the classify table the classes made
     assert dict(seen)["timeline"] is False and dict(seen)["pools"] is False
