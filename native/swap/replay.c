@@ -10,6 +10,7 @@
  * plus the ops inside delayed stretches, not the whole run.
  */
 #include "swap.h"
+#include "bound.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -118,4 +119,52 @@ int pi_swap_replay(pi_swap_replay_args *a) {
     free(counted);
     a->slowdown = new_end > rec_end ? new_end - rec_end : 0.0;
     return 0;
+}
+
+/* The event's time on the replayed timeline before the running max: its recorded time moved by
+ * its anchor op's delay (an allocation's: the first op released at or after it; a free's: the
+ * last op released by it; none: not moved).  *k_lo / *k_hi: the last searches' answers (hints). */
+static double moved_time(const pi_swap_peak_args *a, int64_t i, int64_t *k_lo, int64_t *k_hi) {
+    double t = (double)a->ev_t[i];
+    int64_t k;
+    if (a->ev_d[i] > 0) {
+        k = *k_lo = gallop_bound(a->release_sorted, a->n_ops, t, *k_lo, 0);
+        if (k >= a->n_ops) return t;
+    } else {
+        *k_hi = gallop_bound(a->release_sorted, a->n_ops, t, *k_hi, 1);
+        k = *k_hi - 1;
+        if (k < 0) return t;
+    }
+    return t + a->delay[a->release_order ? a->release_order[k] : k];
+}
+
+int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a) {
+    const int64_t n_ev = a->n_ev, n_sw = a->n_sw;
+    const int moved = a->moved && a->n_ops > 0;
+    int64_t best = 0, ev_sum = 0, sw_sum = 0, i = 0, j = 0, k_lo = 0, k_hi = 0;
+    double run_max = -INFINITY, te = INFINITY;
+    if (n_ev) {
+        te = moved ? moved_time(a, 0, &k_lo, &k_hi) : (double)a->ev_t[0];
+        run_max = te;
+    }
+    /* every instant of the union of the events' (moved) times and the swaps' times, in order:
+     * everything at or before it summed, the largest such sum kept */
+    while (i < n_ev || j < n_sw) {
+        double tau = (i < n_ev && (j >= n_sw || te <= a->sw_t[j])) ? te : a->sw_t[j];
+        while (i < n_ev && te == tau) {
+            ev_sum += a->ev_d[i++];
+            if (i < n_ev) {
+                if (moved) {
+                    te = moved_time(a, i, &k_lo, &k_hi);
+                    if (te < run_max) te = run_max;       /* none moves before the one before it */
+                    run_max = te;
+                } else {
+                    te = (double)a->ev_t[i];
+                }
+            }
+        }
+        while (j < n_sw && a->sw_t[j] == tau) sw_sum += a->sw_d[j++];
+        if (ev_sum + sw_sum > best) best = ev_sum + sw_sum;
+    }
+    return best;
 }

@@ -106,6 +106,26 @@ typedef struct {
 
 /* Replays one schedule: fills a's outputs.  0, or -1 (out of memory). */
 int pi_swap_replay(pi_swap_replay_args *a);
+
+/* The peak of live bytes on a replayed timeline (pi_swap_replayed_peak): the memory events, each
+ * moved by its anchor op's delay and never before the event before it, and the swaps' releases and
+ * retakes at their replayed times, merged in time order. */
+typedef struct {
+    int64_t n_ev;
+    const int64_t *ev_t;               /* the memory events' recorded times (ns), ascending */
+    const int64_t *ev_d;               /* their deltas: +size (an allocation) or -size (a free) */
+    int64_t n_ops;
+    const double *release_sorted;      /* the ops' release times, ascending */
+    const int64_t *release_order;      /* the op at each release position; NULL: the same index */
+    const double *delay;               /* [n_ops], by op: how late it starts */
+    int moved;                         /* 0: no op is late (no event moves) */
+    int64_t n_sw;
+    const double *sw_t;                /* the swaps' events' replayed times, ascending */
+    const int64_t *sw_d;               /* their deltas (-size at a release, +size at a retake) */
+} pi_swap_peak_args;
+
+/* max(0, largest sum of every delta at or before an instant), over the instants of both. */
+int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a);
 /* END CDEF */
 
 #endif

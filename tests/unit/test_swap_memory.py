@@ -29,36 +29,45 @@ class _Problem:
 
 def _anchor(release: np.ndarray, t: float, alloc: bool) -> int:
     """The op whose delay moves a memory event: an allocation's first op released at or after
-    it, a free's last op released by it; -1 none (loops, from the replay's docstring)."""
+    it, a free's last op released by it, by release time, then by the op's index; -1 none
+    (loops, from the replay's docstring)."""
+    by_release = sorted(range(len(release)), key=lambda i: (release[i], i))
     if alloc:
-        later = [i for i, r in enumerate(release) if r >= t]
+        later = [i for i in by_release if release[i] >= t]
         return later[0] if later else -1
-    before = [i for i, r in enumerate(release) if r <= t]
+    before = [i for i in by_release if release[i] <= t]
     return before[-1] if before else -1
 
 
-@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 20])
-@pytest.mark.parametrize("seed", range(12))
-def test_replayed_peak_in_pieces_is_the_sorted_running_sum(monkeypatch, piece, seed):
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("seed", range(16))
+def test_replayed_peak_is_the_sorted_running_sum(seed, in_order):
+    """The replayed peak (one merge pass in C) against moving every event by its anchor's delay
+    with loops, then the running sum over everything sorted; the ops released in seq order or
+    not (a release order given)."""
     rng = np.random.default_rng(seed)
-    n_ev = int(rng.integers(1, 40))
+    n_ev = int(rng.integers(0 if seed == 0 else 1, 40))
     ev_t = np.sort(rng.integers(0, 30, n_ev)).astype(np.int64)          # many ties
     ev_d = rng.choice([-1, 1], n_ev) * rng.integers(1, 9, n_ev)
-    release = np.sort(rng.integers(0, 30, int(rng.integers(1, 12)))).astype(np.float64)
+    release = rng.integers(0, 30, int(rng.integers(1, 12))).astype(np.float64)
+    if in_order:
+        release = np.sort(release)
     delay = np.where(rng.random(len(release)) < 0.5, rng.integers(0, 20, len(release)), 0).astype(np.float64)
+    if seed % 5 == 4:
+        delay[:] = 0.0                               # nothing late: no event moves
     n_sw = int(rng.integers(0, 6))
     size = rng.integers(1, 9, n_sw).astype(np.int64)
     free_t = rng.integers(0, 35, n_sw).astype(np.float64)
     realloc_t = free_t + rng.integers(0, 10, n_sw)
-    st = {"n": len(release), "release_sorted": release, "ord": None}
-    monkeypatch.setattr(replay_mod, "PIECE", piece)
+    o = np.lexsort((np.arange(len(release)), release))
+    st = {"n": len(release), "release_sorted": release[o], "ord": None if in_order else o.astype(np.int64)}
     got = replay_mod._replayed_peak(_Problem(ev_t, ev_d), st, delay, size, free_t, realloc_t)
 
     moved = [float(t) + (delay[a] if (a := _anchor(release, float(t), d > 0)) >= 0 else 0.0)
              for t, d in zip(ev_t, ev_d)]
     for i in range(1, len(moved)):                  # none moves before the one before it
         moved[i] = max(moved[i], moved[i - 1])
-    t = np.concatenate([np.array(moved), free_t, realloc_t])
+    t = np.concatenate([np.array(moved, np.float64), free_t, realloc_t])
     d = np.concatenate([ev_d, -size, size])
     assert got == _peak_by_sorting(t, d)
 
@@ -104,15 +113,6 @@ def test_kept_orders_are_int32_and_schedule_as_int64_ones(seed):
             twice = np.concatenate([o, o[::-1]])
             r, cr = schedule_with_candidates(p, twice, mode, b)
             assert r.equals(w) and np.array_equal(cr, cw)
-
-
-def test_two_streams_replay_equals_the_reference_in_pieces_of_two(monkeypatch):
-    """The independent replay reference of test_swap_replay, with _replayed_peak working two
-    memory events at a time."""
-    import test_swap_replay
-
-    monkeypatch.setattr(replay_mod, "PIECE", 2)
-    test_swap_replay.test_two_streams_replay_equals_the_independent_reference()
 
 
 def _long_trace_paths(monkeypatch, on: bool):
@@ -199,3 +199,21 @@ def test_tie_order_is_the_three_key_lexsort(monkeypatch, seed, shuffled):
     assert got.tolist() == want
     rows_sorted = all((blk[i], start[i]) <= (blk[i + 1], start[i + 1]) for i in range(n - 1))
     assert strat._in_block_start_order(blk, start) == rows_sorted
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_from_a_given_order_is_pandas_rank(seed):
+    """A rank read from an order that sorts the values from the largest, ties in any order (the
+    tie order for DOA), = pandas' descending min rank; and the DOA rank a problem keeps."""
+    import pandas as pd
+
+    from pyinterpose.analysis.swap.strategies import _rank, _rank_desc_min, _tie_order
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-5, 6, 300).astype(np.float64)          # many ties
+    o = np.lexsort((rng.random(len(x)), -x))                  # largest first, ties shuffled
+    assert np.array_equal(_rank_desc_min(x, o), pd.Series(x).rank(ascending=False, method="min").to_numpy())
+    p = _random_problem(np.random.default_rng(70 + seed), n_blocks=30)
+    _tie_order(p)
+    doa = p.candidates["doa_ns"].to_numpy(np.float64)
+    assert np.array_equal(_rank(p, "doa", 0), pd.Series(doa).rank(ascending=False, method="min").to_numpy())

@@ -187,31 +187,6 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
                   float(args.slowdown), peak, int(len(late)))
 
 
-def _event_anchors(problem, st: dict) -> np.ndarray:
-    """Per memory event (``problem.events_t``), the op whose delay moves it: for an allocation
-    the first op released at or after it, for a free the last op released by it (-1: none);
-    once per problem, found when a replay first has delays, :data:`PIECE` events at a time
-    (issue 30: its temporaries were ~1 GB at 100 M events, the swap command's peak)."""
-    m = problem.memo
-    if "replay_anchors" not in m:
-        ev_t, ev_d = problem.events_t, problem.events_d
-        n, rs, ord_ = st["n"], st["release_sorted"], st["ord"]
-        out = np.empty(len(ev_t), np.int32 if n < 2 ** 31 else np.int64)
-        for lo in range(0, len(ev_t), PIECE):
-            hi = min(lo + PIECE, len(ev_t))
-            t = ev_t[lo:hi].astype(np.float64)
-            alloc = ev_d[lo:hi] > 0
-            k = np.where(alloc, np.searchsorted(rs, t, side="left"), np.searchsorted(rs, t, side="right") - 1)
-            ok = (k >= 0) & (k < n)
-            kc = np.clip(k, 0, max(n - 1, 0))
-            out[lo:hi] = np.where(ok, kc if ord_ is None else ord_[kc], -1)
-        m["replay_anchors"] = out
-    return m["replay_anchors"]
-
-
-PIECE = 1 << 20     # memory events handled at a time by _replayed_peak (bounds its temporaries)
-
-
 def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
                    realloc_t: np.ndarray) -> int:
     """Peak of live bytes on the replayed timeline (module docstring, "Peak after").
@@ -219,67 +194,29 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     The running sum over the events sorted by (time, delta) peaks at the end of some instant
     (inside one, frees come first), so the peak is the largest value after an instant: at an
     instant tau, the sum of every delta at or before tau.  The memory events stay in time order
-    once moved (each is moved by its anchor's delay, then none before the one before it), the
-    swaps' events are few and sorted once: so the value after each instant is the events' running
-    sum there plus the swaps' running sum up to it, read by a binary search.  The events are
-    moved and summed a piece of :data:`PIECE` at a time, carrying the running sum and the running
-    latest time from piece to piece (issue 30: nothing of every event's length is made)."""
-    ev_t, d = problem.events_t, problem.events_d
-    n = len(ev_t)
-    a = _event_anchors(problem, st) if n and st["n"] and delay.any() else None
-    sw_t = np.concatenate([free_t, realloc_t])
-    sw_d = np.concatenate([-size, size])
+    once moved (each is moved by its anchor's delay, then none before the one before it) and the
+    swaps' events are sorted once, so the instants are one merge of the two, in C
+    (``pi_swap_replayed_peak``): each event's anchor found by a search that moves forward with the
+    events, nothing of the events' length made (issue 30: at 100 M events this was ~1 s a replay
+    in numpy pieces, and its anchors 88 MB kept)."""
+    from ..._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
+
+    ev_t = np.ascontiguousarray(problem.events_t, dtype=np.int64)
+    ev_d = np.ascontiguousarray(problem.events_d, dtype=np.int64)
+    sw_t = np.concatenate([free_t, realloc_t]).astype(np.float64, copy=False)
+    sw_d = np.concatenate([-size, size]).astype(np.int64, copy=False)
     so = np.argsort(sw_t, kind="stable")
-    sw_t = sw_t[so]
-    sw_cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(sw_d[so])])   # swaps' sum of the first k
-    if not n and not len(sw_t):
-        return 0
+    sw_t, sw_d = np.ascontiguousarray(sw_t[so]), np.ascontiguousarray(sw_d[so])
+    n_ops = int(st["n"])
+    rs = np.ascontiguousarray(st["release_sorted"], dtype=np.float64)
+    ord_ = None if st["ord"] is None else np.ascontiguousarray(st["ord"], dtype=np.int64)
+    delay = np.ascontiguousarray(delay, dtype=np.float64)
 
-    def times(lo, hi):          # the events' times moved by their anchors' delays (before the running max)
-        t = ev_t[lo:hi].astype(np.float64)
-        if a is not None:
-            ak = a[lo:hi]
-            t += np.where(ak >= 0, delay[np.maximum(ak, 0)], 0.0)
-        return t
-
-    best = 0
-    carry = 0                                  # the events' sum before the piece
-    ev_at_sw = np.zeros(len(sw_t), np.int64)   # the events' sum at or before each swap event
-    all_from = np.zeros(len(sw_t), np.int64)   # a whole piece's sum, from the swap event it is at or before
-    nxt = times(0, min(PIECE, n)) if n else None
-    for lo in range(0, n, PIECE):
-        hi = min(lo + PIECE, n)
-        tk = nxt
-        if a is not None:
-            # the allocations and frees keep their order (the program's): none moves before the one
-            # before it (a free moved late by the op it follows holds back the allocations after it)
-            if lo:
-                tk[0] = max(tk[0], run_max)
-            np.maximum.accumulate(tk, out=tk)
-            run_max = tk[-1]
-        nxt = times(hi, min(hi + PIECE, n)) if hi < n else None
-        cum = np.cumsum(d[lo:hi])
-        cum += carry
-        last = np.ones(hi - lo, bool)          # the last event of its instant
-        last[:-1] = tk[1:] != tk[:-1]
-        if nxt is not None:
-            last[-1] = (max(nxt[0], run_max) if a is not None else nxt[0]) != tk[-1]
-        v = cum[last] + sw_cum[np.searchsorted(sw_t, tk[last], side="right")]
-        if len(v):
-            best = max(best, int(v.max()))
-        if len(sw_t):
-            # this piece's events at or before each swap event: none before the piece's first
-            # time, all of them from its last time on (added once, at the first such swap event,
-            # and summed over the swap events at the end), a search only in between
-            a_ = int(np.searchsorted(sw_t, tk[0], side="left"))
-            b_ = int(np.searchsorted(sw_t, tk[-1], side="left"))
-            k = np.searchsorted(tk, sw_t[a_:b_], side="right")
-            ev_at_sw[a_:b_] += np.where(k > 0, cum[np.maximum(k - 1, 0)] - carry, 0)
-            if b_ < len(sw_t):
-                all_from[b_] += int(cum[-1]) - carry
-        carry = int(cum[-1])
-    if len(sw_t):                              # after each instant ending at a swap's event
-        ev_at_sw += np.cumsum(all_from)
-        v = ev_at_sw + sw_cum[np.searchsorted(sw_t, sw_t, side="right")]
-        best = max(best, int(v.max()))
-    return int(max(0, best))
+    def ptr(kind, x):
+        return ffi.NULL if x is None or not len(x) else ffi.cast(kind, x.ctypes.data)
+    args = ffi.new("pi_swap_peak_args *", {
+        "n_ev": len(ev_t), "ev_t": ptr("int64_t *", ev_t), "ev_d": ptr("int64_t *", ev_d),
+        "n_ops": n_ops, "release_sorted": ptr("double *", rs), "release_order": ptr("int64_t *", ord_),
+        "delay": ptr("double *", delay), "moved": bool(n_ops and len(delay) and delay.any()),
+        "n_sw": len(sw_t), "sw_t": ptr("double *", sw_t), "sw_d": ptr("int64_t *", sw_d)})
+    return int(lib.pi_swap_replayed_peak(args))

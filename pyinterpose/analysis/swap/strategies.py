@@ -86,14 +86,16 @@ def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
 
 
-def _rank_desc_min(x: np.ndarray) -> np.ndarray:
+def _rank_desc_min(x: np.ndarray, o: np.ndarray | None = None) -> np.ndarray:
     """``pd.Series(x).rank(ascending=False, method="min")`` (float64 ranks, 1 = largest; ties take
-    the lowest rank) by one sort."""
+    the lowest rank) by one sort, or none when ``o`` already orders ``x`` from the largest (any
+    order among ties)."""
     x = np.asarray(x, dtype=np.float64)
     n = len(x)
     if n == 0 or np.isnan(x).any():
         return pd.Series(x).rank(ascending=False, method="min").to_numpy()
-    o = np.argsort(-x)          # ties share their group's first rank whatever their order
+    if o is None:
+        o = np.argsort(-x)      # ties share their group's first rank whatever their order
     v = x[o]
     first = np.ones(n, dtype=bool)
     first[1:] = v[1:] != v[:-1]
@@ -110,7 +112,9 @@ def _rank(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     key = ("rank", strategy)
     m = problem.memo
     if key not in m:
-        r = _rank_desc_min(_scores(problem, strategy, budget))
+        # DOA's order is the tie order's first key: its rank needs no sort of its own
+        by = m.get("tie_order") if strategy == "doa" else None
+        r = _rank_desc_min(_scores(problem, strategy, budget), by)
         r.flags.writeable = False
         m[key] = r
     return m[key]
@@ -140,6 +144,11 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     base = _tie_order(problem)
     neg = -s[base]
     n = len(base)
+    if n > 1 and (neg[1:] >= neg[:-1]).all():
+        # already in score order over the tie order (DOA's own: the tie order's first key): a
+        # stable sort would give it back as it is
+        strad = c["straddles_peak"].to_numpy(bool)[base]
+        return np.concatenate([base[strad], base[~strad]])
     if n and np.isfinite(neg).all():
         lo, hi = float(neg.min()), float(neg.max())
         span = hi - lo + 1.0
