@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ..trace.piecewise import total
+
 
 def graph_summary(trace) -> dict[str, Any]:
     la, gn, gm, b = trace.launches, trace.graph_nodes, trace.graph_memory, trace.blocks
@@ -16,7 +18,7 @@ def graph_summary(trace) -> dict[str, Any]:
     nodes = gn.drop_duplicates(["pid", "graph", "capture_seq"]) if len(gn) else gn
     kinds = {str(k): int(v) for k, v in gn["kind"].value_counts().items() if v} if len(gn) else {}
     in_graph = b["graph"].to_numpy(np.uint64) != 0 if "graph" in b and len(b) else np.zeros(len(b), bool)
-    node_blocks = in_graph & np.isin(b["kind"].astype(str).to_numpy(), ["async", "pool"]) if len(b) else in_graph
+    node_blocks = in_graph & _kind_in(b["kind"], ("async", "pool")) if len(b) else in_graph
     pool_blocks = in_graph & ~node_blocks
     return {
         "graph_launches": launches,
@@ -26,7 +28,17 @@ def graph_summary(trace) -> dict[str, Any]:
         "nodes": kinds,
         "memory_node_blocks": int(node_blocks.sum()),
         "private_pool_blocks": int(pool_blocks.sum()),
-        "private_pool_bytes": int(b["size"].to_numpy(np.int64)[pool_blocks].sum()) if len(b) else 0,
+        "private_pool_bytes": total(b["size"].to_numpy(), pool_blocks) if len(b) else 0,
         "graph_pool_reserved_high": int(gm["reserved_high"].max()) if len(gm) else None,
         "graph_pool_reserved_last": int(gm["reserved"].iloc[-1]) if len(gm) else None,
     }
+
+
+def _kind_in(col, kinds) -> np.ndarray:
+    """bool per row: ``np.isin(col.astype(str), kinds)``, tested once per category of a categorical
+    column (no string per row: 8 bytes a block)."""
+    if hasattr(col, "cat"):
+        cats = np.array([str(c) in kinds for c in col.cat.categories] + ["nan" in kinds], bool)
+        codes = col.cat.codes.to_numpy()
+        return cats[np.where(codes < 0, len(cats) - 1, codes)]
+    return np.isin(col.astype(str).to_numpy(), list(kinds))

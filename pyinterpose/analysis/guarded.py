@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import PyinterposeError
 from ..trace.model import Trace
+from ..trace.piecewise import piece_rows
 
 
 @dataclass
@@ -63,9 +64,12 @@ def _as_class_series(obj: Any) -> pd.Series | None:
 
 
 def block_classes(trace: Trace, iters=None) -> Result:
-    """block_id -> class (persistent, per_iteration, ...) from lifetimes.classify."""
-    r = _call("lifetimes", "classify", trace, iters=iters)
-    if not r.ok:
+    """block_id -> class (persistent, per_iteration, ...) from lifetimes.classify; on a long trace (more
+    blocks than a piece) from lifetimes.class_series, the same classes made a piece at a time without
+    classify's table (~120 bytes a block)."""
+    long = len(trace.blocks) > piece_rows()
+    r = _call("lifetimes", "class_series" if long else "classify", trace, iters=iters)
+    if not r.ok or long:
         return r
     s = _as_class_series(r.value)
     if s is None:

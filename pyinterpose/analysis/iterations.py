@@ -40,9 +40,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
-from ..trace.chunking import spans
+from ..trace.chunking import chunk_rows, spans
 from ..trace.model import Trace
 from ..trace.pages import release, release_tables
+from ..trace.piecewise import piece_rows
 from .clock import clock_of
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -133,10 +134,20 @@ class _Signature:
     t: np.ndarray          # t_alloc
     size: np.ndarray       # int64
     token: np.ndarray      # uint64: hash(size, lifetime in events)
-    live_before: np.ndarray  # live bytes just before each allocation
-    gap_before: np.ndarray   # ns since the previous alloc/free event
+    live_before: np.ndarray | None  # live bytes just before each allocation (None: see facts)
+    gap_before: np.ndarray | None   # ns since the previous alloc/free event (None: see facts)
     step_end_seq: np.ndarray  # per allocation: seq_free + 1 if freed else seq_alloc + 1
     seq_range: tuple[int, int]
+    frees: Any = None      # () -> iterator of (seq_free, size, t_free) of the frees, a piece at a time
+
+    def facts(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(live_before, gap_before) of the allocations at the ascending indices ``j``: read from the
+        arrays when the signature holds them, else computed for those allocations only from one pass
+        over the frees (:func:`_facts_at`; 16 bytes an allocation not kept for a window of one step)."""
+        j = np.asarray(j, np.int64)
+        if self.live_before is not None:
+            return self.live_before[j], self.gap_before[j]
+        return _facts_at(self, j)
 
 
 _BLOCK_COLUMNS = ["block_id", "seq_alloc", "t_alloc", "size", "freed", "seq_free", "t_free"]
@@ -153,6 +164,39 @@ def _process_blocks(trace: Trace, pid: int) -> pd.DataFrame:
         return b[_BLOCK_COLUMNS]
     # the rows by numpy's mask, not the frame's (pandas' take of every column: ~0.75 s at 100 M events)
     return pd.DataFrame({c: b[c].to_numpy()[m] for c in _BLOCK_COLUMNS}, copy=False)
+
+
+class _Rows:
+    """The process's blocks of :func:`_process_blocks` without copying them all at once: a column
+    is copied (the process's rows of it) when it is read, and not kept; with every row selected, the
+    table's own columns.  ``trace``/``mask`` let :func:`_t_at_seq` read the columns in pieces."""
+
+    def __init__(self, blocks: pd.DataFrame, mask: np.ndarray | None):
+        self.blocks, self.mask = blocks, mask
+        self.n = len(blocks) if mask is None else int(np.count_nonzero(mask))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, c: str) -> pd.Series:
+        col = self.blocks[c]
+        if self.mask is None:
+            return col
+        a = col.to_numpy()
+        out = pd.Series(a[self.mask], copy=False)
+        release(a)                      # the mapped column's pages, once copied
+        return out
+
+
+def _process_rows(trace: Trace, pid: int) -> _Rows:
+    """:func:`_process_blocks` as :class:`_Rows` (its columns copied one at a time, when read)."""
+    b = trace.blocks
+    in_pid = b["pid"].to_numpy() == pid
+    dev = in_pid & b["counts_device"].to_numpy(bool)
+    m = dev if dev.any() else in_pid
+    release(b["pid"])
+    release(b["counts_device"])
+    return _Rows(b, None if m.all() else m)
 
 
 def _allocations_in_order(blocks: pd.DataFrame):
@@ -180,6 +224,8 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     n = len(seq_a)
     # the frees in seq order: their seqs, running total of sizes, times
     fsel = np.flatnonzero(freed)
+    if n < (1 << 31):
+        fsel = fsel.astype(np.int32)        # 4 bytes a free, not 8
     fo = np.argsort(seq_f[fsel], kind="stable")
     fsel = fsel[fo]
     del fo
@@ -187,16 +233,11 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     if len(fs) > 1 and not (fs[1:] > fs[:-1]).all():       # two frees at one seq: ranks by sort order
         del fs, fsel
         return _signature_whole(blocks, seq_range)
-    fsum = np.cumsum(size[fsel])
-    tfs = blocks["t_free"].to_numpy(np.int64)[o][fsel] if not isinstance(o, slice) else \
-        blocks["t_free"].to_numpy(np.int64)[fsel]
     del fsel
     token = np.empty(n, np.uint64)
-    live_before = np.empty(n, np.int64)
-    gap = np.empty(n, np.int64)
     step_end = np.empty(n, np.int64)
-    total = np.int64(0)                                      # sizes of the allocations before the piece
-    for a0, a1 in spans(n):
+    # a piece holds ~15 arrays of its length: a sixteenth of chunk_rows() keeps it near one column's piece
+    for a0, a1 in spans(n, max(1, chunk_rows() // 16)):
         sa = seq_a[a0:a1]
         sz = size[a0:a1]
         fr = freed[a0:a1]
@@ -209,28 +250,81 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
         del sff
         token[a0:a1] = _mix64(sz.astype(np.uint64)) ^ _mix64(life.astype(np.uint64) * np.uint64(3) + np.uint64(1))
         del life
-        with np.errstate(over="ignore"):
-            before = np.cumsum(sz) - sz + total              # the allocations' bytes before each one
-            total = before[-1] + sz[-1]
-            live_before[a0:a1] = before - (np.where(cf > 0, fsum[np.maximum(cf - 1, 0)], 0) if len(fsum) else 0)
-        del before
-        # the event before each allocation: the previous allocation, or else the last free before it
-        prev_pos = np.empty(a1 - a0, np.int64)
-        prev_pos[1:] = pos_a[:-1]
-        prev_pos[0] = (int(np.searchsorted(fs, seq_a[a0 - 1], side="right")) + a0 - 1) if a0 > 0 else -2
-        ta = t_a[a0:a1]
-        t_prev = np.empty(a1 - a0, np.int64)
-        t_prev[1:] = ta[:-1]
-        t_prev[0] = t_a[a0 - 1] if a0 > 0 else 0
-        by_free = (pos_a - 1 != prev_pos) & (cf > 0)
-        t_prev[by_free] = tfs[cf[by_free] - 1]
-        g = ta - t_prev
-        g[pos_a == 0] = 0                                    # the first event: no gap before it
-        gap[a0:a1] = g
         step_end[a0:a1] = np.where(fr, sf + 1, sa + 1)
-        del cf, pos_a, prev_pos, t_prev, by_free, g
-    del fs, fsum, tfs
-    return _Signature(seq_a, t_a, size, token, live_before, gap, step_end, seq_range)
+        del cf, pos_a
+    del fs
+    # live_before and gap_before are read for one step's allocations only: computed then (facts)
+    return _Signature(seq_a, t_a, size, token, None, None, step_end, seq_range, frees=_frees_of(blocks))
+
+
+def _frees_of(blocks):
+    """A function yielding (seq_free, size, t_free) of the freed rows of ``blocks`` (a :class:`_Rows`
+    or a table) a piece of the table at a time, in its order (the mapped pages given back)."""
+    rows = blocks if isinstance(blocks, _Rows) else _Rows(blocks, None)
+    b, m = rows.blocks, rows.mask
+
+    def frees():
+        cols = [b[c].to_numpy() for c in ("freed", "seq_free", "size", "t_free")]
+        fr_, sf_, sz_, tf_ = cols
+        for lo, hi in spans(len(b), piece_rows()):
+            k = np.asarray(fr_[lo:hi], bool)
+            if m is not None:
+                k = k & m[lo:hi]
+            yield (np.asarray(sf_[lo:hi], np.int64)[k], np.asarray(sz_[lo:hi], np.int64)[k],
+                   np.asarray(tf_[lo:hi], np.int64)[k])
+            for a in cols:
+                release(a, lo, hi)
+    return frees
+
+
+def _facts_at(sig: _Signature, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(live_before[j], gap_before[j])`` of :func:`_signature`'s definition (every event in seq order,
+    frees before allocations at an equal seq), for the ascending allocation indices ``j`` only: per
+    allocation seq, the frees at or before it — their count, their sizes' sum and the time of the last
+    of them — counted over the frees a piece at a time (their seqs are distinct: else the signature
+    holds the arrays)."""
+    if not len(j):
+        z = np.zeros(0, np.int64)
+        return z, z.copy()
+    jp = np.maximum(j - 1, 0)
+    q = np.unique(np.concatenate([sig.seq[j], sig.seq[jp]]))        # the seqs asked about, ascending
+    cnt = np.zeros(len(q) + 1, np.int64)        # frees first counted at each query (by searchsorted)
+    tot = np.zeros(len(q) + 1, np.int64)
+    last_s = np.full(len(q), -1, np.int64)      # per query: the largest free seq at or before it, its time
+    last_t = np.zeros(len(q), np.int64)
+    found = np.zeros(len(q), bool)
+    for sf, sz, tf in sig.frees():
+        if not len(sf):
+            continue
+        k = np.searchsorted(q, sf, side="left")     # a free at seq s counts for every query >= s
+        cnt += np.bincount(k, minlength=len(cnt))
+        with np.errstate(over="ignore"):
+            np.add.at(tot, k, sz)
+        o = np.argsort(sf, kind="stable")
+        sfs = sf[o]
+        i = np.searchsorted(sfs, q, side="right") - 1
+        ok = i >= 0
+        better = ok & (~found | (sfs[np.maximum(i, 0)] > last_s))
+        last_s[better] = sfs[i[better]]
+        last_t[better] = tf[o][i[better]]
+        found |= ok
+    with np.errstate(over="ignore"):
+        cf_q = np.cumsum(cnt)[:len(q)]
+        fsum_q = np.cumsum(tot)[:len(q)]
+        at = np.searchsorted(q, sig.seq[j])
+        cf = cf_q[at]
+        j0 = int(j[0])
+        total = sig.size[:j0].sum(dtype=np.int64)                     # the allocations' bytes before j[0]
+        run = np.cumsum(sig.size[j0:int(j[-1]) + 1], dtype=np.int64)
+        before = run[j - j0] - sig.size[j] + total
+        live = before - np.where(cf > 0, fsum_q[at], 0)
+    cf_prev = cf_q[np.searchsorted(q, sig.seq[jp])]
+    by_free = np.where(j > 0, cf != cf_prev, True) & (cf > 0)
+    t_prev = np.where(j > 0, sig.t[jp], 0)
+    t_prev = np.where(by_free, last_t[at], t_prev)
+    gap = sig.t[j] - t_prev
+    gap[(cf + j) == 0] = 0                                           # the first event: no gap before it
+    return live.astype(np.int64), gap.astype(np.int64)
 
 
 def _signature_whole(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
@@ -269,17 +363,54 @@ def _signature_whole(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signa
 # ---------------------------------------------------------------------------------------
 
 def _gap_candidates(token: np.ndarray, max_period: int, k: int = 32) -> np.ndarray:
-    order = np.argsort(token, kind="stable")
-    ts = token[order]
-    same = ts[1:] == ts[:-1]
-    gaps = (order[1:] - order[:-1])[same]
-    gaps = gaps[(gaps > 0) & (gaps <= max_period)]
-    if len(gaps) == 0:
+    """The ``k`` most common distances (<= ``max_period``) from each token to its previous occurrence."""
+    hist = _gap_histogram(token, max_period)
+    if not hist.any():
         return np.zeros(0, np.int64)
-    hist = np.bincount(gaps)
     nz = np.flatnonzero(hist)
     top = nz[np.argsort(-hist[nz], kind="stable")[:k]]
     return np.sort(top).astype(np.int64)
+
+
+def _gap_histogram(token: np.ndarray, max_period: int) -> np.ndarray:
+    """Count per distance ``d`` in ``1..max_period`` of the tokens whose previous occurrence is ``d``
+    earlier (``np.bincount`` of those distances; index 0 is 0).  Read a piece of tokens at a time:
+    the last index of each distinct token seen so far is carried between pieces (sorted by token), so
+    no full-length sort is held."""
+    hist = np.zeros(max(max_period, 0) + 1, np.int64)
+    seen_t = np.zeros(0, token.dtype)           # distinct tokens so far, ascending
+    seen_i = np.zeros(0, np.int64)              # the last index of each
+    for a0, a1 in spans(len(token), max(1, chunk_rows() // 16)):
+        t = token[a0:a1]
+        o = np.argsort(t, kind="stable")
+        ts, idx = t[o], o.astype(np.int64) + a0
+        first = np.ones(len(ts), bool)
+        first[1:] = ts[1:] != ts[:-1]
+        prev = np.empty(len(ts), np.int64)
+        prev[1:] = idx[:-1]
+        # a token's first occurrence in the piece: its last index before the piece, if any
+        j = np.searchsorted(seen_t, ts[first])
+        j_ok = j < len(seen_t)
+        hit = np.zeros(len(j), bool)
+        hit[j_ok] = seen_t[j[j_ok]] == ts[first][j_ok]
+        pf = np.full(len(j), -1, np.int64)
+        pf[hit] = seen_i[j[hit]]
+        prev[first] = pf
+        gaps = idx - prev
+        gaps = gaps[(prev >= 0) & (gaps <= max_period)]
+        hist += np.bincount(gaps, minlength=len(hist))[:len(hist)]
+        # carry: the last index of every token seen (the piece's last occurrences replace older ones)
+        last = np.ones(len(ts), bool)
+        last[:-1] = ts[1:] != ts[:-1]
+        lt, li = ts[last], idx[last]
+        keep = np.ones(len(seen_t), bool)
+        keep[j[hit]] = False
+        seen_t = np.concatenate([seen_t[keep], lt])
+        seen_i = np.concatenate([seen_i[keep], li])
+        so = np.argsort(seen_t, kind="stable")
+        seen_t, seen_i = seen_t[so], seen_i[so]
+    hist[0] = 0
+    return hist
 
 
 def _fft_candidates(token: np.ndarray, max_period: int, k: int = 32,
@@ -435,7 +566,7 @@ def _window_matches(values: np.ndarray, p: int, ref: int) -> np.ndarray:
     nw = n - p + 1
     target = _hashes_of(values, p, ref, ref + 1)[0]
     out = np.empty(nw, bool)
-    for k0, k1 in spans(nw):
+    for k0, k1 in spans(nw, max(1, chunk_rows() // 16)):     # ~10 uint64 arrays of a piece
         out[k0:k1] = _hashes_of(values, p, k0, k1) == target
     return out
 
@@ -521,19 +652,18 @@ def _seq_range(trace: Trace, pid: int) -> tuple[int, int]:
             return
         p = tab["pid"].to_numpy()
         arrs = [tab[c].to_numpy() for c in cols]
-        for a0, a1 in spans(len(tab)):
+        for a0, a1 in spans(len(tab), piece_rows()):
             m = p[a0:a1] == pid
-            if not m.any():
-                continue
-            whole = m.all()
-            for c, a, add in zip(cols, arrs, plus):
-                x = a[a0:a1] if whole else a[a0:a1][m]
-                if add is not None:
-                    hi.append(int(x.max()) + add)
-                if c != "seq_free":
-                    lo.append(int(x.min()))
-        for a in [p, *arrs]:
-            release(a)
+            if m.any():
+                whole = m.all()
+                for c, a, add in zip(cols, arrs, plus):
+                    x = a[a0:a1] if whole else a[a0:a1][m]
+                    if add is not None:
+                        hi.append(int(x.max()) + add)
+                    if c != "seq_free":
+                        lo.append(int(x.min()))
+            for a in [p, *arrs]:
+                release(a, a0, a1)       # each piece's pages given back as it is read
 
     extent(trace.blocks, ("seq_alloc", "seq_free", "seq_alloc"), (None, 0, 1))
     for tab in (trace.launches, trace.accesses, trace.markers):
@@ -607,7 +737,7 @@ def _find(trace: Trace, pid: int, use_markers: bool, min_steps: int, min_score: 
         it = _from_markers(trace, pid, seq_range)
         if it is not None:
             return it
-    blocks = _process_blocks(trace, pid)
+    blocks = _process_rows(trace, pid)       # columns copied when read: the signature keeps seq, t and size
     if len(blocks) < 2 * min_steps:
         return _none(pid, seq_range, f"only {len(blocks)} allocations in process {pid}")
     sig = _signature(blocks, seq_range)
@@ -657,9 +787,10 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     i0 = int(starts[ok[np.argmax(lens[ok])]] if longest_run else starts[ok[0]])
     # phase: the loop's low point (fewest live bytes before the allocation), then longest idle gap
     w = np.arange(i0, i0 + p)
-    lb = sig.live_before[w]
-    cand = w[lb == lb.min()]
-    b0 = int(cand[np.argmax(sig.gap_before[cand])])
+    lb, gb = sig.facts(w)
+    low = lb == lb.min()
+    cand = w[low]
+    b0 = int(cand[np.argmax(gb[low])])
 
     ref = sig.size[b0:b0 + p]
     size_exact = _window_matches(sig.size.view(np.uint64) if sig.size.dtype == np.int64
@@ -734,12 +865,27 @@ def _forward(m: "_Matcher", starts: list[int], end: int) -> tuple[list[int], int
         end = r[1]
 
 
-def _t_at_seq(trace: Trace, pid: int, seq: int, blocks: pd.DataFrame) -> int:
-    """time of the last alloc/free event of ``blocks`` at or before ``seq``."""
-    ta = blocks["t_alloc"].to_numpy()[blocks["seq_alloc"].to_numpy() <= seq]
-    f = blocks["t_free"].to_numpy()[blocks["freed"].to_numpy(bool) & (blocks["seq_free"].to_numpy() <= seq)]
-    vals = [int(x.max()) for x in (ta, f) if len(x)]
-    return max(vals) if vals else 0
+def _t_at_seq(trace: Trace, pid: int, seq: int, blocks) -> int:
+    """time of the last alloc/free event of ``blocks`` at or before ``seq`` (a :class:`_Rows`: read a
+    piece of the table at a time, no copy of its columns)."""
+    if not isinstance(blocks, _Rows):
+        blocks = _Rows(blocks, None)
+    b, m = blocks.blocks, blocks.mask
+    ta_, sa_, tf_, fr_, sf_ = (b[c].to_numpy() for c in ("t_alloc", "seq_alloc", "t_free", "freed", "seq_free"))
+    best = None
+    for lo, hi in spans(len(b), piece_rows()):
+        ka = sa_[lo:hi] <= seq
+        kf = np.asarray(fr_[lo:hi], bool) & (sf_[lo:hi] <= seq)
+        if m is not None:
+            ka &= m[lo:hi]
+            kf &= m[lo:hi]
+        for t, k in ((ta_[lo:hi], ka), (tf_[lo:hi], kf)):
+            if k.any():
+                v = int(t[k].max())
+                best = v if best is None or v > best else best
+        for a in (ta_, sa_, tf_, fr_, sf_):
+            release(a, lo, hi)
+    return 0 if best is None else best
 
 
 def require_loop(it: Iterations) -> Iterations:

@@ -29,7 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..trace.chunking import spans
 from ..trace.live_windows import masked_peaks
+from ..trace.pages import release
+from ..trace.piecewise import piece_rows
 from ..trace.model import Trace, live_bytes_curve
 from .iterations import Iterations, find_iterations
 from .growth import leak_stacks
@@ -152,6 +155,98 @@ def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
     cls[_leaks(trace, out, ia, freed, iters)] = code("leak")
     out["class"] = pd.Categorical.from_codes(cls, categories=CLASSES)
     return out
+
+
+def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None = None) -> pd.Series:
+    """``block_id -> class name`` of :func:`classify`'s blocks (its ``class`` column as text, indexed by
+    ``block_id``: what the exports and the report's classes read), made a piece of blocks at a time:
+    only the block ids and one class code per block are kept, not classify's table (about 120
+    bytes a block).  Blocks whose ids are not ascending, or a run without steps and without a seq
+    range: :func:`classify` itself."""
+    if iters is None:
+        iters = find_iterations(trace, pid)
+    if pid is None:
+        pid = iters.pid
+    b = trace.blocks
+    if (iters.count == 0 and iters.seq_range == (0, 0)) or not len(b):
+        return _series_of(classify(trace, iters, pid))
+    cols = {c: b[c].to_numpy() for c in ("block_id", "pid", "seq_alloc", "seq_free", "freed")}
+    sid_col = b["stack_id"].to_numpy() if "stack_id" in b else None
+    code = CLASSES.index
+    leak = leak_stacks(trace) if sid_col is not None else []
+    ids, codes = [], []
+    last = None
+    pairs_k, pairs_i, pairs_row, freed_keys = [], [], [], []     # the leak rule's inputs (small)
+    n_out = 0
+    for lo, hi in spans(len(b), piece_rows()):
+        m = None if pid is None else cols["pid"][lo:hi] == pid
+        take = (lambda a: a[lo:hi]) if m is None else (lambda a: a[lo:hi][m])
+        bid = take(cols["block_id"])
+        if len(bid) and ((len(bid) > 1 and not (np.diff(bid) > 0).all()) or (last is not None and bid[0] <= last)):
+            return _series_of(classify(trace, iters, pid))          # ids not ascending: classify sorts
+        if len(bid):
+            last = bid[-1]
+        sa = take(cols["seq_alloc"]).astype(np.int64)
+        sf = take(cols["seq_free"]).astype(np.int64)
+        freed = take(cols["freed"]).astype(bool)
+        ia = iters.iteration_of(sa)
+        ifr = np.where(freed, iters.iteration_of(np.maximum(sf - 1, sa)), -1)
+        cls = np.empty(len(sa), dtype=np.int8)
+        if iters.count:
+            B = iters.boundaries
+            c = iters.count
+            overlaps = (sa < B[c]) & (sf > B[0])
+            persistent = overlaps & (sa < B[1]) & (~freed | (sf >= B[c]))
+            same = (ia >= 0) & (ia == ifr)
+            cls[:] = code("cross_iteration")
+            cls[same] = code("per_iteration")
+            cls[persistent] = code("persistent")
+            cls[~overlaps] = code("outside")
+        else:
+            lo_s, hi_s = iters.seq_range
+            span = max(hi_s - lo_s, 1)
+            long_lived = ~freed | ((sf - sa) >= 0.9 * span)
+            cls[:] = code("transient")
+            cls[long_lived] = code("persistent")
+        if sid_col is not None:             # _leaks, a piece at a time
+            sid = take(sid_col).astype(np.int64)
+            pp = take(cols["pid"]).astype(np.int64)
+            live = ~freed & (sid >= 0)
+            mask = np.zeros(len(sa), bool)
+            for p_, s_ in leak:
+                mask |= live & (pp == p_) & (sid == s_)
+            if iters.count >= 2:
+                key = (pp << 32) | (sid & 0xFFFFFFFF)
+                idx = np.flatnonzero(live & (ia >= 1))
+                pairs_k.append(key[idx])
+                pairs_i.append(ia[idx])
+                pairs_row.append(idx + n_out)
+                fl = freed & (ia >= 1) & (sid >= 0)
+                freed_keys.append(np.unique(key[fl]))
+            cls[mask] = code("leak")
+        for a in list(cols.values()) + ([sid_col] if sid_col is not None else []):
+            release(a, lo, hi)
+        ids.append(np.asarray(bid, np.int64))
+        codes.append(cls)
+        n_out += len(sa)
+    cls = np.concatenate(codes) if codes else np.zeros(0, np.int8)
+    if pairs_k:
+        k, it, rows = np.concatenate(pairs_k), np.concatenate(pairs_i), np.concatenate(pairs_row)
+        if len(k):
+            nsteps = pd.DataFrame({"key": k, "it": it}).groupby("key")["it"].nunique()
+            fk = np.concatenate(freed_keys)
+            bad = nsteps.index[(nsteps >= LEAK_STEPS).to_numpy() & ~np.isin(nsteps.index.to_numpy(), fk)]
+            if len(bad):
+                cls[rows[np.isin(k, bad.to_numpy())]] = code("leak")
+    bid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    # the class column's text exactly as _series_of makes it (the same dtype)
+    text = pd.Series(pd.Categorical.from_codes(cls, categories=CLASSES)).astype(str).to_numpy()
+    return pd.Series(text, index=pd.Index(pd.Series(bid, name="block_id"), name="block_id"))
+
+
+def _series_of(out: pd.DataFrame) -> pd.Series:
+    """classify's table as ``block_id -> class name`` (as analysis.guarded reads it)."""
+    return pd.Series(out["class"].astype(str).to_numpy(), index=pd.Index(out["block_id"], name="block_id"))
 
 
 def _leaks(trace: Trace, out: pd.DataFrame, ia: np.ndarray, freed: np.ndarray, iters: Iterations) -> np.ndarray:

@@ -53,6 +53,7 @@ import pandas as pd
 
 from ..trace import chunking
 from ..trace.model import Trace, peak_live_bytes_of
+from ..trace.piecewise import piece_rows, total
 from ..trace.stacks import display_owner, is_trampoline
 from ..trace.context import context_of
 
@@ -248,6 +249,18 @@ def _text(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes, np.array(names + ["nan"], dtype=object)
 
 
+def _text_narrow(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_text` without widening a categorical's codes to int64 (8 bytes a row): its own codes
+    when no value is missing."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()
+        names = [str(x) for x in col.cat.categories]
+        if (codes < 0).any():
+            codes = np.where(codes < 0, len(names), codes).astype(np.int32)
+        return codes, np.array(names + ["nan"], dtype=object)
+    return _text(col)
+
+
 def _has_owners(b: pd.DataFrame) -> bool:
     return "owner" in b and bool(_str_rows(b["owner"], lambda s: s != "").any())
 
@@ -314,9 +327,9 @@ def allocator_info(trace: Trace, mask: np.ndarray | None = None) -> dict:
     dev = b["counts_device"].to_numpy(bool)
     out = {"framework": a.framework, "framework_from": a.framework_from, "view": trace.meta.get("view"),
            "source": a.source, "rule": a.rule, "note": a.note,
-           "blocks": int(m.sum()), "bytes": int(b["size"].to_numpy()[m].sum()),
+           "blocks": int(m.sum()), "bytes": total(b["size"].to_numpy(), m),
            "peak_live_bytes": peak_live_bytes_of(trace, m),
-           "outside": {"blocks": int((dev & ~m).sum()), "bytes": int(b["size"].to_numpy()[dev & ~m].sum()),
+           "outside": {"blocks": int((dev & ~m).sum()), "bytes": total(b["size"].to_numpy(), dev & ~m),
                        "peak_live_bytes": peak_live_bytes_of(trace, dev & ~m)}}
     return out
 
@@ -332,15 +345,20 @@ def bytes_by_owner(trace: Trace) -> pd.DataFrame:
                              zip(cols, ["object", "int64", "int64", "int64", "bool"])})
     dev = b["counts_device"].to_numpy(bool)
     # block_owners() as codes: the recorded owner, else the API (one string per distinct value)
-    api_codes, api_names = _text(b["api"])
+    api_codes, api_names = _text_narrow(b["api"])
     if _has_owners(b):
-        own_codes, own_names = _text(b["owner"])
+        own_codes, own_names = _text_narrow(b["owner"])
         own_names = np.array([display_owner(n) if n else n for n in own_names], dtype=object)
         names = list(dict.fromkeys(list(own_names) + list(api_names)))
         where = {n: i for i, n in enumerate(names)}
-        own_lab = np.array([where[n] for n in own_names], np.int64)
-        api_lab = np.array([where[n] for n in api_names], np.int64)
-        label = np.where((own_names != "")[own_codes], own_lab[own_codes], api_lab[api_codes])
+        dt = np.int16 if len(names) < (1 << 15) else np.int64
+        own_lab = np.array([where[n] for n in own_names], dt)
+        api_lab = np.array([where[n] for n in api_names], dt)
+        has_own = own_names != ""
+        label = np.empty(len(b), dt)          # the label of each block, a piece at a time (narrow)
+        for lo, hi in chunking.spans(len(b), piece_rows()):
+            oc, ac = own_codes[lo:hi], api_codes[lo:hi]
+            label[lo:hi] = np.where(has_own[oc], own_lab[oc], api_lab[ac])
     else:
         names, label = list(api_names), api_codes
     a = allocator(trace)
@@ -349,8 +367,8 @@ def bytes_by_owner(trace: Trace) -> pd.DataFrame:
     rows = []
     for code in pd.unique(label[dev]).tolist():
         sel = dev & (label == code)
-        rows.append({"owner": str(names[code]), "blocks": int(sel.sum()), "bytes": int(size[sel].sum()),
-                     "peak_live_bytes": peak_live_bytes_of(trace, sel), "is_allocator": bool(alloc[sel].any())})
+        rows.append({"owner": str(names[code]), "blocks": int(sel.sum()), "bytes": total(size, sel),
+                     "peak_live_bytes": peak_live_bytes_of(trace, sel), "is_allocator": bool((alloc & sel).any())})
     out = pd.DataFrame(rows, columns=cols)
     if len(out) == 0:
         return bytes_by_owner(Trace.from_tables())

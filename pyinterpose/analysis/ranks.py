@@ -32,6 +32,9 @@ import pandas as pd
 from ..trace.context import context_of, devices_of, rank_context
 from ..trace.live import scan
 from ..trace.model import Trace
+from ..trace.chunking import spans
+from ..trace.pages import release
+from ..trace.piecewise import piece_rows
 from .fanout import iterations_per_process
 
 # the collective library: the calling object's name (block owner) -> library
@@ -60,9 +63,31 @@ def _collective_mask(b) -> np.ndarray:
     """Blocks allocated by the collective library (by owner; one test per distinct owner)."""
     if "owner" not in b or len(b) == 0:
         return np.zeros(len(b), bool)
+    if hasattr(b["owner"], "cat"):      # the categorical's own codes (no int64 copy), when none is missing
+        codes = b["owner"].cat.codes.to_numpy()
+        if not (codes < 0).any():
+            hit = np.array([bool(collective_library(str(n))) for n in b["owner"].cat.categories], bool)
+            return hit[codes] if len(hit) else np.zeros(len(b), bool)
     codes, names = pd.factorize(b["owner"].astype(str) if not hasattr(b["owner"], "cat") else b["owner"])
     hit = np.array([bool(collective_library(str(n))) for n in names], bool)
     return hit[codes] if len(hit) else np.zeros(len(b), bool)
+
+
+def _bytes_per_device(b, sel: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """(the devices of the blocks in ``sel``, ascending; the bytes allocated on each), read a piece of
+    blocks at a time (no copy of the selected rows' columns)."""
+    dcol, scol = b["device"].to_numpy(), b["size"].to_numpy()
+    sums: dict[int, np.int64] = {}
+    for lo, hi in spans(len(b), piece_rows()):
+        m = sel[lo:hi]
+        d, sz = dcol[lo:hi][m], np.asarray(scol[lo:hi], np.int64)[m]
+        for u in np.unique(d).tolist():
+            with np.errstate(over="ignore"):
+                sums[u] = sums.get(u, np.int64(0)) + sz[d == u].sum(dtype=np.int64)
+        release(scol, lo, hi)
+        release(dcol, lo, hi)
+    uniq = np.array(sorted(sums), dcol.dtype)
+    return uniq, [sums[int(u)] for u in uniq]
 
 
 def per_process(trace: Trace) -> list[dict]:
@@ -79,20 +104,20 @@ def per_process(trace: Trace) -> list[dict]:
     host = trace.meta.get("host") or ""
     procs = {int(p): r for p, r in zip(trace.processes["pid"].tolist(), trace.processes.to_dict("records"))}
     out = []
+    dev_col = b["counts_device"].to_numpy(bool)
     for pid in trace.pids:
-        rows = np.flatnonzero(pid_col == pid)
         pr = procs.get(int(pid), {})
         ctx = context_of(pr.get("context"))
         devs = dict(devices_of(pr.get("devices")))
         mine = pid_col == pid
         peak, peak_t = _peak_of(trace, mine)
-        coll_peak, _ = _peak_of(trace, mine & coll) if coll[rows].any() else (0, -1)
-        dev_rows = rows[b["counts_device"].to_numpy(bool)[rows]]
+        coll_peak, _ = _peak_of(trace, mine & coll) if (coll & mine).any() else (0, -1)
+        mine_dev = mine & dev_col
+        n_dev = int(np.count_nonzero(mine_dev))
         device, per_device = None, []
-        if len(dev_rows):
-            d, sz = b["device"].to_numpy()[dev_rows], b["size"].to_numpy(np.int64)[dev_rows]
-            uniq = np.unique(d)
-            device = int(uniq[np.argmax([sz[d == u].sum() for u in uniq])])
+        if n_dev:
+            uniq, by_dev = _bytes_per_device(b, mine_dev)
+            device = int(uniq[np.argmax(by_dev)])
             if len(uniq) == 1:
                 per_device = [{"device": device, "device_uuid": devs.get(device, ""), "peak_live_bytes": peak}]
             else:   # one process on several GPUs (JAX's one process per host): each device's own peak
@@ -106,7 +131,7 @@ def per_process(trace: Trace) -> list[dict]:
                  "cuda_visible_devices": ctx.get("CUDA_VISIBLE_DEVICES"),
                  "peak_live_bytes": peak, "peak_t_ns": peak_t,
                  "peak_wall_s": (float(start) + peak_t / 1e9) if (start is not None and peak_t >= 0) else None,
-                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": int(len(dev_rows)),
+                 "collective_peak_bytes": coll_peak, "iterations": None, "allocs": n_dev,
                  "devices": per_device,
                  "trace": trace.path}
         out.append(entry)

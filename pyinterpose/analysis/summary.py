@@ -5,6 +5,7 @@ import numpy as np
 
 from ..trace.model import Trace, peak_live_bytes_of
 from ..trace.pages import release_tables
+from ..trace.piecewise import total
 from .graphs import graph_summary
 from .machine import machine
 from .owners import allocator_info, bytes_by_owner
@@ -56,9 +57,14 @@ def summarize(trace: Trace) -> dict:
     release_tables(trace)
     sites = top_call_sites_json(trace)
     release_tables(trace)
+    lag = launch_lag(trace)
+    bytes_allocated = total(b["size"].to_numpy())
+    duration_s = trace.duration_ns / 1e9
+    graphs = graph_summary(trace)
+    release_tables(trace)
     return {
         **clock_of(trace).as_dict(),
-        "launch_lag": launch_lag(trace),
+        "launch_lag": lag,
         "trace": trace.path,
         "command": trace.meta.get("command"),
         "view": trace.meta.get("view"),
@@ -66,7 +72,7 @@ def summarize(trace: Trace) -> dict:
         "simulated_gpu": trace.meta.get("simulated_gpu", False),
         "machine": machine(trace),
         "exit_status": tr.get("exit_status"),
-        "duration_s": trace.duration_ns / 1e9,
+        "duration_s": duration_s,
         "complete": bool(trace.meta.get("complete", bool(tr))),
         "incomplete_reason": trace.meta.get("incomplete_reason", "" if tr else "no trailer"),
         "unrecorded_processes": list(tr.get("unrecorded") or []),
@@ -78,7 +84,7 @@ def summarize(trace: Trace) -> dict:
         "counts": counts,
         "by_api": dict(sorted(trace.counts.get("by_api", {}).items())),
         "kinds": kinds,
-        "bytes_allocated": int(b["size"].sum()),
+        "bytes_allocated": bytes_allocated,
         "peak_live_bytes": peak_live_bytes_of(trace),
         "framework": info["framework"],
         "allocator": {k: v for k, v in info.items() if k not in ("outside", "framework")},
@@ -87,7 +93,7 @@ def summarize(trace: Trace) -> dict:
         "reservations": int(len(trace.reservations)),
         "applied": _applied(trace),
         "graph_launches": graph_launches,
-        "cuda_graphs": graph_summary(trace),
+        "cuda_graphs": graphs,
         "kernels": len(trace.kernels),
         "warnings": list(trace.warnings),
         "call_sites": sites,

@@ -191,10 +191,11 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
 
 
 def _lifetimes_then_let_classify_go(ctx: ReportContext) -> None:
-    """A long run: the lifetimes summary right after the block classes, then the classify table they
-    both read (``lifetimes.classify``, memoized: a copy of a dozen block columns, ~0.6 GB at 100 M
-    events) let go, so that it is not held through the timeline, the pools and the sections (the
-    classes the timeline and the sections read are ``ctx.classes``, a series of their own)."""
+    """A long run: the lifetimes summary right after the block classes, then the classify table it reads
+    (``lifetimes.classify``, memoized: a copy of a dozen block columns, ~0.6 GB at 100 M events; the
+    block classes read it too below a piece of blocks) let go, so that it is not held through the
+    timeline, the pools and the sections (the classes the timeline and the sections read are
+    ``ctx.classes``, a series of their own)."""
     ctx.step(0.12, "lifetimes")
     ctx.lifetimes = guarded.lifetimes_summary(ctx.trace, iters=ctx.iterations.value)
     ctx.trace.forget("lifetimes.classify")

@@ -34,6 +34,7 @@ import shutil
 import numpy as np
 import pandas as pd
 from .model import Trace
+from .pages import release
 
 SUFFIX = ".picache"
 FORMAT = 1
@@ -344,7 +345,9 @@ def _column(folder: str, col: dict):
     if kind == "category":
         codes = np.asarray(np.load(os.path.join(folder, col["file"]), mmap_mode="c", allow_pickle=False))
         cats = pd.Index(col["categories"], dtype=col.get("cat_dtype", "object"))
-        return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats, ordered=col["ordered"]))
+        cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats, ordered=col["ordered"]))
+        release(codes)      # from_codes read every code to check it: those pages given back (mapped again on use)
+        return cat
     if col["dtype"] != "object":
         return pd.array(col["values"], dtype=col["dtype"])
     vals = np.empty(len(col["values"]), dtype=object)     # kept object (pandas would infer str)

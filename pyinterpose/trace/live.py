@@ -29,6 +29,7 @@ import numpy as np
 
 from .chunking import chunk_rows, spans
 from .pages import release
+from .piecewise import piece_rows
 
 
 # ---- the order of a set of events (also the in-memory path) -----------------------------------
@@ -104,7 +105,12 @@ def _piece_order(blocks, step: int) -> np.ndarray:
     pend_t = np.zeros(0, np.int64)      # frees not emitted yet, in the curve's order
     pend_d = np.zeros(0, np.int64)
     pend_r = np.zeros(0, np.int64)
-    pieces = []
+    total = 0          # the events: every device block's allocation and every freed one's free
+    for lo, hi in spans(n, step):
+        d_ = np.asarray(dev[lo:hi], bool)
+        total += int(np.count_nonzero(d_)) + int(np.count_nonzero(d_ & np.asarray(freed[lo:hi], bool)))
+    out = np.empty(total, dt)          # filled piece by piece (no list of pieces and copy at the end)
+    pos = 0
     s = 0
     while s < n:
         e = min(n, s + step)
@@ -134,11 +140,16 @@ def _piece_order(blocks, step: int) -> np.ndarray:
         order = event_order(np.concatenate([t_all[:cut], at]), np.concatenate([d_all[:cut], sz]), cut)
         code = np.concatenate([~r_all[:cut], rows])[order].astype(dt)
         pend_t, pend_d, pend_r = t_all[cut:], d_all[cut:], r_all[cut:]
-        pieces.append(code)
+        if pos + len(code) > total:
+            raise _Whole
+        out[pos:pos + len(code)] = code
+        pos += len(code)
         for c in (ta, tf, size, freed, dev):
             release(c, s, e)
         s = e
-    return np.concatenate(pieces) if pieces else np.zeros(0, dt)
+    if pos != total:
+        raise _Whole
+    return out
 
 
 def compute_order(blocks, step: int | None = None) -> np.ndarray:
@@ -182,7 +193,7 @@ def scan(trace, mask: np.ndarray | None = None) -> tuple[int, int, int]:
     if mask is not None and mask.all():
         mask = None
     carry, best, at = 0, None, -1
-    for lo, hi in spans(len(code)):
+    for lo, hi in spans(len(code), piece_rows()):
         rows, free = _decode(code[lo:hi])
         d = size[rows]
         np.negative(d, out=d, where=free)
@@ -218,10 +229,32 @@ def live_at_peak(trace, k: int | None = None) -> np.ndarray:
     if k is None:
         _, k, _ = scan(trace)
     size = counted_bytes(trace.blocks)
-    for lo, hi in spans(k + 1):
+    for lo, hi in spans(k + 1, piece_rows()):
         rows, free = _decode(code[lo:hi])
         a, f = rows[~free], rows[free]        # a row appears at most once in each
         out[a] += size[a]
         out[f] -= size[f]
+    release(size)
+    return out
+
+
+def live_at_peak_by(trace, group_of, n_groups: int, k: int | None = None) -> np.ndarray:
+    """int64 per group: the sum of :func:`live_at_peak` over the blocks of each group, without its
+    full-length array.  ``group_of(rows)`` gives the group (``0 <= g < n_groups``; -1: none) of
+    each row of ``trace.blocks`` in ``rows`` (int64); the events up to the peak are read a piece at a time."""
+    out = np.zeros(n_groups, np.int64)
+    code = live_order(trace)
+    if not len(code):
+        return out
+    if k is None:
+        _, k, _ = scan(trace)
+    size = counted_bytes(trace.blocks)
+    for lo, hi in spans(k + 1, piece_rows()):
+        rows, free = _decode(code[lo:hi])
+        g = np.asarray(group_of(rows), np.int64)
+        d = size[rows]
+        np.negative(d, out=d, where=free)
+        keep = g >= 0
+        np.add.at(out, g[keep], d[keep])
     release(size)
     return out

@@ -152,6 +152,8 @@ import numpy as np
 import pandas as pd
 
 from .chunking import spans
+from .pages import release
+from .piecewise import maximum, piece_rows
 from .live import _by_t_then_d, counted_bytes, event_order, live_order, peak_of   # noqa: F401 (names of this module)
 
 KINDS = {1: "device", 2: "pitch", 3: "async", 4: "pool", 5: "managed", 6: "host",
@@ -386,7 +388,22 @@ class Trace:
         """The process with the most allocations (the training loop, usually)."""
         if len(self.blocks) == 0:
             return self.pids[0] if self.pids else None
-        return int(self.blocks["pid"].value_counts().idxmax())
+        col = self.blocks["pid"].to_numpy()       # blocks per process, a piece at a time
+        counts: dict = {}
+        for lo, hi in spans(len(col), piece_rows()):
+            piece = col[lo:hi]
+            if (piece == piece[0]).all():        # one process in the piece (the usual case): no sort
+                u, c = piece[:1], np.array([len(piece)])
+            else:
+                u, c = np.unique(piece, return_counts=True)
+            for p, k in zip(u.tolist(), c.tolist()):
+                counts[p] = counts.get(p, 0) + k
+            release(col, lo, hi)
+        best = max(counts.values())
+        top = [p for p, k in counts.items() if k == best]
+        if len(top) == 1:
+            return int(top[0])
+        return int(self.blocks["pid"].value_counts().idxmax())     # a tie: pandas' own choice
 
     @property
     def device_blocks(self) -> pd.DataFrame:
@@ -395,7 +412,7 @@ class Trace:
     @property
     def end_ns(self) -> int:
         cols = [self.blocks["t_free"], self.blocks["t_alloc"], self.launches["t"], self.accesses["t"]]
-        vals = [int(c.max()) for c in cols if len(c)]
+        vals = [maximum(c.to_numpy()) for c in cols if len(c)]     # in pieces, the mapped pages given back
         return max(vals) if vals else 0
 
     @property

@@ -39,8 +39,9 @@ import pandas as pd
 
 from . import records
 from .chunking import spans as _spans
-from .live import live_at_peak
+from .live import live_at_peak, live_at_peak_by
 from .pages import release
+from .piecewise import piece_rows
 from .model import FRAME_COLUMNS, empty_frames, empty_stacks
 from .elfsym import symbolize
 
@@ -420,16 +421,27 @@ def _detect_helpers(trace, parent: np.ndarray, frame: np.ndarray, recs: list[dic
     b = trace.blocks
     if "stack_id" not in b or len(b) == 0:
         return set()
-    sid = b["stack_id"].to_numpy(np.int64)
-    cur = sid[sid >= 0]
-    total = len(cur)
+    # the blocks' stack ids counted per id (a piece of blocks at a time): every block of one id walks
+    # up the same way, so the walk runs over the distinct ids, each weighing its blocks
+    sid_col = b["stack_id"].to_numpy()
+    per_id = np.zeros(len(parent), np.int64)
+    for lo, hi in _spans(len(b), piece_rows()):
+        sid = np.asarray(sid_col[lo:hi], np.int64)
+        c = np.bincount(sid[sid >= 0])
+        if len(c) > len(per_id):
+            per_id = np.concatenate([per_id, np.zeros(len(c) - len(per_id), np.int64)])
+        per_id[:len(c)] += c
+        release(sid_col, lo, hi)
+    cur = np.flatnonzero(per_id)
+    weight = per_id[cur]
+    total = int(weight.sum())
     helpers: set[int] = set()
     if total < 2:
         return helpers
     python = np.array([r["kind"] == "python" for r in recs], bool)
     for _ in range(64):
         fr = frame[cur]
-        counts = np.bincount(fr, minlength=len(recs))     # one pass, no sort (millions of blocks)
+        counts = np.bincount(fr, weights=weight, minlength=len(recs)).astype(np.int64)   # blocks per frame
         f = int(np.argmax(counts))
         sel = fr == f
         above = parent[cur[sel]]
@@ -502,15 +514,21 @@ def _site_table(trace) -> pd.DataFrame | None:
     texts = _call_site_texts(trace)
     site_code, site_names = pd.factorize(pd.Series(texts, dtype=object), use_na_sentinel=False)
     n_site = len(site_names)
-    held = live_at_peak_bytes(trace)
+    def site_of(rows):      # the site of each device block with a stack, -1 for the others
+        sid = np.asarray(sid_col[rows], np.int64)
+        ok = (sid >= 0) & np.asarray(dev_col[rows], bool)
+        return np.where(ok, site_code[np.where(ok, sid, 0)], -1)
+    # the bytes each site holds at the peak: the live events up to it, summed per site in pieces
+    peak = live_at_peak_by(trace, site_of, n_site) if n_site else np.zeros(0, np.int64)
+    release(sid_col)
+    release(dev_col)
     blocks = np.zeros(n_site, np.int64)
     nbytes = np.zeros(n_site, np.int64)
-    peak = np.zeros(n_site, np.int64)
     first = np.full(n_site, -1, np.int64)            # first row of each site: the groups' order
     big = np.full(n_site, -1, np.int64)              # its largest block's size and row
     big_row = np.full(n_site, -1, np.int64)
     pairs: dict[int, list[int]] = {}                 # site * n_own + owner -> [count, first row]
-    for lo, hi in _spans(len(b)):
+    for lo, hi in _spans(len(b), piece_rows()):
         sid = np.asarray(sid_col[lo:hi], np.int64)
         r = np.flatnonzero((sid >= 0) & np.asarray(dev_col[lo:hi], bool))
         if not len(r):
@@ -520,7 +538,6 @@ def _site_table(trace) -> pd.DataFrame | None:
         row = r + lo
         np.add.at(blocks, site, 1)
         np.add.at(nbytes, site, sz)
-        np.add.at(peak, site, held[row])
         u, i = np.unique(site, return_index=True)
         new = first[u] < 0
         first[u[new]] = row[i[new]]

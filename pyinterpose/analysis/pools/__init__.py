@@ -53,7 +53,8 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ...trace.chunking import spans
 from ...trace.model import Trace, counted_bytes
-from ...trace.pages import release_tables
+from ...trace.pages import release, release_tables
+from ...trace.piecewise import piece_rows
 from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
 from .planners import PLANNERS, plan
 from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
@@ -249,16 +250,19 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     lo, hi = int(window[0]), int(window[1])
     if hi <= lo:
         raise PyinterposeError(f"empty window [{lo}, {hi})")
-    cols = _cols if _cols is not None else _block_columns(trace, _device_mask(trace, pid, allocator_only))
-    sa = cols["seq_alloc"].astype(np.int64, copy=False)
-    sf = cols["seq_free"].astype(np.int64, copy=False)
-    freed = cols["freed"].astype(bool, copy=False)
-    # the request stream's sequence numbers inside the window: event k is time k
-    ev = np.sort(np.concatenate([sa[(sa >= lo) & (sa < hi)], sf[freed & (sf >= lo) & (sf < hi)]]))
+    if _cols is None:       # the window's events and blocks, a piece of the table at a time
+        ev, sa, sf, freed, bid, size = _window_rows(trace, _device_mask(trace, pid, allocator_only), lo, hi)
+    else:
+        cols = _cols
+        sa = cols["seq_alloc"].astype(np.int64, copy=False)
+        sf = cols["seq_free"].astype(np.int64, copy=False)
+        freed = cols["freed"].astype(bool, copy=False)
+        # the request stream's sequence numbers inside the window: event k is time k
+        ev = np.sort(np.concatenate([sa[(sa >= lo) & (sa < hi)], sf[freed & (sf >= lo) & (sf < hi)]]))
+        alive = (sa < hi) & (~freed | (sf >= lo))
+        sa, sf, freed = sa[alive], sf[alive], freed[alive]
+        bid, size = cols["block_id"][alive].astype(np.int64), cols["size"][alive].astype(np.int64)
     E = len(ev)
-    alive = (sa < hi) & (~freed | (sf >= lo))
-    sa, sf, freed = sa[alive], sf[alive], freed[alive]
-    bid, size = cols["block_id"][alive].astype(np.int64), cols["size"][alive].astype(np.int64)
     before = sa < lo
     after = ~freed | (sf >= hi)
     lower = np.where(before, 0, np.searchsorted(ev, sa))
@@ -271,6 +275,38 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     df = df[df["upper"] > df["lower"]].reset_index(drop=True)
     df.attrs.update(window=(lo, hi), events=E, pid=pid, iteration=info)
     return df
+
+
+def _window_rows(trace: Trace, mask: np.ndarray, lo: int, hi: int):
+    """:func:`steady_problem`'s inputs read a piece of the blocks at a time (no copy of the masked
+    columns): the sorted seqs of the requests in ``[lo, hi)`` and, of the masked blocks alive in the
+    window (allocated before ``hi``, not freed before ``lo``), in table order, seq_alloc, seq_free,
+    freed, block_id and size (int64; the live-bytes sizes, model.counted_bytes)."""
+    b = trace.blocks
+    cols = {c: counted_bytes(b) if c == "size" else b[c].to_numpy()
+            for c in ("seq_alloc", "seq_free", "freed", "block_id", "size")}
+    evs, keep = [], {c: [] for c in cols}
+    for a0, a1 in spans(len(b), piece_rows()):
+        m = np.asarray(mask[a0:a1], bool)
+        sa = cols["seq_alloc"][a0:a1][m].astype(np.int64, copy=False)
+        sf = cols["seq_free"][a0:a1][m].astype(np.int64, copy=False)
+        fr = cols["freed"][a0:a1][m].astype(bool, copy=False)
+        evs.append(sa[(sa >= lo) & (sa < hi)])
+        evs.append(sf[fr & (sf >= lo) & (sf < hi)])
+        alive = (sa < hi) & (~fr | (sf >= lo))
+        keep["seq_alloc"].append(sa[alive])
+        keep["seq_free"].append(sf[alive])
+        keep["freed"].append(fr[alive])
+        for c in ("block_id", "size"):
+            keep[c].append(cols[c][a0:a1][m][alive].astype(np.int64))
+        for a in cols.values():
+            release(a, a0, a1)
+    ev = np.sort(np.concatenate(evs)) if evs else np.zeros(0, np.int64)
+
+    def cat(c, dt):
+        return np.concatenate(keep[c]).astype(dt, copy=False) if keep[c] else np.zeros(0, dt)
+    return (ev, cat("seq_alloc", np.int64), cat("seq_free", np.int64), cat("freed", bool),
+            cat("block_id", np.int64), cat("size", np.int64))
 
 
 def _row(name: str, peak: int | None, bound: int, seconds: float, bound_name: str) -> dict:
