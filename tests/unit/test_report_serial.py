@@ -102,8 +102,8 @@ def test_long_run_lets_the_heap_and_the_classify_table_go_early(monkeypatch):
     wrap(html, "_timeline_payloads", "timeline")
     serial = html.build(tr, bandwidth=16, time_limit=1.0)
     order = [label for label, _ in seen]
-    assert order[:7] == ["iterations", "access", "give_back", "block_classes", "lifetimes_summary", "give_back",
-                         "timeline"]
+    assert order[:8] == ["iterations", "access", "give_back", "block_classes", "give_back", "lifetimes_summary",
+                         "give_back", "timeline"]
     assert order.index("pools") > order.index("timeline")
     assert dict(seen)["lifetimes_summary"] is True          # it reads the classify table the classes made
     assert dict(seen)["timeline"] is False and dict(seen)["pools"] is False
