@@ -72,14 +72,22 @@ def _clock_facts(trace: Trace, heads: dict) -> list[tuple[str, str]]:
 
 def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
           strategies=None, top: int = 15, progress=None) -> Report:
-    """Run the analyses once (:func:`analyse`), then every reporter of the registry in page order."""
-    ctx = analyse(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
-                  progress=progress)
-    facts = header_facts(ctx)
-    if ctx.wait_swap is None:       # a long run: the swap work last, once the rest is let go
-        sections = _sections_swap_last(ctx)
-    else:
-        sections = [s for s in (r.section(ctx) for r in REPORTERS) if s is not None]
+    """Run the analyses once (:func:`analyse`), then every reporter of the registry in page order.
+    A long run: the access pass also writes the rows the swap problem reads, made last
+    (:func:`~pyinterpose.analysis.intervals.for_swap`: one pass over the intervals, not two)."""
+    from contextlib import nullcontext
+
+    from ..analysis.intervals import for_swap
+    from ..analysis.swap.problem import MIN_SIZE
+
+    with for_swap(trace, trace.main_pid, MIN_SIZE) if len(trace.blocks) >= SERIAL_BLOCKS else nullcontext():
+        ctx = analyse(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
+                      progress=progress)
+        facts = header_facts(ctx)
+        if ctx.wait_swap is None:       # a long run: the swap work last, once the rest is let go
+            sections = _sections_swap_last(ctx)
+        else:
+            sections = [s for s in (r.section(ctx) for r in REPORTERS) if s is not None]
     ctx.swap()        # the swap schedules' worker is done even when no section asked for them
     ctx.step(1.0, "rendering")
     title = f"pyinterpose report: {os.path.basename(trace.path) if trace.path else 'trace'}"

@@ -35,8 +35,14 @@ def test_serial_build_equals_threaded(monkeypatch):
     real = html._in_background
     monkeypatch.setattr(html, "_in_background", lambda fn: calls.append(fn) or real(fn))
     monkeypatch.setattr(html, "SERIAL_BLOCKS", 0)
-    serial = html.build(tr, bandwidth=16, time_limit=1.0)
+    from pyinterpose.analysis import intervals
+    rows = []
+    real_rows = intervals.swap_rows
+    monkeypatch.setattr(intervals, "swap_rows", lambda *a: rows.append(r := real_rows(*a)) or r)
+    import copy
+    serial = html.build(copy.copy(tr), bandwidth=16, time_limit=1.0)     # a memo of its own: analysed again
     assert calls == []                       # no worker thread
+    assert [r is not None for r in rows] == [True]   # the swap problem read the access pass's rows
     a, b = _sections(threaded), _sections(serial)
     assert set(a) == {"memory", "iterations", "sizes", "access", "blocks"}
     assert a == b
