@@ -251,8 +251,8 @@ def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded
     through the swap analysis' own entry point on the prepared problem, so with its own policy for a
     long trace (``swap.evaluate``: the runs one at a time, each order made when first needed and let go
     after its last run; the same values as :class:`~pyinterpose.analysis.swap.SwapWork`'s, which keeps
-    every order for both: at 100 M events ~1 GB more), then ``swap.pareto`` (its two workers; the report's
-    peak at 100 M events, 4.6 GiB, against the evaluation's 3.9).  The problem holds what the
+    every order for both: at 100 M events ~1 GB more), and ``swap.pareto`` (one budget at a time on a long
+    trace), the sweep first (the vote orders' shared inputs made once for both).  The problem holds what the
     runs read of the clock (its replay ops), so the clock's own go (~0.5 GB at 100 M events), and the heap
     the other sections, the preparation and then the evaluation freed is given back before each step
     (as ``swap.analyse`` does on a long trace)."""
@@ -260,9 +260,11 @@ def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded
         return sp, sp
     trace.forget("clock")
     give_back()
-    ev = guarded._call("swap", "evaluate", trace, problem=sp.value)
+    # the sweep first: what every vote order is made from is then made once for both (the evaluation
+    # lets it go once its own orders are made; made again, ~5 s at 100 M events)
+    sweep = guarded._call("swap", "pareto", trace, problem=sp.value)
     give_back()
-    return ev, guarded._call("swap", "pareto", trace, problem=sp.value)
+    return guarded._call("swap", "evaluate", trace, problem=sp.value), sweep
 
 
 def _give_back(trace: Trace, later, heap: bool = False) -> None:

@@ -347,6 +347,8 @@ def _prime_votes(problem: SwapProblem) -> None:
     """What every budget's vote order shares, computed once before threads ask for it: the
     two sorts it starts from side by side (numpy's sorts release the GIL) — the tie order, whose
     first key is DOA (so DOA's rank is read from it), and AOA's rank — then the rest."""
+    if all(k in problem.memo for k in ORDER_INPUTS):
+        return                  # made already (the report's sweep before its evaluation: issue 30)
     parts = [lambda: (_tie_order(problem), _rank(problem, "doa", 0)), lambda: _rank(problem, "aoa", 0)]
     if (os.cpu_count() or 1) > 1 and len(problem.candidates) >= 100_000:
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pyinterpose-swap") as ex:
