@@ -40,7 +40,7 @@ from ..trace.model import peak_live_bytes_of
 from .timeline import _owners
 from ..trace.pages import release, release_frame
 from ..trace.chunking import chunk_rows, spans
-from ..trace.heap import trim
+from ..heap import give_back
 
 GPU_PID_BASE = 10_000_000  # above Linux's pid_max (4194304): never collides with a real pid
 
@@ -200,10 +200,10 @@ def chrome_trace(trace: Trace, iterations=None, large: int | None = None,
 def _drop_pages(trace: Trace) -> None:
     """Give back the mapped cache pages a step read (blocks, launches, accesses): the next step maps
     what it reads again, so the pages of every column touched do not add up over the export.  The
-    heap memory the step freed is given back too (``trace.heap.trim``: glibc keeps it otherwise)."""
+    heap memory the step freed is given back too (``heap.give_back``: the CLI keeps it otherwise)."""
     for tab in (trace.blocks, trace.launches, trace.accesses):
         release_frame(tab)
-    trim()
+    give_back()
 
 
 _LARGE_COLUMNS = ("block_id", "pid", "t_alloc", "size", "api", "kind", "device")
@@ -553,7 +553,7 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     a time: the document is never held whole); returns the number of events per phase.
     ``progress``: called with the fraction done, at each step."""
     step = progress or (lambda fraction: None)
-    trim()                              # what the caller's analyses (iterations, classes) freed
+    give_back()                         # what the caller's analyses (iterations, classes) freed
     write('{"traceEvents":[')
     doc = _Doc(write)
     knotes: list[str] = []
