@@ -203,7 +203,16 @@ def _drop_pages(trace: Trace) -> None:
     heap memory the step freed is given back too (``heap.give_back``: the CLI keeps it otherwise)."""
     for tab in (trace.blocks, trace.launches, trace.accesses):
         release_frame(tab)
-    give_back()
+    _give_back(trace)
+
+
+def _give_back(trace: Trace) -> None:
+    """The heap's free pages handed back (``heap.give_back``) on a long trace only (more than a piece
+    of blocks): the CLI keeps freed memory for the next arrays, which saves a shorter trace's export
+    the page faults (measured at 10 M events: +0.3 s of system time with it), while at 100 M events
+    the live-curve pass alone leaves ~700 MB freed but resident through the steps after it."""
+    if len(trace.blocks) > chunk_rows():
+        give_back()
 
 
 _LARGE_COLUMNS = ("block_id", "pid", "t_alloc", "size", "api", "kind", "device")
@@ -553,7 +562,7 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     a time: the document is never held whole); returns the number of events per phase.
     ``progress``: called with the fraction done, at each step."""
     step = progress or (lambda fraction: None)
-    give_back()                         # what the caller's analyses (iterations, classes) freed
+    _give_back(trace)                   # what the caller's analyses (iterations, classes) freed
     write('{"traceEvents":[')
     doc = _Doc(write)
     knotes: list[str] = []
