@@ -434,31 +434,43 @@ class _StreamedIntervals:
         ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
         segs, ubs, sizes, row_sizes, mixed, done = [], [], [], [], False, []
         pos = 0
-        for p in intervals.pieces(trace, pid, columns=("block_id", "size", "start_t", "ati_ns", "kind",
-                                                        "counts_device"), tc=tc):
-            dev = p["counts_device"]
-            sel = slice(None) if dev.all() else dev
-            a, st = p["ati_ns"][sel], p["start_t"][sel]
-            k, bid, sz = p["kind"][sel], p["block_id"][sel], p["size"][sel]
-            m = len(a)
-            ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
-            if m:
-                first = np.empty(m, bool)
-                first[0] = True
-                np.not_equal(bid[1:], bid[:-1], out=first[1:])
-                seg = np.flatnonzero(first)
-                segs.append(seg + pos)
-                ubs.append(bid[seg])
-                sizes.append(sz[seg])
-                if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
-                    mixed = True        # the rows' sizes of the pieces before, from their segments
-                    row_sizes = [np.repeat(v, np.diff(np.append(g, mm))) for g, v, mm in done]
-                if mixed:
-                    row_sizes.append(np.array(sz, np.int64))
-                else:
-                    done.append((seg, sizes[-1], m))
-            pos += m
-            del p, a, st, k, bid, sz, dev
+        cols = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
+        sink = intervals.SwapRows.wanted(trace, pid)       # swap's problem reads this pass's rows too
+        if sink is not None:
+            cols += tuple(c for c in sink.columns if c not in cols)
+        try:
+            for p in intervals.pieces(trace, pid, columns=cols, tc=tc):
+                if sink is not None:
+                    sink.feed(p)
+                dev = p["counts_device"]
+                sel = slice(None) if dev.all() else dev
+                a, st = p["ati_ns"][sel], p["start_t"][sel]
+                k, bid, sz = p["kind"][sel], p["block_id"][sel], p["size"][sel]
+                m = len(a)
+                ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
+                if m:
+                    first = np.empty(m, bool)
+                    first[0] = True
+                    np.not_equal(bid[1:], bid[:-1], out=first[1:])
+                    seg = np.flatnonzero(first)
+                    segs.append(seg + pos)
+                    ubs.append(bid[seg])
+                    sizes.append(sz[seg])
+                    if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
+                        mixed = True        # the rows' sizes of the pieces before, from their segments
+                        row_sizes = [np.repeat(v, np.diff(np.append(g, mm))) for g, v, mm in done]
+                    if mixed:
+                        row_sizes.append(np.array(sz, np.int64))
+                    else:
+                        done.append((seg, sizes[-1], m))
+                pos += m
+                del p, a, st, k, bid, sz, dev
+        except BaseException:
+            if sink is not None:
+                sink.abort()
+            raise
+        if sink is not None:
+            sink.finish()
         assert pos == n
         del tc
         intervals.release_tables(trace)

@@ -55,7 +55,7 @@ from ..trace.stacks import top_call_sites_json
 from .clock import clock_of, launch_lag
 from .owners import allocator_info, bytes_by_owner, framework
 from .ranks import per_rank
-from .swap.problem import SIDE_BY_SIDE_BLOCKS
+from .swap.problem import MIN_SIZE, SIDE_BY_SIDE_BLOCKS
 
 SMALL = 1 << 20
 
@@ -170,9 +170,11 @@ def trace_row(trace: Trace, label: str | None = None, bandwidth: float | None = 
         facts = _memory_facts(trace, pools, time_limit)
         between_steps("pools")
         it = guarded.iterations(trace)
-        acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
-        between_steps("access.intervals", "access.touches")
-        ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
+        # the access pass writes the rows swap's problem reads (one pass over the intervals, not two)
+        with intervals.for_swap(trace, trace.main_pid, MIN_SIZE):
+            acc = guarded.access(trace, bandwidth=bandwidth, iters=it.value)
+            between_steps("access.intervals", "access.touches")
+            ev = guarded.swap(trace, bandwidth=bandwidth, modes=("no-overhead",)) if swap else None
         between_steps()
     else:
         # the blocks-only figures on a side thread while this one finds the iterations, the access

@@ -345,3 +345,95 @@ def whole(trace: Trace, pid: int | None) -> pd.DataFrame:
     if len(tc.rows) == 0:
         return piece(trace, tc, 0, 0)
     return piece(trace, tc, 0, len(tc.rows))
+
+
+# ---- the rows swap's problem reads, written by access's pass (issue 30) ------------------------
+#
+# ``compare`` and the report run the access analysis and then swap's problem on one long trace: both
+# make every piece of the access intervals (~12 s at 100 M events each).  Inside :func:`for_swap` the
+# access pass also writes, as it goes, the rows ``swap.problem`` keeps (kind "between", size >= its
+# min size, its columns) to files of this process's own, mapped back and removed when the pass ends
+# (file-backed: nothing held on the heap between the two); the problem then reads them instead of a
+# second pass.  The rows are those its own pass would give, in the same order (the same pieces of the
+# same process's touches).
+
+SWAP_ROWS_COLUMNS = ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")
+SWAP_ROWS_KIND = "between"
+_for_swap: dict = {}        # id(trace) -> {"pid", "min_size", "rows" (None until written)}
+
+
+@contextlib.contextmanager
+def for_swap(trace: Trace, pid: int | None, min_size: int):
+    """Inside this block an access pass over ``pid``'s pieces (:class:`SwapRows`) writes the rows swap's
+    problem for ``pid`` and ``min_size`` reads (:func:`swap_rows`); let go at the end."""
+    _for_swap[id(trace)] = {"pid": pid, "min_size": int(min_size), "rows": None}
+    try:
+        yield
+    finally:
+        _for_swap.pop(id(trace), None)
+
+
+class SwapRows:
+    """Fed every piece of one pass (with :attr:`columns`), in order: writes the kept rows."""
+
+    columns = SWAP_ROWS_COLUMNS + ("kind",)
+
+    def __init__(self, spec: dict):
+        import tempfile
+
+        from ..trace.colcache import NpyAppender
+
+        self.spec, self.code = spec, INTERVAL_KINDS.index(SWAP_ROWS_KIND)
+        self.folder = tempfile.mkdtemp(prefix="pyinterpose-swaprows-")
+        self.files = {c: NpyAppender(f"{self.folder}/{c}.npy", np.int64) for c in SWAP_ROWS_COLUMNS}
+
+    @classmethod
+    def wanted(cls, trace: Trace, pid: int | None) -> "SwapRows | None":
+        """A writer when :func:`for_swap` asked for ``pid``'s rows (None otherwise, or when its files
+        cannot be made: swap's problem then makes its own)."""
+        spec = _for_swap.get(id(trace))
+        if spec is None or spec["pid"] != pid or spec["rows"] is not None:
+            return None
+        try:
+            return cls(spec)
+        except OSError:
+            return None
+
+    def feed(self, p: dict) -> None:
+        keep = p["kind"] == self.code
+        keep &= p["size"] >= max(1, self.spec["min_size"])
+        for c in SWAP_ROWS_COLUMNS:
+            self.files[c].append(p[c][keep])
+
+    def finish(self) -> None:
+        """The rows written, mapped back (the files removed: they live on while mapped)."""
+        import shutil
+
+        try:
+            names = {c: f.close() for c, f in self.files.items()}
+            self.spec["rows"] = {c: np.load(f"{self.folder}/{n}", mmap_mode="c", allow_pickle=False)
+                                 for c, n in names.items()}
+        except OSError:
+            pass
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def abort(self) -> None:
+        import shutil
+
+        for f in self.files.values():
+            try:
+                f.f.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def swap_rows(trace: Trace, pid: int | None, min_size: int) -> pd.DataFrame | None:
+    """The rows an access pass wrote for swap's problem (:func:`for_swap`), taken once; None when none
+    were written for this process and min size."""
+    spec = _for_swap.get(id(trace))
+    if spec is None or spec["rows"] is None or spec["pid"] != pid or spec["min_size"] != int(min_size):
+        return None
+    rows, spec["rows"] = spec["rows"], None
+    return pd.DataFrame({c: np.asarray(rows[c]) for c in SWAP_ROWS_COLUMNS}, copy=False)

@@ -72,14 +72,22 @@ def _clock_facts(trace: Trace, heads: dict) -> list[tuple[str, str]]:
 
 def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
           strategies=None, top: int = 15, progress=None) -> Report:
-    """Run the analyses once (:func:`analyse`), then every reporter of the registry in page order."""
-    ctx = analyse(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
-                  progress=progress)
-    facts = header_facts(ctx)
-    if ctx.wait_swap is None:       # a long run: the swap work last, once the rest is let go
-        sections = _sections_swap_last(ctx)
-    else:
-        sections = [s for s in (r.section(ctx) for r in REPORTERS) if s is not None]
+    """Run the analyses once (:func:`analyse`), then every reporter of the registry in page order.
+    A long run: the access pass also writes the rows the swap problem reads, made last
+    (:func:`~pyinterpose.analysis.intervals.for_swap`: one pass over the intervals, not two)."""
+    from contextlib import nullcontext
+
+    from ..analysis.intervals import for_swap
+    from ..analysis.swap.problem import MIN_SIZE
+
+    with for_swap(trace, trace.main_pid, MIN_SIZE) if len(trace.blocks) >= SERIAL_BLOCKS else nullcontext():
+        ctx = analyse(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
+                      progress=progress)
+        facts = header_facts(ctx)
+        if ctx.wait_swap is None:       # a long run: the swap work last, once the rest is let go
+            sections = _sections_swap_last(ctx)
+        else:
+            sections = [s for s in (r.section(ctx) for r in REPORTERS) if s is not None]
     ctx.swap()        # the swap schedules' worker is done even when no section asked for them
     ctx.step(1.0, "rendering")
     title = f"pyinterpose report: {os.path.basename(trace.path) if trace.path else 'trace'}"
@@ -138,8 +146,10 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
 
     On a trace of :data:`SERIAL_BLOCKS` blocks or more (a long run), everything runs on this thread,
     one analysis at a time (the peaks of concurrent analyses add up), the accesses right after the
-    iterations (before the classes, the timeline and the pools are made and kept), and the swap work
-    not here but last, once every other section is built and what they read is let go (:func:`build`)."""
+    iterations (before the classes, the timeline and the pools are made and kept), the lifetimes right
+    after the classes (then their classify table is let go), the heap's free pages handed back after
+    the accesses and the lifetimes (:func:`_give_back`), and the swap work not here but
+    last, once every other section is built and what they read is let go (:func:`build`)."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
     # a long run: one analysis at a time (their peaks would add up), no worker threads
     later = _now if len(trace.blocks) >= SERIAL_BLOCKS else _in_background
@@ -155,7 +165,7 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
         between = BetweenSummary()    # what the ATI figure reads of the intervals, while the analysis holds them
         ctx.access = guarded.access(trace, bandwidth=bandwidth, iters=it.value, between=between)
         ctx.ati_figure = ati_figure(ctx.access, between)
-        _give_back(trace, later)
+        _give_back(trace, later, heap=True)
 
     step(0.05, "iterations")
     ctx.iterations = it = guarded.iterations(trace)
@@ -163,6 +173,8 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
         _give_back(trace, later)
         accesses()
     ctx.classes = guarded.block_classes(trace, iters=it.value)
+    if later is _now:
+        _lifetimes_then_let_classify_go(ctx)
 
     def side_work():
         if later is _now:
@@ -177,12 +189,31 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
         accesses()
         start_swap(ctx, later)     # a long run: once every other section is built (build())
     _give_back(trace, later)
-    step(0.3, "lifetimes")
-    ctx.lifetimes = guarded.lifetimes_summary(trace, iters=it.value)
+    if later is not _now:
+        step(0.3, "lifetimes")
+        ctx.lifetimes = guarded.lifetimes_summary(trace, iters=it.value)
     step(0.35, "timeline")
     ctx.timelines, ctx.pools = side.result()
     _give_back(trace, later)
     return ctx
+
+
+def _lifetimes_then_let_classify_go(ctx: ReportContext) -> None:
+    """A long run: the lifetimes summary right after the block classes, then the classify table it reads
+    (``lifetimes.classify``, memoized: a copy of a dozen block columns, ~0.6 GB at 100 M events; the
+    block classes read it too below a piece of blocks) let go, so that it is not held through the
+    timeline, the pools and the sections (the classes the timeline and the sections read are
+    ``ctx.classes``, a series of their own)."""
+    ctx.step(0.12, "lifetimes")
+    it = ctx.iterations.value
+    # the classify table first (memoized: the summary reads this one), then the pages and the heap its
+    # column reads left given back, so that they are not resident beneath the summary's own (at 100 M
+    # events, where the block classes no longer make the table, both in one step peaked at 4,007 MiB)
+    guarded._call("lifetimes", "classify", ctx.trace, iters=it)
+    _give_back(ctx.trace, _now, heap=True)
+    ctx.lifetimes = guarded.lifetimes_summary(ctx.trace, iters=it)
+    ctx.trace.forget("lifetimes.classify")
+    _give_back(ctx.trace, _now, heap=True)    # the summary's own transient arrays (~1.7 GB at 100 M events) too
 
 
 def start_swap(ctx: ReportContext, later) -> None:
@@ -234,11 +265,20 @@ def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded
     return ev, guarded._call("swap", "pareto", trace, problem=sp.value)
 
 
-def _give_back(trace: Trace, later) -> None:
+def _give_back(trace: Trace, later, heap: bool = False) -> None:
     """A long run (analyses one at a time): the pages of the cached columns the step before read are given
-    back before the next (at 100 M events ~3 GB of mapped columns otherwise stay resident to the end)."""
+    back before the next (at 100 M events ~3 GB of mapped columns otherwise stay resident to the end);
+    with ``heap``, the heap's free pages too (:func:`~pyinterpose.heap.give_back`): after the accesses
+    (at 100 M events the access analysis grows the heap to ~3.4 GB and keeps ~0.8 GB in use) and after
+    the lifetimes summary (~1.7 GB of transient arrays; the classify table let go), so that the steps
+    after them grow it only as far as they need, instead of keeping the largest step's high-water mark
+    resident beneath every later step's mapped columns.  Not after every step: each give-back costs
+    the page faults of the heap grown again (~1.5 s of system time a GB at 100 M events), and the
+    iterations' heap is reused by the accesses, which need more."""
     if later is _now:
         release_tables(trace)
+        if heap:
+            give_back()
 
 
 def _timeline_payloads(ctx: ReportContext) -> dict | None:

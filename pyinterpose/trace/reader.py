@@ -624,7 +624,7 @@ class _AccessColumns:
                 else:
                     self.arrays[c][self.n:self.n + k] = chunk[c]
         except OSError as e:
-            raise TraceError(f"cannot write the table cache beside the trace ({e.strerror or e}); "
+            raise _CacheWriteError(f"cannot write the table cache beside the trace ({e.strerror or e}); "
                              "--no-cache reads the trace without it")
         self.n += k
 
@@ -645,7 +645,7 @@ class _AccessColumns:
                 if self.sorted_by_pid:
                     self._regroup_files(entries)
             except OSError as e:
-                raise TraceError(f"cannot write the table cache beside the trace ({e.strerror or e}); "
+                raise _CacheWriteError(f"cannot write the table cache beside the trace ({e.strerror or e}); "
                                  "--no-cache reads the trace without it")
             return n
         a = self.arrays
@@ -1167,8 +1167,35 @@ def load(path: str, progress: bool = False) -> Trace:
     if cached is not None:
         return cached
 
+    writer = colcache.Writer.open(path) if colcache.wanted(path) and not being_written(path) else None
+    if writer is None and _large(path):
+        # no cache beside the trace (--no-cache, a read-only folder, a trace being written): its
+        # tables through files of this process's own, mapped and removed (colcache.Writer.private)
+        private = colcache.Writer.private(path)
+        if private is not None:
+            try:
+                return _load(path, progress, private, private=True)
+            except _CacheWriteError:
+                pass                 # no room in TMPDIR: read into memory instead
+    return _load(path, progress, writer)
+
+
+def _large(path: str) -> bool:
+    """A trace read through files even without its cache: from spill_min_bytes() on."""
+    try:
+        return os.path.getsize(path) >= spill_min_bytes()
+    except OSError:
+        return False
+
+
+class _CacheWriteError(TraceError):
+    """The tables' files could not be written (no room, no permission)."""
+
+
+def _load(path: str, progress: bool, writer, private: bool = False) -> Trace:
+    """:func:`load`'s read of the file: into memory, into the cache beside it (``writer``), or into
+    a private folder of files (``private``: :meth:`colcache.Writer.private`)."""
     with progress_bar.bar(f"reading {os.path.basename(path)}", progress) as on_progress:
-        writer = colcache.Writer.open(path) if colcache.wanted(path) and not being_written(path) else None
         spill = None
         try:
             sp = _Split()
@@ -1181,7 +1208,9 @@ def load(path: str, progress: bool = False) -> Trace:
             on_progress(1.0, "building the tables" if writer is None else "building the tables and their cache")
             trace = _build(sp, raw, path, writer)
             del sp
-            if writer is not None and writer.finish(trace):
+            if private:
+                trace = writer.mapped_trace(trace)       # every table mapped from its file
+            elif writer is not None and writer.finish(trace):
                 trace = colcache.read(path) or trace     # every table mapped from the cache just written
         finally:
             if writer is not None:

@@ -263,8 +263,11 @@ def test_failed_allocations_call_sites_same_as_the_spec_reference(capture, tmp_p
 
 # The first read of a large trace (issue 30): the record pass spills its tables and the accesses to files,
 # the accesses are resolved a few rows at a time, and (cache on) each table goes to the cache as soon as it is
-# built, then comes back memory-mapped.  "spill": --no-cache, tables in memory; "cache": the cache written.
-READ_MODES = {"spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_SPILL_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
+# built, then comes back memory-mapped.  "private": --no-cache, the tables through files of the process's own
+# in TMPDIR, mapped, then removed; "spill": --no-cache where those files cannot be made, tables in memory;
+# "cache": the cache written.
+READ_MODES = {"private": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_SPILL_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
+              "spill": {"PYINTERPOSE_NO_CACHE": "1", "PYINTERPOSE_SPILL_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"},
               "cache": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_SPILL_MIN_BYTES": "0",
                         "PYINTERPOSE_CHUNK_ROWS": "3"},
               "cache-in-memory": {"PYINTERPOSE_CACHE_MIN_BYTES": "0", "PYINTERPOSE_CHUNK_ROWS": "3"}}
@@ -313,6 +316,8 @@ def test_spilled_and_streamed_first_read_same_tables(mode, tmp_path, monkeypatch
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
+    if mode == "spill":
+        monkeypatch.setattr(colcache.Writer, "private", classmethod(lambda cls, path: None))
     spilled = []
     real_spill = reader._Split.spill
     monkeypatch.setattr(reader._Split, "spill", lambda sp, folder: spilled.append(folder) or real_spill(sp, folder))
@@ -322,19 +327,55 @@ def test_spilled_and_streamed_first_read_same_tables(mode, tmp_path, monkeypatch
         stale = colcache.cache_dir(path) + ".tmp-999999999"      # a read killed before (no such process)
         os.makedirs(os.path.join(stale, "spill"))
         new = pyinterpose.load(path)
-        assert os.path.exists(stale) == (mode == "spill")       # removed by the next read that writes the cache
+        assert os.path.exists(stale) == (mode in ("spill", "private"))   # removed by the next read that writes the cache
         shutil.rmtree(stale, ignore_errors=True)
         assert len(spilled) == (0 if mode == "cache-in-memory" else 1)
         assert_same(new, ref)
         assert os.path.isdir(colcache.cache_dir(path)) == mode.startswith("cache")
         if mode.startswith("cache"):
             assert_same(colcache.read(path), ref)
-            blocks = new.blocks["seq_alloc"].to_numpy()
-            assert len(blocks) == 0 or isinstance(getattr(blocks, "base", None), np.memmap) \
-                or any(isinstance(b, np.memmap) for b in _bases(blocks))      # mapped from the cache just written
+        if mode != "spill":     # mapped from the files just written (the private ones unlinked)
+            for name in ("blocks", "accesses", "launches"):
+                col = getattr(new, name).iloc[:, 0].to_numpy()
+                assert len(col) == 0 or any(isinstance(b, np.memmap) for b in _bases(col)), name
+        else:
+            col = new.blocks["seq_alloc"].to_numpy()
+            assert not any(isinstance(b, np.memmap) for b in _bases(col))
         # nothing left behind: no spill folder, no temporary cache folder
         assert os.listdir(tmp) == []
         assert sorted(f for f in os.listdir(tmp_path) if ".picache." in f) == []
+
+
+def test_no_room_for_the_private_files_reads_into_memory(tmp_path, monkeypatch):
+    """--no-cache on a large trace where TMPDIR has no room for the tables' files: the same tables, read
+    into memory, and nothing left in TMPDIR."""
+    import errno
+    import tempfile
+
+    from pyinterpose.trace import colcache
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    for k, v in READ_MODES["private"].items():
+        monkeypatch.setenv(k, v)
+    tried = []
+
+    def full(self, a):
+        if "pyinterpose-tables-" in self.path:
+            tried.append(self.path)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, a)
+    real = colcache.NpyAppender.append
+    monkeypatch.setattr(colcache.NpyAppender, "append", full)
+    path = _edge_traces(tmp_path)[0]
+    new = pyinterpose.load(path)
+    assert tried                                   # the private files were tried first
+    assert_same(new, _reference(path))
+    col = new.accesses["seq"].to_numpy()
+    assert not any(isinstance(b, np.memmap) for b in _bases(col))
+    assert os.listdir(tmp) == []
 
 
 def _bases(a):

@@ -35,8 +35,14 @@ def test_serial_build_equals_threaded(monkeypatch):
     real = html._in_background
     monkeypatch.setattr(html, "_in_background", lambda fn: calls.append(fn) or real(fn))
     monkeypatch.setattr(html, "SERIAL_BLOCKS", 0)
-    serial = html.build(tr, bandwidth=16, time_limit=1.0)
+    from pyinterpose.analysis import intervals
+    rows = []
+    real_rows = intervals.swap_rows
+    monkeypatch.setattr(intervals, "swap_rows", lambda *a: rows.append(r := real_rows(*a)) or r)
+    import copy
+    serial = html.build(copy.copy(tr), bandwidth=16, time_limit=1.0)     # a memo of its own: analysed again
     assert calls == []                       # no worker thread
+    assert [r is not None for r in rows] == [True]   # the swap problem read the access pass's rows
     a, b = _sections(threaded), _sections(serial)
     assert set(a) == {"memory", "iterations", "sizes", "access", "blocks"}
     assert a == b
@@ -71,3 +77,42 @@ def test_report_makes_no_full_length_tables(monkeypatch, serial):
     assert not [k for k in keys if k[0] == "access.intervals" or k == ("model", "live_events")]
     modules = {k[0] for k in keys}
     assert ("lifetimes.classify" in modules) == (not serial)
+
+
+@pytest.mark.slow
+def test_long_run_lets_the_heap_and_the_classify_table_go_early(monkeypatch):
+    """A long run hands the heap's free pages back after the accesses (its transient arrays are the
+    largest), makes the lifetimes summary right after the classes and then lets
+    the classify table and the heap's free pages go: the timeline and the pools are made without it.  The same headlines as the
+    threaded build's (which keeps the classify table to the end)."""
+    tr = training_trace(iterations=8)
+    threaded = html.build(tr, bandwidth=16, time_limit=1.0)
+    tr = training_trace(iterations=8)
+    monkeypatch.setattr(html, "SERIAL_BLOCKS", 0)
+    seen = []
+
+    def held():
+        return any(isinstance(k, tuple) and k[0] == "lifetimes.classify" for k in tr._derived)
+
+    def wrap(mod, name, label):
+        real = getattr(mod, name)
+
+        def f(*a, **k):
+            seen.append((label, held()))
+            return real(*a, **k)
+        monkeypatch.setattr(mod, name, f)
+
+    wrap(html, "give_back", "give_back")
+    for name in ("iterations", "access", "block_classes", "lifetimes_summary", "pools"):
+        wrap(html.guarded, name, name)
+    wrap(html, "_timeline_payloads", "timeline")
+    serial = html.build(tr, bandwidth=16, time_limit=1.0)
+    order = [label for label, _ in seen]
+    assert order[:8] == ["iterations", "access", "give_back", "block_classes", "give_back", "lifetimes_summary",
+                         "give_back", "timeline"]
+    assert order.index("pools") > order.index("timeline")
+    assert dict(seen)["lifetimes_summary"] is True          # it reads the classify table the classes made
+    assert dict(seen)["timeline"] is False and dict(seen)["pools"] is False
+    for k in ("lifetimes", "iterations", "peak_live_bytes", "access", "sizes", "swap", "swap_pareto"):
+        assert threaded.headlines[k] == serial.headlines[k], k
+    assert _sections(threaded) == _sections(serial)

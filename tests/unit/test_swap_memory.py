@@ -217,3 +217,52 @@ def test_rank_from_a_given_order_is_pandas_rank(seed):
     _tie_order(p)
     doa = p.candidates["doa_ns"].to_numpy(np.float64)
     assert np.array_equal(_rank(p, "doa", 0), pd.Series(doa).rank(ascending=False, method="min").to_numpy())
+
+
+@pytest.mark.parametrize("sample", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit", "graphs-blocks.pit"])
+def test_access_pass_writes_the_rows_swaps_problem_makes(monkeypatch, sample, tmp_path):
+    """Inside intervals.for_swap the access pass writes the rows swap's problem would make with its own
+    pass (kind between, size >= min size, its columns, in order); the problem reads those (its own pass
+    does not run) and comes out the same; compare (long trace path) and the long report the same."""
+    import os
+
+    import pandas as pd
+
+    import pyinterpose
+    from pyinterpose.analysis import access, intervals
+    from pyinterpose.analysis.compare import compare_files
+    from pyinterpose.analysis.swap import problem as problem_mod
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "samples", sample)
+    for min_size in (problem_mod.MIN_SIZE, 1):
+        tr = pyinterpose.load(path)
+        want = problem_mod._between_intervals(tr, tr.main_pid, min_size)
+        tr = pyinterpose.load(path)
+        tmp = tmp_path / f"tmp{min_size}"
+        tmp.mkdir()
+        monkeypatch.setenv("TMPDIR", str(tmp))
+        import tempfile
+        monkeypatch.setattr(tempfile, "tempdir", None)
+        with intervals.for_swap(tr, tr.main_pid, min_size):
+            access.analyze(tr, bandwidth=16.0)
+            assert os.listdir(tmp) == []                      # the files are gone once mapped
+            passes = []
+            real = intervals.pieces
+            monkeypatch.setattr(intervals, "pieces", lambda *a, **k: passes.append(1) or real(*a, **k))
+            got = problem_mod._between_intervals(tr, tr.main_pid, min_size)
+            monkeypatch.setattr(intervals, "pieces", real)
+            assert passes == []
+            assert len(want) > 0
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+            assert problem_mod._between_intervals(tr, tr.main_pid, min_size).equals(want)   # taken once: made again
+    got = {}
+    for on in (False, True):
+        _long_trace_paths(monkeypatch, on)
+        seen = []
+        real_rows = intervals.swap_rows
+        monkeypatch.setattr(intervals, "swap_rows", lambda *a: seen.append(r := real_rows(*a)) or r)
+        row, _ = compare_files([path], bandwidth=16.0)
+        monkeypatch.setattr(intervals, "swap_rows", real_rows)
+        assert any(r is not None for r in seen) == on
+        got[on] = row
+    assert got[True] == got[False]

@@ -318,8 +318,11 @@ def _between_intervals(trace, pid: int, min_size: int) -> pd.DataFrame:
     """The rows of ``access_intervals(trace, pid)`` that :func:`prepare_tables` can keep (kind
     ``between``, size >= ``min_size``), the columns it reads, made a piece of blocks at a time
     (:func:`..intervals.pieces`: the whole table is never held)."""
-    from ..intervals import INTERVAL_KINDS, pieces  # lazy: see the note above STRATEGIES
+    from ..intervals import INTERVAL_KINDS, pieces, swap_rows  # lazy: see the note above STRATEGIES
 
+    written = swap_rows(trace, pid, min_size)      # by the access pass just before (intervals.for_swap)
+    if written is not None:
+        return written
     cols = ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")
     code = INTERVAL_KINDS.index(SWAP_INTERVAL_KIND)
     parts = {k: [] for k in cols}
