@@ -11,6 +11,7 @@ from ...errors import PyinterposeError
 from ...heap import give_back
 from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
+from ..search import searchsorted
 
 
 # access/iterations/clock are imported in the functions that use them: the cli reads STRATEGIES and
@@ -58,8 +59,8 @@ class SwapProblem:
 def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
     """Index range [lo, hi) of the steps lying entirely inside [a, b) (vectorised)."""
     n = len(steps_t) - 1
-    lo = np.searchsorted(steps_t, a, side="left")
-    hi = np.searchsorted(steps_t, b, side="right") - 1
+    lo = searchsorted(steps_t, a, side="left")       # the needles sorted first: issue 30
+    hi = searchsorted(steps_t, b, side="right") - 1
     lo = np.minimum(lo, n)
     hi = np.clip(hi, lo, n)
     return lo.astype(np.int64), hi.astype(np.int64)
@@ -293,8 +294,8 @@ def _ops_of_intervals(ops: dict, iv: pd.DataFrame, keep: np.ndarray) -> tuple[np
     access op (the first at or after its end seq; -1 none), as indices into ``ops``."""
     seq = ops["seq"]
     n = len(seq)
-    prev = np.searchsorted(seq, iv["start_seq"].to_numpy(np.int64)[keep], side="right") - 1
-    nxt = np.searchsorted(seq, iv["end_seq"].to_numpy(np.int64)[keep], side="left")
+    prev = searchsorted(seq, iv["start_seq"].to_numpy(np.int64)[keep], side="right") - 1
+    nxt = searchsorted(seq, iv["end_seq"].to_numpy(np.int64)[keep], side="left")
     return prev.astype(np.int64), np.where(nxt < n, nxt, -1).astype(np.int64)
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
+from ..search import searchsorted
 from .problem import (MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside)
 from .strategies import _order
 from .validate import validate_schedule
@@ -100,8 +101,8 @@ def hiding_floor(problem: SwapProblem) -> int:
             st = _steps_f(problem)
             n = len(live)
             start, end = _times(problem, h)
-            lo = np.minimum(np.searchsorted(st, start + a["t_out"][h], side="left"), n)
-            hi = np.clip(np.searchsorted(st, end - a["t_in"][h], side="right") - 1, lo, n)
+            lo = np.minimum(searchsorted(st, start + a["t_out"][h], side="left"), n)
+            hi = np.clip(searchsorted(st, end - a["t_in"][h], side="right") - 1, lo, n)
             cover = np.zeros(n + 1, np.int64)
             np.add.at(cover, lo, a["size"][h])
             np.add.at(cover, hi, -a["size"][h])

@@ -7,6 +7,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
+from ..search import searchsorted
 from .problem import (STRATEGIES, SwapProblem, _steps_f)
 
 
@@ -58,7 +59,7 @@ def _wdoa_points(problem: SwapProblem):
         b = c["end_t"].to_numpy(np.float64)[hides] - c["t_in_ns"].to_numpy(np.float64)[hides]
 
         def points(x):
-            k = np.clip(np.searchsorted(st, x, side="right") - 1, 0, n - 1)
+            k = np.clip(searchsorted(st, x, side="right") - 1, 0, n - 1)
             return k, np.minimum(x, st[-1]) - st[k], x < st[0], x >= st[-1]
 
         m["wdoa_points"] = (hides, points(np.minimum(a, b)), points(b))
