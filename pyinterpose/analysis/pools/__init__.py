@@ -51,7 +51,8 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
-from ...trace.chunking import spans
+from ...heap import give_back
+from ...trace.chunking import chunk_rows, spans
 from ...trace.model import Trace, counted_bytes
 from ...trace.pages import release, release_tables
 from ...trace.piecewise import piece_rows
@@ -83,6 +84,7 @@ def resolve_pid(trace: Trace, pid: int | None) -> int | None:
 
 
 _BLOCK_COLUMNS = ("block_id", "size", "stream", "seq_alloc", "seq_free", "t_alloc", "t_free", "freed")
+_REPLAY_COLUMNS = ("block_id", "size", "stream", "seq_alloc", "seq_free", "freed")   # no times: see evaluate
 
 
 def _device_mask(trace: Trace, pid: int | None, allocator_only: bool = False,
@@ -106,23 +108,48 @@ def _device_blocks(trace: Trace, pid: int | None, allocator_only: bool = False) 
     return trace.blocks[_device_mask(trace, pid, allocator_only)]
 
 
-def _block_columns(trace: Trace, mask: np.ndarray) -> dict:
+def _block_columns(trace: Trace, mask: np.ndarray, columns=_BLOCK_COLUMNS) -> dict:
     """The columns of the masked blocks that the request stream and the steady problem
-    read, as numpy arrays (no DataFrame row selection; the columns themselves, not copies,
-    when every block is selected)."""
+    read (``columns``: a subset of them), as numpy arrays (no DataFrame row selection; the columns
+    themselves, not copies, when every block is selected).  A masked copy is made a piece of rows at
+    a time, each piece's mapped pages given back (:func:`_masked`)."""
     b = trace.blocks
     every = bool(np.all(mask)) if len(mask) else False
     out = {}
-    for c in _BLOCK_COLUMNS:
+    for c in columns:
         a = counted_bytes(b) if c == "size" else b[c].to_numpy()   # the live-bytes sizes (model.counted_bytes)
-        out[c] = a if every or not len(a) else a[mask]
+        out[c] = a if every or not len(a) else _masked(a, mask)
     return out
 
 
-def _request_columns(cols: dict, times: bool = True) -> dict:
+def _give_back(trace: Trace) -> None:
+    """The heap's free pages handed back (``heap.give_back``) between the steps of :func:`evaluate`, on
+    a long trace only (more than a piece of blocks): the CLI keeps freed memory for the next arrays,
+    so at 100 M events the request stream's ~0.6 GB of temporaries stayed resident through the steady
+    problem and the replays; a shorter trace keeps the page faults saved."""
+    if len(trace.blocks) > chunk_rows():
+        give_back()
+
+
+def _masked(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``a[mask]`` (1-d), copied a piece of rows at a time (``trace.chunking``), each piece's mapped
+    pages of ``a`` given back once copied (issue 30: the whole columns' pages stayed resident)."""
+    out = np.empty(int(np.count_nonzero(mask)), a.dtype)
+    k = 0
+    for lo, hi in spans(len(a)):
+        part = a[lo:hi][np.asarray(mask[lo:hi], bool)]
+        out[k:k + len(part)] = part
+        k += len(part)
+        release(a, lo, hi)
+    return out
+
+
+def _request_columns(cols: dict, times: bool = True, seq: bool = True, consume: bool = False) -> dict:
     """The request stream (one alloc per block, one free per freed block, in sequence
-    order; a free first if it shares its seq with an alloc) as numpy columns: seq, t
-    (unless not ``times``), is_alloc (bool), block_id, size, stream.
+    order; a free first if it shares its seq with an alloc) as numpy columns: seq (unless not
+    ``seq``: then ``n``, the number of requests), t (unless not ``times``), is_alloc (bool),
+    block_id, size, stream.  ``consume``: each column of ``cols`` is removed from it once read for
+    the last time (the caller's copies let go as the stream is made: issue 30).
 
     Each request's place is computed, not sorted for: the allocations and the frees each in
     seq order (stable), an allocation after the frees at or before its seq, a free after the
@@ -143,23 +170,36 @@ def _request_columns(cols: dict, times: bool = True) -> dict:
     pos_f = np.searchsorted(sas, sfs, side="left")
     pos_f += np.arange(n_f)
     n = n_a + n_f
-    seq = np.empty(n, np.int64)
-    seq[pos_a] = sas
-    seq[pos_f] = sfs
-    del sas, sfs
+    out = {}
+    if seq:
+        out["seq"] = np.empty(n, np.int64)
+        out["seq"][pos_a] = sas
+        out["seq"][pos_f] = sfs
+    else:
+        out["n"] = n
+    del sas, sfs, sa, freed
+    if consume:
+        for c in ("seq_alloc", "seq_free", "freed"):
+            cols.pop(c, None)
     is_alloc = np.zeros(n, bool)
     is_alloc[pos_a] = True
+    out["is_alloc"] = is_alloc
 
     def both(c, dtype):
         out = np.empty(n, dtype)
         a = cols[c[0]].astype(dtype, copy=False)
         out[pos_a] = a if oa is None else a[oa]
+        del a
         f = cols[c[1]].astype(dtype, copy=False)[fidx]
         out[pos_f] = f if of is None else f[of]
+        if consume:
+            for k in c:
+                cols.pop(k, None)
         return out
 
-    out = {"seq": seq, "is_alloc": is_alloc, "block_id": both(("block_id", "block_id"), np.int64),
-           "size": both(("size", "size"), np.int64), "stream": both(("stream", "stream"), np.uint64)}
+    out["block_id"] = both(("block_id", "block_id"), np.int64)
+    out["size"] = both(("size", "size"), np.int64)
+    out["stream"] = both(("stream", "stream"), np.uint64)
     if times:
         out["t"] = both(("t_alloc", "t_free"), np.int64)
     return out
@@ -383,7 +423,7 @@ def request_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray |
     if allocator is None:
         from ..owners import allocator_mask
         allocator = allocator_mask(trace)
-    cols = _block_columns(trace, _device_mask(trace, resolve_pid(trace, pid), True, allocator))
+    cols = _block_columns(trace, _device_mask(trace, resolve_pid(trace, pid), True, allocator), _REPLAY_COLUMNS)
     rq = _request_columns(cols, times=False)
     rq["arrays"] = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
     return rq
@@ -432,17 +472,23 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     pid = resolve_pid(trace, pid)
     from ..owners import allocator_info, allocator_mask
     amask = allocator_mask(trace)
-    cols = _block_columns(trace, _device_mask(trace, pid, True, amask))
-    rq = _request_columns(cols, times=False)
-    n_req = len(rq.pop("seq"))         # the replay reads the order only: no seq column held (issue 30)
+    # no times: the replay reads the order only, the steady problem the seqs (issue 30)
+    cols = _block_columns(trace, _device_mask(trace, pid, True, amask), _REPLAY_COLUMNS)
+    # the replay reads the order only: no seq column made (issue 30); the masked block columns let
+    # go as they are read (the steady problem reads its window in pieces)
+    rq = _request_columns(cols, times=False, seq=False, consume=True)
+    del cols
+    n_req = rq.pop("n")         # the replay reads the order only: no seq column held (issue 30)
     whole = _peak_of_requests(rq["is_alloc"], rq["size"])
     arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
     release_tables(trace)       # each step's pages of the cached columns: given back before the next
+    _give_back(trace)           # and, on a long trace, the request stream's freed temporaries
     view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)
     release_tables(trace)
-    prob = steady_problem(trace, pid, window, allocator_only=True, _cols=cols)
+    prob = steady_problem(trace, pid, window, allocator_only=True)
     release_tables(trace)
+    _give_back(trace)
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
     bound = load(lower, upper, size)
     # the simulators run in C without the GIL: replay them side by side
