@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..analysis.clock import block_times
 from ..trace.chunking import chunk_rows, spans
+from ..trace.pages import release
 from .class_lookup import ClassLookup
 
 _COLUMNS = ("block_id", "pid", "size", "device_bytes", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free")
@@ -41,12 +42,18 @@ class _Sorted:
         self.delta = np.empty(n, np.int64)          # the block's counted bytes
         freed = np.empty(n, bool)
         sub = bl[cols]
+        mapped = [bl[c].to_numpy() for c in cols]      # the columns read, to give their pages back
         for s, e in spans(n):
             piece = sub.iloc[rows[s:e]]
             a, f = block_times(trace, piece)
             ta[s:e], tf[s:e] = a, f
             self.delta[s:e] = piece[size_col].to_numpy(np.int64)
             freed[s:e] = piece["freed"].to_numpy(bool)
+            if e > s:                   # the pages of the rows this piece read (issue 30: ~0.3 GB at 100 M)
+                lo, hi = int(rows[s:e].min()), int(rows[s:e].max()) + 1
+                for x in mapped:
+                    release(x, lo, hi)
+        del mapped
         idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
         j = np.arange(n, dtype=idx)
         zero = self.delta <= 0
