@@ -13,11 +13,13 @@ def _brute(a, v, side):
     return np.array([int((a < x).sum()) if side == "left" else int((a <= x).sum()) for x in v], np.int64)
 
 
+@pytest.mark.parametrize("piece", [1 << 20, 1, 3, 64])
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("n", [0, 1, 2, 50, 700])
-def test_sorted_search_equals_brute_force(monkeypatch, side, n):
+def test_sorted_search_equals_brute_force(monkeypatch, side, n, piece):
     monkeypatch.setattr(search, "MIN_NEEDLES", 0)     # the sorting path at any size
     monkeypatch.setattr(search, "MIN_HAYSTACK", 0)
+    monkeypatch.setattr(search, "PIECE", piece)       # the needles sorted a piece at a time
     rng = np.random.default_rng(n)
     a = np.sort(rng.integers(0, 60, 200))             # many ties
     v = rng.integers(-5, 70, n)                       # below, inside and above, repeated, in no order
