@@ -134,7 +134,20 @@ def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
     out["phase"] = phase
 
     code = CLASSES.index
-    cls = np.empty(len(out), dtype=np.int8)
+    span = iters.seq_range if iters.seq_range != (0, 0) else (
+        (int(sa.min()), int(sf.max())) if len(sa) else (0, 0))
+    cls = _class_codes(sa, sf, freed, ia, ifr, iters, span)
+    cls[_leaks(trace, out, ia, freed, iters)] = code("leak")
+    out["class"] = pd.Categorical.from_codes(cls, categories=CLASSES)
+    return out
+
+
+def _class_codes(sa, sf, freed, ia, ifr, iters: Iterations, seq_range: tuple[int, int]) -> np.ndarray:
+    """The class code (int8, ``CLASSES``; leaks not marked) of each block from its allocation and free
+    seqs, whether it was freed and the steps it was allocated and freed in; ``seq_range``: the run's
+    span when it has no steps (a block living 90 % of it is persistent)."""
+    code = CLASSES.index
+    cls = np.empty(len(sa), dtype=np.int8)
     if iters.count:
         B = iters.boundaries
         c = iters.count
@@ -146,15 +159,11 @@ def _classify(trace: Trace, iters: Iterations, pid: int | None) -> pd.DataFrame:
         cls[persistent] = code("persistent")
         cls[~overlaps] = code("outside")
     else:
-        lo, hi = iters.seq_range if iters.seq_range != (0, 0) else (
-            (int(sa.min()), int(sf.max())) if len(sa) else (0, 0))
-        span = max(hi - lo, 1)
+        span = max(seq_range[1] - seq_range[0], 1)
         long_lived = ~freed | ((sf - sa) >= 0.9 * span)
         cls[:] = code("transient")
         cls[long_lived] = code("persistent")
-    cls[_leaks(trace, out, ia, freed, iters)] = code("leak")
-    out["class"] = pd.Categorical.from_codes(cls, categories=CLASSES)
-    return out
+    return cls
 
 
 def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None = None) -> pd.Series:
@@ -191,23 +200,7 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
         freed = take(cols["freed"]).astype(bool)
         ia = iters.iteration_of(sa)
         ifr = np.where(freed, iters.iteration_of(np.maximum(sf - 1, sa)), -1)
-        cls = np.empty(len(sa), dtype=np.int8)
-        if iters.count:
-            B = iters.boundaries
-            c = iters.count
-            overlaps = (sa < B[c]) & (sf > B[0])
-            persistent = overlaps & (sa < B[1]) & (~freed | (sf >= B[c]))
-            same = (ia >= 0) & (ia == ifr)
-            cls[:] = code("cross_iteration")
-            cls[same] = code("per_iteration")
-            cls[persistent] = code("persistent")
-            cls[~overlaps] = code("outside")
-        else:
-            lo_s, hi_s = iters.seq_range
-            span = max(hi_s - lo_s, 1)
-            long_lived = ~freed | ((sf - sa) >= 0.9 * span)
-            cls[:] = code("transient")
-            cls[long_lived] = code("persistent")
+        cls = _class_codes(sa, sf, freed, ia, ifr, iters, iters.seq_range)
         if sid_col is not None:             # _leaks, a piece at a time
             sid = take(sid_col).astype(np.int64)
             pp = take(cols["pid"]).astype(np.int64)

@@ -221,21 +221,7 @@ def live_at_peak(trace, k: int | None = None) -> np.ndarray:
     the first event where the trace's live device bytes peak (its bytes live then; 0 for blocks not
     live; ``-size`` for a block freed at the peak's instant and allocated again after it).  ``k``: that
     event's index when the caller has it from :func:`scan`."""
-    n = len(trace.blocks)
-    out = np.zeros(n, np.int64)
-    code = live_order(trace)
-    if not len(code):
-        return out
-    if k is None:
-        _, k, _ = scan(trace)
-    size = counted_bytes(trace.blocks)
-    for lo, hi in spans(k + 1, piece_rows()):
-        rows, free = _decode(code[lo:hi])
-        a, f = rows[~free], rows[free]        # a row appears at most once in each
-        out[a] += size[a]
-        out[f] -= size[f]
-    release(size)
-    return out
+    return live_at_peak_by(trace, lambda rows: rows, len(trace.blocks), k)     # each block its own group
 
 
 def live_at_peak_by(trace, group_of, n_groups: int, k: int | None = None) -> np.ndarray:

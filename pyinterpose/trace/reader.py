@@ -1242,7 +1242,7 @@ def _spill_folder(path: str, writer) -> str | None:
     import tempfile
 
     try:
-        if os.path.getsize(path) < spill_min_bytes():
+        if not _large(path):
             return None
         if writer is not None:
             folder = os.path.join(writer.tmp, SPILL)
