@@ -355,6 +355,7 @@ typedef struct {
     const int64_t *size;
     const int32_t *req;
     const int64_t *bsize;
+    const int32_t *bsidx;   /* by block: the stream index per slot */
 } prep_t;
 
 /* request i of a prep_t: alloc?, slot, size, stream index (either form; the branch is the same
@@ -377,7 +378,7 @@ static inline int64_t rq_size(const prep_t *p, int64_t i)
 }
 static inline int32_t rq_sidx(const prep_t *p, int64_t i)
 {
-    return p->req ? p->sidx[rq_slot(p, i)] : p->sidx[i];
+    return p->req ? p->bsidx[rq_slot(p, i)] : p->sidx[i];
 }
 
 static void prep_free(prep_t *p)
@@ -474,15 +475,52 @@ static int prep(prep_t *p, int64_t n, const uint8_t *is_alloc, const int64_t *si
     return 0;
 }
 
-/* prep for the by-block form: req[i] in [-nslots, nslots) (~slot: a free), size and stream per slot;
- * the stream indices in first-seen order over the requests, as prep gives them */
+/* The dense stream index of each slot, in first-seen order over the requests (as prep numbers them):
+ * sidx[s] for every slot a request names (others untouched); returns the number of streams (their
+ * values: bstream at any slot of that index), or -ERR_NOMEM / -ERR_RANGE. */
+int64_t pi_as_stream_ids(int64_t n, const int32_t *req, int64_t nslots, const uint64_t *bstream, int32_t *sidx)
+{
+    if (n > INT32_MAX / 2 || nslots < 0 || nslots > INT32_MAX / 2)
+        return -ERR_RANGE;
+    for (int64_t i = 0; i < n; i++)
+        if (req[i] >= nslots || req[i] < -nslots)
+            return -ERR_RANGE;
+    hmap_t h;
+    if (hm_init(&h, 8) < 0) {
+        hm_free(&h);
+        return -ERR_NOMEM;
+    }
+    int64_t last_v = 0;
+    int32_t last_i = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t sl = req[i] >= 0 ? req[i] : ~req[i];
+        int64_t v = (int64_t)bstream[sl];
+        if (last_i >= 0 && v == last_v) {
+            sidx[sl] = last_i;
+            continue;
+        }
+        int32_t s = hm_id(&h, v);
+        if (s < 0) {
+            hm_free(&h);
+            return -ERR_NOMEM;
+        }
+        sidx[sl] = last_i = s;
+        last_v = v;
+    }
+    int64_t count = (int64_t)h.count;
+    hm_free(&h);
+    return count;
+}
+
+/* prep for the by-block form: req[i] in [-nslots, nslots) (~slot: a free), size and stream index per
+ * slot (bsidx: pi_as_stream_ids's, in [0, nstreams), svals their values; NULL: no streams) */
 static int prep_b(prep_t *p, int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize,
-                  const uint64_t *bstream, int want_rsz)
+                  const int32_t *bsidx, const uint64_t *svals, int64_t nstreams, int want_rsz)
 {
     memset(p, 0, sizeof(*p));
     p->req = req;
     p->bsize = bsize;
-    if (n > INT32_MAX / 2 || nslots < 0 || nslots > INT32_MAX / 2)
+    if (n > INT32_MAX / 2 || nslots < 0 || nslots > INT32_MAX / 2 || nstreams < 0 || nstreams > INT32_MAX / 2)
         return -ERR_RANGE;
     for (int64_t i = 0; i < n; i++)
         if (req[i] >= nslots || req[i] < -nslots)
@@ -497,42 +535,16 @@ static int prep_b(prep_t *p, int64_t n, const int32_t *req, int64_t nslots, cons
         if (!p->rsz)
             return -ERR_NOMEM;
     }
-    if (bstream) {
-        p->sidx = malloc((size_t)(nslots ? nslots : 1) * sizeof(int32_t));
-        if (!p->sidx)
+    if (bsidx) {
+        for (int64_t s = 0; s < nslots; s++)
+            if (bsidx[s] < 0 || bsidx[s] >= nstreams)
+                return -ERR_RANGE;
+        p->bsidx = bsidx;
+        p->nstreams = (int32_t)nstreams;
+        p->svals = malloc((size_t)(nstreams ? nstreams : 1) * sizeof(uint64_t));
+        if (!p->svals)
             return -ERR_NOMEM;
-        hmap_t h;
-        if (hm_init(&h, 8) < 0) {
-            hm_free(&h);
-            return -ERR_NOMEM;
-        }
-        int64_t last_v = 0;
-        int32_t last_i = -1;
-        for (int64_t i = 0; i < n; i++) {
-            int32_t sl = rq_slot(p, i);
-            int64_t v = (int64_t)bstream[sl];
-            if (last_i >= 0 && v == last_v) {
-                p->sidx[sl] = last_i;
-                continue;
-            }
-            int32_t s = hm_id(&h, v);
-            if (s < 0) {
-                hm_free(&h);
-                return -ERR_NOMEM;
-            }
-            p->sidx[sl] = last_i = s;
-            last_v = v;
-        }
-        p->nstreams = (int32_t)h.count;
-        p->svals = malloc((size_t)(h.count ? h.count : 1) * sizeof(uint64_t));
-        if (!p->svals) {
-            hm_free(&h);
-            return -ERR_NOMEM;
-        }
-        for (uint64_t j = 0; j <= h.mask; j++)
-            if (h.vals[j] >= 0)
-                p->svals[h.vals[j]] = (uint64_t)h.keys[j];
-        hm_free(&h);
+        memcpy(p->svals, svals, (size_t)nstreams * sizeof(uint64_t));
     }
     return 0;
 }
@@ -1385,8 +1397,9 @@ static int pt_expandable(int64_t n, prep_t *p,
 /* the requests of the public entry points: per request (req NULL), or by block (is_alloc, bid NULL;
  * size and stream per slot) */
 #define RQ_ARGS const uint8_t *is_alloc, const int64_t *bid, const int32_t *req, int64_t nslots, \
-                const int64_t *size, const uint64_t *stream
-#define RQ_PREP(P, WANT_RSZ) (req ? prep_b((P), n, req, nslots, size, stream, (WANT_RSZ)) \
+                const int64_t *size, const uint64_t *stream, const int32_t *bsidx, const uint64_t *svals, \
+                int64_t nstreams
+#define RQ_PREP(P, WANT_RSZ) (req ? prep_b((P), n, req, nslots, size, bsidx, svals, nstreams, (WANT_RSZ)) \
                               : prep((P), n, is_alloc, size, bid, stream, (WANT_RSZ)))
 #define RQ_SIZES_BAD() (check_sizes(req ? nslots : n, size) < 0)
 
@@ -1427,7 +1440,10 @@ static int bfc_run(int64_t n, RQ_ARGS, int64_t capacity, int allow_growth, int64
         return -ERR_RANGE;
     prep_t p;
     (void)stream;   /* BFC has no streams */
-    int rc = req ? prep_b(&p, n, req, nslots, size, NULL, 0) : prep(&p, n, is_alloc, size, bid, NULL, 0);
+    (void)bsidx;
+    (void)svals;
+    (void)nstreams;
+    int rc = req ? prep_b(&p, n, req, nslots, size, NULL, NULL, 0, 0) : prep(&p, n, is_alloc, size, bid, NULL, 0);
     heap_t hh, *h = &hh;
     if (rc < 0 || heap_init(h, 1, capacity, p.live) < 0) {
         if (rc == 0)
@@ -1726,48 +1742,49 @@ int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const 
                   int64_t large_segment_size, int expandable_segments,
                   int64_t *reserved_after, pi_as_result *out)
 {
-    return pt_run(n, is_alloc, bid, NULL, 0, size, stream, streams_signed, capacity, max_split_size, divisions,
-                  max_non_split_rounding, large_segment_size, expandable_segments, reserved_after, out);
+    return pt_run(n, is_alloc, bid, NULL, 0, size, stream, NULL, NULL, 0, streams_signed, capacity, max_split_size,
+                  divisions, max_non_split_rounding, large_segment_size, expandable_segments, reserved_after, out);
 }
 
-int pi_as_pytorch_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const uint64_t *bstream,
-                    int streams_signed, int64_t capacity,
+int pi_as_pytorch_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const int32_t *bsidx,
+                    const uint64_t *svals, int64_t nstreams, int streams_signed, int64_t capacity,
                     int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
                     int64_t large_segment_size, int expandable_segments,
                     int64_t *reserved_after, pi_as_result *out)
 {
-    return pt_run(n, NULL, NULL, req, nslots, bsize, bstream, streams_signed, capacity, max_split_size, divisions,
-                  max_non_split_rounding, large_segment_size, expandable_segments, reserved_after, out);
+    return pt_run(n, NULL, NULL, req, nslots, bsize, NULL, bsidx, svals, nstreams, streams_signed, capacity,
+                  max_split_size, divisions, max_non_split_rounding, large_segment_size, expandable_segments,
+                  reserved_after, out);
 }
 
 int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
               int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
               int64_t *reserved_after, pi_as_result *out)
 {
-    return bfc_run(n, is_alloc, bid, NULL, 0, size, NULL, capacity, allow_growth, max_internal_fragmentation,
-                   reserved_after, out);
+    return bfc_run(n, is_alloc, bid, NULL, 0, size, NULL, NULL, NULL, 0, capacity, allow_growth,
+                   max_internal_fragmentation, reserved_after, out);
 }
 
 int pi_as_bfc_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize,
                 int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
                 int64_t *reserved_after, pi_as_result *out)
 {
-    return bfc_run(n, NULL, NULL, req, nslots, bsize, NULL, capacity, allow_growth, max_internal_fragmentation,
-                   reserved_after, out);
+    return bfc_run(n, NULL, NULL, req, nslots, bsize, NULL, NULL, NULL, 0, capacity, allow_growth,
+                   max_internal_fragmentation, reserved_after, out);
 }
 
 int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
                 const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
                 int steal, int64_t *reserved_after, pi_as_result *out)
 {
-    return cn_run(n, is_alloc, bid, NULL, 0, size, stream, capacity, initial_bytes, streams, steal,
+    return cn_run(n, is_alloc, bid, NULL, 0, size, stream, NULL, NULL, 0, capacity, initial_bytes, streams, steal,
                   reserved_after, out);
 }
 
-int pi_as_cnmem_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const uint64_t *bstream,
-                  int64_t capacity, int64_t initial_bytes, int streams,
+int pi_as_cnmem_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const int32_t *bsidx,
+                  const uint64_t *svals, int64_t nstreams, int64_t capacity, int64_t initial_bytes, int streams,
                   int steal, int64_t *reserved_after, pi_as_result *out)
 {
-    return cn_run(n, NULL, NULL, req, nslots, bsize, bstream, capacity, initial_bytes, streams, steal,
-                  reserved_after, out);
+    return cn_run(n, NULL, NULL, req, nslots, bsize, NULL, bsidx, svals, nstreams, capacity, initial_bytes, streams,
+                  steal, reserved_after, out);
 }

@@ -101,7 +101,10 @@ def _device_mask(trace: Trace, pid: int | None, allocator_only: bool = False,
     else:
         m = b["counts_device"].to_numpy(bool).copy()
     if pid is not None and len(b):
-        m &= b["pid"].to_numpy() == pid
+        pids = b["pid"].to_numpy()
+        for lo, hi in spans(len(b)):
+            m[lo:hi] &= pids[lo:hi] == pid
+            release(pids, lo, hi)
     return m
 
 

@@ -425,9 +425,23 @@ class RequestArrays:
         self.req = np.ascontiguousarray(req, np.int32)
         self.n = len(self.req)
         self.bsize = np.ascontiguousarray(bsize, np.int64)
-        self.bstream, self.signed = np.ascontiguousarray(bstream, np.uint64), 0
-        if len(self.bstream) != len(self.bsize):
+        self.signed = 0
+        bstream = np.ascontiguousarray(bstream, np.uint64)
+        if len(bstream) != len(self.bsize):
             raise ValueError("bsize and bstream differ in length")
+        # the streams numbered once here (pi_as_stream_ids), not by each replay: 4 bytes a slot
+        self.bsidx, self.svals, self.nstreams = np.zeros(len(bstream), np.int32), np.zeros(0, np.uint64), -2
+        ffi, lib = _lib()
+        if lib is not None:
+            k = int(lib.pi_as_stream_ids(self.n, ffi.cast("int32_t *", self.req.ctypes.data), len(bstream),
+                                         ffi.cast("uint64_t *", bstream.ctypes.data),
+                                         ffi.cast("int32_t *", self.bsidx.ctypes.data)))
+            if k == -1:
+                raise MemoryError("simulators: out of memory")
+            if k >= 0:
+                self.svals = np.zeros(k, np.uint64)
+                self.svals[self.bsidx] = bstream     # any slot of an index holds its value
+                self.nstreams = k
         return self
 
 
@@ -491,15 +505,18 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
     cap = -1 if capacity is None else _opt_int(capacity, "capacity")
     res = ffi.new("pi_as_result *")
     n = arrs.n
-    if arrs.req is not None:    # by block: the *_b entry points take (req, nslots, bsize[, bstream])
+    if arrs.req is not None:    # by block: the *_b entry points take (req, nslots, bsize[, bsidx, svals, nstreams])
+        if arrs.nstreams < 0:
+            raise _NotNative(_RANGE)
         pr4 = ffi.cast("int32_t *", arrs.req.ctypes.data)
         head = (pr4, len(arrs.bsize), ffi.cast("int64_t *", arrs.bsize.ctypes.data))
-        pst = ffi.cast("uint64_t *", arrs.bstream.ctypes.data)
+        pst = (ffi.cast("int32_t *", arrs.bsidx.ctypes.data), ffi.cast("uint64_t *", arrs.svals.ctypes.data),
+               arrs.nstreams)
         f_pt, f_bfc, f_cn = lib.pi_as_pytorch_b, lib.pi_as_bfc_b, lib.pi_as_cnmem_b
     else:
         head = (ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data), ffi.cast("int64_t *", arrs.bid.ctypes.data),
                 ffi.cast("int64_t *", arrs.size.ctypes.data))
-        pst = ffi.cast("uint64_t *", arrs.stream.ctypes.data)
+        pst = (ffi.cast("uint64_t *", arrs.stream.ctypes.data),)
         f_pt, f_bfc, f_cn = lib.pi_as_pytorch, lib.pi_as_bfc, lib.pi_as_cnmem
     details: dict = {}
     curve = np.empty(n if series else 0, np.int64)
@@ -518,7 +535,7 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
         mnsr = _opt_int(options.get("max_non_split_rounding", kLargeBuffer), "max_non_split_rounding")
         lss = options.get("large_segment_size", kLargeBuffer)
         expandable = bool(options.get("expandable_segments", False))
-        rc = f_pt(n, *head, pst, arrs.signed, cap, mss, ffi.new("int64_t[16]", divs),
+        rc = f_pt(n, *head, *pst, arrs.signed, cap, mss, ffi.new("int64_t[16]", divs),
                                mnsr, _opt_int(lss, "large_segment_size"), 1 if expandable else 0, pr, res)
         if expandable:
             d = res.details
@@ -533,7 +550,7 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
         if init and capacity is not None and _round_up(init, 512) > capacity:
             raise PyinterposeError(f"cnmem: initial_bytes {init} exceed the capacity {capacity}")
         streams = options.get("streams")
-        rc = f_cn(n, *head, pst, cap, init, -1 if streams is None else (1 if streams else 0),
+        rc = f_cn(n, *head, *pst, cap, init, -1 if streams is None else (1 if streams else 0),
                              1 if options.get("steal", True) else 0, pr, res)
         if rc == 0:
             d = res.details
@@ -560,6 +577,8 @@ def _cudamalloc_native(arrs: RequestArrays, capacity, series: bool = False) -> d
     curve = np.empty(arrs.n if series else 0, np.int64)
     pr = ffi.cast("int64_t *", curve.ctypes.data) if series else ffi.NULL
     if arrs.req is not None:
+        if arrs.nstreams < 0:
+            raise _NotNative(_RANGE)
         rc = lib.pi_as_cudamalloc_b(arrs.n, ffi.cast("int32_t *", arrs.req.ctypes.data), len(arrs.bsize),
                                     ffi.cast("int64_t *", arrs.bsize.ctypes.data), cap, pr, res)
     else:

@@ -36,6 +36,7 @@ def _distinct_ids(bid: np.ndarray, mask: np.ndarray) -> bool:
     last = None
     for lo, hi in spans(len(bid), piece_rows()):
         p = bid[lo:hi][np.asarray(mask[lo:hi], bool)]
+        release(bid, lo, hi)
         if len(p) and ((last is not None and not p[0] > last) or not bool((p[1:] > p[:-1]).all())):
             break
         if len(p):
@@ -84,18 +85,15 @@ def by_block(trace: Trace, mask: np.ndarray) -> dict | None:
         aslot = np.argsort(sa, kind="stable")
         sa = sa[aslot]
     if not _ascending(sf):
-        of = np.argsort(sf, kind="stable")
-        sf = sf[of]
-        fslot = fslot[of]
-        del of
+        sf, fslot = _sort_frees(sf, fslot)
     n = nb + nf
     req = np.empty(n, np.int32)
-    for lo, hi in spans(nb):
+    for lo, hi in spans(nb, piece_rows()):
         pos = np.searchsorted(sf, sa[lo:hi], side="right")
         pos += np.arange(lo, hi)
         req[pos] = np.arange(lo, hi, dtype=np.int32) if aslot is None else aslot[lo:hi]
     del aslot
-    for lo, hi in spans(nf):
+    for lo, hi in spans(nf, piece_rows()):
         pos = np.searchsorted(sa, sf[lo:hi], side="left")
         pos += np.arange(lo, hi)
         req[pos] = ~fslot[lo:hi]
@@ -117,11 +115,35 @@ def by_block(trace: Trace, mask: np.ndarray) -> dict | None:
             "peak": peak_by_block(req, bsize)}
 
 
+def _sort_frees(sf: np.ndarray, fslot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``sf`` sorted (stable) and ``fslot`` in the same order.  When the seqs leave room, each seq and
+    its place are packed into one int64 and sorted in place (no int64 order array: 8 bytes a free
+    less at the peak); else by a stable argsort."""
+    n = len(sf)
+    bits = max(1, int(n - 1).bit_length())
+    if n and int(sf.min()) >= 0 and int(sf.max()) < (1 << (62 - bits)):
+        key = sf                            # reused: the seqs become the keys
+        for lo, hi in spans(n, piece_rows()):
+            key[lo:hi] <<= bits
+            key[lo:hi] |= np.arange(lo, hi, dtype=np.int64)
+        key.sort()                          # distinct keys: the stable order of the seqs
+        low = (1 << bits) - 1
+        out = np.empty_like(fslot)
+        for lo, hi in spans(n, piece_rows()):
+            out[lo:hi] = fslot[key[lo:hi] & low]
+        del fslot
+        for lo, hi in spans(n):
+            key[lo:hi] >>= bits
+        return key, out
+    of = np.argsort(sf, kind="stable")
+    return sf[of], fslot[of]
+
+
 def peak_by_block(req: np.ndarray, bsize: np.ndarray) -> int:
     """``max(cumsum(d))`` (0 for none), ``d`` = +``bsize[s]`` for ``req`` = s, -``bsize[s]`` for ~s; in
     pieces."""
     best, carry = None, 0
-    for lo, hi in spans(len(req)):
+    for lo, hi in spans(len(req), piece_rows()):
         r = req[lo:hi]
         free = r < 0
         d = bsize[np.where(free, ~r, r)]
