@@ -212,7 +212,7 @@ def _request_columns(cols: dict, times: bool = True, seq: bool = True, consume: 
 def _ascending(a: np.ndarray) -> bool:
     if len(a) < 2:
         return True
-    return all(bool((a[lo + 1:hi] >= a[lo:hi - 1]).all()) for lo, hi in spans(len(a) - 1))
+    return all(bool((a[lo + 1:hi + 1] >= a[lo:hi]).all()) for lo, hi in spans(len(a) - 1))
 
 
 def _peak_of_requests(is_alloc: np.ndarray, size: np.ndarray) -> int:

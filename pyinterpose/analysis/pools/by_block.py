@@ -159,4 +159,4 @@ def peak_by_block(req: np.ndarray, bsize: np.ndarray) -> int:
 def _ascending(a: np.ndarray) -> bool:
     if len(a) < 2:
         return True
-    return all(bool((a[lo + 1:hi] >= a[lo:hi - 1]).all()) for lo, hi in spans(len(a) - 1))
+    return all(bool((a[lo + 1:hi + 1] >= a[lo:hi]).all()) for lo, hi in spans(len(a) - 1))
