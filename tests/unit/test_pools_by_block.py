@@ -173,6 +173,11 @@ def test_by_block_arrays_refuse_a_slot_out_of_range():
     from pyinterpose.errors import PyinterposeError
     arrs = RequestArrays.by_block(np.array([0, 1, ~0, 5], np.int32), np.array([10, 20], np.int64),
                                   np.zeros(2, np.uint64))
+    assert arrs.nstreams < 0                 # the numbering of the streams refused it
+    for allocator in ("cudamalloc", "pytorch", "bfc", "cnmem"):
+        with pytest.raises(PyinterposeError, match="outside what the simulators model"):
+            simulate(arrs, allocator)
+    arrs.nstreams, arrs.svals = 1, np.zeros(1, np.uint64)     # and each replay refuses it on its own
     for allocator in ("cudamalloc", "pytorch", "bfc", "cnmem"):
         with pytest.raises(PyinterposeError, match="outside what the simulators model"):
             simulate(arrs, allocator)
