@@ -58,6 +58,17 @@ def reference_requests(blocks: pd.DataFrame, mask: np.ndarray) -> list[tuple]:
     return [v for _, v in sorted(reqs)]
 
 
+def reference_seqs(blocks: pd.DataFrame, mask: np.ndarray) -> list[int]:
+    """Each request's seq, in :func:`reference_requests`'s order."""
+    keys = []
+    for slot, r in enumerate(np.flatnonzero(mask)):
+        b = blocks.iloc[r]
+        keys.append((int(b.seq_alloc), 1, slot))
+        if b.freed:
+            keys.append((int(b.seq_free), 0, slot))
+    return [k[0] for k in sorted(keys)]
+
+
 def _trace(blocks):
     return SimpleNamespace(blocks=blocks)
 
@@ -91,6 +102,10 @@ def test_by_block_is_the_sorted_request_stream(chunk, shuffled, monkeypatch):
                 live += size if al else -size
                 peak = max(peak, live)
             assert r["peak"] == peak
+            assert "seq" not in r
+            rs = bb.by_block(_trace(blocks), mask, seq=True)
+            assert rs["seq"].dtype == np.int64 and rs["seq"].tolist() == reference_seqs(blocks, mask)
+            assert rs["arrays"].req.tolist() == a.req.tolist()
 
 
 def test_frees_sorted_by_packed_keys_or_argsort():
@@ -197,3 +212,25 @@ def test_evaluate_falls_back_to_the_per_request_stream(name, monkeypatch):
         return {**r, "strategies": [{k: v for k, v in s.items() if k not in ("seconds", "details")}
                                     for s in r["strategies"]]}
     assert strip(a) == strip(b)
+
+
+@pytest.mark.skipif(_lib()[1] is None, reason="pyinterpose._core is not built with native/allocsim")
+@pytest.mark.parametrize("name", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit", "loader-blocks.pit"])
+def test_replay_stream_replays_as_the_request_stream(name):
+    """fit's stream (pools.replay_stream, by block) against pools.request_stream (per request) on the GPU
+    samples: the same seqs, and each allocator's reserved curve the same, request for request."""
+    from pyinterpose.analysis.owners import allocator_mask
+    from pyinterpose.analysis.pools import replay_stream, request_stream
+    from pyinterpose.trace.reader import load
+    trace = load(gpu_trace(name))
+    a = request_stream(trace)
+    b = replay_stream(trace, None, allocator_mask(trace))
+    assert b["arrays"].req is not None
+    assert np.array_equal(a["seq"], b["seq"])
+    for allocator, opts in (("cudamalloc", {}), ("pytorch", {}), ("pytorch", {"expandable_segments": True}),
+                            ("bfc", {}), ("cnmem", {"streams": True})):
+        x = simulate(a["arrays"], allocator, series=True, **opts)
+        y = simulate(b["arrays"], allocator, series=True, **opts)
+        assert np.array_equal(x.pop("reserved_after"), y.pop("reserved_after")), (name, allocator)
+        x.pop("seconds"), y.pop("seconds")
+        assert x == y

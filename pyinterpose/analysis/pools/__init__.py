@@ -69,7 +69,7 @@ STRATEGIES = ALLOCATORS + PLANNERS
 # 10 M events (load ~5 s, the rest ~2 s).  --time-limit searches longer.
 DEFAULT_TIME_LIMIT = 3.0
 
-__all__ = ["requests", "request_stream", "resolve_pid", "steady_problem", "evaluate", "read_minimalloc_csv",
+__all__ = ["requests", "request_stream", "replay_stream", "resolve_pid", "steady_problem", "evaluate", "read_minimalloc_csv",
            "write_minimalloc_csv",
            "validate_plan", "load", "plan", "simulate", "reserved_curve", "STRATEGIES", "ALLOCATORS", "PLANNERS",
            "InvalidPlanError", "components"]
@@ -449,6 +449,20 @@ def _replayed(trace: Trace, mask: np.ndarray) -> tuple[RequestArrays, int, int, 
     n_allocs = int(np.count_nonzero(rq["is_alloc"]))
     return (RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"]), rq["n"],
             n_allocs, whole)
+
+
+def replay_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray | None = None) -> dict:
+    """What :func:`request_stream` gives a caller that only replays and reads each request's seq
+    (``fit``): {"seq", "arrays"}, the arrays by block (:mod:`.by_block`, 4 bytes a request) when the
+    blocks' ids are distinct, else :func:`request_stream`'s.  The same replays, request for request."""
+    if allocator is None:
+        from ..owners import allocator_mask
+        allocator = allocator_mask(trace)
+    rb = by_block(trace, _device_mask(trace, resolve_pid(trace, pid), True, allocator), seq=True)
+    if rb is None:
+        rq = request_stream(trace, pid, allocator)
+        return {"seq": rq["seq"], "arrays": rq["arrays"]}
+    return {"seq": rb["seq"], "arrays": rb["arrays"]}
 
 
 def _reserved_curve(trace: Trace, allocator: str, pid: int | None) -> dict:

@@ -47,11 +47,12 @@ def _distinct_ids(bid: np.ndarray, mask: np.ndarray) -> bool:
     return len(np.unique(ids)) == len(ids)
 
 
-def by_block(trace: Trace, mask: np.ndarray) -> dict | None:
+def by_block(trace: Trace, mask: np.ndarray, seq: bool = False) -> dict | None:
     """The request stream of the rows of ``trace.blocks`` selected by ``mask`` (bool per row) by block:
     {"arrays": :class:`RequestArrays` (by block), "n": the number of requests, "allocs": the number of
-    allocations (= blocks), "peak": ``max(cumsum(±size))`` over the requests (0 for none)}; None when two
-    selected blocks share an id (or there are too many blocks for int32 slots)."""
+    allocations (= blocks), "peak": ``max(cumsum(±size))`` over the requests (0 for none)}, and with
+    ``seq`` "seq": each request's sequence number (int64); None when two selected blocks share an id (or
+    there are too many blocks for int32 slots)."""
     b = trace.blocks
     mask = np.asarray(mask, bool)
     nb = int(np.count_nonzero(mask))
@@ -88,15 +89,20 @@ def by_block(trace: Trace, mask: np.ndarray) -> dict | None:
         sf, fslot = _sort_frees(sf, fslot)
     n = nb + nf
     req = np.empty(n, np.int32)
+    seqs = np.empty(n, np.int64) if seq else None
     for lo, hi in spans(nb, piece_rows()):
         pos = np.searchsorted(sf, sa[lo:hi], side="right")
         pos += np.arange(lo, hi)
         req[pos] = np.arange(lo, hi, dtype=np.int32) if aslot is None else aslot[lo:hi]
+        if seq:
+            seqs[pos] = sa[lo:hi]
     del aslot
     for lo, hi in spans(nf, piece_rows()):
         pos = np.searchsorted(sa, sf[lo:hi], side="left")
         pos += np.arange(lo, hi)
         req[pos] = ~fslot[lo:hi]
+        if seq:
+            seqs[pos] = sf[lo:hi]
     del sa, sf, fslot
     bsize = np.empty(nb, np.int64)
     bstream = np.empty(nb, np.uint64)
@@ -111,8 +117,11 @@ def by_block(trace: Trace, mask: np.ndarray) -> dict | None:
         for a in cols.values():
             release(a, lo, hi)
     del cols
-    return {"arrays": RequestArrays.by_block(req, bsize, bstream), "n": n, "allocs": nb,
-            "peak": peak_by_block(req, bsize)}
+    out = {"arrays": RequestArrays.by_block(req, bsize, bstream), "n": n, "allocs": nb,
+           "peak": peak_by_block(req, bsize)}
+    if seq:
+        out["seq"] = seqs
+    return out
 
 
 def _sort_frees(sf: np.ndarray, fslot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
