@@ -511,7 +511,6 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)
     release_tables(trace)       # each step's pages of the cached columns: given back before the next
-    _give_back(trace)           # and, on a long trace, the heap's freed memory
     # the steady problem first (issue 30): the iterations it runs peak on their own, not on top of
     # the request stream
     prob = steady_problem(trace, pid, window, allocator_only=True, _allocator=amask)
