@@ -234,3 +234,22 @@ def test_replay_stream_replays_as_the_request_stream(name):
         assert np.array_equal(x.pop("reserved_after"), y.pop("reserved_after")), (name, allocator)
         x.pop("seconds"), y.pop("seconds")
         assert x == y
+
+
+@pytest.mark.skipif(_lib()[1] is None, reason="pyinterpose._core is not built with native/allocsim")
+@pytest.mark.parametrize("name", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit"])
+def test_reserved_curve_by_block_is_the_per_request_curve(name, monkeypatch):
+    """reserved_curve replayed by block (block_id and is_alloc made on first read) against the same curve
+    from the per-request stream: every column equal, request for request."""
+    from pyinterpose.analysis.pools import _reserved_curve
+    from pyinterpose.trace.reader import load
+    trace = load(gpu_trace(name))
+    a = _reserved_curve(trace, "pytorch", None)
+    assert set(a) == {"seq", "bytes"}                 # nothing made until read
+    monkeypatch.setattr(importlib.import_module("pyinterpose.analysis.pools"), "by_block", lambda *a, **k: None)
+    b = _reserved_curve(trace, "pytorch", None)
+    for k in ("block_id", "is_alloc", "seq", "bytes"):
+        assert a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k]), (name, k)
+    assert set(a) == set(b)
+    with pytest.raises(KeyError):
+        a["size"]

@@ -465,11 +465,39 @@ def replay_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray | 
     return {"seq": rb["seq"], "arrays": rb["arrays"]}
 
 
+class _Curve(dict):
+    """:func:`reserved_curve`'s dict, replayed by block: "seq" and "bytes" held, "block_id" and "is_alloc"
+    made when first read (only the report's exact timeline reads them; ``fit``, ``oom`` and ``compare``
+    read seq and bytes: issue 30)."""
+
+    def __init__(self, make, **columns):
+        super().__init__(**columns)
+        self._make = make
+
+    def __missing__(self, key):
+        if key not in ("block_id", "is_alloc"):
+            raise KeyError(key)
+        self["block_id"], self["is_alloc"] = self._make()
+        return self[key]
+
+
 def _reserved_curve(trace: Trace, allocator: str, pid: int | None) -> dict:
     opts = pytorch_options(trace.meta, None)[0] if allocator == "pytorch" else {}
-    rq = request_stream(trace, pid)
-    r = simulate(rq["arrays"], allocator, series=True, **opts)
-    return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "seq": rq["seq"], "bytes": r["reserved_after"]}
+    from ..owners import allocator_mask
+    mask = _device_mask(trace, resolve_pid(trace, pid), True, allocator_mask(trace))
+    rb = by_block(trace, mask, seq=True)
+    if rb is None:
+        rq = request_stream(trace, pid)
+        r = simulate(rq["arrays"], allocator, series=True, **opts)
+        return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "seq": rq["seq"],
+                "bytes": r["reserved_after"]}
+    r = simulate(rb["arrays"], allocator, series=True, **opts)
+    req = rb["arrays"].req
+
+    def make():
+        ids = _masked(trace.blocks["block_id"].to_numpy(), mask).astype(np.int64, copy=False)
+        return ids[np.where(req < 0, ~req, req)], req >= 0
+    return _Curve(make, seq=rb["seq"], bytes=r["reserved_after"])
 
 
 def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
