@@ -135,7 +135,7 @@ def _sort_frees(sf: np.ndarray, fslot: np.ndarray) -> tuple[np.ndarray, np.ndarr
         for lo, hi in spans(n, piece_rows()):
             key[lo:hi] <<= bits
             key[lo:hi] |= np.arange(lo, hi, dtype=np.int64)
-        key.sort()                          # distinct keys: the stable order of the seqs
+        key.sort(kind="stable")             # distinct keys: the seqs' stable order (timsort: the frees come nearly sorted)
         low = (1 << bits) - 1
         out = np.empty_like(fslot)
         for lo, hi in spans(n, piece_rows()):
