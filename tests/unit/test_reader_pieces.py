@@ -54,3 +54,40 @@ def test_fields_of_a_mapped_table_in_pieces(piece, tmp_path, monkeypatch):
         assert [int(v) for v in cols[f]] == [int(r[f]) for r in recs]
     sub = cols[np.array([5, 0, 2499])]
     assert len(sub) == 3 and sub["seq"].tolist() == [int(recs["seq"][i]) for i in (5, 0, 2499)]
+
+
+@pytest.mark.parametrize("fail_at", [0, 5, 23])
+def test_a_blocks_column_that_cannot_be_written_keeps_the_table_in_memory(fail_at, tmp_path, monkeypatch):
+    """The blocks table goes into the cache a column at a time: when one column cannot be written
+    (no room left), the table is kept in memory (the columns written before read back), the tables
+    are those of a read without the cache, and no cache is left beside the trace."""
+    import shutil
+
+    import pandas as pd
+
+    import pyinterpose
+    from pyinterpose.trace import colcache
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = str(tmp_path / "t.pit")
+    shutil.copy(os.path.join(root, "samples", "torch-cnn-blocks.pit"), path)
+    monkeypatch.setenv("PYINTERPOSE_NO_CACHE", "1")
+    plain = pyinterpose.load(path)
+    monkeypatch.delenv("PYINTERPOSE_NO_CACHE")
+    monkeypatch.setenv("PYINTERPOSE_CACHE_MIN_BYTES", "0")
+    calls = []
+    real = colcache.Writer.one_column
+
+    def one_column(self, name, i, c, s):
+        calls.append(c)
+        if len(calls) > fail_at:
+            raise OSError(28, "No space left on device")
+        return real(self, name, i, c, s)
+
+    monkeypatch.setattr(colcache.Writer, "one_column", one_column)
+    tr = pyinterpose.load(path)
+    assert len(calls) == fail_at + 1          # none tried after the first that failed
+    assert not os.path.exists(colcache.cache_dir(path))
+    assert sorted(os.listdir(tmp_path)) == ["t.pit"]
+    for name in colcache.TABLES:
+        pd.testing.assert_frame_equal(getattr(tr, name), getattr(plain, name), check_exact=True, obj=name)
