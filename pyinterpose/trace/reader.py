@@ -980,11 +980,10 @@ class _Builder:
         # table (one row an allocation) goes first
         order = list(BLOCK_COLUMNS) + ["caller", "thread"]
         table = _TableColumns(out, "blocks", na, BLOCK_COLUMNS, order)
-        site_cols = pd.DataFrame({"pid": by_block(a_pid), "seq_alloc": by_block(seq_alloc)}, copy=False)
-        site_tables.attach_blocks(site_cols, sites)
+        site_cols = site_tables.site_columns(by_block(a_pid), by_block(seq_alloc), sites)
         sites.per_alloc = None
         for c in ("owner", "stack_id", "caller", "thread"):     # owner, stack_id: model columns; caller, thread after
-            table.add(c, site_cols[c].array if c in ("owner", "thread") else site_cols[c].to_numpy())
+            table.add(c, site_cols.pop(c))
         del site_cols
         table.add("t_alloc", by_block(t_alloc))
         table.add("seq_alloc", by_block(seq_alloc))
@@ -1005,8 +1004,7 @@ class _Builder:
         del end_tns, ended
         table.add("block_id", np.arange(na, dtype=np.int64))
         table.add("pid", by_block(a_pid))
-        F = fields("device", "api", "flags", "aux", "addr", "size", "stream")
-        del A
+        F = fields("device", "api", "flags", "aux")     # in two passes: at most 4 fields beside the table's
         table.add("device", by_block(F.pop("device")))
         table.add("api", self.api_name(by_block(F.pop("api"))))
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
@@ -1018,6 +1016,8 @@ class _Builder:
         aux_a = by_block(F.pop("aux"))
         table.add("handle", np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64))
         del aux_a, bk
+        F = fields("addr", "size", "stream")
+        del A
         table.add("address", by_block(F.pop("addr")))
         table.add("size", by_block(F.pop("size").view(np.int64)))
         table.add("stream", by_block(F.pop("stream")))

@@ -288,15 +288,21 @@ def _aligned(bpid, bseq, spid, sseq) -> bool:
 
 def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
-    n = len(blocks)
+    for c, v in site_columns(blocks["pid"].to_numpy(), blocks["seq_alloc"].to_numpy(), sites).items():
+        blocks[c] = v
+
+
+def site_columns(pid: np.ndarray, seq_alloc: np.ndarray, sites: Sites) -> dict:
+    """The owner, stack_id, caller and thread of the blocks (pid, seq_alloc), from their call sites:
+    the sites' own columns when they are the blocks', row for row (no copy)."""
+    n = len(pid)
     pa = sites.per_alloc
     names = sites.names or _Names()
     aligned = False
     if pa is not None and len(pa) and n:
-        aligned = _aligned(blocks["pid"].to_numpy(), blocks["seq_alloc"].to_numpy(), pa["pid"].to_numpy(),
-                           pa["seq"].to_numpy())
+        aligned = _aligned(pid, seq_alloc, pa["pid"].to_numpy(), pa["seq"].to_numpy())
         if not aligned:
-            bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
+            bkey = np.asarray(pid, np.int64) << 40 | np.asarray(seq_alloc, np.int64)
             skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
             order = np.argsort(skey, kind="stable")
             sk = skey[order]
@@ -317,10 +323,8 @@ def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
             stack_id[ok] = pa["stack_id"].to_numpy(np.int64)[src]
             caller[ok] = pa["caller"].to_numpy(np.uint64)[src]
             thread[ok] = pa["thread"].to_numpy(np.int32)[src]
-    blocks["owner"] = names.categorical(owner)
-    blocks["stack_id"] = stack_id
-    blocks["caller"] = caller
-    blocks["thread"] = names.categorical(thread)
+    return {"owner": names.categorical(owner), "stack_id": stack_id, "caller": caller,
+            "thread": names.categorical(thread)}
 
 
 # ---------------------------------------------------------------------------------- the API
