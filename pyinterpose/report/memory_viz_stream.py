@@ -182,15 +182,13 @@ class DeviceEvents:
             rows = None                                     # every selected block: made after the frees' sort
         # the frees first (their sort's order array is then the largest thing held), by time
         fr = sb.gather("freed", rows, bool)
-        f_rows = np.flatnonzero(fr).astype(dt) if rows is None else rows[fr]
+        f_rows = _flatnonzero(fr, dt) if rows is None else rows[fr]
         del fr
         tf = sb.gather("t_free", f_rows, np.int64)
-        order = np.argsort(tf, kind="stable")
-        self.f_rows = f_rows[order]
-        del order, f_rows
-        tf.sort(kind="stable")
+        self.f_rows = _sort_by_time(tf, f_rows)
+        del f_rows
         if rows is None:
-            rows = np.arange(n, dtype=dt)
+            rows = Span(0, n, dt)                           # every selected block, in block order
         # a free's place in the merged list: the allocations strictly before it, plus its rank.  When
         # the allocation times ascend in block order, the allocations are in time order already (a
         # stable sort of sorted times is the identity) and the count is made a piece of them at a time
@@ -255,15 +253,86 @@ def _before_ascending(sb: SnapshotBlocks, rows: np.ndarray, tf: np.ndarray, dtyp
     return out
 
 
-def _positions(keep: np.ndarray, dtype) -> np.ndarray:
-    """``np.flatnonzero(keep)`` as ``dtype``, found a piece at a time (no int64 of the whole)."""
-    out = np.empty(int(np.count_nonzero(keep)), dtype)
+def _sort_by_time(t: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Sort ``t`` (int64) in place and return ``rows[np.argsort(t, kind="stable")]`` (``rows`` ascending,
+    distinct, non-negative).  When the times' range and the rows fit one int64 together, each pair is
+    one key ``(t - min) << bits | row``, sorted in place (equal times by row: the stable order), then
+    split back: no int64 order array (8 bytes a row at the sort)."""
+    if len(t) < 2:
+        return rows.copy()
+    lo, hi = int(t.min()), int(t.max())
+    bits = max(1, int(rows[-1]).bit_length())
+    if (hi - lo).bit_length() + bits > 63:
+        order = np.argsort(t, kind="stable")
+        out = rows[order]
+        del order
+        t.sort(kind="stable")
+        return out
+    key = t                              # in place: t becomes the keys, then the sorted times
+    key -= lo
+    key <<= bits
+    key |= rows
+    key.sort()
+    out = np.empty(len(key), rows.dtype)
+    mask = np.int64((1 << bits) - 1)
+    for s, e in spans(len(key), piece_rows()):      # no int64 temporary of the whole
+        out[s:e] = key[s:e] & mask
+    key >>= bits
+    key += lo
+    return out
+
+
+class Span:
+    """``np.arange(lo, lo + n, dtype=dtype)`` without the array: indexed as it is (an int, a slice of
+    step 1 or more, an array of non-negative indices or a bool mask), each answer made when asked."""
+
+    def __init__(self, lo: int, n: int, dtype):
+        self.lo, self.n, self.dtype = int(lo), int(n), np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            a, b, step = k.indices(self.n)
+            if step < 1:
+                raise IndexError("a Span is sliced forwards only")
+            return np.arange(self.lo + a, self.lo + max(a, b), step, dtype=self.dtype)
+        if isinstance(k, (int, np.integer)):
+            k = int(k)
+            if not -self.n <= k < self.n:
+                raise IndexError(f"index {k} is out of bounds for a span of {self.n}")
+            return self.dtype.type(self.lo + (k + self.n if k < 0 else k))
+        k = np.asarray(k)
+        if k.dtype == bool:
+            if len(k) != self.n:
+                raise IndexError("a mask of another length")
+            return (np.flatnonzero(k) + self.lo).astype(self.dtype)
+        if len(k) and (k.min() < 0 or k.max() >= self.n):
+            raise IndexError(f"an index is out of bounds for a span of {self.n}")
+        return (k.astype(np.int64) + self.lo).astype(self.dtype)
+
+
+def _flatnonzero(mask: np.ndarray, dtype) -> np.ndarray:
+    """``np.flatnonzero(mask)`` as ``dtype``, found a piece at a time (no int64 of the whole)."""
+    out = np.empty(int(np.count_nonzero(mask)), dtype)
     k = 0
-    for lo, hi in spans(len(keep), piece_rows()):
-        f = np.flatnonzero(keep[lo:hi]) + lo
+    for lo, hi in spans(len(mask), piece_rows()):
+        f = np.flatnonzero(mask[lo:hi]) + lo
         out[k:k + len(f)] = f
         k += len(f)
     return out
+
+
+def _positions(keep: np.ndarray, dtype):
+    """``np.flatnonzero(keep)`` as ``dtype``, found a piece at a time (no int64 of the whole); a
+    :class:`Span` when the kept rows are one range (no array at all)."""
+    n = int(np.count_nonzero(keep))
+    if n:
+        lo = int(np.argmax(keep))
+        if len(keep) - int(np.argmax(keep[::-1])) - lo == n:
+            return Span(lo, n, dtype)
+    return _flatnonzero(keep, dtype)
 
 
 def release_every() -> int:

@@ -145,3 +145,48 @@ def test_frees_place_counted_in_pieces(rows, monkeypatch):
     assert S._before_ascending(sb, np.arange(n, dtype=np.int32), tf, np.int32) is None
     keep = rng.random(n) < 0.4
     np.testing.assert_array_equal(S._positions(keep, np.int32), np.flatnonzero(keep))
+
+
+def test_span_is_indexed_as_its_arange():
+    from pyinterpose.report.memory_viz_stream import Span, _positions
+
+    a = np.arange(5, 5 + 23, dtype=np.int32)
+    s = Span(5, 23, np.int32)
+    rng = np.random.default_rng(2)
+    assert len(s) == len(a)
+    for k in (slice(None), slice(3, 9), slice(0, 0), slice(20, 40), slice(-4, None), slice(2, 17, 3), slice(9, 3)):
+        np.testing.assert_array_equal(s[k], a[k])
+        assert s[k].dtype == a.dtype
+    for k in (0, 22, -1, -23, np.int64(7)):
+        assert s[k] == a[k]
+    for k in (np.array([], np.int64), np.sort(rng.choice(23, 9, replace=False)), rng.integers(0, 23, 30)):
+        np.testing.assert_array_equal(s[k], a[k])
+    m = rng.random(23) < 0.5
+    np.testing.assert_array_equal(s[m], a[m])
+    for bad in (23, -24, np.array([23]), np.array([-1])):
+        with pytest.raises(IndexError):
+            s[bad]
+    keep = np.zeros(40, bool)
+    keep[6:30] = True
+    p = _positions(keep, np.int32)
+    assert isinstance(p, Span)
+    np.testing.assert_array_equal(p[:], np.flatnonzero(keep))
+    keep[10] = False
+    p = _positions(keep, np.int32)
+    assert isinstance(p, np.ndarray)
+    np.testing.assert_array_equal(p, np.flatnonzero(keep))
+
+
+def test_sort_by_time_is_the_stable_argsort():
+    from pyinterpose.report.memory_viz_stream import _sort_by_time
+
+    rng = np.random.default_rng(8)
+    for t0, span, n in ((0, 5, 60), (-10**12, 10**9, 300), (7, 0, 10), (0, 2**61, 40), (3, 9, 1), (0, 9, 0)):
+        rows = np.sort(rng.choice(10 * n + 1, n, replace=False)).astype(np.int32)
+        t = rng.integers(t0, t0 + span + 1, n).astype(np.int64)
+        want_rows = rows[np.argsort(t, kind="stable")]
+        want_t = np.sort(t, kind="stable")
+        got = _sort_by_time(t, rows)
+        np.testing.assert_array_equal(got, want_rows)
+        np.testing.assert_array_equal(t, want_t)
+        assert got.dtype == rows.dtype
