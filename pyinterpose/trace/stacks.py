@@ -271,6 +271,21 @@ def _frames_table(frames: list[tuple]) -> pd.DataFrame:
     return df.astype(FRAME_COLUMNS)
 
 
+def _aligned(bpid, bseq, spid, sseq) -> bool:
+    """Whether the sites' (pid, seq) keys are the blocks' own, row for row, and strictly ascending
+    (one site per block, in the blocks' order: the usual case); a piece of SITE_CHUNK rows at a time."""
+    n = len(bpid)
+    if len(spid) != n:
+        return False
+    for lo in range(0, n, SITE_CHUNK):
+        hi = min(n, lo + SITE_CHUNK + 1)       # one row past the piece: the order across the cut
+        bk = bpid[lo:hi].astype(np.int64) << 40 | bseq[lo:hi].astype(np.int64)
+        sk = spid[lo:hi].astype(np.int64) << 40 | sseq[lo:hi].astype(np.int64)
+        if not (bool((sk == bk).all()) and bool((sk[1:] > sk[:-1]).all())):
+            return False
+    return True
+
+
 def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
     n = len(blocks)
@@ -278,17 +293,17 @@ def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     names = sites.names or _Names()
     aligned = False
     if pa is not None and len(pa) and n:
-        bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
-        skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        aligned = len(skey) == n and bool((skey == bkey).all()) and (n < 2 or bool((skey[1:] > skey[:-1]).all()))
+        aligned = _aligned(blocks["pid"].to_numpy(), blocks["seq_alloc"].to_numpy(), pa["pid"].to_numpy(),
+                           pa["seq"].to_numpy())
         if not aligned:
+            bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
+            skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
             order = np.argsort(skey, kind="stable")
             sk = skey[order]
             pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
             ok = sk[pos] == bkey
             src = order[pos[ok]]
-            del order, sk, pos
-        del bkey, skey
+            del order, sk, pos, bkey, skey
     if aligned:     # one site per block, in the blocks' order (the usual case): its columns as they are
         owner, stack_id = pa["owner"].to_numpy(np.int32), pa["stack_id"].to_numpy(np.int64)
         caller, thread = pa["caller"].to_numpy(np.uint64), pa["thread"].to_numpy(np.int32)

@@ -91,3 +91,29 @@ def test_a_blocks_column_that_cannot_be_written_keeps_the_table_in_memory(fail_a
     assert sorted(os.listdir(tmp_path)) == ["t.pit"]
     for name in colcache.TABLES:
         pd.testing.assert_frame_equal(getattr(tr, name), getattr(plain, name), check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("piece", [1, 2, 5, 1 << 20])
+def test_sites_aligned_with_the_blocks_checked_in_pieces(piece, monkeypatch):
+    """attach_blocks takes the sites' columns as they are when the sites' (pid, seq) are the blocks'
+    own, row for row, strictly ascending; checked a piece at a time, against the whole-key definition."""
+    from pyinterpose.trace import stacks
+
+    monkeypatch.setattr(stacks, "SITE_CHUNK", piece)
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 3, 9, 30):
+        for _ in range(80):
+            pid = np.sort(rng.integers(1, 3, n)).astype(np.int32)
+            seq = rng.integers(0, 6, n).astype(np.int64)
+            order = np.lexsort((seq, pid))
+            pid, seq = pid[order], seq[order]
+            spid, sseq = pid.copy(), seq.copy()
+            r = rng.random()
+            if r < 0.3:
+                sseq[int(rng.integers(0, n))] += 1
+            elif r < 0.4:
+                spid, sseq = spid[:-1], sseq[:-1]
+            keys = [(int(a), int(b)) for a, b in zip(spid, sseq)]
+            want = (len(spid) == n and all(k == (int(a), int(b)) for k, a, b in zip(keys, pid, seq))
+                    and all(keys[i] < keys[i + 1] for i in range(len(keys) - 1)))
+            assert stacks._aligned(pid, seq, spid, sseq) == want, (pid, seq, spid, sseq, piece)
