@@ -215,7 +215,7 @@ def _timed_count(trace, pid: int | None) -> tuple[int, int]:
         if not len(tab):
             continue
         p, s_, e_ = (tab[c].to_numpy() for c in ("pid", "dev_start", "dev_end"))
-        for lo, hi in spans(len(tab)):
+        for lo, hi in spans(len(tab), piece_rows()):
             s, e = s_[lo:hi], e_[lo:hi]
             ok = (s >= 0) & (e >= s)
             if pid is None:
@@ -225,8 +225,8 @@ def _timed_count(trace, pid: int | None) -> tuple[int, int]:
                 n += int(np.count_nonzero(m))
                 ok &= m
             timed += int(np.count_nonzero(ok))
-        for a in (p, s_, e_):
-            release(a)
+            for a in (p, s_, e_):
+                release(a, lo, hi)      # each piece's pages given back as it is read
     return timed, n
 
 
@@ -243,7 +243,7 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
             continue
         cols = [tab[c].to_numpy() for c in ("pid", "seq", "dev_start", "dev_end")]
         p_, q_, s_, e_ = cols
-        for lo, hi in spans(len(tab)):
+        for lo, hi in spans(len(tab), piece_rows()):
             q, s, e = q_[lo:hi], s_[lo:hi], e_[lo:hi]
             if pid is not None:
                 m = p_[lo:hi] == pid
@@ -259,8 +259,8 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
             run = np.maximum.accumulate(e)
             k = np.searchsorted(q, seq, side="left") - 1
             np.maximum(out, np.where(k >= 0, run[np.maximum(k, 0)], -1), out=out)
-        for a in cols:
-            release(a)
+            for a in cols:
+                release(a, lo, hi)      # each piece's pages given back as it is read
     return out
 
 

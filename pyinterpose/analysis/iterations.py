@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..heap import give_back
 from ..trace.chunking import chunk_rows, spans
 from ..trace.model import Trace
 from ..trace.pages import release, release_tables
@@ -105,15 +106,23 @@ class Iterations:
             out["reason"] = self.reason
         out.update(self.clock)
         if per_iteration:
-            c = self.count
-            b, bt = self.boundaries.tolist(), self.boundaries_t.tolist()
-            ex = [bool(x) for x in self.exact[:c].tolist()] if len(self.exact) else [True] * c
-            xa = [int(x) for x in self.extras[:c].tolist()] if len(self.extras) else [0] * c
-            out["iterations"] = [
-                {"index": i, "start_seq": int(b[i]), "end_seq": int(b[i + 1]), "start_t": int(bt[i]),
-                 "duration_ns": int(di), "exact": e, "extra_allocs": x}
-                for i, di, e, x in zip(range(c), d.tolist(), ex, xa)]
+            out["iterations"] = self.rows(0, self.count)
         return out
+
+    def rows(self, lo: int, hi: int) -> list[dict[str, Any]]:
+        """The entries of ``to_dict()["iterations"]`` for steps ``[lo, hi)`` (a writer that streams
+        the list asks for a piece of steps at a time)."""
+        hi = min(hi, self.count)
+        if hi <= lo:
+            return []
+        b = self.boundaries[lo:hi + 1].tolist()
+        bt = self.boundaries_t[lo:hi + 1].tolist()
+        d = np.diff(self.boundaries_t[lo:hi + 1]).tolist()
+        ex = [bool(x) for x in self.exact[lo:hi].tolist()] if len(self.exact) else [True] * (hi - lo)
+        xa = [int(x) for x in self.extras[lo:hi].tolist()] if len(self.extras) else [0] * (hi - lo)
+        return [{"index": lo + i, "start_seq": int(b[i]), "end_seq": int(b[i + 1]), "start_t": int(bt[i]),
+                 "duration_ns": int(di), "exact": e, "extra_allocs": x}
+                for i, di, e, x in zip(range(hi - lo), d, ex, xa)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,9 +145,19 @@ class _Signature:
     token: np.ndarray      # uint64: hash(size, lifetime in events)
     live_before: np.ndarray | None  # live bytes just before each allocation (None: see facts)
     gap_before: np.ndarray | None   # ns since the previous alloc/free event (None: see facts)
-    step_end_seq: np.ndarray  # per allocation: seq_free + 1 if freed else seq_alloc + 1
+    step_end_seq: np.ndarray | None  # per allocation: seq_free + 1 if freed else seq_alloc + 1 (None: step_end_at)
     seq_range: tuple[int, int]
     frees: Any = None      # () -> iterator of (seq_free, size, t_free) of the frees, a piece at a time
+    freed: np.ndarray | None = None     # per allocation (with seq_free: step_end_at, when step_end_seq is None)
+    seq_free: np.ndarray | None = None
+
+    def step_end_at(self, j: np.ndarray) -> np.ndarray:
+        """``step_end_seq[j]``: read from the array when the signature holds it, else made for ``j``
+        only from the allocations' own columns (8 bytes an allocation not kept: only the last step's
+        are asked for)."""
+        if self.step_end_seq is not None:
+            return self.step_end_seq[j]
+        return np.where(self.freed[j], self.seq_free[j] + 1, self.seq[j] + 1)
 
     def facts(self, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(live_before, gap_before) of the allocations at the ascending indices ``j``: read from the
@@ -174,6 +193,12 @@ class _Rows:
     def __init__(self, blocks: pd.DataFrame, mask: np.ndarray | None):
         self.blocks, self.mask = blocks, mask
         self.n = len(blocks) if mask is None else int(np.count_nonzero(mask))
+        self.span = None        # the selected rows as one range [lo, hi), when they are one
+        if mask is not None and self.n:
+            lo = int(np.argmax(mask))
+            hi = len(mask) - int(np.argmax(mask[::-1]))
+            if hi - lo == self.n:
+                self.span = (lo, hi)
 
     def __len__(self) -> int:
         return self.n
@@ -183,6 +208,8 @@ class _Rows:
         if self.mask is None:
             return col
         a = col.to_numpy()
+        if self.span is not None:       # one range of rows: a view of the column (of its map), no copy
+            return pd.Series(a[self.span[0]:self.span[1]], copy=False)
         out = pd.Series(a[self.mask], copy=False)
         release(a)                      # the mapped column's pages, once copied
         return out
@@ -204,14 +231,30 @@ def _allocations_in_order(blocks: pd.DataFrame):
     (``order`` a slice when they are in that order already)."""
     seq_a = blocks["seq_alloc"].to_numpy(np.int64)
     bid = blocks["block_id"].to_numpy(np.int64)
-    ds = np.diff(seq_a)
-    if len(seq_a) > 1 and not np.all((ds > 0) | ((ds == 0) & (np.diff(bid) >= 0))):   # else already in order
+    if not _in_order(seq_a, bid):
         o = np.lexsort((bid, seq_a))
     else:
         o = slice(None)
-    del ds
+    release(bid)
     return (o, seq_a[o], blocks["t_alloc"].to_numpy(np.int64)[o], blocks["size"].to_numpy(np.int64)[o],
             blocks["freed"].to_numpy(bool)[o], blocks["seq_free"].to_numpy(np.int64)[o])
+
+
+def _in_order(seq_a: np.ndarray, bid: np.ndarray) -> bool:
+    """Whether the rows are in (seq_alloc, block_id) order already: each row's pair at least the
+    previous row's (ascending seq, ties by ascending id), checked a piece of rows at a time (each
+    piece with the last row of the one before), the mapped pages of each piece given back."""
+    n = len(seq_a)
+    for a0, a1 in spans(n, piece_rows()):
+        lo = max(a0 - 1, 0)
+        s, b = seq_a[lo:a1], bid[lo:a1]
+        ds = np.diff(s)
+        ok = np.all((ds > 0) | ((ds == 0) & (np.diff(b) >= 0)))
+        release(seq_a, lo, a1)
+        release(bid, lo, a1)
+        if not ok:
+            return False
+    return True
 
 
 def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
@@ -222,20 +265,15 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
     free's the allocations before its seq plus its rank among the frees."""
     o, seq_a, t_a, size, freed, seq_f = _allocations_in_order(blocks)
     n = len(seq_a)
-    # the frees in seq order: their seqs, running total of sizes, times
-    fsel = np.flatnonzero(freed)
-    if n < (1 << 31):
-        fsel = fsel.astype(np.int32)        # 4 bytes a free, not 8
-    fo = np.argsort(seq_f[fsel], kind="stable")
-    fsel = fsel[fo]
-    del fo
-    fs = seq_f[fsel]
+    # the frees' seqs, sorted (only their values are read: no order array)
+    fs = seq_f[freed]
+    fs.sort()
     if len(fs) > 1 and not (fs[1:] > fs[:-1]).all():       # two frees at one seq: ranks by sort order
-        del fs, fsel
+        del fs
         return _signature_whole(blocks, seq_range)
-    del fsel
+    for a in (seq_f, freed):
+        release(a)                      # views of a mapped column (the process's rows one range): its pages
     token = np.empty(n, np.uint64)
-    step_end = np.empty(n, np.int64)
     # a piece holds ~15 arrays of its length: a sixteenth of chunk_rows() keeps it near one column's piece
     for a0, a1 in spans(n, max(1, chunk_rows() // 16)):
         sa = seq_a[a0:a1]
@@ -249,12 +287,16 @@ def _signature(blocks: pd.DataFrame, seq_range: tuple[int, int]) -> _Signature:
         life[fr] = np.searchsorted(seq_a, sff, side="left") + np.searchsorted(fs, sff, side="left") - pos_a[fr]
         del sff
         token[a0:a1] = _mix64(sz.astype(np.uint64)) ^ _mix64(life.astype(np.uint64) * np.uint64(3) + np.uint64(1))
-        del life
-        step_end[a0:a1] = np.where(fr, sf + 1, sa + 1)
-        del cf, pos_a
+        del life, cf, pos_a
+        for a in (seq_a, size, freed, seq_f):
+            release(a, a0, a1)
     del fs
-    # live_before and gap_before are read for one step's allocations only: computed then (facts)
-    return _Signature(seq_a, t_a, size, token, None, None, step_end, seq_range, frees=_frees_of(blocks))
+    release(seq_a)                      # the searches' reads of it
+    # live_before and gap_before are read for one step's allocations only: computed then (facts); the
+    # step end for the last step's allocations only (step_end_at).  seq, t, size, freed and seq_free
+    # are views of the mapped columns when the process's rows are one range (else copies)
+    return _Signature(seq_a, t_a, size, token, None, None, None, seq_range, frees=_frees_of(blocks),
+                      freed=freed, seq_free=seq_f)
 
 
 def _frees_of(blocks):
@@ -315,6 +357,7 @@ def _facts_at(sig: _Signature, j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cf = cf_q[at]
         j0 = int(j[0])
         total = sig.size[:j0].sum(dtype=np.int64)                     # the allocations' bytes before j[0]
+        release(sig.size, 0, j0)                                      # a mapped view's pages (else nothing)
         run = np.cumsum(sig.size[j0:int(j[-1]) + 1], dtype=np.int64)
         before = run[j - j0] - sig.size[j] + total
         live = before - np.where(cf > 0, fsum_q[at], 0)
@@ -568,6 +611,7 @@ def _window_matches(values: np.ndarray, p: int, ref: int) -> np.ndarray:
     out = np.empty(nw, bool)
     for k0, k1 in spans(nw, max(1, chunk_rows() // 16)):     # ~10 uint64 arrays of a piece
         out[k0:k1] = _hashes_of(values, p, k0, k1) == target
+        release(values, k0, k1)         # a mapped view's pages (the sizes of one range of rows)
     return out
 
 
@@ -715,8 +759,20 @@ def find_iterations(trace: Trace, pid: int | None = None, *, use_markers: bool =
     pid = int(pid)
     key = ("iterations", pid, bool(use_markers), int(min_steps), float(min_score), float(tolerance),
            None if max_extra is None else int(max_extra))
-    return trace.derived(key, lambda: _on_clock(trace, _find(trace, pid, use_markers, min_steps, min_score,
-                                                             tolerance, max_extra)))
+    return trace.derived(key, lambda: _on_clock(trace, _found(trace, pid, use_markers, min_steps, min_score,
+                                                              tolerance, max_extra)))
+
+
+def _found(trace: Trace, *args) -> Iterations:
+    """:func:`_find`, then (on a long trace: more blocks than a piece) the heap's free pages handed
+    back (``heap.give_back``) and the cached columns' pages given back: the CLI keeps freed memory
+    for the next arrays, so the signature and the period search's transient arrays (~0.5 GB at 100 M
+    events) would otherwise stay resident under the clock, the JSON and the caller's next steps."""
+    it = _find(trace, *args)
+    if len(trace.blocks) > chunk_rows():
+        release_tables(trace)
+        give_back()
+    return it
 
 
 def _on_clock(trace: Trace, it: Iterations) -> Iterations:
@@ -833,8 +889,9 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
     en = np.append(st[1:], last_end)
     bseq = np.empty(count + 1, np.int64)
     bt = np.empty(count + 1, np.int64)
-    bseq[:count] = sig.seq[st]
-    bt[:count] = sig.t[st]
+    release(sig.size)               # a mapped view (one range of rows): the matching's reads of it
+    bseq[:count] = _take_sorted(sig.seq, st)
+    bt[:count] = _take_sorted(sig.t, st)
     if last_end < n:                       # the next (irregular) allocation ends the run
         bseq[count] = sig.seq[last_end]
         bt[count] = sig.t[last_end]
@@ -846,12 +903,24 @@ def _steps(trace: Trace, pid: int, blocks: pd.DataFrame, sig: "_Signature", p: i
         j = np.arange(lo, n)
         prev = j - (int(st[-1] - st[-2]) if count > 1 else p)
         like = (prev >= 0) & (sig.token[np.maximum(prev, 0)] == sig.token[j])
-        end_seq = int(np.where(like, sig.step_end_seq[j], sig.seq[j] + 1).max())
+        end_seq = int(np.where(like, sig.step_end_at(j), sig.seq[j] + 1).max())
         bseq[count] = min(end_seq, seq_range[1])
         bt[count] = _t_at_seq(trace, pid, bseq[count] - 1, blocks)
     exact = (extras == 0) & tok_exact[np.minimum(st, len(tok_exact) - 1)]
     return Iterations("auto", pid, p, count, int(bseq[0]), float(exact.mean()), bseq, bt,
                       exact, extras, score, seq_range)
+
+
+def _take_sorted(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a[idx]`` for ascending ``idx``, read a piece of ``a`` at a time, the mapped pages of each
+    piece given back (a view of a cached column: one step start every few dozen rows touches all
+    its pages)."""
+    out = np.empty(len(idx), a.dtype)
+    for lo, hi in spans(len(a), piece_rows()):
+        i0, i1 = np.searchsorted(idx, [lo, hi])
+        out[i0:i1] = a[idx[i0:i1]]
+        release(a, lo, hi)
+    return out
 
 
 def _forward(m: "_Matcher", starts: list[int], end: int) -> tuple[list[int], int]:

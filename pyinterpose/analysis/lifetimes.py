@@ -183,10 +183,20 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
     sid_col = b["stack_id"].to_numpy() if "stack_id" in b else None
     code = CLASSES.index
     leak = leak_stacks(trace) if sid_col is not None else []
-    ids, codes = [], []
     last = None
     pairs_k, pairs_i, pairs_row, freed_keys = [], [], [], []     # the leak rule's inputs (small)
     n_out = 0
+    # the output's length first, so that ids and codes are filled in place (no list of pieces and
+    # no concatenation: at 100 M events ~0.1 GB less)
+    if pid is None:
+        n_all = len(b)
+    else:
+        n_all = 0
+        for lo, hi in spans(len(b), piece_rows()):
+            n_all += int(np.count_nonzero(cols["pid"][lo:hi] == pid))
+            release(cols["pid"], lo, hi)
+    ids_all = np.empty(n_all, np.int64)
+    cls_all = np.empty(n_all, np.int8)
     for lo, hi in spans(len(b), piece_rows()):
         m = None if pid is None else cols["pid"][lo:hi] == pid
         take = (lambda a: a[lo:hi]) if m is None else (lambda a: a[lo:hi][m])
@@ -219,10 +229,10 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
             cls[mask] = code("leak")
         for a in list(cols.values()) + ([sid_col] if sid_col is not None else []):
             release(a, lo, hi)
-        ids.append(np.asarray(bid, np.int64))
-        codes.append(cls)
+        ids_all[n_out:n_out + len(sa)] = bid
+        cls_all[n_out:n_out + len(sa)] = cls
         n_out += len(sa)
-    cls = np.concatenate(codes) if codes else np.zeros(0, np.int8)
+    cls = cls_all
     if pairs_k:
         k, it, rows = np.concatenate(pairs_k), np.concatenate(pairs_i), np.concatenate(pairs_row)
         if len(k):
@@ -231,10 +241,15 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
             bad = nsteps.index[(nsteps >= LEAK_STEPS).to_numpy() & ~np.isin(nsteps.index.to_numpy(), fk)]
             if len(bad):
                 cls[rows[np.isin(k, bad.to_numpy())]] = code("leak")
-    bid = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-    # the class column's text exactly as _series_of makes it (the same dtype)
-    text = pd.Series(pd.Categorical.from_codes(cls, categories=CLASSES)).astype(str).to_numpy()
-    return pd.Series(text, index=pd.Index(pd.Series(bid, name="block_id"), name="block_id"))
+    bid = ids_all
+    # the class column's text exactly as _series_of makes it (the same dtype: the classes' own str
+    # objects in an object array, taken by code; a code outside CLASSES through pandas' own text)
+    if len(cls) and (cls.min() < 0 or cls.max() >= len(CLASSES)):
+        text = pd.Series(pd.Categorical.from_codes(cls, categories=CLASSES)).astype(str).to_numpy()
+    else:
+        text = np.array(CLASSES, dtype=object)[cls]
+    # no copies of the two arrays (pandas 3's constructors copy a numpy array by default: ~0.2 GB at 100 M)
+    return pd.Series(text, index=pd.Index(bid, name="block_id", copy=False), copy=False)
 
 
 def _series_of(out: pd.DataFrame) -> pd.Series:

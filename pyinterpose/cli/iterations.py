@@ -29,7 +29,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..analysis.iterations import find_iterations
     from ..errors import PyinterposeError
-    from ..report.text import console, fmt_ns, fmt_pct, print_json, print_kv, print_table
+    from ..report.text import console, fmt_ns, fmt_pct, print_kv, print_table
 
     trace = A.load_trace(args.trace, quiet=args.json)
     if args.pid is not None and args.pid not in trace.pids:
@@ -38,10 +38,12 @@ def run(args) -> int:
     with A.working(args, "finding iterations"):
         it = find_iterations(trace, args.pid, use_markers=not args.no_markers, min_steps=args.min_steps,
                              max_extra=args.max_extra)
-    d = it.to_dict()
-    if args.json:
-        print_json(d, trace=trace)
+    if args.json:           # the steps' list written a piece at a time (450 k steps at 100 M events)
+        from ..report.json_rows import print_json_rows
+
+        print_json_rows(it.to_dict(per_iteration=False), "iterations", it.count, it.rows, trace=trace)
         return 0
+    d = it.to_dict()
     con = console()
     if it.count == 0:
         print_kv([("process", it.pid), ("source", it.source), ("count", 0),

@@ -28,6 +28,7 @@ import pandas as pd
 from ..errors import PyinterposeError
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
+from ..trace.piecewise import piece_rows
 from .class_lookup import ClassLookup
 
 VMM_BASE = 0x7E00_0000_0000_0000  # synthetic addresses for physical handles (< 2**63); memory_viz's
@@ -40,9 +41,9 @@ class SnapshotBlocks:
     def __init__(self, trace, keep: np.ndarray, classes: pd.Series | None, use_categories: bool):
         self.trace = trace
         self.b = trace.blocks
-        self.pos = np.flatnonzero(keep)
-        self.n = n = len(self.pos)
         self.idx_dtype = np.int32 if len(self.b) < (1 << 31) else np.int64
+        self.pos = _positions(keep, self.idx_dtype)
+        self.n = n = len(self.pos)
         self.has_stacks = "stack_id" in self.b.columns
         self.ndev = 1
         self.live = np.zeros(0, np.int64)
@@ -54,7 +55,7 @@ class SnapshotBlocks:
         addr_max = 0
         dev_max, dev_min = -1, 0
         zero_j, zero_size, live, sids = [], [], [], []
-        for s, e in spans(n):
+        for s, e in spans(n, piece_rows()):
             p = self.pos[s:e]
             a = self.col("address")[p]
             addr_max = max(addr_max, int(a.max()))
@@ -103,6 +104,18 @@ class SnapshotBlocks:
             if name in self.b.columns:
                 release(self.col(name))
 
+    def gather(self, name: str, j: np.ndarray | None, dtype) -> np.ndarray:
+        """``col(name)[pos[j]]`` as ``dtype`` for ascending ``j`` (None: every selected block), a piece at
+        a time, the mapped pages of each piece's rows given back."""
+        a = self.col(name)
+        m = self.n if j is None else len(j)
+        out = np.empty(m, dtype)
+        for s, e in spans(m, piece_rows()):
+            p = self.pos[s:e] if j is None else self.pos[j[s:e]]
+            out[s:e] = a[p]
+            release(a, int(p[0]), int(p[-1]) + 1)
+        return out
+
     def addresses(self, j: np.ndarray) -> np.ndarray:
         """The snapshot address of selected blocks ``j`` (int64; physical handles get theirs)."""
         a = self.col("address")[self.pos[j]].astype(np.int64)
@@ -130,7 +143,7 @@ class SnapshotBlocks:
         the classes reindexed on the blocks gives, without a string per block."""
         self._lookup = look = ClassLookup(classes)
         seen: dict[int, int] = {}
-        for s, e in spans(self.n):
+        for s, e in spans(self.n, piece_rows()):
             for v in pd.unique(self._value_codes(np.arange(s, e))).tolist():
                 if v >= 0 and v not in seen:
                     seen[v] = len(seen)
@@ -166,25 +179,38 @@ class DeviceEvents:
                 sb.release(s, e, ("device",))
             rows = np.concatenate(parts) if parts else np.zeros(0, dt)
         else:
-            rows = np.arange(n, dtype=dt)
-        t_alloc = sb.col("t_alloc")
-        ta = t_alloc[sb.pos[rows]].astype(np.int64)
-        order = np.argsort(ta, kind="stable")
-        self.a_rows = rows[order]
-        del order
-        ta.sort(kind="stable")                              # the allocation times, sorted
-        freed = sb.col("freed")
-        f_rows = rows[freed[sb.pos[rows]].astype(bool)]
+            rows = None                                     # every selected block: made after the frees' sort
+        # the frees first (their sort's order array is then the largest thing held), by time
+        fr = sb.gather("freed", rows, bool)
+        f_rows = _flatnonzero(fr, dt) if rows is None else rows[fr]
+        del fr
+        tf = sb.gather("t_free", f_rows, np.int64)
+        self.f_rows = _sort_by_time(tf, f_rows)
+        del f_rows
+        if rows is None:
+            rows = Span(0, n, dt)                           # every selected block, in block order
+        # a free's place in the merged list: the allocations strictly before it, plus its rank.  When
+        # the allocation times ascend in block order, the allocations are in time order already (a
+        # stable sort of sorted times is the identity) and the count is made a piece of them at a time
+        pos_dt = np.int32 if len(rows) + len(tf) < (1 << 31) else np.int64
+        before = _before_ascending(sb, rows, tf, pos_dt)
+        if before is not None:
+            self.a_rows = rows
+        else:
+            ta = sb.gather("t_alloc", rows, np.int64)
+            order = np.argsort(ta, kind="stable")
+            self.a_rows = rows[order]
+            del order
+            ta.sort(kind="stable")                          # the allocation times, sorted
+            before = np.empty(len(tf), pos_dt)
+            for s, e in spans(len(tf), piece_rows()):
+                before[s:e] = np.searchsorted(ta, tf[s:e], side="left")
+            del ta
         del rows
-        tf = sb.col("t_free")[sb.pos[f_rows]].astype(np.int64)
-        order = np.argsort(tf, kind="stable")
-        self.f_rows = f_rows[order]
-        del order, f_rows
-        tf.sort(kind="stable")
-        # a free's place in the merged list: the allocations strictly before it, plus its rank
-        self.f_pos = np.searchsorted(ta, tf, side="left").astype(np.int64)
-        self.f_pos += np.arange(len(tf), dtype=np.int64)
-        del ta, tf
+        for s, e in spans(len(tf), piece_rows()):
+            before[s:e] += np.arange(s, e, dtype=pos_dt)
+        self.f_pos = before
+        del tf
         sb.release_all(("t_alloc", "t_free", "freed", "device"))
         self.n_alloc, self.n_free = len(self.a_rows), len(self.f_rows)
         self.n = self.n_alloc + self.n_free
@@ -208,6 +234,107 @@ class DeviceEvents:
         return t
 
 
+def _before_ascending(sb: SnapshotBlocks, rows: np.ndarray, tf: np.ndarray, dtype) -> np.ndarray | None:
+    """Per value of the ascending ``tf``, how many allocations of ``rows`` are at a strictly earlier
+    time (``np.searchsorted(ta, tf, side="left")`` of their sorted times ``ta``), counted a piece of
+    allocations at a time, without ``ta`` whole; None as soon as the allocation times do not ascend in
+    ``rows``' order (then the caller sorts them)."""
+    out = np.zeros(len(tf), dtype)
+    last = None
+    for s, e in spans(len(rows), piece_rows()):
+        tp = sb.gather("t_alloc", rows[s:e], np.int64)
+        if (len(tp) > 1 and not bool((tp[1:] >= tp[:-1]).all())) or (last is not None and tp[0] < last):
+            return None
+        last = tp[-1]
+        i0 = int(np.searchsorted(tf, tp[0], side="right"))      # tf <= the piece's first: none before
+        i1 = int(np.searchsorted(tf, tp[-1], side="right"))     # tf > the piece's last: all of it before
+        out[i0:i1] += np.searchsorted(tp, tf[i0:i1], side="left").astype(dtype)
+        out[i1:] += len(tp)
+    return out
+
+
+def _sort_by_time(t: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Sort ``t`` (int64) in place and return ``rows[np.argsort(t, kind="stable")]`` (``rows`` ascending,
+    distinct, non-negative).  When the times' range and the rows fit one int64 together, each pair is
+    one key ``(t - min) << bits | row``, sorted in place (equal times by row: the stable order), then
+    split back: no int64 order array (8 bytes a row at the sort)."""
+    if len(t) < 2:
+        return rows.copy()
+    lo, hi = int(t.min()), int(t.max())
+    bits = max(1, int(rows[-1]).bit_length())
+    if (hi - lo).bit_length() + bits > 63:
+        order = np.argsort(t, kind="stable")
+        out = rows[order]
+        del order
+        t.sort(kind="stable")
+        return out
+    key = t                              # in place: t becomes the keys, then the sorted times
+    key -= lo
+    key <<= bits
+    key |= rows
+    key.sort()
+    out = np.empty(len(key), rows.dtype)
+    mask = np.int64((1 << bits) - 1)
+    for s, e in spans(len(key), piece_rows()):      # no int64 temporary of the whole
+        out[s:e] = key[s:e] & mask
+    key >>= bits
+    key += lo
+    return out
+
+
+class Span:
+    """``np.arange(lo, lo + n, dtype=dtype)`` without the array: indexed as it is (an int, a slice of
+    step 1 or more, an array of non-negative indices or a bool mask), each answer made when asked."""
+
+    def __init__(self, lo: int, n: int, dtype):
+        self.lo, self.n, self.dtype = int(lo), int(n), np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            a, b, step = k.indices(self.n)
+            if step < 1:
+                raise IndexError("a Span is sliced forwards only")
+            return np.arange(self.lo + a, self.lo + max(a, b), step, dtype=self.dtype)
+        if isinstance(k, (int, np.integer)):
+            k = int(k)
+            if not -self.n <= k < self.n:
+                raise IndexError(f"index {k} is out of bounds for a span of {self.n}")
+            return self.dtype.type(self.lo + (k + self.n if k < 0 else k))
+        k = np.asarray(k)
+        if k.dtype == bool:
+            if len(k) != self.n:
+                raise IndexError("a mask of another length")
+            return (np.flatnonzero(k) + self.lo).astype(self.dtype)
+        if len(k) and (k.min() < 0 or k.max() >= self.n):
+            raise IndexError(f"an index is out of bounds for a span of {self.n}")
+        return (k.astype(np.int64) + self.lo).astype(self.dtype)
+
+
+def _flatnonzero(mask: np.ndarray, dtype) -> np.ndarray:
+    """``np.flatnonzero(mask)`` as ``dtype``, found a piece at a time (no int64 of the whole)."""
+    out = np.empty(int(np.count_nonzero(mask)), dtype)
+    k = 0
+    for lo, hi in spans(len(mask), piece_rows()):
+        f = np.flatnonzero(mask[lo:hi]) + lo
+        out[k:k + len(f)] = f
+        k += len(f)
+    return out
+
+
+def _positions(keep: np.ndarray, dtype):
+    """``np.flatnonzero(keep)`` as ``dtype``, found a piece at a time (no int64 of the whole); a
+    :class:`Span` when the kept rows are one range (no array at all)."""
+    n = int(np.count_nonzero(keep))
+    if n:
+        lo = int(np.argmax(keep))
+        if len(keep) - int(np.argmax(keep[::-1])) - lo == n:
+            return Span(lo, n, dtype)
+    return _flatnonzero(keep, dtype)
+
+
 def release_every() -> int:
     """Events between two releases of the mapped pages a write has gathered from."""
-    return max(chunk_rows(), 1 << 16)
+    return max(piece_rows(), 1 << 16)
