@@ -259,8 +259,8 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
             run = np.maximum.accumulate(e)
             k = np.searchsorted(q, seq, side="left") - 1
             np.maximum(out, np.where(k >= 0, run[np.maximum(k, 0)], -1), out=out)
-        for a in cols:
-            release(a)
+            for a in cols:              # the piece's pages (issue 30: the whole table's were ~0.25 GB at 100 M)
+                release(a, lo, hi)
     return out
 
 

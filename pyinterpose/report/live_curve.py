@@ -23,6 +23,8 @@ import pandas as pd
 from ..analysis.clock import block_times
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
+from ..heap import give_back
+from .block_codes import BlockCodes
 from .class_lookup import ClassLookup
 
 _COLUMNS = ("block_id", "pid", "size", "device_bytes", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free")
@@ -35,40 +37,64 @@ class _Sorted:
 
     def __init__(self, trace, bl: pd.DataFrame, rows: np.ndarray):
         n = len(rows)
-        cols = [c for c in _COLUMNS if c in bl.columns]
         size_col = "device_bytes" if "device_bytes" in bl.columns else "size"
-        ta = np.empty(n, np.int64)
-        tf = np.empty(n, np.int64)
-        self.delta = np.empty(n, np.int64)          # the block's counted bytes
-        freed = np.empty(n, bool)
-        sub = bl[cols]
+        cols = [c for c in _COLUMNS if c in bl.columns and c != "block_id" and (c != "size" or size_col == "size")]
+        idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
+        delta = np.empty(n, np.int64)          # the block's counted bytes
+        # the two kinds' events in block order, a piece of blocks at a time: g1 (allocations of > 0
+        # bytes) and the frees; the allocations of 0 bytes (few) apart, to follow the frees in g0
+        g1_t, g1_j, n1 = np.empty(n, np.int64), np.empty(n, idx), 0
+        g0_t, g0_j, nf = np.empty(n, np.int64), np.empty(n, idx), 0
+        zt, zj = [], []
         mapped = [bl[c].to_numpy() for c in cols]      # the columns read, to give their pages back
-        for s, e in spans(n):
-            piece = sub.iloc[rows[s:e]]
+        # a quarter piece of blocks at a time: the piece's columns (7 x 8 bytes a row) are copied
+        for s, e in spans(n, max(1, chunk_rows() // 4)):
+            r = rows[s:e]
+            piece = pd.DataFrame({c: x[r] for c, x in zip(cols, mapped)}, copy=False)
             a, f = block_times(trace, piece)
-            ta[s:e], tf[s:e] = a, f
-            self.delta[s:e] = piece[size_col].to_numpy(np.int64)
-            freed[s:e] = piece["freed"].to_numpy(bool)
+            d = piece[size_col].to_numpy(np.int64)
+            fr = piece["freed"].to_numpy(bool)
+            delta[s:e] = d
+            jj = np.arange(s, e, dtype=idx)
+            pos = d > 0
+            k = int(pos.sum())
+            g1_t[n1:n1 + k], g1_j[n1:n1 + k] = a[pos], jj[pos]
+            n1 += k
+            k = int(fr.sum())
+            g0_t[nf:nf + k], g0_j[nf:nf + k] = f[fr], jj[fr]
+            nf += k
+            zt.append(a[~pos])
+            zj.append(jj[~pos])
+            del piece, a, f, d, fr, jj, pos
             if e > s:                   # the pages of the rows this piece read (issue 30: ~0.3 GB at 100 M)
-                lo, hi = int(rows[s:e].min()), int(rows[s:e].max()) + 1
+                lo, hi = int(r.min()), int(r.max()) + 1
                 for x in mapped:
                     release(x, lo, hi)
         del mapped
-        idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
-        j = np.arange(n, dtype=idx)
-        zero = self.delta <= 0
-        g0_j = np.concatenate([j[freed], j[zero]])
-        g0_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(int(zero.sum()), bool)])
-        g0_t = np.concatenate([tf[freed], ta[zero]])
-        o = np.argsort(g0_t, kind="stable")
-        self.g0_j, self.g0_alloc, self.g0_t = g0_j[o], g0_alloc[o], g0_t[o]
-        del g0_j, g0_alloc, g0_t, o
-        g1_j = j[~zero]
-        g1_t = ta[~zero]
-        o = np.argsort(g1_t, kind="stable")
-        self.g1_j, self.g1_t = g1_j[o], g1_t[o]
-        del ta, tf, o, j
-        self.pos0 = (np.searchsorted(self.g1_t, self.g0_t, side="left") + np.arange(len(self.g0_t))).astype(idx)
+        # the counted bytes in 32 bits where every block's fit (checked), else 64
+        small = n == 0 or (int(delta.min()) > -(1 << 31) and int(delta.max()) < (1 << 31))
+        self.delta = delta.astype(np.int32) if small else delta
+        del delta
+        nz = sum(len(x) for x in zt)
+        if nf + nz > n:                 # blocks of 0 bytes that were freed: both a free and an allocation
+            g0_t, g0_j = np.resize(g0_t, nf + nz), np.resize(g0_j, nf + nz)
+        for t_, j_ in zip(zt, zj):
+            g0_t[nf:nf + len(t_)], g0_j[nf:nf + len(t_)] = t_, j_
+            nf += len(t_)
+        nf -= nz
+        del zt, zj
+        # each kind by time, stable (its order above at an equal time)
+        self.g1_t, o = _sort_stable(g1_t[:n1])
+        self.g1_j = g1_j[:n1][o]
+        del g1_t, g1_j, o
+        self.g0_t, o = _sort_stable(g0_t[:nf + nz])
+        self.g0_j = g0_j[:nf + nz][o]
+        self.g0_alloc = o >= nf            # the allocations of 0 bytes follow the frees
+        del g0_t, g0_j, o
+        # pos0: g0's i-th event's place in the merged list (a piece of g0 at a time)
+        self.pos0 = np.empty(len(self.g0_t), idx)
+        for s, e in spans(len(self.g0_t)):
+            self.pos0[s:e] = np.searchsorted(self.g1_t, self.g0_t[s:e], side="left") + np.arange(s, e)
         self.n = len(self.g0_t) + len(self.g1_t)
 
     def piece(self, c0: int, c1: int):
@@ -80,7 +106,7 @@ class _Sorted:
         t = np.empty(c1 - c0, np.int64)
         j[is0], t[is0] = self.g0_j[i0:i1], self.g0_t[i0:i1]
         j[~is0], t[~is0] = self.g1_j[c0 - i0:c1 - i1], self.g1_t[c0 - i0:c1 - i1]
-        d = self.delta[j]
+        d = self.delta[j].astype(np.int64, copy=False)
         free = np.zeros(c1 - c0, bool)
         free[is0] = ~self.g0_alloc[i0:i1]
         d[free] = -d[free]
@@ -93,14 +119,49 @@ class _Sorted:
         return int(self.g1_t[p - i])
 
 
-def class_codes(classes: pd.Series, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sort_stable(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``t`` sorted, the order): ``np.argsort(t, kind="stable")`` and ``t`` in that order.  In place
+    where each time less the first and its index fit in 63 bits together (checked): the pair as one
+    int64 key ``(t - min) << bits | index``, distinct keys, so an unstable in-place sort gives the
+    stable order, and the key gives back both (the order a piece at a time) without a copy of ``t``
+    or a 64-bit order (issue 30); the order is then int32 where the count allows."""
+    n = len(t)
+    if n == 0:
+        return t, np.zeros(0, np.int64)
+    bits = max(1, int(n - 1).bit_length())
+    lo, hi = int(t.min()), int(t.max())
+    if (hi - lo) >> (63 - bits):                # too long a run for the key: argsort
+        o = np.argsort(t, kind="stable")
+        return t[o], o
+    key = t                                     # the caller's buffer, reused
+    key -= lo
+    key <<= bits
+    for s, e in spans(n):                       # the index, a piece at a time
+        key[s:e] |= np.arange(s, e, dtype=np.int64)
+    key.sort()
+    o = np.empty(n, np.int32 if n < (1 << 31) else np.int64)
+    mask = (1 << bits) - 1
+    for s, e in spans(n):
+        o[s:e] = key[s:e] & mask
+        key[s:e] >>= bits
+        key[s:e] += lo
+    return key, o
+
+
+def class_codes(classes, block_ids: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(names, code per block): ``np.unique`` of each block's class name (``str`` of its class,
-    "other" without one) and the index of each block's name in it, looked up in pieces."""
-    look = ClassLookup(classes)
-    labels = np.array([str(v) for v in look.values] + ["other"], dtype=object)
-    vcode = np.empty(len(block_ids), np.int64)
-    for s, e in spans(len(block_ids)):
-        vcode[s:e] = look.codes(block_ids[s:e])
+    "other" without one) and the index of each block's name in it.  ``classes``: a Series block_id ->
+    class, looked up in pieces for ``block_ids``; or a ``report.block_codes.BlockCodes``, read at
+    ``rows`` (of ``trace.blocks``)."""
+    if isinstance(classes, BlockCodes):
+        labels = np.array([str(v) for v in classes.names] + ["other"], dtype=object)
+        vcode = classes.code[rows].astype(np.int64)
+    else:
+        look = ClassLookup(classes)
+        labels = np.array([str(v) for v in look.values] + ["other"], dtype=object)
+        vcode = np.empty(len(block_ids), np.int64)
+        for s, e in spans(len(block_ids)):
+            vcode[s:e] = look.codes(block_ids[s:e])
     vcode[vcode < 0] = len(labels) - 1
     used = np.zeros(len(labels), bool)
     used[vcode] = True                       # "other" only when some block has no class
@@ -113,20 +174,28 @@ def class_codes(classes: pd.Series, block_ids: np.ndarray) -> tuple[np.ndarray, 
 
 def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> list[dict]:
     """The curve of the blocks at ``rows`` of ``trace.blocks`` (one device, block order), once per
-    grouping of ``groupings`` (each a Series block_id -> class, or None) from one pass over the
+    grouping of ``groupings`` (each a Series block_id -> class, a ``BlockCodes``, or None) from one pass over the
     events: ``{"t", "total", "series" (name -> values at the points; None without classes), "names",
     "peak", "peak_t", "events", "reduced"}`` each (the points are the same for every grouping)."""
     bl = trace.blocks
-    ev = _Sorted(trace, bl, rows)
     groups = []                          # per grouping: (names, code per block, offset in the stacked series)
     K = 0
     for classes in groupings:
         if classes is None:
             groups.append((None, None, K))
             continue
-        names, code = class_codes(classes, bl["block_id"].to_numpy()[rows])
+        ids = None if isinstance(classes, BlockCodes) else bl["block_id"].to_numpy()[rows]
+        names, code = class_codes(classes, ids, rows)
         groups.append((names, code, K))
         K += len(names)
+    # after the codes: their lookups' temporaries are gone by then, and on a long trace the heap
+    # they freed is given back before the pass and again after its sorts (``heap.give_back``)
+    long = len(rows) > chunk_rows()
+    if long:
+        give_back()
+    ev = _Sorted(trace, bl, rows)
+    if long:
+        give_back()
     n = ev.n
     if n == 0:
         z = np.zeros(0, np.int64)
