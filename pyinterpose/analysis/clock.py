@@ -243,7 +243,8 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
             continue
         cols = [tab[c].to_numpy() for c in ("pid", "seq", "dev_start", "dev_end")]
         p_, q_, s_, e_ = cols
-        for lo, hi in spans(len(tab)):
+        # a quarter piece of rows at a time: each makes a few int64 temporaries of its length
+        for lo, hi in spans(len(tab), max(1, chunk_rows() // 4)):
             q, s, e = q_[lo:hi], s_[lo:hi], e_[lo:hi]
             if pid is not None:
                 m = p_[lo:hi] == pid
@@ -257,8 +258,14 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
                 o = np.argsort(q, kind="stable")
                 q, e = q[o], e[o]
             run = np.maximum.accumulate(e)
-            k = np.searchsorted(q, seq, side="left") - 1
-            np.maximum(out, np.where(k >= 0, run[np.maximum(k, 0)], -1), out=out)
+            # a query at or before the piece's first seq sees none of it, one after its last sees
+            # all of it (run[-1]): only those between are searched for
+            after = seq > q[-1]
+            np.maximum(out, np.where(after, run[-1], -1), out=out)
+            mid = np.flatnonzero((seq > q[0]) & ~after)
+            if len(mid):
+                k = np.searchsorted(q, seq[mid], side="left") - 1
+                out[mid] = np.maximum(out[mid], run[k])
             for a in cols:              # the piece's pages (issue 30: the whole table's were ~0.25 GB at 100 M)
                 release(a, lo, hi)
     return out

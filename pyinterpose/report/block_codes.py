@@ -46,4 +46,5 @@ def series_codes(trace, classes: pd.Series) -> BlockCodes:
 
 
 def _small_code_type(n: int):
-    return np.int16 if n < (1 << 15) else np.int64
+    """The narrowest signed type holding codes -1 .. n."""
+    return np.int8 if n < (1 << 7) - 1 else np.int16 if n < (1 << 15) - 1 else np.int64

@@ -24,7 +24,7 @@ from ..analysis.clock import block_times
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
 from ..heap import give_back
-from .block_codes import BlockCodes
+from .block_codes import BlockCodes, _small_code_type
 from .class_lookup import ClassLookup
 
 _COLUMNS = ("block_id", "pid", "size", "device_bytes", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free")
@@ -40,7 +40,7 @@ class _Sorted:
         size_col = "device_bytes" if "device_bytes" in bl.columns else "size"
         cols = [c for c in _COLUMNS if c in bl.columns and c != "block_id" and (c != "size" or size_col == "size")]
         idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
-        delta = np.empty(n, np.int64)          # the block's counted bytes
+        delta = np.empty(n, np.int32)          # the block's counted bytes: 32 bits while they fit (checked)
         # the two kinds' events in block order, a piece of blocks at a time: g1 (allocations of > 0
         # bytes) and the frees; the allocations of 0 bytes (few) apart, to follow the frees in g0
         g1_t, g1_j, n1 = np.empty(n, np.int64), np.empty(n, idx), 0
@@ -54,6 +54,8 @@ class _Sorted:
             a, f = block_times(trace, piece)
             d = piece[size_col].to_numpy(np.int64)
             fr = piece["freed"].to_numpy(bool)
+            if delta.dtype != np.int64 and len(d) and (int(d.min()) <= -(1 << 31) or int(d.max()) >= (1 << 31)):
+                delta = delta.astype(np.int64)
             delta[s:e] = d
             jj = np.arange(s, e, dtype=idx)
             pos = d > 0
@@ -71,9 +73,7 @@ class _Sorted:
                 for x in mapped:
                     release(x, lo, hi)
         del mapped
-        # the counted bytes in 32 bits where every block's fit (checked), else 64
-        small = n == 0 or (int(delta.min()) > -(1 << 31) and int(delta.max()) < (1 << 31))
-        self.delta = delta.astype(np.int32) if small else delta
+        self.delta = delta
         del delta
         nz = sum(len(x) for x in zt)
         if nf + nz > n:                 # blocks of 0 bytes that were freed: both a free and an allocation
@@ -168,8 +168,7 @@ def class_codes(classes, block_ids: np.ndarray, rows: np.ndarray | None = None) 
     names, inv = np.unique(labels[used], return_inverse=True)
     remap = np.full(len(labels), -1, np.int64)
     remap[np.flatnonzero(used)] = inv.reshape(-1)
-    dt = np.int16 if len(names) < (1 << 15) else np.int64
-    return names, remap[vcode].astype(dt)
+    return names, remap[vcode].astype(_small_code_type(len(names)))
 
 
 def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> list[dict]:
@@ -210,7 +209,7 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
     peak, peak_t = None, 0
     lat_count = 0                        # events that are the last at their instant, so far
     all_pts: list[tuple] | None = []     # every such event while there are at most max_points
-    kept: list[tuple] = []               # closed bins' points: (lat index, t, total, class values)
+    kept = _Kept(2 * nbins, K)           # closed bins' points: (lat index, t, total, class values)
     run = None                           # the open bin: [bin, max, peak point, last point]
     step = max(1, chunk_rows() // 8)     # a piece holds ~10 + (classes) int64 per event
     for c0, c1 in spans(n, step):
@@ -275,9 +274,7 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
         v_k = np.concatenate([p[1] for p in all_pts])
         s_k = np.concatenate([p[2] for p in all_pts], axis=1) if K else None
     else:
-        t_k = np.array([p[1] for p in kept], np.int64)
-        v_k = np.array([p[2] for p in kept], np.int64)
-        s_k = np.array([p[3] for p in kept], np.int64).T.reshape(K, len(kept)) if K else None
+        t_k, v_k, s_k = kept.arrays()
     out = []
     for names, _, off in groups:
         series = None if names is None else {str(names[k]): s_k[off + k] for k in range(len(names))}
@@ -286,8 +283,32 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
     return out
 
 
-def _close(run, kept: list) -> None:
+def _close(run, kept: "_Kept") -> None:
     """A bin's points: its first peak, then its last event (once when they are the same)."""
-    kept.append(run[2])
+    kept.add(run[2])
     if run[3][0] != run[2][0]:
-        kept.append(run[3])
+        kept.add(run[3])
+
+
+class _Kept:
+    """The points kept from the closed bins (at most two a bin), in arrays rather than a tuple and an
+    array each (issue 30: ~0.1 GB at 200 000 points): their times, totals and class values."""
+
+    def __init__(self, cap: int, K: int):
+        self.m, self.K = 0, K
+        self.t = np.empty(max(1, cap), np.int64)
+        self.v = np.empty(max(1, cap), np.int64)
+        self.k = np.empty((K, max(1, cap)), np.int64)
+
+    def add(self, p) -> None:
+        if self.m == len(self.t):           # never with two points a bin; kept for safety
+            self.t, self.v = np.resize(self.t, 2 * self.m), np.resize(self.v, 2 * self.m)
+            self.k = np.concatenate([self.k, np.empty_like(self.k)], axis=1)
+        self.t[self.m], self.v[self.m] = p[1], p[2]
+        if self.K:
+            self.k[:, self.m] = p[3]
+        self.m += 1
+
+    def arrays(self):
+        m = self.m
+        return self.t[:m].copy(), self.v[:m].copy(), self.k[:, :m].copy() if self.K else None

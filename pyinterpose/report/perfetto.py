@@ -579,6 +579,7 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     step(0.1)
     # the live curve and its split by class and by owner: one pass over each device's events
     tls, *by_group = memory_timelines(trace, [None] + [g for _, g in grouped], max_points=max_points)
+    _give_back(trace)                   # the pass's freed arrays, before the counters' texts
     for tl in tls:
         devices.add(tl.device)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + tl.device, tl.t, {series: tl.total}))
