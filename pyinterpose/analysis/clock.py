@@ -375,6 +375,12 @@ def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
         if not c.device:
             continue
         m = pid == p
-        t_alloc[m] = c.host_times(blocks["seq_alloc"].to_numpy(np.int64)[m], t_alloc[m])
-        t_free[m] = c.host_times(blocks["seq_free"].to_numpy(np.int64)[m], t_free[m])
+        sa, sf = blocks["seq_alloc"].to_numpy(np.int64)[m], blocks["seq_free"].to_numpy(np.int64)[m]
+        if 2 * len(sa) <= chunk_rows():     # one pass over the process's ops for both (elementwise)
+            k = len(sa)
+            both = c.host_times(np.concatenate([sa, sf]), np.concatenate([t_alloc[m], t_free[m]]))
+            t_alloc[m], t_free[m] = both[:k], both[k:]
+        else:
+            t_alloc[m] = c.host_times(sa, t_alloc[m])
+            t_free[m] = c.host_times(sf, t_free[m])
     return t_alloc, t_free

@@ -47,8 +47,8 @@ class _Sorted:
         g0_t, g0_j, nf = np.empty(n, np.int64), np.empty(n, idx), 0
         zt, zj = [], []
         mapped = [bl[c].to_numpy() for c in cols]      # the columns read, to give their pages back
-        # a quarter piece of blocks at a time: the piece's columns (7 x 8 bytes a row) are copied
-        for s, e in spans(n, max(1, chunk_rows() // 4)):
+        # an eighth of a piece of blocks at a time: the piece's columns (7 x 8 bytes a row) are copied
+        for s, e in spans(n, max(1, chunk_rows() // 8)):
             r = rows[s:e]
             piece = pd.DataFrame({c: x[r] for c, x in zip(cols, mapped)}, copy=False)
             a, f = block_times(trace, piece)
@@ -211,7 +211,7 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
     all_pts: list[tuple] | None = []     # every such event while there are at most max_points
     kept = _Kept(2 * nbins, K)           # closed bins' points: (lat index, t, total, class values)
     run = None                           # the open bin: [bin, max, peak point, last point]
-    step = max(1, chunk_rows() // 8)     # a piece holds ~10 + (classes) int64 per event
+    step = max(1, chunk_rows() // 32)    # a piece holds ~10 + (classes) int64 per event
     for c0, c1 in spans(n, step):
         j, t, d = ev.piece(c0, c1)
         tot = carry + np.cumsum(d)
