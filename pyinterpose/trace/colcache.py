@@ -133,27 +133,33 @@ def _table_spec(name: str, df: pd.DataFrame, folder: str, prefix: str | None = N
     for i, c in enumerate(df.columns):
         if not isinstance(c, str):
             return None
-        s = df[c]
-        dt = s.dtype
-        fname = f"{prefix or name}.{i}.npy"
-        if isinstance(dt, pd.CategoricalDtype):
-            cats = s.cat.categories.tolist()
-            if not _jsonable(cats) or str(s.cat.categories.dtype) not in ("object", "str", "string"):
-                return None
-            np.save(os.path.join(folder, fname), s.cat.codes.to_numpy(), allow_pickle=False)
-            cols.append({"name": c, "kind": "category", "file": fname, "categories": cats,
-                         "ordered": bool(dt.ordered), "cat_dtype": str(s.cat.categories.dtype)})
-        elif dt == object or str(dt) in ("str", "string"):
-            vals = s.tolist()
-            if not _jsonable(vals):
-                return None
-            cols.append({"name": c, "kind": "json", "values": vals, "dtype": str(dt)})
-        elif isinstance(dt, np.dtype) and dt.kind in "biuf":
-            np.save(os.path.join(folder, fname), np.ascontiguousarray(s.to_numpy()), allow_pickle=False)
-            cols.append({"name": c, "kind": "array", "file": fname})
-        else:
+        entry = _column_entry(c, df[c], folder, f"{prefix or name}.{i}.npy")
+        if entry is None:
             return None
+        cols.append(entry)
     return {"rows": len(df), "columns": cols}
+
+
+def _column_entry(c: str, s: pd.Series, folder: str, fname: str) -> dict | None:
+    """Write one column (``s``, named ``c``) as ``folder/fname`` when it has values; its manifest
+    entry, or None when it cannot be cached."""
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        cats = s.cat.categories.tolist()
+        if not _jsonable(cats) or str(s.cat.categories.dtype) not in ("object", "str", "string"):
+            return None
+        np.save(os.path.join(folder, fname), s.cat.codes.to_numpy(), allow_pickle=False)
+        return {"name": c, "kind": "category", "file": fname, "categories": cats,
+                "ordered": bool(dt.ordered), "cat_dtype": str(s.cat.categories.dtype)}
+    if dt == object or str(dt) in ("str", "string"):
+        vals = s.tolist()
+        if not _jsonable(vals):
+            return None
+        return {"name": c, "kind": "json", "values": vals, "dtype": str(dt)}
+    if isinstance(dt, np.dtype) and dt.kind in "biuf":
+        np.save(os.path.join(folder, fname), np.ascontiguousarray(s.to_numpy()), allow_pickle=False)
+        return {"name": c, "kind": "array", "file": fname}
+    return None
 
 
 def write(trace, path: str) -> bool:
@@ -266,6 +272,12 @@ class Writer:
             np.save(os.path.join(self.tmp, fname), np.ascontiguousarray(a), allow_pickle=False)
             self._unlink({"columns": [e]})
             spec["columns"][i] = {"name": c, "kind": "array", "file": fname}
+
+    def one_column(self, name: str, i: int, c: str, s: pd.Series) -> dict | None:
+        """Write column ``c`` (``s``) of table ``name`` as its ``i``-th, for a table written a
+        column at a time (:meth:`streamed` records it); its manifest entry, None when it cannot be
+        cached (OSError: it could not be written)."""
+        return _column_entry(c, s, self.tmp, f"{name}.{i}.npy")
 
     def column(self, name: str, i: int, dtype) -> "NpyAppender":
         """A column file of table ``name`` (its ``i``-th column) written chunk by chunk."""

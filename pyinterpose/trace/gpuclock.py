@@ -12,12 +12,14 @@ import numpy as np
 import pandas as pd
 
 from .model import GPU_ACTIVITY_COLUMNS, conform, empty_table
+from .pages import release
 
 GPU_KINDS = ["none", "kernel", "memcpy", "memset"]   # enum pi_gpu_kind
 CLOCK_CUPTI = 1                                     # enum pi_clock_state
 # a process without CLOCK records (no kernel, copy or memset; or a trace from before the device clock)
 NO_RECORD = {"clock": "cpu", "clock_note": "", "clock_error_ns": -1, "gpu_dropped": 0}
 _PID_SHIFT = 40                                     # key = pid << 40 | seq
+PIECE = 1 << 20                                     # GPU records made into rows at a time
 
 
 def _key(pid: np.ndarray, seq: np.ndarray) -> np.ndarray:
@@ -49,32 +51,57 @@ def activity_table(G: np.ndarray, g_pid: np.ndarray, t0: int, strings: dict, ker
     its launch's, or (graph replays, unmatched kernels) the name CUPTI gave, added to ``kernels``."""
     if len(G) == 0:
         return empty_table(GPU_ACTIVITY_COLUMNS)
-    raw_start = G["t_ns"].view(np.int64)
-    raw_end = G["addr"].view(np.int64)
-    valid = (raw_start > 0) & (raw_end > 0)
-    start = np.where(valid, raw_start - t0, -1)
-    end = np.where(valid, raw_end - t0, -1)
-    ext = G["aux"].view(np.int64)
-    kind = G["flags"]                      # uint16 (a view: no int64 copy of 12 M rows at 100 M events)
     # the owning event: a launch (its kernel comes along) or a copy
     lkey = _key(launch_pid, launch_seq)
     lkern = np.asarray(launch_kernel, np.int32)
     lo = _order(lkey)
     if lo is not None:
         lkey, lkern = lkey[lo], lkern[lo]
-    q = _key(g_pid, ext)
-    pos, in_launch = _find(lkey, q)
-    kernel = np.where(in_launch, lkern[pos] if len(lkern) else -1, -1).astype(np.int32)
     ckey = _key(copy_pid, copy_seq)
     co = _order(ckey)
-    _, in_copy = _find(ckey if co is None else ckey[co], q)
-    seq = np.where((ext > 0) & (in_launch | in_copy), ext, -1)
-    # kernels CUPTI named (graph replays, unmatched): their names join the trace's kernel list
-    res = G["result"]                      # int32 (a view)
-    named = np.flatnonzero((kind == 1) & (res > 0))
-    if len(named):
+    if co is not None:
+        ckey = ckey[co]
+    n = len(G)
+    cols = {c: np.empty(n, GPU_ACTIVITY_COLUMNS[c] if c != "kind" else np.int8)
+            for c in ("pid", "seq", "kind", "start", "end", "device", "stream", "graph_node", "kernel", "bytes")}
+    named, named_res = [], []
+    for a in range(0, n, PIECE):        # a piece of records at a time: 12 M at 100 M events
+        b = min(n, a + PIECE)
+        P, p_pid = G[a:b], g_pid[a:b]
+        raw_start = P["t_ns"].view(np.int64)
+        raw_end = P["addr"].view(np.int64)
+        valid = (raw_start > 0) & (raw_end > 0)
+        cols["start"][a:b] = np.where(valid, raw_start - t0, -1)
+        cols["end"][a:b] = np.where(valid, raw_end - t0, -1)
+        del raw_start, raw_end, valid
+        ext = P["aux"].view(np.int64)
+        kind = P["flags"]                  # uint16 (a view)
+        q = _key(p_pid, ext)
+        pos, in_launch = _find(lkey, q)
+        cols["kernel"][a:b] = np.where(in_launch, lkern[pos] if len(lkern) else -1, -1)
+        _, in_copy = _find(ckey, q)
+        cols["seq"][a:b] = np.where((ext > 0) & (in_launch | in_copy), ext, -1)
+        del q, pos, in_launch, in_copy
+        res = P["result"]                  # int32 (a view)
+        k = np.flatnonzero((kind == 1) & (res > 0))    # kernels CUPTI named (graph replays, unmatched)
+        if len(k):
+            named.append(k + a)
+            named_res.append(res[k].astype(np.int64))
+        cols["kind"][a:b] = np.clip(kind, 0, len(GPU_KINDS) - 1)
+        cols["bytes"][a:b] = np.where(kind == 1, 0, P["size"].view(np.int64))
+        cols["pid"][a:b] = p_pid
+        cols["device"][a:b] = P["device"]
+        cols["stream"][a:b] = P["tid"]
+        cols["graph_node"][a:b] = P["stream"]
+        release(G, a, b)                   # a spilled table's pages (trace/reader.py), once read
+    kernel = cols["kernel"]
+    # the kernels CUPTI named join the trace's kernel list
+    if named:
+        named = np.concatenate(named)
+        res = np.concatenate(named_res)
+        n_pid = np.asarray(g_pid)[named].astype(np.int64)
         index = {k: i for i, k in enumerate(kernels)}
-        pairs = np.unique(np.stack([g_pid[named].astype(np.int64), res[named].astype(np.int64)], axis=1), axis=0)
+        pairs = np.unique(np.stack([n_pid, res], axis=1), axis=0)
         code = {}
         for p, sid in pairs.tolist():
             name = strings.get(p, {}).get(sid)
@@ -85,23 +112,26 @@ def activity_table(G: np.ndarray, g_pid: np.ndarray, t0: int, strings: dict, ker
                 kernels.append(name)
             code[(p, sid)] = index[name]
         kernel[named] = [code.get((int(p), int(s)), int(k))
-                         for p, s, k in zip(g_pid[named].tolist(), res[named].tolist(), kernel[named].tolist())]
-    kind_codes = np.clip(kind, 0, len(GPU_KINDS) - 1).astype(np.int8)
-    return conform(pd.DataFrame({
-        "pid": g_pid.astype(np.int32), "seq": seq, "kind": pd.Categorical.from_codes(kind_codes, GPU_KINDS),
-        "start": start, "end": end, "device": G["device"], "stream": G["tid"].astype(np.int64),
-        "graph_node": G["stream"], "kernel": kernel,
-        "bytes": np.where(kind == 1, 0, G["size"].view(np.int64)),
-    }, copy=False), GPU_ACTIVITY_COLUMNS)
+                         for p, s, k in zip(n_pid.tolist(), res.tolist(), kernel[named].tolist())]
+    cols["kind"] = pd.Categorical.from_codes(cols["kind"], GPU_KINDS)
+    return conform(pd.DataFrame(cols, copy=False), GPU_ACTIVITY_COLUMNS)
 
 
 def event_spans(gpu: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(key, first start, last end) of each event (pid, seq) that has device activities, keys sorted: one
     activity for a kernel or copy, every replayed node for a graph launch."""
-    s = gpu["start"].to_numpy(np.int64)
-    ok = (gpu["seq"].to_numpy(np.int64) >= 0) & (s >= 0)
-    k = _key(gpu["pid"].to_numpy()[ok], gpu["seq"].to_numpy(np.int64)[ok])
-    s, e = s[ok], gpu["end"].to_numpy(np.int64)[ok]
+    start, seq = gpu["start"].to_numpy(np.int64), gpu["seq"].to_numpy(np.int64)
+    ok = (seq >= 0) & (start >= 0)
+    s = start[ok]
+    release(start)          # a mapped table's pages (the reader's, at 100 M events), once read
+    pid = gpu["pid"].to_numpy()
+    k = _key(pid[ok], seq[ok])
+    release(pid)
+    release(seq)
+    end = gpu["end"].to_numpy(np.int64)
+    e = end[ok]
+    release(end)
+    del start, seq, pid, end
     if len(k) == 0:
         return k, s, e
     o = _order(k)

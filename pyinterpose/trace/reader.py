@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import records
+from .pages import release
 from ..errors import PyinterposeError, TraceError
 from ..installation import NATIVE, not_built_message
 from . import chunking
@@ -32,7 +33,7 @@ from . import stacks as site_tables
 from . import vmm
 from .model import (ACCESS_COLUMNS, APPLY_COLUMNS, BLOCK_COLUMNS, COPY_COLUMNS, DEVICE_KINDS, FAILURE_COLUMNS,
                     KINDS, HINT_COLUMNS, LAUNCH_COLUMNS, MARKER_COLUMNS, NVML_COLUMNS, PROCESS_COLUMNS,
-                    SWAP_COLUMNS, Trace, conform, empty_table)
+                    SWAP_COLUMNS, COLUMN_DEFAULTS, Trace, conform, empty_table)
 
 
 @dataclass
@@ -499,11 +500,21 @@ class _Split:
         return out
 
     def _spilled(self, fname: str, dtype, n: int) -> np.ndarray:
+        """A spilled table's file, memory-mapped (copy-on-write) and removed (the map lives on): its
+        pages are the file's, which the passes over it give back a piece at a time (:func:`_fields`)."""
         path = os.path.join(self.spill_dir, fname)
-        a = np.fromfile(path, dtype=dtype, count=n) if n else np.zeros(0, dtype)
-        os.remove(path)
-        if len(a) != n:
-            raise TraceError(f"{path}: {len(a)} records of {n} read back")
+        dtype = np.dtype(dtype)
+        try:
+            size = os.path.getsize(path)
+            if size < n * dtype.itemsize:
+                raise TraceError(f"{path}: {size // dtype.itemsize} records of {n} read back")
+            a = np.zeros(0, dtype)
+            if n:
+                with open(path, "rb") as f:
+                    m = mmap.mmap(f.fileno(), n * dtype.itemsize, access=mmap.ACCESS_COPY)   # writable, private
+                a = np.ndarray((n,), dtype, buffer=m)      # its base the map (pages.release finds it)
+        finally:
+            os.remove(path)
         return a
 
     def access_chunks(self, rows: int):
@@ -529,6 +540,43 @@ class _Split:
         s.a_n = s.a_cap = 0
 
 
+RECORD_PIECE = 1 << 20    # records copied out of a spilled (mapped) table at a time: 64 MiB of pages
+
+
+class _Columns:
+    """Fields of a record table copied out as contiguous arrays (:func:`_fields`): indexed by field
+    name as the records are, ``len`` their rows; an index array or slice selects rows of every
+    field (so :func:`_by_pid` reorders it as it does records)."""
+
+    def __init__(self, cols: dict, n: int):
+        self.cols, self.n = cols, n
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return self.cols[k]
+        cols = {c: a[k] for c, a in self.cols.items()}
+        return _Columns(cols, len(next(iter(cols.values()))) if cols else 0)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _fields(T: np.ndarray, names) -> _Columns:
+    """The fields ``names`` of the records ``T``, each copied out contiguous.  From a spilled table
+    (a file map: :meth:`_Split._spilled`) a piece of RECORD_PIECE records at a time, each piece's
+    pages given back once copied (``pages.release``), so that the 64-byte records are never all
+    resident beside the columns made of them."""
+    n = len(T)
+    out = {k: np.empty(n, T.dtype[k]) for k in names}
+    for lo in range(0, n, RECORD_PIECE):
+        hi = min(n, lo + RECORD_PIECE)
+        piece = T[lo:hi]
+        for k in names:
+            out[k][lo:hi] = piece[k]
+        release(T, lo, hi)
+    return _Columns(out, n)
+
+
 _CTYPES = {"<i4": "int32_t[]", "<i8": "int64_t[]", "|i1": "int8_t[]", "<u2": "uint16_t[]"}
 # struct pi_acc (native/reader/reader.h): an ACCESS record with what it needs from its owner
 ACC_DTYPE = np.dtype([("ref", "<i8"), ("seq", "<i8"), ("t", "<i8"), ("pid", "<i4"), ("row", "<i4"),
@@ -545,6 +593,19 @@ def _owning(df: pd.DataFrame) -> pd.DataFrame:
         if v is not None and v.ndim == 1 and len(v) > 1 and v.strides[0] != v.itemsize:
             df[c] = np.ascontiguousarray(v)
     return df
+
+
+def _in_block_order(t: np.ndarray, pid: np.ndarray, seq: np.ndarray) -> bool:
+    """Whether rows are in (t, pid, seq) order (ties in seq kept): allocations come in almost that
+    order, so the blocks' order is checked before sorting; a piece at a time (no diff arrays of the
+    allocations' length)."""
+    n = len(t)
+    for lo in range(0, max(n - 1, 0), RECORD_PIECE):
+        hi = min(n, lo + RECORD_PIECE + 1)
+        dt, dp, ds = np.diff(t[lo:hi]), np.diff(pid[lo:hi]), np.diff(seq[lo:hi])
+        if not bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0)))))):
+            return False
+    return True
 
 
 def _by_pid(pid: np.ndarray, *cols):
@@ -597,6 +658,62 @@ class _Tables:
                 if name not in out and self.writer.usable(name):
                     out[name] = self.writer.mapped(name)
         return out
+
+
+class _TableColumns:
+    """One table put a column at a time (the blocks: 24 columns, 1.5 GB at 100 M events, more than
+    the read should hold at once).  With a writer (``out.writer``) each column is written to its
+    file as it comes and dropped, and :meth:`finish` maps the table back; without one (or where a
+    column cannot be cached) the columns are kept and made the DataFrame the in-memory read makes.
+    ``columns``: the table's model (name -> dtype: each column is given its dtype as
+    ``model.conform`` would); ``order``: every column's name, in the table's order."""
+
+    def __init__(self, out: _Tables, name: str, n: int, columns: dict, order: list):
+        self.out, self.name, self.n, self.columns, self.order = out, name, n, columns, list(order)
+        self.writer = out.writer if n else None      # an empty table: conform()'s empty columns
+        self.entries: dict = {}
+        self.kept: dict = {}
+
+    def add(self, c: str, values) -> None:
+        d = self.columns.get(c)
+        if d is not None and str(values.dtype) != d:
+            values = pd.Series(values, copy=False).astype(d).array
+            values = values.to_numpy() if d != "category" else values
+        if self.writer is not None:
+            try:
+                e = self.writer.one_column(self.name, self.order.index(c), c, pd.Series(values, copy=False))
+            except OSError:
+                e = None
+            if e is not None:
+                self.entries[c] = e
+                return
+            self._in_memory()
+        self.kept[c] = values
+
+    def _in_memory(self) -> None:
+        """A column the cache cannot hold: the table is kept in memory (those written read back),
+        and the cache not finished (as ``Writer.table`` does for such a table)."""
+        if self.entries:
+            back = colcache._frame(self.writer.tmp, {"rows": self.n, "columns": list(self.entries.values())})
+            for c in back.columns:
+                self.kept[c] = np.array(back[c].to_numpy()) if isinstance(back[c].dtype, np.dtype) \
+                    else back[c].array.copy()
+            del back
+            self.writer._unlink({"columns": list(self.entries.values())})
+        self.writer.specs[self.name] = None
+        self.writer, self.entries = None, {}
+
+    def finish(self) -> pd.DataFrame:
+        """The table: memory-mapped from its files, or in memory (then put as ``_Tables.put`` does)."""
+        if self.writer is not None:
+            self.out.streamed(self.name, self.n, [self.entries[c] for c in self.order])
+            return self.out.writer.mapped(self.name)
+        df = _owning(conform(pd.DataFrame({c: self.kept.pop(c) for c in self.order}, copy=False), self.columns))
+        if self.out.writer is not None and self.out.writer.specs.get(self.name, 0) is None:
+            self.out.kept[self.name] = df        # a column the cache could not hold
+            return df
+        self.out.put(self.name, df)
+        return self.out.kept[self.name] if self.name in self.out.kept else self.out.writer.mapped(self.name)
 
 
 class _AccessColumns:
@@ -690,11 +807,11 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     b.drop_sites()
     failures = b.failures()
     failure_details.attach(failures, b.side, b.side_pid, b.side_op, getattr(b.O, "MEMINFO", None), sites)
-    blocks, row_block, never_freed = b.blocks(sites)    # with their call sites (then dropped: one row an allocation)
-    blockmap = b.blockmap(blocks)
-    out.put("blocks", blocks)
+    blocks, row_block, never_freed = b.blocks(sites, out)   # with their call sites (then dropped: one row an
+    blockmap = b.blockmap(blocks)                            # allocation); put in ``out``, mapped when written
     del blocks
     L, l_pid = sp.table("launch")
+    L = _fields(L, ("op", "aux", "tid", "seq", "t_ns", "device", "stream", "api", "addr"))
     kernels, kid = b.kernels(L, l_pid)
     n_access, n_acc, unresolved_access = b.accesses(blockmap, row_block, kid, len(L), out)
     del row_block, blockmap
@@ -702,12 +819,11 @@ def _build(sp: _Split, raw: RawTrace, path: str | None, writer=None) -> Trace:
     del L, l_pid, n_acc
     launches = out.put_mapped("launches", launches)    # written (cache) before the device clock is read:
     copies = out.put_mapped("copies", b.copies())      # only their dev_start / dev_end are written again
-    gpu_activity = b.gpu_activity(kernels, launches, copies, kid, graph_launches)
+    gpu_activity = b.gpu_activity(kernels, launches, copies, kid, graph_launches, out)
     del kid
     if len(gpu_activity):
         out.update("launches", launches, ["dev_start", "dev_end"])
         out.update("copies", copies, ["dev_start", "dev_end"])
-    out.put("gpu_activity", gpu_activity)
     del gpu_activity, launches, copies
     out.put("hints", b.hints())
     markers = b.markers()
@@ -775,8 +891,9 @@ class _Builder:
         if self.interleaved:
             side_pid, side = _by_pid(side_pid, side)
         self.side, self.side_pid = side, side_pid
-        self.side_op = side["op"].astype(np.uint8) if len(side) and int(side["op"].max()) < 256 \
-            else side["op"].astype(np.int64)
+        op = _fields(side, ("op",))["op"]        # a piece at a time: 11 M SITE records at 100 M events
+        self.side_op = op.astype(np.uint8) if len(op) and int(op.max()) < 256 else op.astype(np.int64)
+        del op
         self.side_off = np.searchsorted(side_pid, np.array(pids + [np.iinfo(np.int32).max], dtype=np.int64))
         if len(pids):
             self.side_off[-1] = len(side)
@@ -784,6 +901,7 @@ class _Builder:
         for i, p in enumerate(pids):
             lo, hi = self.side_off[i], self.side_off[i + 1]
             self.strings[p] = _strings(side[lo:hi], self.side_op[lo:hi])
+        release(side)        # mapped from its spill file: the pages the strings were read from
 
     def drop_sites(self) -> None:
         """Once the call sites are read: the side records without the SITE records (one per
@@ -815,14 +933,17 @@ class _Builder:
         """names[codes] as a Categorical without hashing strings row by row."""
         return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64), pd.Index(names))
 
-    def table(self, name: str):
-        """One of the native pass's record tables (records, pid), in pid order."""
+    def table(self, name: str, fields=None):
+        """One of the native pass's record tables (records, pid), in pid order; ``fields``: only
+        those, copied out of the records (:func:`_fields`)."""
         T, t_pid = self.sp.table(name)
+        if fields is not None:
+            T = _fields(T, fields)
         if self.interleaved:
             t_pid, T = _by_pid(t_pid, T)
         return T, t_pid
 
-    def blocks(self, sites) -> tuple[pd.DataFrame, np.ndarray, int]:
+    def blocks(self, sites, out: _Tables) -> tuple[pd.DataFrame, np.ndarray, int]:
         """The blocks (the pass paired allocations with frees per (pid, address family, key), in seq
         order) with their call sites (``sites``: its per-allocation table is dropped once used), the
         block of each allocation record (file order), and how many were never freed."""
@@ -834,69 +955,76 @@ class _Builder:
         end_seq = sp._take(s, "al_end_seq", na, np.int64)
         # blocks in (t_alloc, pid, seq_alloc) order, stable; rows of A (file order) -> pid order -> block order
         perm = np.argsort(a_pid, kind="stable") if self.interleaved else None
-        # the fields the table needs, each copied out: the 64-byte records go before the table is built
-        F = {k: np.ascontiguousarray(A[k]) for k in ("device", "api", "flags", "addr", "size", "aux", "t_ns", "seq",
-                                                     "stream")}
-        del A
         if perm is not None:
             a_pid, status, end_tns, end_seq = a_pid[perm], status[perm], end_tns[perm], end_seq[perm]
-            F = {k: v[perm] for k, v in F.items()}
-        t_alloc = F.pop("t_ns").view(np.int64) - self.t0
-        seq_alloc = F.pop("seq").view(np.int64)
-        if na > 1:   # allocations come in almost that order: check before sorting
-            dt, dp, ds = np.diff(t_alloc), np.diff(a_pid), np.diff(seq_alloc)
-            in_order = bool(np.all((dt > 0) | ((dt == 0) & ((dp > 0) | ((dp == 0) & (ds >= 0))))))
-            del dt, dp, ds
-        else:
-            in_order = True
+
+        def field(k):
+            """One field of the records, copied out (in pid order) when its column is made: only
+            one column's worth at a time beside the table's (a spilled table's pages given back)."""
+            v = _fields(A, (k,))[k]
+            return v if perm is None else v[perm]
+
+        t_alloc = field("t_ns").view(np.int64)
+        t_alloc -= self.t0
+        seq_alloc = field("seq").view(np.int64)
+        in_order = _in_block_order(t_alloc, a_pid, seq_alloc)
         bo = None if in_order else np.lexsort((seq_alloc, a_pid, t_alloc))
+
+        def by_block(x):
+            return x if bo is None else x[bo]
+
+        # the table a column at a time (into the cache's files as they come, when it is written):
+        # the call sites' first, by (pid, seq_alloc) in the blocks' order, so that the sites'
+        # table (one row an allocation) goes first
+        order = list(BLOCK_COLUMNS) + ["caller", "thread"]
+        table = _TableColumns(out, "blocks", na, BLOCK_COLUMNS, order)
+        site_cols = pd.DataFrame({"pid": by_block(a_pid), "seq_alloc": by_block(seq_alloc)}, copy=False)
+        site_tables.attach_blocks(site_cols, sites)
+        sites.per_alloc = None
+        for c in ("owner", "stack_id", "caller", "thread"):     # owner, stack_id: model columns; caller, thread after
+            table.add(c, site_cols[c].array if c in ("owner", "thread") else site_cols[c].to_numpy())
+        del site_cols
+        table.add("t_alloc", by_block(t_alloc))
+        table.add("seq_alloc", by_block(seq_alloc))
+        del t_alloc, seq_alloc
         row_block = np.arange(na, dtype=np.int64)
         if bo is not None or perm is not None:
             src = perm if bo is None else (bo if perm is None else perm[bo])
             row_block[src] = np.arange(na, dtype=np.int64)
             del src
-        del perm
         matched = status == 1
         ended = status > 0
         del status
-
-        def by_block(x):
-            return x if bo is None else x[bo]
-
         last_seq = self.pp_last[np.argsort(self.pp_pid)] + 1
         pid_rank = np.searchsorted(np.sort(self.pp_pid), a_pid) if na else np.zeros(0, np.int64)
-        seq_free = np.where(ended, end_seq, last_seq[pid_rank] if na else 0)
+        table.add("seq_free", by_block(np.where(ended, end_seq, last_seq[pid_rank] if na else 0)))
         del pid_rank, end_seq
-        t_free = np.where(ended, end_tns - self.t0, self.end_t)
+        table.add("t_free", by_block(np.where(ended, end_tns - self.t0, self.end_t)))
         del end_tns, ended
-        # call sites by (pid, seq_alloc) in the blocks' order, before the table is built: the sites'
-        # table (one row an allocation) goes first
-        site_cols = pd.DataFrame({"pid": by_block(a_pid), "seq_alloc": by_block(seq_alloc)}, copy=False)
-        site_tables.attach_blocks(site_cols, sites)
-        sites.per_alloc = None
+        table.add("block_id", np.arange(na, dtype=np.int64))
+        table.add("pid", by_block(a_pid))
+        table.add("device", by_block(field("device")))
+        table.add("api", self.api_name(by_block(field("api"))))
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
-        bk = by_block(F.pop("flags"))
-        aux_a = by_block(F.pop("aux"))
-        handle = np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64)
-        del aux_a
-        blocks = pd.DataFrame({
-            "pid": by_block(a_pid), "device": by_block(F.pop("device")), "api": self.api_name(by_block(F.pop("api"))),
-            "kind": self.categorical(np.clip(bk, 0, 15), kind_names),
-            "address": by_block(F.pop("addr")), "size": by_block(F.pop("size").view(np.int64)),
-            "handle": handle,
-            "t_alloc": by_block(t_alloc), "t_free": by_block(t_free),
-            "seq_alloc": by_block(seq_alloc), "seq_free": by_block(seq_free),
-            "freed": by_block(matched), "stream": by_block(F.pop("stream")),
-        }, copy=False)
+        bk = by_block(field("flags"))
+        kind = self.categorical(np.clip(bk, 0, 15), kind_names)
+        table.add("counts_device", kind.categories.isin(DEVICE_KINDS)[kind.codes])
+        table.add("kind", kind)
+        del kind
+        aux_a = by_block(field("aux"))
+        table.add("handle", np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64))
+        del aux_a, bk
+        table.add("address", by_block(field("addr")))
+        table.add("size", by_block(field("size").view(np.int64)))
+        table.add("stream", by_block(field("stream")))
+        del A
+        table.add("freed", by_block(matched))
         never_freed = int((~matched).sum())
-        del F, t_alloc, t_free, seq_alloc, seq_free, bk, handle, matched
-        kind_cat = blocks["kind"].cat
-        blocks["counts_device"] = kind_cat.categories.isin(DEVICE_KINDS)[kind_cat.codes.to_numpy()]
-        blocks.insert(0, "block_id", np.arange(len(blocks), dtype=np.int64))
-        for c in ("owner", "stack_id", "caller", "thread"):     # owner, stack_id: model columns; caller, thread after
-            blocks[c] = site_cols[c]
-        del site_cols
-        return _owning(conform(blocks, BLOCK_COLUMNS)), row_block, never_freed
+        del matched
+        for c in ("handle_t_create", "handle_t_release", "reservation_id", "handle_types", "graph"):
+            d = np.dtype(BLOCK_COLUMNS[c])
+            table.add(c, np.full(na, COLUMN_DEFAULTS.get(c, 0), d))
+        return table.finish(), row_block, never_freed
 
     def kernels(self, L: np.ndarray, l_pid: np.ndarray) -> tuple[list[str], np.ndarray]:
         """The kernel names (one entry per distinct name) and the kernel of each launch row (-1: graph
@@ -997,7 +1125,7 @@ class _Builder:
         return launches, graph_launches, kid
 
     def copies(self) -> pd.DataFrame:
-        C, c_pid = self.table("copy")
+        C, c_pid = self.table("copy", ("op", "seq", "t_ns", "api", "addr", "aux", "size", "stream"))
         c_copy = C["op"] == self.O.COPY
         return _owning(conform(pd.DataFrame({
             "pid": c_pid, "seq": self.col(C, "seq"), "t": self.tcol(C), "api": self.api_name(C["api"]),
@@ -1005,8 +1133,9 @@ class _Builder:
             "src": np.where(c_copy, C["aux"], 0).astype(np.uint64), "size": self.col(C, "size"),
             "stream": C["stream"]}), COPY_COLUMNS))
 
-    def gpu_activity(self, kernels, launches, copies, kid, graph_launches) -> pd.DataFrame:
-        """The device clock: activities, and the device start/end of launches and copies (set in place)."""
+    def gpu_activity(self, kernels, launches, copies, kid, graph_launches, out: _Tables) -> pd.DataFrame:
+        """The device clock: activities (put in ``out``: mapped back when written), and the device
+        start/end of launches and copies (set in place)."""
         G, g_pid = self.table("gpu")
         gpu_activity = gpuclock.activity_table(G, g_pid, self.t0, self.strings, kernels, launches["pid"].to_numpy(),
                                                launches["seq"].to_numpy(), kid, copies["pid"].to_numpy(),
@@ -1020,10 +1149,16 @@ class _Builder:
                                    copies[["pid", "seq", "stream"]]])
                 gpu_activity["captured_seq"] = gpuclock.join_captured(gpu_activity, gpuclock.captured_calls(
                     self.side, self.side_pid, self.side_op, O.GRAPH_DEF, calls, graph_launches))
+        gpu_activity = out.put_mapped("gpu_activity", gpu_activity)   # written before the spans are made
+        if len(gpu_activity):
             spans = gpuclock.event_spans(gpu_activity)
+            for c in ("pid", "seq", "start", "end"):     # mapped when written: the pages the spans read
+                release(gpu_activity[c])
             for tab in (launches, copies):
                 tab["dev_start"], tab["dev_end"] = gpuclock.event_times(spans, tab["pid"].to_numpy(),
                                                                         tab["seq"].to_numpy())
+                release(tab["pid"])
+                release(tab["seq"])
         return gpu_activity
 
     def hints(self) -> pd.DataFrame:

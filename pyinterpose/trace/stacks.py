@@ -211,9 +211,12 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
         n = len(sidx)
         flags, stack_id = np.empty(n, np.uint16), np.empty(n, np.int64)
         owner, thread = np.empty(n, np.int32), np.empty(n, np.int32)
+        seq, caller = np.empty(n, np.int64), np.empty(n, np.uint64)
         for lo in range(0, n, SITE_CHUNK):     # a piece at a time: one record per allocation, 11 M at 100 M events
             sj = sidx[lo:lo + SITE_CHUNK]
             hi = lo + len(sj)
+            seq[lo:hi] = pev["seq"][sj].astype(np.int64) - 1
+            caller[lo:hi] = pev["addr"][sj].astype(np.uint64)
             fl = pev["flags"][sj].astype(np.int64)
             owner[lo:hi] = names.codes(pev["stream"][sj].astype(np.int64), st)
             thread[lo:hi] = names.codes(pev["result"][sj].astype(np.uint32).astype(np.int64), st)
@@ -222,6 +225,7 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
             pos = np.minimum(np.searchsorted(keys, local), len(keys) - 1)
             stack_id[lo:hi] = np.where((keys[pos] == local) & (local > 0), vals[pos], -1)
             flags[lo:hi] = fl
+            release(pev, int(sj[0]), int(sj[-1]) + 1)   # the records' pages, when mapped from a spill file
             del sj, fl, local, pos
         # no stack although one was requested: a one-frame stack naming why, with the owner
         miss = np.flatnonzero((stack_id < 0) & ((flags & (SITE_PYTHON | SITE_NATIVE)) != 0))
@@ -239,11 +243,10 @@ def read_sites(ev: np.ndarray, pid: np.ndarray, op: np.ndarray, offsets: np.ndar
                               for u in uniq.tolist()], dtype=np.int64)
             ids = u_ids[inv]
             stack_id[miss] = ids
-        per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32),
-                                 "seq": pev["seq"][sidx].astype(np.int64) - 1,
+        per.append(pd.DataFrame({"pid": np.full(len(sidx), p, np.int32), "seq": seq,
                                  "owner": owner, "stack_id": stack_id,  # owner, thread: codes into names
-                                 "caller": pev["addr"][sidx].astype(np.uint64), "thread": thread,
-                                 "site_flags": flags.astype(np.uint16)}))
+                                 "caller": caller, "thread": thread,
+                                 "site_flags": flags}, copy=False))     # fresh arrays: not copied again
     frames = _frames_table(it.frames)
     stacks = pd.DataFrame({"stack_id": np.arange(len(it.stacks), dtype=np.int64),
                            "parent_id": np.array([s[0] for s in it.stacks], dtype=np.int64),
@@ -268,6 +271,21 @@ def _frames_table(frames: list[tuple]) -> pd.DataFrame:
     return df.astype(FRAME_COLUMNS)
 
 
+def _aligned(bpid, bseq, spid, sseq) -> bool:
+    """Whether the sites' (pid, seq) keys are the blocks' own, row for row, and strictly ascending
+    (one site per block, in the blocks' order: the usual case); a piece of SITE_CHUNK rows at a time."""
+    n = len(bpid)
+    if len(spid) != n:
+        return False
+    for lo in range(0, n, SITE_CHUNK):
+        hi = min(n, lo + SITE_CHUNK + 1)       # one row past the piece: the order across the cut
+        bk = bpid[lo:hi].astype(np.int64) << 40 | bseq[lo:hi].astype(np.int64)
+        sk = spid[lo:hi].astype(np.int64) << 40 | sseq[lo:hi].astype(np.int64)
+        if not (bool((sk == bk).all()) and bool((sk[1:] > sk[:-1]).all())):
+            return False
+    return True
+
+
 def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     """Add owner, stack_id, caller and thread to ``blocks`` (in place), keyed by (pid, seq_alloc)."""
     n = len(blocks)
@@ -275,17 +293,17 @@ def attach_blocks(blocks: pd.DataFrame, sites: Sites) -> None:
     names = sites.names or _Names()
     aligned = False
     if pa is not None and len(pa) and n:
-        bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
-        skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
-        aligned = len(skey) == n and bool((skey == bkey).all()) and (n < 2 or bool((skey[1:] > skey[:-1]).all()))
+        aligned = _aligned(blocks["pid"].to_numpy(), blocks["seq_alloc"].to_numpy(), pa["pid"].to_numpy(),
+                           pa["seq"].to_numpy())
         if not aligned:
+            bkey = blocks["pid"].to_numpy(np.int64) << 40 | blocks["seq_alloc"].to_numpy(np.int64)
+            skey = pa["pid"].to_numpy(np.int64) << 40 | pa["seq"].to_numpy(np.int64)
             order = np.argsort(skey, kind="stable")
             sk = skey[order]
             pos = np.minimum(np.searchsorted(sk, bkey), len(sk) - 1)
             ok = sk[pos] == bkey
             src = order[pos[ok]]
-            del order, sk, pos
-        del bkey, skey
+            del order, sk, pos, bkey, skey
     if aligned:     # one site per block, in the blocks' order (the usual case): its columns as they are
         owner, stack_id = pa["owner"].to_numpy(np.int32), pa["stack_id"].to_numpy(np.int64)
         caller, thread = pa["caller"].to_numpy(np.uint64), pa["thread"].to_numpy(np.int32)

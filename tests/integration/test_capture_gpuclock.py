@@ -355,3 +355,30 @@ def test_a_zero_duration_kernel_holds_back_the_host_events_after_it(capture, tmp
     for k, (o, t_call, at) in enumerate(zip(kernels, b["t_alloc"], placed)):
         assert o["end_ns"] - t0 > t_call + 1_000_000, (k, o, t_call)     # the device was behind the call
         assert abs(int(at) - (o["end_ns"] - t0)) <= err, (k, o, t_call, at)
+
+
+@pytest.mark.parametrize("piece", [1, 3])
+def test_device_records_read_a_piece_at_a_time_give_the_same_tables(capture, tmp_path, workload, monkeypatch, piece):
+    """The reader makes the device activities (and copies every record table's fields out) a piece of
+    records at a time, from spill files mapped and given back as it goes: with pieces of 1 and 3
+    records (graph replays whose kernels CUPTI names cut across them) every table and the kernel list
+    equal the read in one piece, and the activities still match simcuda's device log."""
+    import pandas as pd
+
+    from pyinterpose.trace import colcache, gpuclock, reader
+
+    path, cp, log = _run(capture, tmp_path, workload, "graph", "5")
+    assert cp.returncode == 0, cp.stderr
+    whole = pyinterpose.load(path)
+    named = whole.gpu_activity[(whole.gpu_activity["kind"] == "kernel") & (whole.gpu_activity["graph_node"] != 0)]
+    assert len(named) > piece          # CUPTI-named kernels in more than one piece
+    monkeypatch.setattr(gpuclock, "PIECE", piece)
+    monkeypatch.setattr(reader, "RECORD_PIECE", piece)
+    monkeypatch.setenv("PYINTERPOSE_NO_CACHE", "1")
+    monkeypatch.setenv("PYINTERPOSE_SPILL_MIN_BYTES", "0")
+    monkeypatch.setattr(colcache.Writer, "private", classmethod(lambda cls, p: None))   # spilled, in memory
+    pieces = pyinterpose.load(path)
+    for name in colcache.TABLES:
+        pd.testing.assert_frame_equal(getattr(pieces, name), getattr(whole, name), check_exact=True, obj=name)
+    assert pieces.kernels == whole.kernels
+    assert_matches_log(pieces, log, int(pieces.processes["pid"].iloc[0]))
