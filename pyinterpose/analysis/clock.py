@@ -360,13 +360,28 @@ def _launch_lag_pieces(la, pid: int | None) -> dict | None:
             "max_ns": float(np.float64(top))}
 
 
+def _has_device_time(tab) -> bool:
+    col = tab["dev_start"].to_numpy()
+    out = bool((col >= 0).any())
+    release(col)                    # a streamed pass asks for a piece of blocks at a time
+    return out
+
+
+def _any_device_time(trace) -> bool:
+    """Whether any launch or copy has a device start (once per trace: the column's pages given back)."""
+    def compute():
+        return _has_device_time(trace.launches) or _has_device_time(trace.copies)
+
+    derived = getattr(trace, "derived", None)
+    return compute() if derived is None else derived(("clock", "any device time"), compute)
+
+
 def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
     """(t_alloc, t_free) of ``blocks`` (rows of ``trace.blocks``) on each block's process clock:
     the axis the report's timeline and the live-bytes curves are drawn on."""
     t_alloc = blocks["t_alloc"].to_numpy(np.int64)
     t_free = blocks["t_free"].to_numpy(np.int64)
-    if not len(blocks) or not (trace.launches["dev_start"].to_numpy() >= 0).any() and \
-            not (trace.copies["dev_start"].to_numpy() >= 0).any():
+    if not len(blocks) or not _any_device_time(trace):
         return t_alloc, t_free
     pid = blocks["pid"].to_numpy()
     t_alloc, t_free = t_alloc.copy(), t_free.copy()

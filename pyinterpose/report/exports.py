@@ -124,11 +124,16 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         say(fraction, f"writing {fmt}")
 
     if fmt == "perfetto":
+        from ..heap import give_back
+        from ..trace.chunking import chunk_rows
         from .block_codes import series_codes  # lazy: see FORMATS
         from .perfetto import write_chrome_trace  # lazy: see FORMATS
 
         it, cl = classes()
-        # the classes as a code per block (issue 30: two bytes a block, not the Series' ~16)
+        # the classes as a code per block (issue 30: one or two bytes a block, not the Series' ~16),
+        # on a long trace after the heap the analyses freed is given back
+        if len(trace.blocks) > chunk_rows():
+            give_back()
         codes = None if cl.value is None else series_codes(trace, cl.value)
         del cl
         notes: list[str] = []
