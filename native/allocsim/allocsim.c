@@ -348,7 +348,38 @@ typedef struct {
     int32_t nstreams;
     int32_t *live;      /* per slot: the live block, or -1 */
     int64_t *rsz;       /* per slot: bytes handed out (CNMeM) */
+    /* the requests: either per request is_alloc, size (slot, sidx above per request), or, in the
+     * by-block form (req != NULL), req[i] = slot of an alloc, ~slot of a free, with size and
+     * stream index per slot (bsize, sidx) */
+    const uint8_t *is_alloc;
+    const int64_t *size;
+    const int32_t *req;
+    const int64_t *bsize;
+    const int32_t *bsidx;   /* by block: the stream index per slot */
 } prep_t;
+
+/* request i of a prep_t: alloc?, slot, size, stream index (either form; the branch is the same
+ * for every request of a replay) */
+static inline int rq_alloc(const prep_t *p, int64_t i)
+{
+    return p->req ? p->req[i] >= 0 : p->is_alloc[i] != 0;
+}
+static inline int32_t rq_slot(const prep_t *p, int64_t i)
+{
+    if (p->req) {
+        int32_t r = p->req[i];
+        return r >= 0 ? r : ~r;
+    }
+    return p->slot[i];
+}
+static inline int64_t rq_size(const prep_t *p, int64_t i)
+{
+    return p->req ? p->bsize[rq_slot(p, i)] : p->size[i];
+}
+static inline int32_t rq_sidx(const prep_t *p, int64_t i)
+{
+    return p->req ? p->bsidx[rq_slot(p, i)] : p->sidx[i];
+}
 
 static void prep_free(prep_t *p)
 {
@@ -359,9 +390,12 @@ static void prep_free(prep_t *p)
     free(p->rsz);
 }
 
-static int prep(prep_t *p, int64_t n, const int64_t *bid, const uint64_t *stream, int want_rsz)
+static int prep(prep_t *p, int64_t n, const uint8_t *is_alloc, const int64_t *size, const int64_t *bid,
+                const uint64_t *stream, int want_rsz)
 {
     memset(p, 0, sizeof(*p));
+    p->is_alloc = is_alloc;
+    p->size = size;
     if (n > INT32_MAX / 2)
         return -ERR_RANGE;
     p->slot = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
@@ -441,6 +475,80 @@ static int prep(prep_t *p, int64_t n, const int64_t *bid, const uint64_t *stream
     return 0;
 }
 
+/* The dense stream index of each slot, in first-seen order over the requests (as prep numbers them):
+ * sidx[s] for every slot a request names (others untouched); returns the number of streams (their
+ * values: bstream at any slot of that index), or -ERR_NOMEM / -ERR_RANGE. */
+int64_t pi_as_stream_ids(int64_t n, const int32_t *req, int64_t nslots, const uint64_t *bstream, int32_t *sidx)
+{
+    if (n > INT32_MAX / 2 || nslots < 0 || nslots > INT32_MAX / 2)
+        return -ERR_RANGE;
+    for (int64_t i = 0; i < n; i++)
+        if (req[i] >= nslots || req[i] < -nslots)
+            return -ERR_RANGE;
+    hmap_t h;
+    if (hm_init(&h, 8) < 0) {
+        hm_free(&h);
+        return -ERR_NOMEM;
+    }
+    int64_t last_v = 0;
+    int32_t last_i = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t sl = req[i] >= 0 ? req[i] : ~req[i];
+        int64_t v = (int64_t)bstream[sl];
+        if (last_i >= 0 && v == last_v) {
+            sidx[sl] = last_i;
+            continue;
+        }
+        int32_t s = hm_id(&h, v);
+        if (s < 0) {
+            hm_free(&h);
+            return -ERR_NOMEM;
+        }
+        sidx[sl] = last_i = s;
+        last_v = v;
+    }
+    int64_t count = (int64_t)h.count;
+    hm_free(&h);
+    return count;
+}
+
+/* prep for the by-block form: req[i] in [-nslots, nslots) (~slot: a free), size and stream index per
+ * slot (bsidx: pi_as_stream_ids's, in [0, nstreams), svals their values; NULL: no streams) */
+static int prep_b(prep_t *p, int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize,
+                  const int32_t *bsidx, const uint64_t *svals, int64_t nstreams, int want_rsz)
+{
+    memset(p, 0, sizeof(*p));
+    p->req = req;
+    p->bsize = bsize;
+    if (n > INT32_MAX / 2 || nslots < 0 || nslots > INT32_MAX / 2 || nstreams < 0 || nstreams > INT32_MAX / 2)
+        return -ERR_RANGE;
+    for (int64_t i = 0; i < n; i++)
+        if (req[i] >= nslots || req[i] < -nslots)
+            return -ERR_RANGE;
+    p->nslots = nslots;
+    p->live = malloc((size_t)(nslots ? nslots : 1) * sizeof(int32_t));
+    if (!p->live)
+        return -ERR_NOMEM;
+    memset(p->live, 0xff, (size_t)nslots * sizeof(int32_t));
+    if (want_rsz) {
+        p->rsz = calloc((size_t)(nslots ? nslots : 1), sizeof(int64_t));
+        if (!p->rsz)
+            return -ERR_NOMEM;
+    }
+    if (bsidx) {
+        for (int64_t s = 0; s < nslots; s++)
+            if (bsidx[s] < 0 || bsidx[s] >= nstreams)
+                return -ERR_RANGE;
+        p->bsidx = bsidx;
+        p->nstreams = (int32_t)nstreams;
+        p->svals = malloc((size_t)(nstreams ? nstreams : 1) * sizeof(uint64_t));
+        if (!p->svals)
+            return -ERR_NOMEM;
+        memcpy(p->svals, svals, (size_t)nstreams * sizeof(uint64_t));
+    }
+    return 0;
+}
+
 static int check_sizes(int64_t n, const int64_t *size)
 {
     for (int64_t i = 0; i < n; i++)
@@ -485,21 +593,23 @@ static void fill_after(int64_t *reserved_after, int64_t from, int64_t n, int64_t
 
 /* _simulate_cudamalloc: prefix sums of the rounded sizes (numpy's wrapping int64
  * arithmetic, hence unsigned sums) */
-int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, int64_t capacity,
-                     int64_t *reserved_after, pi_as_result *out)
+static int cm_run(const prep_t *p, int64_t n, int64_t capacity, int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
     uint64_t live = 0, raw = 0;
     int64_t peak = INT64_MIN, peak_raw = INT64_MIN, peak_before = INT64_MIN, allocs = 0, allocs_before = 0;
     int64_t oom = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (size[i] > MAX_SIZE || size[i] < -MAX_SIZE)
-            return -ERR_RANGE;
     for (int64_t i = 0; i < n; i++) {
-        int64_t s = size[i];
+        int64_t s = rq_size(p, i);
+        if (s > MAX_SIZE || s < -MAX_SIZE)
+            return -ERR_RANGE;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = rq_size(p, i);
         int64_t r = s >= kRoundLarge ? (int64_t)(((uint64_t)s + kRoundLarge - 1) / kRoundLarge * kRoundLarge)
                                      : round_up(s < 1 ? 1 : s, 512);
-        if (is_alloc[i]) {
+        int is_a = rq_alloc(p, i);
+        if (is_a) {
             live += (uint64_t)r;
             raw += (uint64_t)s;
             allocs++;
@@ -514,7 +624,7 @@ int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, in
         if (oom < 0 && capacity >= 0 && (int64_t)live > capacity) {
             oom = i;   /* the first request over the capacity: what came before counts */
             peak_before = i ? peak_before : INT64_MIN;
-            allocs_before = allocs - (is_alloc[i] ? 1 : 0);
+            allocs_before = allocs - (is_a ? 1 : 0);
         }
         if (oom < 0)
             peak_before = peak;
@@ -534,6 +644,32 @@ int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, in
     out->oom_at = oom;
     out->details[0] = peak_raw;
     return 0;
+}
+
+int pi_as_cudamalloc(int64_t n, const uint8_t *is_alloc, const int64_t *size, int64_t capacity,
+                     int64_t *reserved_after, pi_as_result *out)
+{
+    prep_t p;
+    memset(&p, 0, sizeof(p));
+    p.is_alloc = is_alloc;
+    p.size = size;
+    return cm_run(&p, n, capacity, reserved_after, out);
+}
+
+int pi_as_cudamalloc_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, int64_t capacity,
+                       int64_t *reserved_after, pi_as_result *out)
+{
+    result_init(out);
+    prep_t p;
+    memset(&p, 0, sizeof(p));
+    p.req = req;
+    p.bsize = bsize;
+    if (n > INT32_MAX / 2 || nslots < 0 || nslots > INT32_MAX / 2)
+        return -ERR_RANGE;
+    for (int64_t i = 0; i < n; i++)
+        if (req[i] >= nslots || req[i] < -nslots)
+            return -ERR_RANGE;
+    return cm_run(&p, n, capacity, reserved_after, out);
 }
 
 /* ------------------------------------------------------------------ _Heap */
@@ -769,7 +905,7 @@ static int pt_release_available(heap_t *h, int32_t key, int64_t rs, int64_t mss,
     return released >= target;
 }
 
-static int pt_classic(int64_t n, const uint8_t *is_alloc, const int64_t *size, prep_t *p,
+static int pt_classic(int64_t n, prep_t *p,
                       int64_t capacity, int64_t max_split_size, const int64_t *divs,
                       int64_t mnsr, int64_t large_segment_size, int64_t *reserved_after,
                       pi_as_result *out)
@@ -785,13 +921,13 @@ static int pt_classic(int64_t n, const uint8_t *is_alloc, const int64_t *size, p
     int64_t oom = -1, i = 0;
     h->step_peak = h->reserved;
     for (; i < n && !A->err; REC_STEP(*h)) {
-        if (!is_alloc[i]) {
-            h_release(h, p->slot[i]);
+        if (!rq_alloc(p, i)) {
+            h_release(h, rq_slot(p, i));
             continue;
         }
-        int64_t rs = pt_round(size[i], divs);
+        int64_t rs = pt_round(rq_size(p, i), divs);
         int small = rs <= kSmallSize;
-        int32_t key = 2 * p->sidx[i] + (small ? 0 : 1);
+        int32_t key = 2 * rq_sidx(p, i) + (small ? 0 : 1);
         int32_t b = h_best_fit(h, key, rs);
         if (b >= 0 && max_split_size) {
             if (rs < mss && BK(b).size >= mss)
@@ -818,7 +954,7 @@ static int pt_classic(int64_t n, const uint8_t *is_alloc, const int64_t *size, p
         }
         int64_t rem = BK(b).size - rs;
         int split = small ? rem >= kMinBlockSize : (rs < mss && rem > kSmallSize);
-        h_take(h, b, rs, split, p->slot[i], 1);
+        h_take(h, b, rs, split, rq_slot(p, i), 1);
     }
     int err = A->err;
     fill_after(reserved_after, i, n, h->step_peak, h->reserved);
@@ -1142,7 +1278,7 @@ static void e_release(exp_t *e, int64_t slot)
     h_insert(&e->h, b);
 }
 
-static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size, prep_t *p,
+static int pt_expandable(int64_t n, prep_t *p,
                          int streams_signed, int64_t capacity, int64_t max_split_size,
                          const int64_t *divs, int64_t mnsr, int64_t large_segment_size,
                          int64_t *reserved_after, pi_as_result *out)
@@ -1213,12 +1349,12 @@ static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size
     int64_t oom = -1, i = 0;
     e->h.step_peak = e->h.reserved;
     for (; i < n && !A->err; REC_STEP(e->h)) {
-        if (!is_alloc[i]) {
-            e_release(e, p->slot[i]);
+        if (!rq_alloc(p, i)) {
+            e_release(e, rq_slot(p, i));
             continue;
         }
-        int64_t rs = pt_round(size[i], divs);
-        int32_t key = 2 * p->sidx[i] + (rs <= kSmallSize ? 0 : 1);
+        int64_t rs = pt_round(rq_size(p, i), divs);
+        int32_t key = 2 * rq_sidx(p, i) + (rs <= kSmallSize ? 0 : 1);
         int32_t b = e_get_free_block(e, key, rs, mss, mnsr);
         if (b < 0 && !A->err) {
             b = e_try_allocate(e, key, rs);
@@ -1236,7 +1372,7 @@ static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size
         }
         if (A->err)
             break;
-        e_take(e, b, rs, p->slot[i]);
+        e_take(e, b, rs, rq_slot(p, i));
     }
     int err = A->err;
     fill_after(reserved_after, i, n, e->h.step_peak, e->h.reserved);
@@ -1258,14 +1394,22 @@ static int pt_expandable(int64_t n, const uint8_t *is_alloc, const int64_t *size
     return err ? -err : 0;
 }
 
-int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
-                  const uint64_t *stream, int streams_signed, int64_t capacity,
+/* the requests of the public entry points: per request (req NULL), or by block (is_alloc, bid NULL;
+ * size and stream per slot) */
+#define RQ_ARGS const uint8_t *is_alloc, const int64_t *bid, const int32_t *req, int64_t nslots, \
+                const int64_t *size, const uint64_t *stream, const int32_t *bsidx, const uint64_t *svals, \
+                int64_t nstreams
+#define RQ_PREP(P, WANT_RSZ) (req ? prep_b((P), n, req, nslots, size, bsidx, svals, nstreams, (WANT_RSZ)) \
+                              : prep((P), n, is_alloc, size, bid, stream, (WANT_RSZ)))
+#define RQ_SIZES_BAD() (check_sizes(req ? nslots : n, size) < 0)
+
+static int pt_run(int64_t n, RQ_ARGS, int streams_signed, int64_t capacity,
                   int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
                   int64_t large_segment_size, int expandable_segments,
                   int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
-    if (check_sizes(n, size) < 0 || capacity > MAX_BYTES || max_split_size < 0 ||
+    if (RQ_SIZES_BAD() || capacity > MAX_BYTES || max_split_size < 0 ||
         max_split_size > MAX_BYTES || max_non_split_rounding < 0 || max_non_split_rounding > MAX_BYTES ||
         large_segment_size <= 0 || large_segment_size > MAX_BYTES)
         return -ERR_RANGE;
@@ -1273,13 +1417,13 @@ int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const 
         if (divisions[k] < 0 || divisions[k] > (INT64_C(1) << 30))
             return -ERR_RANGE;
     prep_t p;
-    int rc = prep(&p, n, bid, stream, 0);
+    int rc = RQ_PREP(&p, 0);
     if (rc == 0) {
         if (expandable_segments)
-            rc = pt_expandable(n, is_alloc, size, &p, streams_signed, capacity, max_split_size, divisions,
+            rc = pt_expandable(n, &p, streams_signed, capacity, max_split_size, divisions,
                                max_non_split_rounding, large_segment_size, reserved_after, out);
         else
-            rc = pt_classic(n, is_alloc, size, &p, capacity, max_split_size, divisions,
+            rc = pt_classic(n, &p, capacity, max_split_size, divisions,
                             max_non_split_rounding, large_segment_size, reserved_after, out);
     }
     prep_free(&p);
@@ -1288,15 +1432,18 @@ int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const 
 
 /* ------------------------------------------------------------------ BFC */
 
-int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
-              int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
-              int64_t *reserved_after, pi_as_result *out)
+static int bfc_run(int64_t n, RQ_ARGS, int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
+                   int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
-    if (check_sizes(n, size) < 0 || capacity > MAX_BYTES)
+    if (RQ_SIZES_BAD() || capacity > MAX_BYTES)
         return -ERR_RANGE;
     prep_t p;
-    int rc = prep(&p, n, bid, NULL, 0);
+    (void)stream;   /* BFC has no streams */
+    (void)bsidx;
+    (void)svals;
+    (void)nstreams;
+    int rc = req ? prep_b(&p, n, req, nslots, size, NULL, NULL, 0, 0) : prep(&p, n, is_alloc, size, bid, NULL, 0);
     heap_t hh, *h = &hh;
     if (rc < 0 || heap_init(h, 1, capacity, p.live) < 0) {
         if (rc == 0)
@@ -1313,11 +1460,11 @@ int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int6
     int64_t oom = -1, i = 0;
     h->step_peak = h->reserved;
     for (; i < n && !A->err; REC_STEP(*h)) {
-        if (!is_alloc[i]) {
-            h_release(h, p.slot[i]);
+        if (!rq_alloc(&p, i)) {
+            h_release(h, rq_slot(&p, i));
             continue;
         }
-        int64_t rs = round_up(size[i], 256);
+        int64_t rs = round_up(rq_size(&p, i), 256);
         if (rs < 256)
             rs = 256;
         int32_t b = h_best_fit(h, 0, rs);
@@ -1349,7 +1496,7 @@ int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int6
             break;
         }
         int split = BK(b).size >= 2 * rs || BK(b).size - rs >= max_internal_fragmentation;
-        h_take(h, b, rs, split, p.slot[i], 1);
+        h_take(h, b, rs, split, rq_slot(&p, i), 1);
     }
     int err = A->err;
     fill_after(reserved_after, i, n, h->step_peak, h->reserved);
@@ -1481,15 +1628,21 @@ static int32_t cn_steal(cn_t *c, int32_t key, int64_t rs)
     return -1;
 }
 
-int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
-                const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
-                int steal, int64_t *reserved_after, pi_as_result *out)
+/* CNMeM's rounding of a request: 512-byte multiples, at least 512 */
+static inline int64_t cn_round(int64_t size)
+{
+    int64_t rs = round_up(size, 512);
+    return rs < 512 ? 512 : rs;
+}
+
+static int cn_run(int64_t n, RQ_ARGS, int64_t capacity, int64_t initial_bytes, int streams,
+                  int steal, int64_t *reserved_after, pi_as_result *out)
 {
     result_init(out);
-    if (check_sizes(n, size) < 0 || capacity > MAX_BYTES || initial_bytes < 0 || initial_bytes > MAX_BYTES)
+    if (RQ_SIZES_BAD() || capacity > MAX_BYTES || initial_bytes < 0 || initial_bytes > MAX_BYTES)
         return -ERR_RANGE;
     prep_t p;
-    int rc = prep(&p, n, bid, stream, 1);
+    int rc = RQ_PREP(&p, !req);   /* by block, a slot's rounded size is its size's: no rsz */
     cn_t cc, *c = &cc;
     memset(c, 0, sizeof(*c));
     if (rc < 0 || heap_init(&c->h, 1 + p.nstreams, capacity, p.live) < 0) {
@@ -1510,11 +1663,11 @@ int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const in
         int32_t first = -1;
         streams = 0;
         for (int64_t i = 0; i < n; i++) {
-            if (!is_alloc[i])
+            if (!rq_alloc(&p, i))
                 continue;
             if (first < 0)
-                first = p.sidx[i];
-            else if (p.sidx[i] != first) {
+                first = rq_sidx(&p, i);
+            else if (rq_sidx(&p, i) != first) {
                 streams = 1;
                 break;
             }
@@ -1527,20 +1680,18 @@ int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const in
     int64_t allocated = 0, peak_allocated = 0, oom = -1, i = 0;
     c->h.step_peak = c->h.reserved;
     for (; i < n && !A->err; REC_STEP(c->h)) {
-        int64_t slot = p.slot[i];
-        if (!is_alloc[i]) {
+        int64_t slot = rq_slot(&p, i);
+        if (!rq_alloc(&p, i)) {
             if (p.live[slot] >= 0) {
-                allocated -= p.rsz[slot];
+                allocated -= p.rsz ? p.rsz[slot] : cn_round(p.bsize[slot]);
                 h_release(&c->h, slot);
             }
             continue;
         }
-        int64_t rs = round_up(size[i], 512);
-        if (rs < 512)
-            rs = 512;
+        int64_t rs = cn_round(rq_size(&p, i));
         int32_t key = ROOT;
-        if (streams && p.svals[p.sidx[i]] != 0) {
-            int32_t s = p.sidx[i];
+        if (streams && p.svals[rq_sidx(&p, i)] != 0) {
+            int32_t s = rq_sidx(&p, i);
             if (!child[s])
                 child[s] = ++c->nchildren;
             key = child[s];
@@ -1561,7 +1712,8 @@ int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const in
             BK(b).free = 0;
             p.live[slot] = b;
         }
-        p.rsz[slot] = rs;
+        if (p.rsz)
+            p.rsz[slot] = rs;
         allocated += rs;
         if (allocated > peak_allocated)
             peak_allocated = allocated;
@@ -1580,4 +1732,59 @@ int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const in
     free(child);
     prep_free(&p);
     return err ? -err : 0;
+}
+
+/* ------------------------------------------------------------------ entry points */
+
+int pi_as_pytorch(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
+                  const uint64_t *stream, int streams_signed, int64_t capacity,
+                  int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
+                  int64_t large_segment_size, int expandable_segments,
+                  int64_t *reserved_after, pi_as_result *out)
+{
+    return pt_run(n, is_alloc, bid, NULL, 0, size, stream, NULL, NULL, 0, streams_signed, capacity, max_split_size,
+                  divisions, max_non_split_rounding, large_segment_size, expandable_segments, reserved_after, out);
+}
+
+int pi_as_pytorch_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const int32_t *bsidx,
+                    const uint64_t *svals, int64_t nstreams, int streams_signed, int64_t capacity,
+                    int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
+                    int64_t large_segment_size, int expandable_segments,
+                    int64_t *reserved_after, pi_as_result *out)
+{
+    return pt_run(n, NULL, NULL, req, nslots, bsize, NULL, bsidx, svals, nstreams, streams_signed, capacity,
+                  max_split_size, divisions, max_non_split_rounding, large_segment_size, expandable_segments,
+                  reserved_after, out);
+}
+
+int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
+              int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
+              int64_t *reserved_after, pi_as_result *out)
+{
+    return bfc_run(n, is_alloc, bid, NULL, 0, size, NULL, NULL, NULL, 0, capacity, allow_growth,
+                   max_internal_fragmentation, reserved_after, out);
+}
+
+int pi_as_bfc_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize,
+                int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
+                int64_t *reserved_after, pi_as_result *out)
+{
+    return bfc_run(n, NULL, NULL, req, nslots, bsize, NULL, NULL, NULL, 0, capacity, allow_growth,
+                   max_internal_fragmentation, reserved_after, out);
+}
+
+int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
+                const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
+                int steal, int64_t *reserved_after, pi_as_result *out)
+{
+    return cn_run(n, is_alloc, bid, NULL, 0, size, stream, NULL, NULL, 0, capacity, initial_bytes, streams, steal,
+                  reserved_after, out);
+}
+
+int pi_as_cnmem_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const int32_t *bsidx,
+                  const uint64_t *svals, int64_t nstreams, int64_t capacity, int64_t initial_bytes, int streams,
+                  int steal, int64_t *reserved_after, pi_as_result *out)
+{
+    return cn_run(n, NULL, NULL, req, nslots, bsize, NULL, bsidx, svals, nstreams, capacity, initial_bytes, streams,
+                  steal, reserved_after, out);
 }

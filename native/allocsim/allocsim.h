@@ -65,6 +65,25 @@ int pi_as_bfc(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int6
 int pi_as_cnmem(int64_t n, const uint8_t *is_alloc, const int64_t *bid, const int64_t *size,
                 const uint64_t *stream, int64_t capacity, int64_t initial_bytes, int streams,
                 int steal, int64_t *reserved_after, pi_as_result *out);
+/* The same replays on requests by block (what pools.evaluate passes: 4 bytes a request):
+ * req[i] = s (an allocation of slot s) or ~s (a free of slot s), 0 <= s < nslots; bsize[s]
+ * the slot's size; its stream: bsidx[s], an index into svals[0..nstreams) as
+ * pi_as_stream_ids numbers them (first seen over the requests).  Equal to the calls above with
+ * block id s, size bsize[s] and stream svals[bsidx[s]] at request i. */
+int64_t pi_as_stream_ids(int64_t n, const int32_t *req, int64_t nslots, const uint64_t *bstream, int32_t *sidx);
+int pi_as_cudamalloc_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, int64_t capacity,
+                       int64_t *reserved_after, pi_as_result *out);
+int pi_as_pytorch_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const int32_t *bsidx,
+                    const uint64_t *svals, int64_t nstreams, int streams_signed, int64_t capacity,
+                    int64_t max_split_size, const int64_t *divisions, int64_t max_non_split_rounding,
+                    int64_t large_segment_size, int expandable_segments,
+                    int64_t *reserved_after, pi_as_result *out);
+int pi_as_bfc_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize,
+                int64_t capacity, int allow_growth, int64_t max_internal_fragmentation,
+                int64_t *reserved_after, pi_as_result *out);
+int pi_as_cnmem_b(int64_t n, const int32_t *req, int64_t nslots, const int64_t *bsize, const int32_t *bsidx,
+                  const uint64_t *svals, int64_t nstreams, int64_t capacity, int64_t initial_bytes, int streams,
+                  int steal, int64_t *reserved_after, pi_as_result *out);
 /* END CDEF */
 
 #endif

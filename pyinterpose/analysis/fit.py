@@ -205,7 +205,7 @@ class FitModel:
         """The allocator's request stream as numpy columns (what pools.reserved_curve replays; no
         DataFrame), made when a simulation other than the captured one is needed."""
         if self._arrs_made is None:
-            rq = pools.request_stream(self.trace, self.pid, allocator_mask(self.trace))
+            rq = pools.replay_stream(self.trace, self.pid, allocator_mask(self.trace))   # by block (issue 30)
             self._req_seq = rq["seq"]
             self._arrs_made = rq["arrays"]
         return self._arrs_made

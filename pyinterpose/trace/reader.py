@@ -958,15 +958,17 @@ class _Builder:
         if perm is not None:
             a_pid, status, end_tns, end_seq = a_pid[perm], status[perm], end_tns[perm], end_seq[perm]
 
-        def field(k):
-            """One field of the records, copied out (in pid order) when its column is made: only
-            one column's worth at a time beside the table's (a spilled table's pages given back)."""
-            v = _fields(A, (k,))[k]
-            return v if perm is None else v[perm]
+        def fields(*names):
+            """Fields of the records, copied out (in pid order) when their columns are made: the
+            times and seqs first, the others once the call sites' columns are gone (a spilled
+            table's pages given back as they are read)."""
+            F = _fields(A, names).cols
+            return F if perm is None else {k: v[perm] for k, v in F.items()}
 
-        t_alloc = field("t_ns").view(np.int64)
+        F = fields("t_ns", "seq")
+        t_alloc = F.pop("t_ns").view(np.int64)
         t_alloc -= self.t0
-        seq_alloc = field("seq").view(np.int64)
+        seq_alloc = F.pop("seq").view(np.int64)
         in_order = _in_block_order(t_alloc, a_pid, seq_alloc)
         bo = None if in_order else np.lexsort((seq_alloc, a_pid, t_alloc))
 
@@ -1003,21 +1005,23 @@ class _Builder:
         del end_tns, ended
         table.add("block_id", np.arange(na, dtype=np.int64))
         table.add("pid", by_block(a_pid))
-        table.add("device", by_block(field("device")))
-        table.add("api", self.api_name(by_block(field("api"))))
+        F = fields("device", "api", "flags", "aux", "addr", "size", "stream")
+        del A
+        table.add("device", by_block(F.pop("device")))
+        table.add("api", self.api_name(by_block(F.pop("api"))))
         kind_names = [self.kinds.get(k, f"kind{k}") for k in range(16)]
-        bk = by_block(field("flags"))
+        bk = by_block(F.pop("flags"))
         kind = self.categorical(np.clip(bk, 0, 15), kind_names)
         table.add("counts_device", kind.categories.isin(DEVICE_KINDS)[kind.codes])
         table.add("kind", kind)
         del kind
-        aux_a = by_block(field("aux"))
+        aux_a = by_block(F.pop("aux"))
         table.add("handle", np.where((bk == 8) | (bk == 9) | (bk == 4), aux_a, 0).astype(np.uint64))
         del aux_a, bk
-        table.add("address", by_block(field("addr")))
-        table.add("size", by_block(field("size").view(np.int64)))
-        table.add("stream", by_block(field("stream")))
-        del A
+        table.add("address", by_block(F.pop("addr")))
+        table.add("size", by_block(F.pop("size").view(np.int64)))
+        table.add("stream", by_block(F.pop("stream")))
+        del F
         table.add("freed", by_block(matched))
         never_freed = int((~matched).sum())
         del matched

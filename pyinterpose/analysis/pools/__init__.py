@@ -57,6 +57,7 @@ from ...trace.model import Trace, counted_bytes
 from ...trace.pages import release, release_tables
 from ...trace.piecewise import piece_rows
 from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
+from .by_block import by_block
 from .planners import PLANNERS, plan
 from .problem import (InvalidPlanError, components, load, read_minimalloc_csv, validate_plan,
                       write_minimalloc_csv)
@@ -68,7 +69,7 @@ STRATEGIES = ALLOCATORS + PLANNERS
 # 10 M events (load ~5 s, the rest ~2 s).  --time-limit searches longer.
 DEFAULT_TIME_LIMIT = 3.0
 
-__all__ = ["requests", "request_stream", "resolve_pid", "steady_problem", "evaluate", "read_minimalloc_csv",
+__all__ = ["requests", "request_stream", "replay_stream", "resolve_pid", "steady_problem", "evaluate", "read_minimalloc_csv",
            "write_minimalloc_csv",
            "validate_plan", "load", "plan", "simulate", "reserved_curve", "STRATEGIES", "ALLOCATORS", "PLANNERS",
            "InvalidPlanError", "components"]
@@ -100,7 +101,10 @@ def _device_mask(trace: Trace, pid: int | None, allocator_only: bool = False,
     else:
         m = b["counts_device"].to_numpy(bool).copy()
     if pid is not None and len(b):
-        m &= b["pid"].to_numpy() == pid
+        pids = b["pid"].to_numpy()
+        for lo, hi in spans(len(b)):
+            m[lo:hi] &= pids[lo:hi] == pid
+            release(pids, lo, hi)
     return m
 
 
@@ -208,7 +212,7 @@ def _request_columns(cols: dict, times: bool = True, seq: bool = True, consume: 
 def _ascending(a: np.ndarray) -> bool:
     if len(a) < 2:
         return True
-    return all(bool((a[lo + 1:hi] >= a[lo:hi - 1]).all()) for lo, hi in spans(len(a) - 1))
+    return all(bool((a[lo + 1:hi + 1] >= a[lo:hi]).all()) for lo, hi in spans(len(a) - 1))
 
 
 def _peak_of_requests(is_alloc: np.ndarray, size: np.ndarray) -> int:
@@ -275,7 +279,8 @@ def _steady_window(trace: Trace, pid: int | None) -> tuple[tuple[int, int], dict
 
 
 def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int] | None = None,
-                   allocator_only: bool = False, _cols: dict | None = None) -> pd.DataFrame:
+                   allocator_only: bool = False, _cols: dict | None = None,
+                   _allocator: np.ndarray | None = None) -> pd.DataFrame:
     """One steady iteration as a DSA problem (see the module docstring).
 
     Columns: id (= block_id), lower, upper, size, block_id, crossing.  ``df.attrs``
@@ -291,7 +296,8 @@ def steady_problem(trace: Trace, pid: int | None = None, window: tuple[int, int]
     if hi <= lo:
         raise PyinterposeError(f"empty window [{lo}, {hi})")
     if _cols is None:       # the window's events and blocks, a piece of the table at a time
-        ev, sa, sf, freed, bid, size = _window_rows(trace, _device_mask(trace, pid, allocator_only), lo, hi)
+        ev, sa, sf, freed, bid, size = _window_rows(trace, _device_mask(trace, pid, allocator_only, _allocator),
+                                                    lo, hi)
     else:
         cols = _cols
         sa = cols["seq_alloc"].astype(np.int64, copy=False)
@@ -429,11 +435,69 @@ def request_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray |
     return rq
 
 
+def _replayed(trace: Trace, mask: np.ndarray) -> tuple[RequestArrays, int, int, int]:
+    """What :func:`evaluate` replays, of the blocks selected by ``mask``: (arrays, requests, allocations,
+    the peak of the live requested bytes over the run).  By block (:mod:`.by_block`: 4 bytes a request)
+    when the blocks' ids are distinct, else the per-request columns (seq-less, consumed as read)."""
+    rb = by_block(trace, mask)
+    if rb is not None:
+        return rb["arrays"], rb["n"], rb["allocs"], rb["peak"]
+    cols = _block_columns(trace, mask, _REPLAY_COLUMNS)
+    rq = _request_columns(cols, times=False, seq=False, consume=True)
+    del cols
+    whole = _peak_of_requests(rq["is_alloc"], rq["size"])
+    n_allocs = int(np.count_nonzero(rq["is_alloc"]))
+    return (RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"]), rq["n"],
+            n_allocs, whole)
+
+
+def replay_stream(trace: Trace, pid: int | None = None, allocator: np.ndarray | None = None) -> dict:
+    """What :func:`request_stream` gives a caller that only replays and reads each request's seq
+    (``fit``): {"seq", "arrays"}, the arrays by block (:mod:`.by_block`, 4 bytes a request) when the
+    blocks' ids are distinct, else :func:`request_stream`'s.  The same replays, request for request."""
+    if allocator is None:
+        from ..owners import allocator_mask
+        allocator = allocator_mask(trace)
+    rb = by_block(trace, _device_mask(trace, resolve_pid(trace, pid), True, allocator), seq=True)
+    if rb is None:
+        rq = request_stream(trace, pid, allocator)
+        return {"seq": rq["seq"], "arrays": rq["arrays"]}
+    return {"seq": rb["seq"], "arrays": rb["arrays"]}
+
+
+class _Curve(dict):
+    """:func:`reserved_curve`'s dict, replayed by block: "seq" and "bytes" held, "block_id" and "is_alloc"
+    made when first read (only the report's exact timeline reads them; ``fit``, ``oom`` and ``compare``
+    read seq and bytes: issue 30)."""
+
+    def __init__(self, make, **columns):
+        super().__init__(**columns)
+        self._make = make
+
+    def __missing__(self, key):
+        if key not in ("block_id", "is_alloc"):
+            raise KeyError(key)
+        self["block_id"], self["is_alloc"] = self._make()
+        return self[key]
+
+
 def _reserved_curve(trace: Trace, allocator: str, pid: int | None) -> dict:
     opts = pytorch_options(trace.meta, None)[0] if allocator == "pytorch" else {}
-    rq = request_stream(trace, pid)
-    r = simulate(rq["arrays"], allocator, series=True, **opts)
-    return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "seq": rq["seq"], "bytes": r["reserved_after"]}
+    from ..owners import allocator_mask
+    mask = _device_mask(trace, resolve_pid(trace, pid), True, allocator_mask(trace))
+    rb = by_block(trace, mask, seq=True)
+    if rb is None:
+        rq = request_stream(trace, pid)
+        r = simulate(rq["arrays"], allocator, series=True, **opts)
+        return {"block_id": rq["block_id"], "is_alloc": rq["is_alloc"], "seq": rq["seq"],
+                "bytes": r["reserved_after"]}
+    r = simulate(rb["arrays"], allocator, series=True, **opts)
+    req = rb["arrays"].req
+
+    def make():
+        ids = _masked(trace.blocks["block_id"].to_numpy(), mask).astype(np.int64, copy=False)
+        return ids[np.where(req < 0, ~req, req)], req >= 0
+    return _Curve(make, seq=rb["seq"], bytes=r["reserved_after"])
 
 
 def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
@@ -472,25 +536,20 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
     pid = resolve_pid(trace, pid)
     from ..owners import allocator_info, allocator_mask
     amask = allocator_mask(trace)
-    # no times: the replay reads the order only, the steady problem the seqs (issue 30)
-    cols = _block_columns(trace, _device_mask(trace, pid, True, amask), _REPLAY_COLUMNS)
-    # the replay reads the order only: no seq column made (issue 30); the masked block columns let
-    # go as they are read (the steady problem reads its window in pieces)
-    rq = _request_columns(cols, times=False, seq=False, consume=True)
-    del cols
-    n_req = rq.pop("n")         # the replay reads the order only: no seq column held (issue 30)
-    whole = _peak_of_requests(rq["is_alloc"], rq["size"])
-    arrs = RequestArrays.of_columns(rq["is_alloc"], rq["block_id"], rq["size"], rq["stream"])
-    release_tables(trace)       # each step's pages of the cached columns: given back before the next
-    _give_back(trace)           # and, on a long trace, the request stream's freed temporaries
     view = trace.process_view(pid)
     info = allocator_info(view, amask if view is trace else None)
+    release_tables(trace)       # each step's pages of the cached columns: given back before the next
+    # the steady problem first (issue 30): the iterations it runs peak on their own, not on top of
+    # the request stream
+    prob = steady_problem(trace, pid, window, allocator_only=True, _allocator=amask)
     release_tables(trace)
-    prob = steady_problem(trace, pid, window, allocator_only=True)
-    release_tables(trace)
-    _give_back(trace)
+    _give_back(trace)           # and, on a long trace, the freed temporaries
     lower, upper, size = (prob[c].to_numpy(np.int64) for c in ("lower", "upper", "size"))
     bound = load(lower, upper, size)
+    del lower, upper, size
+    arrs, n_req, n_allocs, whole = _replayed(trace, _device_mask(trace, pid, True, amask))
+    release_tables(trace)
+    _give_back(trace)
     # the simulators run in C without the GIL: replay them side by side
     sims = {}
     names = [n for n in strategies if n in ALLOCATORS]
@@ -509,7 +568,7 @@ def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIM
         lo, hi = attrs["window"]
         nothing = (f"nothing to plan: the steady window [{lo}, {hi}) holds none of the "
                    + (f"{info['framework']} allocator's" if info["framework"] != "unknown" else "process's device")
-                   + f" blocks ({int(rq['is_alloc'].sum()):,} in the run, none live in it)")
+                   + f" blocks ({n_allocs:,} in the run, none live in it)")
     out_rows = []
     for name in strategies:
         if name in ALLOCATORS:

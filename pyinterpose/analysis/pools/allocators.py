@@ -386,6 +386,7 @@ class RequestArrays:
     def __init__(self, req: pd.DataFrame | None):
         self._req = req
         self.error = None
+        self.req = None         # the by-block form (:meth:`by_block`), else None
         if req is None:
             return
         self.n = len(req)
@@ -410,6 +411,37 @@ class RequestArrays:
         self.bid = np.ascontiguousarray(block_id, np.int64)
         self.size = np.ascontiguousarray(size, np.int64)
         self.stream, self.signed = np.ascontiguousarray(stream, np.uint64), 0
+        return self
+
+
+    @classmethod
+    def by_block(cls, req, bsize, bstream) -> "RequestArrays":
+        """The requests by block (4 bytes a request; what :func:`pyinterpose.analysis.pools.evaluate`
+        replays): ``req`` int32, ``s`` for an allocation of slot ``s`` and ``~s`` for its free;
+        ``bsize`` (int64) and ``bstream`` (uint64): each slot's size and stream.  The same replay as
+        the per-request columns with block id ``s``, size ``bsize[s]``, stream ``bstream[s]`` at
+        each request (``native/allocsim/allocsim.h``)."""
+        self = cls(None)
+        self.req = np.ascontiguousarray(req, np.int32)
+        self.n = len(self.req)
+        self.bsize = np.ascontiguousarray(bsize, np.int64)
+        self.signed = 0
+        bstream = np.ascontiguousarray(bstream, np.uint64)
+        if len(bstream) != len(self.bsize):
+            raise ValueError("bsize and bstream differ in length")
+        # the streams numbered once here (pi_as_stream_ids), not by each replay: 4 bytes a slot
+        self.bsidx, self.svals, self.nstreams = np.zeros(len(bstream), np.int32), np.zeros(0, np.uint64), -2
+        ffi, lib = _lib()
+        if lib is not None:
+            k = int(lib.pi_as_stream_ids(self.n, ffi.cast("int32_t *", self.req.ctypes.data), len(bstream),
+                                         ffi.cast("uint64_t *", bstream.ctypes.data),
+                                         ffi.cast("int32_t *", self.bsidx.ctypes.data)))
+            if k == -1:
+                raise MemoryError("simulators: out of memory")
+            if k >= 0:
+                self.svals = np.zeros(k, np.uint64)
+                self.svals[self.bsidx] = bstream     # any slot of an index holds its value
+                self.nstreams = k
         return self
 
 
@@ -453,7 +485,7 @@ _NOT_BUILT = "pyinterpose._core is not built with native/allocsim (pip install -
 def _lib():
     try:
         from ..._core import ffi, lib
-        lib.pi_as_pytorch  # noqa: B018 - a build without the allocators
+        lib.pi_as_pytorch_b  # noqa: B018 - a build without the allocators (or without their by-block form)
     except (ImportError, AttributeError):
         return None, None
     return ffi, lib
@@ -473,10 +505,19 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
     cap = -1 if capacity is None else _opt_int(capacity, "capacity")
     res = ffi.new("pi_as_result *")
     n = arrs.n
-    p8 = ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data)
-    pb = ffi.cast("int64_t *", arrs.bid.ctypes.data)
-    ps = ffi.cast("int64_t *", arrs.size.ctypes.data)
-    pst = ffi.cast("uint64_t *", arrs.stream.ctypes.data)
+    if arrs.req is not None:    # by block: the *_b entry points take (req, nslots, bsize[, bsidx, svals, nstreams])
+        if arrs.nstreams < 0:
+            raise _NotNative(_RANGE)
+        pr4 = ffi.cast("int32_t *", arrs.req.ctypes.data)
+        head = (pr4, len(arrs.bsize), ffi.cast("int64_t *", arrs.bsize.ctypes.data))
+        pst = (ffi.cast("int32_t *", arrs.bsidx.ctypes.data), ffi.cast("uint64_t *", arrs.svals.ctypes.data),
+               arrs.nstreams)
+        f_pt, f_bfc, f_cn = lib.pi_as_pytorch_b, lib.pi_as_bfc_b, lib.pi_as_cnmem_b
+    else:
+        head = (ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data), ffi.cast("int64_t *", arrs.bid.ctypes.data),
+                ffi.cast("int64_t *", arrs.size.ctypes.data))
+        pst = (ffi.cast("uint64_t *", arrs.stream.ctypes.data),)
+        f_pt, f_bfc, f_cn = lib.pi_as_pytorch, lib.pi_as_bfc, lib.pi_as_cnmem
     details: dict = {}
     curve = np.empty(n if series else 0, np.int64)
     pr = ffi.cast("int64_t *", curve.ctypes.data) if series else ffi.NULL
@@ -494,7 +535,7 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
         mnsr = _opt_int(options.get("max_non_split_rounding", kLargeBuffer), "max_non_split_rounding")
         lss = options.get("large_segment_size", kLargeBuffer)
         expandable = bool(options.get("expandable_segments", False))
-        rc = lib.pi_as_pytorch(n, p8, pb, ps, pst, arrs.signed, cap, mss, ffi.new("int64_t[16]", divs),
+        rc = f_pt(n, *head, *pst, arrs.signed, cap, mss, ffi.new("int64_t[16]", divs),
                                mnsr, _opt_int(lss, "large_segment_size"), 1 if expandable else 0, pr, res)
         if expandable:
             d = res.details
@@ -503,13 +544,13 @@ def _simulate_native(arrs: RequestArrays, allocator: str, capacity, options: dic
                        "page_bytes": {"small": kSmallBuffer, "large": lss}}
     elif allocator == "bfc":
         mif = _opt_int(options.get("max_internal_fragmentation", 128 * MiB), "max_internal_fragmentation")
-        rc = lib.pi_as_bfc(n, p8, pb, ps, cap, 1 if options.get("allow_growth", True) else 0, mif, pr, res)
+        rc = f_bfc(n, *head, cap, 1 if options.get("allow_growth", True) else 0, mif, pr, res)
     else:
         init = _opt_int(options.get("initial_bytes", 0), "initial_bytes")
         if init and capacity is not None and _round_up(init, 512) > capacity:
             raise PyinterposeError(f"cnmem: initial_bytes {init} exceed the capacity {capacity}")
         streams = options.get("streams")
-        rc = lib.pi_as_cnmem(n, p8, pb, ps, pst, cap, init, -1 if streams is None else (1 if streams else 0),
+        rc = f_cn(n, *head, *pst, cap, init, -1 if streams is None else (1 if streams else 0),
                              1 if options.get("steal", True) else 0, pr, res)
         if rc == 0:
             d = res.details
@@ -534,9 +575,15 @@ def _cudamalloc_native(arrs: RequestArrays, capacity, series: bool = False) -> d
     cap = -1 if capacity is None else _opt_int(capacity, "capacity")
     res = ffi.new("pi_as_result *")
     curve = np.empty(arrs.n if series else 0, np.int64)
-    rc = lib.pi_as_cudamalloc(arrs.n, ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data),
-                              ffi.cast("int64_t *", arrs.size.ctypes.data), cap,
-                              ffi.cast("int64_t *", curve.ctypes.data) if series else ffi.NULL, res)
+    pr = ffi.cast("int64_t *", curve.ctypes.data) if series else ffi.NULL
+    if arrs.req is not None:
+        if arrs.nstreams < 0:
+            raise _NotNative(_RANGE)
+        rc = lib.pi_as_cudamalloc_b(arrs.n, ffi.cast("int32_t *", arrs.req.ctypes.data), len(arrs.bsize),
+                                    ffi.cast("int64_t *", arrs.bsize.ctypes.data), cap, pr, res)
+    else:
+        rc = lib.pi_as_cudamalloc(arrs.n, ffi.cast("uint8_t *", arrs.is_alloc.ctypes.data),
+                                  ffi.cast("int64_t *", arrs.size.ctypes.data), cap, pr, res)
     if rc != 0:
         raise _NotNative(_RANGE)
     return {**({"reserved_after": curve} if series else {}), "peak_reserved_bytes": int(res.peak_reserved), "backing_allocations": int(res.backing),
