@@ -243,7 +243,8 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
             continue
         cols = [tab[c].to_numpy() for c in ("pid", "seq", "dev_start", "dev_end")]
         p_, q_, s_, e_ = cols
-        for lo, hi in spans(len(tab), piece_rows()):
+        # a quarter piece of rows at a time: each makes a few int64 temporaries of its length
+        for lo, hi in spans(len(tab), max(1, chunk_rows() // 4)):
             q, s, e = q_[lo:hi], s_[lo:hi], e_[lo:hi]
             if pid is not None:
                 m = p_[lo:hi] == pid
@@ -257,10 +258,16 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
                 o = np.argsort(q, kind="stable")
                 q, e = q[o], e[o]
             run = np.maximum.accumulate(e)
-            k = np.searchsorted(q, seq, side="left") - 1
-            np.maximum(out, np.where(k >= 0, run[np.maximum(k, 0)], -1), out=out)
-            for a in cols:
-                release(a, lo, hi)      # each piece's pages given back as it is read
+            # a query at or before the piece's first seq sees none of it, one after its last sees
+            # all of it (run[-1]): only those between are searched for
+            after = seq > q[-1]
+            np.maximum(out, np.where(after, run[-1], -1), out=out)
+            mid = np.flatnonzero((seq > q[0]) & ~after)
+            if len(mid):
+                k = np.searchsorted(q, seq[mid], side="left") - 1
+                out[mid] = np.maximum(out[mid], run[k])
+            for a in cols:              # the piece's pages (issue 30: the whole table's were ~0.25 GB at 100 M)
+                release(a, lo, hi)
     return out
 
 
@@ -353,13 +360,28 @@ def _launch_lag_pieces(la, pid: int | None) -> dict | None:
             "max_ns": float(np.float64(top))}
 
 
+def _has_device_time(tab) -> bool:
+    col = tab["dev_start"].to_numpy()
+    out = bool((col >= 0).any())
+    release(col)                    # a streamed pass asks for a piece of blocks at a time
+    return out
+
+
+def _any_device_time(trace) -> bool:
+    """Whether any launch or copy has a device start (once per trace: the column's pages given back)."""
+    def compute():
+        return _has_device_time(trace.launches) or _has_device_time(trace.copies)
+
+    derived = getattr(trace, "derived", None)
+    return compute() if derived is None else derived(("clock", "any device time"), compute)
+
+
 def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
     """(t_alloc, t_free) of ``blocks`` (rows of ``trace.blocks``) on each block's process clock:
     the axis the report's timeline and the live-bytes curves are drawn on."""
     t_alloc = blocks["t_alloc"].to_numpy(np.int64)
     t_free = blocks["t_free"].to_numpy(np.int64)
-    if not len(blocks) or not (trace.launches["dev_start"].to_numpy() >= 0).any() and \
-            not (trace.copies["dev_start"].to_numpy() >= 0).any():
+    if not len(blocks) or not _any_device_time(trace):
         return t_alloc, t_free
     pid = blocks["pid"].to_numpy()
     t_alloc, t_free = t_alloc.copy(), t_free.copy()
@@ -368,6 +390,12 @@ def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
         if not c.device:
             continue
         m = pid == p
-        t_alloc[m] = c.host_times(blocks["seq_alloc"].to_numpy(np.int64)[m], t_alloc[m])
-        t_free[m] = c.host_times(blocks["seq_free"].to_numpy(np.int64)[m], t_free[m])
+        sa, sf = blocks["seq_alloc"].to_numpy(np.int64)[m], blocks["seq_free"].to_numpy(np.int64)[m]
+        if 2 * len(sa) <= chunk_rows():     # one pass over the process's ops for both (elementwise)
+            k = len(sa)
+            both = c.host_times(np.concatenate([sa, sf]), np.concatenate([t_alloc[m], t_free[m]]))
+            t_alloc[m], t_free[m] = both[:k], both[k:]
+        else:
+            t_alloc[m] = c.host_times(sa, t_alloc[m])
+            t_free[m] = c.host_times(sf, t_free[m])
     return t_alloc, t_free

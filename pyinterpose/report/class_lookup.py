@@ -19,10 +19,12 @@ class ClassLookup:
     """``values``: the distinct classes (``pd.factorize`` of the Series' values, in its order);
     :meth:`codes` gives, per block id, the index of its class in ``values`` or -1 (no class)."""
 
-    def __init__(self, classes: pd.Series):
+    def __init__(self, classes: pd.Series, values=None):
+        """``values``: the Series' values to factorize, when not ``classes.to_numpy(object)`` (e.g.
+        ``classes.array``: a text column as stored, without an object copy of it)."""
         if not classes.index.is_unique:
             classes.reindex(classes.index[:1])      # raises as a reindex on these labels would
-        codes, uniq = factorize(classes.to_numpy(object))
+        codes, uniq = factorize(classes.to_numpy(object) if values is None else values)
         self.values = list(pd.Series(uniq, dtype=object))
         self._codes = codes
         keys = classes.index

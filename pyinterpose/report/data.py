@@ -61,7 +61,9 @@ def memory_timelines(trace: Trace, groupings: list, max_points: int = 4000,
     devices = sorted(int(d) for d in pd.unique(dcol[on_device])) if device is None else [device]
     out: list[list[Timeline]] = [[] for _ in groupings]
     for dev in devices:
-        curves = device_curve(trace, np.flatnonzero(on_device & (dcol == dev)), groupings, max_points)
+        rows = np.flatnonzero(on_device & (dcol == dev))
+        curves = device_curve(trace, rows.astype(np.int32) if len(bl) < (1 << 31) else rows, groupings, max_points)
+        del rows
         for g, (classes, c) in enumerate(zip(groupings, curves)):
             tl = Timeline(device=dev, t=c["t"], total=c["total"], peak=c["peak"], peak_t=c["peak_t"],
                           events=c["events"], reduced=c["reduced"])

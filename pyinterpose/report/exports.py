@@ -128,12 +128,21 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         say(fraction, f"writing {fmt}")
 
     if fmt == "perfetto":
+        from ..heap import give_back
+        from ..trace.chunking import chunk_rows
+        from .block_codes import series_codes  # lazy: see FORMATS
         from .perfetto import write_chrome_trace  # lazy: see FORMATS
 
         it, cl = classes()
+        # the classes as a code per block (issue 30: one or two bytes a block, not the Series' ~16),
+        # on a long trace after the heap the analyses freed is given back
+        if len(trace.blocks) > chunk_rows():
+            give_back()
+        codes = None if cl.value is None else series_codes(trace, cl.value)
+        del cl
         notes: list[str] = []
         writing(0.0)
-        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=cl.value, notes=notes,
+        counts = write_chrome_trace(trace, path, iterations=it.value, large=large, classes=codes, notes=notes,
                                     progress=writing)
         return {"events": counts, "iterations_note": it.note, "notes": notes, **_completeness(trace)}
     if fmt == "memory-viz":

@@ -23,6 +23,8 @@ import pandas as pd
 from ..analysis.clock import block_times
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
+from ..heap import give_back
+from .block_codes import BlockCodes, _small_code_type
 from .class_lookup import ClassLookup
 
 _COLUMNS = ("block_id", "pid", "size", "device_bytes", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free")
@@ -35,40 +37,64 @@ class _Sorted:
 
     def __init__(self, trace, bl: pd.DataFrame, rows: np.ndarray):
         n = len(rows)
-        cols = [c for c in _COLUMNS if c in bl.columns]
         size_col = "device_bytes" if "device_bytes" in bl.columns else "size"
-        ta = np.empty(n, np.int64)
-        tf = np.empty(n, np.int64)
-        self.delta = np.empty(n, np.int64)          # the block's counted bytes
-        freed = np.empty(n, bool)
-        sub = bl[cols]
+        cols = [c for c in _COLUMNS if c in bl.columns and c != "block_id" and (c != "size" or size_col == "size")]
+        idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
+        delta = np.empty(n, np.int32)          # the block's counted bytes: 32 bits while they fit (checked)
+        # the two kinds' events in block order, a piece of blocks at a time: g1 (allocations of > 0
+        # bytes) and the frees; the allocations of 0 bytes (few) apart, to follow the frees in g0
+        g1_t, g1_j, n1 = np.empty(n, np.int64), np.empty(n, idx), 0
+        g0_t, g0_j, nf = np.empty(n, np.int64), np.empty(n, idx), 0
+        zt, zj = [], []
         mapped = [bl[c].to_numpy() for c in cols]      # the columns read, to give their pages back
-        for s, e in spans(n):
-            piece = sub.iloc[rows[s:e]]
+        # an eighth of a piece of blocks at a time: the piece's columns (7 x 8 bytes a row) are copied
+        for s, e in spans(n, max(1, chunk_rows() // 8)):
+            r = rows[s:e]
+            piece = pd.DataFrame({c: x[r] for c, x in zip(cols, mapped)}, copy=False)
             a, f = block_times(trace, piece)
-            ta[s:e], tf[s:e] = a, f
-            self.delta[s:e] = piece[size_col].to_numpy(np.int64)
-            freed[s:e] = piece["freed"].to_numpy(bool)
+            d = piece[size_col].to_numpy(np.int64)
+            fr = piece["freed"].to_numpy(bool)
+            if delta.dtype != np.int64 and len(d) and (int(d.min()) <= -(1 << 31) or int(d.max()) >= (1 << 31)):
+                delta = delta.astype(np.int64)
+            delta[s:e] = d
+            jj = np.arange(s, e, dtype=idx)
+            pos = d > 0
+            k = int(pos.sum())
+            g1_t[n1:n1 + k], g1_j[n1:n1 + k] = a[pos], jj[pos]
+            n1 += k
+            k = int(fr.sum())
+            g0_t[nf:nf + k], g0_j[nf:nf + k] = f[fr], jj[fr]
+            nf += k
+            zt.append(a[~pos])
+            zj.append(jj[~pos])
+            del piece, a, f, d, fr, jj, pos
             if e > s:                   # the pages of the rows this piece read (issue 30: ~0.3 GB at 100 M)
-                lo, hi = int(rows[s:e].min()), int(rows[s:e].max()) + 1
+                lo, hi = int(r.min()), int(r.max()) + 1
                 for x in mapped:
                     release(x, lo, hi)
         del mapped
-        idx = np.int32 if 2 * n < (1 << 31) else np.int64      # block and event indices
-        j = np.arange(n, dtype=idx)
-        zero = self.delta <= 0
-        g0_j = np.concatenate([j[freed], j[zero]])
-        g0_alloc = np.concatenate([np.zeros(int(freed.sum()), bool), np.ones(int(zero.sum()), bool)])
-        g0_t = np.concatenate([tf[freed], ta[zero]])
-        o = np.argsort(g0_t, kind="stable")
-        self.g0_j, self.g0_alloc, self.g0_t = g0_j[o], g0_alloc[o], g0_t[o]
-        del g0_j, g0_alloc, g0_t, o
-        g1_j = j[~zero]
-        g1_t = ta[~zero]
-        o = np.argsort(g1_t, kind="stable")
-        self.g1_j, self.g1_t = g1_j[o], g1_t[o]
-        del ta, tf, o, j
-        self.pos0 = (np.searchsorted(self.g1_t, self.g0_t, side="left") + np.arange(len(self.g0_t))).astype(idx)
+        self.delta = delta
+        del delta
+        nz = sum(len(x) for x in zt)
+        if nf + nz > n:                 # blocks of 0 bytes that were freed: both a free and an allocation
+            g0_t, g0_j = np.resize(g0_t, nf + nz), np.resize(g0_j, nf + nz)
+        for t_, j_ in zip(zt, zj):
+            g0_t[nf:nf + len(t_)], g0_j[nf:nf + len(t_)] = t_, j_
+            nf += len(t_)
+        nf -= nz
+        del zt, zj
+        # each kind by time, stable (its order above at an equal time)
+        self.g1_t, o = _sort_stable(g1_t[:n1])
+        self.g1_j = g1_j[:n1][o]
+        del g1_t, g1_j, o
+        self.g0_t, o = _sort_stable(g0_t[:nf + nz])
+        self.g0_j = g0_j[:nf + nz][o]
+        self.g0_alloc = o >= nf            # the allocations of 0 bytes follow the frees
+        del g0_t, g0_j, o
+        # pos0: g0's i-th event's place in the merged list (a piece of g0 at a time)
+        self.pos0 = np.empty(len(self.g0_t), idx)
+        for s, e in spans(len(self.g0_t)):
+            self.pos0[s:e] = np.searchsorted(self.g1_t, self.g0_t[s:e], side="left") + np.arange(s, e)
         self.n = len(self.g0_t) + len(self.g1_t)
 
     def piece(self, c0: int, c1: int):
@@ -80,7 +106,7 @@ class _Sorted:
         t = np.empty(c1 - c0, np.int64)
         j[is0], t[is0] = self.g0_j[i0:i1], self.g0_t[i0:i1]
         j[~is0], t[~is0] = self.g1_j[c0 - i0:c1 - i1], self.g1_t[c0 - i0:c1 - i1]
-        d = self.delta[j]
+        d = self.delta[j].astype(np.int64, copy=False)
         free = np.zeros(c1 - c0, bool)
         free[is0] = ~self.g0_alloc[i0:i1]
         d[free] = -d[free]
@@ -93,40 +119,82 @@ class _Sorted:
         return int(self.g1_t[p - i])
 
 
-def class_codes(classes: pd.Series, block_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _sort_stable(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``t`` sorted, the order): ``np.argsort(t, kind="stable")`` and ``t`` in that order.  In place
+    where each time less the first and its index fit in 63 bits together (checked): the pair as one
+    int64 key ``(t - min) << bits | index``, distinct keys, so an unstable in-place sort gives the
+    stable order, and the key gives back both (the order a piece at a time) without a copy of ``t``
+    or a 64-bit order (issue 30); the order is then int32 where the count allows."""
+    n = len(t)
+    if n == 0:
+        return t, np.zeros(0, np.int64)
+    bits = max(1, int(n - 1).bit_length())
+    lo, hi = int(t.min()), int(t.max())
+    if (hi - lo) >> (63 - bits):                # too long a run for the key: argsort
+        o = np.argsort(t, kind="stable")
+        return t[o], o
+    key = t                                     # the caller's buffer, reused
+    key -= lo
+    key <<= bits
+    for s, e in spans(n):                       # the index, a piece at a time
+        key[s:e] |= np.arange(s, e, dtype=np.int64)
+    key.sort()
+    o = np.empty(n, np.int32 if n < (1 << 31) else np.int64)
+    mask = (1 << bits) - 1
+    for s, e in spans(n):
+        o[s:e] = key[s:e] & mask
+        key[s:e] >>= bits
+        key[s:e] += lo
+    return key, o
+
+
+def class_codes(classes, block_ids: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(names, code per block): ``np.unique`` of each block's class name (``str`` of its class,
-    "other" without one) and the index of each block's name in it, looked up in pieces."""
-    look = ClassLookup(classes)
-    labels = np.array([str(v) for v in look.values] + ["other"], dtype=object)
-    vcode = np.empty(len(block_ids), np.int64)
-    for s, e in spans(len(block_ids)):
-        vcode[s:e] = look.codes(block_ids[s:e])
+    "other" without one) and the index of each block's name in it.  ``classes``: a Series block_id ->
+    class, looked up in pieces for ``block_ids``; or a ``report.block_codes.BlockCodes``, read at
+    ``rows`` (of ``trace.blocks``)."""
+    if isinstance(classes, BlockCodes):
+        labels = np.array([str(v) for v in classes.names] + ["other"], dtype=object)
+        vcode = classes.code[rows].astype(np.int64)
+    else:
+        look = ClassLookup(classes)
+        labels = np.array([str(v) for v in look.values] + ["other"], dtype=object)
+        vcode = np.empty(len(block_ids), np.int64)
+        for s, e in spans(len(block_ids)):
+            vcode[s:e] = look.codes(block_ids[s:e])
     vcode[vcode < 0] = len(labels) - 1
     used = np.zeros(len(labels), bool)
     used[vcode] = True                       # "other" only when some block has no class
     names, inv = np.unique(labels[used], return_inverse=True)
     remap = np.full(len(labels), -1, np.int64)
     remap[np.flatnonzero(used)] = inv.reshape(-1)
-    dt = np.int16 if len(names) < (1 << 15) else np.int64
-    return names, remap[vcode].astype(dt)
+    return names, remap[vcode].astype(_small_code_type(len(names)))
 
 
 def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> list[dict]:
     """The curve of the blocks at ``rows`` of ``trace.blocks`` (one device, block order), once per
-    grouping of ``groupings`` (each a Series block_id -> class, or None) from one pass over the
+    grouping of ``groupings`` (each a Series block_id -> class, a ``BlockCodes``, or None) from one pass over the
     events: ``{"t", "total", "series" (name -> values at the points; None without classes), "names",
     "peak", "peak_t", "events", "reduced"}`` each (the points are the same for every grouping)."""
     bl = trace.blocks
-    ev = _Sorted(trace, bl, rows)
     groups = []                          # per grouping: (names, code per block, offset in the stacked series)
     K = 0
     for classes in groupings:
         if classes is None:
             groups.append((None, None, K))
             continue
-        names, code = class_codes(classes, bl["block_id"].to_numpy()[rows])
+        ids = None if isinstance(classes, BlockCodes) else bl["block_id"].to_numpy()[rows]
+        names, code = class_codes(classes, ids, rows)
         groups.append((names, code, K))
         K += len(names)
+    # after the codes: their lookups' temporaries are gone by then, and on a long trace the heap
+    # they freed is given back before the pass and again after its sorts (``heap.give_back``)
+    long = len(rows) > chunk_rows()
+    if long:
+        give_back()
+    ev = _Sorted(trace, bl, rows)
+    if long:
+        give_back()
     n = ev.n
     if n == 0:
         z = np.zeros(0, np.int64)
@@ -141,9 +209,9 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
     peak, peak_t = None, 0
     lat_count = 0                        # events that are the last at their instant, so far
     all_pts: list[tuple] | None = []     # every such event while there are at most max_points
-    kept: list[tuple] = []               # closed bins' points: (lat index, t, total, class values)
+    kept = _Kept(2 * nbins, K)           # closed bins' points: (lat index, t, total, class values)
     run = None                           # the open bin: [bin, max, peak point, last point]
-    step = max(1, chunk_rows() // 8)     # a piece holds ~10 + (classes) int64 per event
+    step = max(1, chunk_rows() // 32)    # a piece holds ~10 + (classes) int64 per event
     for c0, c1 in spans(n, step):
         j, t, d = ev.piece(c0, c1)
         tot = carry + np.cumsum(d)
@@ -206,9 +274,7 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
         v_k = np.concatenate([p[1] for p in all_pts])
         s_k = np.concatenate([p[2] for p in all_pts], axis=1) if K else None
     else:
-        t_k = np.array([p[1] for p in kept], np.int64)
-        v_k = np.array([p[2] for p in kept], np.int64)
-        s_k = np.array([p[3] for p in kept], np.int64).T.reshape(K, len(kept)) if K else None
+        t_k, v_k, s_k = kept.arrays()
     out = []
     for names, _, off in groups:
         series = None if names is None else {str(names[k]): s_k[off + k] for k in range(len(names))}
@@ -217,8 +283,32 @@ def device_curve(trace, rows: np.ndarray, groupings: list, max_points: int) -> l
     return out
 
 
-def _close(run, kept: list) -> None:
+def _close(run, kept: "_Kept") -> None:
     """A bin's points: its first peak, then its last event (once when they are the same)."""
-    kept.append(run[2])
+    kept.add(run[2])
     if run[3][0] != run[2][0]:
-        kept.append(run[3])
+        kept.add(run[3])
+
+
+class _Kept:
+    """The points kept from the closed bins (at most two a bin), in arrays rather than a tuple and an
+    array each (issue 30: ~0.1 GB at 200 000 points): their times, totals and class values."""
+
+    def __init__(self, cap: int, K: int):
+        self.m, self.K = 0, K
+        self.t = np.empty(max(1, cap), np.int64)
+        self.v = np.empty(max(1, cap), np.int64)
+        self.k = np.empty((K, max(1, cap)), np.int64)
+
+    def add(self, p) -> None:
+        if self.m == len(self.t):           # never with two points a bin; kept for safety
+            self.t, self.v = np.resize(self.t, 2 * self.m), np.resize(self.v, 2 * self.m)
+            self.k = np.concatenate([self.k, np.empty_like(self.k)], axis=1)
+        self.t[self.m], self.v[self.m] = p[1], p[2]
+        if self.K:
+            self.k[:, self.m] = p[3]
+        self.m += 1
+
+    def arrays(self):
+        m = self.m
+        return self.t[:m].copy(), self.v[:m].copy(), self.k[:, :m].copy() if self.K else None

@@ -38,6 +38,7 @@ from ..analysis.oom import oom_failures
 from ..outfile import atomic_output
 from ..trace.model import peak_live_bytes_of
 from .timeline import _owners
+from .owner_codes import owner_codes
 from ..trace.pages import release, release_frame
 from ..trace.chunking import chunk_rows, spans
 from ..heap import give_back
@@ -361,7 +362,10 @@ def _block_sizes(blocks, bid: np.ndarray) -> np.ndarray:
         srt = np.argsort(ids, kind="stable")
         ids, sz = ids[srt], sz[srt]
     pos = np.clip(np.searchsorted(ids, bid), 0, len(ids) - 1)
-    return np.where(ids[pos] == bid, sz[pos], 0)
+    out = np.where(ids[pos] == bid, sz[pos], 0)
+    release(ids)
+    release(sz)
+    return out
 
 
 def _kernel_tracks(trace: Trace, max_kernels: int, notes: list[str]) -> tuple[list[dict[str, Any]], set[int]]:
@@ -569,11 +573,13 @@ def _write_json(write, trace: Trace, iterations=None, large: int | None = None,
     reserved_view = str(trace.meta.get("view", "")) == "reserved"
     series = "reserved_bytes" if reserved_view else "live_bytes"
     devices = set()
-    grouped = [(name, g) for name, g in (("live bytes by class", classes), ("live bytes by owner", _owner_series(trace)))
+    # the owners as a code per block (report.owner_codes: the same names as _owner_series)
+    grouped = [(name, g) for name, g in (("live bytes by class", classes), ("live bytes by owner", owner_codes(trace)))
                if g is not None]
     step(0.1)
     # the live curve and its split by class and by owner: one pass over each device's events
     tls, *by_group = memory_timelines(trace, [None] + [g for _, g in grouped], max_points=max_points)
+    _give_back(trace)                   # the pass's freed arrays, before the counters' texts
     for tl in tls:
         devices.add(tl.device)
         doc.add("C", _counter_texts("memory", GPU_PID_BASE + tl.device, tl.t, {series: tl.total}))
@@ -634,6 +640,7 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -
     if len(trace.launches) == 0:
         return set()
     la = _kernel_rows(trace, max_kernels, notes)
+    release_frame(trace.launches)       # the rows taken spread over the table: every page of it was read
     touched, nbytes = _launch_blocks(trace, la)
     names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
     name_text: dict[str, str] = {}
