@@ -128,8 +128,6 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         say(fraction, f"writing {fmt}")
 
     if fmt == "perfetto":
-        from ..heap import give_back
-        from ..trace.chunking import chunk_rows
         from .block_codes import series_codes  # lazy: see FORMATS
         from .perfetto import write_chrome_trace  # lazy: see FORMATS
 
