@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..heap import give_back
+from ..trace.chunking import chunk_rows
 from ..trace.model import Trace, peak_live_bytes_of
 from ..trace.pages import release_tables
 from ..trace.piecewise import total
@@ -42,6 +44,8 @@ def summarize(trace: Trace) -> dict:
             "lost_events": int(row["lost"].clip(lower=0).sum()) if len(row) else 0,
         })
     release_tables(trace)       # each step's pages of the cached columns: given back before the next
+    if len(b) > chunk_rows():
+        give_back()             # a long trace: the live orders' transient arrays, which the heap keeps
     counts = {k: v for k, v in trace.counts.items() if k != "by_api"}
     kinds = {str(k): int(v) for k, v in b["kind"].value_counts().items() if v}
     info = allocator_info(trace)
