@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..heap import give_back
 from .chunking import chunk_rows, spans
 from .pages import release
 from .piecewise import piece_rows
@@ -168,7 +169,16 @@ def compute_order(blocks, step: int | None = None) -> np.ndarray:
 
 def live_order(trace) -> np.ndarray:
     """:func:`compute_order` of ``trace.blocks``, computed once per trace (read-only)."""
-    return trace.derived(("model", "live_order"), lambda: compute_order(trace.blocks))
+    return trace.derived(("model", "live_order"), lambda: _kept(compute_order(trace.blocks), len(trace.blocks)))
+
+
+def _kept(order: np.ndarray, n_blocks: int) -> np.ndarray:
+    """The order, with (on a long trace: more blocks than a piece) the heap's free pages handed back:
+    the CLI keeps freed memory (``heap.keep_freed_memory``), so the pieces' sorts' temporaries
+    (~0.1 GB at 100 M events) would stay resident under every pass over the order."""
+    if n_blocks > chunk_rows():
+        give_back()
+    return order
 
 
 # ---- reading the curve in pieces -------------------------------------------------------------
@@ -205,6 +215,9 @@ def scan(trace, mask: np.ndarray | None = None) -> tuple[int, int, int]:
         if best is None or cs[k] > best:
             best, at = int(cs[k]), lo + k
         carry = int(cs[-1])
+        alloc = rows[~free]
+        if len(alloc):      # blocks come in time order: the sizes' pages before this piece's allocations
+            release(size, 0, int(alloc.min()))      # are read again only by frees (mapped again then)
     release(size)
     r, f = _decode(code[at:at + 1])
     col = b["t_free"] if f[0] else b["t_alloc"]
