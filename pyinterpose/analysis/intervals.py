@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace import chunking, pages
+from ..trace.colcache import load_npy
 from ..trace.model import Trace
 from .clock import clock_of
 
@@ -411,7 +412,7 @@ class SwapRows:
 
         try:
             names = {c: f.close() for c, f in self.files.items()}
-            self.spec["rows"] = {c: np.load(f"{self.folder}/{n}", mmap_mode="c", allow_pickle=False)
+            self.spec["rows"] = {c: load_npy(f"{self.folder}/{n}", "c")
                                  for c, n in names.items()}
         except OSError:
             pass

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 
 import numpy as np
 import pandas as pd
@@ -371,12 +372,25 @@ class NpyAppender:
         return os.path.basename(self.path)
 
 
+_NPY_HEADER = threading.Lock()
+
+
+def load_npy(path: str, mmap_mode: str):
+    """``np.load`` of a column file (memory-mapped), one at a time in this process: numpy parses the
+    header with ``ast.literal_eval``, and CPython 3.11's AST construction keeps its recursion depth in
+    state shared by every thread, so two threads parsing at once (Dask's threaded workers reading the
+    cache, a garbage collection's finalizer switching threads in the middle) can raise ``SystemError:
+    AST constructor recursion depth mismatch``.  The map itself costs microseconds."""
+    with _NPY_HEADER:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+
+
 def _column(folder: str, col: dict):
     kind = col["kind"]
     if kind == "array":
-        return np.asarray(np.load(os.path.join(folder, col["file"]), mmap_mode="c", allow_pickle=False))
+        return np.asarray(load_npy(os.path.join(folder, col["file"]), "c"))
     if kind == "category":
-        codes = np.asarray(np.load(os.path.join(folder, col["file"]), mmap_mode="c", allow_pickle=False))
+        codes = np.asarray(load_npy(os.path.join(folder, col["file"]), "c"))
         cats = pd.Index(col["categories"], dtype=col.get("cat_dtype", "object"))
         cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats, ordered=col["ordered"]))
         release(codes)      # from_codes read every code to check it: those pages given back (mapped again on use)

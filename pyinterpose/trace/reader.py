@@ -785,7 +785,7 @@ class _AccessColumns:
         order = np.argsort(w.mapped("accesses")["pid"].to_numpy(), kind="stable")
         new = []
         for i, (c, e) in enumerate(zip(self.NAMES, entries)):
-            col = np.load(os.path.join(w.tmp, e["file"]), mmap_mode="r")
+            col = colcache.load_npy(os.path.join(w.tmp, e["file"]), "r")
             f = w.column("accesses.g", i, self.dtypes[c])
             for lo in range(0, len(order), ACC_CHUNK_ROWS):
                 f.append(col[order[lo:lo + ACC_CHUNK_ROWS]])
