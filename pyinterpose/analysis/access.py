@@ -25,7 +25,7 @@ from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
 from .iterations import find_iterations
 from .lifetimes import classify
-from . import intervals
+from . import access_spill, intervals
 from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
 
 def _select_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
@@ -300,7 +300,12 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     if not iv.n:
         peak = None
     n_kind, kcode = iv.n_kind, iv.kcode
-    ati_q, (ati_thr,) = _quantile_summary(iv.ati.copy(), (ati_quantile,)) if iv.n else (None, (None,))
+    if iv.spilled:                        # a long trace: the rows read from their files (access_spill)
+        (ati_q, (ati_thr,)), by_kind = access_spill.quantile_summaries(iv, (ati_quantile,)) if iv.n else \
+            ((None, (None,)), {})
+    else:
+        ati_q, (ati_thr,) = _quantile_summary(iv.ati.copy(), (ati_quantile,)) if iv.n else (None, (None,))
+        by_kind = None
     out: dict[str, Any] = {
         "pid": pid,
         **clock_of(trace, pid).as_dict(),
@@ -310,24 +315,28 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         "accessed_blocks": None,
         "accesses": n_kind[INTERVAL_KINDS.index("between")] + n_kind[INTERVAL_KINDS.index("alloc_to_first")],
         "ati_quantiles": ati_q,
-        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": _quantile_summary(iv.ati.where(kcode == i))[0]}
-                        for i, k in iv.kinds},
+        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": by_kind[i] if iv.spilled else
+                            _quantile_summary(iv.ati.where(kcode == i))[0]} for i, k in iv.kinds},
     }
     unacc = INTERVAL_KINDS.index("unaccessed")
     if iv.uniform:                        # a block unaccessed has one row, of that kind
         out["accessed_blocks"] = iv.n_blocks - n_kind[unacc]
+    elif iv.spilled:
+        out["accessed_blocks"] = int(access_spill.per_block_any(iv, lambda s, c: c["kcode"] != unacc).sum())
     else:
         out["accessed_blocks"] = int(iv.per_block_any(kcode != unacc).sum())
     out["bandwidth"] = None if bw is None else {
         "h2d_bytes_per_s": bw.h2d_bytes_per_s, "d2h_bytes_per_s": bw.d2h_bytes_per_s,
         "latency_s": bw.latency_s, "source": bw.source}
     out["bandwidth_note"] = note
-    hides = _bandwidth_filter(out, iv, bw, float(block_size.sum())) if bw is not None else None
+    filt = access_spill.bandwidth_filter if iv.spilled else _bandwidth_filter
+    hides = filt(out, iv, bw, float(block_size.sum())) if bw is not None else None
     if bw is None:
         out["filtered_fraction"] = None
     out["outliers"] = None
     if iv.n:
-        out["outliers"] = _outliers(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
+        outl = access_spill.outliers if iv.spilled else _outliers
+        out["outliers"] = outl(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
     seg, n, bid = iv.seg, iv.n, iv.bid
     del iv, kcode, hides, block_size
     out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
@@ -431,7 +440,10 @@ class _StreamedIntervals:
         tc = intervals.touches(trace, pid)
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
         n = int(((tc.cnt + 1) * dev_b).sum())
-        ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
+        files = access_spill.Rows.wanted(n)         # a long trace: the per-row columns to files
+        if files is None:
+            ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
+        n_kind = np.zeros(len(INTERVAL_KINDS), np.int64)
         segs, ubs, sizes, row_sizes, mixed, done = [], [], [], [], False, []
         pos = 0
         cols = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
@@ -447,7 +459,13 @@ class _StreamedIntervals:
                 a, st = p["ati_ns"][sel], p["start_t"][sel]
                 k, bid, sz = p["kind"][sel], p["block_id"][sel], p["size"][sel]
                 m = len(a)
-                ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
+                if files is None:
+                    ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
+                else:
+                    files.append("ati", a)
+                    files.append("start", st)
+                    files.append("kcode", k)
+                    n_kind += np.bincount(k, minlength=len(INTERVAL_KINDS))[:len(INTERVAL_KINDS)]
                 if m:
                     first = np.empty(m, bool)
                     first[0] = True
@@ -459,7 +477,14 @@ class _StreamedIntervals:
                     if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
                         mixed = True        # the rows' sizes of the pieces before, from their segments
                         row_sizes = [np.repeat(v, np.diff(np.append(g, mm))) for g, v, mm in done]
-                    if mixed:
+                        if files is not None:
+                            files.add_column("size", np.int64)
+                            for x in row_sizes:
+                                files.append("size", x)
+                            row_sizes = []
+                    if mixed and files is not None:
+                        files.append("size", np.array(sz, np.int64))
+                    elif mixed:
                         row_sizes.append(np.array(sz, np.int64))
                     else:
                         done.append((seg, sizes[-1], m))
@@ -468,9 +493,17 @@ class _StreamedIntervals:
         except BaseException:
             if sink is not None:
                 sink.abort()
+            if files is not None:
+                files.abort()
             raise
         if sink is not None:
             sink.finish()
+        self.spilled = files is not None
+        self.row_size = None             # spilled: the rows' sizes when kept per row (mapped)
+        if files is not None:
+            cols = files.finish()
+            ati, start, kcode = cols["ati"], cols["start"], cols["kcode"]
+            self.row_size = cols.get("size")
         assert pos == n
         del tc
         intervals.release_tables(trace)
@@ -479,12 +512,19 @@ class _StreamedIntervals:
         ub = np.concatenate(ubs) if ubs else np.zeros(0, np.int64)
         self.seg_size_i = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         self.seg_size = self.seg_size_i.astype(np.float64)
+        self.ati_col = ati
         self.ati = _Rows([ati])
         self.kcode = kcode
         self.start = start
         self.bid = _SegRows(ub, self.seg, n)
-        self.size = _Rows([np.concatenate(row_sizes)]) if mixed else _SegRows(self.seg_size_i, self.seg, n)
-        self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
+        if self.row_size is not None:
+            self.size = _Rows([self.row_size])
+        else:
+            self.size = _Rows([np.concatenate(row_sizes)]) if mixed else _SegRows(self.seg_size_i, self.seg, n)
+        if self.spilled:
+            self.n_kind = [int(x) for x in n_kind]
+        else:
+            self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
         self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
         self.uniform = len(self.seg) == n_blocks
 
@@ -501,6 +541,9 @@ class _StreamedIntervals:
 
 def _between_rows(iv: "_StreamedIntervals"):
     """(ATI, size) of the device rows of kind ``between``, a chunk at a time, in table order."""
+    if iv.spilled:
+        yield from access_spill.between_rows(iv)
+        return
     k = INTERVAL_KINDS.index("between")
     for (p, ls, s), (p_sz, ls_sz, _) in zip(iv.ati.chunks(), iv.size.chunks()):
         sel = iv.kcode[s] == k
