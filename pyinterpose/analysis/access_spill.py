@@ -10,11 +10,11 @@ chunk's mapped pages once read (:mod:`..trace.pages`); what stays in memory is p
 Every figure is the in-memory one exactly:
 
 * the ATI quantiles (overall and per kind): min and max; the mean as numpy's ``x.mean()`` sums
-  (:class:`..trace.exactsum.IntMean`); ``np.quantile`` from the exact order statistics
+  (:class:`.exactsum.IntMean`); ``np.quantile`` from the exact order statistics
   (:func:`..trace.piecewise.quantiles`, a few counting passes);
 * the bandwidth filter and outliers: integer counts and per-block "any" made a chunk at a time;
 * the pressure shares: numpy's pairwise sum of the area of every row and of the outliers' rows
-  (:class:`..trace.exactsum.PairwiseSum`, whose tree needs the count first: a second pass);
+  (:class:`.exactsum.PairwiseSum`, whose tree needs the count first: a second pass);
 * the top outliers: each chunk's first ``top`` by (key, row), merged in row order, then the first
   ``top`` of those (the stable sort's order).
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from ..trace import chunking, pages
 from ..trace.colcache import NpyAppender, load_npy
-from ..trace.exactsum import IntMean, PairwiseSum
+from .exactsum import IntMean, PairwiseSum
 from ..trace.piecewise import quantiles
 from .intervals import INTERVAL_KINDS
 

@@ -145,27 +145,34 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
     cnt = np.zeros(nb, np.int64)
-    t_seq = np.empty(na, np.int64)
-    t_t = np.empty(na, np.int64)
-    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
-                              ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t))
+    # the touches' seqs (and, on the device clock, access rows) written as int32 when they fit (C says
+    # when one does not: then int64, as the CPU clock's times always are)
+    narrow = [True, clocks is not None]
+    while True:
+        t_seq = np.empty(na, np.int32 if narrow[0] else np.int64)
+        t_t = np.empty(na, np.int32 if narrow[1] else np.int64)
+        n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
+                                  ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t),
+                                  int(narrow[0]), int(narrow[1]))
+        if n != -2 or not any(narrow):
+            break
+        narrow = [False, False]
     if n < 0:
         raise MemoryError("out of memory building access intervals")
     del row, a_t
     pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
-    t_seq, t_t = _narrow(t_seq[:n]), _narrow(t_t[:n]) if clocks is not None else t_t[:n]
+    t_seq, t_t = _shrink(t_seq, n), _shrink(t_t, n)
     off = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt, out=off[1:])
     return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
-def _narrow(x: np.ndarray) -> np.ndarray:
-    """``x`` as int32 when every value fits (seqs and access rows below 2**31: 4 bytes an access less),
-    else ``x`` itself; a piece reads its rows back as int64 (:func:`_wide`)."""
-    if len(x) and (int(x.min()) < -(1 << 31) or int(x.max()) >= 1 << 31):
-        return x
-    return x.astype(np.int32)
+def _shrink(x: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` values of ``x``: the array itself when that is most of it (a view: the heap keeps
+    the rest anyway), else a copy.  int32 when seqs and access rows fit (4 bytes an access less); a
+    piece reads its rows back as int64 (:func:`_wide`)."""
+    return x[:n] if 2 * n >= len(x) else x[:n].copy()
 
 
 def _wide(x: np.ndarray) -> np.ndarray:

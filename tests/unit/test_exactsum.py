@@ -1,4 +1,4 @@
-"""trace.exactsum: sums made a piece at a time equal numpy's whole-array sums, bit for bit.
+"""analysis.exactsum: sums made a piece at a time equal numpy's whole-array sums, bit for bit.
 
 The reference is numpy itself on the whole array (``np.add.reduce`` / ``.mean()``), on random values
 whose magnitudes spread over many decades (so that any other order of additions rounds differently)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pyinterpose.trace.exactsum import IntMean, PairwiseSum
+from pyinterpose.analysis.exactsum import IntMean, PairwiseSum
 
 LENGTHS = [0, 1, 2, 7, 8, 9, 15, 16, 17, 127, 128, 129, 130, 255, 256, 257, 1000, 1023, 1024, 1025, 4097,
            8191, 8192, 8193, 20000, 65536 + 37, 100_003, 262_145]
