@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..heap import give_back
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
 from ..trace import chunking
@@ -294,7 +295,11 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
     block_size = b["size"].to_numpy(np.int64)[in_blocks]
     peak = _peak(trace, in_blocks)
+    clock = clock_of(trace, pid)
     iv = _StreamedIntervals(trace, pid, len(block_size))
+    if iv.spilled and not intervals.swap_follows(trace):
+        clock.drop_ops()                  # a long trace: the pass was the last step to read them
+        give_back()
     if between is not None:
         between(lambda: _between_rows(iv))
     if not iv.n:
@@ -308,7 +313,7 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         by_kind = None
     out: dict[str, Any] = {
         "pid": pid,
-        **clock_of(trace, pid).as_dict(),
+        **clock.as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": iv.n,
         "blocks": iv.n_blocks,
@@ -337,9 +342,11 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     if iv.n:
         outl = access_spill.outliers if iv.spilled else _outliers
         out["outliers"] = outl(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
-    seg, n, bid = iv.seg, iv.n, iv.bid
+    seg, n, bid, long_trace = iv.seg, iv.n, iv.bid, iv.spilled
     del iv, kcode, hides, block_size
-    out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
+    if long_trace:
+        give_back()                       # the steps' freed heap, before stability's arrays
+    out["stability"] = _access_stability(trace, pid, iters, bid, seg, n, long_trace) if iters.count else None
     out["graph_launches"] = g = _graph_launches(trace, pid)
     # replays of graphs captured in the trace are expanded by the reader (trace/graphs.py); the others not
     unexpanded = min(g, int(trace.counts.get("graph_launches_unexpanded", g)))
@@ -527,6 +534,9 @@ class _StreamedIntervals:
             self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
         self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
         self.uniform = len(self.seg) == n_blocks
+        del segs, ubs, sizes, done, row_sizes
+        if self.spilled:
+            give_back()     # the pass's freed heap (the touches, the pieces): not kept under the next steps
 
     def rows(self, name: str, dtype=None):
         if name == "start_t":
@@ -640,7 +650,8 @@ def _graph_launches(trace: Trace, pid) -> int:
     return int(la["graph"].sum())
 
 
-def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int) -> dict[str, Any] | None:
+def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int,
+                      long_trace: bool = False) -> dict[str, Any] | None:
     """:func:`stability` of the process's device blocks: the columns of :func:`~.lifetimes.classify`
     it reads (the step of each allocation is ``iters.iteration_of(seq_alloc)``) taken from the
     blocks table directly; through classify itself when block ids repeat (its own order then)."""
@@ -662,5 +673,7 @@ def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: 
     if len(ub) == len(r) and np.array_equal(ub, b["block_id"].to_numpy(np.int64)[r]):
         acc = n_int[keep] - 1                          # one segment a block, in the same order
     r = r[keep]
-    cols = [b[k].to_numpy(np.int64)[r] for k in ("block_id", "seq_alloc")]
-    return _stability(ub, n_int, bid.copy, *cols, ia[keep], b["size"].to_numpy(np.int64)[r], iters.count, acc)
+    cols = [b[k].to_numpy(np.int64)[r] for k in ("block_id", "seq_alloc", "size")]
+    if long_trace:
+        intervals.release_tables(trace)   # the blocks' columns read (copies taken)
+    return _stability(ub, n_int, bid.copy, *cols[:2], ia[keep], cols[2], iters.count, acc)

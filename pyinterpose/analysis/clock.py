@@ -100,6 +100,11 @@ class Clock:
                     self._ops = _ops(trace, self.pid, self.device)
         return self._ops
 
+    def drop_ops(self) -> None:
+        """Let the full-length ops go (a long trace's pass over them is done); made again if asked."""
+        with self._lock:
+            self._ops = None
+
     def __repr__(self) -> str:
         return f"Clock(pid={self.pid!r}, device={self.device!r}, source={self.source!r}, note={self.note!r})"
 
