@@ -71,7 +71,7 @@ def test_spilled_equals_in_memory_on_the_samples(monkeypatch, sample):
     assert len(outs[4]["outliers"]["top"]) == outs[4]["outliers"]["intervals"]
 
 
-@pytest.mark.parametrize("rows", ["48", "300"])
+@pytest.mark.parametrize("rows", [pytest.param("48", marks=pytest.mark.slow), "300"])
 def test_spilled_in_small_pieces_equals_in_memory(monkeypatch, rows):
     """Pieces and chunks of a few rows: the segments of a block cut across chunks."""
     monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
@@ -88,7 +88,7 @@ def test_spilled_equals_in_memory_on_the_demo(monkeypatch, demo_trace):  # noqa:
         _same_both_ways(monkeypatch, tr, **kw)
 
 
-@pytest.mark.parametrize("rows", [None, "7"])
+@pytest.mark.parametrize("rows", [None, pytest.param("7", marks=pytest.mark.slow)])
 def test_spilled_equals_the_reference(monkeypatch, rows):
     """The spilled path against the independent reference analysis, on the synthetic traces."""
     ref = _reference()
