@@ -4,8 +4,8 @@
 at 100 M events) and made from them a bool or a float per row at each step (the bandwidth filter's
 ``hides``, the outliers' ``is_out`` and ``area``) and a full copy of the ATIs for the exact quantiles.
 Above :func:`spill_rows` rows (a long trace) the pass over the intervals' pieces writes those columns
-instead to files of this process's own (:class:`Rows`: in ``TMPDIR``, mapped back and unlinked at once,
-so they go with the process), and every later step reads them a chunk at a time, giving back each
+instead to files of this process's own (:class:`Rows`, :mod:`.spillfiles`: in ``TMPDIR``, mapped back and
+unlinked at once, so they go with the process), and every later step reads them a chunk at a time, giving back each
 chunk's mapped pages once read (:mod:`..trace.pages`); what stays in memory is per block (segments).
 Every figure is the in-memory one exactly:
 
@@ -23,17 +23,13 @@ synthetic traces and compares every figure.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import numpy as np
 
 from ..trace import chunking, pages
-from ..trace.colcache import NpyAppender, load_npy
 from .exactsum import IntMean, PairwiseSum
 from ..trace.piecewise import quantiles
 from .intervals import INTERVAL_KINDS
+from .spillfiles import Files
 
 SPILL_ROWS: int | None = None     # tests: 0 spills every trace, a huge value none (None: spill_rows())
 
@@ -44,18 +40,16 @@ def spill_rows() -> int:
     return SPILL_ROWS if SPILL_ROWS is not None else 2 * chunking.chunk_rows()
 
 
-class Rows:
-    """The per-row columns of the pass, appended a piece at a time to files in a private folder."""
+class Rows(Files):
+    """The per-row columns of the pass (ATI, start, kind; the sizes when kept per row), appended a
+    piece at a time to files (:class:`.spillfiles.Files`)."""
 
     COLUMNS = (("ati", np.int64), ("start", np.int64), ("kcode", np.int8))
 
     def __init__(self):
-        self.folder = tempfile.mkdtemp(prefix="pyinterpose-access-")
-        try:
-            self.files = {c: NpyAppender(os.path.join(self.folder, f"{c}.npy"), t) for c, t in self.COLUMNS}
-        except OSError:
-            self.abort()
-            raise
+        super().__init__("pyinterpose-access-")
+        for c, t in self.COLUMNS:
+            self.add_column(c, t)
 
     @classmethod
     def wanted(cls, n: int) -> "Rows | None":
@@ -66,29 +60,6 @@ class Rows:
             return cls()
         except OSError:
             return None
-
-    def add_column(self, name: str, dtype) -> None:
-        self.files[name] = NpyAppender(os.path.join(self.folder, f"{name}.npy"), dtype)
-
-    def append(self, name: str, x: np.ndarray) -> None:
-        self.files[name].append(x)
-
-    def finish(self) -> dict:
-        """The columns written, mapped (copy-on-write, read only here); the files removed (they live
-        on while mapped)."""
-        try:
-            names = {c: f.close() for c, f in self.files.items()}
-            return {c: load_npy(os.path.join(self.folder, n), "c") for c, n in names.items()}
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
-
-    def abort(self) -> None:
-        for f in getattr(self, "files", {}).values():
-            try:
-                f.f.close()
-            except OSError:
-                pass
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # ---- reading the columns a chunk at a time ----------------------------------------------------

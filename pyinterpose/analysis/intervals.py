@@ -241,7 +241,7 @@ def pieces(trace: Trace, pid: int | None, size: int | None = None, columns=None,
         for c in tc.clocks.values():
             o = c.ops if c.device else None
             if o is not None:
-                read += [x for x in (o.seq, o.t, o.start, o.end, o.stream) if x is not None]
+                read += [x for x in (o.seq, o.t, o.start, o.end, o.stream, o.frontier) if x is not None]
     for r0, r1 in spans(tc, size):
         p = piece(trace, tc, r0, r1, columns)
         pages.release_all(*read)          # the pages of the mapped columns this piece read

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pyinterpose
-from pyinterpose.analysis import access, access_spill, intervals
+from pyinterpose.analysis import access, access_spill, clock, intervals
 
 from tests.conftest import ROOT
 from tests.integration.test_streamed_access import demo_trace  # noqa: F401  (the fixture)
@@ -41,6 +41,7 @@ def _reference():
 def _analyze(monkeypatch, tr, spill: bool, **kw):
     """access.analyze with the rows spilled or not; asserts which path ran."""
     monkeypatch.setattr(access_spill, "SPILL_ROWS", 0 if spill else 1 << 60)
+    monkeypatch.setattr(clock, "SPILL_OPS", 0 if spill else 1 << 60)      # the device clock's ops too
     taken = []
     real = access_spill.Rows.wanted
     monkeypatch.setattr(access_spill.Rows, "wanted", classmethod(lambda cls, n: taken.append(r := real(n)) or r))
@@ -95,6 +96,7 @@ def test_spilled_equals_the_reference(monkeypatch, rows):
     if rows:
         monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
     monkeypatch.setattr(access_spill, "SPILL_ROWS", 0)
+    monkeypatch.setattr(clock, "SPILL_OPS", 0)
     spilled = []
     real = access_spill.quantile_summaries
     monkeypatch.setattr(access_spill, "quantile_summaries", lambda *a: spilled.append(1) or real(*a))
@@ -134,6 +136,23 @@ def test_touches_past_int32_are_kept_in_int64(monkeypatch):
     got = ref.check(big, bandwidth=12.0, cache_path=nocache)
     small = ref.check(tr, bandwidth=12.0, cache_path=nocache)
     assert got["ati_quantiles"] == small["ati_quantiles"] and got["outliers"] == small["outliers"]
+
+
+def test_ops_in_files_are_the_ops(monkeypatch):
+    """The device clock's ops written to files (a long trace) hold the arrays made in memory."""
+    ref = _reference()
+    tr, _ = ref.training_trace(steps=12, layers=3, warmup=1, noise=0.1, seed=2)
+    tr = ref.with_device_clock(tr, seed=4, untimed=0.2)
+    got = {}
+    for spill in (False, True):
+        monkeypatch.setattr(clock, "SPILL_OPS", 0 if spill else 1 << 60)
+        monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", "7")          # the frontier made in pieces of 1
+        o = clock._ops(tr, None, True)
+        got[spill] = [np.asarray(x) for x in (o.seq, o.t, o.start, o.end, o.stream, o.frontier, o.timed)]
+    assert isinstance(o.seq, np.memmap) and len(o.seq) > 100
+    assert 0 < got[True][6].sum() < len(o.seq)
+    for a, b in zip(got[False], got[True]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def test_the_files_are_gone(monkeypatch, tmp_path):
