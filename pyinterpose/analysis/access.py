@@ -19,7 +19,6 @@ from ..errors import PyinterposeError
 from ..heap import give_back
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
-from ..trace import chunking
 from ..trace.live import scan
 from ..trace.model import live_bytes_curve
 from .bandwidth import Bandwidth, resolve_bandwidth
@@ -27,6 +26,7 @@ from .clock import clock_of
 from .iterations import find_iterations
 from .lifetimes import classify
 from . import access_spill, intervals
+from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns  # noqa: F401
 from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
 
 def _select_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
@@ -79,16 +79,6 @@ def resolve_link(trace: Trace, bandwidth=None, latency_us: float | None = None,
             raise
         return None, f"bandwidth filter skipped: {e}"
     return bw, bw.source
-
-
-def swap_cost_ns(size: np.ndarray, bw) -> np.ndarray:
-    """Time to swap a block out and back in: size/BW_d2h + size/BW_h2d + both latencies (ns)."""
-    s = np.asarray(size, dtype=np.float64)
-    return (bw.d2h_seconds(s) + bw.h2d_seconds(s)) * 1e9
-
-
-def _share(part: float, whole: float) -> float | None:
-    return float(part) / float(whole) if whole else None
 
 
 def _quantile_summary(x: np.ndarray, extra: tuple[float, ...] = ()) -> tuple[dict[str, float] | None, list[float]]:
@@ -154,15 +144,6 @@ class _Rows:
             out.append(s + self.offs[k])
             last = p[-1]
         return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
-
-
-def _top_order(key: np.ndarray, top: int) -> np.ndarray:
-    """``np.argsort(key, kind="stable")[:top]`` without sorting all of ``key`` (no NaN in key)."""
-    if top < 0 or len(key) <= 4 * top + 64:
-        return np.argsort(key, kind="stable")[:top]
-    kth = np.partition(key, top - 1)[top - 1]
-    cand = np.flatnonzero(key <= kth)              # the first `top`, and any ties at the last value
-    return cand[np.argsort(key[cand], kind="stable")[:top]]
 
 
 def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
@@ -260,16 +241,6 @@ def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.nda
     }
 
 
-def _repeat_rows(vals: np.ndarray, seg: np.ndarray, s: slice) -> np.ndarray:
-    """``np.repeat(vals, segment lengths)[s]``: the value of each row's segment (``seg``: the
-    segment starts, from 0) for the rows of ``s``, without the rows outside it."""
-    j0 = int(np.searchsorted(seg, s.start, side="right")) - 1
-    j1 = int(np.searchsorted(seg, s.stop, side="left"))
-    b = np.append(seg[j0:j1], s.stop)
-    b[0] = s.start
-    return np.repeat(vals[j0:j1], np.diff(b))
-
-
 def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pid: int | None = None,
             iters=None, ati_quantile: float = 0.9, size_quantile: float = 0.9, top: int = 10,
             cache_path: str | None = None, between=None) -> dict[str, Any]:
@@ -356,11 +327,6 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         "recording started, or built node by node): their kernels' accesses are missing here (ATIs across "
         "such a replay are too long, blocks used only inside it look untouched)"]
     return out
-
-
-def _step() -> int:
-    """Rows per chunk of the per-row passes: 1 Mi, fewer when ``PYINTERPOSE_CHUNK_ROWS`` says so."""
-    return min(1 << 20, chunking.chunk_rows())
 
 
 class _Chunk:

@@ -28,6 +28,7 @@ import numpy as np
 from ..trace import chunking, pages
 from .exactsum import IntMean, PairwiseSum
 from ..trace.piecewise import quantiles
+from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns
 from .intervals import INTERVAL_KINDS
 from .spillfiles import Files
 
@@ -65,7 +66,6 @@ class Rows(Files):
 # ---- reading the columns a chunk at a time ----------------------------------------------------
 
 def _spans(n: int):
-    from .access import _step
     return chunking.spans(n, _step())
 
 
@@ -76,7 +76,6 @@ def _release(s: slice, *cols) -> None:
 
 def _sizes(iv, s: slice) -> np.ndarray:
     """The rows' block sizes (int64) for the rows of ``s``."""
-    from .access import _repeat_rows
     if iv.row_size is not None:
         return np.asarray(iv.row_size[s], np.int64)
     return _repeat_rows(iv.seg_size_i, iv.seg, s)
@@ -157,7 +156,6 @@ def quantile_summaries(iv, extra: tuple[float, ...]) -> tuple:
 def bandwidth_filter(out: dict, iv, bw, block_bytes: float):
     """``access._bandwidth_filter`` of the rows in files: the same keys into ``out``; returns a function
     ``(slice, ati, size) -> hides`` for a chunk (the bool per row, made again where needed)."""
-    from .access import _repeat_rows, _share, swap_cost_ns
 
     n, n_blocks, seg = iv.n, iv.n_blocks, iv.seg
     cost = swap_cost_ns(iv.seg_size_i, bw)
@@ -188,7 +186,6 @@ def bandwidth_filter(out: dict, iv, bw, block_bytes: float):
 def outliers(iv, block_size, ati_thr, ati_quantile: float, size_quantile: float, peak, iters, hides,
              top: int) -> dict:
     """``access._outliers`` of the rows in files (see the module docstring)."""
-    from .access import _repeat_rows, _share, _top_order
 
     seg, n = iv.seg, iv.n
     size_thr = float(np.quantile(block_size, size_quantile))
