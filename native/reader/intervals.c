@@ -53,14 +53,15 @@ static inline int fits32(int64_t v)
     return v >= INT32_MIN && v <= INT32_MAX;
 }
 
-int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t na,
-                          const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
-                          void *out_seq, void *out_t, int32_t seq32, int32_t t32)
+/* Step 1a: accesses [k0, k0 + m) (a_seq, a_t, row point at access k0): count the kept ones per block into
+ * cnt (added to it).  0, or -2 when a kept value does not fit the int32 asked for. */
+int64_t pi_access_touch_count(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t k0, int64_t m,
+                              const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
+                              int32_t seq32, int32_t t32)
 {
-    if (t32 && !a_t && na - 1 > INT32_MAX)
+    if (t32 && !a_t && k0 + m - 1 > INT32_MAX)
         return -2;
-    memset(cnt, 0, (size_t)nb * sizeof(*cnt));
-    for (int64_t k = 0; k < na; k++) {
+    for (int64_t k = 0; k < m; k++) {
         int32_t r = row[k];
         if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
             if ((seq32 && !fits32(a_seq[k])) || (t32 && a_t && !fits32(a_t[k])))
@@ -68,21 +69,47 @@ int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *s
             cnt[r]++;
         }
     }
+    return 0;
+}
+
+/* Step 1b: accesses [k0, k0 + m): each kept one written at off[r]++ (off: where block r's next touch goes). */
+void pi_access_touch_scatter(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t k0, int64_t m,
+                             const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *off,
+                             void *out_seq, void *out_t, int32_t seq32, int32_t t32)
+{
+    for (int64_t k = 0; k < m; k++) {     /* group by block, in access order */
+        int32_t r = row[k];
+        if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
+            int64_t p = off[r]++;
+            col_put(out_seq, seq32, p, a_seq[k]);
+            col_put(out_t, t32, p, a_t ? a_t[k] : k0 + k);
+        }
+    }
+}
+
+int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t na,
+                          const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
+                          void *out_seq, void *out_t, int32_t seq32, int32_t t32)
+{
+    memset(cnt, 0, (size_t)nb * sizeof(*cnt));
+    int64_t rc = pi_access_touch_count(nb, seq_alloc, seq_free, 0, na, row, a_seq, a_t, cnt, seq32, t32);
+    if (rc < 0)
+        return rc;
     int64_t *off = malloc((size_t)(nb + 1) * sizeof(*off));
     if (!off)
         return -1;
     off[0] = 0;
     for (int64_t r = 0; r < nb; r++)
         off[r + 1] = off[r] + cnt[r];
-    for (int64_t k = 0; k < na; k++) {     /* group by block, in access order */
-        int32_t r = row[k];
-        if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
-            int64_t p = off[r]++;
-            col_put(out_seq, seq32, p, a_seq[k]);
-            col_put(out_t, t32, p, a_t ? a_t[k] : k);
-        }
-    }
+    pi_access_touch_scatter(nb, seq_alloc, seq_free, 0, na, row, a_seq, a_t, off, out_seq, out_t, seq32, t32);
     free(off);
+    return pi_access_touch_group(nb, cnt, out_seq, out_t, seq32, t32);
+}
+
+/* Step 1c: the touches grouped by block (cnt[r] each, block after block) ordered by seq (stable) within a block, one
+ * per seq, compacted to the front; cnt[r] becomes the touches kept.  Returns their number, or -1 (memory). */
+int64_t pi_access_touch_group(int64_t nb, int64_t *cnt, void *out_seq, void *out_t, int32_t seq32, int32_t t32)
+{
     /* per block: in seq order (stable), one touch per seq; segments compacted to the front */
     int64_t *s = NULL, *t = NULL, *ts = NULL, *tt = NULL, cap = 0, w = 0, start = 0;
     for (int64_t r = 0; r < nb; r++) {

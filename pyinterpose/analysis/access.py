@@ -185,6 +185,16 @@ def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.nda
     (its intervals - 1).
 
     Exact, by a join on (step, size, rank) rather than by 64-bit hashes of those tuples."""
+    cols = {"cb": cb, "sa": sa, "it": it, "size": size, "acc": acc}
+    del cb, sa, it, size, acc
+    return _stability_of(ub, n_int, ib, cols, count)
+
+
+def _stability_of(ub, n_int, ib, cols: dict, count: int) -> dict[str, Any] | None:
+    """:func:`_stability` with its per-block columns in ``cols`` ({"cb", "sa", "it", "size", "acc"}),
+    taken out of the dict and each let go once read, the ids, ranks and counts held as int32 where they
+    fit (the same values): at 100 M events ~11 M blocks, so each int64 array the join holds is ~90 MB."""
+    cb, sa, it, size, acc = (cols.pop(k, None) for k in ("cb", "sa", "it", "size", "acc"))
     if count < 2 or len(cb) == 0:
         return None
     if acc is None:
@@ -196,10 +206,14 @@ def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.nda
             del k
         else:
             acc = np.zeros(len(cb), np.int64)
+    del ub, n_int, ib
+    n = len(cb)
     if len(sa) > 1 and not (sa[1:] > sa[:-1]).all():       # in allocation order (as pandas sorts)
         o = pd.Series(sa).sort_values().index.to_numpy()
-        cb, it, size, acc = cb[o], it[o], size[o], acc[o]
-    n = len(cb)
+        it, size, acc = it[o], size[o], acc[o]
+        del o
+    del cb, sa
+    idx = np.int32 if n < 1 << 31 else np.int64      # positions among the blocks
     nb = np.where(it + 1 < count, it + 1, it - 1)                  # the step compared with
     # (step, size) as one int64 key; a block's partner is the block of the same rank among the
     # blocks of its size in step nb (rank: allocation order within (step, size))
@@ -207,18 +221,19 @@ def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.nda
     if size.min() < 0 or (max(int(it.max()), int(nb.max()), 0) + 1) * span >= _PACKED_KEY_LIMIT:
         skey = np.unique(size, return_inverse=True)[1].astype(np.int64)
         span = int(skey.max()) + 1
-    key = it * span
+    key = it.astype(np.int64) * span
     key += skey
-    q = nb * span
+    del it
+    q = nb.astype(np.int64) * span
     q += skey
-    del nb
-    o = np.argsort(key, kind="stable")
+    del nb, skey
+    o = np.argsort(key, kind="stable").astype(idx, copy=False)
     ks = key[o]
     del key
     first = np.ones(n, bool)
     np.not_equal(ks[1:], ks[:-1], out=first[1:])
-    rank = np.arange(n)
-    start = np.where(first, rank, 0)
+    rank = np.arange(n, dtype=idx)
+    start = np.where(first, rank, idx(0))
     del first
     np.maximum.accumulate(start, out=start)
     rank -= start                                      # rank within its group, in sorted order
@@ -227,12 +242,14 @@ def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.nda
     partner[o] += rank                                 # + own rank (o maps sorted -> original)
     del rank
     np.minimum(partner, n - 1, out=partner)
+    partner = partner.astype(idx, copy=False)
     pos_hit = ks[partner] == q
     del ks, q
     hit = acc[o[partner]] == acc
     hit &= pos_hit
     del partner, o, acc
     sizes = size.astype(np.float64)
+    del size
     return {
         "blocks": int(n),
         "stable_blocks": _share(hit.sum(), n),
@@ -313,11 +330,14 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     if iv.n:
         outl = access_spill.outliers if iv.spilled else _outliers
         out["outliers"] = outl(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
-    seg, n, bid, long_trace = iv.seg, iv.n, iv.bid, iv.spilled
+    long_trace = iv.spilled
+    # the intervals per segment (a run of one block id): its block id and row count, all stability reads
+    per_seg = {"ub": iv.bid.vals, "n_int": np.diff(np.append(iv.seg, iv.n))} if iters.count >= 2 else None
     del iv, kcode, hides, block_size
     if long_trace:
         give_back()                       # the steps' freed heap, before stability's arrays
-    out["stability"] = _access_stability(trace, pid, iters, bid, seg, n, long_trace) if iters.count else None
+    out["stability"] = _access_stability(trace, pid, iters, per_seg, long_trace) if iters.count else None
+    del per_seg
     out["graph_launches"] = g = _graph_launches(trace, pid)
     # replays of graphs captured in the trace are expanded by the reader (trace/graphs.py); the others not
     unexpanded = min(g, int(trace.counts.get("graph_launches_unexpanded", g)))
@@ -417,8 +437,12 @@ class _StreamedIntervals:
         if files is None:
             ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
         n_kind = np.zeros(len(INTERVAL_KINDS), np.int64)
-        segs, ubs, sizes, row_sizes, mixed, done = [], [], [], [], False, []
-        pos = 0
+        # per segment (at most one a block): its first row, block id and size, written in place as the
+        # pieces come (no list of the pieces' arrays and their concatenation side by side)
+        nseg_max = len(tc.rows)
+        seg_all, ub_all, size_all = (np.empty(nseg_max, np.int64) for _ in range(3))
+        row_sizes, mixed, done = [], False, []
+        pos = nseg = 0
         cols = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
         sink = intervals.SwapRows.wanted(trace, pid)       # swap's problem reads this pass's rows too
         if sink is not None:
@@ -444,12 +468,15 @@ class _StreamedIntervals:
                     first[0] = True
                     np.not_equal(bid[1:], bid[:-1], out=first[1:])
                     seg = np.flatnonzero(first)
-                    segs.append(seg + pos)
-                    ubs.append(bid[seg])
-                    sizes.append(sz[seg])
+                    g0, g1 = nseg, nseg + len(seg)
+                    np.add(seg, pos, out=seg_all[g0:g1])
+                    ub_all[g0:g1] = bid[seg]
+                    size_all[g0:g1] = sz[seg]
+                    nseg = g1
                     if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
                         mixed = True        # the rows' sizes of the pieces before, from their segments
-                        row_sizes = [np.repeat(v, np.diff(np.append(g, mm))) for g, v, mm in done]
+                        row_sizes = [np.repeat(size_all[a0:a1], np.diff(np.append(seg_all[a0:a1] - p0, mm)))
+                                     for a0, a1, p0, mm in done]
                         if files is not None:
                             files.add_column("size", np.int64)
                             for x in row_sizes:
@@ -460,7 +487,8 @@ class _StreamedIntervals:
                     elif mixed:
                         row_sizes.append(np.array(sz, np.int64))
                     else:
-                        done.append((seg, sizes[-1], m))
+                        done.append((g0, g1, pos, m))
+                    del seg, first
                 pos += m
                 del p, a, st, k, bid, sz, dev
         except BaseException:
@@ -481,9 +509,8 @@ class _StreamedIntervals:
         del tc
         intervals.release_tables(trace)
         self.n = n
-        self.seg = np.concatenate(segs) if segs else np.zeros(0, np.int64)
-        ub = np.concatenate(ubs) if ubs else np.zeros(0, np.int64)
-        self.seg_size_i = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        self.seg, ub, self.seg_size_i = (intervals._shrink(x, nseg) for x in (seg_all, ub_all, size_all))
+        del seg_all, ub_all, size_all
         self.seg_size = self.seg_size_i.astype(np.float64)
         self.ati_col = ati
         self.ati = _Rows([ati])
@@ -500,7 +527,7 @@ class _StreamedIntervals:
             self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
         self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
         self.uniform = len(self.seg) == n_blocks
-        del segs, ubs, sizes, done, row_sizes
+        del done, row_sizes
         if self.spilled:
             give_back()     # the pass's freed heap (the touches, the pieces): not kept under the next steps
 
@@ -616,30 +643,43 @@ def _graph_launches(trace: Trace, pid) -> int:
     return int(la["graph"].sum())
 
 
-def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int,
+def _access_stability(trace: Trace, pid, iters, per_seg: dict | None,
                       long_trace: bool = False) -> dict[str, Any] | None:
     """:func:`stability` of the process's device blocks: the columns of :func:`~.lifetimes.classify`
     it reads (the step of each allocation is ``iters.iteration_of(seq_alloc)``) taken from the
-    blocks table directly; through classify itself when block ids repeat (its own order then)."""
+    blocks table directly; through classify itself when block ids repeat (its own order then).
+    ``per_seg``: ``{"ub", "n_int"}``, the block id and interval count of each run of one block id of
+    the device rows; taken out of the dict (the caller keeps no reference: each array is let go as
+    soon as it is read)."""
 
     if iters.count < 2:
         return None
-    ub, n_int = bid.take(seg), np.diff(np.append(seg, n))
+    ub, n_int = per_seg.pop("ub"), per_seg.pop("n_int")
     b = trace.blocks
     r = _block_rows(trace, pid)
     if len(r) > 1 and not (np.diff(b["block_id"].to_numpy(np.int64)[r]) > 0).all():
         c = classify(trace, iters, pid)
         keep = (c["iter_alloc"].to_numpy(np.int64) >= 0) & c["counts_device"].to_numpy(bool)
-        cols = [c[k].to_numpy(np.int64)[keep] for k in ("block_id", "seq_alloc", "iter_alloc", "size")]
-        return _stability(ub, n_int, bid.copy, *cols, iters.count)
+        cols = {k: c[col].to_numpy(np.int64)[keep]
+                for k, col in (("cb", "block_id"), ("sa", "seq_alloc"), ("it", "iter_alloc"), ("size", "size"))}
+        del c, keep
+        return _stability_of(ub, n_int, lambda: np.repeat(ub, n_int), cols, iters.count)
     r = r[b["counts_device"].to_numpy(bool)[r]]
     ia = iters.iteration_of(b["seq_alloc"].to_numpy(np.int64)[r])
     keep = ia >= 0
+    ia = ia[keep]
     acc = None
     if len(ub) == len(r) and np.array_equal(ub, b["block_id"].to_numpy(np.int64)[r]):
         acc = n_int[keep] - 1                          # one segment a block, in the same order
+        if len(acc) and int(acc.max()) < 1 << 31:
+            acc = acc.astype(np.int32)
+        ub = n_int = None                              # read: let go before the join's arrays
     r = r[keep]
-    cols = [b[k].to_numpy(np.int64)[r] for k in ("block_id", "seq_alloc", "size")]
+    del keep
+    cols = {"cb": b["block_id"].to_numpy(np.int64)[r], "sa": b["seq_alloc"].to_numpy(np.int64)[r], "it": ia,
+            "size": b["size"].to_numpy(np.int64)[r], "acc": acc}
+    del r, ia, acc
     if long_trace:
         intervals.release_tables(trace)   # the blocks' columns read (copies taken)
-    return _stability(ub, n_int, bid.copy, *cols[:2], ia[keep], cols[2], iters.count, acc)
+    ib = None if ub is None else (lambda: np.repeat(ub, n_int))
+    return _stability_of(ub, n_int, ib, cols, iters.count)

@@ -156,9 +156,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     while True:
         t_seq = np.empty(na, np.int32 if narrow[0] else np.int64)
         t_t = np.empty(na, np.int32 if narrow[1] else np.int64)
-        n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
-                                  ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t),
-                                  int(narrow[0]), int(narrow[1]))
+        n = _touches_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, cnt, t_seq, t_t, narrow)
         if n != -2 or not any(narrow):
             break
         narrow = [False, False]
@@ -172,6 +170,36 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     np.cumsum(cnt, out=off[1:])
     del cnt
     return Touches(rows=rows, bid=bid, off=off, seq=t_seq, t=t_t, clocks=clocks)
+
+
+def _touches_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, cnt, t_seq, t_t, narrow) -> int:
+    """``pi_access_touches`` with the accesses read a range of ``chunk_rows()`` at a time (count, then
+    scatter), each range's mapped pages of ``a_seq`` / ``a_t`` given back once read: the accesses' seq
+    column (337 MB at 100 M events) is never all resident.  The same touches, in the same order."""
+    nb, na = len(seq_alloc), len(row)
+    w32 = [int(x) for x in narrow]
+    cnt[:] = 0
+    ranges = list(chunking.spans(na))
+    sa, sf = _ptr(seq_alloc), _ptr(seq_free)
+    for s, e in ranges:
+        rc = lib.pi_access_touch_count(nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]),
+                                       ffi.NULL if a_t is None else _ptr(a_t[s:]), _ptr(cnt), *w32)
+        pages.release(a_seq, s, e)
+        if a_t is not None:
+            pages.release(a_t, s, e)
+        if rc < 0:
+            return rc
+    off = np.zeros(nb + 1, np.int64)
+    np.cumsum(cnt, out=off[1:])
+    for s, e in ranges:
+        lib.pi_access_touch_scatter(nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]),
+                                    ffi.NULL if a_t is None else _ptr(a_t[s:]), _ptr(off), _ptr(t_seq), _ptr(t_t),
+                                    *w32)
+        pages.release(a_seq, s, e)
+        if a_t is not None:
+            pages.release(a_t, s, e)
+    del off
+    return lib.pi_access_touch_group(nb, _ptr(cnt), _ptr(t_seq), _ptr(t_t), *w32)
 
 
 def _shrink(x: np.ndarray, n: int) -> np.ndarray:
