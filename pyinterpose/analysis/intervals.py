@@ -149,21 +149,28 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
-    cnt = np.zeros(nb, np.int64)
     # the touches' seqs (and, on the device clock, access rows) written as int32 when they fit (C says
     # when one does not: then int64, as the CPU clock's times always are)
     narrow = [True, clocks is not None]
     while True:
         t_seq = np.empty(na, np.int32 if narrow[0] else np.int64)
         t_t = np.empty(na, np.int32 if narrow[1] else np.int64)
-        n = _touches_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, cnt, t_seq, t_t, narrow)
-        if n != -2 or not any(narrow):
+        off = _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_t, narrow)
+        if off is not None or not any(narrow):
             break
         narrow = [False, False]
-    if n < 0:
-        raise MemoryError("out of memory building access intervals")
+    if off is None:
+        raise MemoryError("out of memory building access intervals")   # not reached: int64 always fits
     del row, a_t
     pages.release_all(a_seq, a["t"].to_numpy())
+    # off[r] is now where block r's touches end: the counts are its differences (in place)
+    cnt = off[:nb]
+    if nb > 1:
+        cnt[1:] -= cnt[:-1].copy()
+    del off
+    n = lib.pi_access_touch_group(nb, _ptr(cnt), _ptr(t_seq), _ptr(t_t), *(int(x) for x in narrow))
+    if n < 0:
+        raise MemoryError("out of memory building access intervals")
     n = int(n)
     t_seq, t_t = _shrink(t_seq, n), _shrink(t_t, n)
     off = np.zeros(nb + 1, np.int64)
@@ -172,34 +179,38 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     return Touches(rows=rows, bid=bid, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
-def _touches_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, cnt, t_seq, t_t, narrow) -> int:
-    """``pi_access_touches`` with the accesses read a range of ``chunk_rows()`` at a time (count, then
-    scatter), each range's mapped pages of ``a_seq`` / ``a_t`` given back once read: the accesses' seq
-    column (337 MB at 100 M events) is never all resident.  The same touches, in the same order."""
+def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_t, narrow) -> np.ndarray | None:
+    """Steps 1a and 1b of ``pi_access_touches`` (``native/reader/intervals.c``) with the accesses read a
+    range of ``chunk_rows()`` at a time (count, then scatter), each range's mapped pages of ``a_seq`` /
+    ``a_t`` given back once read: the accesses' seq column (337 MB at 100 M events) is never all
+    resident.  One array of ``nb + 1`` int64 (no counts beside it): the counts, made into where each
+    block's touches start, advanced by the scatter; returned (then ``off[r]`` is where block ``r``'s
+    touches end), or None when a kept value does not fit the int32 asked for."""
     nb, na = len(seq_alloc), len(row)
     w32 = [int(x) for x in narrow]
-    cnt[:] = 0
+    off = np.zeros(nb + 1, np.int64)
     ranges = list(chunking.spans(na))
     sa, sf = _ptr(seq_alloc), _ptr(seq_free)
-    for s, e in ranges:
-        rc = lib.pi_access_touch_count(nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]),
-                                       ffi.NULL if a_t is None else _ptr(a_t[s:]), _ptr(cnt), *w32)
+
+    def args(s, e):
+        return (nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
+
+    def given_back(s, e):
         pages.release(a_seq, s, e)
         if a_t is not None:
             pages.release(a_t, s, e)
+
+    cnt = _ptr(off[1:])
+    for s, e in ranges:
+        rc = lib.pi_access_touch_count(*args(s, e), cnt, *w32)
+        given_back(s, e)
         if rc < 0:
-            return rc
-    off = np.zeros(nb + 1, np.int64)
-    np.cumsum(cnt, out=off[1:])
+            return None
+    np.cumsum(off, out=off)              # off[r]: where block r's touches start
     for s, e in ranges:
-        lib.pi_access_touch_scatter(nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]),
-                                    ffi.NULL if a_t is None else _ptr(a_t[s:]), _ptr(off), _ptr(t_seq), _ptr(t_t),
-                                    *w32)
-        pages.release(a_seq, s, e)
-        if a_t is not None:
-            pages.release(a_t, s, e)
-    del off
-    return lib.pi_access_touch_group(nb, _ptr(cnt), _ptr(t_seq), _ptr(t_t), *w32)
+        lib.pi_access_touch_scatter(*args(s, e), _ptr(off), _ptr(t_seq), _ptr(t_t), *w32)
+        given_back(s, e)
+    return off
 
 
 def _shrink(x: np.ndarray, n: int) -> np.ndarray:
