@@ -439,8 +439,12 @@ class _StreamedIntervals:
         n_kind = np.zeros(len(INTERVAL_KINDS), np.int64)
         # per segment (at most one a block): its first row, block id and size, written in place as the
         # pieces come (no list of the pieces' arrays and their concatenation side by side)
+        # (first rows and block ids as int32 when they fit: the same values, half the bytes)
         nseg_max = len(tc.rows)
-        seg_all, ub_all, size_all = (np.empty(nseg_max, np.int64) for _ in range(3))
+        fits = (lambda lo, hi: np.int32 if -(1 << 31) <= lo and hi < (1 << 31) else np.int64)
+        seg_all = np.empty(nseg_max, fits(0, n))
+        ub_all = np.empty(nseg_max, fits(int(tc.bid[0]), int(tc.bid[-1])) if nseg_max else np.int64)
+        size_all = np.empty(nseg_max, np.int64)
         row_sizes, mixed, done = [], False, []
         pos = nseg = 0
         cols = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
@@ -511,7 +515,6 @@ class _StreamedIntervals:
         self.n = n
         self.seg, ub, self.seg_size_i = (intervals._shrink(x, nseg) for x in (seg_all, ub_all, size_all))
         del seg_all, ub_all, size_all
-        self.seg_size = self.seg_size_i.astype(np.float64)
         self.ati_col = ati
         self.ati = _Rows([ati])
         self.kcode = kcode
@@ -530,6 +533,11 @@ class _StreamedIntervals:
         del done, row_sizes
         if self.spilled:
             give_back()     # the pass's freed heap (the touches, the pieces): not kept under the next steps
+
+    @property
+    def seg_size(self) -> np.ndarray:
+        """The segments' sizes as floats, made when read (not held beside ``seg_size_i``)."""
+        return self.seg_size_i.astype(np.float64)
 
     def rows(self, name: str, dtype=None):
         if name == "start_t":
