@@ -40,8 +40,8 @@ INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", 
 class Touches:
     """The touches of one process's blocks, grouped by block (see the module docstring)."""
 
-    rows: np.ndarray          # rows of trace.blocks of the process, in block_id order
-    bid: np.ndarray           # int64: their block ids (ascending)
+    rows: np.ndarray          # rows of trace.blocks of the process, in block_id order (int32 when they fit)
+    bid: np.ndarray           # their block ids (ascending; int32 when they fit)
     off: np.ndarray           # int64, len(rows) + 1: where each block's touches start in seq / t
     seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
     t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
@@ -118,6 +118,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     pages.release_all(*(b[c] for c in ("pid", "block_id", "seq_alloc", "seq_free")))  # copies taken
+    rows = _narrow(rows, 0, len(b) - 1)
     a = trace.accesses
     na = len(a)
     clocks = _device_clocks(trace, pid, rows) if nb else None
@@ -146,6 +147,8 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
                 row[s:e] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
             pages.release(a_bid, s, e)
         del lut
+    if nb:
+        bid = _narrow(bid, int(bid[0]), int(bid[-1]))
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
@@ -211,6 +214,11 @@ def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_
         lib.pi_access_touch_scatter(*args(s, e), _ptr(off), _ptr(t_seq), _ptr(t_t), *w32)
         given_back(s, e)
     return off
+
+
+def _narrow(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``x`` (values in [lo, hi]) as int32 when they fit (the same values, half the bytes), else itself."""
+    return x.astype(np.int32) if -(1 << 31) <= lo and hi < (1 << 31) else x
 
 
 def _shrink(x: np.ndarray, n: int) -> np.ndarray:
