@@ -281,10 +281,13 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     in_blocks = b["counts_device"].to_numpy(bool)      # the process's device blocks
     if pid is not None:
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
-    block_size = b["size"].to_numpy(np.int64)[in_blocks]
     peak = _peak(trace, in_blocks)
     clock = clock_of(trace, pid)
-    iv = _StreamedIntervals(trace, pid, len(block_size))
+    iv = _StreamedIntervals(trace, pid, int(np.count_nonzero(in_blocks)))
+    block_size = b["size"].to_numpy(np.int64)[in_blocks]       # read after the pass: not held under it
+    del in_blocks
+    if iv.spilled:
+        intervals.release_tables(trace)   # the size column's pages just read
     if iv.spilled and not intervals.swap_follows(trace):
         clock.drop_ops()                  # a long trace: the pass was the last step to read them
         give_back()
