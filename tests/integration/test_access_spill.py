@@ -138,6 +138,30 @@ def test_touches_past_int32_are_kept_in_int64(monkeypatch):
     assert got["ati_quantiles"] == small["ati_quantiles"] and got["outliers"] == small["outliers"]
 
 
+def test_block_ids_past_int32_are_kept_in_int64(monkeypatch):
+    """Block ids from 2**31 on do not fit the int32 the touches and the pass hold ids in when they can:
+    kept in int64, with the reference's figures (the long path, in pieces of a few rows too).  The
+    accesses' ids are int32 (the trace's tables), so such blocks are the unaccessed ones here."""
+    ref = _reference()
+    monkeypatch.setattr(access_spill, "SPILL_ROWS", 0)
+    monkeypatch.setattr(clock, "SPILL_OPS", 0)
+    tr, _ = ref.training_trace(steps=12, layers=3, warmup=1, noise=0.1, seed=4)
+    b = tr.blocks.copy()
+    b["block_id"] = b["block_id"].astype(np.int64)
+    b.loc[b.index[1::3], "block_id"] += 1 << 33          # a third of the blocks: ids past int32
+    big = ref._rebuild(tr, b)
+    assert intervals.touches(tr, None).bid.dtype == np.int32
+    assert intervals.touches(big, None).bid.dtype == np.int64
+    nocache = os.devnull + ".none"
+    for rows in (None, "5"):
+        if rows:
+            monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+        got = ref.check(big, bandwidth=12.0, cache_path=nocache, top=20, ati_quantile=0.5, size_quantile=0.2)
+        assert got["stability"]["blocks"] > 0 and got["outliers"]["intervals"] > 0
+        assert any(r["block_id"] >= 1 << 33 for r in got["outliers"]["top"])
+        assert got["accessed_blocks"] < got["blocks"]
+
+
 def test_ops_in_files_are_the_ops(monkeypatch):
     """The device clock's ops written to files (a long trace) hold the arrays made in memory."""
     ref = _reference()
