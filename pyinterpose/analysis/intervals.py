@@ -42,7 +42,7 @@ class Touches:
 
     rows: np.ndarray          # rows of trace.blocks of the process, in block_id order (int32 when they fit)
     bid: np.ndarray           # their block ids (ascending; int32 when they fit)
-    off: np.ndarray           # int64, len(rows) + 1: where each block's touches start in seq / t
+    off: np.ndarray           # len(rows) + 1: where each block's touches start in seq / t (int32 when it fits)
     seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
     t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
     clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
@@ -50,7 +50,7 @@ class Touches:
     @property
     def cnt(self) -> np.ndarray:
         """int64: distinct touches of each block (rows order), made from ``off`` when asked."""
-        return np.diff(self.off)
+        return np.diff(self.off).astype(np.int64, copy=False)
 
     @property
     def n_intervals(self) -> int:
@@ -179,6 +179,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     off = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt, out=off[1:])
     del cnt
+    off = _narrow(off, 0, int(off[-1]))
     return Touches(rows=rows, bid=bid, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
@@ -303,7 +304,7 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
     rows = tc.rows[r0:r1]
     nb = len(rows)
     k0, k1 = int(tc.off[r0]), int(tc.off[r1])
-    cnt = np.diff(tc.off[r0:r1 + 1])
+    cnt = np.diff(tc.off[r0:r1 + 1]).astype(np.int64, copy=False)
     seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
