@@ -266,3 +266,71 @@ def test_access_pass_writes_the_rows_swaps_problem_makes(monkeypatch, sample, tm
         assert any(r is not None for r in seen) == on
         got[on] = row
     assert got[True] == got[False]
+
+
+def _overload_integral(st: list, live: list, budget: int, x: float) -> float:
+    """Integral of max(0, live - budget) over [st[0], x], step by step in time order (x clipped to
+    the steps; 0 before the first): the sum of each whole step's area, then the part of x's step."""
+    if x < st[0]:
+        return 0.0
+    x = min(x, st[-1])
+    total = 0.0
+    for k in range(len(live)):
+        over = float(max(live[k] - budget, 0))
+        if st[k + 1] <= x and k + 1 < len(live):
+            total += over * (st[k + 1] - st[k])
+        else:
+            return total + over * (x - st[k])
+    return total
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_wdoa_is_the_overload_integral_over_each_absence_window(seed):
+    """WDOA of every hideable candidate (made in place, issue 30) = the integral of the overload over its
+    absence window [start + t_out, end - t_in], step by step, / (peak - budget), at budgets from
+    the floor to above the peak; the others' = their DOA."""
+    p = _random_problem(np.random.default_rng(300 + seed), n_blocks=30)
+    c = p.candidates
+    st = [float(v) for v in p.steps_t.astype(np.float64)]
+    live = [int(v) for v in p.live]
+    peak = p.peak_before
+    positive = 0
+    for budget in sorted({p.floor, p.default_budget, (p.floor + peak) // 3, peak - 1, peak}):
+        got = swap.wdoa(p, budget)
+        for j in range(len(c)):
+            doa = float(c["doa_ns"].iat[j])
+            if not doa >= 0 or peak - budget <= 0:
+                assert got[j] == (doa if doa < 0 else 0.0)
+                continue
+            a = float(c["start_t"].iat[j]) + float(c["t_out_ns"].iat[j])
+            b = float(c["end_t"].iat[j]) - float(c["t_in_ns"].iat[j])
+            want = (_overload_integral(st, live, budget, b) - _overload_integral(st, live, budget, min(a, b))) \
+                / (peak - budget)
+            assert got[j] == pytest.approx(want, rel=1e-12, abs=1e-9)
+            positive += want > 0
+    assert positive > 0          # some window does see memory above a budget
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replay_search_is_numpys_searchsorted(monkeypatch, seed):
+    """replay._search (sorted needles, each search galloping on in C) = np.searchsorted, element for
+    element, on both sides, with ties, needles before and after every value, sorted and not; and a
+    replay with every search through it equals the independent replay reference."""
+    from test_swap import _reference_replay
+
+    rng = np.random.default_rng(400 + seed)
+    a = np.sort(rng.integers(0, 50, size=int(rng.integers(1, 300))).astype(np.float64))
+    x = rng.integers(-5, 56, size=int(rng.integers(1, 500))).astype(np.float64) + rng.choice([0.0, 0.5], 1)
+    monkeypatch.setattr(replay_mod, "SEARCH_MIN", 0)
+    for needles in (x, np.sort(x), np.sort(x)[::-1].copy()):
+        for side in ("left", "right"):
+            want = [int(np.sum(a < v)) if side == "left" else int(np.sum(a <= v)) for v in needles]
+            got = replay_mod._search(a, needles, side)
+            assert got.dtype == np.int64 and got.tolist() == want
+    p = _random_problem(np.random.default_rng(500 + seed), n_blocks=30)
+    sched, cand = schedule_with_candidates(p, order(p, "doa", p.floor), "budget", p.floor)
+    rp = replay_mod.replay(p, sched, cand)
+    ref = _reference_replay(p, sched)
+    assert len(sched) > 0
+    assert rp.slowdown_ns == pytest.approx(ref["slowdown"], abs=1e-6)
+    assert rp.peak_after == ref["peak"]

@@ -336,6 +336,7 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
             problem.memo[("packed", t)] = _pack(problem, t)
         if min(workers, LONG_WORKERS) <= 1:
             return [one(r) for r in runs]
+        _cand_arrays(problem)   # what every run reads, made once before the threads
         with ThreadPoolExecutor(max_workers=min(workers, LONG_WORKERS)) as ex:
             return list(ex.map(one, runs))
     finally:
@@ -394,6 +395,7 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
         workers = min(workers, LONG_WORKERS)
     if workers <= 1:
         return [_pareto_point(problem, strategy, b) for b in budgets]
+    _cand_arrays(problem)       # what every run reads, made once before the threads
     with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
         return list(ex.map(lambda b: _pareto_point(problem, strategy, b), budgets))
 

@@ -118,8 +118,11 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     live = problem.live
     hot = live > target
     hot_k = np.flatnonzero(hot)
-    hot_before = np.zeros(len(live) + 1, np.int64)
-    np.cumsum(hot, out=hot_before[1:])
+    # hot steps before each step: int32 (the scheduler takes fewer than 2**31 steps; issue 30: half
+    # the bytes of this array and of each candidate's lo and hi below)
+    idx_t = np.int32 if len(live) < 2 ** 31 - 1 else np.int64
+    hot_before = np.zeros(len(live) + 1, idx_t)
+    np.cumsum(hot, dtype=idx_t, out=hot_before[1:])
     lo_iv, hi_iv = _iv_steps(problem)
     a = _cand_arrays(problem)
     lo = np.take(hot_before, lo_iv)
