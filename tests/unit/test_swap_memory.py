@@ -334,3 +334,37 @@ def test_replay_search_is_numpys_searchsorted(monkeypatch, seed):
     assert len(sched) > 0
     assert rp.slowdown_ns == pytest.approx(ref["slowdown"], abs=1e-6)
     assert rp.peak_after == ref["peak"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_pareto_two_at_a_time_equals_one_at_a_time(monkeypatch, seed):
+    """The sweep on a long trace two budgets at a time (the lowest beside the highest) gives every point
+    of the sweep one budget at a time, in budget order; and the report's order of work (sweep, then
+    evaluation) gives the evaluation of a fresh problem."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    got = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(swap, "LONG_WORKERS", workers)
+        p = _random_problem(np.random.default_rng(600 + seed), n_blocks=40)
+        budgets = sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 7)})
+        sweep = swap.pareto(None, problem=p, budgets=budgets)
+        got[workers] = (sweep, swap.evaluate(None, problem=p))
+    want = []
+    for b in budgets:
+        p = _random_problem(np.random.default_rng(600 + seed), n_blocks=40)
+        r = swap.run_strategy(p, "vote", "budget", b).as_dict()
+        want.append((b, r["peak_after"], r["swaps"], r["stall_seconds"]))
+    assert [(pt["budget"], pt["peak_after"], pt["swaps"], pt["stall_seconds"]) for pt in got[2][0]] == want
+    assert got[2] == got[1]
+    assert got[2][1] == swap.evaluate(None, problem=_random_problem(np.random.default_rng(600 + seed), n_blocks=40))
+    assert sum(pt["swaps"] for pt in got[2][0]) > 0
+
+
+def test_paired_budgets_take_each_once_lowest_beside_highest():
+    assert swap._paired(0) == []
+    assert swap._paired(1) == [0]
+    assert swap._paired(7) == [0, 6, 1, 5, 2, 4, 3]
+    assert swap._paired(8) == [0, 7, 1, 6, 2, 5, 3, 4]

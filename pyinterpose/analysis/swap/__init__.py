@@ -290,10 +290,12 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
-# ... and runs them on this many threads: each run holds the scheduler's curve and links, its
-# visiting order and its replay (~0.4 GB a thread at 30 M events, measured: 1946 -> 1537 MiB peak
-# with one; 30.5 -> 44.4 s), so on a long trace one at a time (issue 30: memory first).
-LONG_WORKERS = 1
+# ... and runs them on this many threads: each run holds the scheduler's packed input at its target,
+# its curve and links, its visiting order and its replay (~0.7 GB at 100 M events).  Two: the C
+# scheduler releases the GIL, and at 100 M events the report's sweep and evaluation took 48 + 36 s
+# one at a time, 25 + 19 s two at a time, on two cores (issue 30: both within 4 GiB once WDOA's
+# integral and the replay's arrays were made smaller).
+LONG_WORKERS = 2
 
 
 def _order_key(problem: SwapProblem, run: tuple) -> tuple:
@@ -390,14 +392,32 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
         _prime_votes(problem)
     workers = min(2, os.cpu_count() or 1, len(budgets))
     if len(problem.candidates) > LONG_CANDIDATES:
-        # a long trace: one budget at a time, as the runs of analyse (LONG_WORKERS; issue 30: the
-        # report's sweep on two threads peaked at 4794 MiB at 100 M events, on one at ~3900)
+        # a long trace: as many budgets at a time as the runs of analyse (LONG_WORKERS)
         workers = min(workers, LONG_WORKERS)
     if workers <= 1:
         return [_pareto_point(problem, strategy, b) for b in budgets]
     _cand_arrays(problem)       # what every run reads, made once before the threads
+    # the lowest budget (the most steps above it: the largest scheduler input) is run beside the
+    # highest, the next lowest beside the next highest...: the two runs held at once are a large
+    # and a small one (issue 30: on a long trace two at a time, the peak is the pair's)
+    paired = _paired(len(budgets))
     with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
-        return list(ex.map(lambda b: _pareto_point(problem, strategy, b), budgets))
+        points = list(ex.map(lambda k: _pareto_point(problem, strategy, budgets[k]), paired))
+    out = [None] * len(budgets)
+    for k, pt in zip(paired, points):
+        out[k] = pt
+    return out
+
+
+def _paired(n: int) -> list[int]:
+    """0, n-1, 1, n-2, ...: every index once, the lowest and the highest left next to each other."""
+    lo, hi, out = 0, n - 1, []
+    while lo <= hi:
+        out.append(lo)
+        if hi != lo:
+            out.append(hi)
+        lo, hi = lo + 1, hi - 1
+    return out
 
 
 def _pareto_budgets(problem: SwapProblem, budgets, n: int) -> list[int]:

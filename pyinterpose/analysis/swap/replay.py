@@ -74,6 +74,10 @@ def streams(problem) -> dict:
     with _STREAMS:          # made once when two runs replay at once (issue 30: ~0.6 GB at 100 M events)
         if "replay_streams" not in m:
             m["replay_streams"] = _streams(problem)
+            # the ops' seq and stream columns are read only to make the streams (issue 30: 12 bytes
+            # an op, ~0.18 GB at 100 M events, held through every run otherwise)
+            for k in ("seq", "stream"):
+                problem.ops.pop(k, None)
     return m["replay_streams"]
 
 
