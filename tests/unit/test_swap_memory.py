@@ -368,3 +368,39 @@ def test_paired_budgets_take_each_once_lowest_beside_highest():
     assert swap._paired(1) == [0]
     assert swap._paired(7) == [0, 6, 1, 5, 2, 4, 3]
     assert swap._paired(8) == [0, 7, 1, 6, 2, 5, 3, 4]
+
+
+def test_long_runs_schedule_one_at_a_time(monkeypatch):
+    """On a long trace, of the two threads of the sweep and of the evaluation, one schedules at a time
+    (run_strategy's slot): the other's orders and replays go on beside it."""
+    import os
+    import sys
+    import threading
+    import time
+
+    sched_mod = sys.modules["pyinterpose.analysis.swap.schedule"]
+    real = sched_mod.schedule_with_candidates
+    state = {"now": 0, "most": 0, "threads": set()}
+    lock = threading.Lock()
+
+    def counted(*a, **k):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+            state["threads"].add(threading.get_ident())
+        try:
+            time.sleep(0.02)
+            return real(*a, **k)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(sched_mod, "schedule_with_candidates", counted)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    monkeypatch.setattr(swap, "LONG_WORKERS", 2)
+    p = _random_problem(np.random.default_rng(700), n_blocks=40)
+    swap.pareto(None, problem=p, budgets=sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 8)}))
+    swap.evaluate(None, problem=p)
+    assert state["most"] == 1
+    assert len(state["threads"]) == 2

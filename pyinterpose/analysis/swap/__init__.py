@@ -256,8 +256,8 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
     needed = {_order_key(problem, r) for r, lp in zip(runs, loops) if lp}
     workers = min(2, os.cpu_count() or 1, len(runs))
 
-    def run(r: tuple) -> SwapResult:
-        res = run_strategy(problem, *r)
+    def run(r: tuple, slot=None) -> SwapResult:
+        res = run_strategy(problem, *r, slot=slot)
         if not schedules:
             res.schedule = res.schedule[["size"]]
         return res
@@ -290,11 +290,10 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
-# ... and runs them on this many threads: each run holds the scheduler's packed input at its target,
-# its curve and links, its visiting order and its replay (~0.7 GB at 100 M events).  Two: the C
-# scheduler releases the GIL, and at 100 M events the report's sweep and evaluation took 48 + 36 s
-# one at a time, 25 + 19 s two at a time, on two cores (issue 30: both within 4 GiB once WDOA's
-# integral and the replay's arrays were made smaller).
+# ... and runs them on this many threads, of which one schedules at a time (run_strategy's slot: the
+# scheduler's packed input at its target, its curve and links, ~0.7 GB at 100 M events) while the
+# other makes its order, validates or replays.  The C scheduler releases the GIL: at 100 M events the
+# report's sweep and evaluation took 48 + 36 s one run at a time.
 LONG_WORKERS = 2
 
 
@@ -312,6 +311,7 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
         return _order_key(problem, r)
 
     left = {k: sum(1 for r in runs if key_of(r) == k) for k in keys}
+    slot = threading.Lock()             # one run schedules at a time (run_strategy)
     made: set = set()
     locks = {k: threading.Lock() for k in keys}
     guard = threading.Lock()
@@ -326,7 +326,7 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
             if len(made) == len(keys):       # every order made: what they are made from goes
                 for name in ORDER_INPUTS:
                     problem.memo.pop(name, None)
-        res = run(r)
+        res = run(r, slot)
         with guard:
             left[k] -= 1
             if not left[k]:
@@ -391,7 +391,8 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     if strategy == "vote":
         _prime_votes(problem)
     workers = min(2, os.cpu_count() or 1, len(budgets))
-    if len(problem.candidates) > LONG_CANDIDATES:
+    long = len(problem.candidates) > LONG_CANDIDATES
+    if long:
         # a long trace: as many budgets at a time as the runs of analyse (LONG_WORKERS)
         workers = min(workers, LONG_WORKERS)
     if workers <= 1:
@@ -401,8 +402,9 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     # highest, the next lowest beside the next highest...: the two runs held at once are a large
     # and a small one (issue 30: on a long trace two at a time, the peak is the pair's)
     paired = _paired(len(budgets))
+    slot = threading.Lock() if long else None       # a long trace: one run schedules at a time (run_strategy)
     with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
-        points = list(ex.map(lambda k: _pareto_point(problem, strategy, budgets[k]), paired))
+        points = list(ex.map(lambda k: _pareto_point(problem, strategy, budgets[k], slot), paired))
     out = [None] * len(budgets)
     for k, pt in zip(paired, points):
         out[k] = pt
@@ -426,11 +428,11 @@ def _pareto_budgets(problem: SwapProblem, budgets, n: int) -> list[int]:
     return [int(b) for b in budgets]
 
 
-def _pareto_point(problem: SwapProblem, strategy: str, b: int) -> dict:
+def _pareto_point(problem: SwapProblem, strategy: str, b: int, slot=None) -> dict:
     """One point of :func:`pareto`.  The budget's order, scores and schedule are let go once the
     point is made (at 10 M events ~50 MB a budget), except the default budget's, which the
     other runs share."""
-    d = run_strategy(problem, strategy, "budget", b).as_dict()
+    d = run_strategy(problem, strategy, "budget", b, slot=slot).as_dict()
     if b != problem.default_budget:
         _forget_budget(problem, b)
     return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],

@@ -2,6 +2,7 @@
 schedule, validate, replay."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -274,9 +275,14 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]
 
 
-def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
+def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None,
+                 slot=None) -> SwapResult:
     """Order by ``strategy``, schedule in ``mode``, validate, replay on the GPU model
-    (:mod:`.replay`): the peak after and the stall are the replay's."""
+    (:mod:`.replay`): the peak after and the stall are the replay's.  ``slot``: a lock held while
+    the run schedules (the scheduler's packed input, its curve and links: the largest part of a
+    run), so that of the runs sharing it one schedules at a time while the others make their
+    orders, validate and replay (issue 30: a long trace's runs two at a time in little more memory
+    than one)."""
 
     score_budget = problem.default_budget if budget is None else int(budget)
     target = budget if mode == "no-overhead" else score_budget
@@ -284,7 +290,8 @@ def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | N
     # order) needs no order: at 100 M events six orders and the votes' shared sorts, ~9 CPU-s of compare
     idx = _order(problem, strategy, score_budget) if _loops(problem, mode, 0 if target is None else int(target)) \
         else np.zeros(0, np.int64)
-    sched, cand = schedule_with_candidates(problem, idx, mode, target)
+    with slot if slot is not None else nullcontext():
+        sched, cand = schedule_with_candidates(problem, idx, mode, target)
     problems = validate_schedule(sched, mode, problem.bandwidth)
     if problems:
         raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
