@@ -118,7 +118,6 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     record).  :func:`_run_all` keeps it in ``problem.memo`` while several runs share a target."""
     live = problem.live
     hot = live > target
-    hot_k = np.flatnonzero(hot)
     # hot steps before each step: int32 (the scheduler takes fewer than 2**31 steps; issue 30: half
     # the bytes of this array and of each candidate's lo and hi below)
     idx_t = np.int32 if len(live) < 2 ** 31 - 1 else np.int64
@@ -131,20 +130,28 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     del hot_before
     has_hot = hi > lo
     # records of the candidates with a hot step only (the others are never visited), and where
-    # each candidate's record is (-1: none): issue 30, 48 bytes for those only
+    # each candidate's record is (-1: none): issue 30, 48 bytes for those only.  Each field is
+    # filled from one temporary at a time, and the hot steps are listed once the candidates' ranges
+    # are let go (issue 30: at 100 M events ~0.3 GB less at the pack's peak)
     keep = np.flatnonzero(has_hot)
     rec = np.empty(len(keep), dtype=CAND_DTYPE)
-    rec["start"], rec["end"] = _times(problem, keep)
+    c = problem.candidates
+    for k, col in (("start", "start_t"), ("end", "end_t")):
+        rec[k] = c[col].to_numpy()[keep]        # as _times: the column's values as float64
     for k in ("t_out", "t_in", "size"):
         rec[k] = a[k][keep]
     rec["lo"] = lo[keep]
+    del lo
     rec["hi"] = hi[keep]
-    del lo, hi
+    del hi
     at = np.full(len(has_hot), -1, np.int32 if len(keep) < 2 ** 31 - 1 else np.int64)
     at[keep] = np.arange(len(keep), dtype=at.dtype)
+    del keep
+    hot_k = np.flatnonzero(hot)
+    del hot
     st = _steps_f(problem)
     return {"rec": rec, "at": at, "has_hot": has_hot, "hot_t": np.take(st, hot_k),
-            "hot_end": np.take(st, hot_k + 1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
+            "hot_end": np.take(st[1:], hot_k), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
 
 
 def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
