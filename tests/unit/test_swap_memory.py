@@ -348,6 +348,7 @@ def test_long_pareto_two_at_a_time_equals_one_at_a_time(monkeypatch, seed):
     got = {}
     for workers in (1, 2):
         monkeypatch.setattr(swap, "LONG_WORKERS", workers)
+        monkeypatch.setattr(swap, "SWEEP_WORKERS", workers)
         p = _random_problem(np.random.default_rng(600 + seed), n_blocks=40)
         budgets = sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 7)})
         sweep = swap.pareto(None, problem=p, budgets=budgets)
@@ -399,6 +400,7 @@ def test_long_runs_schedule_one_at_a_time(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
     monkeypatch.setattr(swap, "LONG_WORKERS", 2)
+    monkeypatch.setattr(swap, "SWEEP_WORKERS", 2)
     p = _random_problem(np.random.default_rng(700), n_blocks=40)
     swap.pareto(None, problem=p, budgets=sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 8)}))
     swap.evaluate(None, problem=p)

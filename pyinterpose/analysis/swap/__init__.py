@@ -295,6 +295,11 @@ ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
 # other makes its order, validates or replays.  The C scheduler releases the GIL: at 100 M events the
 # report's sweep and evaluation took 48 + 36 s one run at a time.
 LONG_WORKERS = 2
+# ... and the sweep's budgets on this many threads (pareto), one at a time: each budget makes its own
+# packed input (its hot steps and their candidates' records, ~0.7 GB at 100 M events), and two at a
+# time, even with one scheduling at a time, the report peaked at 4393-4619 MiB at 100 M events
+# (against 3631 MiB for its swap work one budget at a time; its sweep 48 -> 22-25 s).
+SWEEP_WORKERS = 1
 
 
 def _order_key(problem: SwapProblem, run: tuple) -> tuple:
@@ -393,8 +398,8 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     workers = min(2, os.cpu_count() or 1, len(budgets))
     long = len(problem.candidates) > LONG_CANDIDATES
     if long:
-        # a long trace: as many budgets at a time as the runs of analyse (LONG_WORKERS)
-        workers = min(workers, LONG_WORKERS)
+        # a long trace: SWEEP_WORKERS budgets at a time
+        workers = min(workers, SWEEP_WORKERS)
     if workers <= 1:
         return [_pareto_point(problem, strategy, b) for b in budgets]
     _cand_arrays(problem)       # what every run reads, made once before the threads
