@@ -340,6 +340,38 @@ static int32_t hm_id(hmap_t *h, int64_t k)
     return (int32_t)h->count++;
 }
 
+/* Dense numbers of values in first-seen order (a hash map, and the last value remembered: requests
+ * come in runs of one stream) */
+typedef struct {
+    hmap_t h;
+    int64_t last_v;
+    int32_t last_i;
+} numberer_t;
+
+static int numberer_init(numberer_t *nb)
+{
+    nb->last_v = 0;
+    nb->last_i = -1;
+    if (hm_init(&nb->h, 8) < 0) {
+        hm_free(&nb->h);
+        return -1;
+    }
+    return 0;
+}
+
+/* the number of v; -1: out of memory */
+static int32_t numberer_id(numberer_t *nb, int64_t v)
+{
+    if (nb->last_i >= 0 && v == nb->last_v)
+        return nb->last_i;
+    int32_t s = hm_id(&nb->h, v);
+    if (s >= 0) {
+        nb->last_i = s;
+        nb->last_v = v;
+    }
+    return s;
+}
+
 typedef struct {
     int32_t *slot;      /* per request: dense id of its block id */
     int64_t nslots;
@@ -441,26 +473,18 @@ static int prep(prep_t *p, int64_t n, const uint8_t *is_alloc, const int64_t *si
         p->sidx = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
         if (!p->sidx)
             return -ERR_NOMEM;
-        hmap_t h;
-        if (hm_init(&h, 8) < 0) {
-            hm_free(&h);
+        numberer_t nb;
+        if (numberer_init(&nb) < 0)
             return -ERR_NOMEM;
-        }
-        int64_t last_v = 0;
-        int32_t last_i = -1;
         for (int64_t i = 0; i < n; i++) {
-            if (last_i >= 0 && (int64_t)stream[i] == last_v) {
-                p->sidx[i] = last_i;
-                continue;
-            }
-            int32_t s = hm_id(&h, (int64_t)stream[i]);
+            int32_t s = numberer_id(&nb, (int64_t)stream[i]);
             if (s < 0) {
-                hm_free(&h);
+                hm_free(&nb.h);
                 return -ERR_NOMEM;
             }
-            p->sidx[i] = last_i = s;
-            last_v = (int64_t)stream[i];
+            p->sidx[i] = s;
         }
+        hmap_t h = nb.h;
         p->nstreams = (int32_t)h.count;
         p->svals = malloc((size_t)(h.count ? h.count : 1) * sizeof(uint64_t));
         if (!p->svals) {
@@ -485,30 +509,20 @@ int64_t pi_as_stream_ids(int64_t n, const int32_t *req, int64_t nslots, const ui
     for (int64_t i = 0; i < n; i++)
         if (req[i] >= nslots || req[i] < -nslots)
             return -ERR_RANGE;
-    hmap_t h;
-    if (hm_init(&h, 8) < 0) {
-        hm_free(&h);
+    numberer_t nb;
+    if (numberer_init(&nb) < 0)
         return -ERR_NOMEM;
-    }
-    int64_t last_v = 0;
-    int32_t last_i = -1;
     for (int64_t i = 0; i < n; i++) {
         int32_t sl = req[i] >= 0 ? req[i] : ~req[i];
-        int64_t v = (int64_t)bstream[sl];
-        if (last_i >= 0 && v == last_v) {
-            sidx[sl] = last_i;
-            continue;
-        }
-        int32_t s = hm_id(&h, v);
+        int32_t s = numberer_id(&nb, (int64_t)bstream[sl]);
         if (s < 0) {
-            hm_free(&h);
+            hm_free(&nb.h);
             return -ERR_NOMEM;
         }
-        sidx[sl] = last_i = s;
-        last_v = v;
+        sidx[sl] = s;
     }
-    int64_t count = (int64_t)h.count;
-    hm_free(&h);
+    int64_t count = (int64_t)nb.h.count;
+    hm_free(&nb.h);
     return count;
 }
 

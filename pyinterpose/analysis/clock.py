@@ -41,7 +41,7 @@ import numpy as np
 
 from ..trace.chunking import chunk_rows, spans
 from ..trace.pages import release
-from ..trace.piecewise import extent, piece_rows, quantiles
+from ..trace.piecewise import ascending, extent, piece_rows, quantiles
 from .search import searchsorted
 
 CPU = "cpu"
@@ -192,7 +192,7 @@ def _ops(trace, pid: int | None, device: bool) -> Ops:
         z = np.zeros(0, np.int64)
         return Ops(z, z, *((z, z, z) if device else ()))
     cat = {k: np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k] for k in cols}
-    o = None if len(parts) == 1 and _ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
+    o = None if len(parts) == 1 and ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
     del parts
 
     def take(k, dtype):
@@ -202,10 +202,6 @@ def _ops(trace, pid: int | None, device: bool) -> Ops:
         return Ops(take("seq", np.int64), take("t", np.int64))
     return Ops(take("seq", np.int64), take("t", np.int64), take("dev_start", np.int64), take("dev_end", np.int64),
                take("stream", np.uint64).view(np.int64))
-
-
-def _ascending(a: np.ndarray) -> bool:
-    return len(a) < 2 or bool((a[1:] >= a[:-1]).all())
 
 
 def _timed_count(trace, pid: int | None) -> tuple[int, int]:
@@ -254,7 +250,7 @@ def frontier_at(trace, pid: int | None, seq: np.ndarray) -> np.ndarray:
                 continue
             e = np.where((s >= 0) & (e >= s), e, -1).astype(np.int64, copy=False)
             q = q.astype(np.int64, copy=False)
-            if not _ascending(q):
+            if not ascending(q):
                 o = np.argsort(q, kind="stable")
                 q, e = q[o], e[o]
             run = np.maximum.accumulate(e)

@@ -8,6 +8,7 @@ back once it is read (:mod:`.pages`).  The answers are the whole-array ones exac
 
 * :func:`total` — ``int(col[mask].sum())`` (int64 arithmetic: the same wrap-around, any order);
 * :func:`maximum` — ``int(col.max())``;
+* :func:`ascending` — ``(a[1:] >= a[:-1]).all()``; :func:`running_peak` — ``max(cumsum(d))``;
 * :func:`order_stats` / :func:`quantiles` — the k-th smallest of integer values yielded in pieces,
   and ``np.quantile`` (method "linear") of their float64 values, from the same order statistics and
   the same arithmetic (``tests/unit/test_piecewise.py`` compares it with ``np.quantile``).  Values
@@ -55,6 +56,29 @@ def maximum(col):
         best = m if best is None or m > best else best
         release(a, lo, hi)
     return None if best is None else int(best)
+
+
+def ascending(a: np.ndarray) -> bool:
+    """``a`` is in non-decreasing order (every neighbouring pair, those across a piece's edge too),
+    compared a piece at a time (no full-length bool array)."""
+    if len(a) < 2:
+        return True
+    return all(bool((a[lo + 1:hi + 1] >= a[lo:hi]).all()) for lo, hi in spans(len(a) - 1))
+
+
+def running_peak(deltas) -> int:
+    """``max(cumsum(d))`` of the concatenation of the integer arrays ``deltas`` yields (0 for none),
+    a piece at a time: each piece's running sum starts from the previous piece's last."""
+    best, carry = None, 0
+    for d in deltas:
+        if not len(d):
+            continue
+        cs = np.cumsum(d)
+        cs += carry
+        m = int(cs.max())
+        best = m if best is None else max(best, m)
+        carry = int(cs[-1])
+    return best if best is not None else 0
 
 
 def extent(pieces) -> tuple[int, int | None, int | None]:

@@ -79,9 +79,12 @@ def _twisted() -> Trace:
     return Trace.from_tables(blocks=b, accesses=tr.accesses, launches=tr.launches, meta=dict(tr.meta))
 
 
-def _same(trace, classes, max_points):
+def _same(trace, classes, max_points, given=None):
+    """The timeline of ``trace`` split by ``classes`` (given to it as ``given`` when set: the same classes
+    in another form) equals the reference's."""
     want = _reference(trace, classes, max_points)
-    got = {tl.device: tl for tl in memory_timeline(trace, classes=classes, max_points=max_points)}
+    got = {tl.device: tl for tl in memory_timeline(trace, classes=classes if given is None else given,
+                                                   max_points=max_points)}
     assert sorted(got) == sorted(want)
     for dev, w in want.items():
         g = got[dev]

@@ -23,7 +23,7 @@ from pyinterpose.report.live_curve import _sort_stable
 from pyinterpose.report.owner_codes import owner_codes
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import Trace
-from test_live_curve import _reference, _twisted
+from test_live_curve import _same, _twisted
 
 
 def _pieces(monkeypatch, rows):
@@ -127,19 +127,6 @@ def test_series_codes_are_the_classes_by_block_id(rows, monkeypatch):
     assert {b: (None if c < 0 else names[c]) for b, c in zip(ids, got.code.tolist())} == want
 
 
-def _same_by_codes(trace, classes, max_points):
-    want = _reference(trace, classes, max_points)
-    got = {tl.device: tl for tl in memory_timeline(trace, classes=series_codes(trace, classes), max_points=max_points)}
-    assert sorted(got) == sorted(want)
-    for dev, w in want.items():
-        g = got[dev]
-        assert np.array_equal(g.t, w["t"]) and np.array_equal(g.total, w["total"])
-        assert (g.peak, g.peak_t, g.events, g.reduced) == (w["peak"], w["peak_t"], w["events"], w["reduced"])
-        assert set(g.series) == set(w["series"])
-        for k, v in w["series"].items():
-            assert np.array_equal(g.series[k], v), k
-
-
 @pytest.mark.parametrize("rows", [None, 1, 5, 64])
 @pytest.mark.parametrize("huge", [False, True])
 def test_curve_split_by_codes_is_the_reference(rows, huge, monkeypatch):
@@ -152,4 +139,4 @@ def test_curve_split_by_codes_is_the_reference(rows, huge, monkeypatch):
     cl = guarded.block_classes(tr, iters=guarded.iterations(tr).value).value
     cl = cl.drop(cl.index[::5])                # some blocks without a class: "other"
     for mp in (6, 40, 4000):
-        _same_by_codes(tr, cl, mp)
+        _same(tr, cl, mp, given=series_codes(tr, cl))

@@ -31,6 +31,17 @@ def test_total_and_maximum_in_pieces(rows, monkeypatch):
     assert piecewise.maximum(np.zeros(0, np.int64)) is None
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 1000])
+def test_running_peak_is_the_max_of_the_whole_cumsum(k):
+    rng = np.random.default_rng(k)
+    for n in (1, 2, 5, 29, 300):
+        d = rng.integers(-1000, 1000, n)
+        assert piecewise.running_peak(_pieces(d, k)()) == int(np.cumsum(d).max())
+    falling = -np.arange(1, 10)                        # the first value is the peak: no carry lost
+    assert piecewise.running_peak(_pieces(falling, k)()) == -1
+    assert piecewise.running_peak(iter(())) == 0
+
+
 @pytest.mark.parametrize("rows", ["1", "4", "7", "1000000"])   # 1-4: a cap of one value, every rank narrowed
 def test_order_stats_and_quantiles_are_numpys(rows, monkeypatch):
     monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)

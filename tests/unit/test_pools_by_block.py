@@ -141,20 +141,19 @@ def test_shared_block_ids_are_refused(chunk, other, monkeypatch):
 
 @pytest.mark.parametrize("chunk", [4, 8, 12, None])
 def test_ascending_across_pieces(chunk, monkeypatch):
-    """_ascending sees every neighbouring pair, those across a piece's edge too."""
+    """ascending sees every neighbouring pair, those across a piece's edge too."""
     if chunk is None:
         monkeypatch.delenv("PYINTERPOSE_CHUNK_ROWS", raising=False)
     else:
         monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", str(chunk))
-    from pyinterpose.analysis.pools import _ascending as ascending_pools
-    for f in (bb._ascending, ascending_pools):
-        for n in (0, 1, 2, 5, 9):
-            assert f(np.arange(n))
-        for k in range(1, 9):
-            a = np.arange(9)
-            a[k] = a[k - 1] - 1                  # one pair descending, at each place in turn
-            assert not f(a), (k, chunk)
-        assert f(np.array([1, 1, 1, 2, 2, 3, 3, 3, 3]))
+    from pyinterpose.trace.piecewise import ascending
+    for n in (0, 1, 2, 5, 9):
+        assert ascending(np.arange(n))
+    for k in range(1, 9):
+        a = np.arange(9)
+        a[k] = a[k - 1] - 1                  # one pair descending, at each place in turn
+        assert not ascending(a), (k, chunk)
+    assert ascending(np.array([1, 1, 1, 2, 2, 3, 3, 3, 3]))
 
 
 @pytest.mark.skipif(_lib()[1] is None, reason="pyinterpose._core is not built with native/allocsim")

@@ -55,7 +55,7 @@ from ...heap import give_back
 from ...trace.chunking import chunk_rows, spans
 from ...trace.model import Trace, counted_bytes
 from ...trace.pages import release, release_tables
-from ...trace.piecewise import piece_rows
+from ...trace.piecewise import ascending, piece_rows, running_peak
 from .allocators import ALLOCATORS, RequestArrays, pytorch_options, simulate
 from .by_block import by_block
 from .planners import PLANNERS, plan
@@ -164,8 +164,8 @@ def _request_columns(cols: dict, times: bool = True, seq: bool = True, consume: 
     fidx = np.flatnonzero(freed)
     sf = cols["seq_free"].astype(np.int64, copy=False)[fidx]
     n_a, n_f = len(sa), len(fidx)
-    oa = None if _ascending(sa) else np.argsort(sa, kind="stable")
-    of = None if _ascending(sf) else np.argsort(sf, kind="stable")
+    oa = None if ascending(sa) else np.argsort(sa, kind="stable")
+    of = None if ascending(sf) else np.argsort(sf, kind="stable")
     sas = sa if oa is None else sa[oa]
     sfs = sf if of is None else sf[of]
     del sf
@@ -209,24 +209,14 @@ def _request_columns(cols: dict, times: bool = True, seq: bool = True, consume: 
     return out
 
 
-def _ascending(a: np.ndarray) -> bool:
-    if len(a) < 2:
-        return True
-    return all(bool((a[lo + 1:hi + 1] >= a[lo:hi]).all()) for lo, hi in spans(len(a) - 1))
-
-
 def _peak_of_requests(is_alloc: np.ndarray, size: np.ndarray) -> int:
     """``max(cumsum(where(is_alloc, size, -size)))`` (0 for none), in pieces."""
-    best, carry = None, 0
-    for lo, hi in spans(len(size)):
-        d = size[lo:hi].copy()
-        np.negative(d, out=d, where=~is_alloc[lo:hi])
-        cs = np.cumsum(d)
-        cs += carry
-        m = int(cs.max())
-        best = m if best is None else max(best, m)
-        carry = int(cs[-1])
-    return best if best is not None else 0
+    def deltas():
+        for lo, hi in spans(len(size)):
+            d = size[lo:hi].copy()
+            np.negative(d, out=d, where=~is_alloc[lo:hi])
+            yield d
+    return running_peak(deltas())
 
 
 def _request_frame(r: dict) -> pd.DataFrame:

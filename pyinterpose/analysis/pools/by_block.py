@@ -24,7 +24,7 @@ import numpy as np
 from ...trace.chunking import spans
 from ...trace.model import Trace, counted_bytes
 from ...trace.pages import release
-from ...trace.piecewise import piece_rows
+from ...trace.piecewise import ascending, piece_rows, running_peak
 from .allocators import RequestArrays
 
 _MAX_SLOTS = (1 << 31) - 1
@@ -82,10 +82,10 @@ def by_block(trace: Trace, mask: np.ndarray, seq: bool = False) -> dict | None:
             release(a, lo, hi)
     del cols
     aslot = None
-    if not _ascending(sa):
+    if not ascending(sa):
         aslot = np.argsort(sa, kind="stable")
         sa = sa[aslot]
-    if not _ascending(sf):
+    if not ascending(sf):
         sf, fslot = _sort_frees(sf, fslot)
     n = nb + nf
     req = np.empty(n, np.int32)
@@ -151,21 +151,11 @@ def _sort_frees(sf: np.ndarray, fslot: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def peak_by_block(req: np.ndarray, bsize: np.ndarray) -> int:
     """``max(cumsum(d))`` (0 for none), ``d`` = +``bsize[s]`` for ``req`` = s, -``bsize[s]`` for ~s; in
     pieces."""
-    best, carry = None, 0
-    for lo, hi in spans(len(req), piece_rows()):
-        r = req[lo:hi]
-        free = r < 0
-        d = bsize[np.where(free, ~r, r)]
-        np.negative(d, out=d, where=free)
-        cs = np.cumsum(d)
-        cs += carry
-        m = int(cs.max())
-        best = m if best is None else max(best, m)
-        carry = int(cs[-1])
-    return best if best is not None else 0
-
-
-def _ascending(a: np.ndarray) -> bool:
-    if len(a) < 2:
-        return True
-    return all(bool((a[lo + 1:hi + 1] >= a[lo:hi]).all()) for lo, hi in spans(len(a) - 1))
+    def deltas():
+        for lo, hi in spans(len(req), piece_rows()):
+            r = req[lo:hi]
+            free = r < 0
+            d = bsize[np.where(free, ~r, r)]
+            np.negative(d, out=d, where=free)
+            yield d
+    return running_peak(deltas())
