@@ -371,8 +371,8 @@ def test_paired_budgets_take_each_once_lowest_beside_highest():
     assert swap._paired(8) == [0, 7, 1, 6, 2, 5, 3, 4]
 
 
-def test_long_runs_schedule_one_at_a_time(monkeypatch):
-    """On a long trace, of the two threads of the sweep and of the evaluation, one schedules at a time
+def test_long_sweep_schedules_one_at_a_time(monkeypatch):
+    """On a long trace, of the sweep's two threads (SWEEP_WORKERS forced to 2) one schedules at a time
     (run_strategy's slot): the other's orders and replays go on beside it."""
     import os
     import sys
@@ -403,6 +403,5 @@ def test_long_runs_schedule_one_at_a_time(monkeypatch):
     monkeypatch.setattr(swap, "SWEEP_WORKERS", 2)
     p = _random_problem(np.random.default_rng(700), n_blocks=40)
     swap.pareto(None, problem=p, budgets=sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 8)}))
-    swap.evaluate(None, problem=p)
     assert state["most"] == 1
     assert len(state["threads"]) == 2

@@ -256,8 +256,8 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
     needed = {_order_key(problem, r) for r, lp in zip(runs, loops) if lp}
     workers = min(2, os.cpu_count() or 1, len(runs))
 
-    def run(r: tuple, slot=None) -> SwapResult:
-        res = run_strategy(problem, *r, slot=slot)
+    def run(r: tuple) -> SwapResult:
+        res = run_strategy(problem, *r)
         if not schedules:
             res.schedule = res.schedule[["size"]]
         return res
@@ -290,15 +290,16 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
-# ... and runs them on this many threads, of which one schedules at a time (run_strategy's slot: the
-# scheduler's packed input at its target, its curve and links, ~0.7 GB at 100 M events) while the
-# other makes its order, validates or replays.  The C scheduler releases the GIL: at 100 M events the
-# report's sweep and evaluation took 48 + 36 s one run at a time.
+# ... and runs them on this many threads (the C scheduler releases the GIL).  The budget-mode runs
+# share one packed input (the default budget's, made before the threads), so a second run holds only
+# its order, the scheduler's curve and links and its replay: at 100 M events the swap command peaked at
+# 3999 MiB against ~3700 one run at a time, and the evaluation took 19-20 s against 36 s.  (With one
+# of the two scheduling at a time, run_strategy's slot, the command's time was that of one thread.)
 LONG_WORKERS = 2
 # ... and the sweep's budgets on this many threads (pareto), one at a time: each budget makes its own
 # packed input (its hot steps and their candidates' records, ~0.7 GB at 100 M events), and two at a
-# time, even with one scheduling at a time, the report peaked at 4393-4619 MiB at 100 M events
-# (against 3631 MiB for its swap work one budget at a time; its sweep 48 -> 22-25 s).
+# time the report peaked at 4773 MiB at 100 M events, 4393 with one of them scheduling at a time (the
+# slot in pareto), against 3631 MiB for its swap work one budget at a time (its sweep 48 -> 22-25 s).
 SWEEP_WORKERS = 1
 
 
@@ -316,7 +317,6 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
         return _order_key(problem, r)
 
     left = {k: sum(1 for r in runs if key_of(r) == k) for k in keys}
-    slot = threading.Lock()             # one run schedules at a time (run_strategy)
     made: set = set()
     locks = {k: threading.Lock() for k in keys}
     guard = threading.Lock()
@@ -331,7 +331,7 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
             if len(made) == len(keys):       # every order made: what they are made from goes
                 for name in ORDER_INPUTS:
                     problem.memo.pop(name, None)
-        res = run(r, slot)
+        res = run(r)
         with guard:
             left[k] -= 1
             if not left[k]:
