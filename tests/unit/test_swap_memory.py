@@ -405,3 +405,30 @@ def test_long_sweep_schedules_one_at_a_time(monkeypatch):
     swap.pareto(None, problem=p, budgets=sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 8)}))
     assert state["most"] == 1
     assert len(state["threads"]) == 2
+
+
+def test_long_evaluation_runs_on_the_workers_asked_for(monkeypatch):
+    """On a long trace the evaluation runs on LONG_WORKERS threads, or on the caller's alone with
+    long_workers=1 (the report's), with the same results."""
+    import os
+    import sys
+    import threading
+
+    sched_mod = sys.modules["pyinterpose.analysis.swap.schedule"]
+    real = sched_mod.schedule_with_candidates
+    seen = []
+
+    def recorded(*a, **k):
+        seen.append(threading.get_ident())
+        return real(*a, **k)
+
+    monkeypatch.setattr(sched_mod, "schedule_with_candidates", recorded)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    monkeypatch.setattr(swap, "LONG_WORKERS", 2)
+    one = swap.evaluate(None, problem=_random_problem(np.random.default_rng(800), n_blocks=40), long_workers=1)
+    assert set(seen) == {threading.get_ident()} and len(seen) == 12
+    seen.clear()
+    two = swap.evaluate(None, problem=_random_problem(np.random.default_rng(800), n_blocks=40))
+    assert threading.get_ident() not in seen and len(seen) == 12
+    assert one == two

@@ -203,14 +203,15 @@ def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
 def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
             strategies=None, modes=MODES, min_size: int = MIN_SIZE, pid: int | None = None,
             latency_us: float | None = None, problem: SwapProblem | None = None,
-            schedules: bool = True) -> SwapEvaluation:
+            schedules: bool = True, long_workers: int | None = None) -> SwapEvaluation:
     """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
     :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML).
     ``modes``: the modes to run (default both), each for every strategy.
     ``problem``: a prepared problem (:func:`problem_for`) to use instead of preparing one
     (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with).
     ``schedules=False``: each result keeps only its swaps' sizes (what ``as_dict`` reads), not
-    the whole schedule (at 10 M events ~20 MB a run)."""
+    the whole schedule (at 10 M events ~20 MB a run).
+    ``long_workers``: how many runs at a time on a long trace (None: ``LONG_WORKERS``)."""
     strategies = list(strategies or STRATEGIES)
     for m in modes:
         if m not in MODES:
@@ -234,13 +235,14 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
     runs = [(s, m, b if (m == "budget" or budget is not None) else None) for s in strategies for m in modes]
     # budget mode is compared with no-overhead (never stalls): run that too when not asked for
     extra = [(s, "no-overhead", None) for s in strategies] if "budget" in modes and "no-overhead" not in modes else []
-    done = _run_all(problem, runs + extra, schedules=schedules)
+    done = _run_all(problem, runs + extra, schedules=schedules, long_workers=long_workers)
     results = done[:len(runs)]
     free_of = {r.strategy: r for r in done if r.mode == "no-overhead"}
     return SwapEvaluation(problem, b, src, no_worse(results, free_of))
 
 
-def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) -> list[SwapResult]:
+def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
+             long_workers: int | None = None) -> list[SwapResult]:
     """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
     and the C scheduler releases the GIL, so they share the machine's cores (two threads at
     most: each holds its own copy of the curve and the links).  What the runs share is made
@@ -265,7 +267,8 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
     if any(k[0] == "vote" for k in needed):
         _prime_votes(problem)
     if len(problem.candidates) > LONG_CANDIDATES:
-        return _run_long(problem, runs, keys, shared, workers, run, needed)
+        return _run_long(problem, runs, keys, shared,
+                         min(workers, LONG_WORKERS if long_workers is None else long_workers), run, needed)
     keys = [k for k in keys if k in needed]
     try:
         if workers <= 1:
@@ -341,10 +344,10 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
     try:
         for t in shared:
             problem.memo[("packed", t)] = _pack(problem, t)
-        if min(workers, LONG_WORKERS) <= 1:
+        if workers <= 1:
             return [one(r) for r in runs]
         _cand_arrays(problem)   # what every run reads, made once before the threads
-        with ThreadPoolExecutor(max_workers=min(workers, LONG_WORKERS)) as ex:
+        with ThreadPoolExecutor(max_workers=workers) as ex:
             return list(ex.map(one, runs))
     finally:
         for t in shared:
@@ -374,11 +377,13 @@ def _prime_votes(problem: SwapProblem) -> None:
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
              strategies=None, min_size: int = MIN_SIZE, pid: int | None = None,
-             latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES) -> dict:
-    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``: see :func:`analyse`)."""
+             latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES,
+             long_workers: int | None = None) -> dict:
+    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``, ``long_workers``: see
+    :func:`analyse`)."""
     return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies, modes=modes,
                    min_size=min_size, pid=pid, latency_us=latency_us, problem=problem,
-                   schedules=False).as_dict()
+                   schedules=False, long_workers=long_workers).as_dict()
 
 
 def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "vote",
