@@ -293,12 +293,13 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
-# ... and runs them on this many threads (the C scheduler releases the GIL).  The budget-mode runs
-# share one packed input (the default budget's, made before the threads), so a second run holds only
-# its order, the scheduler's curve and links and its replay: at 100 M events the swap command peaked at
-# 3999 MiB against ~3700 one run at a time, and the evaluation took 19-20 s against 36 s.  (With one
-# of the two scheduling at a time, run_strategy's slot, the command's time was that of one thread.)
-LONG_WORKERS = 2
+# ... and runs them on this many threads: one at a time (issue 30: memory first).  Two (the C scheduler
+# releases the GIL; the budget-mode runs share the default budget's packed input, made before the
+# threads, so a second run adds its order, the scheduler's curve and links and its replay) took the swap
+# command at 100 M events from ~55 s to 45 s at load 1.5, but peaked at 3938, 3999 and 4112 MiB in three
+# runs against 3656-3722 one at a time: over 4 GiB in one.  One of the two scheduling at a time
+# (run_strategy's slot) kept it at 3732-3833 MiB and took one thread's time (55-59 s).
+LONG_WORKERS = 1
 # ... and the sweep's budgets on this many threads (pareto), one at a time: each budget makes its own
 # packed input (its hot steps and their candidates' records, ~0.7 GB at 100 M events), and two at a
 # time the report peaked at 4773 MiB at 100 M events, 4393 with one of them scheduling at a time (the
