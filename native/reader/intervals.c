@@ -34,19 +34,43 @@ static void sort_pairs(int64_t *seq, int64_t *t, int64_t n, int64_t *ts, int64_t
     }
 }
 
+/* element i of an output column of int32 (w32) or int64 values */
+static inline int64_t col_get(const void *a, int w32, int64_t i)
+{
+    return w32 ? (int64_t)((const int32_t *)a)[i] : ((const int64_t *)a)[i];
+}
+
+static inline void col_put(void *a, int w32, int64_t i, int64_t v)
+{
+    if (w32)
+        ((int32_t *)a)[i] = (int32_t)v;
+    else
+        ((int64_t *)a)[i] = v;
+}
+
+static inline int fits32(int64_t v)
+{
+    return v >= INT32_MIN && v <= INT32_MAX;
+}
+
 int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t na,
                           const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
-                          int64_t *out_seq, int64_t *out_t)
+                          void *out_seq, void *out_t, int32_t seq32, int32_t t32)
 {
-    int64_t *off = malloc((size_t)(nb + 1) * sizeof(*off));
-    if (!off)
-        return -1;
+    if (t32 && !a_t && na - 1 > INT32_MAX)
+        return -2;
     memset(cnt, 0, (size_t)nb * sizeof(*cnt));
     for (int64_t k = 0; k < na; k++) {
         int32_t r = row[k];
-        if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r])
+        if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
+            if ((seq32 && !fits32(a_seq[k])) || (t32 && a_t && !fits32(a_t[k])))
+                return -2;
             cnt[r]++;
+        }
     }
+    int64_t *off = malloc((size_t)(nb + 1) * sizeof(*off));
+    if (!off)
+        return -1;
     off[0] = 0;
     for (int64_t r = 0; r < nb; r++)
         off[r + 1] = off[r] + cnt[r];
@@ -54,49 +78,64 @@ int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *s
         int32_t r = row[k];
         if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
             int64_t p = off[r]++;
-            out_seq[p] = a_seq[k];
-            out_t[p] = a_t ? a_t[k] : k;
+            col_put(out_seq, seq32, p, a_seq[k]);
+            col_put(out_t, t32, p, a_t ? a_t[k] : k);
         }
     }
+    free(off);
     /* per block: in seq order (stable), one touch per seq; segments compacted to the front */
-    int64_t *ts = NULL, *tt = NULL, cap = 0, w = 0, start = 0;
+    int64_t *s = NULL, *t = NULL, *ts = NULL, *tt = NULL, cap = 0, w = 0, start = 0;
     for (int64_t r = 0; r < nb; r++) {
         int64_t n = cnt[r];
-        int64_t *s = out_seq + start, *t = out_t + start;
         int sorted = 1;
         for (int64_t i = 1; i < n && sorted; i++)
-            sorted = s[i] >= s[i - 1];
+            sorted = col_get(out_seq, seq32, start + i) >= col_get(out_seq, seq32, start + i - 1);
         if (!sorted) {
             if (n > cap) {
+                free(s);
+                free(t);
                 free(ts);
                 free(tt);
                 cap = n;
+                s = malloc((size_t)cap * sizeof(*s));
+                t = malloc((size_t)cap * sizeof(*t));
                 ts = malloc((size_t)cap * sizeof(*ts));
                 tt = malloc((size_t)cap * sizeof(*tt));
-                if (!ts || !tt) {
+                if (!s || !t || !ts || !tt) {
+                    free(s);
+                    free(t);
                     free(ts);
                     free(tt);
-                    free(off);
                     return -1;
                 }
             }
+            for (int64_t i = 0; i < n; i++) {
+                s[i] = col_get(out_seq, seq32, start + i);
+                t[i] = col_get(out_t, t32, start + i);
+            }
             sort_pairs(s, t, n, ts, tt);
+            for (int64_t i = 0; i < n; i++) {
+                col_put(out_seq, seq32, start + i, s[i]);
+                col_put(out_t, t32, start + i, t[i]);
+            }
         }
         int64_t kept = 0;
         for (int64_t i = 0; i < n; i++) {
-            if (kept && s[i] == out_seq[w - 1])
+            int64_t si = col_get(out_seq, seq32, start + i);
+            if (kept && si == col_get(out_seq, seq32, w - 1))
                 continue;
-            out_seq[w] = s[i];
-            out_t[w] = t[i];
+            col_put(out_seq, seq32, w, si);
+            col_put(out_t, t32, w, col_get(out_t, t32, start + i));
             w++;
             kept++;
         }
         start += n;
         cnt[r] = kept;
     }
+    free(s);
+    free(t);
     free(ts);
     free(tt);
-    free(off);
     return w;
 }
 

@@ -127,10 +127,12 @@ int64_t pi_resolve_chunk(const pi_acc *acc, int64_t n, int32_t use_row, const in
  * [seq_alloc, seq_free], groups them by block (stable), orders each block's by seq (stable) and keeps
  * the first of equal seqs: writes cnt[nb] (accesses kept per block) and, block after block, their
  * seq and t in out_seq/out_t (room for na); a_t NULL: t is the access's row k (the device clock reads its
- * times later, a piece at a time).  Returns the accesses kept, or -1 (memory). */
+ * times later, a piece at a time).  out_seq / out_t hold int32 values when seq32 / t32 (else int64):
+ * -2 when a kept value does not fit (nothing is written then: the caller asks again in int64).
+ * Returns the accesses kept, or -1 (memory), or -2. */
 int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t na,
                           const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
-                          int64_t *out_seq, int64_t *out_t);
+                          void *out_seq, void *out_t, int32_t seq32, int32_t t32);
 /* Step 2: the intervals [alloc, touches...] -> [touches..., free] of every block, block after block
  * (m = touches + nb rows): start/end seq and t, and the kind code (0 alloc_to_first, 1 between,
  * 2 last_to_free, 3 unaccessed). */

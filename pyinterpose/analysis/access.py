@@ -16,16 +16,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..heap import give_back
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
-from ..trace import chunking
 from ..trace.live import scan
 from ..trace.model import live_bytes_curve
 from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
 from .iterations import find_iterations
 from .lifetimes import classify
-from . import intervals
+from . import access_spill, intervals
+from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns  # noqa: F401
 from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
 
 def _select_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
@@ -78,16 +79,6 @@ def resolve_link(trace: Trace, bandwidth=None, latency_us: float | None = None,
             raise
         return None, f"bandwidth filter skipped: {e}"
     return bw, bw.source
-
-
-def swap_cost_ns(size: np.ndarray, bw) -> np.ndarray:
-    """Time to swap a block out and back in: size/BW_d2h + size/BW_h2d + both latencies (ns)."""
-    s = np.asarray(size, dtype=np.float64)
-    return (bw.d2h_seconds(s) + bw.h2d_seconds(s)) * 1e9
-
-
-def _share(part: float, whole: float) -> float | None:
-    return float(part) / float(whole) if whole else None
 
 
 def _quantile_summary(x: np.ndarray, extra: tuple[float, ...] = ()) -> tuple[dict[str, float] | None, list[float]]:
@@ -153,15 +144,6 @@ class _Rows:
             out.append(s + self.offs[k])
             last = p[-1]
         return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
-
-
-def _top_order(key: np.ndarray, top: int) -> np.ndarray:
-    """``np.argsort(key, kind="stable")[:top]`` without sorting all of ``key`` (no NaN in key)."""
-    if top < 0 or len(key) <= 4 * top + 64:
-        return np.argsort(key, kind="stable")[:top]
-    kth = np.partition(key, top - 1)[top - 1]
-    cand = np.flatnonzero(key <= kth)              # the first `top`, and any ties at the last value
-    return cand[np.argsort(key[cand], kind="stable")[:top]]
 
 
 def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
@@ -259,16 +241,6 @@ def _stability(ub: np.ndarray, n_int: np.ndarray, ib, cb: np.ndarray, sa: np.nda
     }
 
 
-def _repeat_rows(vals: np.ndarray, seg: np.ndarray, s: slice) -> np.ndarray:
-    """``np.repeat(vals, segment lengths)[s]``: the value of each row's segment (``seg``: the
-    segment starts, from 0) for the rows of ``s``, without the rows outside it."""
-    j0 = int(np.searchsorted(seg, s.start, side="right")) - 1
-    j1 = int(np.searchsorted(seg, s.stop, side="left"))
-    b = np.append(seg[j0:j1], s.stop)
-    b[0] = s.start
-    return np.repeat(vals[j0:j1], np.diff(b))
-
-
 def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pid: int | None = None,
             iters=None, ati_quantile: float = 0.9, size_quantile: float = 0.9, top: int = 10,
             cache_path: str | None = None, between=None) -> dict[str, Any]:
@@ -294,43 +266,58 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
     block_size = b["size"].to_numpy(np.int64)[in_blocks]
     peak = _peak(trace, in_blocks)
+    clock = clock_of(trace, pid)
     iv = _StreamedIntervals(trace, pid, len(block_size))
+    if iv.spilled and not intervals.swap_follows(trace):
+        clock.drop_ops()                  # a long trace: the pass was the last step to read them
+        give_back()
     if between is not None:
         between(lambda: _between_rows(iv))
     if not iv.n:
         peak = None
     n_kind, kcode = iv.n_kind, iv.kcode
-    ati_q, (ati_thr,) = _quantile_summary(iv.ati.copy(), (ati_quantile,)) if iv.n else (None, (None,))
+    if iv.spilled:                        # a long trace: the rows read from their files (access_spill)
+        (ati_q, (ati_thr,)), by_kind = access_spill.quantile_summaries(iv, (ati_quantile,)) if iv.n else \
+            ((None, (None,)), {})
+    else:
+        ati_q, (ati_thr,) = _quantile_summary(iv.ati.copy(), (ati_quantile,)) if iv.n else (None, (None,))
+        by_kind = None
     out: dict[str, Any] = {
         "pid": pid,
-        **clock_of(trace, pid).as_dict(),
+        **clock.as_dict(),
         "iterations": {"source": iters.source, "count": iters.count},
         "intervals": iv.n,
         "blocks": iv.n_blocks,
         "accessed_blocks": None,
         "accesses": n_kind[INTERVAL_KINDS.index("between")] + n_kind[INTERVAL_KINDS.index("alloc_to_first")],
         "ati_quantiles": ati_q,
-        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": _quantile_summary(iv.ati.where(kcode == i))[0]}
-                        for i, k in iv.kinds},
+        "ati_by_kind": {k: {"intervals": n_kind[i], "quantiles": by_kind[i] if iv.spilled else
+                            _quantile_summary(iv.ati.where(kcode == i))[0]} for i, k in iv.kinds},
     }
     unacc = INTERVAL_KINDS.index("unaccessed")
     if iv.uniform:                        # a block unaccessed has one row, of that kind
         out["accessed_blocks"] = iv.n_blocks - n_kind[unacc]
+    elif iv.spilled:
+        out["accessed_blocks"] = int(access_spill.per_block_any(iv, lambda s, c: c["kcode"] != unacc).sum())
     else:
         out["accessed_blocks"] = int(iv.per_block_any(kcode != unacc).sum())
     out["bandwidth"] = None if bw is None else {
         "h2d_bytes_per_s": bw.h2d_bytes_per_s, "d2h_bytes_per_s": bw.d2h_bytes_per_s,
         "latency_s": bw.latency_s, "source": bw.source}
     out["bandwidth_note"] = note
-    hides = _bandwidth_filter(out, iv, bw, float(block_size.sum())) if bw is not None else None
+    filt = access_spill.bandwidth_filter if iv.spilled else _bandwidth_filter
+    hides = filt(out, iv, bw, float(block_size.sum())) if bw is not None else None
     if bw is None:
         out["filtered_fraction"] = None
     out["outliers"] = None
     if iv.n:
-        out["outliers"] = _outliers(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
-    seg, n, bid = iv.seg, iv.n, iv.bid
+        outl = access_spill.outliers if iv.spilled else _outliers
+        out["outliers"] = outl(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
+    seg, n, bid, long_trace = iv.seg, iv.n, iv.bid, iv.spilled
     del iv, kcode, hides, block_size
-    out["stability"] = _access_stability(trace, pid, iters, bid, seg, n) if iters.count else None
+    if long_trace:
+        give_back()                       # the steps' freed heap, before stability's arrays
+    out["stability"] = _access_stability(trace, pid, iters, bid, seg, n, long_trace) if iters.count else None
     out["graph_launches"] = g = _graph_launches(trace, pid)
     # replays of graphs captured in the trace are expanded by the reader (trace/graphs.py); the others not
     unexpanded = min(g, int(trace.counts.get("graph_launches_unexpanded", g)))
@@ -340,11 +327,6 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         "recording started, or built node by node): their kernels' accesses are missing here (ATIs across "
         "such a replay are too long, blocks used only inside it look untouched)"]
     return out
-
-
-def _step() -> int:
-    """Rows per chunk of the per-row passes: 1 Mi, fewer when ``PYINTERPOSE_CHUNK_ROWS`` says so."""
-    return min(1 << 20, chunking.chunk_rows())
 
 
 class _Chunk:
@@ -431,7 +413,10 @@ class _StreamedIntervals:
         tc = intervals.touches(trace, pid)
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
         n = int(((tc.cnt + 1) * dev_b).sum())
-        ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
+        files = access_spill.Rows.wanted(n)         # a long trace: the per-row columns to files
+        if files is None:
+            ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
+        n_kind = np.zeros(len(INTERVAL_KINDS), np.int64)
         segs, ubs, sizes, row_sizes, mixed, done = [], [], [], [], False, []
         pos = 0
         cols = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
@@ -447,7 +432,13 @@ class _StreamedIntervals:
                 a, st = p["ati_ns"][sel], p["start_t"][sel]
                 k, bid, sz = p["kind"][sel], p["block_id"][sel], p["size"][sel]
                 m = len(a)
-                ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
+                if files is None:
+                    ati[pos:pos + m], start[pos:pos + m], kcode[pos:pos + m] = a, st, k
+                else:
+                    files.append("ati", a)
+                    files.append("start", st)
+                    files.append("kcode", k)
+                    n_kind += np.bincount(k, minlength=len(INTERVAL_KINDS))[:len(INTERVAL_KINDS)]
                 if m:
                     first = np.empty(m, bool)
                     first[0] = True
@@ -459,7 +450,14 @@ class _StreamedIntervals:
                     if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
                         mixed = True        # the rows' sizes of the pieces before, from their segments
                         row_sizes = [np.repeat(v, np.diff(np.append(g, mm))) for g, v, mm in done]
-                    if mixed:
+                        if files is not None:
+                            files.add_column("size", np.int64)
+                            for x in row_sizes:
+                                files.append("size", x)
+                            row_sizes = []
+                    if mixed and files is not None:
+                        files.append("size", np.array(sz, np.int64))
+                    elif mixed:
                         row_sizes.append(np.array(sz, np.int64))
                     else:
                         done.append((seg, sizes[-1], m))
@@ -468,9 +466,17 @@ class _StreamedIntervals:
         except BaseException:
             if sink is not None:
                 sink.abort()
+            if files is not None:
+                files.abort()
             raise
         if sink is not None:
             sink.finish()
+        self.spilled = files is not None
+        self.row_size = None             # spilled: the rows' sizes when kept per row (mapped)
+        if files is not None:
+            cols = files.finish()
+            ati, start, kcode = cols["ati"], cols["start"], cols["kcode"]
+            self.row_size = cols.get("size")
         assert pos == n
         del tc
         intervals.release_tables(trace)
@@ -479,14 +485,24 @@ class _StreamedIntervals:
         ub = np.concatenate(ubs) if ubs else np.zeros(0, np.int64)
         self.seg_size_i = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         self.seg_size = self.seg_size_i.astype(np.float64)
+        self.ati_col = ati
         self.ati = _Rows([ati])
         self.kcode = kcode
         self.start = start
         self.bid = _SegRows(ub, self.seg, n)
-        self.size = _Rows([np.concatenate(row_sizes)]) if mixed else _SegRows(self.seg_size_i, self.seg, n)
-        self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
+        if self.row_size is not None:
+            self.size = _Rows([self.row_size])
+        else:
+            self.size = _Rows([np.concatenate(row_sizes)]) if mixed else _SegRows(self.seg_size_i, self.seg, n)
+        if self.spilled:
+            self.n_kind = [int(x) for x in n_kind]
+        else:
+            self.n_kind = [int(np.count_nonzero(kcode == i)) for i in range(len(INTERVAL_KINDS))]
         self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
         self.uniform = len(self.seg) == n_blocks
+        del segs, ubs, sizes, done, row_sizes
+        if self.spilled:
+            give_back()     # the pass's freed heap (the touches, the pieces): not kept under the next steps
 
     def rows(self, name: str, dtype=None):
         if name == "start_t":
@@ -501,6 +517,9 @@ class _StreamedIntervals:
 
 def _between_rows(iv: "_StreamedIntervals"):
     """(ATI, size) of the device rows of kind ``between``, a chunk at a time, in table order."""
+    if iv.spilled:
+        yield from access_spill.between_rows(iv)
+        return
     k = INTERVAL_KINDS.index("between")
     for (p, ls, s), (p_sz, ls_sz, _) in zip(iv.ati.chunks(), iv.size.chunks()):
         sel = iv.kcode[s] == k
@@ -597,7 +616,8 @@ def _graph_launches(trace: Trace, pid) -> int:
     return int(la["graph"].sum())
 
 
-def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int) -> dict[str, Any] | None:
+def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: int,
+                      long_trace: bool = False) -> dict[str, Any] | None:
     """:func:`stability` of the process's device blocks: the columns of :func:`~.lifetimes.classify`
     it reads (the step of each allocation is ``iters.iteration_of(seq_alloc)``) taken from the
     blocks table directly; through classify itself when block ids repeat (its own order then)."""
@@ -619,5 +639,7 @@ def _access_stability(trace: Trace, pid, iters, bid: _Rows, seg: np.ndarray, n: 
     if len(ub) == len(r) and np.array_equal(ub, b["block_id"].to_numpy(np.int64)[r]):
         acc = n_int[keep] - 1                          # one segment a block, in the same order
     r = r[keep]
-    cols = [b[k].to_numpy(np.int64)[r] for k in ("block_id", "seq_alloc")]
-    return _stability(ub, n_int, bid.copy, *cols, ia[keep], b["size"].to_numpy(np.int64)[r], iters.count, acc)
+    cols = [b[k].to_numpy(np.int64)[r] for k in ("block_id", "seq_alloc", "size")]
+    if long_trace:
+        intervals.release_tables(trace)   # the blocks' columns read (copies taken)
+    return _stability(ub, n_int, bid.copy, *cols[:2], ia[keep], cols[2], iters.count, acc)

@@ -100,6 +100,11 @@ class Clock:
                     self._ops = _ops(trace, self.pid, self.device)
         return self._ops
 
+    def drop_ops(self) -> None:
+        """Let the full-length ops go (a long trace's pass over them is done); made again if asked."""
+        with self._lock:
+            self._ops = None
+
     def __repr__(self) -> str:
         return f"Clock(pid={self.pid!r}, device={self.device!r}, source={self.source!r}, note={self.note!r})"
 
@@ -191,6 +196,10 @@ def _ops(trace, pid: int | None, device: bool) -> Ops:
     if not parts:
         z = np.zeros(0, np.int64)
         return Ops(z, z, *((z, z, z) if device else ()))
+    if device and sum(len(p["seq"]) for p in parts) > spill_ops():
+        o = _ops_to_files(parts, cols)
+        if o is not None:
+            return o
     cat = {k: np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k] for k in cols}
     o = None if len(parts) == 1 and ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
     del parts
@@ -202,6 +211,61 @@ def _ops(trace, pid: int | None, device: bool) -> Ops:
         return Ops(take("seq", np.int64), take("t", np.int64))
     return Ops(take("seq", np.int64), take("t", np.int64), take("dev_start", np.int64), take("dev_end", np.int64),
                take("stream", np.uint64).view(np.int64))
+
+
+SPILL_OPS: int | None = None     # tests: 0 writes every device clock's ops to files (None: spill_ops())
+
+
+def spill_ops() -> int:
+    """Ops above which a device clock's ops are written to files (:data:`SPILL_OPS`, else ``chunk_rows()``)."""
+    return SPILL_OPS if SPILL_OPS is not None else chunk_rows()
+
+
+def _ops_to_files(parts: list, cols) -> Ops | None:
+    """A long trace's device-clock ops (issue 30: 7 columns of 8 bytes an op, ~0.6 GB at 100 M events,
+    read by every piece of the access intervals): made a column at a time and written to files of this
+    process's own (:class:`.spillfiles.Files`), mapped back; the frontier (a running maximum) made a
+    piece at a time with the maximum carried.  The same values as the arrays :func:`_ops` makes; the
+    passes give back the mapped pages a piece at a time.  None when the files cannot be made."""
+    from .spillfiles import Files
+
+    seq = np.concatenate([p["seq"] for p in parts]) if len(parts) > 1 else parts[0]["seq"]
+    o = None if len(parts) == 1 and ascending(seq) else np.argsort(seq, kind="stable")
+    del seq
+    try:
+        files = Files("pyinterpose-clock-")
+    except OSError:
+        return None
+    try:
+        for k, name in zip(cols, ("seq", "t", "start", "end", "stream")):
+            a = np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k]
+            if o is not None:
+                a = a[o]
+            a = a.astype(np.uint64, copy=False).view(np.int64) if k == "stream" else a.astype(np.int64, copy=False)
+            files.add_column(name, np.int64)
+            files.append(name, a)
+            for p in parts:
+                release(p[k])
+            del a
+        del o
+        m = files.finish()
+        files = Files("pyinterpose-clock-")
+        files.add_column("frontier", np.int64)
+        carry = None
+        for lo, hi in spans(len(m["seq"]), piece_rows()):
+            s_, e_ = m["start"][lo:hi], m["end"][lo:hi]
+            f = np.maximum.accumulate(np.where((s_ >= 0) & (e_ >= s_), e_, -1))
+            if carry is not None:
+                np.maximum(f, carry, out=f)
+            carry = f[-1]
+            files.append("frontier", f)
+            for c in ("start", "end"):
+                release(m[c], lo, hi)
+        m["frontier"] = files.finish()["frontier"]
+    except OSError:
+        files.abort()
+        return None
+    return Ops(m["seq"], m["t"], m["start"], m["end"], m["stream"], frontier=m["frontier"])
 
 
 def _timed_count(trace, pid: int | None) -> tuple[int, int]:

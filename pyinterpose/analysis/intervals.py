@@ -42,11 +42,15 @@ class Touches:
 
     rows: np.ndarray          # rows of trace.blocks of the process, in block_id order
     bid: np.ndarray           # int64: their block ids (ascending)
-    cnt: np.ndarray           # int64: distinct touches of each block (rows order)
     off: np.ndarray           # int64, len(rows) + 1: where each block's touches start in seq / t
     seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
     t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
     clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
+
+    @property
+    def cnt(self) -> np.ndarray:
+        """int64: distinct touches of each block (rows order), made from ``off`` when asked."""
+        return np.diff(self.off)
 
     @property
     def n_intervals(self) -> int:
@@ -113,6 +117,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     bid = all_bid[rows]
     seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
+    pages.release_all(*(b[c] for c in ("pid", "block_id", "seq_alloc", "seq_free")))  # copies taken
     a = trace.accesses
     na = len(a)
     clocks = _device_clocks(trace, pid, rows) if nb else None
@@ -145,27 +150,35 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
     cnt = np.zeros(nb, np.int64)
-    t_seq = np.empty(na, np.int64)
-    t_t = np.empty(na, np.int64)
-    n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
-                              ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t))
+    # the touches' seqs (and, on the device clock, access rows) written as int32 when they fit (C says
+    # when one does not: then int64, as the CPU clock's times always are)
+    narrow = [True, clocks is not None]
+    while True:
+        t_seq = np.empty(na, np.int32 if narrow[0] else np.int64)
+        t_t = np.empty(na, np.int32 if narrow[1] else np.int64)
+        n = lib.pi_access_touches(nb, _ptr(seq_alloc), _ptr(seq_free), na, _ptr(row), _ptr(a_seq),
+                                  ffi.NULL if a_t is None else _ptr(a_t), _ptr(cnt), _ptr(t_seq), _ptr(t_t),
+                                  int(narrow[0]), int(narrow[1]))
+        if n != -2 or not any(narrow):
+            break
+        narrow = [False, False]
     if n < 0:
         raise MemoryError("out of memory building access intervals")
     del row, a_t
     pages.release_all(a_seq, a["t"].to_numpy())
     n = int(n)
-    t_seq, t_t = _narrow(t_seq[:n]), _narrow(t_t[:n]) if clocks is not None else t_t[:n]
+    t_seq, t_t = _shrink(t_seq, n), _shrink(t_t, n)
     off = np.zeros(nb + 1, np.int64)
     np.cumsum(cnt, out=off[1:])
-    return Touches(rows=rows, bid=bid, cnt=cnt, off=off, seq=t_seq, t=t_t, clocks=clocks)
+    del cnt
+    return Touches(rows=rows, bid=bid, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
-def _narrow(x: np.ndarray) -> np.ndarray:
-    """``x`` as int32 when every value fits (seqs and access rows below 2**31: 4 bytes an access less),
-    else ``x`` itself; a piece reads its rows back as int64 (:func:`_wide`)."""
-    if len(x) and (int(x.min()) < -(1 << 31) or int(x.max()) >= 1 << 31):
-        return x
-    return x.astype(np.int32)
+def _shrink(x: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` values of ``x``: the array itself when that is most of it (a view: the heap keeps
+    the rest anyway), else a copy.  int32 when seqs and access rows fit (4 bytes an access less); a
+    piece reads its rows back as int64 (:func:`_wide`)."""
+    return x[:n] if 2 * n >= len(x) else x[:n].copy()
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -228,7 +241,7 @@ def pieces(trace: Trace, pid: int | None, size: int | None = None, columns=None,
         for c in tc.clocks.values():
             o = c.ops if c.device else None
             if o is not None:
-                read += [x for x in (o.seq, o.t, o.start, o.end, o.stream) if x is not None]
+                read += [x for x in (o.seq, o.t, o.start, o.end, o.stream, o.frontier) if x is not None]
     for r0, r1 in spans(tc, size):
         p = piece(trace, tc, r0, r1, columns)
         pages.release_all(*read)          # the pages of the mapped columns this piece read
@@ -243,7 +256,7 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
     rows = tc.rows[r0:r1]
     nb = len(rows)
     k0, k1 = int(tc.off[r0]), int(tc.off[r1])
-    cnt = np.ascontiguousarray(tc.cnt[r0:r1])
+    cnt = np.diff(tc.off[r0:r1 + 1])
     seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
@@ -303,13 +316,12 @@ def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, se
     b = trace.blocks
     a = trace.accesses
     clocks = tc.clocks
-    a_seq = a["seq"].to_numpy(np.int64)[k]
-    a_t = a["t"].to_numpy(np.int64)[k]
+    a_seq, a_t, a_pid = _gather([a[c].to_numpy() for c in ("seq", "t", "pid")], k)
+    a_seq, a_t = a_seq.astype(np.int64, copy=False), a_t.astype(np.int64, copy=False)
     a_start, a_end = a_t.copy(), a_t.copy()
     t_alloc, t_free = t_alloc.copy(), t_free.copy()
     one = len(clocks) == 1
     b_pid = None if one else b["pid"].to_numpy()[rows]
-    a_pid = a["pid"].to_numpy()[k]
     for p, c in clocks.items():
         if not c.device:
             continue
@@ -323,6 +335,27 @@ def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, se
             a_start[ma], a_end[ma] = c.op_times(a_seq[ma], a_t[ma])
     return (np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free), np.ascontiguousarray(a_start),
             np.ascontiguousarray(a_end))
+
+
+def _gather(cols: list, k: np.ndarray) -> list:
+    """``[c[k] for c in cols]`` (columns of one length).  On a column longer than a piece, read a range of
+    ``chunk_rows()`` rows at a time, each range's mapped pages given back once read: a piece's touches
+    (those of long-lived blocks) reach across the whole column, whose pages would otherwise all be
+    resident at once (~0.8 GB of the accesses' seq, t and pid at 100 M events)."""
+    n = len(cols[0]) if cols else 0
+    step = chunking.chunk_rows()
+    if n <= step:
+        return [c[k] for c in cols]
+    out = [np.empty(len(k), c.dtype) for c in cols]
+    for lo, hi in chunking.spans(n, step):
+        idx = np.flatnonzero((k >= lo) & (k < hi))
+        if len(idx):
+            kk = k[idx]
+            for c, o in zip(cols, out):
+                o[idx] = c[kk]
+        for c in cols:
+            pages.release(c, lo, hi)
+    return out
 
 
 def release_tables(trace: Trace) -> None:
@@ -372,6 +405,11 @@ def for_swap(trace: Trace, pid: int | None, min_size: int):
         yield
     finally:
         _for_swap.pop(id(trace), None)
+
+
+def swap_follows(trace: Trace) -> bool:
+    """Whether swap's problem runs next on ``trace`` (inside :func:`for_swap`): it reads the clock too."""
+    return id(trace) in _for_swap
 
 
 class SwapRows:
