@@ -444,8 +444,8 @@ typedef struct {
     double t[7];
 } taken_swap;
 
-#define PF_REC 32
-#define PF_STEP 16
+#define PF_REC 16
+#define PF_STEP 8
 
 int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
                          int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
@@ -482,16 +482,8 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
             }
             if (k + PF_STEP < nk) {
                 int64_t ip = (ph == 0 && hide_pos) ? hide_pos[k + PF_STEP] : k + PF_STEP;
-                const pi_swap_cand *cp = &cand[cand_at ? (int64_t)cand_at[ip] : ip];
-                int64_t lo = cp->lo, hi = cp->hi;
-                if (lo >= 0 && lo < hi && hi <= n_hot) {
-                    /* its first and last steps: the curve's values, and the steps' times read at the
-                     * first and last step above the target (hot_t[k1], hot_end[k2]) */
-                    __builtin_prefetch(&cv.m[0][lo]);
-                    __builtin_prefetch(&hot_t[lo]);
-                    __builtin_prefetch(&cv.m[0][hi - 1]);
-                    __builtin_prefetch(&hot_end[hi - 1]);
-                }
+                int64_t lo = cand[cand_at ? (int64_t)cand_at[ip] : ip].lo;
+                if (lo >= 0 && lo < n_hot) __builtin_prefetch(&cv.m[0][lo]);
             }
             if (curve_max_all(&cv) <= target) break;
             if (used[i]) continue;
