@@ -30,7 +30,7 @@ int pi_swap_replay(pi_swap_replay_args *a) {
     /* the model's names (swap.h): R release, ord release order, xf swaps, x_* transfers, w_* waits */
     const int64_t n_ops = a->n_ops, n_sw = a->n_swaps, n_x = a->n_transfers, n_w = a->n_waits;
     const double *R = a->release, *dur = a->dur;
-    const int64_t *sprev = a->stream_prev, *snext = a->stream_next, *ord = a->release_order;
+    const int32_t *sprev = a->stream_prev, *snext = a->stream_next, *ord = a->release_order;
     const pi_swap_xfer *xf = a->swaps;
     const int64_t *x_sw = a->transfer_swap, *x_pos = a->transfer_pos;
     const int8_t *x_dir = a->transfer_dir;
@@ -167,4 +167,12 @@ int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a) {
         if (ev_sum + sw_sum > best) best = ev_sum + sw_sum;
     }
     return best;
+}
+
+void pi_swap_search_sorted(const double *a, int64_t n_a, const double *x, int64_t n_x, int right, int64_t *out) {
+    int64_t k = 0;
+    for (int64_t j = 0; j < n_x; j++) {
+        k = gallop_bound(a, n_a, x[j], k, right);
+        out[j] = k;
+    }
 }

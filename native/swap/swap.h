@@ -81,9 +81,10 @@ typedef struct {
     int64_t n_ops;
     const double *release;             /* recorded start of each op (ns) */
     const double *dur;                 /* how long it keeps its stream */
-    const int64_t *stream_prev;        /* previous / next op on its stream (-1 none); both NULL: */
-    const int64_t *stream_next;        /*   one stream, in seq order */
-    const int64_t *release_order;      /* op indices in release order (release, seq); NULL: seq order */
+    const int32_t *stream_prev;        /* previous / next op on its stream (-1 none); both NULL: */
+    const int32_t *stream_next;        /*   one stream, in seq order */
+    const int32_t *release_order;      /* op indices in release order (release, seq); NULL: seq order */
+                                       /* (int32: fewer than 2**31 ops, checked by the caller) */
     /* the swaps */
     int64_t n_swaps;
     const pi_swap_xfer *swaps;
@@ -116,7 +117,7 @@ typedef struct {
     const int64_t *ev_d;               /* their deltas: +size (an allocation) or -size (a free) */
     int64_t n_ops;
     const double *release_sorted;      /* the ops' release times, ascending */
-    const int64_t *release_order;      /* the op at each release position; NULL: the same index */
+    const int32_t *release_order;      /* the op at each release position; NULL: the same index */
     const double *delay;               /* [n_ops], by op: how late it starts */
     int moved;                         /* 0: no op is late (no event moves) */
     int64_t n_sw;
@@ -126,6 +127,11 @@ typedef struct {
 
 /* max(0, largest sum of every delta at or before an instant), over the instants of both. */
 int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a);
+
+/* np.searchsorted(a, x, side) for needles x in ascending order: out[j] = the first k with a[k] > x[j]
+ * (right 1) or a[k] >= x[j] (right 0), a ascending (n_a values); each search gallops on from the
+ * answer before it. */
+void pi_swap_search_sorted(const double *a, int64_t n_a, const double *x, int64_t n_x, int right, int64_t *out);
 /* END CDEF */
 
 #endif

@@ -266,3 +266,169 @@ def test_access_pass_writes_the_rows_swaps_problem_makes(monkeypatch, sample, tm
         assert any(r is not None for r in seen) == on
         got[on] = row
     assert got[True] == got[False]
+
+
+def _overload_integral(st: list, live: list, budget: int, x: float) -> float:
+    """Integral of max(0, live - budget) over [st[0], x], step by step in time order (x clipped to
+    the steps; 0 before the first): the sum of each whole step's area, then the part of x's step."""
+    if x < st[0]:
+        return 0.0
+    x = min(x, st[-1])
+    total = 0.0
+    for k in range(len(live)):
+        over = float(max(live[k] - budget, 0))
+        if st[k + 1] <= x and k + 1 < len(live):
+            total += over * (st[k + 1] - st[k])
+        else:
+            return total + over * (x - st[k])
+    return total
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_wdoa_is_the_overload_integral_over_each_absence_window(seed):
+    """WDOA of every hideable candidate (made in place, issue 30) = the integral of the overload over its
+    absence window [start + t_out, end - t_in], step by step, / (peak - budget), at budgets from
+    the floor to above the peak; the others' = their DOA."""
+    p = _random_problem(np.random.default_rng(300 + seed), n_blocks=30)
+    c = p.candidates
+    st = [float(v) for v in p.steps_t.astype(np.float64)]
+    live = [int(v) for v in p.live]
+    peak = p.peak_before
+    positive = 0
+    for budget in sorted({p.floor, p.default_budget, (p.floor + peak) // 3, peak - 1, peak}):
+        got = swap.wdoa(p, budget)
+        for j in range(len(c)):
+            doa = float(c["doa_ns"].iat[j])
+            if not doa >= 0 or peak - budget <= 0:
+                assert got[j] == (doa if doa < 0 else 0.0)
+                continue
+            a = float(c["start_t"].iat[j]) + float(c["t_out_ns"].iat[j])
+            b = float(c["end_t"].iat[j]) - float(c["t_in_ns"].iat[j])
+            want = (_overload_integral(st, live, budget, b) - _overload_integral(st, live, budget, min(a, b))) \
+                / (peak - budget)
+            assert got[j] == pytest.approx(want, rel=1e-12, abs=1e-9)
+            positive += want > 0
+    assert positive > 0          # some window does see memory above a budget
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replay_search_is_numpys_searchsorted(monkeypatch, seed):
+    """replay._search (sorted needles, each search galloping on in C) = np.searchsorted, element for
+    element, on both sides, with ties, needles before and after every value, sorted and not; and a
+    replay with every search through it equals the independent replay reference."""
+    from test_swap import _reference_replay
+
+    rng = np.random.default_rng(400 + seed)
+    a = np.sort(rng.integers(0, 50, size=int(rng.integers(1, 300))).astype(np.float64))
+    x = rng.integers(-5, 56, size=int(rng.integers(1, 500))).astype(np.float64) + rng.choice([0.0, 0.5], 1)
+    monkeypatch.setattr(replay_mod, "SEARCH_MIN", 0)
+    for needles in (x, np.sort(x), np.sort(x)[::-1].copy()):
+        for side in ("left", "right"):
+            want = [int(np.sum(a < v)) if side == "left" else int(np.sum(a <= v)) for v in needles]
+            got = replay_mod._search(a, needles, side)
+            assert got.dtype == np.int64 and got.tolist() == want
+    p = _random_problem(np.random.default_rng(500 + seed), n_blocks=30)
+    sched, cand = schedule_with_candidates(p, order(p, "doa", p.floor), "budget", p.floor)
+    rp = replay_mod.replay(p, sched, cand)
+    ref = _reference_replay(p, sched)
+    assert len(sched) > 0
+    assert rp.slowdown_ns == pytest.approx(ref["slowdown"], abs=1e-6)
+    assert rp.peak_after == ref["peak"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_pareto_two_at_a_time_equals_one_at_a_time(monkeypatch, seed):
+    """The sweep on a long trace two budgets at a time (the lowest beside the highest) gives every point
+    of the sweep one budget at a time, in budget order; and the report's order of work (sweep, then
+    evaluation) gives the evaluation of a fresh problem."""
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    got = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(swap, "LONG_WORKERS", workers)
+        monkeypatch.setattr(swap, "SWEEP_WORKERS", workers)
+        p = _random_problem(np.random.default_rng(600 + seed), n_blocks=40)
+        budgets = sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 7)})
+        sweep = swap.pareto(None, problem=p, budgets=budgets)
+        got[workers] = (sweep, swap.evaluate(None, problem=p))
+    want = []
+    for b in budgets:
+        p = _random_problem(np.random.default_rng(600 + seed), n_blocks=40)
+        r = swap.run_strategy(p, "vote", "budget", b).as_dict()
+        want.append((b, r["peak_after"], r["swaps"], r["stall_seconds"]))
+    assert [(pt["budget"], pt["peak_after"], pt["swaps"], pt["stall_seconds"]) for pt in got[2][0]] == want
+    assert got[2] == got[1]
+    assert got[2][1] == swap.evaluate(None, problem=_random_problem(np.random.default_rng(600 + seed), n_blocks=40))
+    assert sum(pt["swaps"] for pt in got[2][0]) > 0
+
+
+def test_paired_budgets_take_each_once_lowest_beside_highest():
+    assert swap._paired(0) == []
+    assert swap._paired(1) == [0]
+    assert swap._paired(7) == [0, 6, 1, 5, 2, 4, 3]
+    assert swap._paired(8) == [0, 7, 1, 6, 2, 5, 3, 4]
+
+
+def test_long_sweep_schedules_one_at_a_time(monkeypatch):
+    """On a long trace, of the sweep's two threads (SWEEP_WORKERS forced to 2) one schedules at a time
+    (run_strategy's slot): the other's orders and replays go on beside it."""
+    import os
+    import sys
+    import threading
+    import time
+
+    sched_mod = sys.modules["pyinterpose.analysis.swap.schedule"]
+    real = sched_mod.schedule_with_candidates
+    state = {"now": 0, "most": 0, "threads": set()}
+    lock = threading.Lock()
+
+    def counted(*a, **k):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+            state["threads"].add(threading.get_ident())
+        try:
+            time.sleep(0.02)
+            return real(*a, **k)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(sched_mod, "schedule_with_candidates", counted)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    monkeypatch.setattr(swap, "LONG_WORKERS", 2)
+    monkeypatch.setattr(swap, "SWEEP_WORKERS", 2)
+    p = _random_problem(np.random.default_rng(700), n_blocks=40)
+    swap.pareto(None, problem=p, budgets=sorted({int(b) for b in np.linspace(p.floor, p.peak_before, 8)}))
+    assert state["most"] == 1
+    assert len(state["threads"]) == 2
+
+
+def test_long_evaluation_runs_on_the_workers_asked_for(monkeypatch):
+    """On a long trace the evaluation runs on LONG_WORKERS threads, or on the caller's alone with
+    long_workers=1 (the report's), with the same results."""
+    import os
+    import sys
+    import threading
+
+    sched_mod = sys.modules["pyinterpose.analysis.swap.schedule"]
+    real = sched_mod.schedule_with_candidates
+    seen = []
+
+    def recorded(*a, **k):
+        seen.append(threading.get_ident())
+        return real(*a, **k)
+
+    monkeypatch.setattr(sched_mod, "schedule_with_candidates", recorded)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    monkeypatch.setattr(swap, "LONG_WORKERS", 2)
+    one = swap.evaluate(None, problem=_random_problem(np.random.default_rng(800), n_blocks=40), long_workers=1)
+    assert set(seen) == {threading.get_ident()} and len(seen) == 12
+    seen.clear()
+    two = swap.evaluate(None, problem=_random_problem(np.random.default_rng(800), n_blocks=40))
+    assert threading.get_ident() not in seen and len(seen) == 12
+    assert one == two

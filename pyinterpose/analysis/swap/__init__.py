@@ -203,14 +203,15 @@ def _bandwidth_arg(trace, bandwidth, latency_us) -> Bandwidth:
 def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
             strategies=None, modes=MODES, min_size: int = MIN_SIZE, pid: int | None = None,
             latency_us: float | None = None, problem: SwapProblem | None = None,
-            schedules: bool = True) -> SwapEvaluation:
+            schedules: bool = True, long_workers: int | None = None) -> SwapEvaluation:
     """Every strategy in every mode on one process of ``trace``.  ``bandwidth``: a
     :class:`Bandwidth`, GB/s, or None (resolved: cached measurement, then NVML).
     ``modes``: the modes to run (default both), each for every strategy.
     ``problem``: a prepared problem (:func:`problem_for`) to use instead of preparing one
     (``bandwidth``, ``min_size``, ``pid`` and ``latency_us`` are then those it was prepared with).
     ``schedules=False``: each result keeps only its swaps' sizes (what ``as_dict`` reads), not
-    the whole schedule (at 10 M events ~20 MB a run)."""
+    the whole schedule (at 10 M events ~20 MB a run).
+    ``long_workers``: how many runs at a time on a long trace (None: ``LONG_WORKERS``)."""
     strategies = list(strategies or STRATEGIES)
     for m in modes:
         if m not in MODES:
@@ -234,13 +235,14 @@ def analyse(trace, bandwidth: Bandwidth | float | None = None, budget: int | Non
     runs = [(s, m, b if (m == "budget" or budget is not None) else None) for s in strategies for m in modes]
     # budget mode is compared with no-overhead (never stalls): run that too when not asked for
     extra = [(s, "no-overhead", None) for s in strategies] if "budget" in modes and "no-overhead" not in modes else []
-    done = _run_all(problem, runs + extra, schedules=schedules)
+    done = _run_all(problem, runs + extra, schedules=schedules, long_workers=long_workers)
     results = done[:len(runs)]
     free_of = {r.strategy: r for r in done if r.mode == "no-overhead"}
     return SwapEvaluation(problem, b, src, no_worse(results, free_of))
 
 
-def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) -> list[SwapResult]:
+def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
+             long_workers: int | None = None) -> list[SwapResult]:
     """run_strategy for each (strategy, mode, budget), in order.  The runs are independent
     and the C scheduler releases the GIL, so they share the machine's cores (two threads at
     most: each holds its own copy of the curve and the links).  What the runs share is made
@@ -265,7 +267,8 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
     if any(k[0] == "vote" for k in needed):
         _prime_votes(problem)
     if len(problem.candidates) > LONG_CANDIDATES:
-        return _run_long(problem, runs, keys, shared, workers, run, needed)
+        return _run_long(problem, runs, keys, shared,
+                         min(workers, LONG_WORKERS if long_workers is None else long_workers), run, needed)
     keys = [k for k in keys if k in needed]
     try:
         if workers <= 1:
@@ -290,10 +293,18 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True) ->
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
-# ... and runs them on this many threads: each run holds the scheduler's curve and links, its
-# visiting order and its replay (~0.4 GB a thread at 30 M events, measured: 1946 -> 1537 MiB peak
-# with one; 30.5 -> 44.4 s), so on a long trace one at a time (issue 30: memory first).
+# ... and runs them on this many threads: one at a time (issue 30: memory first).  Two (the C scheduler
+# releases the GIL; the budget-mode runs share the default budget's packed input, made before the
+# threads, so a second run adds its order, the scheduler's curve and links and its replay) took the swap
+# command at 100 M events from ~55 s to 45 s at load 1.5, but peaked at 3938, 3999 and 4112 MiB in three
+# runs against 3656-3722 one at a time: over 4 GiB in one.  One of the two scheduling at a time
+# (run_strategy's slot) kept it at 3732-3833 MiB and took one thread's time (55-59 s).
 LONG_WORKERS = 1
+# ... and the sweep's budgets on this many threads (pareto), one at a time: each budget makes its own
+# packed input (its hot steps and their candidates' records, ~0.7 GB at 100 M events), and two at a
+# time the report peaked at 4773 MiB at 100 M events, 4393 with one of them scheduling at a time (the
+# slot in pareto), against 3631 MiB for its swap work one budget at a time (its sweep 48 -> 22-25 s).
+SWEEP_WORKERS = 1
 
 
 def _order_key(problem: SwapProblem, run: tuple) -> tuple:
@@ -334,9 +345,10 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
     try:
         for t in shared:
             problem.memo[("packed", t)] = _pack(problem, t)
-        if min(workers, LONG_WORKERS) <= 1:
+        if workers <= 1:
             return [one(r) for r in runs]
-        with ThreadPoolExecutor(max_workers=min(workers, LONG_WORKERS)) as ex:
+        _cand_arrays(problem)   # what every run reads, made once before the threads
+        with ThreadPoolExecutor(max_workers=workers) as ex:
             return list(ex.map(one, runs))
     finally:
         for t in shared:
@@ -366,11 +378,13 @@ def _prime_votes(problem: SwapProblem) -> None:
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
              strategies=None, min_size: int = MIN_SIZE, pid: int | None = None,
-             latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES) -> dict:
-    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``: see :func:`analyse`)."""
+             latency_us: float | None = None, problem: SwapProblem | None = None, modes=MODES,
+             long_workers: int | None = None) -> dict:
+    """The ``pyinterpose swap --json`` object for ``trace`` (``problem``, ``modes``, ``long_workers``: see
+    :func:`analyse`)."""
     return analyse(trace, bandwidth=bandwidth, budget=budget, strategies=strategies, modes=modes,
                    min_size=min_size, pid=pid, latency_us=latency_us, problem=problem,
-                   schedules=False).as_dict()
+                   schedules=False, long_workers=long_workers).as_dict()
 
 
 def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "vote",
@@ -388,14 +402,35 @@ def pareto(trace, bandwidth: Bandwidth | float | None = None, strategy: str = "v
     if strategy == "vote":
         _prime_votes(problem)
     workers = min(2, os.cpu_count() or 1, len(budgets))
-    if len(problem.candidates) > LONG_CANDIDATES:
-        # a long trace: one budget at a time, as the runs of analyse (LONG_WORKERS; issue 30: the
-        # report's sweep on two threads peaked at 4794 MiB at 100 M events, on one at ~3900)
-        workers = min(workers, LONG_WORKERS)
+    long = len(problem.candidates) > LONG_CANDIDATES
+    if long:
+        # a long trace: SWEEP_WORKERS budgets at a time
+        workers = min(workers, SWEEP_WORKERS)
     if workers <= 1:
         return [_pareto_point(problem, strategy, b) for b in budgets]
+    _cand_arrays(problem)       # what every run reads, made once before the threads
+    # the lowest budget (the most steps above it: the largest scheduler input) is run beside the
+    # highest, the next lowest beside the next highest...: the two runs held at once are a large
+    # and a small one (issue 30: on a long trace two at a time, the peak is the pair's)
+    paired = _paired(len(budgets))
+    slot = threading.Lock() if long else None       # a long trace: one run schedules at a time (run_strategy)
     with ThreadPoolExecutor(max_workers=workers) as ex:      # the C scheduler releases the GIL
-        return list(ex.map(lambda b: _pareto_point(problem, strategy, b), budgets))
+        points = list(ex.map(lambda k: _pareto_point(problem, strategy, budgets[k], slot), paired))
+    out = [None] * len(budgets)
+    for k, pt in zip(paired, points):
+        out[k] = pt
+    return out
+
+
+def _paired(n: int) -> list[int]:
+    """0, n-1, 1, n-2, ...: every index once, the lowest and the highest left next to each other."""
+    lo, hi, out = 0, n - 1, []
+    while lo <= hi:
+        out.append(lo)
+        if hi != lo:
+            out.append(hi)
+        lo, hi = lo + 1, hi - 1
+    return out
 
 
 def _pareto_budgets(problem: SwapProblem, budgets, n: int) -> list[int]:
@@ -404,11 +439,11 @@ def _pareto_budgets(problem: SwapProblem, budgets, n: int) -> list[int]:
     return [int(b) for b in budgets]
 
 
-def _pareto_point(problem: SwapProblem, strategy: str, b: int) -> dict:
+def _pareto_point(problem: SwapProblem, strategy: str, b: int, slot=None) -> dict:
     """One point of :func:`pareto`.  The budget's order, scores and schedule are let go once the
     point is made (at 10 M events ~50 MB a budget), except the default budget's, which the
     other runs share."""
-    d = run_strategy(problem, strategy, "budget", b).as_dict()
+    d = run_strategy(problem, strategy, "budget", b, slot=slot).as_dict()
     if b != problem.default_budget:
         _forget_budget(problem, b)
     return {"budget": b, "peak_after": d["peak_after"], "stall_seconds": d["stall_seconds"],

@@ -34,14 +34,17 @@ peak after is the planned one, computed without re-sorting).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from ..search import searchsorted
+
+from ...errors import PyinterposeError
 from .problem import _peak_after
 
 TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
+OP_INDEX = np.int32   # the streams' op indices (neighbours, release order, positions): fewer than 2**31 ops
 
 
 @dataclass
@@ -68,8 +71,24 @@ def streams(problem) -> dict:
     m = problem.memo
     if "replay_streams" in m:
         return m["replay_streams"]
+    with _STREAMS:          # made once when two runs replay at once (issue 30: ~0.6 GB at 100 M events)
+        if "replay_streams" not in m:
+            m["replay_streams"] = _streams(problem)
+            # the ops' seq and stream columns are read only to make the streams (issue 30: 12 bytes
+            # an op, ~0.18 GB at 100 M events, held through every run otherwise)
+            for k in ("seq", "stream"):
+                problem.ops.pop(k, None)
+    return m["replay_streams"]
+
+
+_STREAMS = threading.Lock()
+
+
+def _streams(problem) -> dict:
     o = problem.ops
     n = len(o["seq"])
+    if n >= 2 ** 31 - 1:
+        raise PyinterposeError(f"too many compute ops for the swap replay ({n})")
     release = np.ascontiguousarray(o["start"], dtype=np.float64)
     dur = np.ascontiguousarray(o["dur"], dtype=np.float64)
     stream = np.asarray(o["stream"])              # its own integer type (int32): only compared
@@ -82,23 +101,21 @@ def streams(problem) -> dict:
         same = np.flatnonzero(stream[by[1:]] == stream[by[:-1]])
         a, b = by[:-1][same], by[1:][same]
         del by, same
-        sprev = np.full(n, -1, np.int64)
+        sprev = np.full(n, -1, OP_INDEX)          # int32 (issue 30: kept per problem, 15 M ops at 100 M events)
         sprev[b] = a
-        snext = np.full(n, -1, np.int64)
+        snext = np.full(n, -1, OP_INDEX)
         snext[a] = b
         del a, b
     if n < 2 or (release[1:] >= release[:-1]).all():        # already in release order (the CPU clock)
         ord_ = pos = None
         release_sorted = release
     else:
-        ord_ = np.lexsort((o["seq"], release)).astype(np.int64, copy=False)
-        pos = np.empty(n, np.int64)
-        pos[ord_] = np.arange(n, dtype=np.int64)
+        ord_ = np.lexsort((o["seq"], release)).astype(OP_INDEX)
+        pos = np.empty(n, OP_INDEX)
+        pos[ord_] = np.arange(n, dtype=OP_INDEX)
         release_sorted = release[ord_]
-    st = {"n": n, "release": release, "dur": dur, "sprev": sprev, "snext": snext, "ord": ord_, "pos": pos,
-          "release_sorted": release_sorted}
-    m["replay_streams"] = st
-    return st
+    return {"n": n, "release": release, "dur": dur, "sprev": sprev, "snext": snext, "ord": ord_, "pos": pos,
+            "release_sorted": release_sorted}
 
 
 def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
@@ -126,7 +143,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     def last_released(t):                 # the last op released by t (-1 none)
         if not n:
             return np.full(len(t), -1)
-        k = searchsorted(rs, t, side="right") - 1   # the keys come in schedule order: searched sorted
+        k = _search(rs, t, side="right") - 1   # the keys come in schedule order: searched sorted
         return np.where(k >= 0, op_at(np.maximum(k, 0)), -1)
 
     xfers = np.empty(n_sw, dtype=[("out_start", np.float64), ("in_start", np.float64), ("t_out", np.float64),
@@ -141,11 +158,11 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     x_sw = np.concatenate([np.arange(n_sw), np.arange(n_sw)]).astype(np.int64)
     xo = np.lexsort((x_dir, key))
     key, x_dir, x_sw = key[xo], x_dir[xo], x_sw[xo]
-    x_pos = np.searchsorted(rs, key, side="right").astype(np.int64)
+    x_pos = _search(rs, key, side="right")
     # waits: the next access for the swap-in; in budget mode the op where the program pauses
     # (the first released at the early free) for the swap-out
     gated = np.flatnonzero(out_end - free_t > TOL_NS)
-    g_pos = np.searchsorted(rs, free_t[gated], side="left")
+    g_pos = _search(rs, free_t[gated], side="left")
     ok = g_pos < n
     has_q = np.flatnonzero(next_op >= 0)
     q_pos = next_op[has_q] if st["pos"] is None else st["pos"][next_op[has_q]]
@@ -162,7 +179,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         return ffi.cast(kind, a.ctypes.data) if len(a) else ffi.NULL
 
     def opt(a):
-        return ffi.NULL if a is None else ptr("int64_t *", a)
+        return ffi.NULL if a is None else ptr("int32_t *", a)
 
     args = ffi.new("pi_swap_replay_args *", {
         "n_ops": n, "release": ptr("double *", st["release"]), "dur": ptr("double *", st["dur"]),
@@ -187,6 +204,34 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
                   float(args.slowdown), peak, int(len(late)))
 
 
+# below this many needles np.searchsorted is used as it is (sorting them costs more than it saves)
+SEARCH_MIN = 1 << 12
+
+
+def _search(a: np.ndarray, x: np.ndarray, side: str) -> np.ndarray:
+    """``np.searchsorted(a, x, side=side)`` as int64, element for element (``a``: ascending float64,
+    the ops' release times): the needles in ascending order (sorted first when they are not), each
+    search galloping on from the answer before it, in C (``pi_swap_search_sorted``).  Issue 30: at
+    100 M events a replay searched ~1.4 M times into 15 M release times, each a binary search
+    from the top of the array that missed the cache at nearly every step (~0.3 s a replay)."""
+    x = np.asarray(x)
+    if len(x) < SEARCH_MIN or x.dtype != np.float64 or a.dtype != np.float64 or not np.isfinite(x).all():
+        return np.searchsorted(a, x, side=side).astype(np.int64, copy=False)
+    from ..._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
+
+    a = np.ascontiguousarray(a)
+    order = None if not (x[1:] < x[:-1]).any() else np.argsort(x, kind="stable")
+    xs = np.ascontiguousarray(x if order is None else x[order])
+    got = np.empty(len(xs), np.int64)
+    lib.pi_swap_search_sorted(ffi.cast("double *", a.ctypes.data), len(a), ffi.cast("double *", xs.ctypes.data),
+                              len(xs), 1 if side == "right" else 0, ffi.cast("int64_t *", got.ctypes.data))
+    if order is None:
+        return got
+    out = np.empty(len(xs), np.int64)
+    out[order] = got
+    return out
+
+
 def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
                    realloc_t: np.ndarray) -> int:
     """Peak of live bytes on the replayed timeline (module docstring, "Peak after").
@@ -209,14 +254,14 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     sw_t, sw_d = np.ascontiguousarray(sw_t[so]), np.ascontiguousarray(sw_d[so])
     n_ops = int(st["n"])
     rs = np.ascontiguousarray(st["release_sorted"], dtype=np.float64)
-    ord_ = None if st["ord"] is None else np.ascontiguousarray(st["ord"], dtype=np.int64)
+    ord_ = None if st["ord"] is None else np.ascontiguousarray(st["ord"], dtype=OP_INDEX)
     delay = np.ascontiguousarray(delay, dtype=np.float64)
 
     def ptr(kind, x):
         return ffi.NULL if x is None or not len(x) else ffi.cast(kind, x.ctypes.data)
     args = ffi.new("pi_swap_peak_args *", {
         "n_ev": len(ev_t), "ev_t": ptr("int64_t *", ev_t), "ev_d": ptr("int64_t *", ev_d),
-        "n_ops": n_ops, "release_sorted": ptr("double *", rs), "release_order": ptr("int64_t *", ord_),
+        "n_ops": n_ops, "release_sorted": ptr("double *", rs), "release_order": ptr("int32_t *", ord_),
         "delay": ptr("double *", delay), "moved": bool(n_ops and len(delay) and delay.any()),
         "n_sw": len(sw_t), "sw_t": ptr("double *", sw_t), "sw_d": ptr("int64_t *", sw_d)})
     return int(lib.pi_swap_replayed_peak(args))

@@ -2,6 +2,7 @@
 schedule, validate, replay."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,9 +118,11 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     record).  :func:`_run_all` keeps it in ``problem.memo`` while several runs share a target."""
     live = problem.live
     hot = live > target
-    hot_k = np.flatnonzero(hot)
-    hot_before = np.zeros(len(live) + 1, np.int64)
-    np.cumsum(hot, out=hot_before[1:])
+    # hot steps before each step: int32 (the scheduler takes fewer than 2**31 steps; issue 30: half
+    # the bytes of this array and of each candidate's lo and hi below)
+    idx_t = np.int32 if len(live) < 2 ** 31 - 1 else np.int64
+    hot_before = np.zeros(len(live) + 1, idx_t)
+    np.cumsum(hot, dtype=idx_t, out=hot_before[1:])
     lo_iv, hi_iv = _iv_steps(problem)
     a = _cand_arrays(problem)
     lo = np.take(hot_before, lo_iv)
@@ -127,20 +130,28 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     del hot_before
     has_hot = hi > lo
     # records of the candidates with a hot step only (the others are never visited), and where
-    # each candidate's record is (-1: none): issue 30, 48 bytes for those only
+    # each candidate's record is (-1: none): issue 30, 48 bytes for those only.  Each field is
+    # filled from one temporary at a time, and the hot steps are listed once the candidates' ranges
+    # are let go (issue 30: at 100 M events ~0.3 GB less at the pack's peak)
     keep = np.flatnonzero(has_hot)
     rec = np.empty(len(keep), dtype=CAND_DTYPE)
-    rec["start"], rec["end"] = _times(problem, keep)
+    c = problem.candidates
+    for k, col in (("start", "start_t"), ("end", "end_t")):
+        rec[k] = c[col].to_numpy()[keep]        # as _times: the column's values as float64
     for k in ("t_out", "t_in", "size"):
         rec[k] = a[k][keep]
     rec["lo"] = lo[keep]
+    del lo
     rec["hi"] = hi[keep]
-    del lo, hi
+    del hi
     at = np.full(len(has_hot), -1, np.int32 if len(keep) < 2 ** 31 - 1 else np.int64)
     at[keep] = np.arange(len(keep), dtype=at.dtype)
+    del keep
+    hot_k = np.flatnonzero(hot)
+    del hot
     st = _steps_f(problem)
     return {"rec": rec, "at": at, "has_hot": has_hot, "hot_t": np.take(st, hot_k),
-            "hot_end": np.take(st, hot_k + 1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
+            "hot_end": np.take(st[1:], hot_k), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
 
 
 def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
@@ -271,9 +282,14 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
     return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]
 
 
-def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None) -> SwapResult:
+def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None,
+                 slot=None) -> SwapResult:
     """Order by ``strategy``, schedule in ``mode``, validate, replay on the GPU model
-    (:mod:`.replay`): the peak after and the stall are the replay's."""
+    (:mod:`.replay`): the peak after and the stall are the replay's.  ``slot``: a lock held while
+    the run schedules (the scheduler's packed input, its curve and links: the largest part of a
+    run), so that of the runs sharing it one schedules at a time while the others make their
+    orders, validate and replay (issue 30: a long trace's runs two at a time in little more memory
+    than one)."""
 
     score_budget = problem.default_budget if budget is None else int(budget)
     target = budget if mode == "no-overhead" else score_budget
@@ -281,7 +297,8 @@ def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | N
     # order) needs no order: at 100 M events six orders and the votes' shared sorts, ~9 CPU-s of compare
     idx = _order(problem, strategy, score_budget) if _loops(problem, mode, 0 if target is None else int(target)) \
         else np.zeros(0, np.int64)
-    sched, cand = schedule_with_candidates(problem, idx, mode, target)
+    with slot if slot is not None else nullcontext():
+        sched, cand = schedule_with_candidates(problem, idx, mode, target)
     problems = validate_schedule(sched, mode, problem.bandwidth)
     if problems:
         raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
