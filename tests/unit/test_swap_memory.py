@@ -432,3 +432,25 @@ def test_long_evaluation_runs_on_the_workers_asked_for(monkeypatch):
     two = swap.evaluate(None, problem=_random_problem(np.random.default_rng(800), n_blocks=40))
     assert threading.get_ident() not in seen and len(seen) == 12
     assert one == two
+
+
+def test_the_replay_lets_go_of_the_problems_op_columns_not_the_callers():
+    """A problem built from the caller's ops (``plan --swap`` builds one and reads its ops after the
+    replay) keeps the caller's dict whole: the replay drops seq and stream from the problem's own."""
+    import os
+
+    import pyinterpose
+    from pyinterpose.analysis.access import access_intervals
+    from pyinterpose.analysis.bandwidth import Bandwidth
+    from pyinterpose.analysis.clock import clock_of
+
+    tr = pyinterpose.load(os.path.join(os.path.dirname(__file__), "..", "..", "samples", "torch-cnn-blocks.pit"))
+    ops = clock_of(tr, tr.main_pid).replay_ops()
+    mine = dict(ops)
+    bw = Bandwidth(16e9, 16e9, 0.0, "test")
+    p = swap.prepare_tables(tr.blocks, access_intervals(tr, tr.main_pid), bw, min_size=1, ops=ops)
+    sched, cand = schedule_with_candidates(p, order(p, "doa", p.default_budget), "no-overhead", None)
+    assert len(sched) > 0
+    replay_mod.replay(p, sched, cand)
+    assert "seq" not in p.ops and "stream" not in p.ops          # the problem's let go
+    assert set(ops) == set(mine) and all(ops[k] is mine[k] for k in mine)

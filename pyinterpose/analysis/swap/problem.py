@@ -186,8 +186,10 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
     label per interval row.  ``ops``: the compute streams the schedules are replayed on
     (:meth:`.clock.Clock.replay_ops`); None: one op at every interval end, one stream.
     ``clock``: the clock's JSON keys (default CPU)."""
+    # the problem's own dict of the caller's arrays: the replay lets some of its columns go once read
+    # (replay.streams), the caller's stay
     return _problem_of({"blocks": blocks, "intervals": intervals, "iteration": iteration}, bandwidth,
-                       min_size=min_size, t_end=t_end, ops=ops, clock=clock)
+                       min_size=min_size, t_end=t_end, ops=None if ops is None else dict(ops), clock=clock)
 
 
 def _narrow(x: np.ndarray) -> np.ndarray:
