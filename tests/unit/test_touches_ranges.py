@@ -43,6 +43,19 @@ def ref_touches(trace, pid, by_row: bool):
     return blk["block_id"].to_numpy(), cnt, m["seq"].to_numpy(), m["t"].to_numpy()
 
 
+def _same_as_reference(tr, pid) -> bool:
+    """The touches of ``pid`` equal the reference's; whether they are by access row (the device clock)."""
+    tc = intervals.touches(tr, pid)
+    by_row = tc.clocks is not None
+    bid, cnt, seq, t = ref_touches(tr, pid, by_row=by_row)
+    assert len(seq) > 0
+    assert np.array_equal(tc.bid, bid)
+    assert np.array_equal(tc.cnt, cnt)
+    assert np.array_equal(np.asarray(tc.seq, np.int64), seq)
+    assert np.array_equal(np.asarray(tc.t, np.int64), t)
+    return by_row
+
+
 @pytest.mark.parametrize("sample", SAMPLES)
 @pytest.mark.parametrize("rows", ["1", "7", "1000", None])
 def test_touches_in_ranges_are_the_reference(monkeypatch, sample, rows):
@@ -53,13 +66,7 @@ def test_touches_in_ranges_are_the_reference(monkeypatch, sample, rows):
     tr = pyinterpose.load(os.path.join(ROOT, "samples", sample))
     pids = sorted({int(p) for p in tr.blocks["pid"].to_numpy()})
     for pid in pids + [None]:
-        tc = intervals.touches(tr, pid)
-        bid, cnt, seq, t = ref_touches(tr, pid, by_row=tc.clocks is not None)
-        assert len(seq) > 0
-        assert np.array_equal(tc.bid, bid)
-        assert np.array_equal(tc.cnt, cnt)
-        assert np.array_equal(np.asarray(tc.seq, np.int64), seq)
-        assert np.array_equal(np.asarray(tc.t, np.int64), t)
+        _same_as_reference(tr, pid)
 
 
 def _synthetic():
@@ -86,12 +93,5 @@ def test_touches_in_ranges_on_synthetic_traces(monkeypatch, rows):
     kinds = set()
     for tr in _synthetic():
         for pid in sorted({int(p) for p in tr.blocks["pid"].to_numpy()}) + [None]:
-            tc = intervals.touches(tr, pid)
-            kinds.add(tc.clocks is not None)
-            bid, cnt, seq, t = ref_touches(tr, pid, by_row=tc.clocks is not None)
-            assert len(seq) > 0
-            assert np.array_equal(tc.bid, bid)
-            assert np.array_equal(tc.cnt, cnt)
-            assert np.array_equal(np.asarray(tc.seq, np.int64), seq)
-            assert np.array_equal(np.asarray(tc.t, np.int64), t)
+            kinds.add(_same_as_reference(tr, pid))
     assert kinds == {True, False}          # both kinds of touch (CPU time, access row) checked
