@@ -102,18 +102,7 @@ def test_spilled_equals_the_reference(monkeypatch, rows):
     monkeypatch.setattr(access_spill, "quantile_summaries", lambda *a: spilled.append(1) or real(*a))
     nocache = os.devnull + ".none"
     tr, _ = ref.training_trace(steps=20, layers=4, warmup=1, noise=0.1, seed=5)
-    ref.check(tr, bandwidth=12.0, cache_path=nocache)
-    ref.check(ref.with_host_blocks(tr, 7), bandwidth=10.0, cache_path=nocache, ati_quantile=0.5, size_quantile=0.3)
-    ref.check(ref.random_blocks_trace(11, nb=3000, host_frac=0.5), bandwidth=5.0, cache_path=nocache)
-    b = tr.blocks.copy()
-    b.loc[b.index[5:9], "block_id"] = int(b["block_id"].iloc[4])          # ids repeated
-    b.loc[b.index[5:9], "size"] = [1 << 20, 3 << 20, 5, 1 << 22]        # ... with sizes of their own
-    ref.check(ref._rebuild(tr, b), bandwidth=12.0, cache_path=nocache, size_quantile=0.1, ati_quantile=0.1)
-    tr2 = ref.with_second_process(tr)
-    for pid in tr2.pids:
-        ref.check(tr2, pid=pid, bandwidth=20.0, cache_path=nocache)
-    ref.check(ref.with_device_clock(tr, seed=3, untimed=0.1), bandwidth=12.0, cache_path=nocache, top=1000)
-    ref.check(ref.with_repeated_touches(tr), bandwidth=1.0, cache_path=nocache)
+    ref.check_variants(tr, nocache)
     assert len(spilled) == 8
 
 

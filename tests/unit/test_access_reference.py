@@ -17,6 +17,7 @@ real-GPU traces.  ``test_intervals_table_same_as_reference`` compares the interv
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -351,6 +352,25 @@ def _rebuild(tr: Trace, blocks: pd.DataFrame, accesses: pd.DataFrame | None = No
     acc = tr.accesses if accesses is None else accesses
     return Trace.from_tables(blocks=blocks[keep].reset_index(drop=True), accesses=acc,
                              launches=tr.launches if launches is None else launches, meta=tr.meta)
+
+
+def check_variants(tr: Trace, nocache: str) -> None:
+    """:func:`check` on ``tr`` and the variants each path of the analysis must handle: host blocks, random
+    blocks, block ids repeated with sizes of their own, a second process, the device clock, repeated
+    touches (eight analyses)."""
+    ref = sys.modules[__name__]
+    ref.check(tr, bandwidth=12.0, cache_path=nocache)
+    ref.check(ref.with_host_blocks(tr, 7), bandwidth=10.0, cache_path=nocache, ati_quantile=0.5, size_quantile=0.3)
+    ref.check(ref.random_blocks_trace(11, nb=3000, host_frac=0.5), bandwidth=5.0, cache_path=nocache)
+    b = tr.blocks.copy()
+    b.loc[b.index[5:9], "block_id"] = int(b["block_id"].iloc[4])          # ids repeated
+    b.loc[b.index[5:9], "size"] = [1 << 20, 3 << 20, 5, 1 << 22]        # ... with sizes of their own
+    ref.check(ref._rebuild(tr, b), bandwidth=12.0, cache_path=nocache, size_quantile=0.1, ati_quantile=0.1)
+    tr2 = ref.with_second_process(tr)
+    for pid in tr2.pids:
+        ref.check(tr2, pid=pid, bandwidth=20.0, cache_path=nocache)
+    ref.check(ref.with_device_clock(tr, seed=3, untimed=0.1), bandwidth=12.0, cache_path=nocache, top=1000)
+    ref.check(ref.with_repeated_touches(tr), bandwidth=1.0, cache_path=nocache)
 
 
 def with_host_blocks(tr: Trace, every: int, seed: int = 0) -> Trace:
