@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from ..trace import chunking, pages
-from ..trace.colcache import load_npy
 from ..trace.model import Trace
 from .clock import clock_of
+from .spillfiles import Files
 
 INTERVAL_KINDS = ["alloc_to_first", "between", "last_to_free", "unaccessed"]
 INTERVAL_COLUMNS = ["block_id", "pid", "size", "start_t", "end_t", "start_seq", "end_seq",
@@ -497,13 +497,10 @@ class SwapRows:
     columns = SWAP_ROWS_COLUMNS + ("kind",)
 
     def __init__(self, spec: dict):
-        import tempfile
-
-        from ..trace.colcache import NpyAppender
-
         self.spec, self.code = spec, INTERVAL_KINDS.index(SWAP_ROWS_KIND)
-        self.folder = tempfile.mkdtemp(prefix="pyinterpose-swaprows-")
-        self.files = {c: NpyAppender(f"{self.folder}/{c}.npy", np.int64) for c in SWAP_ROWS_COLUMNS}
+        self.out = Files("pyinterpose-swaprows-")
+        for c in SWAP_ROWS_COLUMNS:
+            self.out.add_column(c, np.int64)
 
     @classmethod
     def wanted(cls, trace: Trace, pid: int | None) -> "SwapRows | None":
@@ -521,30 +518,18 @@ class SwapRows:
         keep = p["kind"] == self.code
         keep &= p["size"] >= max(1, self.spec["min_size"])
         for c in SWAP_ROWS_COLUMNS:
-            self.files[c].append(p[c][keep])
+            self.out.append(c, p[c][keep])
 
     def finish(self) -> None:
-        """The rows written, mapped back (the files removed: they live on while mapped)."""
-        import shutil
-
+        """The rows written, mapped back (the files removed: they live on while mapped); none when they
+        cannot be (swap's problem then makes its own)."""
         try:
-            names = {c: f.close() for c, f in self.files.items()}
-            self.spec["rows"] = {c: load_npy(f"{self.folder}/{n}", "c")
-                                 for c, n in names.items()}
+            self.spec["rows"] = self.out.finish()
         except OSError:
             pass
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
 
     def abort(self) -> None:
-        import shutil
-
-        for f in self.files.values():
-            try:
-                f.f.close()
-            except OSError:
-                pass
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.out.abort()
 
 
 def swap_rows(trace: Trace, pid: int | None, min_size: int) -> pd.DataFrame | None:
