@@ -49,7 +49,7 @@ def one(path: str, gbps_list, latency_us: float) -> dict:
         out.update(p.clock or {"clock": "cpu"}, peak_before=int(p.peak_before),
                    candidates=int(len(p.candidates)), swap_floor=int(p.floor),
                    swap_floor_reduction=(1 - p.floor / p.peak_before) if p.peak_before else 0.0)
-        row = {"gbps": gbps, "hideable": int((p.candidates["doa_ns"] >= 0).sum()) if len(p.candidates) else 0,
+        row = {"gbps": gbps, "hideable": int((swap.column(p, "doa_ns") >= 0).sum()) if len(p.candidates) else 0,
                "hiding_floor_reduction": (1 - swap.hiding_floor(p) / p.peak_before) if p.peak_before else 0.0,
                "strategies": {}}
         for s in swap.STRATEGIES:

@@ -215,7 +215,7 @@ def test_rank_from_a_given_order_is_pandas_rank(seed):
     assert np.array_equal(_rank_desc_min(x, o), pd.Series(x).rank(ascending=False, method="min").to_numpy())
     p = _random_problem(np.random.default_rng(70 + seed), n_blocks=30)
     _tie_order(p)
-    doa = p.candidates["doa_ns"].to_numpy(np.float64)
+    doa = swap.with_derived(p)["doa_ns"].to_numpy(np.float64)
     assert np.array_equal(_rank(p, "doa", 0), pd.Series(doa).rank(ascending=False, method="min").to_numpy())
 
 
@@ -290,7 +290,7 @@ def test_wdoa_is_the_overload_integral_over_each_absence_window(seed):
     absence window [start + t_out, end - t_in], step by step, / (peak - budget), at budgets from
     the floor to above the peak; the others' = their DOA."""
     p = _random_problem(np.random.default_rng(300 + seed), n_blocks=30)
-    c = p.candidates
+    c = swap.with_derived(p)
     st = [float(v) for v in p.steps_t.astype(np.float64)]
     live = [int(v) for v in p.live]
     peak = p.peak_before
@@ -454,3 +454,54 @@ def test_the_replay_lets_go_of_the_problems_op_columns_not_the_callers():
     replay_mod.replay(p, sched, cand)
     assert "seq" not in p.ops and "stream" not in p.ops          # the problem's let go
     assert set(ops) == set(mine) and all(ops[k] is mine[k] for k in mine)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("piece", [1, 3, 1 << 20])
+def test_derived_candidate_columns_are_their_definitions(monkeypatch, seed, piece):
+    """ati_ns, t_out_ns, t_in_ns and doa_ns are made where read (issue 30), for every row a piece at
+    a time: each value is its definition from the size, the times and the link, computed here in
+    plain Python floats (IEEE doubles, the same operations in the same order), for every row and
+    for a selection of rows."""
+    from pyinterpose.analysis.swap import problem as problem_mod
+
+    monkeypatch.setattr(problem_mod, "COLUMN_PIECE", piece)
+    from pyinterpose.analysis.bandwidth import Bandwidth
+
+    p = _random_problem(np.random.default_rng(900 + seed), n_blocks=30, bw=Bandwidth(3e9, 1e9, 1e-5, "test"))
+    c = p.candidates
+    assert not any(k in c for k in swap.DERIVED)             # not held: made where read
+    bw = p.bandwidth
+    size, start, end = (c[k].tolist() for k in ("size", "start_t", "end_t"))
+    t_out = [(bw.latency_s + float(s) / bw.d2h_bytes_per_s) * 1e9 for s in size]
+    t_in = [(bw.latency_s + float(s) / bw.h2d_bytes_per_s) * 1e9 for s in size]
+    want = {"ati_ns": [e - s for s, e in zip(start, end)], "t_out_ns": t_out, "t_in_ns": t_in,
+            "doa_ns": [float(e - s) - a - b for s, e, a, b in zip(start, end, t_out, t_in)]}
+    rows = np.arange(len(c))[::2]
+    table = swap.with_derived(p)
+    assert list(table.columns) == swap.CANDIDATE_COLUMNS
+    for k, v in want.items():
+        assert swap.column(p, k).tolist() == v
+        assert swap.column(p, k, rows).tolist() == [v[i] for i in rows]
+        assert table[k].tolist() == v
+    assert swap.column(p, "ati_ns").dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("piece", [1, 2, 5])
+def test_absence_overload_in_pieces_is_one_running_sum(monkeypatch, seed, piece):
+    """WDOA's running sum made a piece of steps at a time (issue 30) is the one cumsum of every
+    step's overload x length, bit for bit (the carry added to each piece's first term)."""
+    from pyinterpose.analysis.swap import strategies as st_mod
+
+    p = _random_problem(np.random.default_rng(950 + seed), n_blocks=30)
+    for budget in sorted({p.floor, p.default_budget, p.peak_before - 1}):
+        if budget >= p.peak_before:
+            continue
+        pts = swap._wdoa_points(p)
+        monkeypatch.setattr(st_mod, "OVERLOAD_PIECE", 1 << 30)
+        whole = swap._absence_overload(p, budget, pts[1], pts[2])
+        monkeypatch.setattr(st_mod, "OVERLOAD_PIECE", piece)
+        got = swap._absence_overload(p, budget, pts[1], pts[2])
+        assert got.tobytes() == whole.tobytes()
+        assert np.array_equal(swap.wdoa(p, budget)[pts[0]], got)

@@ -103,7 +103,7 @@ def reference_schedule(problem, idx_order, mode, budget=None):
     ``no-overhead``: target = budget, or as low as timing allows when None.
     ``budget``: keep the peak <= budget (required), counting stalls."""
     target = 0 if budget is None else int(budget)
-    c = problem.candidates
+    c = swap.with_derived(problem)
     st = problem.steps_t
     curve = _Curve(problem.live)
     d2h, h2d = _Channel(), _Channel()
@@ -242,7 +242,7 @@ def test_same_schedules_as_the_python_loop(seed):
                 got = swap.schedule(p, idx, mode, target)
                 _same(got, want)
                 swaps += len(got)
-    c = p.candidates     # a swap-out must end by the next access: some interval must hold one
+    c = swap.with_derived(p)     # a swap-out must end by the next access: some interval must hold one
     assert swaps > 0 or not (c["t_out_ns"] < c["ati_ns"]).any()
 
 
@@ -277,7 +277,7 @@ def test_empty_and_order_checks():
 
 def reference_wdoa(problem, budget):
     """swap.wdoa() as it was: the window ends searched on the steps for every budget."""
-    c = problem.candidates
+    c = swap.with_derived(problem)
     doa = c["doa_ns"].to_numpy(np.float64)
     over_peak = problem.peak_before - budget
     if over_peak <= 0 or len(c) == 0:
@@ -299,7 +299,7 @@ def reference_wdoa(problem, budget):
 
 def reference_order(problem, strategy, budget):
     """swap.order() as it was: one lexsort of every key, pandas ranks for the vote."""
-    c = problem.candidates
+    c = swap.with_derived(problem)
     if strategy == "vote":
         ranks = [pd.Series(reference_wdoa(problem, budget) if s == "wdoa" else swap.scores(problem, s, budget))
                  .rank(ascending=False, method="min").to_numpy() for s in ("doa", "aoa", "wdoa")]
@@ -354,7 +354,7 @@ def test_vote_order_across_budgets(seed, gbps):
     or above the peak; with nothing that can hide (1e-4 GB/s) and everything (1e4 GB/s)."""
     rng = np.random.default_rng(300 + seed)
     p = _problem(rng, 120, 3000, 8, Bandwidth(1e9 * gbps, 1e9 * gbps, 0.0, "r"), max_size=3)   # equal scores
-    hides = (p.candidates["doa_ns"] >= 0).to_numpy()
+    hides = (swap.with_derived(p)["doa_ns"] >= 0).to_numpy()
     for b in _vote_budgets(p):
         got = swap.order(p, "vote", b)
         assert swap._vote_order(p, b) is not None      # the per-budget merge, not the general path
@@ -373,7 +373,7 @@ def test_vote_order_across_budgets_on_gpu_traces(name):
 
     tr = pyinterpose.load(gpu_trace(name))
     p = swap.prepare(tr, Bandwidth(25e9, 25e9, 10e-6, "test"), min_size=1)
-    assert 0 < int((p.candidates["doa_ns"] >= 0).sum()) < len(p.candidates)
+    assert 0 < int((swap.with_derived(p)["doa_ns"] >= 0).sum()) < len(p.candidates)
     for b in _vote_budgets(p):
         assert swap._vote_order(p, b) is not None
         assert np.array_equal(swap.order(p, "vote", b), reference_order(p, "vote", b)), b

@@ -79,6 +79,11 @@ from .problem import (  # noqa: F401  (the public API, and names the tests read)
     _steps_f,
     _steps_inside,
     _synthetic_ops,
+    CANDIDATE_COLUMNS,
+    COLUMN_PIECE,
+    DERIVED,
+    column,
+    with_derived,
     prepare,
     prepare_tables,
 )
@@ -159,7 +164,7 @@ class SwapEvaluation:
             "budget_source": self.budget_source,
             "candidates": int(len(c)),
             "candidates_straddling_peak": int(c["straddles_peak"].sum()) if len(c) else 0,
-            "candidates_hideable": int((c["doa_ns"] >= 0).sum()) if len(c) else 0,
+            "candidates_hideable": int((column(p, "doa_ns") >= 0).sum()) if len(c) else 0,
             "notes": list(p.notes),
             "strategies": [r.as_dict() for r in self.results],
         }

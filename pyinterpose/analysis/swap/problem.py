@@ -56,6 +56,57 @@ class SwapProblem:
         return int(self.floor + (self.peak_before - self.floor) // 2)
 
 
+DERIVED = ("ati_ns", "t_out_ns", "t_in_ns", "doa_ns")   # candidate columns made from size and times
+CANDIDATE_COLUMNS = ["block_id", "size", "start_t", "end_t", "iteration", "prev_op", "next_op", *DERIVED,
+                     "straddles_peak"]
+COLUMN_PIECE = 1 << 20      # candidates at a time when a derived column is made for every one
+
+
+def column(problem: SwapProblem, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """The candidates' column ``name`` (of the rows ``rows``; every row: None).  The derived
+    columns (``DERIVED``), when the table does not hold them, are made from the size and the
+    times by the same operations as the stored ones were: ``ati_ns`` = end - start (int64),
+    ``t_out_ns`` / ``t_in_ns`` = the transfer times of the size as float64 in ns, ``doa_ns`` =
+    ati - t_out - t_in (float64); for every row a piece of ``COLUMN_PIECE`` rows at a time (no
+    temporaries of the candidates' length but the answer)."""
+    c = problem.candidates
+    if name in c or name not in DERIVED:
+        x = c[name].to_numpy()
+        return x if rows is None else x[rows]
+    if rows is not None:
+        return _derived(problem.bandwidth, name, c["size"].to_numpy()[rows],
+                        c["start_t"].to_numpy()[rows] if name in ("ati_ns", "doa_ns") else None,
+                        c["end_t"].to_numpy()[rows] if name in ("ati_ns", "doa_ns") else None)
+    size, start, end = c["size"].to_numpy(), c["start_t"].to_numpy(), c["end_t"].to_numpy()
+    n = len(size)
+    out = np.empty(n, np.int64 if name == "ati_ns" else np.float64)
+    for lo in range(0, n, COLUMN_PIECE):
+        hi = min(lo + COLUMN_PIECE, n)
+        out[lo:hi] = _derived(problem.bandwidth, name, size[lo:hi], start[lo:hi], end[lo:hi])
+    return out
+
+
+def _derived(bandwidth: Bandwidth, name: str, size: np.ndarray, start, end) -> np.ndarray:
+    """One derived column (see :func:`column`) of these rows."""
+    if name == "ati_ns":
+        return end - start
+    f = size.astype(np.float64)
+    if name == "t_out_ns":
+        return bandwidth.d2h_seconds(f) * 1e9
+    if name == "t_in_ns":
+        return bandwidth.h2d_seconds(f) * 1e9
+    # as the stored column was: the int64 ATI minus the float64 transfer times, in that order
+    return (end - start) - bandwidth.d2h_seconds(f) * 1e9 - bandwidth.h2d_seconds(f) * 1e9
+
+
+def with_derived(problem: SwapProblem) -> pd.DataFrame:
+    """A copy of the candidates with every column, the derived ones included, in
+    ``CANDIDATE_COLUMNS``' order (the public table: :func:`.strategies.candidate_table`)."""
+    c = problem.candidates
+    return pd.DataFrame({k: column(problem, k) for k in CANDIDATE_COLUMNS if k in c or k in DERIVED} |
+                        {k: c[k].to_numpy() for k in c if k not in CANDIDATE_COLUMNS}, index=c.index)
+
+
 def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
     """Index range [lo, hi) of the steps lying entirely inside [a, b) (vectorised)."""
     n = len(steps_t) - 1
@@ -254,13 +305,9 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
         "next_op": _narrow(next_op),
     }, copy=False)
     del iv, iv_size, iv_start, iv_end, iv_bid, keep, lab, prev_op, next_op
+    # ati_ns, t_out_ns, t_in_ns and doa_ns are functions of the size and the times: made where read
+    # (column(); issue 30: 32 bytes a candidate, ~0.3 GB at 100 M events, not held through the runs)
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
-    c["ati_ns"] = end - start
-    size = size_i.astype(np.float64)
-    c["t_out_ns"] = bandwidth.d2h_seconds(size) * 1e9
-    c["t_in_ns"] = bandwidth.h2d_seconds(size) * 1e9
-    del size
-    c["doa_ns"] = c["ati_ns"].to_numpy() - c["t_out_ns"].to_numpy() - c["t_in_ns"].to_numpy()
 
     peak = int(live.max()) if len(live) else 0
     lo, hi = _steps_inside(steps_t, start, end)

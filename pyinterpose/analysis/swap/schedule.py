@@ -11,7 +11,7 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
 from ..search import searchsorted
-from .problem import (MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside)
+from .problem import (COLUMN_PIECE, MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside, column)
 from .strategies import _order
 from .validate import validate_schedule
 from .replay import replay
@@ -63,16 +63,22 @@ def _iv_steps(problem: SwapProblem) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cand_arrays(problem: SwapProblem) -> dict:
-    """The candidates' columns as the scheduler reads them, once per problem: the transfer times and
-    sizes (the columns themselves) and ``hides``.  Their times as float64 are made for the rows a
-    step reads (:func:`_times`; issue 30: not kept for every candidate)."""
+    """The candidates' columns as the scheduler reads them, once per problem: the sizes (the column
+    itself) and ``hides``.  Their times as float64 and their transfer times are made for the rows a
+    step reads (:func:`_times`, :func:`.problem.column`; issue 30: not kept for every candidate)."""
     m = problem.memo
     if "cand_arrays" not in m:
         c = problem.candidates
-        a = {"t_out": c["t_out_ns"].to_numpy(np.float64), "t_in": c["t_in_ns"].to_numpy(np.float64),
-             "size": c["size"].to_numpy(np.int64)}
-        start, end = _times(problem)
-        a["hides"] = start <= end - a["t_in"] - a["t_out"]   # the C loop's own test, same expression
+        a = {"size": c["size"].to_numpy(np.int64)}
+        n = len(a["size"])
+        hides = np.empty(n, bool)
+        for lo in range(0, n, COLUMN_PIECE):        # a piece at a time: no temporaries of every candidate
+            rows = np.arange(lo, min(lo + COLUMN_PIECE, n))
+            start, end = _times(problem, rows)
+            t_out = column(problem, "t_out_ns", rows).astype(np.float64, copy=False)
+            t_in = column(problem, "t_in_ns", rows).astype(np.float64, copy=False)
+            hides[lo:lo + len(rows)] = start <= end - t_in - t_out   # the C loop's own test, same expression
+        a["hides"] = hides
         m["cand_arrays"] = a
     return m["cand_arrays"]
 
@@ -102,8 +108,11 @@ def hiding_floor(problem: SwapProblem) -> int:
             st = _steps_f(problem)
             n = len(live)
             start, end = _times(problem, h)
-            lo = np.minimum(searchsorted(st, start + a["t_out"][h], side="left"), n)
-            hi = np.clip(searchsorted(st, end - a["t_in"][h], side="right") - 1, lo, n)
+            h = np.flatnonzero(h)
+            lo = np.minimum(searchsorted(st, start + column(problem, "t_out_ns", h).astype(np.float64, copy=False),
+                                         side="left"), n)
+            hi = np.clip(searchsorted(st, end - column(problem, "t_in_ns", h).astype(np.float64, copy=False),
+                                      side="right") - 1, lo, n)
             cover = np.zeros(n + 1, np.int64)
             np.add.at(cover, lo, a["size"][h])
             np.add.at(cover, hi, -a["size"][h])
@@ -138,8 +147,9 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     c = problem.candidates
     for k, col in (("start", "start_t"), ("end", "end_t")):
         rec[k] = c[col].to_numpy()[keep]        # as _times: the column's values as float64
-    for k in ("t_out", "t_in", "size"):
-        rec[k] = a[k][keep]
+    rec["t_out"] = column(problem, "t_out_ns", keep)
+    rec["t_in"] = column(problem, "t_in_ns", keep)
+    rec["size"] = a["size"][keep]
     rec["lo"] = lo[keep]
     del lo
     rec["hi"] = hi[keep]

@@ -8,7 +8,7 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
 from ..search import searchsorted
-from .problem import (STRATEGIES, SwapProblem, _steps_f)
+from .problem import (STRATEGIES, SwapProblem, _steps_f, column, with_derived)
 
 
 # ---- scores ----------------------------------------------------------------------------
@@ -18,7 +18,7 @@ def wdoa(problem: SwapProblem, budget: int) -> np.ndarray:
     of max(0, live - budget), divided by (peak - budget).  Candidates with DOA < 0 get
     their (negative) DOA; when budget >= peak every value is 0."""
     c = problem.candidates
-    doa = c["doa_ns"].to_numpy(np.float64)
+    doa = column(problem, "doa_ns").astype(np.float64, copy=False)
     over_peak = problem.peak_before - budget
     if over_peak <= 0 or len(c) == 0:
         return np.where(doa < 0, doa, 0.0)
@@ -26,6 +26,9 @@ def wdoa(problem: SwapProblem, budget: int) -> np.ndarray:
     w = doa.copy()
     w[hides] = _absence_overload(problem, budget, pa, pb)
     return w
+
+
+OVERLOAD_PIECE = 1 << 20     # steps at a time in _absence_overload's running sum
 
 
 def _absence_overload(problem: SwapProblem, budget: int, pa, pb) -> np.ndarray:
@@ -39,15 +42,21 @@ def _absence_overload(problem: SwapProblem, budget: int, pa, pb) -> np.ndarray:
     # budget's WDOA made five arrays of the steps' length, ~0.9 GB at 100 M events; now two at a
     # time).  The same operations: max(live - budget, 0) in int64, then as float64 times the step
     # lengths, summed in order.
-    over = live - budget
-    np.maximum(over, 0, out=over)                   # overload per step
-    area = np.diff(st)
-    np.multiply(over, area, out=area)
-    del over
+    # A piece of OVERLOAD_PIECE steps at a time (issue 30: two arrays of the steps' length were
+    # the swap command's peak at 100 M events); the running sum carried from piece to piece by adding
+    # it to the piece's first term, so the sums are the sequential ones of one cumsum, bit for bit.
     cum = np.empty(n + 1, np.float64)
     cum[0] = 0.0
-    np.cumsum(area, out=cum[1:])
-    del area
+    for lo in range(0, n, OVERLOAD_PIECE):
+        hi = min(lo + OVERLOAD_PIECE, n)
+        over = live[lo:hi] - budget
+        np.maximum(over, 0, out=over)               # overload per step
+        area = np.diff(st[lo:hi + 1])
+        np.multiply(over, area, out=area)
+        del over
+        area[0] += cum[lo]
+        np.cumsum(area, out=cum[lo + 1:hi + 1])
+        del area
 
     def integral(pt):
         k, dx, before, after = pt
@@ -67,9 +76,9 @@ def _wdoa_points(problem: SwapProblem):
         c = problem.candidates
         st = _steps_f(problem)
         n = len(problem.live)
-        hides = np.flatnonzero(c["doa_ns"].to_numpy(np.float64) >= 0)
-        a = c["start_t"].to_numpy(np.float64)[hides] + c["t_out_ns"].to_numpy(np.float64)[hides]
-        b = c["end_t"].to_numpy(np.float64)[hides] - c["t_in_ns"].to_numpy(np.float64)[hides]
+        hides = np.flatnonzero(column(problem, "doa_ns").astype(np.float64, copy=False) >= 0)
+        a = c["start_t"].to_numpy()[hides].astype(np.float64) + column(problem, "t_out_ns", hides).astype(np.float64, copy=False)
+        b = c["end_t"].to_numpy()[hides].astype(np.float64) - column(problem, "t_in_ns", hides).astype(np.float64, copy=False)
 
         def points(x):
             k = np.clip(searchsorted(st, x, side="right") - 1, 0, n - 1)
@@ -82,11 +91,11 @@ def _wdoa_points(problem: SwapProblem):
 def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     """Score per candidate (higher = swap first)."""
     c = problem.candidates
-    doa = c["doa_ns"].to_numpy(np.float64)
     size = c["size"].to_numpy(np.float64)
     if strategy == "doa":
-        return doa
+        return column(problem, "doa_ns").astype(np.float64, copy=False)
     if strategy == "aoa":
+        doa = column(problem, "doa_ns").astype(np.float64, copy=False)
         return np.where(doa >= 0, doa * size, doa / np.maximum(size, 1))
     if strategy == "wdoa":
         return wdoa(problem, budget)
@@ -96,7 +105,7 @@ def scores(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     if strategy == "size":
         return size
     if strategy == "outlier":
-        return c["ati_ns"].to_numpy(np.float64) * size
+        return column(problem, "ati_ns").astype(np.float64) * size
     raise PyinterposeError(f"unknown swap strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
 
 
@@ -191,9 +200,9 @@ def _tie_order(problem: SwapProblem) -> np.ndarray:
             # the candidates are made block by block, each block's in time order: then the rows'
             # own order breaks DOA's ties as (block, start) would, and one stable sort of -DOA
             # gives the lexsort's order (issue 30: two of its three passes, ~3 s at 100 M events)
-            m["tie_order"] = _indices(np.argsort(-c["doa_ns"].to_numpy(), kind="stable"))
+            m["tie_order"] = _indices(np.argsort(-column(problem, "doa_ns"), kind="stable"))
         else:
-            m["tie_order"] = _indices(np.lexsort((start, blk, -c["doa_ns"].to_numpy())))
+            m["tie_order"] = _indices(np.lexsort((start, blk, -column(problem, "doa_ns"))))
     return m["tie_order"]
 
 
@@ -236,7 +245,7 @@ def _vote_fixed(problem: SwapProblem) -> dict | None:
         return m["vote_fixed"]
     c = problem.candidates
     n = len(c)
-    doa = c["doa_ns"].to_numpy(np.float64)
+    doa = column(problem, "doa_ns").astype(np.float64, copy=False)
     big = 3 * n + 1                     # above every rank sum (each rank <= n)
     if n == 0 or np.isnan(doa).any() or 2.0 * big * n + n >= 2.0 ** 62:
         m["vote_fixed"] = None
@@ -300,7 +309,7 @@ def candidate_table(problem: SwapProblem, budget: int | None = None) -> pd.DataF
     """The candidates with every strategy's score (``score_<strategy>``; WDOA at ``budget``,
     default half-way between floor and peak), best vote first."""
     b = problem.default_budget if budget is None else int(budget)
-    c = problem.candidates.copy()
+    c = with_derived(problem)
     for s in STRATEGIES:
         c[f"score_{s}"] = scores(problem, s, b)
     return c.iloc[order(problem, "vote", b)].reset_index(drop=True)
