@@ -121,13 +121,19 @@ int pi_swap_replay(pi_swap_replay_args *a) {
     return 0;
 }
 
+/* Event i's delta: ev_d[i], or from the running sums (ev_d NULL). */
+static inline int64_t ev_delta(const pi_swap_peak_args *a, int64_t i) {
+    if (a->ev_d) return a->ev_d[i];
+    return a->ev_cum[i] - (i ? a->ev_cum[i - 1] : 0);
+}
+
 /* The event's time on the replayed timeline before the running max: its recorded time moved by
  * its anchor op's delay (an allocation's: the first op released at or after it; a free's: the
  * last op released by it; none: not moved).  *k_lo / *k_hi: the last searches' answers (hints). */
 static double moved_time(const pi_swap_peak_args *a, int64_t i, int64_t *k_lo, int64_t *k_hi) {
     double t = (double)a->ev_t[i];
     int64_t k;
-    if (a->ev_d[i] > 0) {
+    if (ev_delta(a, i) > 0) {
         k = *k_lo = gallop_bound(a->release_sorted, a->n_ops, t, *k_lo, 0);
         if (k >= a->n_ops) return t;
     } else {
@@ -152,7 +158,8 @@ int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a) {
     while (i < n_ev || j < n_sw) {
         double tau = (i < n_ev && (j >= n_sw || te <= a->sw_t[j])) ? te : a->sw_t[j];
         while (i < n_ev && te == tau) {
-            ev_sum += a->ev_d[i++];
+            ev_sum += ev_delta(a, i);
+            i++;
             if (i < n_ev) {
                 if (moved) {
                     te = moved_time(a, i, &k_lo, &k_hi);

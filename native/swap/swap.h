@@ -114,7 +114,7 @@ int pi_swap_replay(pi_swap_replay_args *a);
 typedef struct {
     int64_t n_ev;
     const int64_t *ev_t;               /* the memory events' recorded times (ns), ascending */
-    const int64_t *ev_d;               /* their deltas: +size (an allocation) or -size (a free) */
+    const int64_t *ev_d;               /* their deltas: +size (an allocation) or -size (a free); NULL: ev_cum's */
     int64_t n_ops;
     const double *release_sorted;      /* the ops' release times, ascending */
     const int32_t *release_order;      /* the op at each release position; NULL: the same index */
@@ -123,6 +123,8 @@ typedef struct {
     int64_t n_sw;
     const double *sw_t;                /* the swaps' events' replayed times, ascending */
     const int64_t *sw_d;               /* their deltas (-size at a release, +size at a retake) */
+    const int64_t *ev_cum;             /* with ev_d NULL: the running sum after each event (ev_d[i] =
+                                          ev_cum[i] - ev_cum[i - 1], ev_cum[-1] = 0; issue 30: no deltas held) */
 } pi_swap_peak_args;
 
 /* max(0, largest sum of every delta at or before an instant), over the instants of both. */

@@ -23,8 +23,12 @@ def _peak_by_sorting(t: np.ndarray, d: np.ndarray) -> int:
 
 
 class _Problem:
-    def __init__(self, events_t, events_d):
-        self.events_t, self.events_d, self.memo = events_t, events_d, {}
+    def __init__(self, events_t, events_d, held=True):
+        # held=False: as a problem whose events are its steps (ev_d None: the deltas read from live,
+        # the running sum; issue 30)
+        self.events_t, self.memo = events_t, {}
+        self.ev_d = events_d if held else None
+        self.live = np.cumsum(events_d).astype(np.int64)
 
 
 def _anchor(release: np.ndarray, t: float, alloc: bool) -> int:
@@ -39,9 +43,10 @@ def _anchor(release: np.ndarray, t: float, alloc: bool) -> int:
     return before[-1] if before else -1
 
 
+@pytest.mark.parametrize("held", [True, False])
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("seed", range(16))
-def test_replayed_peak_is_the_sorted_running_sum(seed, in_order):
+def test_replayed_peak_is_the_sorted_running_sum(seed, in_order, held):
     """The replayed peak (one merge pass in C) against moving every event by its anchor's delay
     with loops, then the running sum over everything sorted; the ops released in seq order or
     not (a release order given)."""
@@ -61,7 +66,7 @@ def test_replayed_peak_is_the_sorted_running_sum(seed, in_order):
     realloc_t = free_t + rng.integers(0, 10, n_sw)
     o = np.lexsort((np.arange(len(release)), release))
     st = {"n": len(release), "release_sorted": release[o], "ord": None if in_order else o.astype(np.int64)}
-    got = replay_mod._replayed_peak(_Problem(ev_t, ev_d), st, delay, size, free_t, realloc_t)
+    got = replay_mod._replayed_peak(_Problem(ev_t, ev_d, held), st, delay, size, free_t, realloc_t)
 
     moved = [float(t) + (delay[a] if (a := _anchor(release, float(t), d > 0)) >= 0 else 0.0)
              for t, d in zip(ev_t, ev_d)]

@@ -37,7 +37,8 @@ class SwapProblem:
     steps_t: np.ndarray        # int64, step k = [steps_t[k], steps_t[k+1]); len = n_steps + 1
     live: np.ndarray           # int64 live device bytes on each step (len n_steps)
     events_t: np.ndarray       # int64 alloc/free times of the blocks (exact peak)
-    events_d: np.ndarray       # int64 +size / -size
+    ev_d: np.ndarray | None    # int64 +size / -size; None: every event at an instant of its own, so the
+                               # events are the steps and their deltas are live's (see events_d)
     candidates: pd.DataFrame   # one row per candidate interval, see prepare()
     peak_before: int
     floor: int                 # lowest peak if every candidate were away for its whole interval
@@ -49,6 +50,14 @@ class SwapProblem:
     memo: dict = field(default_factory=dict, repr=False, compare=False)   # derived arrays (scores, orders)
     ops: dict | None = field(default=None, repr=False)    # the compute streams of the replay (.replay)
     clock: dict | None = None                             # the clock's JSON keys ({"clock": ...})
+
+    @property
+    def events_d(self) -> np.ndarray:
+        """The events' deltas (int64 +size / -size), made from ``live`` when not held (``ev_d`` None:
+        the events are the steps, so live is their running sum; issue 30: 8 bytes an event)."""
+        if self.ev_d is not None:
+            return self.ev_d
+        return np.diff(self.live, prepend=np.int64(0))
 
     @property
     def default_budget(self) -> int:
@@ -140,7 +149,8 @@ def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarra
         del t
         ev_t = steps_t[:-1]
         ev_t.flags.writeable = False
-        return steps_t, cum, ev_t, d
+        del d               # the deltas are live's (SwapProblem.events_d): not held (issue 30)
+        return steps_t, cum, ev_t, None
     ut, live = t[last], cum[last]
     steps_t = np.append(ut, end)
     return steps_t, live, t, d
@@ -333,7 +343,7 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     if lo_f is not lo:
         del lo, hi
     lo_f, hi_f = (lo_f, hi_f) if len(live) >= 2 ** 31 - 1 else (lo_f.astype(np.int32), hi_f.astype(np.int32))
-    return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, events_d=ev_d,
+    return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, ev_d=ev_d,
                        candidates=c, peak_before=peak, floor=floor, span_ns=span,
                        lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
 

@@ -247,7 +247,10 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     from ..._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     ev_t = np.ascontiguousarray(problem.events_t, dtype=np.int64)
-    ev_d = np.ascontiguousarray(problem.events_d, dtype=np.int64)
+    # the deltas, or (none held: the events are the steps) the running sums they are read from in C
+    held = problem.ev_d
+    ev_d = None if held is None else np.ascontiguousarray(held, dtype=np.int64)
+    ev_cum = None if held is not None else np.ascontiguousarray(problem.live, dtype=np.int64)
     sw_t = np.concatenate([free_t, realloc_t]).astype(np.float64, copy=False)
     sw_d = np.concatenate([-size, size]).astype(np.int64, copy=False)
     so = np.argsort(sw_t, kind="stable")
@@ -263,5 +266,6 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
         "n_ev": len(ev_t), "ev_t": ptr("int64_t *", ev_t), "ev_d": ptr("int64_t *", ev_d),
         "n_ops": n_ops, "release_sorted": ptr("double *", rs), "release_order": ptr("int32_t *", ord_),
         "delay": ptr("double *", delay), "moved": bool(n_ops and len(delay) and delay.any()),
-        "n_sw": len(sw_t), "sw_t": ptr("double *", sw_t), "sw_d": ptr("int64_t *", sw_d)})
+        "n_sw": len(sw_t), "sw_t": ptr("double *", sw_t), "sw_d": ptr("int64_t *", sw_d),
+        "ev_cum": ptr("int64_t *", ev_cum)})
     return int(lib.pi_swap_replayed_peak(args))
