@@ -510,3 +510,27 @@ def test_absence_overload_in_pieces_is_one_running_sum(monkeypatch, seed, piece)
         got = swap._absence_overload(p, budget, pts[1], pts[2])
         assert got.tobytes() == whole.tobytes()
         assert np.array_equal(swap.wdoa(p, budget)[pts[0]], got)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_step_search_on_the_int64_steps_is_the_float64_one(seed, drop_last):
+    """search_steps (float64 needles among the int64 steps, as integers: issue 30, no float64
+    copy of the steps) gives np.searchsorted's answers on the steps as float64, on needles at,
+    between, before and after the steps, whole and fractional; step_f the float64 steps."""
+    from pyinterpose.analysis.swap.problem import search_steps, step_f
+
+    p = _random_problem(np.random.default_rng(1000 + seed), n_blocks=40)
+    st = np.array([float(v) for v in p.steps_t.tolist()])             # the steps as doubles, in Python
+    hay = st[:-1] if drop_last else st
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([st, st + 0.5, st - 0.25, st + 1e-9, [-1e9, -0.5, st[-1] + 7.5, 1e15],
+                        rng.uniform(st[0] - 10, st[-1] + 10, 300)])
+    rng.shuffle(x)
+    for side in ("left", "right"):
+        want = [int(np.searchsorted(hay, v, side=side)) for v in x]
+        assert search_steps(p, x, side, drop_last=drop_last).tolist() == want
+    k = rng.integers(0, len(st), 50)
+    assert step_f(p, k).tolist() == st[k].tolist()
+    assert step_f(p, k[:10], offset=1).tolist() == st[1:][k[:10]].tolist()
+    assert float(step_f(p, -1)) == st[-1] and step_f(p, slice(2, 9)).tolist() == st[2:9].tolist()

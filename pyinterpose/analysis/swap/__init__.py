@@ -297,7 +297,7 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
 # once every order is made: at 100 M events (9.5 M candidates) an order is 38 MB, the vote's fixed
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
-ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points")
+ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points", "wdoa_steps")
 # ... and runs them on this many threads: one at a time (issue 30: memory first).  Two (the C scheduler
 # releases the GIL; the budget-mode runs share the default budget's packed input, made before the
 # threads, so a second run adds its order, the scheduler's curve and links and its replay) took the swap

@@ -191,18 +191,50 @@ def _peak_after(problem: SwapProblem, sched: pd.DataFrame) -> int:
     ds = np.concatenate([-size, size])
     o = np.argsort(ts, kind="stable")
     ts, cs = ts[o], np.cumsum(ds[o])
-    ut = _steps_f(problem)[:-1]
+    n = len(live)
     # after each step's instant: its live bytes + the windows' deltas up to it (a window end
     # counts from the first step starting at or after it)
-    delta = np.zeros(len(ut) + 1, np.int64)
-    np.add.at(delta, np.searchsorted(ut, ts, side="left"), ds[o])
+    delta = np.zeros(n + 1, np.int64)
+    np.add.at(delta, search_steps(problem, ts, "left", drop_last=True), ds[o])
     at_steps = delta[:-1]                 # in place: one array of the steps' length (issue 30)
     np.cumsum(at_steps, out=at_steps)
     at_steps += live
     # after each window end's instant: the live bytes of the last step starting by it + the deltas up to it
-    kb = np.searchsorted(ut, ts, side="right") - 1
+    kb = search_steps(problem, ts, "right", drop_last=True) - 1
     at_sched = np.where(kb >= 0, live[np.maximum(kb, 0)], 0) + cs[np.searchsorted(ts, ts, side="right") - 1]
     return int(max(0, int(at_steps.max()), int(at_sched.max())))
+
+
+def _exact_steps(problem: SwapProblem) -> bool:
+    """Whether every step time converts to float64 exactly (|t| < 2**53: the usual case)."""
+    st = problem.steps_t
+    return not len(st) or float(max(abs(int(st[0])), abs(int(st[-1])))) < EXACT_T
+
+
+def step_f(problem: SwapProblem, k, offset: int = 0):
+    """``_steps_f(problem)[offset:][k]`` (``k``: indices, a slice or one index): the step times on the
+    scheduler's float64 clock, converted where read when they convert exactly (issue 30: no float64
+    copy of every step held, 8 bytes a step)."""
+    if _exact_steps(problem):
+        x = problem.steps_t[offset:][k]
+        return x.astype(np.float64) if isinstance(x, np.ndarray) else np.float64(x)
+    return _steps_f(problem)[offset:][k]
+
+
+SEARCH_EXACT = 2.0 ** 62     # needles below this in size are searched as integers (search_steps)
+
+
+def search_steps(problem: SwapProblem, x: np.ndarray, side: str, drop_last: bool = False) -> np.ndarray:
+    """``searchsorted(_steps_f(problem)[:-1 if drop_last else None], x, side)`` for float64 needles,
+    searched among the int64 steps when they convert exactly: a step t (an integer) is >= x when
+    t >= ceil(x), and > x when t > floor(x), so the answers are the same, index for index."""
+    x = np.asarray(x, np.float64)
+    st = problem.steps_t[:-1] if drop_last else problem.steps_t
+    if _exact_steps(problem) and (not len(x) or (np.isfinite(x).all() and float(np.abs(x).max()) < SEARCH_EXACT)):
+        key = (np.ceil(x) if side == "left" else np.floor(x)).astype(np.int64)
+        return searchsorted(st, key, side=side)
+    sf = _steps_f(problem)
+    return searchsorted(sf[:-1] if drop_last else sf, x, side=side)
 
 
 def _steps_f(problem: SwapProblem) -> np.ndarray:

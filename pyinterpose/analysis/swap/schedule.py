@@ -10,8 +10,8 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
-from ..search import searchsorted
-from .problem import (COLUMN_PIECE, MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside, column)
+from .problem import (COLUMN_PIECE, MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside, column,
+                       search_steps, step_f)
 from .strategies import _order
 from .validate import validate_schedule
 from .replay import replay
@@ -105,14 +105,13 @@ def hiding_floor(problem: SwapProblem) -> int:
             m["hiding_floor"] = 0
         else:
             h = a["hides"]
-            st = _steps_f(problem)
             n = len(live)
             start, end = _times(problem, h)
             h = np.flatnonzero(h)
-            lo = np.minimum(searchsorted(st, start + column(problem, "t_out_ns", h).astype(np.float64, copy=False),
-                                         side="left"), n)
-            hi = np.clip(searchsorted(st, end - column(problem, "t_in_ns", h).astype(np.float64, copy=False),
-                                      side="right") - 1, lo, n)
+            lo = np.minimum(search_steps(problem, start + column(problem, "t_out_ns", h).astype(np.float64, copy=False),
+                                         "left"), n)
+            hi = np.clip(search_steps(problem, end - column(problem, "t_in_ns", h).astype(np.float64, copy=False),
+                                      "right") - 1, lo, n)
             cover = np.zeros(n + 1, np.int64)
             np.add.at(cover, lo, a["size"][h])
             np.add.at(cover, hi, -a["size"][h])
@@ -159,9 +158,8 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     del keep
     hot_k = np.flatnonzero(hot)
     del hot
-    st = _steps_f(problem)
-    return {"rec": rec, "at": at, "has_hot": has_hot, "hot_t": np.take(st, hot_k),
-            "hot_end": np.take(st[1:], hot_k), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
+    return {"rec": rec, "at": at, "has_hot": has_hot, "hot_t": step_f(problem, hot_k),
+            "hot_end": step_f(problem, hot_k, offset=1), "hot_live": np.ascontiguousarray(np.take(live, hot_k), np.int64)}
 
 
 def _loops(problem: SwapProblem, mode: str, target: int) -> bool:

@@ -7,8 +7,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
-from ..search import searchsorted
-from .problem import (STRATEGIES, SwapProblem, _steps_f, column, with_derived)
+from .problem import (STRATEGIES, SwapProblem, column, search_steps, step_f, with_derived)
 
 
 # ---- scores ----------------------------------------------------------------------------
@@ -35,35 +34,56 @@ def _absence_overload(problem: SwapProblem, budget: int, pa, pb) -> np.ndarray:
     """WDOA's value from the window ends' points ``pa``, ``pb`` (of :func:`_wdoa_points`, or a
     subset of them): integral of max(0, live - budget) over [a, b] / (peak - budget), for
     budget < peak.  Never negative (the integral only grows along the steps)."""
-    st = _steps_f(problem)
     live = problem.live
     n = len(live)
-    # integral up to st[k]: the running sum of overload x step length, made in place (issue 30: one
-    # budget's WDOA made five arrays of the steps' length, ~0.9 GB at 100 M events; now two at a
-    # time).  The same operations: max(live - budget, 0) in int64, then as float64 times the step
-    # lengths, summed in order.
-    # A piece of OVERLOAD_PIECE steps at a time (issue 30: two arrays of the steps' length were
-    # the swap command's peak at 100 M events); the running sum carried from piece to piece by adding
-    # it to the piece's first term, so the sums are the sequential ones of one cumsum, bit for bit.
-    cum = np.empty(n + 1, np.float64)
-    cum[0] = 0.0
+    # the integral up to step k: the running sum of overload x step length, max(live - budget, 0) in
+    # int64, then as float64 times the step lengths, summed in order.  A piece of OVERLOAD_PIECE steps
+    # at a time, the running sum carried from piece to piece by adding it to the piece's first term
+    # (the sums are the sequential ones of one cumsum, bit for bit), and only its values at the
+    # points' steps kept (issue 30: the running sum of every step was 8 bytes a step, and five
+    # arrays of the steps' length before that, the swap command's peak at 100 M events)
+    need, where = _points_steps(problem, pa, pb)
+    at = np.empty(len(need), np.float64)            # the running sum up to each of those steps
+    carry = 0.0                                     # up to step lo
     for lo in range(0, n, OVERLOAD_PIECE):
         hi = min(lo + OVERLOAD_PIECE, n)
         over = live[lo:hi] - budget
         np.maximum(over, 0, out=over)               # overload per step
-        area = np.diff(st[lo:hi + 1])
+        area = np.diff(step_f(problem, slice(lo, hi + 1)))
         np.multiply(over, area, out=area)
         del over
-        area[0] += cum[lo]
-        np.cumsum(area, out=cum[lo + 1:hi + 1])
+        if lo:
+            area[0] += carry
+        np.cumsum(area, out=area)                   # area[i]: the sum up to step lo + 1 + i
+        i, j = np.searchsorted(need, [lo, hi])
+        kk = need[i:j] - lo
+        at[i:j] = np.where(kk == 0, carry, area[np.maximum(kk - 1, 0)])
+        carry = float(area[-1])
         del area
+    total = carry                                   # up to the last step's end
+    ka, kb = where[:len(pa[0])], where[len(pa[0]):]
 
-    def integral(pt):
+    def integral(pt, cum_k):
         k, dx, before, after = pt
-        val = cum[k] + np.maximum(live[k] - budget, 0).astype(np.float64) * dx
-        return np.where(before, 0.0, np.where(after, cum[-1], val))
+        val = cum_k + np.maximum(live[k] - budget, 0).astype(np.float64) * dx
+        return np.where(before, 0.0, np.where(after, total, val))
 
-    return (integral(pb) - integral(pa)) / (problem.peak_before - budget)
+    return (integral(pb, at[kb]) - integral(pa, at[ka])) / (problem.peak_before - budget)
+
+
+def _points_steps(problem: SwapProblem, pa, pb) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct steps of the points ``pa`` and ``pb``, ascending; where each point's step is
+    among them, pa's then pb's), kept per problem for the points :func:`_wdoa_points` keeps
+    (budget-independent: made once, not at every budget)."""
+    m = problem.memo
+    got = m.get("wdoa_steps")
+    if got is not None and got[0] is pa[0] and got[1] is pb[0]:
+        return got[2], got[3]
+    need, where = np.unique(np.concatenate([pa[0], pb[0]]), return_inverse=True)
+    kept = m.get("wdoa_points")
+    if kept is not None and kept[1][0] is pa[0] and kept[2][0] is pb[0]:
+        m["wdoa_steps"] = (pa[0], pb[0], need, where)
+    return need, where
 
 
 def _wdoa_points(problem: SwapProblem):
@@ -74,15 +94,16 @@ def _wdoa_points(problem: SwapProblem):
     m = problem.memo
     if "wdoa_points" not in m:
         c = problem.candidates
-        st = _steps_f(problem)
         n = len(problem.live)
         hides = np.flatnonzero(column(problem, "doa_ns").astype(np.float64, copy=False) >= 0)
         a = c["start_t"].to_numpy()[hides].astype(np.float64) + column(problem, "t_out_ns", hides).astype(np.float64, copy=False)
         b = c["end_t"].to_numpy()[hides].astype(np.float64) - column(problem, "t_in_ns", hides).astype(np.float64, copy=False)
 
+        first, last = step_f(problem, 0), step_f(problem, -1)
+
         def points(x):
-            k = np.clip(searchsorted(st, x, side="right") - 1, 0, n - 1)
-            return k, np.minimum(x, st[-1]) - st[k], x < st[0], x >= st[-1]
+            k = np.clip(search_steps(problem, x, "right") - 1, 0, n - 1)
+            return k, np.minimum(x, last) - step_f(problem, k), x < first, x >= last
 
         m["wdoa_points"] = (hides, points(np.minimum(a, b)), points(b))
     return m["wdoa_points"]
