@@ -287,7 +287,7 @@ def prepare_tables(blocks: pd.DataFrame, intervals: pd.DataFrame, bandwidth: Ban
 
 def _narrow(x: np.ndarray) -> np.ndarray:
     """``x`` (int64 indices or labels, -1 for none) as int32 when every value fits (exact)."""
-    if len(x) and (int(x.max()) >= 2 ** 31 or int(x.min()) < -2 ** 31):
+    if x.dtype == np.int32 or (len(x) and (int(x.max()) >= 2 ** 31 or int(x.min()) < -2 ** 31)):
         return x
     return x.astype(np.int32)
 
@@ -312,10 +312,11 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     if len(iv):
         ends.append(int(iv["end_t"].max()))
     t_stop = max(ends) if ends else 0
-    steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
     bids = blocks["block_id"].to_numpy(np.int64)
-    del blocks
 
+    # the candidates' rows and columns first, and the interval table let go (its seq columns, the rows
+    # not kept, the caller's int64 labels), then the step function (issue 30: its sort's temporaries,
+    # ~0.7 GB at 100 M events, are the build's peak)
     iv_size = iv["size"].to_numpy(np.int64)
     iv_start = iv["start_t"].to_numpy(np.int64)
     iv_end = iv["end_t"].to_numpy(np.int64)
@@ -333,20 +334,19 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     iteration = parts.pop("iteration", None)
     lab = np.full(int(keep.sum()), -1, np.int32) if iteration is None else _narrow(kept(np.asarray(iteration, np.int64)))
     del iteration
-    if ops is None or not len(ops["seq"]) or "start_seq" not in iv:
-        ops, prev_op, next_op = _synthetic_ops(iv[keep], ev_t)
-    else:
+    synthetic = ops is None or not len(ops["seq"]) or "start_seq" not in iv
+    if not synthetic:
         prev_op, next_op = _ops_of_intervals(ops, iv, keep)
-    c = pd.DataFrame({
-        "block_id": kept(iv_bid),
-        "size": kept(iv_size),
-        "start_t": kept(iv_start),
-        "end_t": kept(iv_end),
-        "iteration": lab,
-        "prev_op": _narrow(prev_op),
-        "next_op": _narrow(next_op),
-    }, copy=False)
-    del iv, iv_size, iv_start, iv_end, iv_bid, keep, lab, prev_op, next_op
+        prev_op, next_op = _narrow(prev_op), _narrow(next_op)
+    cols = {"block_id": kept(iv_bid), "size": kept(iv_size), "start_t": kept(iv_start), "end_t": kept(iv_end)}
+    del iv, iv_size, iv_start, iv_end, iv_bid, keep
+    steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
+    del blocks
+    if synthetic:
+        ops, prev_op, next_op = _synthetic_ops(pd.DataFrame({k: cols[k] for k in ("start_t", "end_t")}, copy=False),
+                                               ev_t)
+    c = pd.DataFrame({**cols, "iteration": lab, "prev_op": _narrow(prev_op), "next_op": _narrow(next_op)}, copy=False)
+    del cols, lab, prev_op, next_op
     # ati_ns, t_out_ns, t_in_ns and doa_ns are functions of the size and the times: made where read
     # (column(); issue 30: 32 bytes a candidate, ~0.3 GB at 100 M events, not held through the runs)
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
@@ -484,18 +484,26 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
             blocks[t] = clock.host_times(tb[sq].to_numpy()[rows], blocks[t].to_numpy())
         t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
     del rows
+    ops, clock_keys, clock_note = clock.replay_ops(), clock.as_dict(), clock.note
     if long:
+        # the problem holds what the runs read of the clock (its replay ops): the clock's own ops go
+        # now, not after the problem is built (issue 30: ~0.45 GB at 100 M events, resident through
+        # the build's peak otherwise; every caller let it go right after; asked again, made again)
+        del clock
+        trace.forget("clock")
+        give_back()
         pages.release_tables(trace)
     parts = {"blocks": blocks, "intervals": iv, "iteration": lab}
     del blocks, iv, lab                 # held by parts only: let go as the problem is built
-    p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=clock.replay_ops(), clock=clock.as_dict())
+    p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=ops, clock=clock_keys)
+    del ops
     p.pid = pid
     p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
     if long:                            # the duration read every table's times: not resident through the runs
         pages.release_tables(trace)
     p.notes.append(note)
-    if clock.note:
-        p.notes.append(clock.note)
+    if clock_note:
+        p.notes.append(clock_note)
     if len(trace.accesses) == 0:
         p.notes.append("the trace has no access events (captured with --no-access?): no candidates")
     return p
