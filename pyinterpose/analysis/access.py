@@ -27,6 +27,7 @@ from .iterations import find_iterations
 from .lifetimes import classify
 from . import access_spill, intervals
 from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns  # noqa: F401
+from .search import searchsorted
 from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
 
 def _select_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
@@ -380,7 +381,7 @@ class _SegRows:
             yield _Chunk(_repeat_rows(self.vals, self.seg, s), s), s, s
 
     def _segment(self, idx):
-        return np.searchsorted(self.seg, idx, side="right") - 1
+        return searchsorted(self.seg, idx, side="right") - 1
 
     def take(self, idx: np.ndarray) -> np.ndarray:
         return self.vals[self._segment(np.asarray(idx))]

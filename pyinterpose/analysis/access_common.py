@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace import chunking
+from .search import position
 
 
 def swap_cost_ns(size: np.ndarray, bw) -> np.ndarray:
@@ -29,8 +30,8 @@ def _top_order(key: np.ndarray, top: int) -> np.ndarray:
 def _repeat_rows(vals: np.ndarray, seg: np.ndarray, s: slice) -> np.ndarray:
     """``np.repeat(vals, segment lengths)[s]``: the value of each row's segment (``seg``: the
     segment starts, from 0) for the rows of ``s``, without the rows outside it."""
-    j0 = int(np.searchsorted(seg, s.start, side="right")) - 1
-    j1 = int(np.searchsorted(seg, s.stop, side="left"))
+    j0 = position(seg, s.start, side="right") - 1
+    j1 = position(seg, s.stop, side="left")
     b = np.append(seg[j0:j1], s.stop)
     b[0] = s.start
     return np.repeat(vals[j0:j1], np.diff(b))
