@@ -298,13 +298,13 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
 # part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points", "wdoa_steps")
-# ... and runs them on this many threads: one at a time (issue 30: memory first).  Two (the C scheduler
-# releases the GIL; the budget-mode runs share the default budget's packed input, made before the threads,
-# so a second run adds its order, the scheduler's curve and links and its replay) peaked the swap command at
-# 3938-4112 MiB at 100 M events before swap32, and after it at 3106 MiB (51.3 s, load 2.2) and 3435 MiB
-# (92.9 s, load 3.0, main's code beside it 91.1 s): against ~2560 MiB one at a time (swap32's
-# measurement), for a few seconds where a core is free and none where none is.
-LONG_WORKERS = 1
+# ... and runs them on this many threads: two (the C scheduler releases the GIL; the budget-mode runs share
+# the default budget's packed input, made before the threads, so a second run adds its order, the scheduler's
+# curve and links and its replay).  Before swap32 made the problem smaller this peaked the swap command at
+# 3938-4112 MiB at 100 M events; after it at 3106 MiB (51.3 s, load 2.2) and 3435 MiB (92.9 s, load 3.0,
+# main's code beside it 91.1 s), against 2916 MiB one at a time (80.0 s, load 1.8): within 4 GiB and
+# under 60 s where a core is free (issue 30).  1: memory first (~0.2-0.5 GB less, one core's time).
+LONG_WORKERS = 2
 # ... and the sweep's budgets on this many threads (pareto): two, one of them scheduling at a time (the slot
 # in pareto).  Each budget makes its own packed input (its hot steps and their candidates' records, ~0.7 GB
 # at 100 M events): two at a time the report peaked at 4393 MiB at 100 M events before swap32, and at
