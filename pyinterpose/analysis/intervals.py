@@ -129,26 +129,23 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
         release_tables(trace)
     # block row of each access, a range of accesses at a time: a direct table when block ids are
     # small (the reader's: dense), else a search
-    row = np.full(na, -1, np.int32)
-    if nb and na:
-        a_bid = a["block_id"].to_numpy()          # the column itself (int32 or int64): widened a range at a time
-        hi = int(bid[-1])
-        lut = None
-        if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + na) + 1024:
-            lut = np.full(hi + 2, -1, dtype=np.int32)
-            lut[bid] = np.arange(nb, dtype=np.int32)
-        for s, e in chunking.spans(na):
-            x = a_bid[s:e].astype(np.int64)
-            if lut is not None:
-                row[s:e] = lut[np.clip(x, -1, hi + 1)]
-            else:
-                pos = np.searchsorted(bid, x)
-                pos_c = np.minimum(pos, nb - 1)
-                row[s:e] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
-            pages.release(a_bid, s, e)
-        del lut
+    row_of = _access_rows(a["block_id"].to_numpy() if nb and na else None, bid, len(all_bid) + na)
     if nb:
         bid = _narrow(bid, int(bid[0]), int(bid[-1]))
+    row = None
+    if na <= 2 * chunking.chunk_rows():
+        row = np.full(na, -1, np.int32)
+        for s, e in chunking.spans(na):
+            row_of(s, e, row[s:e])
+        rows_in = (lambda s, e: row[s:])
+    else:
+        # a long trace: the rows of a range made when the C reads it (twice: count, then scatter) rather
+        # than held for every access (int32 an access: 168 MB at 100 M events)
+        buf = np.empty(chunking.chunk_rows(), np.int32)
+
+        def rows_in(s, e):
+            row_of(s, e, buf[:e - s])
+            return buf
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
@@ -158,13 +155,14 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     while True:
         t_seq = np.empty(na, np.int32 if narrow[0] else np.int64)
         t_t = np.empty(na, np.int32 if narrow[1] else np.int64)
-        off = _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_t, narrow)
+        off = _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t_seq, t_t, narrow)
         if off is not None or not any(narrow):
             break
         narrow = [False, False]
     if off is None:
         raise MemoryError("out of memory building access intervals")   # not reached: int64 always fits
-    del row, a_t
+    del rows_in, row_of, a_t, seq_alloc, seq_free
+    row = None
     pages.release_all(a_seq, a["t"].to_numpy())
     # off[r] is now where block r's touches end: the counts are its differences (in place)
     cnt = off[:nb]
@@ -183,21 +181,51 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     return Touches(rows=rows, bid=bid, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
-def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_t, narrow) -> np.ndarray | None:
+def _access_rows(a_bid, bid: np.ndarray, dense_limit: int):
+    """``f(s, e, out)``: the block row (index into ``bid``, ascending block ids; -1 none) of accesses
+    ``[s, e)`` written into ``out`` (int32), their mapped pages of ``a_bid`` (the accesses' block ids:
+    the column itself, int32 or int64, widened a range at a time) given back: a direct table when block
+    ids are small (below ``dense_limit``: the reader's are dense), else a search."""
+    nb = len(bid)
+    if a_bid is None:
+        def none(s, e, out):
+            out[:] = -1
+        return none
+    hi = int(bid[-1])
+    lut = None
+    if 0 <= int(bid[0]) and hi < 4 * dense_limit + 1024:
+        lut = np.full(hi + 2, -1, dtype=np.int32)
+        lut[bid] = np.arange(nb, dtype=np.int32)
+    else:
+        bid = bid.astype(np.int64)        # a copy: the caller narrows its own
+
+    def rows(s, e, out):
+        x = a_bid[s:e].astype(np.int64)
+        if lut is not None:
+            out[:] = lut[np.clip(x, -1, hi + 1)]
+        else:
+            pos = np.searchsorted(bid, x)
+            pos_c = np.minimum(pos, nb - 1)
+            out[:] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
+        pages.release(a_bid, s, e)
+    return rows
+
+
+def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t_seq, t_t, narrow) -> np.ndarray | None:
     """Steps 1a and 1b of ``pi_access_touches`` (``native/reader/intervals.c``) with the accesses read a
     range of ``chunk_rows()`` at a time (count, then scatter), each range's mapped pages of ``a_seq`` /
     ``a_t`` given back once read: the accesses' seq column (337 MB at 100 M events) is never all
     resident.  One array of ``nb + 1`` int64 (no counts beside it): the counts, made into where each
     block's touches start, advanced by the scatter; returned (then ``off[r]`` is where block ``r``'s
     touches end), or None when a kept value does not fit the int32 asked for."""
-    nb, na = len(seq_alloc), len(row)
+    nb = len(seq_alloc)
     w32 = [int(x) for x in narrow]
     off = np.zeros(nb + 1, np.int64)
     ranges = list(chunking.spans(na))
     sa, sf = _ptr(seq_alloc), _ptr(seq_free)
 
     def args(s, e):
-        return (nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
+        return (nb, sa, sf, s, e - s, _ptr(rows_in(s, e)), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
 
     def given_back(s, e):
         pages.release(a_seq, s, e)
