@@ -69,7 +69,19 @@ class Ops:
         intervals reads it)."""
         if self.start is None:
             return np.zeros(len(self.seq), bool)
-        return (self.start >= 0) & (self.end >= self.start)
+        n = len(self.start)
+        if n <= chunk_rows():
+            return (self.start >= 0) & (self.end >= self.start)
+        # a long trace's ops in files: a piece at a time, each piece's mapped pages given back (not the
+        # whole start and end columns resident at once)
+        out = np.empty(n, bool)
+        for lo, hi in spans(n, chunk_rows()):
+            s_, e_ = self.start[lo:hi], self.end[lo:hi]
+            np.greater_equal(e_, s_, out=out[lo:hi])
+            out[lo:hi] &= s_ >= 0
+            release(self.start, lo, hi)
+            release(self.end, lo, hi)
+        return out
 
 
 def _none():

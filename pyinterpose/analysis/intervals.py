@@ -196,6 +196,7 @@ def _access_rows(a_bid, bid: np.ndarray, dense_limit: int):
     if 0 <= int(bid[0]) and hi < 4 * dense_limit + 1024:
         lut = np.full(hi + 2, -1, dtype=np.int32)
         lut[bid] = np.arange(nb, dtype=np.int32)
+        bid = None                        # not kept by the closure (the caller narrows its own)
     else:
         bid = bid.astype(np.int64)        # a copy: the caller narrows its own
 
