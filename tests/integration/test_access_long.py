@@ -1,0 +1,80 @@
+"""access.analyze on a long trace (issue 30, access33): what it lets go of and writes to files, forced on
+small traces, gives every figure the in-memory path gives.
+
+* the pass's per-segment columns (first row, block id, size) written to files (``access_spill.Segments``)
+  when the rows are (block ids unique), read back mapped: the same figures as the arrays in memory, and
+  not used when ids repeat (then a segment may hold rows of several sizes);
+* the live order memoized by the peak (``trace.live.live_order``) let go after it on a long trace when
+  access made it (not when it was memoized before: a caller's keeps it).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import pyinterpose
+from pyinterpose.analysis import access, access_spill, clock
+from pyinterpose.trace import live, pages
+
+from tests.conftest import ROOT
+from tests.integration.test_access_spill import SAMPLES, SETTINGS, _reference, _same_both_ways
+
+ORDER = ("model", "live_order")
+
+
+def _segments_taken(monkeypatch) -> list:
+    taken = []
+    real = access_spill.Segments.wanted
+    monkeypatch.setattr(access_spill.Segments, "wanted",
+                        classmethod(lambda cls, *a: taken.append(r := real(*a)) or r))
+    return taken
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_segments_in_files_equal_in_memory(monkeypatch, sample):
+    tr = pyinterpose.load(os.path.join(ROOT, "samples", sample))
+    taken = _segments_taken(monkeypatch)
+    mapped = []
+    real_init = access._StreamedIntervals.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        mapped.append(all(pages._file_map(x) is not None for x in (self.seg, self.bid.vals, self.seg_size_i)))
+    monkeypatch.setattr(access._StreamedIntervals, "__init__", init)
+    for kw in SETTINGS[:3]:
+        taken.clear()
+        mapped.clear()
+        _same_both_ways(monkeypatch, tr, **kw)
+        # in memory: no writer (no rows in files); spilled: a writer, its columns mapped back
+        assert [x is not None for x in taken] == [False, True] and mapped == [False, True]
+
+
+def test_segments_in_files_on_the_reference(monkeypatch):
+    """The reference's synthetic traces, spilled: a Segments writer for those with unique ids, none for
+    the one with ids repeated (sizes of their own), every figure the reference's."""
+    ref = _reference()
+    monkeypatch.setattr(access_spill, "SPILL_ROWS", 0)
+    monkeypatch.setattr(clock, "SPILL_OPS", 0)
+    taken = _segments_taken(monkeypatch)
+    tr, _ = ref.training_trace(steps=20, layers=4, warmup=1, noise=0.1, seed=5)
+    ref.check_variants(tr, os.devnull + ".none")
+    # eight analyses: the third of the check's list is the trace with ids repeated
+    assert [x is not None for x in taken] == [True, True, True, False, True, True, True, True]
+
+
+def test_live_order_let_go_on_a_long_trace(monkeypatch):
+    path = os.path.join(ROOT, "samples", "torch-cnn-blocks.pit")
+    whole = access.analyze(pyinterpose.load(path), bandwidth=25.0, cache_path=os.devnull + ".none")
+    tr = pyinterpose.load(path)
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", "50")       # more blocks than a chunk: a long trace
+    assert len(tr.blocks) > 50
+    out = access.analyze(tr, bandwidth=25.0, cache_path=os.devnull + ".none")
+    assert ORDER not in tr._derived
+    assert json.dumps(out) == json.dumps(whole)
+    # memoized before (another step of the caller's reads it): kept
+    kept = live.live_order(tr)
+    out = access.analyze(tr, bandwidth=25.0, cache_path=os.devnull + ".none")
+    assert tr._derived[ORDER] is kept
+    assert json.dumps(out) == json.dumps(whole)
