@@ -78,3 +78,33 @@ def test_live_order_let_go_on_a_long_trace(monkeypatch):
     out = access.analyze(tr, bandwidth=25.0, cache_path=os.devnull + ".none")
     assert tr._derived[ORDER] is kept
     assert json.dumps(out) == json.dumps(whole)
+
+
+def test_ops_in_files_from_launches_and_copies_of_two_processes(monkeypatch):
+    """The device clock's ops in files (a column at a time, put in seq order a piece at a time) hold the
+    arrays made in memory when they come from launches and copies interleaved in seq and from one of two
+    processes (the tables' rows masked, then sorted by seq)."""
+    import numpy as np
+    import pandas as pd
+    from pyinterpose.trace.model import Trace
+
+    ref = _reference()
+    tr, _ = ref.training_trace(steps=12, layers=3, warmup=1, noise=0.1, seed=2)
+    la = ref.with_device_clock(tr, seed=4, untimed=0.2).launches
+    rng = np.random.default_rng(9)
+    la = la.assign(pid=np.where(rng.random(len(la)) < 0.3, 7, la["pid"].to_numpy()))     # a second process
+    cp = rng.random(len(la)) < 0.4                                                        # some ops are copies
+    copies = pd.DataFrame({c: la[c].to_numpy()[cp] for c in ("pid", "seq", "t", "stream", "dev_start", "dev_end")})
+    tr = Trace.from_tables(blocks=tr.blocks, accesses=tr.accesses, launches=la[~cp].reset_index(drop=True),
+                           copies=copies, meta=tr.meta)
+    pid = int(tr.blocks["pid"].iloc[0])
+    got = {}
+    for spill in (False, True):
+        monkeypatch.setattr(clock, "SPILL_OPS", 0 if spill else 1 << 60)
+        monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", "28")          # written in pieces of 7 ops
+        o = clock._ops(tr, pid, True)
+        got[spill] = [np.asarray(x) for x in (o.seq, o.t, o.start, o.end, o.stream, o.frontier, o.timed)]
+    assert isinstance(o.seq, np.memmap) and len(o.seq) > 100
+    assert len(o.seq) < int((la["pid"] == pid).sum()) + 1 and (np.diff(got[True][0]) > 0).all()
+    for a, b in zip(got[False], got[True]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
