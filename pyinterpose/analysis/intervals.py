@@ -115,8 +115,8 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     nb = len(rows)
     all_bid = b["block_id"].to_numpy(np.int64)
     bid = all_bid[rows]
-    seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
-    seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
+    # the blocks' windows, int32 when they fit (the C reads either: half the bytes while the touches are made)
+    seq_alloc, seq_free = _narrow_seqs(b["seq_alloc"].to_numpy(np.int64)[rows], b["seq_free"].to_numpy(np.int64)[rows])
     pages.release_all(*(b[c] for c in ("pid", "block_id", "seq_alloc", "seq_free")))  # copies taken
     rows = _narrow(rows, 0, len(b) - 1)
     a = trace.accesses
@@ -224,9 +224,11 @@ def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t
     off = np.zeros(nb + 1, np.int64)
     ranges = list(chunking.spans(na))
     sa, sf = _ptr(seq_alloc), _ptr(seq_free)
+    sa32 = int(seq_alloc.dtype == np.int32)
+    assert seq_free.dtype == seq_alloc.dtype
 
     def args(s, e):
-        return (nb, sa, sf, s, e - s, _ptr(rows_in(s, e)), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
+        return (nb, sa, sf, sa32, s, e - s, _ptr(rows_in(s, e)), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
 
     def given_back(s, e):
         pages.release(a_seq, s, e)
@@ -244,6 +246,14 @@ def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t
         lib.pi_access_touch_scatter(*args(s, e), _ptr(off), _ptr(t_seq), _ptr(t_t), *w32)
         given_back(s, e)
     return off
+
+
+def _narrow_seqs(sa: np.ndarray, sf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks' allocation and free seqs (int64) both as int32 when every one fits, else both int64,
+    contiguous.  A block's window only compares with the accesses' seqs, which the C reads in int64."""
+    if len(sa) and -(1 << 31) <= min(int(sa.min()), int(sf.min())) and max(int(sa.max()), int(sf.max())) < (1 << 31):
+        return sa.astype(np.int32), sf.astype(np.int32)
+    return np.ascontiguousarray(sa, dtype=np.int64), np.ascontiguousarray(sf, dtype=np.int64)
 
 
 def _narrow(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
