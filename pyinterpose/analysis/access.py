@@ -459,6 +459,8 @@ class _StreamedIntervals:
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
         n = int(((tc.cnt + 1) * dev_b).sum())
         files = access_spill.Rows.wanted(n)         # a long trace: the per-row columns to files
+        if files is not None and intervals.drop_seqs(trace, tc):
+            give_back()         # the touches' seqs (a piece reads its accesses' on the device clock)
         if files is None:
             ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
         n_kind = np.zeros(len(INTERVAL_KINDS), np.int64)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..heap import give_back
 from ..trace import chunking, pages
 from ..trace.model import Trace
 from .clock import clock_of
@@ -43,7 +44,8 @@ class Touches:
     rows: np.ndarray          # rows of trace.blocks of the process, in block_id order (int32 when they fit)
     bid: np.ndarray           # their block ids (ascending; int32 when they fit)
     off: np.ndarray           # len(rows) + 1: where each block's touches start in seq / t (int32 when it fits)
-    seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
+    seq: np.ndarray | None    # the touches' seq, grouped by block, ascending within a block (int32 when it fits;
+                              # None once let go for a pass on the device clock: :func:`drop_seqs`)
     t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
     clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
 
@@ -146,6 +148,9 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
         def rows_in(s, e):
             row_of(s, e, buf[:e - s])
             return buf
+    if row is None:
+        give_back()     # a long trace: the heap's free pages (the clock's ops made, the lookups) handed back
+                        # before the touches' arrays, which would not reuse every hole they left
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
@@ -210,6 +215,17 @@ def _access_rows(a_bid, bid: np.ndarray, dense_limit: int):
             out[:] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
         pages.release(a_bid, s, e)
     return rows
+
+
+def drop_seqs(trace: Trace, tc: Touches) -> bool:
+    """Let the touches' seqs go for a pass over the pieces (int32 an access: 168 MB at 100 M events) when
+    they are on the device clock: a piece reads each touch's access there anyway (its row, ``tc.t``) and
+    takes the seq from it (the same value: a touch is its access's seq).  Not for touches kept with the
+    trace (:func:`shared`: another analysis reads them).  Whether they were let go."""
+    if tc.clocks is None or id(trace) in _kept or tc.seq is None:
+        return False
+    tc.seq = None
+    return True
 
 
 def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t_seq, t_t, narrow) -> np.ndarray | None:
@@ -348,7 +364,7 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
     t_free = b["t_free"].to_numpy(np.int64)[rows]
-    tseq = _wide(tc.seq[k0:k1])
+    tseq = None if tc.seq is None else _wide(tc.seq[k0:k1])
     m = (k1 - k0) + nb
     start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
     start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
@@ -359,8 +375,11 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
                                 _ptr(tseq), _ptr(_wide(tc.t[k0:k1])), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
                                 _ptr(end_t), _ptr(code))
     else:
-        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, _wide(tc.t[k0:k1]), seq_alloc, seq_free,
-                                                        t_alloc, t_free)
+        t_alloc, t_free, a_start, a_end, a_seq = _device_times(trace, tc, rows, _wide(tc.t[k0:k1]), seq_alloc,
+                                                               seq_free, t_alloc, t_free)
+        if tseq is None:          # the touches' seqs let go (drop_seqs): those of their accesses (the same)
+            tseq = a_seq
+        del a_seq
         # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
         # the next touch STARTS (its device start): the intervals of the touches' ends give the
         # starts, those of their starts give the ends (alloc and free are the same in both)
@@ -398,8 +417,8 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
 
 def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, seq_alloc, seq_free,
                   t_alloc, t_free):
-    """On the device clock (:mod:`.clock`): the blocks' allocations and frees placed on it, and the
-    start and end of each touch (``k``: their access rows), all contiguous int64."""
+    """On the device clock (:mod:`.clock`): the blocks' allocations and frees placed on it, the start and
+    end of each touch (``k``: their access rows) and its seq (its access's), all contiguous int64."""
     b = trace.blocks
     a = trace.accesses
     clocks = tc.clocks
@@ -421,7 +440,7 @@ def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, se
         else:
             _op_times(c, a_seq, a_t, a_start, a_end, ma)
     return (np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free), np.ascontiguousarray(a_start),
-            np.ascontiguousarray(a_end))
+            np.ascontiguousarray(a_end), np.ascontiguousarray(a_seq))
 
 
 def _op_times(c, a_seq, a_t, a_start, a_end, sel) -> None:
@@ -441,6 +460,8 @@ def _op_times(c, a_seq, a_t, a_start, a_end, sel) -> None:
     seq = a_seq if idx is None else a_seq[idx]
     cols = [x for x in (o.seq, o.t, o.start, o.end, o.stream, o.frontier, getattr(o, "timed", None))
             if isinstance(x, np.ndarray)]
+    for x in cols:      # what placing the piece's allocations and frees read (searches across all the ops)
+        pages.release(x)
     for lo, hi in chunking.spans(n, step):
         m = np.ones(len(seq), bool)
         if lo:

@@ -108,3 +108,39 @@ def test_ops_in_files_from_launches_and_copies_of_two_processes(monkeypatch):
     assert len(o.seq) < int((la["pid"] == pid).sum()) + 1 and (np.diff(got[True][0]) > 0).all()
     for a, b in zip(got[False], got[True]):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_touches_seqs_let_go_on_the_device_clock(monkeypatch):
+    """The reference's synthetic traces, spilled: on the device clock the touches' seqs are let go for the
+    pass (each piece takes them from its accesses) and every figure is the reference's; kept elsewhere."""
+    from pyinterpose.analysis import intervals
+    ref = _reference()
+    monkeypatch.setattr(access_spill, "SPILL_ROWS", 0)
+    monkeypatch.setattr(clock, "SPILL_OPS", 0)
+    dropped = []
+    real = intervals.drop_seqs
+    monkeypatch.setattr(intervals, "drop_seqs", lambda trace, tc: dropped.append(r := real(trace, tc)) or r)
+    tr, _ = ref.training_trace(steps=20, layers=4, warmup=1, noise=0.1, seed=5)
+    ref.check_variants(tr, os.devnull + ".none")
+    # eight analyses: the seventh is on the device clock
+    assert dropped == [False] * 6 + [True, False]
+
+
+@pytest.mark.parametrize("rows", ["4000000", "5"])
+def test_pieces_without_the_touches_seqs_are_the_pieces(monkeypatch, rows):
+    """The pieces of a device-clock trace made after :func:`intervals.drop_seqs` (seqs from the accesses)
+    are the pieces made with the touches' seqs, every column (start_seq and end_seq too)."""
+    import pandas as pd
+    from pyinterpose.analysis import intervals
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", rows)
+    ref = _reference()
+    tr, _ = ref.training_trace(steps=12, layers=3, warmup=1, noise=0.1, seed=2)
+    tr = ref.with_device_clock(tr, seed=4, untimed=0.2)
+    want = pd.concat(list(intervals.pieces(tr, None, size=50)), ignore_index=True)
+    tc = intervals.touches(tr, None)
+    assert intervals.drop_seqs(tr, tc) and tc.seq is None
+    got = pd.concat(list(intervals.pieces(tr, None, size=50, tc=tc)), ignore_index=True)
+    assert len(got) > 200 and (got["start_seq"] != got["end_seq"]).any()
+    pd.testing.assert_frame_equal(got, want)
+    with intervals.shared(tr):          # touches kept with the trace: not let go
+        assert not intervals.drop_seqs(tr, intervals.touches(tr, None))
