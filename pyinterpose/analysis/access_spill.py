@@ -290,8 +290,8 @@ def bandwidth_filter(out: dict, iv, bw, block_bytes: float):
     by_kind = np.zeros(k, np.int64)
     sw = np.zeros(len(seg), bool)
     n_hides = 0
-    for s, c in chunks(iv, "ati", "kcode", "size"):
-        h = hides(s, c["ati"], c["size"])
+    for s, c in chunks(iv, "ati", "kcode", *(() if iv.uniform else ("size",))):   # sizes: only per row
+        h = hides(s, c["ati"], c.get("size"))
         n_hides += int(np.count_nonzero(h))
         by_kind += np.bincount(c["kcode"][h], minlength=k)[:k]
         or_segments(sw, seg, s, h)
