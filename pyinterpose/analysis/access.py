@@ -457,7 +457,10 @@ class _StreamedIntervals:
         intervals.release_tables(trace)          # what the steps before read (the clock, the live bytes)
         tc = intervals.touches(trace, pid)
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
-        n = int(((tc.cnt + 1) * dev_b).sum())
+        n = 0               # the device rows: a range of blocks at a time (no int64 arrays per block)
+        for lo, hi in chunking.spans(len(dev_b)):
+            d = dev_b[lo:hi]
+            n += int(np.diff(tc.off[lo:hi + 1])[d].sum(dtype=np.int64)) + int(np.count_nonzero(d))
         files = access_spill.Rows.wanted(n)         # a long trace: the per-row columns to files
         if files is not None and intervals.drop_seqs(trace, tc):
             give_back()         # the touches' seqs (a piece reads its accesses' on the device clock)
