@@ -115,11 +115,16 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     b = trace.blocks
     rows = block_rows(trace, pid)
     nb = len(rows)
-    all_bid = b["block_id"].to_numpy(np.int64)
-    bid = all_bid[rows]
+    n_all = len(b)
+
+    def read(name):         # a blocks column at the process's rows; its mapped pages given back (a copy taken)
+        x = b[name].to_numpy(np.int64)[rows]
+        pages.release(b[name])
+        return x
+    pages.release(b["pid"])
+    bid = read("block_id")
     # the blocks' windows, int32 when they fit (the C reads either: half the bytes while the touches are made)
-    seq_alloc, seq_free = _narrow_seqs(b["seq_alloc"].to_numpy(np.int64)[rows], b["seq_free"].to_numpy(np.int64)[rows])
-    pages.release_all(*(b[c] for c in ("pid", "block_id", "seq_alloc", "seq_free")))  # copies taken
+    seq_alloc, seq_free = _narrow_seqs(read("seq_alloc"), read("seq_free"))
     rows = _narrow(rows, 0, len(b) - 1)
     a = trace.accesses
     na = len(a)
@@ -131,7 +136,7 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
         release_tables(trace)
     # block row of each access, a range of accesses at a time: a direct table when block ids are
     # small (the reader's: dense), else a search
-    row_of = _access_rows(a["block_id"].to_numpy() if nb and na else None, bid, len(all_bid) + na)
+    row_of = _access_rows(a["block_id"].to_numpy() if nb and na else None, bid, n_all + na)
     if nb:
         bid = _narrow(bid, int(bid[0]), int(bid[-1]))
     row = None
