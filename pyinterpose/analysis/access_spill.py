@@ -28,7 +28,7 @@ import numpy as np
 from ..trace import chunking, pages
 from .exactsum import IntMean, PairwiseSum
 from ..trace.piecewise import piece_rows
-from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns
+from .access_common import _repeat_rows, _share, _step, _top_order, find, swap_cost_ns
 from .intervals import INTERVAL_KINDS
 from .spillfiles import Files
 
@@ -128,8 +128,8 @@ def or_segments(out: np.ndarray, seg: np.ndarray, s: slice, mask: np.ndarray) ->
     (``seg``: the segment starts; ``mask``: a bool per row of ``s``)."""
     if s.stop <= s.start:
         return
-    j0 = int(np.searchsorted(seg, s.start, side="right")) - 1
-    j1 = int(np.searchsorted(seg, s.stop, side="left"))
+    j0 = int(find(seg, s.start, side="right")) - 1
+    j1 = int(find(seg, s.stop, side="left"))
     b = seg[j0:j1] - s.start
     b[0] = 0
     out[j0:j1] |= np.logical_or.reduceat(mask, b)
@@ -390,7 +390,7 @@ def _top_row(iv, i: int) -> dict:
 
 
 def _segment(iv, i: int) -> int:
-    return int(np.searchsorted(iv.seg, i, side="right") - 1)
+    return int(find(iv.seg, i, side="right") - 1)
 
 
 def between_rows(iv):
