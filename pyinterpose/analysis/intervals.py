@@ -491,8 +491,15 @@ def _gather(cols: list, k: np.ndarray) -> list:
     if n <= step:
         return [c[k] for c in cols]
     out = [np.empty(len(k), c.dtype) for c in cols]
-    for lo, hi in chunking.spans(n, step):
-        idx = np.flatnonzero((k >= lo) & (k < hi))
+    # the positions of k falling in each range, in order: one stable sort of their range numbers (a radix
+    # sort of small integers) rather than a mask of every k per range
+    r = k // step
+    nr = -(-n // step)
+    order = np.argsort(r.astype(np.int16 if nr < (1 << 15) else np.int64), kind="stable")
+    ends = np.cumsum(np.bincount(r, minlength=nr))
+    del r
+    for i, (lo, hi) in enumerate(chunking.spans(n, step)):
+        idx = order[(int(ends[i - 1]) if i else 0):int(ends[i])]
         if len(idx):
             kk = k[idx]
             for c, o in zip(cols, out):
