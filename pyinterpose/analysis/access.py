@@ -27,7 +27,8 @@ from .clock import clock_of
 from .iterations import find_iterations
 from .lifetimes import classify
 from . import access_spill, intervals
-from .access_common import _repeat_rows, _share, _step, _top_order, find, swap_cost_ns  # noqa: F401
+from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns  # noqa: F401
+from .search import searchsorted
 from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
 
 def _select_blocks(trace: Trace, pid: int | None) -> pd.DataFrame:
@@ -219,7 +220,7 @@ def _stability_of(ub, n_int, ib, cols: dict, count: int) -> dict[str, Any] | Non
         if len(ub) > 1 and not (ub[1:] > ub[:-1]).all():       # intervals not ordered by block
             ub, n_int = np.unique(ib() if callable(ib) else ib, return_counts=True)
         if len(ub):
-            k = np.minimum(find(ub, cb), len(ub) - 1)
+            k = np.minimum(searchsorted(ub, cb), len(ub) - 1)
             acc = np.where(ub[k] == cb, n_int[k], 1) - 1          # accesses of each block
             del k
         else:
@@ -402,7 +403,7 @@ class _SegRows:
             yield _Chunk(_repeat_rows(self.vals, self.seg, s), s), s, s
 
     def _segment(self, idx):
-        return find(self.seg, idx, side="right") - 1
+        return searchsorted(self.seg, idx, side="right") - 1
 
     def take(self, idx: np.ndarray) -> np.ndarray:
         return self.vals[self._segment(np.asarray(idx))]

@@ -28,8 +28,9 @@ import numpy as np
 from ..trace import chunking, pages
 from .exactsum import IntMean, PairwiseSum
 from ..trace.piecewise import piece_rows
-from .access_common import _repeat_rows, _share, _step, _top_order, find, swap_cost_ns
+from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns
 from .intervals import INTERVAL_KINDS
+from .search import position
 from .spillfiles import Files
 
 SPILL_ROWS: int | None = None     # tests: 0 spills every trace, a huge value none (None: spill_rows())
@@ -128,8 +129,8 @@ def or_segments(out: np.ndarray, seg: np.ndarray, s: slice, mask: np.ndarray) ->
     (``seg``: the segment starts; ``mask``: a bool per row of ``s``)."""
     if s.stop <= s.start:
         return
-    j0 = int(find(seg, s.start, side="right")) - 1
-    j1 = int(find(seg, s.stop, side="left"))
+    j0 = position(seg, s.start, side="right") - 1
+    j1 = position(seg, s.stop, side="left")
     b = seg[j0:j1] - s.start
     b[0] = 0
     out[j0:j1] |= np.logical_or.reduceat(mask, b)
@@ -390,7 +391,7 @@ def _top_row(iv, i: int) -> dict:
 
 
 def _segment(iv, i: int) -> int:
-    return int(find(iv.seg, i, side="right") - 1)
+    return position(iv.seg, i, side="right") - 1
 
 
 def between_rows(iv):

@@ -42,3 +42,30 @@ def test_large_unsorted_needles_take_the_sorted_path(monkeypatch):
     ok_lo = (got == 0) | (a[np.maximum(got - 1, 0)] < v)
     ok_hi = (got == len(a)) | (a[np.minimum(got, len(a) - 1)] >= v)
     assert ok_lo.all() and ok_hi.all()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.uint8, np.uint32, np.int64])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_narrow_haystack_same_answers_and_needles_in_its_type(monkeypatch, dtype, side):
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(int(info.bits) + (side == "right"))
+    lo, hi = max(int(info.min), -100), min(int(info.max), 100)
+    a = np.sort(rng.integers(lo, hi + 1, 300)).astype(dtype)     # ties, and the type's own bounds
+    a[0], a[-1] = info.min, info.max
+    a.sort()
+    inside = rng.integers(lo, hi + 1, 40)                            # int64 needles within the type's range
+    i64 = np.iinfo(np.int64)
+    outside = np.array([x for x in (int(info.min) - 1, int(info.max) + 1, -(1 << 40), 1 << 40)
+                        if i64.min <= x <= i64.max])                 # past the type's range (int64 needles)
+    seen = []
+    real = np.searchsorted
+    monkeypatch.setattr(search.np, "searchsorted", lambda x, y, **k: seen.append(np.asarray(y).dtype) or real(x, y, **k))
+    for v in (inside, np.concatenate([inside, outside])):
+        seen.clear()
+        got = search.searchsorted(a, v, side=side)
+        assert got.tolist() == _brute(a, v, side).tolist()
+        if v is inside:
+            assert seen == [np.dtype(dtype)]          # the needles cast, not the haystack copied
+    for x in [*inside[:5].tolist(), *outside.tolist(), int(info.min), int(info.max)]:
+        assert search.position(a, x, side=side) == int(_brute(a, [x], side)[0])
+        assert isinstance(search.position(a, np.int64(x), side=side), int)
