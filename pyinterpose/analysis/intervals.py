@@ -123,11 +123,16 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
         return x
     pages.release(b["pid"])
     bid = read("block_id")
-    # the blocks' windows, int32 when they fit (the C reads either: half the bytes while the touches are made)
-    seq_alloc, seq_free = _narrow_seqs(read("seq_alloc"), read("seq_free"))
+    seq_alloc, seq_free = read("seq_alloc"), read("seq_free")
     rows = _narrow(rows, 0, len(b) - 1)
     a = trace.accesses
     na = len(a)
+    # a long trace (more than two ranges of accesses): the blocks' windows as int32 when they fit (the C
+    # reads either: half the bytes while the touches are made), the accesses' block rows made a range at
+    # a time; a shorter one as before (its arrays are small, and its heap's layout sets the 10 M peak)
+    long_trace = na > 2 * chunking.chunk_rows()
+    if long_trace:
+        seq_alloc, seq_free = _narrow_seqs(seq_alloc, seq_free)
     clocks = _device_clocks(trace, pid, rows) if nb else None
     if clocks is not None:       # the clock's ops (read by every piece) made now, before the touches' arrays
         for c in clocks.values():
@@ -136,23 +141,23 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
         release_tables(trace)
     # block row of each access, a range of accesses at a time: a direct table when block ids are
     # small (the reader's: dense), else a search
+    row = None if long_trace else np.full(na, -1, np.int32)
     row_of = _access_rows(a["block_id"].to_numpy() if nb and na else None, bid, n_all + na)
-    if nb:
-        bid = _narrow(bid, int(bid[0]), int(bid[-1]))
-    row = None
-    if na <= 2 * chunking.chunk_rows():
-        row = np.full(na, -1, np.int32)
+    if row is not None:
         for s, e in chunking.spans(na):
             row_of(s, e, row[s:e])
+        row_of = None           # its lookup table
         rows_in = (lambda s, e: row[s:])
     else:
-        # a long trace: the rows of a range made when the C reads it (twice: count, then scatter) rather
-        # than held for every access (int32 an access: 168 MB at 100 M events)
+        # the rows of a range made when the C reads it (twice: count, then scatter) rather than held for
+        # every access (int32 an access: 168 MB at 100 M events)
         buf = np.empty(chunking.chunk_rows(), np.int32)
 
         def rows_in(s, e):
             row_of(s, e, buf[:e - s])
             return buf
+    if nb:
+        bid = _narrow(bid, int(bid[0]), int(bid[-1]))
     if row is None:
         give_back()     # a long trace: the heap's free pages (the clock's ops made, the lookups) handed back
                         # before the touches' arrays, which would not reuse every hole they left
@@ -491,15 +496,8 @@ def _gather(cols: list, k: np.ndarray) -> list:
     if n <= step:
         return [c[k] for c in cols]
     out = [np.empty(len(k), c.dtype) for c in cols]
-    # the positions of k falling in each range, in order: one stable sort of their range numbers (a radix
-    # sort of small integers) rather than a mask of every k per range
-    r = k // step
-    nr = -(-n // step)
-    order = np.argsort(r.astype(np.int16 if nr < (1 << 15) else np.int64), kind="stable")
-    ends = np.cumsum(np.bincount(r, minlength=nr))
-    del r
-    for i, (lo, hi) in enumerate(chunking.spans(n, step)):
-        idx = order[(int(ends[i - 1]) if i else 0):int(ends[i])]
+    for lo, hi in chunking.spans(n, step):
+        idx = np.flatnonzero((k >= lo) & (k < hi))
         if len(idx):
             kk = k[idx]
             for c, o in zip(cols, out):
