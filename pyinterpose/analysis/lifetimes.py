@@ -45,10 +45,13 @@ LEAK_STEPS = 3   # a site whose never-freed blocks were allocated in this many s
 def _event_positions(b: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Index of each block's alloc and free among its process's alloc/free events, in
     (pid, seq) order, frees first at an equal seq (ties in block order)."""
-    n = len(b)
-    pid = b["pid"].to_numpy(np.int64)
-    sa = b["seq_alloc"].to_numpy(np.int64)
-    sf = b["seq_free"].to_numpy(np.int64)
+    return _positions(b["pid"].to_numpy(np.int64), b["seq_alloc"].to_numpy(np.int64),
+                      b["seq_free"].to_numpy(np.int64))
+
+
+def _positions(pid: np.ndarray, sa: np.ndarray, sf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_event_positions` of the blocks with these pids, allocation and free seqs (int64)."""
+    n = len(pid)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if pid.min() < 0 or pid.max() >= 1 << 23 or min(sa.min(), sf.min()) < 0 or max(sa.max(), sf.max()) >= 1 << 40:
@@ -176,9 +179,27 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
         iters = find_iterations(trace, pid)
     if pid is None:
         pid = iters.pid
+    codes = _codes_in_pieces(trace, iters, pid)
+    if codes is None:
+        return _series_of(classify(trace, iters, pid))
+    bid, cls = codes
+    # the class column's text exactly as _series_of makes it (the same dtype: the classes' own str
+    # objects in an object array, taken by code; a code outside CLASSES through pandas' own text)
+    if len(cls) and (cls.min() < 0 or cls.max() >= len(CLASSES)):
+        text = pd.Series(pd.Categorical.from_codes(cls, categories=CLASSES)).astype(str).to_numpy()
+    else:
+        text = np.array(CLASSES, dtype=object)[cls]
+    # no copies of the two arrays (pandas 3's constructors copy a numpy array by default: ~0.2 GB at 100 M)
+    return pd.Series(text, index=pd.Index(bid, name="block_id", copy=False), copy=False)
+
+
+def _codes_in_pieces(trace: Trace, iters: Iterations, pid: int | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(block ids, class codes) of :func:`classify`'s blocks, in its row order, made a piece of blocks at
+    a time; None where classify itself is needed (block ids not ascending, or a run without steps and
+    without a seq range)."""
     b = trace.blocks
     if (iters.count == 0 and iters.seq_range == (0, 0)) or not len(b):
-        return _series_of(classify(trace, iters, pid))
+        return None
     cols = {c: b[c].to_numpy() for c in ("block_id", "pid", "seq_alloc", "seq_free", "freed")}
     sid_col = b["stack_id"].to_numpy() if "stack_id" in b else None
     code = CLASSES.index
@@ -202,7 +223,7 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
         take = (lambda a: a[lo:hi]) if m is None else (lambda a: a[lo:hi][m])
         bid = take(cols["block_id"])
         if len(bid) and ((len(bid) > 1 and not (np.diff(bid) > 0).all()) or (last is not None and bid[0] <= last)):
-            return _series_of(classify(trace, iters, pid))          # ids not ascending: classify sorts
+            return None                 # ids not ascending: classify sorts
         if len(bid):
             last = bid[-1]
         sa = take(cols["seq_alloc"]).astype(np.int64)
@@ -241,15 +262,7 @@ def class_series(trace: Trace, iters: Iterations | None = None, pid: int | None 
             bad = nsteps.index[(nsteps >= LEAK_STEPS).to_numpy() & ~np.isin(nsteps.index.to_numpy(), fk)]
             if len(bad):
                 cls[rows[np.isin(k, bad.to_numpy())]] = code("leak")
-    bid = ids_all
-    # the class column's text exactly as _series_of makes it (the same dtype: the classes' own str
-    # objects in an object array, taken by code; a code outside CLASSES through pandas' own text)
-    if len(cls) and (cls.min() < 0 or cls.max() >= len(CLASSES)):
-        text = pd.Series(pd.Categorical.from_codes(cls, categories=CLASSES)).astype(str).to_numpy()
-    else:
-        text = np.array(CLASSES, dtype=object)[cls]
-    # no copies of the two arrays (pandas 3's constructors copy a numpy array by default: ~0.2 GB at 100 M)
-    return pd.Series(text, index=pd.Index(bid, name="block_id", copy=False), copy=False)
+    return ids_all, cls
 
 
 def _series_of(out: pd.DataFrame) -> pd.Series:
@@ -361,14 +374,31 @@ def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = Non
     """Classes, lifetimes, size distribution and the peak of one process (default: main)."""
     if iters is None:
         iters = find_iterations(trace, pid)
+    lean = _lean_summary_inputs(trace, iters, pid, top) if len(trace.blocks) > LEAN_BLOCKS else None
+    if lean is not None:
+        return _summary_of(iters, *lean)
     c = classify(trace, iters, pid)
     on = c["counts_device"].to_numpy(bool)
     size = c["size"].to_numpy(np.int64)[on]
     life_ns = c["life_ns"].to_numpy(np.int64)[on]
     life_events = c["life_events"].to_numpy(np.int64)[on]
     cls = c["class"].cat.codes.to_numpy()[on]
+    pk, per_it = _peaks(trace, c, iters, top)
+    freed = c["freed"].to_numpy(bool)[on]
+    return _summary_of(iters, size, life_ns, life_events, cls, freed, pk, per_it, len(c))
+
+
+# above this many blocks in the trace (~20 M events), summary() reads the blocks' columns a piece at a
+# time instead of making classify's table (issue 30: ~120 bytes a block, and its transient arrays: at
+# 100 M events the report's lifetimes step peaked at 3.4 GB)
+LEAN_BLOCKS = 2_000_000
+
+
+def _summary_of(iters: Iterations, size, life_ns, life_events, cls, freed, pk, per_it, n_rows: int) -> dict:
+    """summary()'s object from the classified device blocks' columns (in classify's row order), the
+    peak, the per-step peaks and the number of classified blocks (device or not)."""
     per_class = {}
-    for k, name in enumerate(c["class"].cat.categories):
+    for k, name in enumerate(CLASSES):
         g = cls == k
         if not g.any():
             continue
@@ -379,17 +409,15 @@ def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = Non
             "size": _quantiles(size[g]),
         }
     per_class = {name: per_class[name] for name in CLASSES if name in per_class}
-    pk, per_it = _peaks(trace, c, iters, top)
     steady_peak = None
     if iters.count:
         lo, hi = iters.boundaries[0], iters.boundaries[-1]
         steady_peak = {"per_iteration_max": int(max(per_it)), "per_iteration_min": int(min(per_it)),
                        "seq_range": [int(lo), int(hi)]}
-    freed = c["freed"].to_numpy(bool)[on]
     return {
         "pid": iters.pid,
         "iterations": {"source": iters.source, "count": iters.count, "period_allocs": iters.period_allocs},
-        "blocks": int(on.sum()),
+        "blocks": int(len(size)),
         "bytes_allocated": int(size.sum()),
         "never_freed": int((~freed).sum()),
         "classes": per_class,
@@ -399,8 +427,62 @@ def summary(trace: Trace, iters: Iterations | None = None, pid: int | None = Non
         "lifetime_events": _quantiles(life_events),
         "peak": pk,
         "steady_peak": steady_peak,
-        "other_blocks": int(len(c) - on.sum()),
+        "other_blocks": int(n_rows - len(size)),
     }
+
+
+def _lean_summary_inputs(trace: Trace, iters: Iterations, pid: int | None, top: int):
+    """:func:`_summary_of`'s arguments without classify's table: the class codes made a piece of blocks
+    at a time (:func:`_codes_in_pieces`), the event positions from the three seq columns, the other
+    columns read from the blocks' (mapped) columns, and the peak's table only the blocks live at the
+    peak.  None where classify itself is needed (see :func:`_codes_in_pieces`; steps out of time order)."""
+    if pid is None:
+        pid = iters.pid
+    bt = iters.boundaries_t if iters.count else None
+    if pid is None:
+        return None             # every process's blocks: their own curve (_peaks)
+    if bt is not None and len(bt) > 1 and (np.diff(np.asarray(bt, np.int64)) < 0).any():
+        return None
+    codes = _codes_in_pieces(trace, iters, pid)
+    if codes is None:
+        return None
+    ids, cls_all = codes
+    del ids
+    b = trace.blocks
+    mine = b["pid"].to_numpy() == pid
+    rows = None if mine.all() else np.flatnonzero(mine)
+
+    def col(name, dtype):
+        a = b[name].to_numpy()
+        out = (a if rows is None else a[rows]).astype(dtype, copy=False)
+        release(a, 0, len(a))
+        return out
+
+    pa, pf = _positions(col("pid", np.int64), col("seq_alloc", np.int64), col("seq_free", np.int64))
+    on = col("counts_device", bool)
+    life_events = (pf - pa)[on]
+    del pa, pf
+    size = col("size", np.int64)
+    t_alloc, t_free, freed_all = col("t_alloc", np.int64), col("t_free", np.int64), col("freed", bool)
+    n_rows = len(on)
+    mp = masked_peaks(trace, mine, bt)
+    if mp.events:
+        t = mp.t
+        at = np.flatnonzero(on & (t_alloc <= t) & ((t_free > t) | ~freed_all))
+        src = at if rows is None else rows[at]
+        table = pd.DataFrame({"block_id": b["block_id"].to_numpy()[src], "size": size[at],
+                              "kind": b["kind"].iloc[src].to_numpy(), "api": b["api"].iloc[src].to_numpy(),
+                              "counts_device": np.ones(len(at), bool), "t_alloc": t_alloc[at],
+                              "t_free": t_free[at], "freed": freed_all[at],
+                              "life_ns": t_free[at] - t_alloc[at],
+                              "class": pd.Categorical.from_codes(cls_all[at], categories=CLASSES)})
+        pk = peak(table, top=top, at_peak=(mp.peak, mp.t))
+    else:
+        pk = peak(pd.DataFrame({"counts_device": np.zeros(0, bool)}), top=top,
+                  curve=(np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    life_ns = (t_free - t_alloc)[on]
+    del t_alloc, t_free
+    return (size[on], life_ns, life_events, cls_all[on], freed_all[on], pk, mp.per_window, n_rows)
 
 
 def _peaks(trace: Trace, classes: pd.DataFrame, iters: Iterations, top: int):

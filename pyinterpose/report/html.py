@@ -199,21 +199,16 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
 
 
 def _lifetimes_then_let_classify_go(ctx: ReportContext) -> None:
-    """A long run: the lifetimes summary right after the block classes, then the classify table it reads
-    (``lifetimes.classify``, memoized: a copy of a dozen block columns, ~0.6 GB at 100 M events; the
-    block classes read it too below a piece of blocks) let go, so that it is not held through the
-    timeline, the pools and the sections (the classes the timeline and the sections read are
-    ``ctx.classes``, a series of their own)."""
+    """A long run: the lifetimes summary right after the block classes, then the heap it used given back.
+    On a trace that long the summary reads the blocks' columns a piece at a time and makes no classify
+    table (``lifetimes.LEAN_BLOCKS``: at 100 M events the table and its transient arrays peaked this
+    step at 3.4 GB); should it make one (block ids not ascending), the table is let go after it, so
+    that it is not held through the timeline, the pools and the sections (the classes the timeline and
+    the sections read are ``ctx.classes``, a series of their own)."""
     ctx.step(0.12, "lifetimes")
-    it = ctx.iterations.value
-    # the classify table first (memoized: the summary reads this one), then the pages and the heap its
-    # column reads left given back, so that they are not resident beneath the summary's own (at 100 M
-    # events, where the block classes no longer make the table, both in one step peaked at 4,007 MiB)
-    guarded._call("lifetimes", "classify", ctx.trace, iters=it)
-    _give_back(ctx.trace, _now, heap=True)
-    ctx.lifetimes = guarded.lifetimes_summary(ctx.trace, iters=it)
+    ctx.lifetimes = guarded.lifetimes_summary(ctx.trace, iters=ctx.iterations.value)
     ctx.trace.forget("lifetimes.classify")
-    _give_back(ctx.trace, _now, heap=True)    # the summary's own transient arrays (~1.7 GB at 100 M events) too
+    _give_back(ctx.trace, _now, heap=True)    # the summary's own transient arrays
 
 
 def start_swap(ctx: ReportContext, later) -> None:
