@@ -55,15 +55,15 @@ static inline int fits32(int64_t v)
 
 /* Step 1a: accesses [k0, k0 + m) (a_seq, a_t, row point at access k0): count the kept ones per block into
  * cnt (added to it).  0, or -2 when a kept value does not fit the int32 asked for. */
-int64_t pi_access_touch_count(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t k0, int64_t m,
-                              const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
+int64_t pi_access_touch_count(int64_t nb, const void *seq_alloc, const void *seq_free, int32_t sa32, int64_t k0,
+                              int64_t m, const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
                               int32_t seq32, int32_t t32)
 {
     if (t32 && !a_t && k0 + m - 1 > INT32_MAX)
         return -2;
     for (int64_t k = 0; k < m; k++) {
         int32_t r = row[k];
-        if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
+        if (r >= 0 && r < nb && a_seq[k] >= col_get(seq_alloc, sa32, r) && a_seq[k] <= col_get(seq_free, sa32, r)) {
             if ((seq32 && !fits32(a_seq[k])) || (t32 && a_t && !fits32(a_t[k])))
                 return -2;
             cnt[r]++;
@@ -73,13 +73,13 @@ int64_t pi_access_touch_count(int64_t nb, const int64_t *seq_alloc, const int64_
 }
 
 /* Step 1b: accesses [k0, k0 + m): each kept one written at off[r]++ (off: where block r's next touch goes). */
-void pi_access_touch_scatter(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t k0, int64_t m,
-                             const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *off,
+void pi_access_touch_scatter(int64_t nb, const void *seq_alloc, const void *seq_free, int32_t sa32, int64_t k0,
+                             int64_t m, const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *off,
                              void *out_seq, void *out_t, int32_t seq32, int32_t t32)
 {
     for (int64_t k = 0; k < m; k++) {     /* group by block, in access order */
         int32_t r = row[k];
-        if (r >= 0 && r < nb && a_seq[k] >= seq_alloc[r] && a_seq[k] <= seq_free[r]) {
+        if (r >= 0 && r < nb && a_seq[k] >= col_get(seq_alloc, sa32, r) && a_seq[k] <= col_get(seq_free, sa32, r)) {
             int64_t p = off[r]++;
             col_put(out_seq, seq32, p, a_seq[k]);
             col_put(out_t, t32, p, a_t ? a_t[k] : k0 + k);
@@ -92,7 +92,7 @@ int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *s
                           void *out_seq, void *out_t, int32_t seq32, int32_t t32)
 {
     memset(cnt, 0, (size_t)nb * sizeof(*cnt));
-    int64_t rc = pi_access_touch_count(nb, seq_alloc, seq_free, 0, na, row, a_seq, a_t, cnt, seq32, t32);
+    int64_t rc = pi_access_touch_count(nb, seq_alloc, seq_free, 0, 0, na, row, a_seq, a_t, cnt, seq32, t32);
     if (rc < 0)
         return rc;
     int64_t *off = malloc((size_t)(nb + 1) * sizeof(*off));
@@ -101,7 +101,7 @@ int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *s
     off[0] = 0;
     for (int64_t r = 0; r < nb; r++)
         off[r + 1] = off[r] + cnt[r];
-    pi_access_touch_scatter(nb, seq_alloc, seq_free, 0, na, row, a_seq, a_t, off, out_seq, out_t, seq32, t32);
+    pi_access_touch_scatter(nb, seq_alloc, seq_free, 0, 0, na, row, a_seq, a_t, off, out_seq, out_t, seq32, t32);
     free(off);
     return pi_access_touch_group(nb, cnt, out_seq, out_t, seq32, t32);
 }

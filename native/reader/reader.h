@@ -136,12 +136,12 @@ int64_t pi_access_touches(int64_t nb, const int64_t *seq_alloc, const int64_t *s
 /* The same in three steps, so that a caller may read the accesses a range at a time (giving their pages
  * back between ranges): count (cnt zeroed by the caller, added to), scatter (off: where each block's next
  * touch goes, advanced), group (returns the touches kept, or -1).  k0: the row of the first access of the
- * range (a_seq, a_t, row point at it). */
-int64_t pi_access_touch_count(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t k0, int64_t m,
-                              const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
+ * range (a_seq, a_t, row point at it); seq_alloc/seq_free: int32 (sa32) or int64 per block. */
+int64_t pi_access_touch_count(int64_t nb, const void *seq_alloc, const void *seq_free, int32_t sa32, int64_t k0,
+                              int64_t m, const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *cnt,
                               int32_t seq32, int32_t t32);
-void pi_access_touch_scatter(int64_t nb, const int64_t *seq_alloc, const int64_t *seq_free, int64_t k0, int64_t m,
-                             const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *off,
+void pi_access_touch_scatter(int64_t nb, const void *seq_alloc, const void *seq_free, int32_t sa32, int64_t k0,
+                             int64_t m, const int32_t *row, const int64_t *a_seq, const int64_t *a_t, int64_t *off,
                              void *out_seq, void *out_t, int32_t seq32, int32_t t32);
 int64_t pi_access_touch_group(int64_t nb, int64_t *cnt, void *out_seq, void *out_t, int32_t seq32, int32_t t32);
 /* Step 2: the intervals [alloc, touches...] -> [touches..., free] of every block, block after block

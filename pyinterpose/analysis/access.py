@@ -19,6 +19,7 @@ from ..errors import PyinterposeError
 from ..heap import give_back
 from ..trace.model import Trace
 from .lifetimes import QUANTILES, _quantiles  # noqa: F401  (one definition of the quantile summary)
+from ..trace import chunking, pages
 from ..trace.live import scan
 from ..trace.model import live_bytes_curve
 from .bandwidth import Bandwidth, resolve_bandwidth
@@ -160,6 +161,23 @@ def _peak(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
     return (int(t[i]), int(live[i])) if len(live) else (0, 0)
 
 
+_LIVE_ORDER = ("model", "live_order")      # trace.live.live_order's memo key
+
+
+def _peak_unkept(trace: Trace, mask: np.ndarray) -> tuple[int, int]:
+    """:func:`_peak`; on a long trace (more blocks than a chunk) the live order it memoizes on the trace
+    (int32 per allocation and free: 91 MB at 100 M events) let go again when it was not memoized before
+    (the access analysis reads it only here: not held under the touches and the pass)."""
+    memo = getattr(trace, "_derived", None)
+    unkept = isinstance(memo, dict) and len(trace.blocks) > chunking.chunk_rows() and _LIVE_ORDER not in memo
+    try:
+        return _peak(trace, mask)
+    finally:
+        if unkept:
+            memo.pop(_LIVE_ORDER, None)
+            give_back()
+
+
 def stability(intervals: pd.DataFrame, classes: pd.DataFrame, count: int) -> dict[str, Any] | None:
     """Share of blocks allocated inside regular steps whose size, relative position (n-th
     allocation of that size in the step) and access count repeat exactly in the next step
@@ -202,7 +220,7 @@ def _stability_of(ub, n_int, ib, cols: dict, count: int) -> dict[str, Any] | Non
         if len(ub) > 1 and not (ub[1:] > ub[:-1]).all():       # intervals not ordered by block
             ub, n_int = np.unique(ib() if callable(ib) else ib, return_counts=True)
         if len(ub):
-            k = np.minimum(np.searchsorted(ub, cb), len(ub) - 1)
+            k = np.minimum(searchsorted(ub, cb), len(ub) - 1)
             acc = np.where(ub[k] == cb, n_int[k], 1) - 1          # accesses of each block
             del k
         else:
@@ -282,7 +300,7 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     in_blocks = b["counts_device"].to_numpy(bool)      # the process's device blocks
     if pid is not None:
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
-    peak = _peak(trace, in_blocks)
+    peak = _peak_unkept(trace, in_blocks)
     clock = clock_of(trace, pid)
     iv = _StreamedIntervals(trace, pid, int(np.count_nonzero(in_blocks)))
     block_size = b["size"].to_numpy(np.int64)[in_blocks]       # read after the pass: not held under it
@@ -330,10 +348,14 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
     hides = filt(out, iv, bw, float(block_size.sum())) if bw is not None else None
     if bw is None:
         out["filtered_fraction"] = None
+    if iv.spilled:
+        access_spill.release_segments(iv)     # the per-segment columns' pages, when in files
     out["outliers"] = None
     if iv.n:
         outl = access_spill.outliers if iv.spilled else _outliers
         out["outliers"] = outl(iv, block_size, ati_thr, ati_quantile, size_quantile, peak, iters, hides, top)
+        if iv.spilled:
+            access_spill.release_segments(iv)
     long_trace = iv.spilled
     # the intervals per segment (a run of one block id): its block id and row count, all stability reads
     per_seg = {"ub": iv.bid.vals, "n_int": np.diff(np.append(iv.seg, iv.n))} if iters.count >= 2 else None
@@ -436,8 +458,13 @@ class _StreamedIntervals:
         intervals.release_tables(trace)          # what the steps before read (the clock, the live bytes)
         tc = intervals.touches(trace, pid)
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
-        n = int(((tc.cnt + 1) * dev_b).sum())
+        n = 0               # the device rows: a range of blocks at a time (no int64 arrays per block)
+        for lo, hi in chunking.spans(len(dev_b)):
+            d = dev_b[lo:hi]
+            n += int(np.diff(tc.off[lo:hi + 1])[d].sum(dtype=np.int64)) + int(np.count_nonzero(d))
         files = access_spill.Rows.wanted(n)         # a long trace: the per-row columns to files
+        if files is not None and intervals.drop_seqs(trace, tc):
+            give_back()         # the touches' seqs (a piece reads its accesses' on the device clock)
         if files is None:
             ati, start, kcode = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int8)
         n_kind = np.zeros(len(INTERVAL_KINDS), np.int64)
@@ -446,9 +473,13 @@ class _StreamedIntervals:
         # (first rows and block ids as int32 when they fit: the same values, half the bytes)
         nseg_max = len(tc.rows)
         fits = (lambda lo, hi: np.int32 if -(1 << 31) <= lo and hi < (1 << 31) else np.int64)
-        seg_all = np.empty(nseg_max, fits(0, n))
-        ub_all = np.empty(nseg_max, fits(int(tc.bid[0]), int(tc.bid[-1])) if nseg_max else np.int64)
-        size_all = np.empty(nseg_max, np.int64)
+        seg_t = fits(0, n)
+        ub_t = fits(int(tc.bid[0]), int(tc.bid[-1])) if nseg_max else np.int64
+        # a long trace with unique block ids: the per-segment columns to files too (not on the heap beside
+        # the touches while the pass runs)
+        segf = access_spill.Segments.wanted(files, tc.bid, seg_t, ub_t)
+        if segf is None:
+            seg_all, ub_all, size_all = np.empty(nseg_max, seg_t), np.empty(nseg_max, ub_t), np.empty(nseg_max, np.int64)
         row_sizes, mixed, done = [], False, []
         pos = nseg = 0
         cols = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
@@ -477,11 +508,18 @@ class _StreamedIntervals:
                     np.not_equal(bid[1:], bid[:-1], out=first[1:])
                     seg = np.flatnonzero(first)
                     g0, g1 = nseg, nseg + len(seg)
-                    np.add(seg, pos, out=seg_all[g0:g1])
-                    ub_all[g0:g1] = bid[seg]
-                    size_all[g0:g1] = sz[seg]
+                    if segf is not None:
+                        segf.append("seg", seg + pos)
+                        segf.append("ub", bid[seg])
+                        segf.append("size", sz[seg])
+                    else:
+                        np.add(seg, pos, out=seg_all[g0:g1])
+                        ub_all[g0:g1] = bid[seg]
+                        size_all[g0:g1] = sz[seg]
                     nseg = g1
                     if not mixed and not (sz[1:] == sz[:-1])[~first[1:]].all():
+                        if segf is not None:       # not reached: unique ids, one size a segment
+                            raise AssertionError("a segment of one block id with rows of several sizes")
                         mixed = True        # the rows' sizes of the pieces before, from their segments
                         row_sizes = [np.repeat(size_all[a0:a1], np.diff(np.append(seg_all[a0:a1] - p0, mm)))
                                      for a0, a1, p0, mm in done]
@@ -504,6 +542,8 @@ class _StreamedIntervals:
                 sink.abort()
             if files is not None:
                 files.abort()
+            if segf is not None:
+                segf.abort()
             raise
         if sink is not None:
             sink.finish()
@@ -517,8 +557,13 @@ class _StreamedIntervals:
         del tc
         intervals.release_tables(trace)
         self.n = n
-        self.seg, ub, self.seg_size_i = (intervals._shrink(x, nseg) for x in (seg_all, ub_all, size_all))
-        del seg_all, ub_all, size_all
+        if segf is not None:
+            c = segf.finish()
+            self.seg, ub, self.seg_size_i = c["seg"], c["ub"], c["size"]
+            del c
+        else:
+            self.seg, ub, self.seg_size_i = (intervals._shrink(x, nseg) for x in (seg_all, ub_all, size_all))
+            del seg_all, ub_all, size_all
         self.ati_col = ati
         self.ati = _Rows([ati])
         self.kcode = kcode
@@ -668,28 +713,38 @@ def _access_stability(trace: Trace, pid, iters, per_seg: dict | None,
         return None
     ub, n_int = per_seg.pop("ub"), per_seg.pop("n_int")
     b = trace.blocks
+
+    def at(name, dtype, rows):
+        """``b[name][rows]``; on a long trace the column's mapped pages given back once read (one
+        blocks column resident at a time, not the five this step reads)."""
+        x = b[name].to_numpy(dtype)[rows]
+        if long_trace:
+            pages.release(b[name])
+        return x
     r = _block_rows(trace, pid)
-    if len(r) > 1 and not (np.diff(b["block_id"].to_numpy(np.int64)[r]) > 0).all():
+    if long_trace:
+        pages.release_all(b["pid"], b["block_id"])
+    if len(r) > 1 and not (np.diff(at("block_id", np.int64, r)) > 0).all():
         c = classify(trace, iters, pid)
         keep = (c["iter_alloc"].to_numpy(np.int64) >= 0) & c["counts_device"].to_numpy(bool)
         cols = {k: c[col].to_numpy(np.int64)[keep]
                 for k, col in (("cb", "block_id"), ("sa", "seq_alloc"), ("it", "iter_alloc"), ("size", "size"))}
         del c, keep
         return _stability_of(ub, n_int, lambda: np.repeat(ub, n_int), cols, iters.count)
-    r = r[b["counts_device"].to_numpy(bool)[r]]
-    ia = iters.iteration_of(b["seq_alloc"].to_numpy(np.int64)[r])
+    r = r[at("counts_device", bool, r)]
+    ia = iters.iteration_of(at("seq_alloc", np.int64, r))
     keep = ia >= 0
     ia = ia[keep]
     acc = None
-    if len(ub) == len(r) and np.array_equal(ub, b["block_id"].to_numpy(np.int64)[r]):
+    if len(ub) == len(r) and np.array_equal(ub, at("block_id", np.int64, r)):
         acc = n_int[keep] - 1                          # one segment a block, in the same order
         if len(acc) and int(acc.max()) < 1 << 31:
             acc = acc.astype(np.int32)
         ub = n_int = None                              # read: let go before the join's arrays
     r = r[keep]
     del keep
-    cols = {"cb": b["block_id"].to_numpy(np.int64)[r], "sa": b["seq_alloc"].to_numpy(np.int64)[r], "it": ia,
-            "size": b["size"].to_numpy(np.int64)[r], "acc": acc}
+    cols = {"cb": at("block_id", np.int64, r), "sa": at("seq_alloc", np.int64, r), "it": ia,
+            "size": at("size", np.int64, r), "acc": acc}
     del r, ia, acc
     if long_trace:
         intervals.release_tables(trace)   # the blocks' columns read (copies taken)

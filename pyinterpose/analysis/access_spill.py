@@ -27,7 +27,7 @@ import numpy as np
 
 from ..trace import chunking, pages
 from .exactsum import IntMean, PairwiseSum
-from ..trace.piecewise import quantiles
+from ..trace.piecewise import piece_rows
 from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns
 from .intervals import INTERVAL_KINDS
 from .search import position
@@ -62,6 +62,35 @@ class Rows(Files):
             return cls()
         except OSError:
             return None
+
+
+class Segments(Files):
+    """The pass's per-segment columns (first row, block id, size: one segment a block, ~11 M at 100 M
+    events, 16 bytes each) appended a piece at a time to files (:class:`.spillfiles.Files`) instead of
+    arrays made once for every block: not held on the heap beside the touches while the pass runs.
+    Only with block ids unique among the process's blocks (then a segment is one block and its rows
+    have one size: the per-row sizes are never needed)."""
+
+    def __init__(self, seg_dtype, ub_dtype):
+        super().__init__("pyinterpose-accseg-")
+        for c, t in (("seg", seg_dtype), ("ub", ub_dtype), ("size", np.int64)):
+            self.add_column(c, t)
+
+    @classmethod
+    def wanted(cls, rows: "Rows | None", bid: np.ndarray, seg_dtype, ub_dtype) -> "Segments | None":
+        """A writer when the rows go to files (``rows``) and the ids ``bid`` (ascending) are unique."""
+        if rows is None or (len(bid) > 1 and not bool((bid[1:] > bid[:-1]).all())):
+            return None
+        try:
+            return cls(seg_dtype, ub_dtype)
+        except OSError:
+            return None
+
+
+def release_segments(iv) -> None:
+    """Give back the resident pages of the per-segment columns when they are files (:class:`Segments`)."""
+    for c in (iv.seg, iv.bid.vals, iv.seg_size_i):
+        pages.release(c)
 
 
 # ---- reading the columns a chunk at a time ----------------------------------------------------
@@ -135,21 +164,115 @@ def quantile_summaries(iv, extra: tuple[float, ...]) -> tuple:
             lo[i] = mn if lo[i] is None or mn < lo[i] else lo[i]
             hi[i] = mx if hi[i] is None or mx > hi[i] else hi[i]
 
-    def summary(i, qs):
-        n = iv.n if i == k else iv.n_kind[i]
-        if not n:
+    # the quantiles of every set (all rows, each kind's) from shared passes over the rows
+    sets = [i for i in [k] + list(range(k)) if (iv.n if i == k else iv.n_kind[i])]
+    qs = {i: tuple(QUANTILES) + (tuple(extra) if i == k else ()) for i in sets}
+
+    def pieces(active):
+        for _, c in chunks(iv, "ati", "kcode"):
+            a, kc = c["ati"], c["kcode"]
+            yield {i: a if i == k else a[kc == i] for i in active}
+    q = quantiles_many(pieces, {i: (qs[i], (iv.n if i == k else iv.n_kind[i], lo[i], hi[i])) for i in sets})
+
+    def summary(i):
+        if i not in q:
             return None, []
-
-        def pieces():
-            for _, c in chunks(iv, "ati", "kcode"):
-                yield c["ati"] if i == k else c["ati"][c["kcode"] == i]
-        _, q = quantiles(pieces, tuple(QUANTILES) + tuple(qs), ext=(n, lo[i], hi[i]))
-        d = {f"p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)}
+        d = {f"p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q[i])}
         d.update(min=float(lo[i]), max=float(hi[i]), mean=means[i].result())
-        return d, [float(v) for v in q[len(QUANTILES):]]
+        return d, [float(v) for v in q[i][len(QUANTILES):]]
 
-    whole = summary(k, tuple(extra))
-    return whole, {i: summary(i, ())[0] for i in range(k) if iv.n_kind[i]}
+    whole = summary(k)
+    return whole, {i: summary(i)[0] for i in range(k) if iv.n_kind[i]}
+
+
+def quantiles_many(pieces, sets: dict) -> dict:
+    """``{s: piecewise.quantiles(pieces of s, qs, ext)[1]}`` for several sets of integer values at once
+    (``sets``: ``{s: (qs, (n, min, max))}``, each with n > 0), the counting passes over the rows shared:
+    ``pieces(active)`` yields, per chunk, ``{s: int64 values of s}`` for the sets in ``active``.  The same
+    values: exact order statistics (:func:`order_stats_many`) interpolated as ``piecewise.quantiles`` (numpy's
+    "linear" method) does."""
+    plans = {}
+    for s, (qs, ext) in sets.items():
+        qs = np.asarray(qs, np.float64)
+        n = ext[0]
+        virtual = (n - 1) * qs
+        prev = np.floor(virtual)
+        nxt = prev + 1
+        above = virtual >= n - 1
+        prev[above], nxt[above] = n - 1, n - 1
+        below = virtual < 0
+        prev[below], nxt[below] = 0, 0
+        plans[s] = (virtual, prev, prev.astype(np.int64), nxt.astype(np.int64))
+    vals = order_stats_many(pieces, {s: (list(pi) + list(ni), sets[s][1]) for s, (_, _, pi, ni) in plans.items()})
+    out = {}
+    for s, (virtual, prev, pi, _) in plans.items():
+        a = np.array(vals[s][:len(pi)], np.int64).astype(np.float64)
+        b = np.array(vals[s][len(pi):], np.int64).astype(np.float64)
+        gamma = np.asanyarray(virtual - prev, dtype=np.float64)
+        diff = b - a
+        res = np.add(a, diff * gamma)
+        np.subtract(b, diff * (1 - gamma), out=res, where=gamma >= 0.5)
+        out[s] = res
+    return out
+
+
+_BITS = 16          # as piecewise.order_stats: 2**16 sub-ranges of each open range a pass
+_U64 = (1 << 64) - 1
+
+
+def order_stats_many(pieces, sets: dict) -> dict:
+    """``{s: piecewise.order_stats(pieces of s, ranks, ext)[1]}`` (``sets``: ``{s: (ranks, (n, min, max))}``)
+    from shared passes: each pass reads the rows once (``pieces(active)``, see :func:`quantiles_many`) and
+    counts, for every set with a rank still open, its values in 65,536 equal sub-ranges of each open range
+    (or collects them when at most ``piece_rows()``), as ``order_stats`` does for one set."""
+    out = {s: [None] * len(r) for s, (r, _) in sets.items()}
+    todo = {}       # set -> {(lo, hi) inclusive: [values in it, values below lo, rank indices]}
+    for s, (ranks, (n, lo, hi)) in sets.items():
+        want = [j for j, r in enumerate(ranks) if 0 <= r < n]
+        todo[s] = {(lo, hi): [n, 0, want]} if want else {}
+    cap = piece_rows()
+    while any(todo.values()):
+        plan = {}
+        for s, t in todo.items():
+            for (a, b), (c, below, idx) in list(t.items()):
+                if a == b:                     # one value
+                    for j in idx:
+                        out[s][j] = a
+                    del t[(a, b)]
+                else:
+                    plan.setdefault(s, {})[(a, b)] = None if c <= cap else max(0, (b - a).bit_length() - _BITS)
+        if not plan:
+            break
+        acc = {s: {r: [] if sh is None else np.zeros(((r[1] - r[0]) >> sh) + 1, np.int64) for r, sh in p.items()}
+               for s, p in plan.items()}
+        for chunk in pieces(tuple(plan)):
+            for s, p in plan.items():
+                x = chunk[s]
+                for (a, b), sh in p.items():
+                    v = x[(x >= a) & (x <= b)]
+                    if sh is None:
+                        acc[s][(a, b)].append(v)
+                    else:       # v - a, exact in uint64 (0 <= v - a < 2**64), then the sub-range
+                        off = v.view(np.uint64) - np.uint64(a & _U64)
+                        acc[s][(a, b)] += np.bincount((off >> np.uint64(sh)).astype(np.int64),
+                                                      minlength=len(acc[s][(a, b)]))
+        for s, p in plan.items():
+            t, new, ranks = todo[s], {}, sets[s][0]
+            for (a, b), sh in p.items():
+                _, below, idx = t.pop((a, b))
+                if sh is None:
+                    v = np.sort(np.concatenate(acc[s][(a, b)]))
+                    for j in idx:
+                        out[s][j] = int(v[ranks[j] - below])
+                    continue
+                c = np.cumsum(acc[s][(a, b)])
+                for j in idx:
+                    i = int(np.searchsorted(c, ranks[j] - below, side="right"))
+                    r = (a + (i << sh), min(b, a + ((i + 1) << sh) - 1))
+                    e = new.setdefault(r, [int(acc[s][(a, b)][i]), below + (int(c[i - 1]) if i else 0), []])
+                    e[2].append(j)
+            t.update(new)
+    return out
 
 
 # ---- the bandwidth filter and the outliers -----------------------------------------------------
@@ -168,8 +291,8 @@ def bandwidth_filter(out: dict, iv, bw, block_bytes: float):
     by_kind = np.zeros(k, np.int64)
     sw = np.zeros(len(seg), bool)
     n_hides = 0
-    for s, c in chunks(iv, "ati", "kcode", "size"):
-        h = hides(s, c["ati"], c["size"])
+    for s, c in chunks(iv, "ati", "kcode", *(() if iv.uniform else ("size",))):   # sizes: only per row
+        h = hides(s, c["ati"], c.get("size"))
         n_hides += int(np.count_nonzero(h))
         by_kind += np.bincount(c["kcode"][h], minlength=k)[:k]
         or_segments(sw, seg, s, h)

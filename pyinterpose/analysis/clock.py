@@ -69,7 +69,19 @@ class Ops:
         intervals reads it)."""
         if self.start is None:
             return np.zeros(len(self.seq), bool)
-        return (self.start >= 0) & (self.end >= self.start)
+        n = len(self.start)
+        if n <= chunk_rows():
+            return (self.start >= 0) & (self.end >= self.start)
+        # a long trace's ops in files: a piece at a time, each piece's mapped pages given back (not the
+        # whole start and end columns resident at once)
+        out = np.empty(n, bool)
+        for lo, hi in spans(n, chunk_rows()):
+            s_, e_ = self.start[lo:hi], self.end[lo:hi]
+            np.greater_equal(e_, s_, out=out[lo:hi])
+            out[lo:hi] &= s_ >= 0
+            release(self.start, lo, hi)
+            release(self.end, lo, hi)
+        return out
 
 
 def _none():
@@ -184,7 +196,7 @@ class Clock:
 
 def _ops(trace, pid: int | None, device: bool) -> Ops:
     """The process's launches and copies in seq order; only seq and t on the CPU clock."""
-    parts = []
+    srcs = []
     cols = ("seq", "t", "dev_start", "dev_end", "stream") if device else ("seq", "t")
     for tab in (trace.launches, trace.copies):
         if not len(tab):
@@ -192,14 +204,16 @@ def _ops(trace, pid: int | None, device: bool) -> Ops:
         m = None if pid is None else tab["pid"].to_numpy() == pid
         if m is not None and m.all():     # one process: the columns themselves, not a copy of each
             m = None
-        parts.append({k: tab[k].to_numpy() if m is None else tab[k].to_numpy()[m] for k in cols})
-    if not parts:
+        srcs.append((tab, m))
+    if not srcs:
         z = np.zeros(0, np.int64)
         return Ops(z, z, *((z, z, z) if device else ()))
-    if device and sum(len(p["seq"]) for p in parts) > spill_ops():
-        o = _ops_to_files(parts, cols)
+    if device and sum(len(t) if m is None else int(np.count_nonzero(m)) for t, m in srcs) > spill_ops():
+        o = _ops_to_files(srcs, cols)
         if o is not None:
             return o
+    parts = [{k: _part(src, k) for k in cols} for src in srcs]
+    del srcs
     cat = {k: np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k] for k in cols}
     o = None if len(parts) == 1 and ascending(cat["seq"]) else np.argsort(cat["seq"], kind="stable")
     del parts
@@ -221,7 +235,14 @@ def spill_ops() -> int:
     return SPILL_OPS if SPILL_OPS is not None else chunk_rows()
 
 
-def _ops_to_files(parts: list, cols) -> Ops | None:
+def _part(src: tuple, k: str) -> np.ndarray:
+    """Column ``k`` of one table's rows of the process (``src``: the table and its row mask, None all)."""
+    tab, m = src
+    x = tab[k].to_numpy()
+    return x if m is None else x[m]
+
+
+def _ops_to_files(srcs: list, cols) -> Ops | None:
     """A long trace's device-clock ops (issue 30: 7 columns of 8 bytes an op, ~0.6 GB at 100 M events,
     read by every piece of the access intervals): made a column at a time and written to files of this
     process's own (:class:`.spillfiles.Files`), mapped back; the frontier (a running maximum) made a
@@ -229,23 +250,30 @@ def _ops_to_files(parts: list, cols) -> Ops | None:
     passes give back the mapped pages a piece at a time.  None when the files cannot be made."""
     from .spillfiles import Files
 
-    seq = np.concatenate([p["seq"] for p in parts]) if len(parts) > 1 else parts[0]["seq"]
-    o = None if len(parts) == 1 and ascending(seq) else np.argsort(seq, kind="stable")
+    def column(k):          # one column of the ops in table order (the tables' rows of the process)
+        return np.concatenate([_part(src, k) for src in srcs]) if len(srcs) > 1 else _part(srcs[0], k)
+
+    seq = column("seq")
+    o = None if len(srcs) == 1 and ascending(seq) else np.argsort(seq, kind="stable")
     del seq
+    for tab, _ in srcs:
+        release(tab["seq"])
     try:
         files = Files("pyinterpose-clock-")
     except OSError:
         return None
     try:
+        # a column at a time, put in seq order a piece at a time (no second full-length copy)
         for k, name in zip(cols, ("seq", "t", "start", "end", "stream")):
-            a = np.concatenate([p[k] for p in parts]) if len(parts) > 1 else parts[0][k]
-            if o is not None:
-                a = a[o]
-            a = a.astype(np.uint64, copy=False).view(np.int64) if k == "stream" else a.astype(np.int64, copy=False)
+            a = column(k)
             files.add_column(name, np.int64)
-            files.append(name, a)
-            for p in parts:
-                release(p[k])
+            for lo, hi in spans(len(a), piece_rows()):
+                x = a[lo:hi] if o is None else a[o[lo:hi]]
+                files.append(name, x.astype(np.uint64, copy=False).view(np.int64) if k == "stream"
+                             else x.astype(np.int64, copy=False))
+                del x
+            for tab, _ in srcs:
+                release(tab[k])
             del a
         del o
         m = files.finish()

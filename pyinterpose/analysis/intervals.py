@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..heap import give_back
 from ..trace import chunking, pages
 from ..trace.model import Trace
 from .clock import clock_of
@@ -43,7 +44,8 @@ class Touches:
     rows: np.ndarray          # rows of trace.blocks of the process, in block_id order (int32 when they fit)
     bid: np.ndarray           # their block ids (ascending; int32 when they fit)
     off: np.ndarray           # len(rows) + 1: where each block's touches start in seq / t (int32 when it fits)
-    seq: np.ndarray           # the touches' seq, grouped by block, ascending within a block (int32 when it fits)
+    seq: np.ndarray | None    # the touches' seq, grouped by block, ascending within a block (int32 when it fits;
+                              # None once let go for a pass on the device clock: :func:`drop_seqs`)
     t: np.ndarray             # int64: the touches' CPU time, or their access row (``clocks`` not None; int32)
     clocks: dict | None       # {pid: Clock} of the processes concerned when one is on the device clock
 
@@ -113,14 +115,24 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     b = trace.blocks
     rows = block_rows(trace, pid)
     nb = len(rows)
-    all_bid = b["block_id"].to_numpy(np.int64)
-    bid = all_bid[rows]
-    seq_alloc = np.ascontiguousarray(b["seq_alloc"].to_numpy(np.int64)[rows])
-    seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
-    pages.release_all(*(b[c] for c in ("pid", "block_id", "seq_alloc", "seq_free")))  # copies taken
+    n_all = len(b)
+
+    def read(name):         # a blocks column at the process's rows; its mapped pages given back (a copy taken)
+        x = b[name].to_numpy(np.int64)[rows]
+        pages.release(b[name])
+        return x
+    pages.release(b["pid"])
+    bid = read("block_id")
+    seq_alloc, seq_free = read("seq_alloc"), read("seq_free")
     rows = _narrow(rows, 0, len(b) - 1)
     a = trace.accesses
     na = len(a)
+    # a long trace (more than two ranges of accesses): the blocks' windows as int32 when they fit (the C
+    # reads either: half the bytes while the touches are made), the accesses' block rows made a range at
+    # a time; a shorter one as before (its arrays are small, and its heap's layout sets the 10 M peak)
+    long_trace = na > 2 * chunking.chunk_rows()
+    if long_trace:
+        seq_alloc, seq_free = _narrow_seqs(seq_alloc, seq_free)
     clocks = _device_clocks(trace, pid, rows) if nb else None
     if clocks is not None:       # the clock's ops (read by every piece) made now, before the touches' arrays
         for c in clocks.values():
@@ -129,26 +141,26 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
         release_tables(trace)
     # block row of each access, a range of accesses at a time: a direct table when block ids are
     # small (the reader's: dense), else a search
-    row = np.full(na, -1, np.int32)
-    if nb and na:
-        a_bid = a["block_id"].to_numpy()          # the column itself (int32 or int64): widened a range at a time
-        hi = int(bid[-1])
-        lut = None
-        if 0 <= int(bid[0]) and hi < 4 * (len(all_bid) + na) + 1024:
-            lut = np.full(hi + 2, -1, dtype=np.int32)
-            lut[bid] = np.arange(nb, dtype=np.int32)
+    row = None if long_trace else np.full(na, -1, np.int32)
+    row_of = _access_rows(a["block_id"].to_numpy() if nb and na else None, bid, n_all + na)
+    if row is not None:
         for s, e in chunking.spans(na):
-            x = a_bid[s:e].astype(np.int64)
-            if lut is not None:
-                row[s:e] = lut[np.clip(x, -1, hi + 1)]
-            else:
-                pos = np.searchsorted(bid, x)
-                pos_c = np.minimum(pos, nb - 1)
-                row[s:e] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
-            pages.release(a_bid, s, e)
-        del lut
+            row_of(s, e, row[s:e])
+        row_of = None           # its lookup table
+        rows_in = (lambda s, e: row[s:])
+    else:
+        # the rows of a range made when the C reads it (twice: count, then scatter) rather than held for
+        # every access (int32 an access: 168 MB at 100 M events)
+        buf = np.empty(chunking.chunk_rows(), np.int32)
+
+        def rows_in(s, e):
+            row_of(s, e, buf[:e - s])
+            return buf
     if nb:
         bid = _narrow(bid, int(bid[0]), int(bid[-1]))
+    if row is None:
+        give_back()     # a long trace: the heap's free pages (the clock's ops made, the lookups) handed back
+                        # before the touches' arrays, which would not reuse every hole they left
     a_seq = _col(a, "seq")
     # on the device clock a touch keeps its access row (a_t NULL): its times are read from the clock per piece
     a_t = None if clocks is not None else _col(a, "t")
@@ -158,13 +170,14 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     while True:
         t_seq = np.empty(na, np.int32 if narrow[0] else np.int64)
         t_t = np.empty(na, np.int32 if narrow[1] else np.int64)
-        off = _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_t, narrow)
+        off = _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t_seq, t_t, narrow)
         if off is not None or not any(narrow):
             break
         narrow = [False, False]
     if off is None:
         raise MemoryError("out of memory building access intervals")   # not reached: int64 always fits
-    del row, a_t
+    del rows_in, row_of, a_t, seq_alloc, seq_free
+    row = None
     pages.release_all(a_seq, a["t"].to_numpy())
     # off[r] is now where block r's touches end: the counts are its differences (in place)
     cnt = off[:nb]
@@ -183,21 +196,65 @@ def _touches(trace: Trace, pid: int | None) -> Touches:
     return Touches(rows=rows, bid=bid, off=off, seq=t_seq, t=t_t, clocks=clocks)
 
 
-def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_t, narrow) -> np.ndarray | None:
+def _access_rows(a_bid, bid: np.ndarray, dense_limit: int):
+    """``f(s, e, out)``: the block row (index into ``bid``, ascending block ids; -1 none) of accesses
+    ``[s, e)`` written into ``out`` (int32), their mapped pages of ``a_bid`` (the accesses' block ids:
+    the column itself, int32 or int64, widened a range at a time) given back: a direct table when block
+    ids are small (below ``dense_limit``: the reader's are dense), else a search."""
+    nb = len(bid)
+    if a_bid is None:
+        def none(s, e, out):
+            out[:] = -1
+        return none
+    hi = int(bid[-1])
+    lut = None
+    if 0 <= int(bid[0]) and hi < 4 * dense_limit + 1024:
+        lut = np.full(hi + 2, -1, dtype=np.int32)
+        lut[bid] = np.arange(nb, dtype=np.int32)
+        bid = None                        # not kept by the closure (the caller narrows its own)
+    else:
+        bid = bid.astype(np.int64)        # a copy: the caller narrows its own
+
+    def rows(s, e, out):
+        x = a_bid[s:e].astype(np.int64)
+        if lut is not None:
+            out[:] = lut[np.clip(x, -1, hi + 1)]
+        else:
+            pos = np.searchsorted(bid, x)
+            pos_c = np.minimum(pos, nb - 1)
+            out[:] = np.where((pos < nb) & (bid[pos_c] == x), pos_c, -1)
+        pages.release(a_bid, s, e)
+    return rows
+
+
+def drop_seqs(trace: Trace, tc: Touches) -> bool:
+    """Let the touches' seqs go for a pass over the pieces (int32 an access: 168 MB at 100 M events) when
+    they are on the device clock: a piece reads each touch's access there anyway (its row, ``tc.t``) and
+    takes the seq from it (the same value: a touch is its access's seq).  Not for touches kept with the
+    trace (:func:`shared`: another analysis reads them).  Whether they were let go."""
+    if tc.clocks is None or id(trace) in _kept or tc.seq is None:
+        return False
+    tc.seq = None
+    return True
+
+
+def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, rows_in, na, a_seq, a_t, t_seq, t_t, narrow) -> np.ndarray | None:
     """Steps 1a and 1b of ``pi_access_touches`` (``native/reader/intervals.c``) with the accesses read a
     range of ``chunk_rows()`` at a time (count, then scatter), each range's mapped pages of ``a_seq`` /
     ``a_t`` given back once read: the accesses' seq column (337 MB at 100 M events) is never all
     resident.  One array of ``nb + 1`` int64 (no counts beside it): the counts, made into where each
     block's touches start, advanced by the scatter; returned (then ``off[r]`` is where block ``r``'s
     touches end), or None when a kept value does not fit the int32 asked for."""
-    nb, na = len(seq_alloc), len(row)
+    nb = len(seq_alloc)
     w32 = [int(x) for x in narrow]
     off = np.zeros(nb + 1, np.int64)
     ranges = list(chunking.spans(na))
     sa, sf = _ptr(seq_alloc), _ptr(seq_free)
+    sa32 = int(seq_alloc.dtype == np.int32)
+    assert seq_free.dtype == seq_alloc.dtype
 
     def args(s, e):
-        return (nb, sa, sf, s, e - s, _ptr(row[s:]), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
+        return (nb, sa, sf, sa32, s, e - s, _ptr(rows_in(s, e)), _ptr(a_seq[s:]), ffi.NULL if a_t is None else _ptr(a_t[s:]))
 
     def given_back(s, e):
         pages.release(a_seq, s, e)
@@ -215,6 +272,14 @@ def _scatter_in_ranges(lib, ffi, seq_alloc, seq_free, row, a_seq, a_t, t_seq, t_
         lib.pi_access_touch_scatter(*args(s, e), _ptr(off), _ptr(t_seq), _ptr(t_t), *w32)
         given_back(s, e)
     return off
+
+
+def _narrow_seqs(sa: np.ndarray, sf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks' allocation and free seqs (int64) both as int32 when every one fits, else both int64,
+    contiguous.  A block's window only compares with the accesses' seqs, which the C reads in int64."""
+    if len(sa) and -(1 << 31) <= min(int(sa.min()), int(sf.min())) and max(int(sa.max()), int(sf.max())) < (1 << 31):
+        return sa.astype(np.int32), sf.astype(np.int32)
+    return np.ascontiguousarray(sa, dtype=np.int64), np.ascontiguousarray(sf, dtype=np.int64)
 
 
 def _narrow(x: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -309,7 +374,7 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
     seq_free = np.ascontiguousarray(b["seq_free"].to_numpy(np.int64)[rows])
     t_alloc = b["t_alloc"].to_numpy(np.int64)[rows]
     t_free = b["t_free"].to_numpy(np.int64)[rows]
-    tseq = _wide(tc.seq[k0:k1])
+    tseq = None if tc.seq is None else _wide(tc.seq[k0:k1])
     m = (k1 - k0) + nb
     start_seq, end_seq = np.empty(m, np.int64), np.empty(m, np.int64)
     start_t, end_t = np.empty(m, np.int64), np.empty(m, np.int64)
@@ -320,8 +385,11 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
                                 _ptr(tseq), _ptr(_wide(tc.t[k0:k1])), _ptr(start_seq), _ptr(end_seq), _ptr(start_t),
                                 _ptr(end_t), _ptr(code))
     else:
-        t_alloc, t_free, a_start, a_end = _device_times(trace, tc, rows, _wide(tc.t[k0:k1]), seq_alloc, seq_free,
-                                                        t_alloc, t_free)
+        t_alloc, t_free, a_start, a_end, a_seq = _device_times(trace, tc, rows, _wide(tc.t[k0:k1]), seq_alloc,
+                                                               seq_free, t_alloc, t_free)
+        if tseq is None:          # the touches' seqs let go (drop_seqs): those of their accesses (the same)
+            tseq = a_seq
+        del a_seq
         # an interval starts where the touch before it ENDS (a kernel's device end) and ends where
         # the next touch STARTS (its device start): the intervals of the touches' ends give the
         # starts, those of their starts give the ends (alloc and free are the same in both)
@@ -359,8 +427,8 @@ def piece(trace: Trace, tc: Touches, r0: int, r1: int, columns=None):
 
 def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, seq_alloc, seq_free,
                   t_alloc, t_free):
-    """On the device clock (:mod:`.clock`): the blocks' allocations and frees placed on it, and the
-    start and end of each touch (``k``: their access rows), all contiguous int64."""
+    """On the device clock (:mod:`.clock`): the blocks' allocations and frees placed on it, the start and
+    end of each touch (``k``: their access rows) and its seq (its access's), all contiguous int64."""
     b = trace.blocks
     a = trace.accesses
     clocks = tc.clocks
@@ -382,7 +450,7 @@ def _device_times(trace: Trace, tc: Touches, rows: np.ndarray, k: np.ndarray, se
         else:
             _op_times(c, a_seq, a_t, a_start, a_end, ma)
     return (np.ascontiguousarray(t_alloc), np.ascontiguousarray(t_free), np.ascontiguousarray(a_start),
-            np.ascontiguousarray(a_end))
+            np.ascontiguousarray(a_end), np.ascontiguousarray(a_seq))
 
 
 def _op_times(c, a_seq, a_t, a_start, a_end, sel) -> None:
@@ -402,6 +470,8 @@ def _op_times(c, a_seq, a_t, a_start, a_end, sel) -> None:
     seq = a_seq if idx is None else a_seq[idx]
     cols = [x for x in (o.seq, o.t, o.start, o.end, o.stream, o.frontier, getattr(o, "timed", None))
             if isinstance(x, np.ndarray)]
+    for x in cols:      # what placing the piece's allocations and frees read (searches across all the ops)
+        pages.release(x)
     for lo, hi in chunking.spans(n, step):
         m = np.ones(len(seq), bool)
         if lo:

@@ -269,7 +269,7 @@ def _give_back(trace: Trace, later, heap: bool = False) -> None:
     back before the next (at 100 M events ~3 GB of mapped columns otherwise stay resident to the end);
     with ``heap``, the heap's free pages too (:func:`~pyinterpose.heap.give_back`): after the accesses
     (at 100 M events the access analysis grows the heap to ~3.4 GB and keeps ~0.8 GB in use) and after
-    the lifetimes summary (~1.7 GB of transient arrays; the classify table let go), so that the steps
+    the lifetimes summary (its transient arrays: ~1.4 GB at 100 M events), so that the steps
     after them grow it only as far as they need, instead of keeping the largest step's high-water mark
     resident beneath every later step's mapped columns.  Not after every step: each give-back costs
     the page faults of the heap grown again (~1.5 s of system time a GB at 100 M events), and the
