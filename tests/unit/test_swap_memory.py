@@ -126,9 +126,13 @@ def _long_trace_paths(monkeypatch, on: bool):
 
     from pyinterpose.analysis import compare as compare_mod
 
+    from pyinterpose.analysis import clock as clock_mod
+
     limit = 0 if on else 4_000_000
     for mod in (sys.modules["pyinterpose.analysis.swap.problem"], swap, compare_mod):
         monkeypatch.setattr(mod, "SIDE_BY_SIDE_BLOCKS", limit)
+    # and the device clock's ops in files (mapped back), which prepare lets go before the build
+    monkeypatch.setattr(clock_mod, "SPILL_OPS", 0 if on else None)
 
 
 @pytest.mark.parametrize("sample", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit"])
