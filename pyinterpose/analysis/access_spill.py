@@ -27,7 +27,7 @@ import numpy as np
 
 from ..trace import chunking, pages
 from .exactsum import IntMean, PairwiseSum
-from ..trace.piecewise import piece_rows
+from ..trace.piecewise import interpolated, piece_rows, quantile_ranks
 from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns
 from .intervals import INTERVAL_KINDS
 from .search import position
@@ -191,28 +191,11 @@ def quantiles_many(pieces, sets: dict) -> dict:
     ``pieces(active)`` yields, per chunk, ``{s: int64 values of s}`` for the sets in ``active``.  The same
     values: exact order statistics (:func:`order_stats_many`) interpolated as ``piecewise.quantiles`` (numpy's
     "linear" method) does."""
-    plans = {}
-    for s, (qs, ext) in sets.items():
-        qs = np.asarray(qs, np.float64)
-        n = ext[0]
-        virtual = (n - 1) * qs
-        prev = np.floor(virtual)
-        nxt = prev + 1
-        above = virtual >= n - 1
-        prev[above], nxt[above] = n - 1, n - 1
-        below = virtual < 0
-        prev[below], nxt[below] = 0, 0
-        plans[s] = (virtual, prev, prev.astype(np.int64), nxt.astype(np.int64))
+    plans = {s: quantile_ranks(qs, ext[0]) for s, (qs, ext) in sets.items()}
     vals = order_stats_many(pieces, {s: (list(pi) + list(ni), sets[s][1]) for s, (_, _, pi, ni) in plans.items()})
     out = {}
     for s, (virtual, prev, pi, _) in plans.items():
-        a = np.array(vals[s][:len(pi)], np.int64).astype(np.float64)
-        b = np.array(vals[s][len(pi):], np.int64).astype(np.float64)
-        gamma = np.asanyarray(virtual - prev, dtype=np.float64)
-        diff = b - a
-        res = np.add(a, diff * gamma)
-        np.subtract(b, diff * (1 - gamma), out=res, where=gamma >= 0.5)
-        out[s] = res
+        out[s] = interpolated(virtual, prev, vals[s][:len(pi)], vals[s][len(pi):])
     return out
 
 

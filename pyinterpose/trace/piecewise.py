@@ -146,14 +146,10 @@ def order_stats(pieces, ranks, ext: tuple | None = None) -> tuple[int, list]:
     return n, out
 
 
-def quantiles(pieces, qs, ext: tuple | None = None) -> tuple[int, np.ndarray | None]:
-    """``(n, np.quantile(values.astype(np.float64), qs))`` of the integer values ``pieces()`` yields
-    (:func:`order_stats`), computed as numpy's "linear" method does; ``(0, None)`` when there are none."""
+def quantile_ranks(qs, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(virtual, prev, lo, hi)``: numpy's "linear" method's positions for the quantiles ``qs`` of ``n`` values
+    (n > 0): the order statistics ``lo`` and ``hi`` (int64 ranks) it interpolates between, and where."""
     qs = np.asarray(qs, np.float64)
-    ext = ext if ext is not None else extent(pieces)
-    n = ext[0]
-    if n == 0:
-        return 0, None
     virtual = (n - 1) * qs
     prev = np.floor(virtual)
     nxt = prev + 1
@@ -161,12 +157,28 @@ def quantiles(pieces, qs, ext: tuple | None = None) -> tuple[int, np.ndarray | N
     prev[above], nxt[above] = n - 1, n - 1
     below = virtual < 0
     prev[below], nxt[below] = 0, 0
-    pi, ni = prev.astype(np.int64), nxt.astype(np.int64)
-    _, vals = order_stats(pieces, list(pi) + list(ni), ext)
-    a = np.array(vals[:len(pi)], np.int64).astype(np.float64)
-    b = np.array(vals[len(pi):], np.int64).astype(np.float64)
+    return virtual, prev, prev.astype(np.int64), nxt.astype(np.int64)
+
+
+def interpolated(virtual: np.ndarray, prev: np.ndarray, lo_vals, hi_vals) -> np.ndarray:
+    """The quantiles from the order statistics at :func:`quantile_ranks`' ``lo`` and ``hi``, as numpy's
+    "linear" method computes them (the same float operations)."""
+    a = np.array(lo_vals, np.int64).astype(np.float64)
+    b = np.array(hi_vals, np.int64).astype(np.float64)
     gamma = np.asanyarray(virtual - prev, dtype=np.float64)
     diff = b - a
     res = np.add(a, diff * gamma)
     np.subtract(b, diff * (1 - gamma), out=res, where=gamma >= 0.5)
-    return n, res
+    return res
+
+
+def quantiles(pieces, qs, ext: tuple | None = None) -> tuple[int, np.ndarray | None]:
+    """``(n, np.quantile(values.astype(np.float64), qs))`` of the integer values ``pieces()`` yields
+    (:func:`order_stats`), computed as numpy's "linear" method does; ``(0, None)`` when there are none."""
+    ext = ext if ext is not None else extent(pieces)
+    n = ext[0]
+    if n == 0:
+        return 0, None
+    virtual, prev, pi, ni = quantile_ranks(qs, n)
+    _, vals = order_stats(pieces, list(pi) + list(ni), ext)
+    return n, interpolated(virtual, prev, vals[:len(pi)], vals[len(pi):])
