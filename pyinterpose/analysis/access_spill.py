@@ -27,7 +27,7 @@ import numpy as np
 
 from ..trace import chunking, pages
 from .exactsum import IntMean, PairwiseSum
-from ..trace.piecewise import interpolated, piece_rows, quantile_ranks
+from ..trace.piecewise import piece_rows, quantiles_many  # noqa: F401  (quantiles_many: the tests read it here too)
 from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns
 from .intervals import INTERVAL_KINDS
 from .search import position
@@ -183,79 +183,6 @@ def quantile_summaries(iv, extra: tuple[float, ...]) -> tuple:
 
     whole = summary(k)
     return whole, {i: summary(i)[0] for i in range(k) if iv.n_kind[i]}
-
-
-def quantiles_many(pieces, sets: dict) -> dict:
-    """``{s: piecewise.quantiles(pieces of s, qs, ext)[1]}`` for several sets of integer values at once
-    (``sets``: ``{s: (qs, (n, min, max))}``, each with n > 0), the counting passes over the rows shared:
-    ``pieces(active)`` yields, per chunk, ``{s: int64 values of s}`` for the sets in ``active``.  The same
-    values: exact order statistics (:func:`order_stats_many`) interpolated as ``piecewise.quantiles`` (numpy's
-    "linear" method) does."""
-    plans = {s: quantile_ranks(qs, ext[0]) for s, (qs, ext) in sets.items()}
-    vals = order_stats_many(pieces, {s: (list(pi) + list(ni), sets[s][1]) for s, (_, _, pi, ni) in plans.items()})
-    out = {}
-    for s, (virtual, prev, pi, _) in plans.items():
-        out[s] = interpolated(virtual, prev, vals[s][:len(pi)], vals[s][len(pi):])
-    return out
-
-
-_BITS = 16          # as piecewise.order_stats: 2**16 sub-ranges of each open range a pass
-_U64 = (1 << 64) - 1
-
-
-def order_stats_many(pieces, sets: dict) -> dict:
-    """``{s: piecewise.order_stats(pieces of s, ranks, ext)[1]}`` (``sets``: ``{s: (ranks, (n, min, max))}``)
-    from shared passes: each pass reads the rows once (``pieces(active)``, see :func:`quantiles_many`) and
-    counts, for every set with a rank still open, its values in 65,536 equal sub-ranges of each open range
-    (or collects them when at most ``piece_rows()``), as ``order_stats`` does for one set."""
-    out = {s: [None] * len(r) for s, (r, _) in sets.items()}
-    todo = {}       # set -> {(lo, hi) inclusive: [values in it, values below lo, rank indices]}
-    for s, (ranks, (n, lo, hi)) in sets.items():
-        want = [j for j, r in enumerate(ranks) if 0 <= r < n]
-        todo[s] = {(lo, hi): [n, 0, want]} if want else {}
-    cap = piece_rows()
-    while any(todo.values()):
-        plan = {}
-        for s, t in todo.items():
-            for (a, b), (c, below, idx) in list(t.items()):
-                if a == b:                     # one value
-                    for j in idx:
-                        out[s][j] = a
-                    del t[(a, b)]
-                else:
-                    plan.setdefault(s, {})[(a, b)] = None if c <= cap else max(0, (b - a).bit_length() - _BITS)
-        if not plan:
-            break
-        acc = {s: {r: [] if sh is None else np.zeros(((r[1] - r[0]) >> sh) + 1, np.int64) for r, sh in p.items()}
-               for s, p in plan.items()}
-        for chunk in pieces(tuple(plan)):
-            for s, p in plan.items():
-                x = chunk[s]
-                for (a, b), sh in p.items():
-                    v = x[(x >= a) & (x <= b)]
-                    if sh is None:
-                        acc[s][(a, b)].append(v)
-                    else:       # v - a, exact in uint64 (0 <= v - a < 2**64), then the sub-range
-                        off = v.view(np.uint64) - np.uint64(a & _U64)
-                        acc[s][(a, b)] += np.bincount((off >> np.uint64(sh)).astype(np.int64),
-                                                      minlength=len(acc[s][(a, b)]))
-        for s, p in plan.items():
-            t, new, ranks = todo[s], {}, sets[s][0]
-            for (a, b), sh in p.items():
-                _, below, idx = t.pop((a, b))
-                if sh is None:
-                    v = np.sort(np.concatenate(acc[s][(a, b)]))
-                    for j in idx:
-                        out[s][j] = int(v[ranks[j] - below])
-                    continue
-                c = np.cumsum(acc[s][(a, b)])
-                for j in idx:
-                    i = int(np.searchsorted(c, ranks[j] - below, side="right"))
-                    r = (a + (i << sh), min(b, a + ((i + 1) << sh) - 1))
-                    e = new.setdefault(r, [int(acc[s][(a, b)][i]), below + (int(c[i - 1]) if i else 0), []])
-                    e[2].append(j)
-            t.update(new)
-    return out
 
 
 # ---- the bandwidth filter and the outliers -----------------------------------------------------

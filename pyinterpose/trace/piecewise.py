@@ -102,48 +102,62 @@ def order_stats(pieces, ranks, ext: tuple | None = None) -> tuple[int, list]:
     keeps the sub-range holding it; a range of at most :func:`piece_rows` values is collected and sorted."""
     n, lo, hi = ext if ext is not None else extent(pieces)
     ranks = [int(k) for k in ranks]
-    out: list = [None] * len(ranks)
-    todo: dict[tuple, list] = {}          # (lo, hi) inclusive -> [values in it, values below lo, rank indices]
-    want = [i for i, k in enumerate(ranks) if 0 <= k < n]
-    if want:
-        todo[(lo, hi)] = [n, 0, want]
+    return n, order_stats_many(lambda active: ({0: x} for x in pieces()), {0: (ranks, (n, lo, hi))})[0]
+
+
+def order_stats_many(pieces, sets: dict) -> dict:
+    """``{s: order_stats(pieces of s, ranks, ext)[1]}`` (``sets``: ``{s: (ranks, (n, min, max))}``)
+    from shared passes: each pass reads the rows once (``pieces(active)``, see :func:`quantiles_many`) and
+    counts, for every set with a rank still open, its values in 65,536 equal sub-ranges of each open range
+    (or collects them when at most ``piece_rows()``)."""
+    out = {s: [None] * len(r) for s, (r, _) in sets.items()}
+    todo = {}       # set -> {(lo, hi) inclusive: [values in it, values below lo, rank indices]}
+    for s, (ranks, (n, lo, hi)) in sets.items():
+        want = [j for j, r in enumerate(ranks) if 0 <= r < n]
+        todo[s] = {(lo, hi): [n, 0, want]} if want else {}
     cap = piece_rows()
-    while todo:
+    while any(todo.values()):
         plan = {}
-        for (a, b), (c, below, idx) in list(todo.items()):
-            if a == b:                     # one value
-                for i in idx:
-                    out[i] = a
-                del todo[(a, b)]
-            else:
-                plan[(a, b)] = None if c <= cap else max(0, (b - a).bit_length() - _BITS)
+        for s, t in todo.items():
+            for (a, b), (c, below, idx) in list(t.items()):
+                if a == b:                     # one value
+                    for j in idx:
+                        out[s][j] = a
+                    del t[(a, b)]
+                else:
+                    plan.setdefault(s, {})[(a, b)] = None if c <= cap else max(0, (b - a).bit_length() - _BITS)
         if not plan:
             break
-        acc = {r: [] if sh is None else np.zeros(((r[1] - r[0]) >> sh) + 1, np.int64) for r, sh in plan.items()}
-        for p in pieces():
-            for (a, b), sh in plan.items():
-                v = p[(p >= a) & (p <= b)]
+        acc = {s: {r: [] if sh is None else np.zeros(((r[1] - r[0]) >> sh) + 1, np.int64) for r, sh in p.items()}
+               for s, p in plan.items()}
+        for chunk in pieces(tuple(plan)):
+            for s, p in plan.items():
+                x = chunk[s]
+                for (a, b), sh in p.items():
+                    v = x[(x >= a) & (x <= b)]
+                    if sh is None:
+                        acc[s][(a, b)].append(v)
+                    else:       # v - a, exact in uint64 (0 <= v - a < 2**64), then the sub-range
+                        off = v.view(np.uint64) - np.uint64(a & _U64)
+                        acc[s][(a, b)] += np.bincount((off >> np.uint64(sh)).astype(np.int64),
+                                                      minlength=len(acc[s][(a, b)]))
+        for s, p in plan.items():
+            t, new, ranks = todo[s], {}, sets[s][0]
+            for (a, b), sh in p.items():
+                _, below, idx = t.pop((a, b))
                 if sh is None:
-                    acc[(a, b)].append(v)
-                else:       # v - a, exact in uint64 (0 <= v - a < 2**64), then the sub-range
-                    off = v.view(np.uint64) - np.uint64(a & _U64)
-                    acc[(a, b)] += np.bincount((off >> np.uint64(sh)).astype(np.int64), minlength=len(acc[(a, b)]))
-        new: dict[tuple, list] = {}
-        for (a, b), sh in plan.items():
-            _, below, idx = todo.pop((a, b))
-            if sh is None:
-                v = np.sort(np.concatenate(acc[(a, b)]))
-                for i in idx:
-                    out[i] = int(v[ranks[i] - below])
-                continue
-            c = np.cumsum(acc[(a, b)])
-            for i in idx:
-                j = int(np.searchsorted(c, ranks[i] - below, side="right"))
-                r = (a + (j << sh), min(b, a + ((j + 1) << sh) - 1))
-                e = new.setdefault(r, [int(acc[(a, b)][j]), below + (int(c[j - 1]) if j else 0), []])
-                e[2].append(i)
-        todo = new
-    return n, out
+                    v = np.sort(np.concatenate(acc[s][(a, b)]))
+                    for j in idx:
+                        out[s][j] = int(v[ranks[j] - below])
+                    continue
+                c = np.cumsum(acc[s][(a, b)])
+                for j in idx:
+                    i = int(np.searchsorted(c, ranks[j] - below, side="right"))
+                    r = (a + (i << sh), min(b, a + ((i + 1) << sh) - 1))
+                    e = new.setdefault(r, [int(acc[s][(a, b)][i]), below + (int(c[i - 1]) if i else 0), []])
+                    e[2].append(j)
+            t.update(new)
+    return out
 
 
 def quantile_ranks(qs, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -176,9 +190,19 @@ def quantiles(pieces, qs, ext: tuple | None = None) -> tuple[int, np.ndarray | N
     """``(n, np.quantile(values.astype(np.float64), qs))`` of the integer values ``pieces()`` yields
     (:func:`order_stats`), computed as numpy's "linear" method does; ``(0, None)`` when there are none."""
     ext = ext if ext is not None else extent(pieces)
-    n = ext[0]
-    if n == 0:
+    if ext[0] == 0:
         return 0, None
-    virtual, prev, pi, ni = quantile_ranks(qs, n)
-    _, vals = order_stats(pieces, list(pi) + list(ni), ext)
-    return n, interpolated(virtual, prev, vals[:len(pi)], vals[len(pi):])
+    return ext[0], quantiles_many(lambda active: ({0: x} for x in pieces()), {0: (qs, ext)})[0]
+
+
+def quantiles_many(pieces, sets: dict) -> dict:
+    """``{s: quantiles(pieces of s, qs, ext)[1]}`` for several sets of integer values at once
+    (``sets``: ``{s: (qs, (n, min, max))}``, each with n > 0), the counting passes over the rows shared:
+    ``pieces(active)`` yields, per chunk, ``{s: int64 values of s}`` for the sets in ``active``.  The same
+    values: exact order statistics (:func:`order_stats_many`) interpolated as numpy's "linear" method does."""
+    plans = {s: quantile_ranks(qs, ext[0]) for s, (qs, ext) in sets.items()}
+    vals = order_stats_many(pieces, {s: (list(pi) + list(ni), sets[s][1]) for s, (_, _, pi, ni) in plans.items()})
+    out = {}
+    for s, (virtual, prev, pi, _) in plans.items():
+        out[s] = interpolated(virtual, prev, vals[s][:len(pi)], vals[s][len(pi):])
+    return out
