@@ -12,6 +12,10 @@
  * CLIENT_DLSYM=1: the client finds cuptiSubscribe, cuptiActivityRegisterCallbacks and cuptiActivityEnable
  * with dlopen + dlsym instead (as XLA's CUPTI wrapper does).
  *
+ * Built with -DCLIENT_LIBRARY -shared, main becomes client_main and cupti_client_loader.c dlopens it with
+ * RTLD_LOCAL, as Python loads torch's extension: libcupti then comes in that local scope, never the global
+ * one (where RTLD_NEXT looks), which is how torch.profiler's Kineto reaches CUPTI on a real GPU.
+ *
  * Prints one JSON line: client kernels launched and recorded in the client's buffers (each once), its
  * CUSTOM0 correlation records, records of kernels it did not launch while recording, and external
  * correlation records of other kinds (a CUSTOM2 id of the shim's would be one).
@@ -120,7 +124,11 @@ static void start_client(void) {
     CHECK(enable(PI_CUPTI_KIND_EXTERNAL_CORRELATION));
 }
 
+#ifdef CLIENT_LIBRARY
+__attribute__((visibility("default"))) int client_main(int argc, char **argv) {
+#else
 int main(int argc, char **argv) {
+#endif
     if (argc < 3) return 2;
     int n = atoi(argv[2]);
     if (n <= 0 || n > MAXK) return 2;
