@@ -16,8 +16,8 @@
 # predicted_peak_bytes and against the blocks run's, its median step time against the blocks run's plus the
 # plan's predicted stall per iteration, and the shim's swap counts (late, unforeseen) from `summary`.
 #
-# NOT RUN YET: written without a GPU (no GPU in the sitting that wrote it); check its output by hand the
-# first time.  Needs what scripts/gpu_validate.sh needs (torch, torchvision, the native parts built).
+# Ran on an H100 on 2026-11-28 (docs/gpu-validation.md): cnn bitwise equal; the transformer was not, even
+# without a plan (native and blocks runs differed), hence --deterministic since.  Needs what scripts/gpu_validate.sh needs (torch, torchvision, the native parts built).
 set -u
 OUT=${1:-gpu-apply}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +37,9 @@ run() {  # run LOG CMD...
     "$@" >"$OUT/$log.log" 2>&1 || { echo "gpu_apply: $log failed, see $OUT/$log.log" >&2; FAILED=1; }
 }
 for m in cnn transformer; do
-    T="$W/torch_train.py --model $m --steps $STEPS"
+    # --deterministic: the plan must leave the loss bit for bit as it was, which needs a workload that is
+    # reproducible at all (the transformer was not, on an H100: attention's backward adds with atomics)
+    T="$W/torch_train.py --model $m --steps $STEPS --deterministic"
     run "$m-profile" $PI run -f --view blocks -o "$OUT/$m-profile.pit" -- $PY $T --out "$OUT/$m-profile.json"
     run "$m-plan" $PI plan "$OUT/$m-profile.pit" -f -o "$OUT/$m-plan.json" --json
     run "$m-native" $PY $T --out "$OUT/$m-native.json"

@@ -75,7 +75,9 @@ tr, truth = load("graphs-jax.pit"), js("graphs-jax.json")
 if tr is None:
     row("jax attn, command buffers on", "trace written", "missing", "graphs-jax.pit", False)
 else:
-    ms = truth.get("memory_stats") or {}
+    # the blocks view runs the platform allocator, whose memory_stats() is None (H100, JAX 0.11.2): the buffer
+    # count is the same program's under the BFC allocator (the jax part's plain run), as gpu_compare.py takes it
+    ms = truth.get("memory_stats") or js("plain-jax-attn-bfc.json").get("memory_stats") or {}
     na = ms.get("num_allocs")
     fw = int(tr.blocks["counts_device"].sum())
     row("jax attn, command buffers on", "device blocks vs memory_stats num_allocs", f"{fw} / {na}", "equal",

@@ -185,6 +185,9 @@ run graphs-compile "${TO[@]}" $PI run -f --view reserved -o "$OUT/graphs-compile
     $PY "$W/torch_graphs.py" --mode compile --steps $STEPS --history-json "$OUT/graphs-compile-history.json" \
     --out "$OUT/graphs-compile.json"
 run graphs-jax "${TO[@]}" $PI run -f --view blocks -o "$OUT/graphs-jax.pit" -- $PY $J --out "$OUT/graphs-jax.json"
+# the buffer count to compare with: the platform allocator has no memory_stats, the BFC run's num_allocs
+[ -f "$OUT/plain-jax-attn-bfc.json" ] ||
+    run plain-jax-attn-bfc "${TO[@]}" $PY $J --out "$OUT/plain-jax-attn-bfc.json"
 rows graphs $PY "$ROOT/scripts/gpu_graphs_check.py" "$OUT"
 fi
 

@@ -59,6 +59,9 @@ else:
     for i in range(a.steps):
         t0 = time.perf_counter_ns()
         opt.zero_grad(set_to_none=False)
+        # a new step of the cudagraph trees: the last step's graph outputs may be overwritten (without it,
+        # torch 2.11 on an H100 raised "accessing tensor output of CUDAGraphs that has been overwritten")
+        torch.compiler.cudagraph_mark_step_begin()
         fwd_bwd(x, y)
         opt.step()
         torch.cuda.synchronize()
