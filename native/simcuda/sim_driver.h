@@ -91,6 +91,8 @@ struct sim_gnode {
     int device;                /* memory alloc / free nodes: the device of the graph's pool */
     uint64_t handle;           /* the CUgraphNode handed out for it (its address when made; stays the same
                                   when the node array grows, and in the executable graph's copy) */
+    unsigned child;            /* 0: a node of the graph itself; k: copied from its k-th child graph node
+                                  (CUPTI numbers those after the graph's own nodes: launch.c, instantiation) */
 };
 struct CUgraph_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n, cap; };
 struct CUgraphExec_st { uint32_t magic; uint32_t id; struct sim_gnode *nodes; unsigned n; };

@@ -21,7 +21,8 @@ in that graph handle before the instantiation (handles are reused after a destro
   native/shim/graphs.c; where it could not, the launch's seq) and, on the CPU clock, time
   ``launch t + k`` ns (at the launch's time, in node order);
 * a kernel node is a row of ``launches`` (``node`` = k, ``graph`` False, ``api`` the graph launch's, its
-  device start/end from the ``gpu_activity`` row CUPTI gave for that node: ``captured_seq``), a copy or
+  device start/end from the ``gpu_activity`` row CUPTI gave for that node: ``captured_seq``; in a graph built
+  node by node, the replay's records matched to its nodes by kind and function: ``_NodeRecords``), a copy or
   memset node a row of ``copies``; their accesses are rows of ``accesses`` with ``op`` "graph" and
   ``node`` = k;
 * a memory alloc node is a block of its own in each replay, at the address the capture fixed, alive from
@@ -313,6 +314,8 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     new_blocks, new_acc, new_l, new_c = [], [], [], []
     next_bid = len(blocks)
     dev = _device_times(tr.gpu_activity)
+    node_records = _NodeRecords(tr.gpu_activity)
+    l_kernel = launches["kernel"].to_numpy(np.int64)
     by_seq: dict[int, np.ndarray] = {}        # (pid << 40) ^ seq of a captured call -> its access rows
     if a_cap.any():
         ci = np.flatnonzero(a_cap)
@@ -385,6 +388,8 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         call_k = np.flatnonzero((kinds != 3) & (kinds != 4))
         if not len(call_k):
             continue
+        # device times of the nodes whose records no captured call names (graphs built node by node)
+        DS, DE = node_records.times(p, LS, kinds, J, l_kernel, call_k)
         variants, vof = np.unique(CS[:, call_k], axis=0, return_inverse=True)
         vof = np.asarray(vof).reshape(-1)
         for v in range(len(variants)):
@@ -424,6 +429,9 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                 nr["stream"] = l_stream[rr]
                 nr["node"] = np.tile(ks, len(RI)).astype(np.int32)
                 ds, de = dev(p, l_seq[rr], CS[RI][:, ks].ravel())
+                none = ds < 0
+                ds = np.where(none, DS[RI][:, ks].ravel(), ds)
+                de = np.where(none, DE[RI][:, ks].ravel(), de)
                 nr["dev_start"], nr["dev_end"] = ds, de
                 if table is launches:
                     nr["graph"] = False
@@ -485,6 +493,71 @@ def _device_times(gpu: pd.DataFrame):
         i = key.get_indexer(q)
         return np.where(i >= 0, st[np.maximum(i, 0)], -1), np.where(i >= 0, en[np.maximum(i, 0)], -1)
     return dev
+
+
+_GPU_KIND = {"kernel": 0, "memcpy": 1, "memset": 2}      # gpu_activity kind -> node kind (0 kernel, 1 copy, 2 memset)
+
+
+class _NodeRecords:
+    """The CUPTI records of graph replays that no captured call names (``captured_seq`` -1: graphs built node by
+    node), by graph launch, in graph node id order.
+
+    A real driver numbers an executable graph's nodes with the graph's own nodes first, in the order they were
+    added, and the nodes of its child graphs after them (an H100 with XLA's command buffers: 30 kernels and 2
+    copies, then the nodes of 11 child graphs captured from cuBLAS), which is not the order the expansion lists
+    them in (a child's nodes where the child graph node is).  So a replay's records are matched to its nodes by
+    what they are: the i-th record of a kind (and, for a kernel, of a function) in id order is the i-th node of
+    that kind and function in node order; a replay whose records do not match its nodes one for one gets none."""
+
+    def __init__(self, gpu: pd.DataFrame):
+        n = len(gpu)
+        if n == 0 or "graph_node" not in gpu:
+            self.key = np.zeros(0, np.int64)
+            return
+        cap = gpu["captured_seq"].to_numpy(np.int64) if "captured_seq" in gpu else np.full(n, -1, np.int64)
+        node = gpu["graph_node"].to_numpy(np.uint64)
+        seq = gpu["seq"].to_numpy(np.int64)
+        kind = gpu["kind"].astype(str).map(_GPU_KIND).fillna(-1).to_numpy(np.int64)
+        m = np.flatnonzero((node != 0) & (seq >= 0) & (cap < 0) & (kind >= 0))
+        key = (gpu["pid"].to_numpy(np.int64)[m] << 40) ^ seq[m]
+        o = np.lexsort((node[m], key))
+        m = m[o]
+        self.key = key[o]
+        self.cls = _node_class(kind[m], gpu["kernel"].to_numpy(np.int64)[m])
+        self.start = gpu["start"].to_numpy(np.int64)[m]
+        self.end = gpu["end"].to_numpy(np.int64)[m]
+
+    def times(self, p: int, launch_seqs: np.ndarray, kinds: np.ndarray, J: np.ndarray, l_kernel: np.ndarray,
+              call_k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(R, n) device start and end of each replay's nodes (-1 where none); ``J``: each replay's template rows
+        (a kernel node's: its launches row, whose function it runs)."""
+        R, n = J.shape
+        DS, DE = np.full((R, n), -1, np.int64), np.full((R, n), -1, np.int64)
+        if not len(self.key) or not len(call_k):
+            return DS, DE
+        keys = (np.int64(p) << 40) ^ np.asarray(launch_seqs, np.int64)
+        lo, hi = np.searchsorted(self.key, keys, "left"), np.searchsorted(self.key, keys, "right")
+        nk = kinds[call_k]
+        pairs: dict[tuple[bytes, bytes], np.ndarray | None] = {}
+        for r in np.flatnonzero(hi - lo == len(call_k)).tolist():
+            rc = self.cls[lo[r]:hi[r]]
+            ncls = _node_class(nk, np.where(nk == 0, l_kernel[J[r, call_k]], -1))
+            sig = (rc.tobytes(), ncls.tobytes())
+            if sig not in pairs:
+                i_r, i_n = np.argsort(rc, kind="stable"), np.argsort(ncls, kind="stable")
+                pairs[sig] = (i_r, call_k[i_n]) if np.array_equal(rc[i_r], ncls[i_n]) else None
+            pr = pairs[sig]
+            if pr is None:
+                continue
+            i_r, ks = pr
+            DS[r, ks] = self.start[lo[r] + i_r]
+            DE[r, ks] = self.end[lo[r] + i_r]
+        return DS, DE
+
+
+def _node_class(kind: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """what a node or record is: its kind and, for a kernel, its function"""
+    return (kind.astype(np.int64) << 40) + np.where(kind == 0, kernel.astype(np.int64) + 1, 0)
 
 
 def _concat(kept: pd.DataFrame, new: list[pd.DataFrame], like: pd.DataFrame) -> pd.DataFrame:

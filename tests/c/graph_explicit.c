@@ -5,7 +5,7 @@
  *
  *   graph_explicit N1 N2 N3
  *     A, B = cudaMalloc(1 MiB)
- *     graph g: alloc node T (2 MiB) -> k_at(A, T) -> memset B -> memcpy B <- A -> child graph {k_ab(A, B)}
+ *     graph g: alloc node T (2 MiB) -> child graph {k_ab(A, B)} -> k_at(A, T) -> memset B -> memcpy B <- A
  *              -> free node T
  *     N1 replays; cudaGraphExecKernelNodeSetParams: the k_at node now gets (B, T); N2 replays;
  *     graph g2 (same shape, its own alloc node T2, k_at(A, T2)); cudaGraphExecUpdate(exec, g2); N3 replays.
@@ -52,7 +52,8 @@ static char stub_ab, stub_at;
 
 static void *a, *b;
 
-/* g: alloc T -> k_at(x, T) -> memset B -> memcpy B <- A -> child {k_ab(A, B)} -> free T */
+/* g: alloc T -> child {k_ab(A, B)} -> k_at(x, T) -> memset B -> memcpy B <- A -> free T
+ * (the child before the graph's own kernel: CUPTI numbers the child's node after them all) */
 static cudaGraph_t build(void **t, cudaGraphNode_t *kernel_node, void **karg) {
     cudaGraph_t g, c;
     cudaGraphNode_t n[6], nc;
@@ -64,19 +65,19 @@ static cudaGraph_t build(void **t, cudaGraphNode_t *kernel_node, void **karg) {
     ap.bytesize = 2 << 20;
     CHECK(cudaGraphAddMemAllocNode(&n[0], g, NULL, 0, &ap));
     *t = (void *)(uintptr_t)ap.dptr;
-    karg[0] = &a, karg[1] = t;
-    cudaKernelNodeParams kp = {&stub_at, {1, 1, 1}, {32, 1, 1}, 0, karg, NULL};
-    CHECK(cudaGraphAddKernelNode(&n[1], g, &n[0], 1, &kp));
-    *kernel_node = n[1];
-    cudaMemsetParams mp = {b, 0, 0, 1, 4096, 1};
-    CHECK(cudaGraphAddMemsetNode(&n[2], g, &n[1], 1, &mp));
-    CHECK(cudaGraphAddMemcpyNode1D(&n[3], g, &n[2], 1, b, a, 4096, 3 /* cudaMemcpyDeviceToDevice */));
     CHECK(cudaGraphCreate(&c, 0));
     void *ab[2] = {&a, &b};
     cudaKernelNodeParams cp = {&stub_ab, {1, 1, 1}, {32, 1, 1}, 0, ab, NULL};
     CHECK(cudaGraphAddKernelNode(&nc, c, NULL, 0, &cp));
-    CHECK(cudaGraphAddChildGraphNode(&n[4], g, &n[3], 1, c));
+    CHECK(cudaGraphAddChildGraphNode(&n[1], g, &n[0], 1, c));
     CHECK(cudaGraphDestroy(c));
+    karg[0] = &a, karg[1] = t;
+    cudaKernelNodeParams kp = {&stub_at, {1, 1, 1}, {32, 1, 1}, 0, karg, NULL};
+    CHECK(cudaGraphAddKernelNode(&n[2], g, &n[1], 1, &kp));
+    *kernel_node = n[2];
+    cudaMemsetParams mp = {b, 0, 0, 1, 4096, 1};
+    CHECK(cudaGraphAddMemsetNode(&n[3], g, &n[2], 1, &mp));
+    CHECK(cudaGraphAddMemcpyNode1D(&n[4], g, &n[3], 1, b, a, 4096, 3 /* cudaMemcpyDeviceToDevice */));
     CHECK(cudaGraphAddMemFreeNode(&n[5], g, &n[4], 1, *t));
     return g;
 }

@@ -195,11 +195,32 @@ def test_a_graph_built_node_by_node_is_expanded(explicit):
     assert tr.counts["graph_replays"] == truth["n1"] + truth["n2"] + truth["n3"]
     assert tr.counts["graph_launches_unexpanded"] == 0
     kinds = tr.graph_nodes.groupby("graph")["kind"].apply(lambda k: list(k.astype(str)))
-    assert kinds.tolist() == [["alloc", "kernel", "memset", "copy", "kernel", "free"]] * 2
+    assert kinds.tolist() == [["alloc", "kernel", "kernel", "memset", "copy", "free"]] * 2
     # the shim held one slot per node: node k at the launch's seq + 1 + k
     g = a[a["op"] == "graph"]
     launch_seq = set(la.loc[la["graph"], "seq"].tolist())
     assert set((g["seq"] - 1 - g["node"]).tolist()) <= launch_seq
+
+
+def test_a_graph_built_node_by_node_gets_its_nodes_device_times(explicit):
+    """CUPTI numbers an executable graph's nodes with the top-level nodes first and a child graph's nodes after
+    them (as an H100 did for XLA's command buffers: 30 kernels and 2 copies, then 11 captured child graphs'
+    nodes), not in the order the child's nodes run in the graph: every replayed kernel, copy and memset node
+    still gets the device times of its own record (same launch, same kernel), each record used once."""
+    tr, truth = explicit
+    gpu = tr.gpu_activity
+    rec = gpu[gpu["graph_node"] != 0]
+    assert len(rec) == (truth["n1"] + truth["n2"] + truth["n3"]) * 4      # k_at, memset, memcpy, child's k_ab
+    for table, kinds in ((tr.launches, ("kernel",)), (tr.copies, ("memcpy", "memset"))):
+        nodes = table[table["node"] >= 0]
+        assert (nodes["dev_start"] >= 0).all() and (nodes["dev_end"] >= nodes["dev_start"]).all()
+        mine = rec[rec["kind"].astype(str).isin(kinds)]
+        got = sorted(zip(nodes["dev_start"].tolist(), nodes["dev_end"].tolist()))
+        assert got == sorted(zip(mine["start"].tolist(), mine["end"].tolist()))
+    la = tr.launches[tr.launches["node"] >= 0]
+    by_start = rec.set_index("start")
+    # the kernel the record names is the node's: the child's k_ab is not taken for the top-level k_at
+    assert (by_start.loc[la["dev_start"].to_numpy(), "kernel"].to_numpy() == la["kernel"].to_numpy()).all()
 
 
 def test_summary_puts_graph_memory_beside_the_allocator(memnodes):

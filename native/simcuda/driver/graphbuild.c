@@ -4,7 +4,8 @@
  * Nodes run in the order they were added (simcuda runs every graph as one chain: the dependencies given
  * are checked for being nodes of the graph, not used to reorder).  A kernel node copies its arguments
  * (kernelParams, or a packed `extra` buffer) when it is added, as CUDA does; a child graph node copies the
- * child's nodes into the parent (CUDA clones the child at that point); memory alloc / free nodes are the
+ * child's nodes into the parent (CUDA clones the child at that point; they keep the number of the child
+ * graph node they came from, for the executable graph's CUPTI node ids: launch.c); memory alloc / free nodes are the
  * graph memory nodes of graphmem.c (the address is fixed when the node is added).  An update replaces the
  * executable graph's node parameters (same number and kinds of nodes, else
  * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE); the nodes keep their executable node ids. */
@@ -168,10 +169,13 @@ SIM_API(CUresult, cuGraphAddChildGraphNode, (CUgraphNode *ph, CUgraph g, const C
     if (!ph || !valid_graph(g) || !valid_graph(child) || child == g) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = check_deps(g, deps, nd);
     if (r) return r;
-    unsigned first = g->n, cn = child->n;
+    unsigned first = g->n, cn = child->n, k = 1;
+    for (unsigned i = 0; i < g->n; i++) /* this child graph node is the graph's k-th */
+        if (g->nodes[i].child >= k) k = g->nodes[i].child + 1;
     for (unsigned i = 0; i < cn; i++) {
         struct sim_gnode *n = sim_graph_add(g);
         if (!n || sim_graph_node_copy(n, &child->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
+        n->child = k;
         sim_graph_node_created(g, n);
     }
     /* the child graph node's handle: its first node's (an empty child: a node that does nothing) */
@@ -180,6 +184,7 @@ SIM_API(CUresult, cuGraphAddChildGraphNode, (CUgraphNode *ph, CUgraph g, const C
         if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
         n->kind = SIMCU_OP_MEMFREE; /* a no-op: frees 0 bytes */
         n->device = -1;
+        n->child = k;
     }
     *ph = (CUgraphNode)(uintptr_t)g->nodes[first].handle;
     return CUDA_SUCCESS;

@@ -388,11 +388,25 @@ SIM_API(CUresult, cuGraphInstantiateWithFlags, (CUgraphExec *phExec, CUgraph g, 
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    /* CUPTI graph node ids, as a real driver numbers an executable graph (an H100, XLA's command buffers): the
+     * graph's own nodes in the order they were added, each child graph node taking one id there too (it runs
+     * nothing itself), then the child graphs' nodes, child by child, in their order */
+    unsigned kids = 0;
+    for (unsigned i = 0; i < g->n; i++)
+        if (g->nodes[i].child > kids) kids = g->nodes[i].child;
+    uint64_t base = __atomic_fetch_add(&g_next_node_id, (uint64_t)g->n + kids, __ATOMIC_RELAXED) + 1, next = base;
+    for (unsigned i = 0; i < g->n; i++)
+        if (!g->nodes[i].child) e->nodes[i].id = next++;
+        else if (i == 0 || g->nodes[i - 1].child != g->nodes[i].child) next++; /* the child graph node's own */
+    for (unsigned k = 1; k <= kids; k++)
+        for (unsigned i = 0; i < g->n; i++)
+            if (g->nodes[i].child == k) e->nodes[i].id = next++;
     for (unsigned i = 0; i < g->n; i++) {
         struct sim_gnode *dst = &e->nodes[i];
         const struct sim_gnode *src = &g->nodes[i];
+        uint64_t id = dst->id;
         *dst = *src;
-        dst->id = __atomic_add_fetch(&g_next_node_id, 1, __ATOMIC_RELAXED);
+        dst->id = id;
         dst->args = NULL;
         dst->params = NULL;
         if (src->kind == SIMCU_OP_KERNEL && src->f->nparams) {
