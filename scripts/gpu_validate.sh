@@ -139,6 +139,14 @@ rows clock-kernels $PY "$ROOT/scripts/gpu_clock_check.py" kernels "$OUT/clock-to
 rows clock-cost-torch $PY "$ROOT/scripts/gpu_clock_check.py" cost "torch transformer, reserved" \
     "$OUT/clock-torch-transformer-cupti.json" "$OUT/clock-torch-transformer-off.json" \
     "$OUT/plain-torch-transformer-native.json"
+# the share of the cost that is the shim's periodic flush on the launching thread (2026-11-28 on an H100:
+# cupti +15 % over off, steps 23-27 ms early, 20.5-21 ms late): the same run with the flush once an hour
+run clock-torch-transformer-noflush "${TO[@]}" env PYINTERPOSE_GPU_FLUSH_MS=3600000 $PI run -f --gpu-clock cupti \
+    --view reserved -o "$OUT/clock-torch-transformer-noflush.pit" -- $PY $T \
+    --out "$OUT/clock-torch-transformer-noflush.json"
+rows clock-cost-torch-noflush $PY "$ROOT/scripts/gpu_clock_check.py" cost "torch transformer, flush 1/h" \
+    "$OUT/clock-torch-transformer-noflush.json" "$OUT/clock-torch-transformer-off.json" \
+    "$OUT/plain-torch-transformer-native.json"
 for c in cupti off; do
     run "clock-jax-attn-$c" "${TO[@]}" $PI run -f --gpu-clock $c --view blocks -o "$OUT/clock-jax-attn-$c.pit" -- \
         $PY $J --out "$OUT/clock-jax-attn-$c.json"
