@@ -133,7 +133,7 @@ HIDDEN uint64_t sim_res_managed_resident(int dev);
 HIDDEN uint64_t sim_res_peak(int dev);
 HIDDEN CUresult sim_res_discard(uint64_t p, struct sim_queue *q);
 /* faults, prefetches, prefetch_bytes, evictions, evicted_bytes, no_room */
-HIDDEN void sim_res_counts(uint64_t c[6]);
+HIDDEN void sim_res_counts(uint64_t c[7]);
 /* the device-clock queue behind stream s (NULL/legacy/per-thread: the current device's) */
 HIDDEN CUresult sim_stream_queue(CUstream s, struct sim_queue **q);
 

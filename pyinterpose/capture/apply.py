@@ -97,7 +97,8 @@ def report(plan_path: str, status: list[dict], quiet: bool = False) -> list[str]
             lines.append(head + f"swaps: {s.get('swap_out', 0)} out, {s.get('swap_in', 0)} back "
                                 f"({s.get('swap_waits', 0)} stream waits), {s.get('swap_late', 0)} late, "
                                 f"{s.get('swap_unforeseen', 0)} unforeseen accesses waited; "
-                                f"{s.get('swap_managed', 0)} requests from managed memory, "
+                                f"{s.get('swap_managed', 0)} requests from managed memory "
+                                f"({s.get('swap_populated', 0)} populated on the device before their first kernel), "
                                 f"{s.get('swap_real', 0)} to the program's allocator by plan"
                                 + (f" ({s['swap_refused']} of them because the device had too little free memory "
                                    f"for managed memory)" if s.get("swap_refused") else "")

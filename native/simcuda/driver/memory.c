@@ -66,12 +66,13 @@ static void write_stats(void)
     n += snprintf(line + n, sizeof line - n, "], \"stall_ns\": [");
     for (int i = 0; i < sim_ndevices() && n < (int)sizeof line - 64; i++)
         n += snprintf(line + n, sizeof line - n, "%s%llu", i ? ", " : "", (unsigned long long)sim_dev_stall_ns(i));
-    uint64_t c[6];
+    uint64_t c[7];
     sim_res_counts(c);
     n += snprintf(line + n, sizeof line - n, "], \"faults\": %llu, \"prefetches\": %llu, \"prefetch_bytes\": %llu, "
-                  "\"evictions\": %llu, \"evicted_bytes\": %llu, \"no_room\": %llu}\n",
+                  "\"evictions\": %llu, \"evicted_bytes\": %llu, \"no_room\": %llu, \"first_touches\": %llu}\n",
                   (unsigned long long)c[0], (unsigned long long)c[1], (unsigned long long)c[2],
-                  (unsigned long long)c[3], (unsigned long long)c[4], (unsigned long long)c[5]);
+                  (unsigned long long)c[3], (unsigned long long)c[4], (unsigned long long)c[5],
+                  (unsigned long long)c[6]);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return;
     ssize_t w = write(fd, line, (size_t)n);
