@@ -250,4 +250,121 @@ typedef struct CUgraphExecUpdateResultInfo_st {
 } CUgraphExecUpdateResultInfo;
 typedef CUgraphExecUpdateResultInfo cudaGraphExecUpdateResultInfo;
 
+/* ---- the generic node API: cuGraphAddNode (12.2), cuGraphAddNode_v2 (12.3; edge data), cudaGraphAddNode,
+ * cuGraphExecNodeSetParams.  One parameter block for every node type (a union, 256 bytes), the node type
+ * first.  Only the members the shim reads are spelled out; every layout checked against cuda.h /
+ * driver_types.h of CUDA 13.0. ---- */
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+    CU_GRAPH_NODE_TYPE_MEMSET = 2,
+    CU_GRAPH_NODE_TYPE_HOST = 3,
+    CU_GRAPH_NODE_TYPE_GRAPH = 4,
+    CU_GRAPH_NODE_TYPE_EMPTY = 5,
+    CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6,
+    CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL = 8,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT = 9,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+    CU_GRAPH_NODE_TYPE_BATCH_MEM_OP = 12,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL = 13
+} CUgraphNodeType;
+typedef CUDA_KERNEL_NODE_PARAMS CUDA_KERNEL_NODE_PARAMS_v3;      /* same members as _v2 */
+typedef struct CUDA_MEMSET_NODE_PARAMS_v2_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+    CUcontext ctx;
+} CUDA_MEMSET_NODE_PARAMS_v2;
+typedef struct CUDA_MEMCPY_NODE_PARAMS_st {
+    int flags;
+    int reserved;
+    CUcontext copyCtx;
+    CUDA_MEMCPY3D copyParams;
+} CUDA_MEMCPY_NODE_PARAMS;
+typedef struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
+    CUgraph graph;
+    int ownership;             /* CUgraphChildGraphNodeOwnership (12.9+; 0 clone) */
+} CUDA_CHILD_GRAPH_NODE_PARAMS;
+typedef CUDA_MEM_ALLOC_NODE_PARAMS CUDA_MEM_ALLOC_NODE_PARAMS_v2; /* same layout */
+typedef struct CUDA_MEM_FREE_NODE_PARAMS_st {
+    CUdeviceptr dptr;
+} CUDA_MEM_FREE_NODE_PARAMS;
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_KERNEL_NODE_PARAMS_v3 kernel;
+        CUDA_MEMCPY_NODE_PARAMS memcpy;
+        CUDA_MEMSET_NODE_PARAMS_v2 memset;
+        CUDA_CHILD_GRAPH_NODE_PARAMS graph;
+        CUDA_MEM_ALLOC_NODE_PARAMS_v2 alloc;
+        CUDA_MEM_FREE_NODE_PARAMS free;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
+typedef CUgraphEdgeData cudaGraphEdgeData; /* same layout */
+
+/* runtime (cudaGraphNodeType has the driver's values) */
+typedef struct cudaKernelNodeParamsV2 {
+    void *func;
+    dim3 gridDim;
+    dim3 blockDim;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} cudaKernelNodeParamsV2;
+typedef struct cudaPos { size_t x, y, z; } cudaPos;
+typedef struct cudaPitchedPtr { void *ptr; size_t pitch, xsize, ysize; } cudaPitchedPtr;
+typedef struct cudaExtent { size_t width, height, depth; } cudaExtent;
+typedef struct cudaMemcpy3DParms {
+    void *srcArray;
+    cudaPos srcPos;
+    cudaPitchedPtr srcPtr;
+    void *dstArray;
+    cudaPos dstPos;
+    cudaPitchedPtr dstPtr;
+    cudaExtent extent;
+    int kind;                  /* enum cudaMemcpyKind */
+} cudaMemcpy3DParms;
+typedef struct cudaMemcpyNodeParams {
+    int flags;
+    int reserved[3];
+    cudaMemcpy3DParms copyParams;
+} cudaMemcpyNodeParams;
+typedef cudaMemsetParams cudaMemsetParamsV2;           /* same layout */
+typedef struct cudaChildGraphNodeParams {
+    cudaGraph_t graph;
+    int ownership;
+} cudaChildGraphNodeParams;
+typedef cudaMemAllocNodeParams cudaMemAllocNodeParamsV2; /* same layout (dptr: void *) */
+typedef struct cudaMemFreeNodeParams {
+    void *dptr;
+} cudaMemFreeNodeParams;
+typedef struct cudaGraphNodeParams {
+    int type;                  /* enum cudaGraphNodeType: CU_GRAPH_NODE_TYPE_* values */
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        cudaKernelNodeParamsV2 kernel;
+        cudaMemcpyNodeParams memcpy;
+        cudaMemsetParamsV2 memset;
+        cudaChildGraphNodeParams graph;
+        cudaMemAllocNodeParamsV2 alloc;
+        cudaMemFreeNodeParams free;
+    };
+    long long reserved2;
+} cudaGraphNodeParams;
+
 #endif

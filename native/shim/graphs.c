@@ -10,7 +10,10 @@
  * as child graphs: their own N), and carries the count from the stream to the graph (EndCapture) and
  * from the graph to its executable graphs (instantiate).  Unknown graphs (made before the shim
  * recorded) reserve no slot: their nodes then share the launch's seq.  Graphs built node by node
- * (cuGraphAdd*Node, hooks.c) count their nodes as they are added; a child graph adds its own count.
+ * (cuGraphAdd*Node, and the generic cuGraphAddNode[_v2] / cudaGraphAddNode[_v2]: hooks.c) count their nodes as
+ * they are added; a child graph adds its own count.  Only recorded nodes count (kernel, copy, memset, memory
+ * alloc and free nodes): a generic node of another type (empty, host, event...) is none, as an unhooked call on a
+ * capturing stream is none, so the slots match the nodes the reader expands.
  *
  * Tables are small fixed arrays behind a spin lock (taken for a few instructions, never across a CUDA
  * call); a forked child starts with no capture open.  The fast path of every recorded call is one

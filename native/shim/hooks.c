@@ -339,6 +339,105 @@ static void free_node_pre(pi_ctx *c, uint64_t addr) {
 #define A_EXEC_UPDATE(e, g) AFTER_ONLY(if (r == 0) pi_graph_instantiated((uint64_t)(e), (uint64_t)(g)); \
     rec_node_def(api, r, PI_GRAPH_EXEC_UPDATE, (uint64_t)(e), 0, 0, (uint64_t)(g)))
 
+/* ---- the generic node API (cuGraphAddNode[_v2], cudaGraphAddNode[_v2]; CUDA 12.2+) ----
+ * One parameter block, the node type first (pi_cuda.h: CUgraphNodeParams, or the runtime's cudaGraphNodeParams:
+ * same types, same offsets of the child graph, alloc and free members).  A kernel, memcpy, memset, child graph,
+ * memory alloc or free node is recorded exactly as its typed cuGraphAdd*Node (above); any other type (empty,
+ * host, event, external semaphore, batch memory op, conditional) records nothing and is no node of the replays,
+ * as a captured call the shim does not hook is none (graphs.c counts recorded nodes only).  A conditional
+ * node's body graph is not followed. */
+static uint64_t m3d_bytes(const CUDA_MEMCPY3D *m) {
+    return (uint64_t)m->WidthInBytes * (m->Height ? m->Height : 1) * (m->Depth ? m->Depth : 1);
+}
+
+static int node_type(const CUgraphNodeParams *p, const cudaGraphNodeParams *q) {
+    return p ? (int)p->type : q ? q->type : -1;
+}
+
+/* before the real call: a memory free node looks its block up (free_node_pre) */
+static void node_params_pre(pi_ctx *c, const CUgraphNodeParams *p, const cudaGraphNodeParams *q) {
+    if (node_type(p, q) == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        free_node_pre(c, p ? (uint64_t)p->free.dptr : (uint64_t)(uintptr_t)q->free.dptr);
+}
+
+/* after it: p (driver) or q (runtime) */
+static void rec_node_params(pi_ctx *c, pi_scan *sc, int api, int r, CUgraphNode *ph, CUgraph g, size_t nd,
+                            const CUgraphNodeParams *p, const cudaGraphNodeParams *q) {
+    uint64_t node = r == 0 && ph ? (uint64_t)*ph : 0;
+    switch (node_type(p, q)) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        if (p) {
+            const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
+            CUfunction f = k->func ? k->func : (CUfunction)(void *)k->kern; /* a CUkernel when func is NULL */
+            pi_scan_drv(f, k->kernelParams, k->extra, sc);
+            rec_kernel_node(api, r, ph, g, nd, (uint64_t)(uintptr_t)f, sc);
+        } else {
+            pi_scan_rt(q->kernel.func, q->kernel.kernelParams, sc);
+            rec_kernel_node(api, r, ph, g, nd, (uint64_t)(uintptr_t)q->kernel.func, sc);
+        }
+        break;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (p) {
+            const CUDA_MEMCPY3D *m = &p->memcpy.copyParams;
+            rec_copy_node(api, r, ph, g, nd, PI_OP_COPY, m3d_dst(m), m3d_src(m), m3d_bytes(m));
+        } else {
+            const cudaMemcpy3DParms *m = &q->memcpy.copyParams;
+            const cudaExtent *x = &m->extent;
+            rec_copy_node(api, r, ph, g, nd, PI_OP_COPY, (uint64_t)(uintptr_t)m->dstPtr.ptr + m->dstPos.x,
+                          (uint64_t)(uintptr_t)m->srcPtr.ptr + m->srcPos.x,
+                          (uint64_t)x->width * (x->height ? x->height : 1) * (x->depth ? x->depth : 1));
+        }
+        break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        if (p)
+            rec_copy_node(api, r, ph, g, nd, PI_OP_MEMSET, p->memset.dst, 0,
+                          (uint64_t)p->memset.width * p->memset.elementSize);
+        else
+            rec_copy_node(api, r, ph, g, nd, PI_OP_MEMSET, (uint64_t)(uintptr_t)q->memset.dst, 0,
+                          (uint64_t)q->memset.width * q->memset.elementSize);
+        break;
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+        uint64_t child = p ? (uint64_t)(uintptr_t)p->graph.graph : (uint64_t)(uintptr_t)q->graph.graph;
+        if (r == 0) pi_graph_added((uint64_t)(uintptr_t)g, pi_graph_nodes(child));
+        rec_node_def(api, r, PI_GRAPH_CHILD, node, 0, child, (uint64_t)(uintptr_t)g);
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+        uint64_t bytes = p ? (uint64_t)p->alloc.bytesize : (uint64_t)q->alloc.bytesize;
+        uint64_t dptr = p ? (uint64_t)p->alloc.dptr : (uint64_t)q->alloc.dptr; /* filled by the call */
+        uint64_t s = rec_alloc(api, r, r == 0 ? dptr : 0, bytes, PI_KIND_ASYNC, 0, 0, c->caller);
+        if (r == 0) {
+            pi_graph_added((uint64_t)(uintptr_t)g, 1);
+            rec_node_def(api, r, PI_GRAPH_NODE_ADD, node, s, (uint64_t)nd, (uint64_t)(uintptr_t)g);
+        }
+        break;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        if (r != 0) c->have_b = 0;
+        free_post(c, api, r, PI_KIND_ASYNC, 0, 0);
+        if (r == 0) {
+            pi_graph_added((uint64_t)(uintptr_t)g, 1);
+            rec_node_def(api, r, PI_GRAPH_NODE_ADD, node, c->fn, (uint64_t)nd, (uint64_t)(uintptr_t)g);
+        }
+        break;
+    default:
+        break;
+    }
+}
+#define A_NODE_PARAMS_PRE(p) node_params_pre(&cx, (p), NULL)
+#define A_NODE_PARAMS(ph, g, nd, p) AFTER_ONLY(rec_node_params(&cx, &sc, api, r, (ph), (g), (nd), (p), NULL))
+#define A_NODE_PARAMS_RT_PRE(q) node_params_pre(&cx, NULL, (q))
+#define A_NODE_PARAMS_RT(ph, g, nd, q) AFTER_ONLY(rec_node_params(&cx, &sc, api, r, (ph), (g), (nd), NULL, (q)))
+/* cudaGraphAddNode: 12.3-12.9 (ph, g, deps, n, p); 13.x (ph, g, deps, edgeData, n, p) */
+#define RT_ADD_N(a4, a5) (size_t)(pi_rt_major() >= 13 ? (a5) : (a4))
+#define RT_ADD_P(a5, a6) ((cudaGraphNodeParams *)(uintptr_t)(pi_rt_major() >= 13 ? (a6) : (a5)))
+/* cuGraphExecNodeSetParams / cudaGraphExecNodeSetParams: a kernel node's new arguments, as the typed exec set;
+ * other node types record nothing */
+#define A_EXEC_SET_PARAMS(e, node, p) do { if ((p) && (p)->type == CU_GRAPH_NODE_TYPE_KERNEL) \
+    A_EXEC_SET_DRV(e, node, &(p)->kernel); } while (0)
+#define A_EXEC_SET_PARAMS_RT(e, node, q) do { if ((q) && (q)->type == CU_GRAPH_NODE_TYPE_KERNEL) \
+    A_EXEC_SET_RT(e, node, &(q)->kernel); } while (0)
+
 /* unloads act at every depth and in processes that do not record: the kernel
  * layout cache must see every handle the driver may hand out again */
 #define ALWAYS_ACTS(id) ((id) == PI_API_cuModuleUnload || (id) == PI_API_cuLibraryUnload || \

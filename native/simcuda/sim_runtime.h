@@ -106,7 +106,10 @@
                                          CUDA_MEM_ALLOC_NODE_PARAMS *))                                 \
     X(CUresult, cuGraphAddMemFreeNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr)) \
     X(CUresult, cuGraphExecKernelNodeSetParams, (CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *)) \
-    X(CUresult, cuGraphExecUpdate, (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))
+    X(CUresult, cuGraphExecUpdate, (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))                 \
+    X(CUresult, cuGraphAddNode, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, \
+                                 CUgraphNodeParams *))                                                      \
+    X(CUresult, cuGraphExecNodeSetParams, (CUgraphExec, CUgraphNode, CUgraphNodeParams *))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

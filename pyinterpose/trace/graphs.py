@@ -29,9 +29,12 @@ in that graph handle before the instantiation (handles are reused after a destro
   its alloc node to its free node (a node never freed in the graph: until the next replay of the same
   graph, or the end of the trace).
 
-So iterations, access intervals, lifetimes, pools, swap, OOM and fit all read the expanded stream.  Graph
-launches whose graph is unknown (instantiated before recording started, or built with the explicit
-construction API) stay single ``launches`` rows: ``counts["graph_launches_unexpanded"]``.
+So iterations, access intervals, lifetimes, pools, swap, OOM and fit all read the expanded stream.  Graphs built
+node by node (GRAPH_DEF CREATE / NODE_ADD / CHILD: the typed ``cuGraphAdd*Node`` and the generic
+``cuGraphAddNode[_v2]`` / ``cudaGraphAddNode[_v2]`` alike) are expanded the same way; the generic API's other
+node types (empty, host, event, semaphore, batch memory op, conditional) are no node, as the shim writes no
+record for them.  Graph launches whose graph is unknown (instantiated before recording started, or made by
+calls the shim does not follow) stay single ``launches`` rows: ``counts["graph_launches_unexpanded"]``.
 """
 from __future__ import annotations
 

@@ -396,7 +396,11 @@ static CUgraphNode kernel_node(CUgraph g, void **params) {
 
 /* form: 0 create, 1 kernel node (driver), 2 kernel node (runtime), 3 memset node (driver), 4 memset (runtime),
  * 5 memcpy node (driver), 6 memcpy 1D (runtime), 7 child graph, 8 memory alloc node, 9 memory free node,
- * 10 exec kernel node set params (driver), 11 (runtime), 12 exec update */
+ * 10 exec kernel node set params (driver), 11 (runtime), 12 exec update;
+ * the generic node API: 13 cuGraphAddNode (12.2 ABI) kernel node, 14 cuGraphAddNode_v2 memcpy node,
+ * 15 cudaGraphAddNode (13.x ABI) memory alloc node after one dependency (its NODE_ADD record: the dependency
+ * count is read from the right argument), 16 cudaGraphAddNode_v2 memset node, 17 cuGraphExecNodeSetParams
+ * (kernel), 18 cudaGraphExecNodeSetParams (kernel) */
 static void c_graph_build(const char *hook, int form) {
     expect e = {.hook = hook, .api = hook};
     uint64_t b = dalloc(4096), b2 = dalloc(4096);
@@ -415,7 +419,15 @@ static void c_graph_build(const char *hook, int form) {
         child = new_graph();
         kernel_node(child, params);
     }
-    if (form >= 10) {
+    int exec_form = (form >= 10 && form <= 12) || form == 17 || form == 18;
+    if (form == 15) { /* the dependency: an empty node */
+        CUgraphNodeParams ep;
+        memset(&ep, 0, sizeof ep);
+        ep.type = CU_GRAPH_NODE_TYPE_EMPTY;
+        CHECK(CALL(cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
+                                       CUgraphNodeParams *), &n, g, NULL, NULL, 0, &ep));
+    }
+    if (exec_form) {
         n = kernel_node(g, params);
         if (form == 12) {
             g2 = new_graph();
@@ -503,6 +515,69 @@ static void c_graph_build(const char *hook, int form) {
         } else {
             cudaKernelNodeParams kp = {&g_stub, {1, 1, 1}, {1, 1, 1}, 0, params2, NULL};
             CHECK(((int (*)(CUgraphExec, CUgraphNode, const cudaKernelNodeParams *))fn(hook))(x, n, &kp));
+            ADDR(&g_stub);
+        }
+        e.op = "LAUNCH", ACC(b2);
+        break;
+    }
+    case 13: case 14: {
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        if (form == 13) {
+            np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+            np.kernel.func = g_kfn, np.kernel.gridDimX = np.kernel.gridDimY = np.kernel.gridDimZ = 1;
+            np.kernel.blockDimX = np.kernel.blockDimY = np.kernel.blockDimZ = 1, np.kernel.kernelParams = params;
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraphNodeParams *))fn(hook))(
+                &n, g, NULL, 0, &np));
+            e.op = "LAUNCH", ADDR(g_kfn), ACC(b);
+        } else {
+            np.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+            CUDA_MEMCPY3D *c = &np.memcpy.copyParams;
+            c->srcMemoryType = c->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            c->srcDevice = b, c->dstDevice = b2, c->WidthInBytes = 2048, c->Height = c->Depth = 1;
+            CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
+                            CUgraphNodeParams *))fn(hook))(&n, g, NULL, NULL, 0, &np));
+            e.op = "COPY", ADDR(b2), SIZE(2048), AUX(b), ACC(b2), ACC(b);
+        }
+        break;
+    }
+    case 15: case 16: {
+        cudaGraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        CUgraphNode dep = n;
+        if (form == 15) {
+            np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+            np.alloc.poolProps.allocType = 1, np.alloc.poolProps.location.type = 1, np.alloc.bytesize = 1 << 16;
+        } else {
+            np.type = CU_GRAPH_NODE_TYPE_MEMSET;
+            np.memset.dst = (void *)(uintptr_t)b, np.memset.elementSize = 1, np.memset.width = 4096;
+            np.memset.height = 1;
+        }
+        CHECK(((int (*)(CUgraphNode *, CUgraph, const CUgraphNode *, const cudaGraphEdgeData *, size_t,
+                        cudaGraphNodeParams *))fn(hook))(&n, g, form == 15 ? &dep : NULL, NULL, form == 15, &np));
+        if (form == 15) e.op = "GRAPH_DEF", e.flags = "PI_GRAPH_NODE_ADD", ADDR(n), STREAM(1), AUX(g);
+        else e.op = "MEMSET", ADDR(b), SIZE(4096), ACC(b);
+        if (form == 15) CHECK(CALL(cuGraphAddMemFreeNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                                           CUdeviceptr), &dep, g, &n, 1, np.alloc.dptr));
+        break;
+    }
+    case 17: case 18: {
+        void *arg2 = (void *)(uintptr_t)b2, *params2[] = {&arg2};
+        if (form == 17) {
+            CUgraphNodeParams np;
+            memset(&np, 0, sizeof np);
+            np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+            np.kernel.func = g_kfn, np.kernel.gridDimX = np.kernel.gridDimY = np.kernel.gridDimZ = 1;
+            np.kernel.blockDimX = np.kernel.blockDimY = np.kernel.blockDimZ = 1, np.kernel.kernelParams = params2;
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, CUgraphNodeParams *))fn(hook))(x, n, &np));
+            ADDR(g_kfn);
+        } else {
+            cudaGraphNodeParams np;
+            memset(&np, 0, sizeof np);
+            np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+            np.kernel.func = &g_stub, np.kernel.gridDim = (dim3){1, 1, 1}, np.kernel.blockDim = (dim3){1, 1, 1};
+            np.kernel.kernelParams = params2;
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, cudaGraphNodeParams *))fn(hook))(x, n, &np));
             ADDR(&g_stub);
         }
         e.op = "LAUNCH", ACC(b2);
@@ -910,6 +985,9 @@ static const kase g_cases[] = {
     {"cudaGraphAddMemFreeNode", r_build, 9}, {"cuGraphExecKernelNodeSetParams", r_build, 10},
     {"cuGraphExecKernelNodeSetParams_v2", r_build, 10}, {"cudaGraphExecKernelNodeSetParams", r_build, 11},
     {"cuGraphExecUpdate_v2", r_build, 12}, {"cudaGraphExecUpdate", r_build, 12},
+    {"cuGraphAddNode", r_build, 13}, {"cuGraphAddNode_v2", r_build, 14}, {"cudaGraphAddNode", r_build, 15},
+    {"cudaGraphAddNode_v2", r_build, 16}, {"cuGraphExecNodeSetParams", r_build, 17},
+    {"cudaGraphExecNodeSetParams", r_build, 18},
     {"cudaProfilerStart", c_window, 1}, {"cudaProfilerStop", c_window, 0}, {"cuProfilerStart", c_window, 1},
     {"cuProfilerStop", c_window, 0},
 };

@@ -53,6 +53,10 @@ int main(void)
     expect("cuGetProcAddress", 11030, 0, "cuGetProcAddress");
     expect("cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2");
     expect("cuGetExportTable", 13000, 0, "cuGetExportTable");
+    expect("cuGraphAddNode", 12020, 0, "cuGraphAddNode");       /* the generic node API: 12.2 ABI */
+    expect("cuGraphAddNode", 12030, 0, "cuGraphAddNode_v2");    /* 12.3: with edge data */
+    expect("cuGraphAddNode", 13000, 0, "cuGraphAddNode_v2");
+    expect("cuGraphExecNodeSetParams", 12020, 0, "cuGraphExecNodeSetParams");
     /* the per-thread default stream flag selects _ptsz / _ptds where one exists */
     expect("cuLaunchKernel", 12000, 0, "cuLaunchKernel");
     expect("cuLaunchKernel", 12000, PT, "cuLaunchKernel_ptsz");

@@ -223,6 +223,62 @@ def test_a_graph_built_node_by_node_gets_its_nodes_device_times(explicit):
     assert (by_start.loc[la["dev_start"].to_numpy(), "kernel"].to_numpy() == la["kernel"].to_numpy()).all()
 
 
+@pytest.fixture(scope="module")
+def addnode(tmp_path_factory, cbuild):
+    d = tmp_path_factory.mktemp("graphs_addnode")
+    exe = cbuild("graph_addnode")
+    out = str(d / "n.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", exe, "4", "3", "2")
+    assert cp.returncode == 0, cp.stderr
+    return pyinterpose.load(out), last_json_line(cp.stdout)
+
+
+def test_a_graph_built_with_the_generic_node_api_is_expanded(addnode):
+    """cuGraphAddNode_v2 / cuGraphAddNode (through cuGetProcAddress, as XLA's command buffers) and
+    cudaGraphAddNode(_v2): kernel (kernelParams and `extra`), memset, memcpy, child graph, empty, memory alloc
+    and free nodes.  Every replay is expanded into the nodes the workload built (the empty node is none)."""
+    tr, truth = addnode
+    R = truth["n1"] + truth["n2"] + truth["n3"]
+    assert tr.counts["graph_replays"] == R and tr.counts["graph_launches_unexpanded"] == 0
+    kinds = tr.graph_nodes.groupby("graph")["kind"].apply(lambda k: list(k.astype(str)))
+    assert kinds.tolist() == [truth["nodes"]]
+    b, a = tr.blocks, tr.accesses
+    per = a.groupby("block_id").size()
+
+    def counts(addr):
+        return [int(per.get(int(i), 0)) for i in b.loc[b["address"] == addr, "block_id"]]
+    for x in ("a", "b", "c"):
+        assert counts(truth[x]) == [truth["accesses"][x]], x
+    for x in ("t", "u"):     # memory alloc nodes: one block per replay
+        assert counts(truth[x]) == [truth["accesses"][x] // R] * R, x
+    # no node ran as a call: every launch and copy row is a replayed node
+    la, co = tr.launches, tr.copies
+    assert int((la["node"] >= 0).sum()) == truth["kernel_nodes"] * R and not ((la["node"] < 0) & ~la["graph"]).any()
+    assert int((co["node"] >= 0).sum()) == truth["copy_nodes"] * R and (co["node"] >= 0).all()
+    assert (a["op"].astype(str) == "graph").all()
+    # the shim held one slot per node: node k at the launch's seq + 1 + k
+    launch_seq = sorted(la.loc[la["graph"], "seq"].tolist())
+    assert set((a["seq"] - 1 - a["node"]).tolist()) <= set(launch_seq)
+
+
+def test_generic_node_replays_use_the_arguments_set_on_the_executable_graph(addnode):
+    """The kernel nodes given new arguments (cuGraphExecKernelNodeSetParams on a node added by
+    cuGraphAddNode_v2, cuGraphExecNodeSetParams, cudaGraphExecNodeSetParams) replay with them: per replay,
+    the blocks each node touched are the ones the workload gave it in that phase."""
+    tr, truth = addnode
+    a, b, la = tr.accesses, tr.blocks, tr.launches
+    launch_seq = sorted(la.loc[la["graph"], "seq"].tolist())
+    addr = b["address"].to_numpy()[a["block_id"].to_numpy()]
+    replay = np.searchsorted(launch_seq, (a["seq"] - 1 - a["node"]).to_numpy())
+    got = {}
+    for r, k, x in zip(replay.tolist(), a["node"].tolist(), addr.tolist()):
+        got.setdefault((r, k), set()).add(int(x))
+    phase = [0] * truth["n1"] + [1] * truth["n2"] + [2] * truth["n3"]
+    for r, ph in enumerate(phase):
+        want = truth["touched"][ph]
+        assert [got.get((r, k), set()) for k in range(len(want))] == [set(w) for w in want], (r, ph)
+
+
 def test_summary_puts_graph_memory_beside_the_allocator(memnodes):
     tr, truth = memnodes
     from pyinterpose.analysis.summary import summarize

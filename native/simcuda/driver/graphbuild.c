@@ -190,6 +190,19 @@ SIM_API(CUresult, cuGraphAddChildGraphNode, (CUgraphNode *ph, CUgraph g, const C
     return CUDA_SUCCESS;
 }
 
+/* an empty node: the no-op node (a memory free node of 0 bytes on no device) */
+static CUresult add_empty(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd)
+{
+    if (!ph || !valid_graph(g)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_deps(g, deps, nd);
+    if (r) return r;
+    struct sim_gnode *n = sim_graph_add(g);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    n->kind = SIMCU_OP_MEMFREE;
+    n->device = -1;
+    return added(g, n, ph);
+}
+
 SIM_API(CUresult, cuGraphAddMemAllocNode, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd,
                                            CUDA_MEM_ALLOC_NODE_PARAMS *p))
 {
@@ -222,6 +235,51 @@ SIM_API(CUresult, cuGraphAddMemFreeNode, (CUgraphNode *ph, CUgraph g, const CUgr
     return CUDA_SUCCESS;
 }
 
+/* ---------------- the generic node API (CUDA 12.2+): one parameter block, the node type first ----------------
+ * Each type runs the typed function above; host, event, semaphore, batch memory op and conditional nodes are
+ * not simulated (CUDA_ERROR_NOT_SUPPORTED).  The edge data of cuGraphAddNode_v2 is not used (nodes run in the
+ * order they were added). */
+static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd, CUgraphNodeParams *p)
+{
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        return add_kernel(ph, g, deps, nd, &p->kernel);
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        return sim_cuGraphAddMemcpyNode(ph, g, deps, nd, &p->memcpy.copyParams, p->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        CUDA_MEMSET_NODE_PARAMS m = {p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize,
+                                     p->memset.width, p->memset.height};
+        return sim_cuGraphAddMemsetNode(ph, g, deps, nd, &m, p->memset.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        return sim_cuGraphAddChildGraphNode(ph, g, deps, nd, p->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        return add_empty(ph, g, deps, nd);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        return sim_cuGraphAddMemAllocNode(ph, g, deps, nd, &p->alloc);
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        return sim_cuGraphAddMemFreeNode(ph, g, deps, nd, p->free.dptr);
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
+/* CUDA 12.2 */
+SIM_API(CUresult, cuGraphAddNode, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd,
+                                   CUgraphNodeParams *p))
+{
+    return add_node(ph, g, deps, nd, p);
+}
+
+/* CUDA 12.3: with edge data (one per dependency; may be NULL) */
+SIM_API(CUresult, cuGraphAddNode_v2, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps,
+                                      const CUgraphEdgeData *edata, size_t nd, CUgraphNodeParams *p))
+{
+    (void)edata;
+    return add_node(ph, g, deps, nd, p);
+}
+
 /* ---------------- executable graphs updated in place ---------------- */
 
 SIM_API(CUresult, cuGraphExecKernelNodeSetParams_v2, (CUgraphExec e, CUgraphNode node,
@@ -237,6 +295,14 @@ SIM_API(CUresult, cuGraphExecKernelNodeSetParams_v2, (CUgraphExec e, CUgraphNode
 }
 SIM_ALIAS(CUresult, cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2,
           (CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p));
+
+/* CUDA 12.2: a kernel node's new parameters (other node types: not simulated) */
+SIM_API(CUresult, cuGraphExecNodeSetParams, (CUgraphExec e, CUgraphNode node, CUgraphNodeParams *p))
+{
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (p->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_NOT_SUPPORTED;
+    return sim_cuGraphExecKernelNodeSetParams_v2(e, node, &p->kernel);
+}
 
 /* the executable graph takes g's node parameters: same number and kinds of nodes */
 SIM_API(CUresult, cuGraphExecUpdate_v2, (CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info))

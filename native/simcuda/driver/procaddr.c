@@ -140,6 +140,9 @@
     X("cuGraphExecKernelNodeSetParams", 10010, cuGraphExecKernelNodeSetParams_v2, 0) \
     X("cuGraphExecKernelNodeSetParams", 12000, cuGraphExecKernelNodeSetParams_v2, 0) \
     X("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2, 0)                  \
+    X("cuGraphAddNode", 12020, cuGraphAddNode, 0)                          \
+    X("cuGraphAddNode", 12030, cuGraphAddNode_v2, 0)                       \
+    X("cuGraphExecNodeSetParams", 12020, cuGraphExecNodeSetParams, 0)      \
     X("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute, 0) \
     X("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute, 0) \
     X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)                     \

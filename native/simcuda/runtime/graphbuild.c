@@ -88,6 +88,87 @@ cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t 
     return CU(d->cuGraphExecKernelNodeSetParams(e, node, &kp));
 }
 
+/* ---- the generic node API: cudaGraphNodeParams -> the driver's CUgraphNodeParams ----
+ * Kernel (the host stub names the function), memcpy (cudaMemcpy3DParms of linear memory: unified addresses),
+ * memset, child graph, empty, memory alloc (the address comes back in p->alloc.dptr) and free nodes; other
+ * types are not simulated (cudaErrorNotSupported). */
+static cudaError_t node_params(const cudaGraphNodeParams *p, CUgraphNodeParams *out)
+{
+    if (!p) return cudaErrorInvalidValue;
+    memset(out, 0, sizeof *out);
+    out->type = (CUgraphNodeType)p->type;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        cudaKernelNodeParams kp = {p->kernel.func, p->kernel.gridDim, p->kernel.blockDim, p->kernel.sharedMemBytes,
+                                   p->kernel.kernelParams, p->kernel.extra};
+        return kernel_params(&kp, &out->kernel);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: {
+        const cudaMemcpy3DParms *c = &p->memcpy.copyParams;
+        if (c->srcArray || c->dstArray) return cudaErrorInvalidValue;
+        CUDA_MEMCPY3D *m = &out->memcpy.copyParams;
+        m->srcMemoryType = CU_MEMORYTYPE_UNIFIED, m->srcDevice = (CUdeviceptr)(uintptr_t)c->srcPtr.ptr;
+        m->dstMemoryType = CU_MEMORYTYPE_UNIFIED, m->dstDevice = (CUdeviceptr)(uintptr_t)c->dstPtr.ptr;
+        m->srcXInBytes = c->srcPos.x, m->dstXInBytes = c->dstPos.x;
+        m->WidthInBytes = c->extent.width, m->Height = c->extent.height, m->Depth = c->extent.depth;
+        return cudaSuccess;
+    }
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        out->memset.dst = (CUdeviceptr)(uintptr_t)p->memset.dst, out->memset.pitch = p->memset.pitch;
+        out->memset.value = p->memset.value, out->memset.elementSize = p->memset.elementSize;
+        out->memset.width = p->memset.width, out->memset.height = p->memset.height;
+        return cudaSuccess;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        out->graph.graph = p->graph.graph;
+        return cudaSuccess;
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        return cudaSuccess;
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        out->alloc = p->alloc;
+        return cudaSuccess;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        out->free.dptr = (CUdeviceptr)(uintptr_t)p->free.dptr;
+        return cudaSuccess;
+    default:
+        return cudaErrorNotSupported;
+    }
+}
+
+/* CUDA 13 signature (with edge data); 12.3-12.9 exported it as cudaGraphAddNode_v2, their cudaGraphAddNode had
+ * none (the shim reads the arguments by the library's major version) */
+static cudaError_t add_node(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                            const cudaGraphEdgeData *edata, size_t n, cudaGraphNodeParams *p)
+{
+    ENTER(0);
+    CUgraphNodeParams np;
+    cudaError_t e = node_params(p, &np);
+    if (e) return rt_ret(e);
+    cudaError_t r = CU(d->cuGraphAddNode(node, g, deps, edata, n, &np));
+    if (r == cudaSuccess && p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) p->alloc.dptr = np.alloc.dptr;
+    return r;
+}
+
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                             const cudaGraphEdgeData *edata, size_t n, cudaGraphNodeParams *p)
+{
+    return add_node(node, g, deps, edata, n, p);
+}
+
+cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t *node, cudaGraph_t g, const cudaGraphNode_t *deps,
+                                const cudaGraphEdgeData *edata, size_t n, cudaGraphNodeParams *p)
+{
+    return add_node(node, g, deps, edata, n, p);
+}
+
+cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t node, cudaGraphNodeParams *p)
+{
+    ENTER(0);
+    CUgraphNodeParams np;
+    cudaError_t err = node_params(p, &np);
+    if (err) return rt_ret(err);
+    return CU(d->cuGraphExecNodeSetParams(e, node, &np));
+}
+
 /* CUDA 12 signature */
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info)
 {
