@@ -10,7 +10,9 @@ int pi_corr_init(pi_corr_map *m, unsigned bits) {
     size_t n = (size_t)1 << bits;
     m->corr = calloc(n, sizeof *m->corr);
     m->ext = calloc(n, sizeof *m->ext);
-    if (!m->corr || !m->ext) {
+    m->nest = calloc(1, sizeof *m->nest);
+    m->nested = 0;
+    if (!m->corr || !m->ext || !m->nest) {
         pi_corr_free(m);
         return -1;
     }
@@ -21,8 +23,10 @@ int pi_corr_init(pi_corr_map *m, unsigned bits) {
 void pi_corr_free(pi_corr_map *m) {
     free(m->corr);
     free(m->ext);
+    free(m->nest);
     m->corr = NULL;
     m->ext = NULL;
+    m->nest = NULL;
     m->mask = 0;
 }
 
@@ -36,6 +40,63 @@ uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr) {
     if (!m->ext) return 0;
     uint32_t i = corr & m->mask;
     return m->corr[i] == corr ? m->ext[i] : 0;
+}
+
+/* ---- the nesting rule (cupti_parse.h) ---- */
+
+/* the runtime call r has no pairing of its own and the driver call d inside it has one: r gets d's */
+static int link(pi_corr_map *m, const pi_api_span *r, const pi_api_span *d) {
+    if (r->corr == d->corr || d->start < r->start || d->end > r->end) return 0;
+    uint64_t ext = pi_corr_get(m, d->corr);
+    if (!ext || pi_corr_get(m, r->corr)) return 0;
+    pi_corr_put(m, r->corr, ext);
+    m->nested++;
+    return 1;
+}
+
+/* a driver call's pairing (or record) is known: every runtime call around it on its thread may take it */
+static int link_driver(pi_corr_map *m, pi_api_thread *t, const pi_api_span *d) {
+    int n = 0;
+    for (int i = 0; i < PI_API_SPANS; i++)
+        if (t->s[i].kind == PI_CUPTI_KIND_RUNTIME) n |= link(m, &t->s[i], d);
+    return n;
+}
+
+static uint32_t thread_slot(uint32_t pid, uint32_t tid) {
+    uint32_t h = (pid * 0x9E3779B1u) ^ (tid * 0x85EBCA77u);
+    return (h ^ (h >> 15)) % PI_API_THREADS;
+}
+
+int pi_api_seen(pi_corr_map *m, uint32_t kind, uint32_t pid, uint32_t tid, uint32_t corr, uint64_t start,
+                uint64_t end) {
+    pi_api_nest *nest = m->nest;
+    if (!nest || (kind != PI_CUPTI_KIND_DRIVER && kind != PI_CUPTI_KIND_RUNTIME) || !start || end < start) return 0;
+    uint32_t slot = thread_slot(pid, tid);
+    pi_api_thread *t = &nest->t[slot];
+    if (!t->used || t->pid != pid || t->tid != tid) { /* a new thread takes the slot */
+        memset(t, 0, sizeof *t);
+        t->pid = pid, t->tid = tid, t->used = 1;
+    }
+    pi_api_span *sp = &t->s[t->next];
+    t->next = (t->next + 1) % PI_API_SPANS;
+    sp->start = start, sp->end = end, sp->corr = corr, sp->kind = kind;
+    nest->index_corr[corr % PI_API_INDEX] = corr;
+    nest->index_slot[corr % PI_API_INDEX] = (uint8_t)slot;
+    if (kind == PI_CUPTI_KIND_DRIVER) return link_driver(m, t, sp);
+    int n = 0;
+    for (int i = 0; i < PI_API_SPANS; i++)
+        if (t->s[i].kind == PI_CUPTI_KIND_DRIVER) n |= link(m, sp, &t->s[i]);
+    return n;
+}
+
+/* a pairing for corr came after its API record: the runtime call around that driver call may take it */
+static int api_paired(pi_corr_map *m, uint32_t corr) {
+    pi_api_nest *nest = m->nest;
+    if (!nest || nest->index_corr[corr % PI_API_INDEX] != corr) return 0;
+    pi_api_thread *t = &nest->t[nest->index_slot[corr % PI_API_INDEX]];
+    for (int i = 0; i < PI_API_SPANS; i++)
+        if (t->s[i].kind == PI_CUPTI_KIND_DRIVER && t->s[i].corr == corr) return link_driver(m, t, &t->s[i]);
+    return 0;
 }
 
 void pi_cupti_view(const pi_cupti_record *r, pi_gpu_act *a) {
@@ -150,8 +211,14 @@ long pi_cupti_parse(pi_cuptiActivityGetNextRecord_fn next, uint32_t ext_kind, ui
             const pi_cupti_external_correlation *x = (const pi_cupti_external_correlation *)r;
             if (x->externalKind == ext_kind) {
                 pi_corr_put(m, x->correlationId, x->externalId);
+                api_paired(m, x->correlationId);
                 paired++;
             }
+            continue;
+        }
+        if (r->kind == PI_CUPTI_KIND_DRIVER || r->kind == PI_CUPTI_KIND_RUNTIME) {
+            const pi_cupti_api *api = (const pi_cupti_api *)r;
+            paired += pi_api_seen(m, r->kind, api->processId, api->threadId, api->correlationId, api->start, api->end);
             continue;
         }
         pi_gpu_act a;

@@ -164,9 +164,10 @@ def test_external_correlation_needs_driver_or_runtime_activity(exe, libs):
     recs = _records(_run(exe, libs, "cupti", "nodriver"))
     assert recs["extcorr"] == [] and recs["api"] == []
     assert len(recs["kernel"]) == 6  # the device records still come
+    # RUNTIME alone: the program's calls are driver calls, so no API records and no pairings either
     recs = _records(_run(exe, libs, "cupti", "runtime"))
-    assert {r["ext"]: r["corr"] for r in recs["extcorr"]} == {100: 1, 101: 2, 102: 3, 200: 4, 300: 5, 400: 6, 700: 8}
-    assert {r["api_kind"] for r in recs["api"]} == {5}  # RUNTIME records
+    assert recs["extcorr"] == [] and recs["api"] == []
+    assert len(recs["kernel"]) == 6
 
 
 def test_small_buffers_drop_and_count(exe, libs, tmp_path):
