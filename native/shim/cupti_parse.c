@@ -44,27 +44,50 @@ uint64_t pi_corr_get(const pi_corr_map *m, uint32_t corr) {
 
 /* ---- the nesting rule (cupti_parse.h) ---- */
 
-/* the runtime call r has no pairing of its own and the driver call d inside it has one: r gets d's */
-static int link(pi_corr_map *m, const pi_api_span *r, const pi_api_span *d) {
-    if (r->corr == d->corr || d->start < r->start || d->end > r->end) return 0;
-    uint64_t ext = pi_corr_get(m, d->corr);
-    if (!ext || pi_corr_get(m, r->corr)) return 0;
-    pi_corr_put(m, r->corr, ext);
+/* the runtime call r (no pairing of its own) takes the pairing of the driver call at d in its thread's
+ * driver ring when that call lies inside it and is paired; 1 when it did */
+static int link(pi_corr_map *m, uint32_t r_corr, uint64_t r_start, uint64_t r_end, const pi_api_ring *drv, int d) {
+    if (drv->corr[d] == r_corr || drv->start[d] < r_start || drv->end[d] > r_end) return 0;
+    uint64_t ext = pi_corr_get(m, drv->corr[d]);
+    if (!ext) return 0;
+    pi_corr_put(m, r_corr, ext);
     m->nested++;
     return 1;
 }
 
-/* a driver call's pairing (or record) is known: every runtime call around it on its thread may take it */
-static int link_driver(pi_corr_map *m, pi_api_thread *t, const pi_api_span *d) {
+/* the runtime call at r of thread t: paired through a driver call inside it, when it has no pairing of its
+ * own (the newest driver records first: the one inside it is among the last few) */
+static int link_runtime(pi_corr_map *m, pi_api_thread *t, int r) {
+    uint32_t corr = t->rt.corr[r];
+    uint64_t start = t->rt.start[r], end = t->rt.end[r];
+    if (t->drv_start < start || pi_corr_get(m, corr)) return 0;
+    for (uint32_t k = 1; k <= t->drv.n; k++) {
+        int d = (int)((t->drv.next + PI_API_SPANS - k) % PI_API_SPANS);
+        if (link(m, corr, start, end, &t->drv, d)) return 1;
+    }
+    return 0;
+}
+
+/* the driver call at d of thread t is paired: the runtime calls around it may take its pairing */
+static int link_driver(pi_corr_map *m, pi_api_thread *t, int d) {
+    if (t->rt_end < t->drv.end[d] || !pi_corr_get(m, t->drv.corr[d])) return 0; /* none around it (yet) */
     int n = 0;
-    for (int i = 0; i < PI_API_SPANS; i++)
-        if (t->s[i].kind == PI_CUPTI_KIND_RUNTIME) n |= link(m, &t->s[i], d);
+    for (uint32_t r = 0; r < t->rt.n; r++)
+        if (!pi_corr_get(m, t->rt.corr[r])) n |= link(m, t->rt.corr[r], t->rt.start[r], t->rt.end[r], &t->drv, d);
     return n;
 }
 
 static uint32_t thread_slot(uint32_t pid, uint32_t tid) {
     uint32_t h = (pid * 0x9E3779B1u) ^ (tid * 0x85EBCA77u);
     return (h ^ (h >> 15)) % PI_API_THREADS;
+}
+
+static int ring_put(pi_api_ring *g, uint32_t corr, uint64_t start, uint64_t end) {
+    int i = (int)g->next;
+    g->start[i] = start, g->end[i] = end, g->corr[i] = corr;
+    g->next = (g->next + 1) % PI_API_SPANS;
+    if (g->n < PI_API_SPANS) g->n++;
+    return i;
 }
 
 int pi_api_seen(pi_corr_map *m, uint32_t kind, uint32_t pid, uint32_t tid, uint32_t corr, uint64_t start,
@@ -74,28 +97,29 @@ int pi_api_seen(pi_corr_map *m, uint32_t kind, uint32_t pid, uint32_t tid, uint3
     uint32_t slot = thread_slot(pid, tid);
     pi_api_thread *t = &nest->t[slot];
     if (!t->used || t->pid != pid || t->tid != tid) { /* a new thread takes the slot */
-        memset(t, 0, sizeof *t);
+        t->drv.n = t->drv.next = t->rt.n = t->rt.next = 0;
+        t->rt_end = t->drv_start = 0;
         t->pid = pid, t->tid = tid, t->used = 1;
     }
-    pi_api_span *sp = &t->s[t->next];
-    t->next = (t->next + 1) % PI_API_SPANS;
-    sp->start = start, sp->end = end, sp->corr = corr, sp->kind = kind;
+    if (kind == PI_CUPTI_KIND_RUNTIME) {
+        int r = ring_put(&t->rt, corr, start, end);
+        if (end > t->rt_end) t->rt_end = end;
+        return link_runtime(m, t, r);
+    }
+    int d = ring_put(&t->drv, corr, start, end);
+    if (start > t->drv_start) t->drv_start = start;
     nest->index_corr[corr % PI_API_INDEX] = corr;
     nest->index_slot[corr % PI_API_INDEX] = (uint8_t)slot;
-    if (kind == PI_CUPTI_KIND_DRIVER) return link_driver(m, t, sp);
-    int n = 0;
-    for (int i = 0; i < PI_API_SPANS; i++)
-        if (t->s[i].kind == PI_CUPTI_KIND_DRIVER) n |= link(m, sp, &t->s[i]);
-    return n;
+    return link_driver(m, t, d);
 }
 
-/* a pairing for corr came after its API record: the runtime call around that driver call may take it */
+/* a pairing for corr came after its driver API record: the runtime calls around that call may take it */
 static int api_paired(pi_corr_map *m, uint32_t corr) {
     pi_api_nest *nest = m->nest;
     if (!nest || nest->index_corr[corr % PI_API_INDEX] != corr) return 0;
     pi_api_thread *t = &nest->t[nest->index_slot[corr % PI_API_INDEX]];
-    for (int i = 0; i < PI_API_SPANS; i++)
-        if (t->s[i].kind == PI_CUPTI_KIND_DRIVER && t->s[i].corr == corr) return link_driver(m, t, &t->s[i]);
+    for (uint32_t d = 0; d < t->drv.n; d++)
+        if (t->drv.corr[d] == corr) return link_driver(m, t, (int)d);
     return 0;
 }
 

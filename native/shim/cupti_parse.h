@@ -19,7 +19,7 @@
  * call reached libcudart without passing through the shim — its id is pushed inside the runtime call,
  * and CUPTI pairs it with the inner DRIVER record's correlationId only, which no device record carries.
  * So the API records are kept too, for a few recent calls per thread (PI_API_THREADS threads,
- * PI_API_SPANS calls each): a RUNTIME record with no pairing of its own gets the pairing of a DRIVER
+ * PI_API_SPANS calls of each kind): a RUNTIME record with no pairing of its own gets the pairing of a DRIVER
  * record of the same process and thread whose [start, end] lies inside its own.  The three records (the
  * pairing, the driver record, the runtime record) may come in any order and in different buffers: the
  * link is made when the last of them is parsed, and waiting activities are tried again.  Counted in
@@ -47,20 +47,21 @@ typedef struct pi_gpu_act {
 } pi_gpu_act;
 
 #define PI_API_THREADS 128 /* threads whose recent API records are kept (direct mapped on process and thread) */
-#define PI_API_SPANS 32    /* recent API records kept per thread */
-#define PI_API_INDEX 4096  /* correlationId -> thread slot of its API record, direct mapped */
+#define PI_API_SPANS 16    /* recent API records kept per thread, of each kind */
+#define PI_API_INDEX 4096  /* correlationId -> thread slot of its driver API record, direct mapped */
 
-typedef struct pi_api_span {
-    uint64_t start, end;
-    uint32_t corr;
-    uint32_t kind;            /* PI_CUPTI_KIND_DRIVER or _RUNTIME; 0 = empty */
-} pi_api_span;
+typedef struct pi_api_ring {      /* one kind's recent API records of one thread, oldest overwritten */
+    uint64_t start[PI_API_SPANS], end[PI_API_SPANS];
+    uint32_t corr[PI_API_SPANS];
+    uint32_t next, n;
+} pi_api_ring;
 
 typedef struct pi_api_thread {
     uint32_t pid, tid;
-    uint32_t next;            /* ring position */
     uint32_t used;            /* slot holds this thread */
-    pi_api_span s[PI_API_SPANS];
+    uint64_t rt_end;          /* the latest end among its runtime records (a driver record ending later has none around it) */
+    uint64_t drv_start;       /* the latest start among its driver records (a runtime record starting later has none inside) */
+    pi_api_ring drv, rt;
 } pi_api_thread;
 
 typedef struct pi_api_nest {
