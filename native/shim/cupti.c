@@ -630,12 +630,15 @@ static void flush(uint32_t flag, int final) {
         drain_queue_all();
         pthread_mutex_lock(&g_parse_lock);
         pi_cupti_pending_drain(&g_map, &g_pending, emit_gpu_record, NULL);
-        uint64_t nested = g_map.nested;
+        uint64_t nested = g_map.nested, rt = g_map.api_runtime, drv = g_map.api_driver;
+        uint64_t unmatched = g_pending.unmatched + g_pending.evicted;
         pthread_mutex_unlock(&g_parse_lock);
-        if (nested) {
-            char note[300];
+        if (nested || unmatched) { /* with what tells why (were there driver records inside runtime calls?) */
+            char note[400];
             snprintf(note, sizeof note, "device clock: %llu runtime API calls joined through the driver call nested "
-                     "in them (the shim interposed the driver call only)", (unsigned long long)nested);
+                     "in them (the shim interposed the driver call only); %llu device records joined to no call; "
+                     "CUPTI API records: %llu runtime, %llu driver", (unsigned long long)nested,
+                     (unsigned long long)unmatched, (unsigned long long)rt, (unsigned long long)drv);
             pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, pi_intern(note), 0);
         }
     } else {

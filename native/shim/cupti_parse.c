@@ -11,7 +11,7 @@ int pi_corr_init(pi_corr_map *m, unsigned bits) {
     m->corr = calloc(n, sizeof *m->corr);
     m->ext = calloc(n, sizeof *m->ext);
     m->nest = calloc(1, sizeof *m->nest);
-    m->nested = 0;
+    m->nested = m->api_runtime = m->api_driver = 0;
     if (!m->corr || !m->ext || !m->nest) {
         pi_corr_free(m);
         return -1;
@@ -93,6 +93,8 @@ static int ring_put(pi_api_ring *g, uint32_t corr, uint64_t start, uint64_t end)
 int pi_api_seen(pi_corr_map *m, uint32_t kind, uint32_t pid, uint32_t tid, uint32_t corr, uint64_t start,
                 uint64_t end) {
     pi_api_nest *nest = m->nest;
+    if (kind == PI_CUPTI_KIND_RUNTIME) m->api_runtime++;
+    else if (kind == PI_CUPTI_KIND_DRIVER) m->api_driver++;
     if (!nest || (kind != PI_CUPTI_KIND_DRIVER && kind != PI_CUPTI_KIND_RUNTIME) || !start || end < start) return 0;
     uint32_t slot = thread_slot(pid, tid);
     pi_api_thread *t = &nest->t[slot];
@@ -209,8 +211,12 @@ static void retry(pi_corr_map *m, pi_gpu_pending *p, pi_gpu_sink sink, void *ctx
     for (size_t i = 0; i < p->n; i++) {
         pi_gpu_act *a = &p->a[i];
         a->ext = pi_corr_get(m, a->corr);
-        if (a->ext || final) sink(ctx, a);
-        else p->a[keep++] = *a;
+        if (a->ext || final) {
+            if (!a->ext) p->unmatched++;
+            sink(ctx, a);
+        } else {
+            p->a[keep++] = *a;
+        }
     }
     p->n = keep;
 }

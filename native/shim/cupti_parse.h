@@ -77,12 +77,14 @@ typedef struct pi_corr_map {
     uint32_t mask;
     pi_api_nest *nest;        /* recent API records per thread (the nesting rule above) */
     uint64_t nested;          /* runtime calls paired through the driver call nested in them */
+    uint64_t api_runtime, api_driver; /* API records seen, of each kind (diagnostics: the shim notes them) */
 } pi_corr_map;
 
 typedef struct pi_gpu_pending {
     pi_gpu_act *a;
     size_t n, cap;
     uint64_t evicted;         /* activities sent unmatched because the list was full (or no memory) */
+    uint64_t unmatched;       /* activities sent unmatched by the final drain */
 } pi_gpu_pending;
 
 typedef void (*pi_gpu_sink)(void *ctx, const pi_gpu_act *a);
