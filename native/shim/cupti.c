@@ -9,7 +9,9 @@
  * writes no external correlation records).  Around each of those calls hooks.c reserves the event's
  * ticket first and pushes its seq as a CUSTOM2 external correlation id (cupti.h: why not CUSTOM0) (pi_gpu_push / pi_gpu_pop), so
  * a record of the device activity names the event it belongs to (cupti_parse.c does the join); a
- * graph's replayed kernels carry the graph launch's.
+ * graph's replayed kernels carry the graph launch's.  A device record carries the outermost API call's
+ * correlationId: where the shim interposed only the driver call inside a runtime call, the runtime
+ * record is joined through the driver record nested in it (cupti_parse.h; counted in a NOTE at exit).
  *
  * Records reach the ring as PI_OP_GPU events (events.h), their times already on the trace's clock:
  * the CUPTI clock is aligned by reading cuptiGetTimestamp between two CLOCK_MONOTONIC reads many
@@ -628,7 +630,17 @@ static void flush(uint32_t flag, int final) {
         drain_queue_all();
         pthread_mutex_lock(&g_parse_lock);
         pi_cupti_pending_drain(&g_map, &g_pending, emit_gpu_record, NULL);
+        uint64_t nested = g_map.nested, rt = g_map.api_runtime, drv = g_map.api_driver;
+        uint64_t unmatched = g_pending.unmatched + g_pending.evicted;
         pthread_mutex_unlock(&g_parse_lock);
+        if (nested || unmatched) { /* with what tells why (were there driver records inside runtime calls?) */
+            char note[400];
+            snprintf(note, sizeof note, "device clock: %llu runtime API calls joined through the driver call nested "
+                     "in them (the shim interposed the driver call only); %llu device records joined to no call; "
+                     "CUPTI API records: %llu runtime, %llu driver", (unsigned long long)nested,
+                     (unsigned long long)unmatched, (unsigned long long)rt, (unsigned long long)drv);
+            pi_emit(PI_OP_NOTE, 0, 0, 0, 0, 0, pi_intern(note), 0);
+        }
     } else {
         drain_queue();
     }

@@ -62,6 +62,8 @@ HIDDEN void sim_queue_fini(struct sim_queue *q);
 /* a correlation id for a driver call that enqueues (or captures) device work, then the call's end */
 HIDDEN uint32_t sim_api_begin(uint64_t *t0);
 HIDDEN void sim_api_end(uint32_t corr, uint32_t cbid, uint64_t t0);
+/* the table cuGetExportTable hands out for SIMCU_RT_TRACE_UUID (struct simcu_rt_trace) */
+HIDDEN const void *sim_rt_trace_table(void);
 
 /* enqueue op on q (blocks while q is full); returns its device end */
 HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr);

@@ -134,14 +134,21 @@ HIDDEN void rt_set_device(int dev);
 HIDDEN cudaError_t rt_ret(cudaError_t err);
 HIDDEN cudaError_t rt_from_cu(CUresult r);
 
+/* the driver's bracket around a runtime call (simcu_hook.h: what CUPTI's RUNTIME records come from);
+ * rt_trace_enter returns a token for rt_trace_leave, run when ENTER's scope ends (cleanup attribute) */
+HIDDEN int rt_trace_enter(void);
+HIDDEN void rt_trace_leave(int *token);
+
 /* The prologue of every runtime entry point: lazy init, then `d` is the
- * driver table (per-thread-stream variant when ptsz); errors go through rt_ret. */
+ * driver table (per-thread-stream variant when ptsz); errors go through rt_ret.
+ * From here to the function's return the call is a runtime API call on the driver's books. */
 #define ENTER(ptsz)                             \
     const struct rt_driver *d;                  \
     do {                                        \
         cudaError_t e_ = rt_enter((ptsz), &d);  \
         if (e_) return rt_ret(e_);              \
-    } while (0)
+    } while (0);                                \
+    __attribute__((cleanup(rt_trace_leave))) int rt_trace_ = rt_trace_enter()
 #define CU(call) rt_ret(rt_from_cu(call))
 
 /* ---- launch.c ---- */

@@ -4,15 +4,27 @@
  *
  * The simulated libcupti, when activity collection is first enabled, finds the driver already loaded
  * (dlopen("libcuda.so.1", RTLD_NOLOAD), else loads it), looks up simcuInternalAttachCupti and hands it
- * two callbacks.  The driver then calls, on the thread that made the CUDA call:
- *   api(corr, cbid, start, end)   once per driver call that enqueues device work (a launch, a copy, a
- *                                 memset, a graph launch) or is captured into a graph; corr is the
- *                                 correlation id the driver gave the call (1, 2, ... per process);
+ * its callbacks.  The driver then calls, on the thread that made the CUDA call:
+ *   api_enter()                   when an API call begins (a driver call that enqueues or captures device
+ *                                 work, or an outermost runtime call, see below): CUPTI takes the thread's
+ *                                 external ids then, so an id pushed inside a runtime call names the driver
+ *                                 call begun after it, not the runtime call;
+ *   api_exit(kind, corr, cbid, start, end, entered, write)
+ *                                 when it ends (nested: last entered, first exited).  kind SIMCU_API_DRIVER
+ *                                 or SIMCU_API_RUNTIME; corr the correlation id the driver gave the call
+ *                                 (1, 2, ... per process, runtime and driver calls alike); entered 0 when
+ *                                 api_enter was not called for it (CUPTI attached in between); write 0: no
+ *                                 record (a runtime call that enqueued no device work), the enter is undone;
  *   op(op)                        once per device operation, when it is enqueued: its device start and
  *                                 end are already known (the device clock is computed at enqueue time),
  *                                 both on CLOCK_MONOTONIC; CUPTI must not deliver the record before the
  *                                 host clock reaches op->end_ns (the op has not finished before that).
- * A graph launch makes one api() call and one op() per replayed node, all with the launch's corr.
+ * A graph launch makes one API call and one op() per replayed node, all with the launch's corr.
+ * A device op carries the correlation id of the OUTERMOST API call that made it, as real CUPTI's kernel
+ * records do: the runtime call's when a runtime call (cudaLaunchKernel) made the driver call.  The runtime
+ * tells the driver where its calls begin and end through cuGetExportTable with SIMCU_RT_TRACE_UUID (the
+ * private channel real libcudart, shared or statically linked into cuBLAS, has to the driver); a library
+ * with a runtime of its own linked in (tests/c/staticrt_lib.c) uses the same table.
  *   graph_node(cbid, ...)         a graph node was created by a stream capture (cbid 13, on the capturing
  *                                 thread, inside the captured call) or cloned by instantiation (cbid 20):
  *                                 CUPTI's resource callbacks GRAPHNODE_CREATED / GRAPHNODE_CLONED.
@@ -23,10 +35,22 @@
  */
 #ifndef SIMCU_HOOK_H
 #define SIMCU_HOOK_H
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#define SIMCU_HOOK_VERSION 2
+#define SIMCU_HOOK_VERSION 3
+
+enum { SIMCU_API_DRIVER = 1, SIMCU_API_RUNTIME = 2 };
+
+/* cuGetExportTable(&table, SIMCU_RT_TRACE_UUID): the runtime's calls, bracketed (per thread, nested calls
+ * counted; only the outermost is an API call of its own) */
+#define SIMCU_RT_TRACE_UUID "simcuda-rt-trace" /* 16 bytes, no terminator used */
+struct simcu_rt_trace {
+    size_t size;              /* sizeof(struct simcu_rt_trace) */
+    void (*enter)(void);      /* a runtime API call begins on this thread */
+    void (*leave)(void);      /* it returns */
+};
 
 enum simcu_op_kind { SIMCU_OP_KERNEL = 1, SIMCU_OP_MEMCPY = 2, SIMCU_OP_MEMSET = 3,
                      SIMCU_OP_MEMALLOC = 4, SIMCU_OP_MEMFREE = 5 /* graph memory nodes: no device op */ };
@@ -49,10 +73,12 @@ struct simcu_op {
 
 struct simcu_hooks {
     int version; /* SIMCU_HOOK_VERSION */
-    void (*api)(uint32_t corr_id, uint32_t cbid, uint64_t start_ns, uint64_t end_ns);
     void (*op)(const struct simcu_op *op);
     void (*graph_node)(uint32_t cbid, void *graph, void *original_graph, void *node, void *original_node,
                        int node_type, void *graph_exec);
+    void (*api_enter)(void);
+    void (*api_exit)(int kind, uint32_t corr_id, uint32_t cbid, uint64_t start_ns, uint64_t end_ns, int entered,
+                     int write);
 };
 
 /* exported by libcuda.so.1: the id of a graph node (what 0), graph (1) or executable graph (2);

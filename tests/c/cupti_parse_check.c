@@ -1,5 +1,6 @@
 /*
- * cupti_parse_check.c — native/shim/cupti_parse.c on hand-made CUPTI activity buffers: records laid out
+ * cupti_parse_check.c — native/shim/cupti_parse.c on hand-made CUPTI activity buffers (cases 8-10: the
+ * nesting rule of cupti_parse.h): records laid out
  * with the full sizes of CUDA 13.0's newest record versions (pi_cupti.h), walked by a stand-in for
  * cuptiActivityGetNextRecord.  Prints "ok N" or the first mismatch (exit 1).
  */
@@ -52,6 +53,13 @@ static void api(buffer *B, uint32_t corr) {
     pi_cupti_api *a = put(B, PI_CUPTI_KIND_DRIVER);
     a->correlationId = corr;
 }
+static void api_at(buffer *B, uint32_t kind, uint32_t tid, uint32_t corr, uint64_t start, uint64_t end) {
+    pi_cupti_api *a = put(B, kind);
+    a->cbid = 0, a->start = start, a->end = end, a->processId = 77, a->threadId = tid, a->correlationId = corr;
+    a->returnValue = 0;
+}
+#define RT PI_CUPTI_KIND_RUNTIME
+#define DRV PI_CUPTI_KIND_DRIVER
 
 #define OURS PI_CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2
 #define MAXOUT 64
@@ -170,7 +178,77 @@ int main(void) {
     EXPECT(pend.n == (size_t)sent - pend.evicted && pend.n <= PI_GPU_PENDING_MAX);
     pi_corr_free(&m);
     free(pend.a);
+    pend = (pi_gpu_pending){0};
+
+    /* 8: the nesting rule.  The kernel carries the runtime call's correlationId (R); the shim's id was
+     * pushed inside it and pairs with the driver call's (D) only.  The pairing, the driver record, the
+     * runtime record and the kernel in every order, each in a buffer of its own: the kernel is joined. */
+    {
+        static const char *const orders[] = {"xdrk", "xdkr", "xkdr", "kxdr", "krdx", "rdxk", "rkxd", "drxk",
+                                             "kdrx", "dxrk", "rxdk", "krxd"};
+        for (unsigned o = 0; o < sizeof orders / sizeof orders[0]; o++) {
+            if (pi_corr_init(&m, 10)) return 2;
+            nout = 0;
+            uint32_t R = 500 + 10 * o, D = R + 1;
+            for (const char *c = orders[o]; *c; c++) {
+                B.n = 0;
+                if (*c == 'x') ext(&B, D, 8000 + o, OURS);
+                if (*c == 'd') api_at(&B, DRV, 9, D, 1100, 1200);
+                if (*c == 'r') api_at(&B, RT, 9, R, 1000, 1300);
+                if (*c == 'k') kernel(&B, R, 2000, 2500, 13, 0, "nested");
+                pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+            }
+            EXPECT(nout == 1 && out[0].corr == R && out[0].ext == 8000 + o && pend.n == 0);
+            if (nout != 1) printf("  order %s\n", orders[o]);
+            EXPECT(m.nested == 1);
+            pi_corr_free(&m);
+        }
+    }
+    /* 9: what the rule does not join: a driver call on another thread, one outside the runtime call's
+     * [start, end], one of another process; and a runtime call's own pairing wins over its driver call's */
+    if (pi_corr_init(&m, 10)) return 2;
+    nout = 0;
+    B.n = 0;
+    ext(&B, 601, 9001, OURS);
+    api_at(&B, DRV, 10, 601, 1100, 1200);  /* thread 10 */
+    api_at(&B, RT, 11, 600, 1000, 1300);   /* thread 11: not its driver call */
+    kernel(&B, 600, 2000, 2100, 13, 0, "other_thread");
+    ext(&B, 611, 9011, OURS);
+    api_at(&B, DRV, 12, 611, 1400, 1500);  /* after the runtime call ended */
+    api_at(&B, RT, 12, 610, 1000, 1300);
+    kernel(&B, 610, 2100, 2200, 13, 0, "outside");
+    ext(&B, 621, 9021, OURS);
+    pi_cupti_api *other = put(&B, DRV);     /* another process, same thread id */
+    other->start = 1100, other->end = 1200, other->processId = 78, other->threadId = 13, other->correlationId = 621;
+    api_at(&B, RT, 13, 620, 1000, 1300);
+    kernel(&B, 620, 2200, 2300, 13, 0, "other_process");
+    ext(&B, 630, 9030, OURS);               /* the runtime call's own pairing (the shim interposed it) */
+    ext(&B, 631, 9031, OURS);
+    api_at(&B, DRV, 14, 631, 1100, 1200);
+    api_at(&B, RT, 14, 630, 1000, 1300);
+    kernel(&B, 630, 2300, 2400, 13, 0, "own");
+    pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+    EXPECT(nout == 1 && out[0].corr == 630 && out[0].ext == 9030);
+    EXPECT(pend.n == 3 && m.nested == 0);
+    /* 10: bounded: 5000 threads' runtime calls, each with a nested driver call, then their kernels: the
+     * tables hold a few recent calls per thread, the links are made as the records come */
+    nout = 0;
+    ntotal = 0;
+    pend.n = 0;
+    for (uint32_t t = 0; t < 5000; t++) {
+        B.n = 0;
+        uint32_t R = 2000 + 2 * t;
+        ext(&B, R + 1, 20000 + t, OURS);
+        api_at(&B, DRV, 100 + t, R + 1, 10 * t + 1001, 10 * t + 1002);
+        api_at(&B, RT, 100 + t, R, 10 * t + 1000, 10 * t + 1003);
+        kernel(&B, R, 10 * t, 10 * t + 5, 13, 0, "many");
+        pi_cupti_parse(nx, OURS, B.b, B.n, &m, &pend, sink, NULL);
+    }
+    EXPECT(ntotal == 5000 && m.nested == 5000 && pend.n == 0);
+    if (ntotal != 5000) printf("  ntotal %ld nested %llu pending %zu\n", ntotal, (unsigned long long)m.nested, pend.n);
+    pi_corr_free(&m);
+    free(pend.a);
     if (fails) return 1;
-    printf("ok %d\n", 7);
+    printf("ok %d\n", 10);
     return 0;
 }

@@ -14,6 +14,12 @@
  *   gpuclock_workload zero N    N rounds of: a kernel that takes no device time launched on a stream, then
  *                               at once a cudaMalloc of 1 MiB + round bytes (the device reaches the kernel
  *                               only after SIMCUDA_LAUNCH_LATENCY_NS: the allocation's call comes first)
+ *   gpuclock_workload staticrt N LIB
+ *                               N rounds through LIB (tests/c/staticrt_lib.c: a runtime of its own linked
+ *                               in, as cuBLAS has — the shim sees only the driver calls inside its runtime
+ *                               calls): a kernel by cuLaunchKernelEx, one by cuLaunchKernel, a memset and a
+ *                               copy, each in a runtime call of its own; and a kernel by the PLT
+ *                               cudaLaunchKernel; prints the launches and each kernel's duration
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -224,9 +230,51 @@ static int mode_zero(int n) {
     return 0;
 }
 
+typedef int (*srt_init_t)(void);
+typedef int (*srt_gemm_t)(CUstream, unsigned long long, int);
+typedef int (*srt_fill_t)(CUstream, CUdeviceptr, size_t);
+typedef int (*srt_copy_t)(CUstream, CUdeviceptr, CUdeviceptr, size_t);
+
+static int mode_staticrt(int n, const char *lib) {
+    void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h) { fprintf(stderr, "dlopen %s: %s\n", lib ? lib : "(none)", dlerror()); return 3; }
+    srt_init_t init = (srt_init_t)dlsym(h, "staticrt_init");
+    srt_gemm_t gemm = (srt_gemm_t)dlsym(h, "staticrt_gemm");
+    srt_fill_t fill = (srt_fill_t)dlsym(h, "staticrt_fill");
+    srt_copy_t copy = (srt_copy_t)dlsym(h, "staticrt_copy");
+    if (!init || !gemm || !fill || !copy || !init()) { fprintf(stderr, "staticrt_init failed\n"); return 3; }
+    cudaStream_t s1;
+    CHECK(cudaStreamCreate(&s1));
+    void *a, *b;
+    CHECK(cudaMalloc(&a, 1 << 20));
+    CHECK(cudaMalloc(&b, 1 << 20));
+    dim3 g = {1, 1, 1}, bl = {32, 1, 1};
+    void *args[1] = {&a};
+    long kernels = 0, copies = 0, memsets = 0;
+    char ex[8192] = "", plain[8192] = "";
+    size_t nex = 0, npl = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned long long d_ex = 20000 + 100 * (unsigned long long)i, d_pl = 35000 + 50 * (unsigned long long)i;
+        CHECK(gemm((CUstream)s1, d_ex, 1)); kernels++;
+        nex += (size_t)snprintf(ex + nex, sizeof ex - nex, "%s%llu", i ? ", " : "", d_ex);
+        CHECK(gemm((CUstream)s1, d_pl, 0)); kernels++;
+        npl += (size_t)snprintf(plain + npl, sizeof plain - npl, "%s%llu", i ? ", " : "", d_pl);
+        CHECK(fill((CUstream)s1, (CUdeviceptr)a, 4096)); memsets++;
+        CHECK(copy((CUstream)s1, (CUdeviceptr)b, (CUdeviceptr)a, 2048)); copies++;
+        CHECK(next_dur(10000));
+        CHECK(cudaLaunchKernel(&stub_rt, g, bl, args, 0, s1)); kernels++;
+    }
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    printf("{\"kernels\": %ld, \"copies\": %ld, \"memsets\": %ld, \"staticrt_gemm_ex\": [%s], "
+           "\"staticrt_gemm\": [%s], \"k_runtime\": %d}\n", kernels, copies, memsets, ex, plain, n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpuclock_workload paths|graph|fork|many|zero N\n");
+        fprintf(stderr, "usage: gpuclock_workload paths|graph|fork|many|zero|staticrt N [LIB]\n");
         return 2;
     }
     int n = argc > 2 ? atoi(argv[2]) : 4;
@@ -236,6 +284,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fork")) return mode_fork(n);
     if (!strcmp(argv[1], "many")) return mode_many(n);
     if (!strcmp(argv[1], "zero")) return mode_zero(n);
+    if (!strcmp(argv[1], "staticrt")) return mode_staticrt(n, argc > 3 ? argv[3] : NULL);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }

@@ -2,7 +2,8 @@
  * the driver through the PLT, libcupti through dlopen + dlsym (as the shim does).
  *
  * Usage: simcuda_clock <case> [variant]
- *   cupti [full|nodriver|small|graph|runtime]   launches/copies/memsets with external ids pushed; prints
+ *   cupti [full|nodriver|small|graph|runtime|nested]
+ *                                               launches/copies/memsets with external ids pushed; prints
  *                                               every CUPTI record ("rec ...") and "done <mono> <cupti>"
  *   busy | fail | absent    CUPTI refusing / failing / missing: prints what each call returned, and the
  *                           program's own work still runs ("work ok")
@@ -21,12 +22,14 @@
 #include "pi_cuda.h"
 #include "pi_cupti.h"
 #include "simcuda.h"
+#include "simcu_hook.h"
 
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); exit(1); } } while (0)
 #define CHECK_EQ(a, b) do { long long a_ = (long long)(a), b_ = (long long)(b); if (a_ != b_) { \
     fprintf(stderr, "%s:%d: %s = %lld, expected %lld\n", __FILE__, __LINE__, #a, a_, b_); exit(1); } } while (0)
 
 CUresult cuInit(unsigned int);
+CUresult cuGetExportTable(const void **, const void *);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize(void);
@@ -174,8 +177,8 @@ static void buf_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t si
         case PI_CUPTI_KIND_DRIVER:
         case PI_CUPTI_KIND_RUNTIME: {
             pi_cupti_api *a = (void *)r;
-            printf("rec api %u %u %u %llu %llu\n", a->kind, a->cbid, a->correlationId, (unsigned long long)a->start,
-                   (unsigned long long)a->end);
+            printf("rec api %u %u %u %llu %llu %u\n", a->kind, a->cbid, a->correlationId, (unsigned long long)a->start,
+                   (unsigned long long)a->end, a->threadId);
             break;
         }
         default:
@@ -210,6 +213,7 @@ static int case_cupti(const char *variant)
     CHECK_EQ(C.enable(PI_CUPTI_KIND_MEMCPY), PI_CUPTI_SUCCESS);
     CHECK_EQ(C.enable(PI_CUPTI_KIND_MEMSET), PI_CUPTI_SUCCESS);
     CHECK_EQ(C.enable(PI_CUPTI_KIND_EXTERNAL_CORRELATION), PI_CUPTI_SUCCESS);
+    if (!strcmp(variant, "nested")) CHECK_EQ(C.enable(PI_CUPTI_KIND_RUNTIME), PI_CUPTI_SUCCESS);
     if (!strcmp(variant, "runtime")) CHECK_EQ(C.enable(PI_CUPTI_KIND_RUNTIME), PI_CUPTI_SUCCESS);
     else if (strcmp(variant, "nodriver") != 0) CHECK_EQ(C.enable(PI_CUPTI_KIND_DRIVER), PI_CUPTI_SUCCESS);
     CHECK_EQ(C.enable(77), PI_CUPTI_ERROR_INVALID_KIND);
@@ -257,6 +261,29 @@ static int case_cupti(const char *variant)
         }
         CHECK_EQ(cuStreamSynchronize(st), CUDA_SUCCESS);
         CHECK_EQ(g_counter, 22);
+    } else if (!strcmp(variant, "nested")) {
+        /* runtime calls as a runtime brackets them (the driver's private table, simcu_hook.h) */
+        const struct simcu_rt_trace *rt = NULL;
+        char uuid[16];
+        memcpy(uuid, SIMCU_RT_TRACE_UUID, 16);
+        CHECK_EQ(cuGetExportTable((const void **)&rt, uuid), CUDA_SUCCESS);
+        CHECK(rt && rt->size >= sizeof *rt);
+        rt->enter();           /* 1: the id pushed inside the runtime call (the shim around cuLaunchKernel) */
+        with_ext(900);
+        launch(f, st, 1);
+        end_ext(900);
+        rt->leave();
+        with_ext(901);         /* 2: the id pushed around the runtime call (the shim around cudaLaunchKernel) */
+        rt->enter();
+        launch(f, st, 1);
+        rt->leave();
+        end_ext(901);
+        rt->enter();           /* 3: a runtime call that enqueues nothing: no record */
+        rt->leave();
+        with_ext(902);         /* 4: a driver call of the program's own */
+        launch(g, st, 1);
+        end_ext(902);
+        CHECK_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
     } else {
         for (int i = 0; i < 3; i++) {
             with_ext(100 + i);

@@ -1,6 +1,8 @@
 """The device clock's record parser (native/shim/cupti_parse.c) on hand-made CUPTI activity buffers
 (tests/c/cupti_parse_check.c): records with CUDA 13.0's full sizes, pairings before and after their
-activities, a graph replay, another tool's external ids, never-paired activities, the final drain."""
+activities, a graph replay, another tool's external ids, never-paired activities, the final drain, and the
+nesting rule (a runtime call joined through the driver call inside it, its records in every order; what it
+must not join; bounded tables)."""
 from __future__ import annotations
 
 import os

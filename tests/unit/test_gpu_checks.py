@@ -45,8 +45,22 @@ def test_agreeing_medians_pass_and_rare_kernels_are_left_out():
     g = next(d for d in detail if d["kernel"] == "gemm")
     assert g["median_ns_pyinterpose"] == 10_000 and g["median_ns_profiler"] == 10_500
     assert abs(g["rel_diff"] - 500 / 10_500) < 1e-9
-    assert [r["result"] for r in rows] == ["PASS", "PASS", "PASS"]
+    assert [r["result"] for r in rows] == ["PASS", "PASS", "PASS", "PASS"]
     assert rows[2]["measured"] == "7.0/7.0/7.0"                      # lag 7000 ns for every launch
+    assert rows[3]["check"] == "launches with a device time" and rows[3]["measured"] == "58/58 (100.0%)"
+
+
+def test_kernels_fail_when_most_launches_have_no_device_time():
+    # the H100 finding: the few kernels with a device time agree with the profiler, but 85 % of the
+    # launches have none (their CUPTI records were not joined): the kernels check must fail on that
+    tr = _trace({"gemm": [10_000] * 25, "softmax": [2_000] * 30}, missing=312)
+    prof = _prof({"gemm": [10.0] * 25, "softmax": [2.0] * 30})
+    rows, detail = gcc.compare_kernels(tr, prof)
+    assert [r["result"] for r in rows[:3]] == ["PASS", "PASS", "PASS"] and len(detail) == 2
+    assert rows[3]["measured"] == "55/367 (15.0%)" and rows[3]["result"] == "FAIL"
+    # 95 % is enough
+    tr = _trace({"gemm": [10_000] * 25, "softmax": [2_000] * 32}, missing=3)
+    assert gcc.compare_kernels(tr, prof)[0][3]["result"] == "PASS"   # 57/60 = 95.0 %
 
 
 def test_a_kernel_off_by_more_than_ten_percent_fails():

@@ -80,7 +80,7 @@ def _records(lines):
         elif kind == "extcorr":
             r = dict(ext_kind=int(p[2]), corr=int(p[3]), ext=int(p[4]))
         else:
-            r = dict(api_kind=int(p[2]), cbid=int(p[3]), corr=int(p[4]), start=int(p[5]), end=int(p[6]))
+            r = dict(api_kind=int(p[2]), cbid=int(p[3]), corr=int(p[4]), start=int(p[5]), end=int(p[6]), tid=int(p[7]))
         recs[kind].append(r)
     return recs
 
@@ -164,9 +164,32 @@ def test_external_correlation_needs_driver_or_runtime_activity(exe, libs):
     recs = _records(_run(exe, libs, "cupti", "nodriver"))
     assert recs["extcorr"] == [] and recs["api"] == []
     assert len(recs["kernel"]) == 6  # the device records still come
+    # RUNTIME alone: the program's calls are driver calls, so no API records and no pairings either
     recs = _records(_run(exe, libs, "cupti", "runtime"))
-    assert {r["ext"]: r["corr"] for r in recs["extcorr"]} == {100: 1, 101: 2, 102: 3, 200: 4, 300: 5, 400: 6, 700: 8}
-    assert {r["api_kind"] for r in recs["api"]} == {5}  # RUNTIME records
+    assert recs["extcorr"] == [] and recs["api"] == []
+    assert len(recs["kernel"]) == 6
+
+
+def test_device_records_carry_the_outermost_calls_correlation_id(exe, libs, tmp_path):
+    """As real CUPTI (the H100 finding behind the nesting rule of native/shim/cupti_parse.h): a runtime call
+    (bracketed through the driver's private table, as libcudart does) and the driver call inside it each get
+    a correlation id and an API record of their own kind, the runtime one around the driver one on the same
+    thread; the device record carries the runtime call's id; an external id pairs with the API calls begun
+    while it was pushed — pushed inside the runtime call, with the driver call's only."""
+    log_path = str(tmp_path / "dev.log")
+    recs = _records(_run(exe, libs, "cupti", "nested", env={"SIMCUDA_DEVICE_LOG": log_path}))
+    log = _log(log_path)
+    _device_records_match_log(recs, log)
+    rt = [r for r in recs["api"] if r["api_kind"] == 5]     # RUNTIME
+    drv = [r for r in recs["api"] if r["api_kind"] == 4]    # DRIVER
+    assert len(rt) == 2 and len(drv) == 3                   # the empty runtime call has no record
+    for r, d in zip(rt, drv[:2]):
+        assert r["start"] <= d["start"] <= d["end"] <= r["end"] and r["tid"] == d["tid"] and r["corr"] != d["corr"]
+    kernels = [k["corr"] for k in sorted(recs["kernel"], key=lambda k: k["start"])]
+    assert kernels == [rt[0]["corr"], rt[1]["corr"], drv[2]["corr"]]
+    pairs = sorted((r["ext"], r["corr"]) for r in recs["extcorr"])
+    assert pairs == sorted([(900, drv[0]["corr"]), (901, drv[1]["corr"]), (901, rt[1]["corr"]),
+                            (902, drv[2]["corr"])])
 
 
 def test_small_buffers_drop_and_count(exe, libs, tmp_path):

@@ -8,15 +8,19 @@
  *     (host clock >= its end): a flush before that does not deliver it;
  *   - a record that finds no room (no buffer, or one too small for it) is dropped and counted;
  *     cuptiActivityGetNumDroppedRecords returns the count and resets it;
- *   - external-correlation records (CUSTOM0..2 ids pushed per thread) appear only when DRIVER or
- *     RUNTIME activity is enabled as well — the documented pitfall;
+ *   - external-correlation records (CUSTOM0..2 ids pushed per thread) appear only before API records
+ *     (DRIVER or RUNTIME activity enabled as well — the documented pitfall), with the ids pushed when that
+ *     API call BEGAN: an id pushed inside a runtime call pairs with the driver call made after it;
+ *   - a device record carries the correlation id of the outermost API call that made it: the runtime
+ *     call's (cudaLaunchKernel), not the driver call's (cuLaunchKernel) it made — which is why a client
+ *     that pushes its id inside the runtime call (around the driver call) finds no pairing for it;
  *   - timestamps are on the CUPTI clock: CLOCK_MONOTONIC + offset (+ drift), simcu_hook.h.
  * The callback API is there for one purpose: the resource domain's GRAPHNODE_CREATED (inside each
  * captured call) and GRAPHNODE_CLONED (instantiation), which tie a replayed record's graphNodeId to the
  * captured call; one subscriber.
- * Simplifications: one correlation id per driver call (the runtime call that made it has the same
- * one); with DRIVER and/or RUNTIME enabled an API record of each enabled kind is written per call that
- * enqueues device work, nothing for other calls.
+ * Simplifications: API records (and correlation ids that matter) only for driver calls that enqueue or
+ * capture device work and for outermost runtime calls that made one (runtime records have cbid 0);
+ * nothing for other calls.
  *
  * Test knobs (docs/simcuda-device-clock.md):
  *   SIMCUPTI_BUSY=1        cuptiActivityRegisterCallbacks, cuptiActivityEnable and cuptiSubscribe return
@@ -327,38 +331,59 @@ static void start_worker(void)
 
 static int enabled(int k) { return g_enabled[k]; }
 
-static void on_api(uint32_t corr, uint32_t cbid, uint64_t start, uint64_t end)
+/* the external ids on this thread's stacks when each open API call began (api_enter), innermost last */
+#define API_DEPTH 16
+static __thread uint64_t t_snap[API_DEPTH][EXT_KINDS];
+static __thread uint8_t t_snap_has[API_DEPTH][EXT_KINDS];
+static __thread int t_snap_n; /* open calls (may exceed API_DEPTH: the deeper ones take the stacks at exit) */
+
+static void on_api_enter(void)
 {
-    int drv = enabled(PI_CUPTI_KIND_DRIVER), rt = enabled(PI_CUPTI_KIND_RUNTIME);
-    if (!drv && !rt) return; /* the pitfall: no API records, no external correlation either */
+    if (t_snap_n < API_DEPTH)
+        for (int k = 1; k < EXT_KINDS; k++) {
+            t_snap_has[t_snap_n][k] = t_ext_n[k] > 0;
+            t_snap[t_snap_n][k] = t_ext_n[k] ? t_ext[k][t_ext_n[k] - 1] : 0;
+        }
+    t_snap_n++;
+}
+
+/* An API call ends: its record (kind DRIVER or RUNTIME, when that kind is enabled), preceded by one
+ * external correlation record per external kind whose stack was not empty when the call BEGAN — an id
+ * pushed inside a runtime call names the driver call begun after the push, never the runtime call. */
+static void on_api_exit(int api_kind, uint32_t corr, uint32_t cbid, uint64_t start, uint64_t end, int entered,
+                        int write)
+{
+    int slot = -1;
+    if (entered && t_snap_n > 0) slot = --t_snap_n < API_DEPTH ? t_snap_n : -1;
+    if (!write) return;
+    uint32_t kind = api_kind == SIMCU_API_RUNTIME ? PI_CUPTI_KIND_RUNTIME : PI_CUPTI_KIND_DRIVER;
+    if (!enabled((int)kind)) return; /* the pitfall: no API record, no external correlation either */
     pthread_mutex_lock(&g_lock);
     if (enabled(PI_CUPTI_KIND_EXTERNAL_CORRELATION))
-        for (int k = 1; k < EXT_KINDS; k++)
-            if (t_ext_n[k]) {
-                uint8_t rec[PI_CUPTI_SIZEOF_EXTERNAL_CORRELATION] = {0};
-                pi_cupti_external_correlation *r = (void *)rec;
-                r->kind = PI_CUPTI_KIND_EXTERNAL_CORRELATION;
-                r->externalKind = (uint32_t)k;
-                r->externalId = t_ext[k][t_ext_n[k] - 1];
-                r->correlationId = corr;
-                emit(rec, sizeof rec);
-            }
-    for (int pass = 0; pass < 2; pass++) {
-        if (!(pass == 0 ? drv : rt)) continue;
-        uint8_t rec[PI_CUPTI_SIZEOF_API] = {0};
-        pi_cupti_api *r = (void *)rec;
-        r->kind = pass == 0 ? PI_CUPTI_KIND_DRIVER : PI_CUPTI_KIND_RUNTIME;
-        r->cbid = cbid;
-        r->start = simcu_cupti_time(&g_clock, start);
-        r->end = simcu_cupti_time(&g_clock, end);
-        if (!g_pid) g_pid = (uint32_t)getpid();
-        if (!t_tid) t_tid = (uint32_t)syscall(SYS_gettid);
-        r->processId = g_pid;
-        r->threadId = t_tid;
-        r->correlationId = corr;
-        r->returnValue = 0;
-        emit(rec, sizeof rec);
-    }
+        for (int k = 1; k < EXT_KINDS; k++) {
+            int has = slot >= 0 ? t_snap_has[slot][k] : t_ext_n[k] > 0;
+            if (!has) continue;
+            uint8_t rec[PI_CUPTI_SIZEOF_EXTERNAL_CORRELATION] = {0};
+            pi_cupti_external_correlation *r = (void *)rec;
+            r->kind = PI_CUPTI_KIND_EXTERNAL_CORRELATION;
+            r->externalKind = (uint32_t)k;
+            r->externalId = slot >= 0 ? t_snap[slot][k] : t_ext[k][t_ext_n[k] - 1];
+            r->correlationId = corr;
+            emit(rec, sizeof rec);
+        }
+    uint8_t rec[PI_CUPTI_SIZEOF_API] = {0};
+    pi_cupti_api *r = (void *)rec;
+    r->kind = kind;
+    r->cbid = cbid;
+    r->start = simcu_cupti_time(&g_clock, start);
+    r->end = simcu_cupti_time(&g_clock, end);
+    if (!g_pid) g_pid = (uint32_t)getpid();
+    if (!t_tid) t_tid = (uint32_t)syscall(SYS_gettid);
+    r->processId = g_pid;
+    r->threadId = t_tid;
+    r->correlationId = corr;
+    r->returnValue = 0;
+    emit(rec, sizeof rec);
     int full = g_full_head != NULL;
     pthread_mutex_unlock(&g_lock);
     if (full) pthread_cond_signal(&g_wake);
@@ -449,7 +474,7 @@ static void on_graph_node(uint32_t cbid, void *graph, void *original_graph, void
     cb(ud, PI_CUPTI_CB_DOMAIN_RESOURCE, cbid, &rd);
 }
 
-static const struct simcu_hooks g_hooks = {SIMCU_HOOK_VERSION, on_api, on_op, on_graph_node};
+static const struct simcu_hooks g_hooks = {SIMCU_HOOK_VERSION, on_op, on_graph_node, on_api_enter, on_api_exit};
 
 /* caller holds g_lock: find simcuda's driver (loading it if the program has not yet) and attach */
 static int attach(void)

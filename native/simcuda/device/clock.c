@@ -204,21 +204,62 @@ HIDDEN struct sim_queue *sim_queue_of(CUstream s, int dev)
     return &s->q;
 }
 
+/* The runtime's calls (cuGetExportTable with SIMCU_RT_TRACE_UUID, simcu_hook.h): the outermost runtime
+ * call open on this thread has a correlation id of its own, and every device op enqueued inside it
+ * carries that id (as real CUPTI's records carry the outermost API call's); its API record is written
+ * when it enqueued or captured device work. */
+static __thread unsigned t_rt_depth;
+static __thread uint32_t t_rt_corr;
+static __thread uint64_t t_rt_t0;
+static __thread int t_rt_worked;
+static __thread int t_rt_traced; /* CUPTI was attached when it began: a call CUPTI never saw begin is none */
+
+static void rt_trace_enter(void)
+{
+    if (t_rt_depth++) return;
+    const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
+    t_rt_corr = __atomic_add_fetch(&g_next_corr, 1, __ATOMIC_RELAXED);
+    t_rt_worked = 0;
+    t_rt_traced = h && h->api_enter;
+    t_rt_t0 = t_rt_traced ? sim_now_ns() : 0;
+    if (t_rt_traced) h->api_enter();
+}
+
+static void rt_trace_leave(void)
+{
+    if (!t_rt_depth || --t_rt_depth) return;
+    const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
+    if (!t_rt_traced || !h || !h->api_exit) return;
+    uint64_t end = sim_now_ns();
+    h->api_exit(SIMCU_API_RUNTIME, t_rt_corr, 0, t_rt_t0 <= end ? t_rt_t0 : end, end, 1, t_rt_worked);
+}
+
+static const struct simcu_rt_trace g_rt_trace = {sizeof(struct simcu_rt_trace), rt_trace_enter, rt_trace_leave};
+
+HIDDEN const void *sim_rt_trace_table(void) { return &g_rt_trace; }
+
+/* the correlation id a device op enqueued now carries: the open runtime call's (when CUPTI saw it begin),
+ * else its driver call's */
+static uint32_t op_corr(uint32_t corr) { return t_rt_depth && t_rt_traced ? t_rt_corr : corr; }
+
 /* the clock is read only when something needs it: CLOCK_MONOTONIC costs 85 ns on the development VM */
 HIDDEN uint32_t sim_api_begin(uint64_t *t0)
 {
-    *t0 = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE) ? sim_now_ns() : 0;
+    const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
+    *t0 = h ? sim_now_ns() : 0;
     t_last_enqueue = 0;
+    if (h && h->api_enter) h->api_enter();
+    t_rt_worked = 1; /* the open runtime call (if any) made a call that enqueues or captures device work */
     return __atomic_add_fetch(&g_next_corr, 1, __ATOMIC_RELAXED);
 }
 
 HIDDEN void sim_api_end(uint32_t corr, uint32_t cbid, uint64_t t0)
 {
     const struct simcu_hooks *h = __atomic_load_n(&g_hooks, __ATOMIC_ACQUIRE);
-    if (!h || !h->api) return;
+    if (!h || !h->api_exit) return;
     /* the call's end: when its (last) op was enqueued, read then; a clock read less per call */
     uint64_t end = t_last_enqueue ? t_last_enqueue : sim_now_ns();
-    h->api(corr, cbid, t0 && t0 <= end ? t0 : end, end);
+    h->api_exit(SIMCU_API_DRIVER, corr, cbid, t0 && t0 <= end ? t0 : end, end, t0 != 0, 1);
 }
 
 HIDDEN void sim_wait_until(uint64_t t)
@@ -291,6 +332,7 @@ HIDDEN uint64_t sim_dev_submit(struct sim_queue *q, const struct sim_opdesc *op,
 
 HIDDEN uint64_t sim_dev_submit_at(struct sim_queue *q, const struct sim_opdesc *op, uint32_t corr, uint64_t *start_out)
 {
+    corr = op_corr(corr);
     uint64_t enq, start, end;
     *start_out = 0;
     pthread_once(&g_once, init);

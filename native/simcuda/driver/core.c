@@ -522,8 +522,14 @@ SIM_API(CUresult, cuGetErrorName, (CUresult error, const char **pStr))
     return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* one private table: the runtime's calls, bracketed (simcu_hook.h, SIMCU_RT_TRACE_UUID) */
 SIM_API(CUresult, cuGetExportTable, (const void **ppExportTable, const sim_CUuuid *id))
 {
-    if (ppExportTable) *ppExportTable = NULL;
+    if (!ppExportTable || !id) return CUDA_ERROR_INVALID_VALUE;
+    if (memcmp(id->bytes, SIMCU_RT_TRACE_UUID, 16) == 0) {
+        *ppExportTable = sim_rt_trace_table();
+        return CUDA_SUCCESS;
+    }
+    *ppExportTable = NULL;
     return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "../sim_runtime.h"
+#include "../simcu_hook.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static cudaError_t g_load_error = RT_ERROR_INSUFFICIENT_DRIVER;
@@ -35,6 +36,25 @@ static int resolve(struct rt_driver *d, cuuint64_t flags)
     return 0;
 }
 
+/* the driver's private table for tracing runtime calls (simcu_hook.h), as real libcudart has one */
+static const struct simcu_rt_trace *g_trace;
+
+HIDDEN int rt_trace_enter(void)
+{
+    const struct simcu_rt_trace *t = g_trace;
+    if (!t) return 0;
+    t->enter();
+    return 1;
+}
+
+HIDDEN void rt_trace_leave(int *token)
+{
+    if (*token && g_trace) g_trace->leave();
+}
+
+typedef struct { char bytes[16]; } rt_uuid; /* CUuuid */
+typedef CUresult (*export_table_fn)(const void **, const rt_uuid *);
+
 static void load(void)
 {
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -42,6 +62,16 @@ static void load(void)
     if (!g_handle) return;
     g_getproc = (rt_getproc_fn)dlsym(g_handle, "cuGetProcAddress_v2");
     if (!g_getproc) return;
+    export_table_fn get_table = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (g_getproc("cuGetExportTable", (void **)&get_table, RT_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st) ==
+            CUDA_SUCCESS && get_table) {
+        rt_uuid id;
+        memcpy(id.bytes, SIMCU_RT_TRACE_UUID, 16);
+        const void *t = NULL;
+        if (get_table(&t, &id) == CUDA_SUCCESS && t && ((const struct simcu_rt_trace *)t)->size >= sizeof *g_trace)
+            g_trace = t;
+    }
     if (resolve(&g_drv, CU_GET_PROC_ADDRESS_DEFAULT) ||
         resolve(&g_drv_ptsz, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
         return;
