@@ -73,7 +73,7 @@ static int is_our_pointer(const void *p) {
 }
 
 static int api_by_name(const char *name) {
-    if (!name || name[0] != 'c' || name[1] != 'u') return 0;
+    if (!name || !((name[0] == 'c' && name[1] == 'u') || (name[0] == '_' && name[1] == '_'))) return 0; /* __cuda* */
     for (int i = 1; i < PI_API_COUNT; i++)
         if (strcmp(pi_hooks[i].name, name) == 0) return i;
     return 0;
@@ -230,8 +230,9 @@ EXPORT void *dlsym(void *handle, const char *name) {
     }
     if (handle == RTLD_NEXT) return g_real_dlsym(handle, name); /* tail call: caller's RTLD_NEXT */
     void *p = g_real_dlsym(handle, name);
-    if (!p || name[0] != 'c' || name[1] != 'u') return p;
-    if (name[2] == 'p' && name[3] == 't' && name[4] == 'i') return pi_cupti_dlsym(name, p); /* cupti_share.c */
+    if (!p || !((name[0] == 'c' && name[1] == 'u') || (name[0] == '_' && name[1] == '_' && name[2] == 'c'))) return p;
+    if (name[0] == 'c' && name[2] == 'p' && name[3] == 't' && name[4] == 'i')
+        return pi_cupti_dlsym(name, p); /* cupti_share.c */
     int api = api_by_name(name);
     if (api) {
         remember(&pi_real_fn[api], p);

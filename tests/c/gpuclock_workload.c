@@ -20,6 +20,9 @@
  *                               calls): a kernel by cuLaunchKernelEx, one by cuLaunchKernel, a memset and a
  *                               copy, each in a runtime call of its own; and a kernel by the PLT
  *                               cudaLaunchKernel; prints the launches and each kernel's duration
+ *   gpuclock_workload nvcc13 N  N kernels launched as CUDA 13's nvcc makes <<<>>> launch them: the stub's
+ *                               cudaKernel_t from __cudaGetKernel, then __cudaLaunchKernel (a 4 KiB buffer
+ *                               as the argument); prints the launches and the buffer's address
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -210,6 +213,24 @@ static int mode_many(int n) {
     return 0;
 }
 
+cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *host);
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 g, dim3 b, void **args, size_t smem, cudaStream_t s);
+static char stub_nvcc13;
+
+static int mode_nvcc13(int n) {
+    CHECK(simcudaRegisterFunction(&stub_nvcc13, "k_nvcc13", k1, 1, off1, sz1));
+    cudaKernel_t k = NULL;
+    CHECK(__cudaGetKernel(&k, &stub_nvcc13)); /* once per stub, as the generated code does */
+    void *a;
+    CHECK(cudaMalloc(&a, 4096));
+    void *args[1] = {&a};
+    dim3 one = {1, 1, 1};
+    for (int i = 0; i < n; i++) CHECK(__cudaLaunchKernel(k, one, one, args, 0, 0));
+    CHECK(cudaDeviceSynchronize());
+    printf("{\"launches\": %d, \"buffer\": %llu}\n", n, (unsigned long long)(uintptr_t)a);
+    return 0;
+}
+
 static int mode_zero(int n) {
     CUfunction f;
     CHECK(reg("k_zero", k1, 1, off1, sz1, &f));
@@ -284,6 +305,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "fork")) return mode_fork(n);
     if (!strcmp(argv[1], "many")) return mode_many(n);
     if (!strcmp(argv[1], "zero")) return mode_zero(n);
+    if (!strcmp(argv[1], "nvcc13")) return mode_nvcc13(n);
     if (!strcmp(argv[1], "staticrt")) return mode_staticrt(n, argc > 3 ? argv[3] : NULL);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;

@@ -237,6 +237,12 @@ static void c_launch(const char *hook, int form) {
         CHECK(((int (*)(const CUlaunchConfig *, CUfunction, void **, void **))fn(hook))(&cfg, g_kfn, params, NULL));
         ADDR(g_kfn); break;
     }
+    case 5: { /* __cudaLaunchKernel: what nvcc 13's <<<>>> calls, with the cudaKernel_t of the stub */
+        cudaKernel_t k = NULL;
+        CHECK(CALL(__cudaGetKernel, (cudaKernel_t *, const void *), &k, &g_stub)); /* not hooked: no record */
+        CHECK(((int (*)(cudaKernel_t, dim3, dim3, void **, size_t, CUstream))fn(hook))(k, one, one, params, 0, g_s));
+        ADDR(k); break;
+    }
     case 4: /* cuLaunchCooperativeKernel */
         CHECK(((int (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                         void **))fn(hook))(g_kfn, 1, 1, 1, 1, 1, 1, 0, g_s, params));
@@ -926,6 +932,7 @@ static const kase g_cases[] = {
     {"cudaLaunchKernel", r_launch, 0}, {"cudaLaunchKernel_ptsz", r_launch, 0},
     {"cudaLaunchCooperativeKernel", r_launch, 0}, {"cudaLaunchCooperativeKernel_ptsz", r_launch, 0},
     {"cudaLaunchKernelExC", r_launch, 1}, {"cudaLaunchKernelExC_ptsz", r_launch, 1},
+    {"__cudaLaunchKernel", r_launch, 5}, {"__cudaLaunchKernel_ptsz", r_launch, 5},
     {"cudaMemcpy", r_copy, 0 + D2D * 10}, {"cudaMemcpyAsync", r_copy, 0 + H2D * 10 + 1},
     {"cudaMemcpyAsync_ptsz", r_copy, 0 + D2H * 10 + 1},
     {"cudaMemset", r_memset, 0}, {"cudaMemsetAsync", r_memset, 1}, {"cudaMemsetAsync_ptsz", r_memset, 1},

@@ -422,3 +422,26 @@ def test_driver_calls_inside_runtime_calls_the_shim_does_not_see_get_device_time
     # all but the first call: CUPTI is set up inside it (at the shim's first launch), after it began, so
     # CUPTI never saw that runtime call and its kernel carries the driver call's own correlation id
     assert joined and joined[0].startswith(f"device clock: {4 * rounds - 1} runtime API calls"), notes
+
+
+def test_launches_as_nvcc_13_makes_them_are_runtime_launches_with_their_own_device_times(capture, tmp_path, workload):
+    """CUDA 13's <<<>>> calls __cudaLaunchKernel with the stub's cudaKernel_t (crt/host_runtime.h), not
+    cudaLaunchKernel.  On an H100 PyTorch 2.11+cu130's own kernels reached the shim only as the driver's
+    cuLaunchKernel inside that call, and none of 6332 got a device time.  Each launch is now the runtime
+    call itself: scanned (the buffer it names), and joined to its device record by its own correlation id."""
+    n = 12
+    path, cp, log = _run(capture, tmp_path, workload, "nvcc13", str(n))
+    assert cp.returncode == 0, cp.stderr
+    truth = last_json_line(cp.stdout)
+    tr = pyinterpose.load(path)
+    la = tr.launches
+    assert len(la) == truth["launches"] == n
+    assert set(la["api"].astype(str)) == {"__cudaLaunchKernel"}
+    assert (la["dev_start"] >= 0).all() and (la["dev_end"] >= la["dev_start"]).all()
+    b = tr.blocks
+    bid = int(b.loc[b["address"] == truth["buffer"], "block_id"].iloc[0])
+    assert sorted(tr.accesses.loc[tr.accesses["block_id"] == bid, "seq"].tolist()) == sorted(la["seq"].tolist())
+    g, err = assert_matches_log(tr, log, int(tr.processes["pid"].iloc[0]))
+    assert int((g["seq"] < 0).sum()) == 0
+    # joined by its own id: no runtime call needed the nesting rule
+    assert not [x for x in tr.meta.get("capture_notes", []) if "joined through the driver call nested" in x["note"]]

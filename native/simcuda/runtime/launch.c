@@ -82,6 +82,34 @@ cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block, void 
     return launch(func, grid, block, args, smem, s, 1);
 }
 
+/* nvcc 13's <<<>>>: a cudaKernel_t got once per stub (__cudaGetKernel), launched with __cudaLaunchKernel(_ptsz)
+ * (crt/host_runtime.h).  simcuda: a CUkernel is its CUfunction. */
+cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *host)
+{
+    ENTER(0);
+    CUfunction f = rt_lookup_stub(host);
+    if (!k || !f) return rt_ret(cudaErrorInvalidDeviceFunction);
+    *k = (cudaKernel_t)(void *)f;
+    return cudaSuccess;
+}
+
+static cudaError_t launch_kernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t s,
+                                 int ptsz)
+{
+    ENTER(ptsz);
+    if (!k) return rt_ret(cudaErrorInvalidDeviceFunction);
+    return CU(d->cuLaunchKernel((CUfunction)(void *)k, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                (unsigned)smem, s, args, NULL));
+}
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t s)
+{
+    return launch_kernel(k, grid, block, args, smem, s, 0);
+}
+cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t smem, cudaStream_t s)
+{
+    return launch_kernel(k, grid, block, args, smem, s, 1);
+}
+
 static cudaError_t launch_ex(const cudaLaunchConfig_t *config, const void *func, void **args, int ptsz)
 {
     if (!config) return rt_ret(cudaErrorInvalidValue);
