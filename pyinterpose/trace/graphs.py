@@ -513,22 +513,32 @@ class _NodeRecords:
     that kind and function in node order; a replay whose records do not match its nodes one for one gets none."""
 
     def __init__(self, gpu: pd.DataFrame):
-        n = len(gpu)
-        if n == 0 or "graph_node" not in gpu:
-            self.key = np.zeros(0, np.int64)
+        self.key = np.zeros(0, np.int64)
+        if len(gpu) == 0 or "graph_node" not in gpu:
             return
-        cap = gpu["captured_seq"].to_numpy(np.int64) if "captured_seq" in gpu else np.full(n, -1, np.int64)
         node = gpu["graph_node"].to_numpy(np.uint64)
-        seq = gpu["seq"].to_numpy(np.int64)
-        kind = gpu["kind"].astype(str).map(_GPU_KIND).fillna(-1).to_numpy(np.int64)
-        m = np.flatnonzero((node != 0) & (seq >= 0) & (cap < 0) & (kind >= 0))
-        key = (gpu["pid"].to_numpy(np.int64)[m] << 40) ^ seq[m]
+        m = np.flatnonzero(node != 0)                     # replayed records only: few of a long trace's
+        if len(m) and "captured_seq" in gpu:
+            m = m[gpu["captured_seq"].to_numpy(np.int64)[m] < 0]
+        if len(m):
+            m = m[gpu["seq"].to_numpy(np.int64)[m] >= 0]
+        if not len(m):
+            return
+        k = gpu["kind"]
+        if isinstance(k.dtype, pd.CategoricalDtype):
+            lut = np.array([_GPU_KIND.get(str(c), -1) for c in k.cat.categories] + [-1], np.int64)
+            kind = lut[k.cat.codes.to_numpy()[m]]          # code -1 (missing): the lut's last entry
+        else:
+            kind = k.iloc[m].astype(str).map(_GPU_KIND).fillna(-1).to_numpy(np.int64)
+        m, kind = m[kind >= 0], kind[kind >= 0]
+        def col(c):                                       # the rows' values only (columns may be mapped)
+            return gpu[c].to_numpy()[m].astype(np.int64)
+        key = (col("pid") << 40) ^ col("seq")
         o = np.lexsort((node[m], key))
-        m = m[o]
+        m, kind = m[o], kind[o]
         self.key = key[o]
-        self.cls = _node_class(kind[m], gpu["kernel"].to_numpy(np.int64)[m])
-        self.start = gpu["start"].to_numpy(np.int64)[m]
-        self.end = gpu["end"].to_numpy(np.int64)[m]
+        self.cls = _node_class(kind, col("kernel"))
+        self.start, self.end = col("start"), col("end")
 
     def times(self, p: int, launch_seqs: np.ndarray, kinds: np.ndarray, J: np.ndarray, l_kernel: np.ndarray,
               call_k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
