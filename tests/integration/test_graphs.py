@@ -165,14 +165,17 @@ def test_simtrain_graphs_analyses_match_its_truth(simtrain_pair):
     assert sw["peak_before"] == truth["peaks"][0] and sw["candidates"] == esw["candidates"] > 0
 
 
-@pytest.fixture(scope="module")
-def explicit(tmp_path_factory, cbuild):
-    d = tmp_path_factory.mktemp("graphs_explicit")
-    exe = cbuild("graph_explicit")
-    out = str(d / "e.pit")
-    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", exe, "4", "3", "2")
+def _three_phases(tmp_path_factory, cbuild, name: str):
+    """(trace, truth) of tests/c/NAME.c run with 4, 3 and 2 replays in its three phases"""
+    out = str(tmp_path_factory.mktemp(name) / "t.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", cbuild(name), "4", "3", "2")
     assert cp.returncode == 0, cp.stderr
     return pyinterpose.load(out), last_json_line(cp.stdout)
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory, cbuild):
+    return _three_phases(tmp_path_factory, cbuild, "graph_explicit")
 
 
 def test_a_graph_built_node_by_node_is_expanded(explicit):
@@ -225,12 +228,7 @@ def test_a_graph_built_node_by_node_gets_its_nodes_device_times(explicit):
 
 @pytest.fixture(scope="module")
 def addnode(tmp_path_factory, cbuild):
-    d = tmp_path_factory.mktemp("graphs_addnode")
-    exe = cbuild("graph_addnode")
-    out = str(d / "n.pit")
-    cp = run_cli("run", "-q", "--simulated-gpu", "-o", out, "--", exe, "4", "3", "2")
-    assert cp.returncode == 0, cp.stderr
-    return pyinterpose.load(out), last_json_line(cp.stdout)
+    return _three_phases(tmp_path_factory, cbuild, "graph_addnode")
 
 
 def test_a_graph_built_with_the_generic_node_api_is_expanded(addnode):

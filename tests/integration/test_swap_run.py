@@ -235,6 +235,17 @@ def test_an_unforeseen_access_waits_for_the_block_and_the_result_stays_exact(tmp
     assert "swaps per iteration" in txt.stdout and "1 unforeseen accesses waited" in txt.stdout
 
 
+def _simcuda_stats(tmp_path, code: str) -> dict:
+    """Run `code` (Python on simcuda's libraries directly, no shim) and return simcuda's SIMCUDA_STATS line."""
+    import subprocess
+    stats = tmp_path / "sim.stats"
+    env = dict(os.environ, **ENGINES, SIMCUDA_STATS=str(stats),
+               LD_LIBRARY_PATH=os.path.join(os.path.dirname(pyinterpose.__file__), "_native", "simcuda"))
+    cp = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    return json.loads(stats.read_text().splitlines()[-1])
+
+
 def test_simcuda_counts_a_touch_of_a_block_that_is_away(tmp_path):
     """What makes `faults == 0` above mean something: a kernel that touches managed memory prefetched to
     the host is a fault in simcuda's count (and the first prefetch of never-touched memory moves nothing)."""
@@ -259,13 +270,7 @@ params = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(arg), ctypes.c_void_p))
 assert cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, params, None) == 0
 assert cu.cuCtxSynchronize() == 0
 """
-    stats = tmp_path / "fault.stats"
-    env = dict(os.environ, **ENGINES, SIMCUDA_STATS=str(stats),
-               LD_LIBRARY_PATH=os.path.join(os.path.dirname(pyinterpose.__file__), "_native", "simcuda"))
-    import subprocess
-    cp = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert cp.returncode == 0, cp.stderr
-    st = json.loads(stats.read_text().splitlines()[-1])
+    st = _simcuda_stats(tmp_path, code)
     assert st["faults"] == 1 and st["prefetches"] == 2
     assert st["prefetch_bytes"] == 8 << 20          # the first prefetch populated (nothing to move), the second moved
     assert st["resident_peak_bytes"][0] == 8 << 20
@@ -303,13 +308,7 @@ launch(a.value)       # resident now
 launch(b.value)
 assert cu.cuCtxSynchronize() == 0
 """
-    stats = tmp_path / "touch.stats"
-    env = dict(os.environ, **ENGINES, SIMCUDA_STATS=str(stats),
-               LD_LIBRARY_PATH=os.path.join(os.path.dirname(pyinterpose.__file__), "_native", "simcuda"))
-    import subprocess
-    cp = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert cp.returncode == 0, cp.stderr
-    st = json.loads(stats.read_text().splitlines()[-1])
+    st = _simcuda_stats(tmp_path, code)
     assert st["first_touches"] == 1 and st["faults"] == 0 and st["prefetch_bytes"] == 0
 
 
