@@ -179,10 +179,12 @@ enum pi_graph_def {
      * precedes it; see docs/trace-format.md */
     PI_GRAPH_NODE_ADD = 5,    /* addr: node handle, aux: graph, size: seq of the node's record, stream: deps */
     PI_GRAPH_CHILD = 6,       /* addr: node handle, aux: graph, stream: the child graph */
-    PI_GRAPH_EXEC_SET = 7,    /* addr: executable graph, aux: node handle, size: seq of the LAUNCH with the new
-                                 arguments (cuGraphExecKernelNodeSetParams) */
+    PI_GRAPH_EXEC_SET = 7,    /* addr: executable graph, aux: node handle, size: seq of the LAUNCH (COPY, MEMSET)
+                                 with the new arguments (cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams) */
     PI_GRAPH_EXEC_UPDATE = 8, /* addr: executable graph, aux: the graph whose parameters it took */
-    PI_GRAPH_CREATE = 9       /* aux: the graph (cuGraphCreate / cudaGraphCreate) */
+    PI_GRAPH_CREATE = 9,      /* aux: the graph (cuGraphCreate / cudaGraphCreate) */
+    PI_GRAPH_EXEC_CHILD = 10  /* addr: executable graph, aux: the child graph node's handle, stream: the child
+                                 graph it now runs (cuGraphExecChildGraphNodeSetParams) */
 };
 
 enum pi_gpu_kind {

@@ -336,6 +336,22 @@ static void free_node_pre(pi_ctx *c, uint64_t addr) {
 #define A_EXEC_SET_RT(e, node, p) AFTER_ONLY(if (p) { pi_scan_rt((p)->func, (p)->kernelParams, &sc); \
     rec_node_call(api, r, PI_OP_LAUNCH, (uint64_t)(p)->func, sc.scanned, (uint64_t)sc.kernel, &sc, \
                   PI_GRAPH_EXEC_SET, (uint64_t)(e), (uint64_t)(node), 0); })
+/* a memcpy / memset node of an executable graph given new parameters (cuGraphExecMemcpyNodeSetParams,
+ * cuGraphExecMemsetNodeSetParams, the generic exec set): the COPY / MEMSET the node now stands for (its accesses
+ * scanned as rec_copy_node's), then EXEC_SET naming it */
+static void rec_exec_copy(int api, int r, uint64_t e, uint64_t node, uint16_t op, uint64_t dst, uint64_t src,
+                          uint64_t n) {
+    pi_scan sc;
+    copy_scan(&sc, op, dst, src);
+    rec_node_call(api, r, op, dst, n, op == PI_OP_COPY ? src : 0, &sc, PI_GRAPH_EXEC_SET, e, node, 0);
+}
+#define A_EXEC_MEMCPY(e, node, dst, src, n) AFTER_ONLY(rec_exec_copy(api, r, (uint64_t)(e), (uint64_t)(node), \
+    PI_OP_COPY, (uint64_t)(dst), (uint64_t)(src), (uint64_t)(n)))
+#define A_EXEC_MEMSET(e, node, dst, n) AFTER_ONLY(rec_exec_copy(api, r, (uint64_t)(e), (uint64_t)(node), \
+    PI_OP_MEMSET, (uint64_t)(dst), 0, (uint64_t)(n)))
+/* a child graph node of an executable graph now runs another graph (same topology: the slots do not change) */
+#define A_EXEC_CHILD(e, node, child) AFTER_ONLY( \
+    rec_node_def(api, r, PI_GRAPH_EXEC_CHILD, (uint64_t)(e), 0, (uint64_t)(child), (uint64_t)(node)))
 #define A_EXEC_UPDATE(e, g) AFTER_ONLY(if (r == 0) pi_graph_instantiated((uint64_t)(e), (uint64_t)(g)); \
     rec_node_def(api, r, PI_GRAPH_EXEC_UPDATE, (uint64_t)(e), 0, 0, (uint64_t)(g)))
 
@@ -431,12 +447,56 @@ static void rec_node_params(pi_ctx *c, pi_scan *sc, int api, int r, CUgraphNode 
 /* cudaGraphAddNode: 12.3-12.9 (ph, g, deps, n, p); 13.x (ph, g, deps, edgeData, n, p) */
 #define RT_ADD_N(a4, a5) (size_t)(pi_rt_major() >= 13 ? (a5) : (a4))
 #define RT_ADD_P(a5, a6) ((cudaGraphNodeParams *)(uintptr_t)(pi_rt_major() >= 13 ? (a6) : (a5)))
-/* cuGraphExecNodeSetParams / cudaGraphExecNodeSetParams: a kernel node's new arguments, as the typed exec set;
- * other node types record nothing */
-#define A_EXEC_SET_PARAMS(e, node, p) do { if ((p) && (p)->type == CU_GRAPH_NODE_TYPE_KERNEL) \
-    A_EXEC_SET_DRV(e, node, &(p)->kernel); } while (0)
-#define A_EXEC_SET_PARAMS_RT(e, node, q) do { if ((q) && (q)->type == CU_GRAPH_NODE_TYPE_KERNEL) \
-    A_EXEC_SET_RT(e, node, &(q)->kernel); } while (0)
+/* cuGraphExecNodeSetParams / cudaGraphExecNodeSetParams: a kernel, memcpy, memset or child graph node's new
+ * parameters, as the typed exec set; other node types record nothing */
+static void rec_exec_params(pi_scan *sc, int api, int r, uint64_t e, uint64_t node, const CUgraphNodeParams *p,
+                            const cudaGraphNodeParams *q) {
+    switch (node_type(p, q)) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        if (p) {
+            const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
+            CUfunction f = k->func ? k->func : (CUfunction)(void *)k->kern;
+            pi_scan_drv(f, k->kernelParams, k->extra, sc);
+            rec_node_call(api, r, PI_OP_LAUNCH, (uint64_t)(uintptr_t)f, sc->scanned, (uint64_t)sc->kernel, sc,
+                          PI_GRAPH_EXEC_SET, e, node, 0);
+        } else {
+            pi_scan_rt(q->kernel.func, q->kernel.kernelParams, sc);
+            rec_node_call(api, r, PI_OP_LAUNCH, (uint64_t)(uintptr_t)q->kernel.func, sc->scanned,
+                          (uint64_t)sc->kernel, sc, PI_GRAPH_EXEC_SET, e, node, 0);
+        }
+        break;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (p) {
+            const CUDA_MEMCPY3D *m = &p->memcpy.copyParams;
+            rec_exec_copy(api, r, e, node, PI_OP_COPY, m3d_dst(m), m3d_src(m), m3d_bytes(m));
+        } else {
+            const cudaMemcpy3DParms *m = &q->memcpy.copyParams;
+            const cudaExtent *x = &m->extent;
+            rec_exec_copy(api, r, e, node, PI_OP_COPY, (uint64_t)(uintptr_t)m->dstPtr.ptr + m->dstPos.x,
+                          (uint64_t)(uintptr_t)m->srcPtr.ptr + m->srcPos.x,
+                          (uint64_t)x->width * (x->height ? x->height : 1) * (x->depth ? x->depth : 1));
+        }
+        break;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+        if (p)
+            rec_exec_copy(api, r, e, node, PI_OP_MEMSET, p->memset.dst, 0,
+                          (uint64_t)p->memset.width * p->memset.elementSize);
+        else
+            rec_exec_copy(api, r, e, node, PI_OP_MEMSET, (uint64_t)(uintptr_t)q->memset.dst, 0,
+                          (uint64_t)q->memset.width * q->memset.elementSize);
+        break;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        rec_node_def(api, r, PI_GRAPH_EXEC_CHILD, e, 0,
+                     p ? (uint64_t)(uintptr_t)p->graph.graph : (uint64_t)(uintptr_t)q->graph.graph, node);
+        break;
+    default:
+        break;
+    }
+}
+#define A_EXEC_SET_PARAMS(e, node, p) AFTER_ONLY(if (p) \
+    rec_exec_params(&sc, api, r, (uint64_t)(e), (uint64_t)(node), (p), NULL))
+#define A_EXEC_SET_PARAMS_RT(e, node, q) AFTER_ONLY(if (q) \
+    rec_exec_params(&sc, api, r, (uint64_t)(e), (uint64_t)(node), NULL, (q)))
 
 /* unloads act at every depth and in processes that do not record: the kernel
  * layout cache must see every handle the driver may hand out again */

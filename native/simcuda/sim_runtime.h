@@ -109,7 +109,11 @@
     X(CUresult, cuGraphExecUpdate, (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))                 \
     X(CUresult, cuGraphAddNode, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, \
                                  CUgraphNodeParams *))                                                      \
-    X(CUresult, cuGraphExecNodeSetParams, (CUgraphExec, CUgraphNode, CUgraphNodeParams *))
+    X(CUresult, cuGraphExecNodeSetParams, (CUgraphExec, CUgraphNode, CUgraphNodeParams *)) \
+    X(CUresult, cuGraphExecMemcpyNodeSetParams, (CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext)) \
+    X(CUresult, cuGraphExecMemsetNodeSetParams, (CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *,  \
+                                                 CUcontext))                                                 \
+    X(CUresult, cuGraphExecChildGraphNodeSetParams, (CUgraphExec, CUgraphNode, CUgraph))
 
 struct rt_driver {
 #define FIELD(ret, name, params) ret(*name) params;

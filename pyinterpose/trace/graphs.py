@@ -46,7 +46,8 @@ import pandas as pd
 from .model import ACCESS_COLUMNS, GRAPH_MEMORY_COLUMNS, GRAPH_NODE_COLUMNS, conform, empty_table
 
 # enum pi_graph_def (native/shim/events.h)
-CAPTURE_BEGIN, CAPTURE_END, INSTANTIATE, NODE_SLOT, NODE_ADD, CHILD, EXEC_SET, EXEC_UPDATE, CREATE = range(1, 10)
+(CAPTURE_BEGIN, CAPTURE_END, INSTANTIATE, NODE_SLOT, NODE_ADD, CHILD, EXEC_SET, EXEC_UPDATE, CREATE,
+ EXEC_CHILD) = range(1, 11)
 CHILD_NODE = -1   # a node kind of its own while a graph is being assembled: a child graph added to it
 STREAM_ORDERED = ("async", "pool")
 NODE_KINDS = ["kernel", "copy", "memset", "alloc", "free"]
@@ -148,7 +149,8 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     added: dict[tuple[int, int], list] = {}               # (pid, graph) -> [(seq, kind, row, rec seq, handle, child)]
     created: dict[tuple[int, int], list] = {}             # (pid, graph) -> seqs of cuGraphCreate
     insts: dict[tuple[int, int], list] = {}               # (pid, exec) -> [(seq, graph)] (instantiate, update)
-    sets: dict[tuple[int, int], list] = {}                # (pid, exec) -> [(seq, node handle, launches row)]
+    sets: dict[tuple[int, int], list] = {}                # (pid, exec) -> [(seq, node handle, group, row)]
+    child_sets: dict[tuple[int, int], list] = {}          # (pid, exec) -> [(seq, child graph node handle, graph)]
     captured_launch: dict[int, tuple[int, int]] = {}      # launches row of a captured graph launch -> (pid, seq)
 
     def node_of(p: int, rec: int):
@@ -213,12 +215,16 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                                                                  int(r["stream"])))
             elif kind == CREATE and ok:
                 created.setdefault((p, int(r["aux"])), []).append(seq)
-            elif kind == EXEC_SET:
-                j = l_at.get((p, int(r["size"])))
+            elif kind == EXEC_SET:             # a kernel (group 0), memcpy or memset node's (1) new parameters
+                j, grp = l_at.get((p, int(r["size"]))), 0
+                if j is None:
+                    j, grp = c_at.get((p, int(r["size"]))), 1
                 if j is not None:
-                    drop_l[j] = True
+                    (drop_l if grp == 0 else drop_c)[j] = True
                     if ok:
-                        sets.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"]), j))
+                        sets.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"]), grp, j))
+            elif kind == EXEC_CHILD and ok:    # a child graph node now runs another graph
+                child_sets.setdefault((p, int(r["addr"])), []).append((seq, int(r["aux"]), int(r["stream"])))
 
     snapshots: dict[tuple[int, int, int], _Graph] = {}
 
@@ -258,11 +264,14 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         s_i, gh = inst[-1]
         return graph_at(p, gh, s_i), s_i
 
-    def flat(g: _Graph, p: int, depth: int = 0) -> list[tuple[int, int, int, int]]:
-        """(kind, row, cap_seq, handle) of every node of g, child graphs inlined."""
+    def flat(g: _Graph, p: int, depth: int = 0, over: dict | None = None) -> list[tuple[int, int, int, int]]:
+        """(kind, row, cap_seq, handle) of every node of g, child graphs inlined; ``over``: child graph node
+        handle -> (graph, seq) it runs instead (cuGraphExecChildGraphNodeSetParams: of g's own nodes)."""
         out = []
         for k, j, sq, h in zip(g.kind, g.row, g.cap_seq, g.handle):
             if k == CHILD_NODE:            # added as a child graph node: the child as it was then
+                if over and h in over:
+                    j, sq = over[h]
                 child = graph_at(p, j, sq) if depth < MAX_DEPTH else None
                 if child is not None:
                     out += flat(child, p, depth + 1)
@@ -278,7 +287,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     # ---- the graph nodes table, and the replays of each graph ----
     node_rows = []
     flats: dict[int, list] = {}
-    replays: dict[int, list[int]] = {}        # id(graph) -> launches rows of its replays
+    replays: dict[tuple, list[int]] = {}      # (id(graph), child graph nodes replaced) -> launches rows
     graph_by_id: dict[int, _Graph] = {}
     inst_of: dict[int, int] = {}              # launches row of a replay -> seq of its instantiation
     for r in gl_rows.tolist():
@@ -287,7 +296,10 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         g, s_i = graph_of(int(l_pid[r]), int(l_exec[r]), int(l_seq[r]))
         if g is None:
             continue
-        replays.setdefault(id(g), []).append(r)
+        # child graph nodes given another graph since the instantiation, as of this replay (the latest each)
+        over = {h: (c, sq) for sq, h, c in child_sets.get((int(l_pid[r]), int(l_exec[r])), [])
+                if s_i < sq < int(l_seq[r])}
+        replays.setdefault((id(g), tuple(sorted(over.items()))), []).append(r)
         graph_by_id[id(g)] = g
         inst_of[r] = s_i
     listed = [g for gs in graphs.values() for g in gs]
@@ -301,7 +313,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                 "stream": g.stream, "kernel": int(launches["kernel"].iat[j]) if kind == 0 else -1,
                 "size": int(copies["size"].iat[j]) if kind in (1, 2) else
                 int(blocks["size"].iat[j]) if kind in (3, 4) else 0,
-                "replays": len(replays.get(id(g), []))})
+                "replays": sum(len(v) for (gi, _), v in replays.items() if gi == id(g))})
     tr.graph_nodes = conform(pd.DataFrame(node_rows), GRAPH_NODE_COLUMNS) if node_rows \
         else empty_table(GRAPH_NODE_COLUMNS)
     tr.counts["captured"] = int(drop_l.sum() + drop_c.sum() + drop_b.sum())
@@ -333,8 +345,9 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     b_t_free = blocks["t_free"].to_numpy(np.int64)
     end_t, end_seq = tr_end(tr), (int(b_sf.max()) + 1 if len(b_sf) else 0)
     n_expanded = 0
-    for gid, rows in replays.items():
-        g, f = graph_by_id[gid], flats[gid]
+    for (gid, over), rows in replays.items():
+        g = graph_by_id[gid]
+        f = flat(g, g.pid, 0, dict(over)) if over else flats[gid]
         if not f:
             continue
         p = g.pid
@@ -350,15 +363,18 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         kk = np.arange(n, dtype=np.int64)
         SEQ = np.where(kk[None, :] < NS[:, None], LS[:, None] + 1 + kk[None, :], LS[:, None])
         T = LT[:, None] + kk[None, :]
-        # kernel nodes given new arguments since the instantiation (cuGraphExecKernelNodeSetParams)
+        # kernel, memcpy and memset nodes given new parameters since the instantiation
+        # (cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams, cuGraphExecNodeSetParams): that call's record
         J, CS = np.tile(jrow, (R, 1)), np.tile(capseq, (R, 1))
         ex_sets = sets.get((p, int(l_exec[rows[0]])), []) if len(rows) else []
         if ex_sets:
             for ri, r in enumerate(rows.tolist()):
-                newer = {h: j2 for sq2, h, j2 in ex_sets if inst_of[r] < sq2 < int(l_seq[r])}
+                newer = {(grp, h): j2 for sq2, h, grp, j2 in ex_sets if inst_of[r] < sq2 < int(l_seq[r])}
                 for k in range(n):
-                    if kinds[k] == 0 and handle[k] and handle[k] in newer:
-                        J[ri, k], CS[ri, k] = newer[handle[k]], l_seq[newer[handle[k]]]
+                    grp = 0 if kinds[k] == 0 else 1 if kinds[k] in (1, 2) else -1
+                    j2 = newer.get((grp, handle[k])) if handle[k] else None
+                    if j2 is not None:
+                        J[ri, k], CS[ri, k] = j2, (l_seq if grp == 0 else c_seq)[j2]
         # ---- memory alloc nodes: a block per replay ----
         alloc_k = np.flatnonzero(kinds == 3)
         A = len(alloc_k)
@@ -554,7 +570,9 @@ class _NodeRecords:
         pairs: dict[tuple[bytes, bytes], np.ndarray | None] = {}
         for r in np.flatnonzero(hi - lo == len(call_k)).tolist():
             rc = self.cls[lo[r]:hi[r]]
-            ncls = _node_class(nk, np.where(nk == 0, l_kernel[J[r, call_k]], -1))
+            kern = np.full(len(nk), -1, np.int64)       # J of a copy or memset node is a copies row
+            kern[nk == 0] = l_kernel[J[r, call_k][nk == 0]]
+            ncls = _node_class(nk, kern)
             sig = (rc.tobytes(), ncls.tobytes())
             if sig not in pairs:
                 i_r, i_n = np.argsort(rc, kind="stable"), np.argsort(ncls, kind="stable")

@@ -277,6 +277,44 @@ def test_generic_node_replays_use_the_arguments_set_on_the_executable_graph(addn
         assert [got.get((r, k), set()) for k in range(len(want))] == [set(w) for w in want], (r, ph)
 
 
+@pytest.fixture(scope="module")
+def execset(tmp_path_factory, cbuild):
+    return _three_phases(tmp_path_factory, cbuild, "graph_execset")
+
+
+def test_replays_use_the_memcpy_memset_and_child_graph_set_on_the_executable_graph(execset):
+    """XLA's command buffers give a replayed graph new buffers between executions (an H100, JAX 0.11.2: memcpy,
+    memset and cuBLAS child graph nodes updated, whose replays named blocks already freed when the updates were
+    not followed).  cuGraphExec{Memcpy,Memset,ChildGraph}NodeSetParams (through cuGetProcAddress),
+    cudaGraphExecMemcpyNodeSetParams1D, cuGraphExecNodeSetParams (memset) and
+    cudaGraphExecChildGraphNodeSetParams: per replay, the blocks each node touched are the ones the workload
+    gave it in that phase, the child graph's kernel included."""
+    tr, truth = execset
+    R = truth["n1"] + truth["n2"] + truth["n3"]
+    assert tr.counts["graph_replays"] == R and tr.counts["graph_launches_unexpanded"] == 0
+    b, la = tr.blocks, tr.launches
+    a = tr.accesses[tr.accesses["op"].astype(str) == "graph"]
+    launch_seq = sorted(la.loc[la["graph"], "seq"].tolist())
+    addr = b["address"].to_numpy()[a["block_id"].to_numpy()]
+    replay = np.searchsorted(launch_seq, (a["seq"] - 1 - a["node"]).to_numpy())
+    got = {}
+    for r, k, x in zip(replay.tolist(), a["node"].tolist(), addr.tolist()):
+        got.setdefault((r, k), set()).add(int(x))
+    phase = [0] * truth["n1"] + [1] * truth["n2"] + [2] * truth["n3"]
+    for r, ph in enumerate(phase):
+        want = truth["touched"][ph]
+        assert [got.get((r, k), set()) for k in range(len(want))] == [set(w) for w in want], (r, ph)
+    # each replayed copy / memset / kernel row is the node as updated: its addresses and kernel
+    co = tr.copies[tr.copies["node"] >= 0]
+    assert len(co) == 2 * R and len(la[la["node"] >= 0]) == R
+    cp = co[co["op"].astype(str) == "copy"].sort_values("seq")
+    assert cp["dst"].tolist() == [t[0][1] for t in (truth["touched"][ph] for ph in phase)]
+    # every replayed access names a block alive at that replay
+    bb = b.iloc[a["block_id"].to_numpy()]
+    assert ((bb["seq_alloc"].to_numpy() < a["seq"].to_numpy()) &
+            (~bb["freed"].to_numpy() | (bb["seq_free"].to_numpy() > a["seq"].to_numpy()))).all()
+
+
 def test_summary_puts_graph_memory_beside_the_allocator(memnodes):
     tr, truth = memnodes
     from pyinterpose.analysis.summary import summarize

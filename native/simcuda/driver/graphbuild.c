@@ -1,5 +1,5 @@
 /* graphbuild.c — simcuda: CUDA graphs built node by node (cuGraphAdd*Node), and executable graphs updated
- * in place (cuGraphExecKernelNodeSetParams, cuGraphExecUpdate).
+ * in place (cuGraphExec{Kernel,Memcpy,Memset,ChildGraph}NodeSetParams, cuGraphExecNodeSetParams, cuGraphExecUpdate).
  *
  * Nodes run in the order they were added (simcuda runs every graph as one chain: the dependencies given
  * are checked for being nodes of the graph, not used to reorder).  A kernel node copies its arguments
@@ -102,31 +102,37 @@ SIM_API(CUresult, cuGraphAddKernelNode_v2, (CUgraphNode *ph, CUgraph g, const CU
 SIM_ALIAS(CUresult, cuGraphAddKernelNode, cuGraphAddKernelNode_v2,
           (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd, const CUDA_KERNEL_NODE_PARAMS *p));
 
-SIM_API(CUresult, cuGraphAddMemsetNode, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd,
-                                         const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx))
+/* a memset node's parameters (also an executable graph's node given new ones) */
+static CUresult memset_fill(struct sim_gnode *n, const CUDA_MEMSET_NODE_PARAMS *p)
 {
-    if (!ph || !valid_graph(g) || !p || !p->dst || (p->elementSize != 1 && p->elementSize != 4) || p->height > 1)
+    if (!p || !p->dst || (p->elementSize != 1 && p->elementSize != 4) || p->height > 1)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = check_deps(g, deps, nd);
-    if (r) return r;
-    struct sim_gnode *n = sim_graph_add(g);
-    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
     n->kind = SIMCU_OP_MEMSET;
     n->dst = P(p->dst);
     n->bytes = (uint64_t)p->width * p->elementSize;
     n->value = p->elementSize == 1 ? (unsigned char)p->value : p->value;
     n->elem = (int)p->elementSize;
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuGraphAddMemsetNode, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd,
+                                         const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx))
+{
+    struct sim_gnode tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (!ph || !valid_graph(g) || memset_fill(&tmp, p)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_deps(g, deps, nd);
+    if (r) return r;
+    struct sim_gnode *n = sim_graph_add(g);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    memset_fill(n, p);
     return added(g, n, ph);
 }
 
 /* one-dimensional copies (Height = Depth = 1): host, device or unified on either side */
-SIM_API(CUresult, cuGraphAddMemcpyNode, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd,
-                                         const CUDA_MEMCPY3D *p, CUcontext ctx))
+static CUresult memcpy_fill(struct sim_gnode *n, const CUDA_MEMCPY3D *p)
 {
-    if (!ph || !valid_graph(g) || !p || (p->Height > 1) || (p->Depth > 1) || p->srcArray || p->dstArray)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = check_deps(g, deps, nd);
-    if (r) return r;
+    if (!p || (p->Height > 1) || (p->Depth > 1) || p->srcArray || p->dstArray) return CUDA_ERROR_INVALID_VALUE;
     const char *src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? p->srcHost : P(p->srcDevice);
     char *dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost : P(p->dstDevice);
     if (!src || !dst) return CUDA_ERROR_INVALID_VALUE;
@@ -134,13 +140,25 @@ SIM_API(CUresult, cuGraphAddMemcpyNode, (CUgraphNode *ph, CUgraph g, const CUgra
     dst += p->dstXInBytes;
     int sk = sim_mem_kind_of((uint64_t)(uintptr_t)src), dk = sim_mem_kind_of((uint64_t)(uintptr_t)dst);
     int sdev = sk == 3 || sk == 5, ddev = dk == 3 || dk == 5;
-    struct sim_gnode *n = sim_graph_add(g);
-    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
     n->kind = SIMCU_OP_MEMCPY;
     n->dst = dst, n->src = src, n->bytes = p->WidthInBytes;
     n->copy_kind = sdev ? (ddev ? 8 : 2) : (ddev ? 1 : 9); /* CUpti_ActivityMemcpyKind */
     n->src_kind = (uint8_t)sk, n->dst_kind = (uint8_t)dk;
     n->engine = sdev ? (ddev ? SIM_ENGINE_D2D : SIM_ENGINE_D2H) : SIM_ENGINE_H2D;
+    return CUDA_SUCCESS;
+}
+
+SIM_API(CUresult, cuGraphAddMemcpyNode, (CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd,
+                                         const CUDA_MEMCPY3D *p, CUcontext ctx))
+{
+    struct sim_gnode tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (!ph || !valid_graph(g) || memcpy_fill(&tmp, p)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_deps(g, deps, nd);
+    if (r) return r;
+    struct sim_gnode *n = sim_graph_add(g);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy_fill(n, p);
     return added(g, n, ph);
 }
 
@@ -296,12 +314,83 @@ SIM_API(CUresult, cuGraphExecKernelNodeSetParams_v2, (CUgraphExec e, CUgraphNode
 SIM_ALIAS(CUresult, cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2,
           (CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p));
 
-/* CUDA 12.2: a kernel node's new parameters (other node types: not simulated) */
+/* the executable graph's node with this handle, or NULL */
+static struct sim_gnode *exec_node(CUgraphExec e, CUgraphNode node, unsigned *at)
+{
+    if (!valid_exec(e)) return NULL;
+    for (unsigned i = 0; i < e->n; i++)
+        if (e->nodes[i].handle == (uint64_t)(uintptr_t)node) {
+            if (at) *at = i;
+            return &e->nodes[i];
+        }
+    return NULL;
+}
+
+/* CUDA 10.2: a memcpy / memset node's new parameters (same kind of node) */
+SIM_API(CUresult, cuGraphExecMemcpyNodeSetParams, (CUgraphExec e, CUgraphNode node, const CUDA_MEMCPY3D *p,
+                                                   CUcontext ctx))
+{
+    struct sim_gnode *n = exec_node(e, node, NULL), tmp;
+    if (!n || n->kind != SIMCU_OP_MEMCPY) return CUDA_ERROR_INVALID_VALUE;
+    memset(&tmp, 0, sizeof tmp);
+    if (memcpy_fill(&tmp, p)) return CUDA_ERROR_INVALID_VALUE;
+    return memcpy_fill(n, p);
+}
+
+SIM_API(CUresult, cuGraphExecMemsetNodeSetParams, (CUgraphExec e, CUgraphNode node,
+                                                   const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx))
+{
+    struct sim_gnode *n = exec_node(e, node, NULL), tmp;
+    if (!n || n->kind != SIMCU_OP_MEMSET) return CUDA_ERROR_INVALID_VALUE;
+    memset(&tmp, 0, sizeof tmp);
+    if (memset_fill(&tmp, p)) return CUDA_ERROR_INVALID_VALUE;
+    return memset_fill(n, p);
+}
+
+/* CUDA 11.1: a child graph node runs the nodes of another graph of the same topology (same number and kinds
+ * of nodes; copied now, as at cuGraphAddChildGraphNode); the nodes keep their handles and ids */
+SIM_API(CUresult, cuGraphExecChildGraphNodeSetParams, (CUgraphExec e, CUgraphNode node, CUgraph child))
+{
+    unsigned at = 0;
+    struct sim_gnode *n = exec_node(e, node, &at);
+    if (!n || !n->child || !valid_graph(child)) return CUDA_ERROR_INVALID_VALUE;
+    unsigned k = n->child, cn = 0;
+    while (at + cn < e->n && e->nodes[at + cn].child == k) cn++;
+    if (child->n == 0) /* an empty child: the one no-op node */
+        return cn == 1 && e->nodes[at].kind == SIMCU_OP_MEMFREE && e->nodes[at].device == -1
+                   ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (cn != child->n) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < cn; i++)
+        if (e->nodes[at + i].kind != child->nodes[i].kind) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < cn; i++) {
+        struct sim_gnode *x = &e->nodes[at + i];
+        free(x->args);
+        free(x->params);
+        if (sim_graph_node_copy(x, &child->nodes[i])) return CUDA_ERROR_OUT_OF_MEMORY;
+        x->child = k;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* CUDA 12.2: a kernel, memcpy, memset or child graph node's new parameters (other node types: not simulated) */
 SIM_API(CUresult, cuGraphExecNodeSetParams, (CUgraphExec e, CUgraphNode node, CUgraphNodeParams *p))
 {
     if (!p) return CUDA_ERROR_INVALID_VALUE;
-    if (p->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_NOT_SUPPORTED;
-    return sim_cuGraphExecKernelNodeSetParams_v2(e, node, &p->kernel);
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        return sim_cuGraphExecKernelNodeSetParams_v2(e, node, &p->kernel);
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        return sim_cuGraphExecMemcpyNodeSetParams(e, node, &p->memcpy.copyParams, p->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        CUDA_MEMSET_NODE_PARAMS m = {p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize,
+                                     p->memset.width, p->memset.height};
+        return sim_cuGraphExecMemsetNodeSetParams(e, node, &m, p->memset.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        return sim_cuGraphExecChildGraphNodeSetParams(e, node, p->graph.graph);
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
 }
 
 /* the executable graph takes g's node parameters: same number and kinds of nodes */

@@ -143,6 +143,9 @@
     X("cuGraphAddNode", 12020, cuGraphAddNode, 0)                          \
     X("cuGraphAddNode", 12030, cuGraphAddNode_v2, 0)                       \
     X("cuGraphExecNodeSetParams", 12020, cuGraphExecNodeSetParams, 0)      \
+    X("cuGraphExecMemcpyNodeSetParams", 10020, cuGraphExecMemcpyNodeSetParams, 0) \
+    X("cuGraphExecMemsetNodeSetParams", 10020, cuGraphExecMemsetNodeSetParams, 0) \
+    X("cuGraphExecChildGraphNodeSetParams", 11010, cuGraphExecChildGraphNodeSetParams, 0) \
     X("cuDeviceGetGraphMemAttribute", 11040, cuDeviceGetGraphMemAttribute, 0) \
     X("cuDeviceSetGraphMemAttribute", 11040, cuDeviceSetGraphMemAttribute, 0) \
     X("simcuRegisterKernel", 0, simcuRegisterKernel, 0)                     \

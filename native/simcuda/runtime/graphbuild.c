@@ -88,6 +88,34 @@ cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t 
     return CU(d->cuGraphExecKernelNodeSetParams(e, node, &kp));
 }
 
+cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t node, const cudaMemsetParams *p)
+{
+    ENTER(0);
+    if (!p) return rt_ret(cudaErrorInvalidValue);
+    CUDA_MEMSET_NODE_PARAMS mp = {(CUdeviceptr)(uintptr_t)p->dst, p->pitch, p->value, p->elementSize, p->width,
+                                  p->height};
+    return CU(d->cuGraphExecMemsetNodeSetParams(e, node, &mp, NULL));
+}
+
+cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t e, cudaGraphNode_t node, void *dst, const void *src,
+                                               size_t count, int kind)
+{
+    ENTER(0);
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    (void)kind; /* unified addressing, as cudaGraphAddMemcpyNode1D */
+    c.srcMemoryType = CU_MEMORYTYPE_UNIFIED, c.srcDevice = (CUdeviceptr)(uintptr_t)src;
+    c.dstMemoryType = CU_MEMORYTYPE_UNIFIED, c.dstDevice = (CUdeviceptr)(uintptr_t)dst;
+    c.WidthInBytes = count, c.Height = 1, c.Depth = 1;
+    return CU(d->cuGraphExecMemcpyNodeSetParams(e, node, &c, NULL));
+}
+
+cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t node, cudaGraph_t child)
+{
+    ENTER(0);
+    return CU(d->cuGraphExecChildGraphNodeSetParams(e, node, child));
+}
+
 /* ---- the generic node API: cudaGraphNodeParams -> the driver's CUgraphNodeParams ----
  * Kernel (the host stub names the function), memcpy (cudaMemcpy3DParms of linear memory: unified addresses),
  * memset, child graph, empty, memory alloc (the address comes back in p->alloc.dptr) and free nodes; other
