@@ -406,7 +406,10 @@ static CUgraphNode kernel_node(CUgraph g, void **params) {
  * the generic node API: 13 cuGraphAddNode (12.2 ABI) kernel node, 14 cuGraphAddNode_v2 memcpy node,
  * 15 cudaGraphAddNode (13.x ABI) memory alloc node after one dependency (its NODE_ADD record: the dependency
  * count is read from the right argument), 16 cudaGraphAddNode_v2 memset node, 17 cuGraphExecNodeSetParams
- * (kernel), 18 cudaGraphExecNodeSetParams (kernel) */
+ * (kernel), 18 cudaGraphExecNodeSetParams (kernel);
+ * an executable graph's memcpy, memset and child graph nodes given new parameters: 19 cuGraphExecMemcpyNodeSetParams,
+ * 20 cuGraphExecMemsetNodeSetParams, 21 cuGraphExecChildGraphNodeSetParams, 22 cudaGraphExecMemcpyNodeSetParams1D,
+ * 23 cudaGraphExecMemsetNodeSetParams, 24 cudaGraphExecChildGraphNodeSetParams */
 static void c_graph_build(const char *hook, int form) {
     expect e = {.hook = hook, .api = hook};
     uint64_t b = dalloc(4096), b2 = dalloc(4096);
@@ -432,6 +435,30 @@ static void c_graph_build(const char *hook, int form) {
         ep.type = CU_GRAPH_NODE_TYPE_EMPTY;
         CHECK(CALL(cuGraphAddNode_v2, (CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,
                                        CUgraphNodeParams *), &n, g, NULL, NULL, 0, &ep));
+    }
+    int exec2 = form >= 19 && form <= 24;
+    CUgraph child2 = NULL;
+    if (exec2) { /* the node to update, in an executable graph: outside the window */
+        if (form == 19 || form == 22) {
+            CUDA_MEMCPY3D c;
+            memset(&c, 0, sizeof c);
+            c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            c.srcDevice = b, c.dstDevice = b2, c.WidthInBytes = 2048, c.Height = c.Depth = 1;
+            CHECK(CALL(cuGraphAddMemcpyNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                              const CUDA_MEMCPY3D *, CUcontext), &n, g, NULL, 0, &c, NULL));
+        } else if (form == 20 || form == 23) {
+            CUDA_MEMSET_NODE_PARAMS mp = {b, 0, 0, 1, 4096, 1};
+            CHECK(CALL(cuGraphAddMemsetNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                              const CUDA_MEMSET_NODE_PARAMS *, CUcontext), &n, g, NULL, 0, &mp, NULL));
+        } else {
+            child = new_graph();
+            kernel_node(child, params);
+            child2 = new_graph();
+            kernel_node(child2, params);
+            CHECK(CALL(cuGraphAddChildGraphNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph), &n,
+                       g, NULL, 0, child));
+        }
+        CHECK(CALL(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long), &x, g, 0));
     }
     if (exec_form) {
         n = kernel_node(g, params);
@@ -589,6 +616,37 @@ static void c_graph_build(const char *hook, int form) {
         e.op = "LAUNCH", ACC(b2);
         break;
     }
+    case 19: case 22: { /* the copy now b <- b2 */
+        if (form == 19) {
+            CUDA_MEMCPY3D c;
+            memset(&c, 0, sizeof c);
+            c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            c.srcDevice = b2, c.dstDevice = b, c.WidthInBytes = 1024, c.Height = c.Depth = 1;
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext))fn(hook))(x, n, &c, NULL));
+        } else {
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, void *, const void *, size_t, int))fn(hook))(
+                x, n, (void *)(uintptr_t)b, (void *)(uintptr_t)b2, 1024, 3));
+        }
+        e.op = "COPY", ADDR(b), SIZE(1024), AUX(b2), ACC(b), ACC(b2);
+        break;
+    }
+    case 20: case 23: /* the memset now on b2 */
+        if (form == 20) {
+            CUDA_MEMSET_NODE_PARAMS mp = {b2, 0, 0, 1, 2048, 1};
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext))fn(hook))(
+                x, n, &mp, NULL));
+        } else {
+            cudaMemsetParams mp = {(void *)(uintptr_t)b2, 0, 0, 1, 2048, 1};
+            CHECK(((int (*)(CUgraphExec, CUgraphNode, const cudaMemsetParams *))fn(hook))(x, n, &mp));
+        }
+        e.op = "MEMSET", ADDR(b2), SIZE(2048), ACC(b2);
+        break;
+    case 21: case 24:
+        CHECK(((int (*)(CUgraphExec, CUgraphNode, CUgraph))fn(hook))(x, n, child2));
+        e.op = "GRAPH_DEF", e.flags = "PI_GRAPH_EXEC_CHILD", ADDR(x), STREAM(child2), AUX(n);
+        CHECK(CALL(cuGraphDestroy, (CUgraph), child));
+        CHECK(CALL(cuGraphDestroy, (CUgraph), child2));
+        break;
     case 12: {
         CUgraphExecUpdateResultInfo info;
         CHECK(((int (*)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))fn(hook))(x, g2, &info));
@@ -995,6 +1053,9 @@ static const kase g_cases[] = {
     {"cuGraphAddNode", r_build, 13}, {"cuGraphAddNode_v2", r_build, 14}, {"cudaGraphAddNode", r_build, 15},
     {"cudaGraphAddNode_v2", r_build, 16}, {"cuGraphExecNodeSetParams", r_build, 17},
     {"cudaGraphExecNodeSetParams", r_build, 18},
+    {"cuGraphExecMemcpyNodeSetParams", r_build, 19}, {"cuGraphExecMemsetNodeSetParams", r_build, 20},
+    {"cuGraphExecChildGraphNodeSetParams", r_build, 21}, {"cudaGraphExecMemcpyNodeSetParams1D", r_build, 22},
+    {"cudaGraphExecMemsetNodeSetParams", r_build, 23}, {"cudaGraphExecChildGraphNodeSetParams", r_build, 24},
     {"cudaProfilerStart", c_window, 1}, {"cudaProfilerStop", c_window, 0}, {"cuProfilerStart", c_window, 1},
     {"cuProfilerStop", c_window, 0},
 };
