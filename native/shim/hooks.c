@@ -260,8 +260,9 @@ static void rec_tensormap(int api, int r, uint64_t gaddr) {
  * followed by a GRAPH_DEF record naming the graph: NODE_ADD (addr: the node handle, aux: the graph, size:
  * the seq of the node's record, stream: the number of dependencies), CHILD (addr: the node handle, aux:
  * the graph, stream: the child graph), EXEC_SET (addr: the executable graph, aux: the node handle, size:
- * the seq of the LAUNCH holding the new arguments), EXEC_UPDATE (addr: the executable graph, aux: the
- * graph), CREATE (aux: the graph).  graphs.c counts the nodes for the replays' slots.  No extra CUDA call. */
+ * the seq of the LAUNCH / COPY / MEMSET holding the new parameters), EXEC_CHILD (addr: the executable graph,
+ * aux: the child graph node's handle, stream: the graph it now runs), EXEC_UPDATE (addr: the executable graph,
+ * aux: the graph), CREATE (aux: the graph).  graphs.c counts the nodes for the replays' slots.  No extra CUDA call. */
 static void rec_node_call(int api, int r, uint16_t op, uint64_t addr, uint64_t size, uint64_t aux,
                           const pi_scan *sc, uint16_t def, uint64_t d_addr, uint64_t d_aux, uint64_t d_stream) {
     pi_writer w;

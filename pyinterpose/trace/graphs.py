@@ -33,7 +33,12 @@ So iterations, access intervals, lifetimes, pools, swap, OOM and fit all read th
 node by node (GRAPH_DEF CREATE / NODE_ADD / CHILD: the typed ``cuGraphAdd*Node`` and the generic
 ``cuGraphAddNode[_v2]`` / ``cudaGraphAddNode[_v2]`` alike) are expanded the same way; the generic API's other
 node types (empty, host, event, semaphore, batch memory op, conditional) are no node, as the shim writes no
-record for them.  Graph launches whose graph is unknown (instantiated before recording started, or made by
+record for them.  An executable graph updated in place is followed: a kernel, memcpy or memset node given new
+parameters (GRAPH_DEF EXEC_SET: ``cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams``, the generic exec set) runs, in
+the replays after it, as the call record that update wrote (its launches / copies row and accesses: ``sets``, the
+per-replay template rows ``J`` / ``CS``); a child graph node given another graph (EXEC_CHILD:
+``cuGraphExecChildGraphNodeSetParams``) inlines that graph's nodes in the replays after it (``child_sets``: such
+replays are grouped by the child graphs they run).  ``cudaGraphExecUpdate`` is a new instantiation.  Graph launches whose graph is unknown (instantiated before recording started, or made by
 calls the shim does not follow) stay single ``launches`` rows: ``counts["graph_launches_unexpanded"]``.
 """
 from __future__ import annotations
