@@ -164,7 +164,7 @@ def test_library_abi(libs):
               "cuMemcpyHtoD_v2_ptds", "cuTensorMapEncodeTiled", "simcuRegisterKernel"):
         assert s in drv, s
     rts = _dynsyms(cudart)
-    assert rts and all(s.startswith(("cuda", "simcuda")) for s in rts)
+    assert rts and all(s.startswith(("cuda", "simcuda", "__cuda")) for s in rts)
     for s in ("cudaMalloc@@libcudart.so.13", "cudaLaunchKernel_ptsz@@libcudart.so.13",
               "cudaGetDriverEntryPointByVersion@@libcudart.so.13", "simcudaRegisterFunction@@libcudart.so.13"):
         assert s in rts, s
