@@ -9,8 +9,9 @@
  *     N1 replays;
  *     cuGraphExecMemcpyNodeSetParams B1 <- A1, cuGraphExecMemsetNodeSetParams M1,
  *     cuGraphExecChildGraphNodeSetParams {k(C1, D1)} (captured); N2 replays;
- *     cudaGraphExecMemcpyNodeSetParams1D B0 <- A1, cuGraphExecNodeSetParams (memset) M2,
- *     cudaGraphExecChildGraphNodeSetParams {k(C2, D2)} (captured); N3 replays.
+ *     cudaGraphExecNodeSetParams (memcpy) B0 <- A1, cudaGraphExecMemsetNodeSetParams M2,
+ *     cuGraphExecNodeSetParams (child graph) {k(C2, D2)} (captured); N3 replays.
+ *   (cudaGraphExecMemcpyNodeSetParams1D and cudaGraphExecChildGraphNodeSetParams: tests/c/hook_each.c)
  *   Each phase's data is checked on the device memory (the memset's value, the copy, the kernel's write).
  */
 #include <dlfcn.h>
@@ -31,9 +32,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s);
-cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t e, cudaGraphNode_t n, void *dst, const void *src,
-                                               size_t count, int kind);
-cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t n, cudaGraph_t child);
+cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t n, const cudaMemsetParams *p);
+cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t n, cudaGraphNodeParams *p);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
 
@@ -156,15 +156,21 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n[1]; i++) CHECK(cudaGraphLaunch(x, s));
     check(A[1], B[1], M[1], 6, C[1], D[1]);
 
-    CHECK(cudaGraphExecMemcpyNodeSetParams1D(x, cp, B[0], A[1], 4096, 3 /* device to device */));
-    CUgraphNodeParams np;
-    memset(&np, 0, sizeof np);
-    np.type = CU_GRAPH_NODE_TYPE_MEMSET;
-    np.memset.dst = (CUdeviceptr)(uintptr_t)M[2], np.memset.value = 7, np.memset.elementSize = 1;
-    np.memset.width = 4096, np.memset.height = 1;
-    CHECK(set_any(x, ms, &np));
+    cudaGraphNodeParams rp; /* the runtime's generic exec set: a memcpy node */
+    memset(&rp, 0, sizeof rp);
+    rp.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    rp.memcpy.copyParams.srcPtr.ptr = A[1], rp.memcpy.copyParams.dstPtr.ptr = B[0];
+    rp.memcpy.copyParams.extent.width = 4096, rp.memcpy.copyParams.extent.height = 1;
+    rp.memcpy.copyParams.extent.depth = 1, rp.memcpy.copyParams.kind = 3 /* device to device */;
+    CHECK(cudaGraphExecNodeSetParams(x, cp, &rp));
+    cudaMemsetParams mp = {M[2], 0, 7, 1, 4096, 1};
+    CHECK(cudaGraphExecMemsetNodeSetParams(x, ms, &mp));
     child[2] = captured(C[2], D[2]);
-    CHECK(cudaGraphExecChildGraphNodeSetParams(x, ch, child[2]));
+    CUgraphNodeParams np; /* the driver's: a child graph node */
+    memset(&np, 0, sizeof np);
+    np.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    np.graph.graph = child[2];
+    CHECK(set_any(x, ch, &np));
     for (int i = 0; i < n[2]; i++) CHECK(cudaGraphLaunch(x, s));
     check(A[1], B[0], M[2], 7, C[2], D[2]);
 

@@ -285,9 +285,9 @@ def execset(tmp_path_factory, cbuild):
 def test_replays_use_the_memcpy_memset_and_child_graph_set_on_the_executable_graph(execset):
     """XLA's command buffers give a replayed graph new buffers between executions (an H100, JAX 0.11.2: memcpy,
     memset and cuBLAS child graph nodes updated, whose replays named blocks already freed when the updates were
-    not followed).  cuGraphExec{Memcpy,Memset,ChildGraph}NodeSetParams (through cuGetProcAddress),
-    cudaGraphExecMemcpyNodeSetParams1D, cuGraphExecNodeSetParams (memset) and
-    cudaGraphExecChildGraphNodeSetParams: per replay, the blocks each node touched are the ones the workload
+    not followed).  cuGraphExec{Memcpy,Memset,ChildGraph}NodeSetParams (through cuGetProcAddress), then
+    cudaGraphExecNodeSetParams (memcpy), cudaGraphExecMemsetNodeSetParams and cuGraphExecNodeSetParams (child
+    graph): per replay, the blocks each node touched are the ones the workload
     gave it in that phase, the child graph's kernel included."""
     tr, truth = execset
     R = truth["n1"] + truth["n2"] + truth["n3"]
