@@ -295,18 +295,31 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     replays: dict[tuple, list[int]] = {}      # (id(graph), child graph nodes replaced) -> launches rows
     graph_by_id: dict[int, _Graph] = {}
     inst_of: dict[int, int] = {}              # launches row of a replay -> seq of its instantiation
+    by_exec: dict[tuple[int, int], list[int]] = {}
     for r in gl_rows.tolist():
         if drop_l[r]:
             continue                           # a child graph launched into a capture: expanded with its parent
         g, s_i = graph_of(int(l_pid[r]), int(l_exec[r]), int(l_seq[r]))
         if g is None:
             continue
-        # child graph nodes given another graph since the instantiation, as of this replay (the latest each)
-        over = {h: (c, sq) for sq, h, c in child_sets.get((int(l_pid[r]), int(l_exec[r])), [])
-                if s_i < sq < int(l_seq[r])}
-        replays.setdefault((id(g), tuple(sorted(over.items()))), []).append(r)
         graph_by_id[id(g)] = g
         inst_of[r] = s_i
+        by_exec.setdefault((int(l_pid[r]), int(l_exec[r])), []).append(r)
+    for (p, ex), ex_rows in by_exec.items():
+        # child graph nodes given another graph since the instantiation, as of each replay (the latest each):
+        # the replays of one executable graph in seq order, its EXEC_CHILD records merged in
+        cs = child_sets.get((p, ex), [])
+        i, cur, cur_inst = 0, {}, None
+        for r in sorted(ex_rows, key=lambda r: int(l_seq[r])):
+            if inst_of[r] != cur_inst:
+                cur, cur_inst = {}, inst_of[r]
+            while i < len(cs) and cs[i][0] < int(l_seq[r]):
+                sq, h, c = cs[i]
+                if sq > cur_inst:
+                    cur[h] = (c, sq)
+                i += 1
+            g = graph_of(p, ex, int(l_seq[r]))[0]
+            replays.setdefault((id(g), ex, tuple(sorted(cur.items()))), []).append(r)
     listed = [g for gs in graphs.values() for g in gs]
     listed += [g for g in snapshots.values() if g is not None and all(g is not c for c in listed)]
     for g in listed:
@@ -318,7 +331,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
                 "stream": g.stream, "kernel": int(launches["kernel"].iat[j]) if kind == 0 else -1,
                 "size": int(copies["size"].iat[j]) if kind in (1, 2) else
                 int(blocks["size"].iat[j]) if kind in (3, 4) else 0,
-                "replays": sum(len(v) for (gi, _), v in replays.items() if gi == id(g))})
+                "replays": sum(len(v) for (gi, _, _), v in replays.items() if gi == id(g))})
     tr.graph_nodes = conform(pd.DataFrame(node_rows), GRAPH_NODE_COLUMNS) if node_rows \
         else empty_table(GRAPH_NODE_COLUMNS)
     tr.counts["captured"] = int(drop_l.sum() + drop_c.sum() + drop_b.sum())
@@ -350,7 +363,7 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
     b_t_free = blocks["t_free"].to_numpy(np.int64)
     end_t, end_seq = tr_end(tr), (int(b_sf.max()) + 1 if len(b_sf) else 0)
     n_expanded = 0
-    for (gid, over), rows in replays.items():
+    for (gid, ex, over), rows in replays.items():
         g = graph_by_id[gid]
         f = flat(g, g.pid, 0, dict(over)) if over else flats[gid]
         if not f:
@@ -371,15 +384,23 @@ def expand(tr, side, side_pid, side_op, graph_def_op: int, graph_launches: pd.Da
         # kernel, memcpy and memset nodes given new parameters since the instantiation
         # (cuGraphExec{Kernel,Memcpy,Memset}NodeSetParams, cuGraphExecNodeSetParams): that call's record
         J, CS = np.tile(jrow, (R, 1)), np.tile(capseq, (R, 1))
-        ex_sets = sets.get((p, int(l_exec[rows[0]])), []) if len(rows) else []
-        if ex_sets:
+        ex_sets = sets.get((p, ex), [])       # in seq order, as the rows
+        hk = [(k, 0 if kinds[k] == 0 else 1, handle[k]) for k in range(n) if handle[k] and kinds[k] in (0, 1, 2)]
+        if ex_sets and hk:
+            i, cur, cur_inst = 0, {}, None
             for ri, r in enumerate(rows.tolist()):
-                newer = {(grp, h): j2 for sq2, h, grp, j2 in ex_sets if inst_of[r] < sq2 < int(l_seq[r])}
-                for k in range(n):
-                    grp = 0 if kinds[k] == 0 else 1 if kinds[k] in (1, 2) else -1
-                    j2 = newer.get((grp, handle[k])) if handle[k] else None
-                    if j2 is not None:
-                        J[ri, k], CS[ri, k] = j2, (l_seq if grp == 0 else c_seq)[j2]
+                if inst_of[r] != cur_inst:     # a new instantiation (or update): its own parameters again
+                    cur, cur_inst = {}, inst_of[r]
+                while i < len(ex_sets) and ex_sets[i][0] < int(l_seq[r]):
+                    sq2, h, grp, j2 = ex_sets[i]
+                    if sq2 > cur_inst:
+                        cur[(grp, h)] = j2
+                    i += 1
+                if cur:
+                    for k, grp, h in hk:
+                        j2 = cur.get((grp, h))
+                        if j2 is not None:
+                            J[ri, k], CS[ri, k] = j2, (l_seq if grp == 0 else c_seq)[j2]
         # ---- memory alloc nodes: a block per replay ----
         alloc_k = np.flatnonzero(kinds == 3)
         A = len(alloc_k)
