@@ -21,6 +21,7 @@
 
 #include "pi_cuda.h"
 #include "simcuda.h"
+#include "graph_common.h"
 
 cudaError_t cudaMalloc(void **p, size_t n);
 cudaError_t cudaFree(void *p);
@@ -37,24 +38,9 @@ cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t e, cudaGraphNode_t n, cud
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
 
-#define CHECK(x) do { int rc_ = (int)(x); if (rc_) { fprintf(stderr, "%s:%d %s -> %d\n", __FILE__, __LINE__, #x, rc_); exit(3); } } while (0)
 
-typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-static gpa_fn gpa;
 
-static void *proc(const char *name, int version) {
-    void *p = NULL;
-    CUdriverProcAddressQueryResult st;
-    CHECK(gpa(name, &p, version, 0, &st));
-    if (!p) exit(4);
-    return p;
-}
 
-static void k2(void **params) {
-    char *x = *(char **)params[0], *y = *(char **)params[1];
-    y[1] = (char)(x[0] + 1);
-}
-static const size_t off2[] = {0, 8}, sz2[] = {8, 8};
 static char stub_k;
 
 enum { SZ = 1 << 16 };

@@ -259,12 +259,10 @@ def test_a_graph_built_with_the_generic_node_api_is_expanded(addnode):
     assert set((a["seq"] - 1 - a["node"]).tolist()) <= set(launch_seq)
 
 
-def test_generic_node_replays_use_the_arguments_set_on_the_executable_graph(addnode):
-    """The kernel nodes given new arguments (cuGraphExecKernelNodeSetParams on a node added by
-    cuGraphAddNode_v2, cuGraphExecNodeSetParams, cudaGraphExecNodeSetParams) replay with them: per replay,
-    the blocks each node touched are the ones the workload gave it in that phase."""
-    tr, truth = addnode
-    a, b, la = tr.accesses, tr.blocks, tr.launches
+def _assert_touched_per_replay(tr, a, truth):
+    """per replay (its phase: n1, n2, n3 replays), the addresses each node's accesses `a` named = the workload's
+    truth["touched"][phase][node]"""
+    b, la = tr.blocks, tr.launches
     launch_seq = sorted(la.loc[la["graph"], "seq"].tolist())
     addr = b["address"].to_numpy()[a["block_id"].to_numpy()]
     replay = np.searchsorted(launch_seq, (a["seq"] - 1 - a["node"]).to_numpy())
@@ -275,6 +273,14 @@ def test_generic_node_replays_use_the_arguments_set_on_the_executable_graph(addn
     for r, ph in enumerate(phase):
         want = truth["touched"][ph]
         assert [got.get((r, k), set()) for k in range(len(want))] == [set(w) for w in want], (r, ph)
+
+
+def test_generic_node_replays_use_the_arguments_set_on_the_executable_graph(addnode):
+    """The kernel nodes given new arguments (cuGraphExecKernelNodeSetParams on a node added by
+    cuGraphAddNode_v2, cuGraphExecNodeSetParams, cudaGraphExecNodeSetParams) replay with them: per replay,
+    the blocks each node touched are the ones the workload gave it in that phase."""
+    tr, truth = addnode
+    _assert_touched_per_replay(tr, tr.accesses, truth)
 
 
 @pytest.fixture(scope="module")
@@ -294,20 +300,12 @@ def test_replays_use_the_memcpy_memset_and_child_graph_set_on_the_executable_gra
     assert tr.counts["graph_replays"] == R and tr.counts["graph_launches_unexpanded"] == 0
     b, la = tr.blocks, tr.launches
     a = tr.accesses[tr.accesses["op"].astype(str) == "graph"]
-    launch_seq = sorted(la.loc[la["graph"], "seq"].tolist())
-    addr = b["address"].to_numpy()[a["block_id"].to_numpy()]
-    replay = np.searchsorted(launch_seq, (a["seq"] - 1 - a["node"]).to_numpy())
-    got = {}
-    for r, k, x in zip(replay.tolist(), a["node"].tolist(), addr.tolist()):
-        got.setdefault((r, k), set()).add(int(x))
-    phase = [0] * truth["n1"] + [1] * truth["n2"] + [2] * truth["n3"]
-    for r, ph in enumerate(phase):
-        want = truth["touched"][ph]
-        assert [got.get((r, k), set()) for k in range(len(want))] == [set(w) for w in want], (r, ph)
+    _assert_touched_per_replay(tr, a, truth)
     # each replayed copy / memset / kernel row is the node as updated: its addresses and kernel
     co = tr.copies[tr.copies["node"] >= 0]
     assert len(co) == 2 * R and len(la[la["node"] >= 0]) == R
     cp = co[co["op"].astype(str) == "copy"].sort_values("seq")
+    phase = [0] * truth["n1"] + [1] * truth["n2"] + [2] * truth["n3"]
     assert cp["dst"].tolist() == [t[0][1] for t in (truth["touched"][ph] for ph in phase)]
     # every replayed access names a block alive at that replay
     bb = b.iloc[a["block_id"].to_numpy()]
