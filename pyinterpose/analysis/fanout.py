@@ -1,4 +1,4 @@
-"""One trace fanned out: the per-process work of a single trace on the job's executor.
+"""One trace fanned out: the per-process or per-iteration-range work of a single trace on the job's executor.
 
 Loading a trace used to dominate, so a trace's processes (the ranks of one ``torchrun``) were
 analysed one after another by the task that loaded it (pyinterpose.analysis.job).  With the
@@ -13,6 +13,11 @@ trace of at least ``PYINTERPOSE_FANOUT_MIN_BLOCKS`` blocks (default 1 M: startin
 seconds, more than a small trace's whole analysis; any size on Dask), a valid cache for the
 trace's file (else every worker would parse the whole file), the trace's tables not replaced since
 loading, and only from the process that set :func:`using` (workers run serially: no nested pools).
+
+Per iteration range (issue 30: one long process): :func:`row_ranges` cuts the blocks table (rows in
+allocation order) into ranges of whole iterations of about equal length, one or a few per worker;
+an analysis whose answer is a merge of per-range parts (each block's work independent of the
+others', or each row's text its own) maps a task over them with :func:`fan_map`.
 """
 from __future__ import annotations
 
@@ -46,6 +51,55 @@ def min_blocks() -> int:
         return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", MIN_BLOCKS))
     except ValueError:
         return MIN_BLOCKS
+
+
+def fannable(trace, n: int) -> bool:
+    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module)."""
+    return _fannable(trace, n)
+
+
+def width() -> int:
+    """How many tasks to cut a trace's work into: ``--workers``, else the machine's cores (on Dask too:
+    the scheduler balances them)."""
+    if _settings is None:
+        return 1
+    return int(_settings["max_workers"] or os.cpu_count() or 1)
+
+
+def fan_map(fn, items: list) -> list:
+    """``[fn(i) for i in items]`` on the executor of :func:`using` (results in input order).  The
+    caller checks :func:`fannable` first; ``fn`` must be a module-level function (pickled by name)."""
+    with executor(_settings["scheduler"], _settings["max_workers"], len(items)) as ex:
+        return list(ex.map(fn, items))
+
+
+def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[int, int]]:
+    """The blocks table's rows ``[0, len)`` in at most ``n`` consecutive ranges ``(lo, hi)`` of about
+    equal length, each cut where an iteration of ``pid`` begins (its first allocation's row), so that a
+    range holds whole iterations (the first also what precedes the loop, the last what follows it).
+    With no iterations found, or fewer boundaries than ranges, the cuts fall at equal row counts."""
+    nb = len(trace.blocks)
+    n = max(1, min(int(n), nb))
+    if n == 1:
+        return [(0, nb)]
+    if iters is None:
+        iters = find_iterations(trace, pid)
+    even = [round(nb * k / n) for k in range(1, n)]
+    cuts: list[int] = even
+    if iters.count >= n:
+        import numpy as np
+
+        seq = trace.blocks["seq_alloc"].to_numpy()
+        starts = np.unique(np.searchsorted(seq, np.asarray(iters.boundaries[1:-1], np.int64), side="left"))
+        starts = starts[(starts > 0) & (starts < nb)]
+        if len(starts) >= n - 1:
+            # the iteration start nearest each even cut, kept increasing
+            pick = np.clip(np.searchsorted(starts, even), 0, len(starts) - 1)
+            lower = np.clip(pick - 1, 0, len(starts) - 1)
+            near = np.where(np.abs(starts[lower] - even) <= np.abs(starts[pick] - even), lower, pick)
+            cuts = sorted({int(starts[i]) for i in near})
+    bounds = [0, *[c for c in cuts if 0 < c < nb], nb]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def _fannable(trace, n: int) -> bool:
