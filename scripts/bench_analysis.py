@@ -49,11 +49,18 @@ COMMANDS = {
     "pools": (["pools", "{trace}", "--json"], 10),
     "swap": (["swap", "{trace}", "--json", "--bandwidth", BW], 10),
     "compare": (["compare", "{trace}", "{trace}", "--json", "--bandwidth", BW], 10),
+    # fit's heaviest path: a capacity below the captured need, so that it tries the knobs, the planned
+    # pool and host swapping (on a card of the table the captured allocator fits and nothing else runs)
+    "fit": (["fit", "{trace}", "--json", "--capacity", "24MiB", "--bandwidth", BW], 10),
+    "plan": (["plan", "{trace}", "-o", "{out}.plan.json", "-f", "--json"], 10),
+    "diff": (["diff", "{trace}", "{trace}", "--json"], 10),
     "report": (["report", "{trace}", "-o", "{out}.html", "-f", "--bandwidth", BW], 15),
     "export-memory-viz": (["export", "{trace}", "--format", "memory-viz", "-o", "{out}.pickle", "-f"], 15),
     "export-perfetto": (["export", "{trace}", "--format", "perfetto", "-o", "{out}.json", "-f"], 15),
     "export-csv": (["export", "{trace}", "--format", "csv", "-o", "{out}.csv", "-f"], 15),
     "export-minimalloc": (["export", "{trace}", "--format", "minimalloc", "-o", "{out}.mm.csv", "-f"], 15),
+    "export-folded": (["export", "{trace}", "--format", "folded", "-o", "{out}.folded", "-f"], 15),
+    "export-speedscope": (["export", "{trace}", "--format", "speedscope", "-o", "{out}.speedscope.json", "-f"], 15),
 }
 LOAD_CODE = ("import sys, pyinterpose; t = pyinterpose.load(sys.argv[1]); "
              "print(len(t.blocks), len(t.accesses), len(t.launches))")

@@ -34,17 +34,21 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PyinterposeError
+from ..trace.live_windows import masked_peaks
 from ..trace.model import Trace, peak_live_bytes_of
 from ..trace.stacks import call_site
 from .flame import peak_bytes_per_block
 from .iterations import find_iterations
-from .lifetimes import classify, per_iteration_peaks
-from .owners import allocator_info, block_owners
+from .lifetimes import CLASSES, _codes_in_pieces, classify, per_iteration_peaks
+from .owners import allocator_info, block_owners, owner_codes
 from .pools import reserved_curve
 
 NO_SITE = "(no call site recorded)"
 METRICS = ("peak", "reserved", "site")
 _SIM = {"pytorch": "pytorch", "jax": "bfc", "tensorflow": "bfc"}
+# above this many blocks a trace is profiled from its columns (_profile_lean: the same figures, faster
+# from ~1 M blocks and in bounded memory; below, the tables' own groupby is as fast)
+LEAN_BLOCKS = 200_000
 
 
 def _site_texts(trace: Trace, stack_ids: np.ndarray) -> np.ndarray:
@@ -77,8 +81,30 @@ def reserved(trace: Trace) -> tuple[int | None, str]:
     return (int(b.max()) if len(b) else 0), f"simulated: {sim}"
 
 
+def _group_codes(codes: np.ndarray, names: np.ndarray, live: np.ndarray, size: np.ndarray) -> dict[str, dict[str, int]]:
+    """:func:`_group` of ``names[codes]`` (codes: small non-negative ints per row), summed per code
+    (exact int64 sums) and then per name (several codes may share one), in the names' sorted order."""
+    n = len(names)
+    acc = np.zeros((3, n), np.int64)
+    np.add.at(acc[0], codes, live)
+    np.add.at(acc[1], codes, size)
+    acc[2] = np.bincount(codes, minlength=n)[:n]
+    out: dict[str, list[int]] = {}
+    for k in np.flatnonzero(acc[2]).tolist():
+        r = out.setdefault(str(names[k]), [0, 0, 0])
+        r[0] += int(acc[0, k])
+        r[1] += int(acc[1, k])
+        r[2] += int(acc[2, k])
+    return {k: {"peak_live_bytes": v[0], "bytes": v[1], "blocks": v[2]} for k, v in sorted(out.items())}
+
+
 def profile(trace: Trace, label: str) -> dict[str, Any]:
-    """The tables :func:`diff` compares, for one trace (plain values)."""
+    """The tables :func:`diff` compares, for one trace (plain values).  A long trace (more than
+    ``LEAN_BLOCKS`` blocks) is profiled from its columns, grouped by codes (:func:`_profile_lean`)."""
+    if len(trace.blocks) > LEAN_BLOCKS:
+        lean = _profile_lean(trace, label)
+        if lean is not None:
+            return lean
 
     b = trace.blocks
     dev = b["counts_device"].to_numpy(bool)
@@ -114,6 +140,73 @@ def profile(trace: Trace, label: str) -> dict[str, Any]:
         ok = k >= 0
         n_alloc = np.bincount(k[ok], minlength=it.count)[:it.count]
         n_bytes = np.bincount(k[ok], weights=pb["size"].to_numpy(np.float64)[ok], minlength=it.count)[:it.count]
+        out["steps"] = [{"step": i, "peak_live_bytes": int(peaks[i]), "blocks": int(n_alloc[i]),
+                         "bytes": int(round(n_bytes[i]))} for i in range(int(it.count))]
+    return out
+
+
+def _profile_lean(trace: Trace, label: str) -> dict[str, Any] | None:
+    """:func:`profile` without a string per block or a copy of the blocks table (issue 30: at 100 M
+    events the in-memory profile peaked at 5.7 GB): the call sites grouped by stack id, the owners
+    by (owner, API) code, the classes by :func:`.lifetimes._codes_in_pieces`' codes and the steps'
+    peaks from :func:`.live_windows.masked_peaks`, each the same figure as :func:`profile`'s.  None
+    where those need classify itself (then :func:`profile` computes as before)."""
+    it = find_iterations(trace)
+    bt = np.asarray(it.boundaries_t, np.int64) if it.count else None
+    if bt is not None and len(bt) > 1 and (np.diff(bt) < 0).any():
+        return None
+    codes = _codes_in_pieces(trace, it, it.pid) if it.pid is not None else None
+    if it.pid is not None and codes is None:
+        return None
+    b = trace.blocks
+    dev = b["counts_device"].to_numpy(bool)
+    _, live = peak_bytes_per_block(trace)
+    size = b["size"].to_numpy(np.int64)
+    rows = np.flatnonzero(dev)
+    sid = b["stack_id"].to_numpy(np.int64)[rows] if "stack_id" in b else np.full(len(rows), -1, np.int64)
+    lr, sr = live[rows], size[rows]
+    uniq, inv = np.unique(sid, return_inverse=True)
+    texts = np.array([call_site(trace, int(s)) if s >= 0 else "" for s in uniq.tolist()], dtype=object)
+    texts[texts == ""] = NO_SITE
+    sites = _group_codes(inv.reshape(-1), texts, lr, sr)
+    has_stacks = bool(len(uniq) and uniq[-1] >= 0)
+    del sid, uniq, inv
+    oc, on = owner_codes(trace, rows)
+    on = on.copy()
+    on[on == ""] = "(unknown)"
+    owners = _group_codes(oc, on, lr, sr)
+    del oc
+    res, res_src = reserved(trace)
+    out: dict[str, Any] = {
+        "label": label, "path": getattr(trace, "path", None),
+        "totals": {"peak": peak_live_bytes_of(trace), "reserved": res, "allocated": int(sr.sum()),
+                   "blocks": int(len(rows))},
+        "reserved_source": res_src,
+        "has_stacks": has_stacks,
+        "call_sites": sites,
+        "owners": owners,
+        "classes": {}, "steps": [], "iterations": None,
+    }
+    del lr, sr, rows
+    if it.pid is None:
+        return out
+    mine = np.flatnonzero(b["pid"].to_numpy() == it.pid)       # classify's rows, in its order
+    ids, cls = codes
+    del ids
+    m = dev[mine]
+    pos = mine[m]
+    out["classes"] = _group_codes(cls[m].astype(np.int64), np.array(CLASSES, dtype=object), live[pos], size[pos])
+    del cls, m, live
+    if it.count:
+        out["iterations"] = int(it.count)
+        mask = np.zeros(len(b), bool)
+        mask[mine] = True
+        peaks = masked_peaks(trace, mask, bt).per_window
+        sa = b["seq_alloc"].to_numpy(np.int64)[pos]
+        k = it.iteration_of(sa)
+        ok = k >= 0
+        n_alloc = np.bincount(k[ok], minlength=it.count)[:it.count]
+        n_bytes = np.bincount(k[ok], weights=size[pos].astype(np.float64)[ok], minlength=it.count)[:it.count]
         out["steps"] = [{"step": i, "peak_live_bytes": int(peaks[i]), "blocks": int(n_alloc[i]),
                          "bytes": int(round(n_bytes[i]))} for i in range(int(it.count))]
     return out

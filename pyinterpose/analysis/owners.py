@@ -279,6 +279,24 @@ def block_owners(trace: Trace) -> pd.Series:
     return own.where(own != "", api).rename("owner")
 
 
+def owner_codes(trace: Trace, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) with ``block_owners(trace).to_numpy()[rows] == names[codes]`` (every row: None),
+    computed once per distinct (owner, API) pair: no Python string per row (issue 30: a 100 M-event
+    trace has ~11 M blocks)."""
+    b = trace.blocks
+    ac, an = _text_narrow(b["api"])
+    ac = ac if rows is None else ac[rows]
+    if not _has_owners(b):
+        return ac, an
+    oc, on = _text_narrow(b["owner"])
+    oc = oc if rows is None else oc[rows]
+    shown = np.array([display_owner(s) if is_trampoline(s) else s for s in on.tolist()], dtype=object)
+    pair = oc.astype(np.int64) * len(an) + ac
+    used, codes = np.unique(pair, return_inverse=True)
+    names = [shown[p // len(an)] if shown[p // len(an)] != "" else an[p % len(an)] for p in used.tolist()]
+    return codes.reshape(-1), np.array(names, dtype=object)
+
+
 def _api_rule(trace: Trace, fw: str) -> tuple[np.ndarray, str]:
     """(mask over blocks, description) for the API fallback; every device block when no block
     was made with the allocator's API (a program that is not what the framework guess says)."""

@@ -33,6 +33,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..analysis.diff import diff, gate, parse_metric, profile
     from ..report.diff_text import gate_line, print_diff
+    from ..heap import give_back
     from ..report.text import print_json
 
     metric = parse_metric(args.metric)           # a bad --metric fails before any trace is read
@@ -41,6 +42,8 @@ def run(args) -> int:
         tr = A.load_trace(path, quiet=args.json)
         A.apply_site_skip(tr, args)
         profiles.append(profile(tr, path))
+        tr.forget_all()                   # A's derived tables are not read again: not held under B's
+        give_back()
         traces.append(tr)
     d = diff(*profiles)
     g = gate(d, metric, args.fail_above) if args.fail_above is not None else None

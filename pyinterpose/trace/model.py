@@ -336,6 +336,12 @@ class Trace:
         for k in [k for k in list(self._derived) if isinstance(k, tuple) and k and k[0] == module]:
             self._derived.pop(k, None)
 
+    def forget_all(self) -> None:
+        """Drop everything derived from this trace (:meth:`forget` of every module): a command done
+        with one trace before it reads the next (``diff A B``) gives that memory back."""
+        for k in [k for k in list(self._derived) if isinstance(k, tuple) and k]:
+            self._derived.pop(k, None)
+
     def process_view(self, pid: int | None) -> "Trace":
         """This trace restricted to one process's blocks (a shallow copy, with a memo of its
         own); the trace itself when ``pid`` is None or every block is that process's."""

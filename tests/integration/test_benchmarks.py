@@ -93,7 +93,7 @@ def test_bench_pools_finds_the_shared_instances_beside_the_checkout():
 
 @needs_native
 def test_bench_analysis_smallest(tmp_path):
-    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,cache,summary", "--cache",
+    d, _ = bench("bench_analysis.py", "--events", "3000", "--commands", "load,cache,summary,fit,plan,diff,export-folded,export-speedscope", "--cache",
                  str(tmp_path / "cache"), "--timeout", "60", cwd=tmp_path)
     t = d["traces"]["3000"]
     assert t["trace"]["events"] > 0

@@ -125,3 +125,34 @@ def test_reserved_of_both_views_is_pytorchs_max_memory_reserved():
     t = json.loads(cp.stdout)["totals"]["reserved"]
     assert t["a"] == t["b"] == want
     assert t["source"] == {"a": "reserved view", "b": "simulated: pytorch"}
+
+
+def _profiles_both_ways(monkeypatch, path: str) -> tuple[dict, dict]:
+    """(the in-memory profile, the long-trace profile) of one trace, each from its own load."""
+    import pyinterpose
+    from pyinterpose.analysis import diff as D
+
+    monkeypatch.setattr(D, "LEAN_BLOCKS", 10 ** 12)
+    a = D.profile(pyinterpose.load(path), path)
+    monkeypatch.setattr(D, "LEAN_BLOCKS", 0)
+    return a, D.profile(pyinterpose.load(path), path)
+
+
+def test_long_trace_profile_is_the_in_memory_one(layers, capture, monkeypatch):
+    """issue 30: a long trace is profiled from its columns by codes (no string per block, no copy of the
+    blocks table); every table and figure equals the in-memory profile's, key for key and in order, on
+    simtrain (steps, classes, one call site), the diff workload (python stacks: several call sites and
+    owners) and the H100 samples."""
+    path, cp = capture([sys.executable, WORKLOAD, "a"], name="a.pit")
+    assert cp.returncode == 0, cp.stderr
+    paths = [layers[6][0], layers[8][0], path] + [gpu_trace(n) for n in (
+        "torch-cnn-blocks.pit", "torch-transformer-blocks.pit", "jax-attn-blocks.pit", "torch-cnn-reserved.pit")]
+    seen_sites = seen_owners = seen_steps = 0
+    for p in paths:
+        a, b = _profiles_both_ways(monkeypatch, p)
+        assert json.dumps(a) == json.dumps(b), p
+        seen_sites = max(seen_sites, len(a["call_sites"]))
+        seen_owners = max(seen_owners, len(a["owners"]))
+        seen_steps = max(seen_steps, len(a["steps"]))
+    # the comparison covered several call sites, owners and steps (not only empty tables)
+    assert seen_sites >= 3 and seen_owners >= 2 and seen_steps >= 3
