@@ -47,19 +47,55 @@ def _file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def _text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(codes, names): ``col.astype(str)`` is ``names[codes]`` row by row, computed once per distinct
+    value (a categorical's own codes; a missing value reads "nan", as astype(str) gives).  Issue 30: no
+    Python string per row of a 100 M-event trace's ~11 M blocks."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes, names = col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
+    else:
+        codes, uniq = pd.factorize(col.astype(str))
+        names = [str(u) for u in uniq]
+    if (codes < 0).any():
+        codes = np.where(codes < 0, len(names), codes)
+        names = names + ["nan"]
+    return codes, names
+
+
+def _is_in(col: pd.Series, wanted) -> np.ndarray:
+    """``col.astype(str).isin(wanted)`` per row, from :func:`_text_codes`."""
+    codes, names = _text_codes(col)
+    return np.array([n in wanted for n in names] + [False], bool)[codes]
+
+
 def servable(trace: Trace, pid: int) -> pd.DataFrame:
     """The process's requests the shim can serve, in allocation order: block_id, size, owner, site,
-    seq_alloc, seq_free, freed."""
+    seq_alloc, seq_free, freed.  ``owner`` is categorical (its text per distinct owner)."""
     b = trace.blocks
-    m = (b["pid"].to_numpy() == pid) & b["kind"].astype(str).isin(SERVED_KINDS).to_numpy() \
-        & b["api"].astype(str).isin(SERVED_APIS).to_numpy() & (b["size"].to_numpy() > 0)
+    m = (b["pid"].to_numpy() == pid) & _is_in(b["kind"], SERVED_KINDS) & _is_in(b["api"], SERVED_APIS) \
+        & (b["size"].to_numpy() > 0)
+    rows = np.flatnonzero(m)
     cols = ["block_id", "size", "seq_alloc", "seq_free", "freed"]
-    r = b.loc[m, cols].copy()
-    owner = b.loc[m, "owner"].astype(str) if "owner" in b else pd.Series("", index=r.index)
-    r["owner"] = owner.to_numpy()
-    hashes = {o: owner_hash(o) for o in pd.unique(r["owner"])}
-    r["site"] = r["owner"].map(hashes).astype(np.uint64)
-    return r.sort_values("seq_alloc", kind="stable").reset_index(drop=True)
+    r = pd.DataFrame({c: b[c].to_numpy()[rows] for c in cols})
+    if "owner" in b:
+        codes, names = _text_codes(b["owner"])
+        codes = codes[rows]
+    else:
+        codes, names = np.zeros(len(rows), np.int8), [""]
+    # equal texts (a category "nan" and a missing value) share one code, so that the categories are distinct
+    first = {n: i for i, n in reversed(list(enumerate(names)))}
+    remap = np.array([first[n] for n in names], np.int64)
+    uniq = sorted(set(first.values()))
+    dense = np.full(len(names), -1, np.int64)
+    dense[uniq] = np.arange(len(uniq))
+    codes = dense[remap][codes]
+    cats = [names[i] for i in uniq]
+    r["owner"] = pd.Categorical.from_codes(codes, categories=cats)
+    r["site"] = np.array([owner_hash(n) for n in cats], np.uint64)[codes] if len(cats) else np.zeros(0, np.uint64)
+    order = np.argsort(r["seq_alloc"].to_numpy(), kind="stable")
+    if (np.diff(order) != 1).any():
+        r = r.iloc[order]
+    return r.reset_index(drop=True)
 
 
 def _anchor(req: pd.DataFrame, bounds: np.ndarray) -> tuple[int, int] | None:
@@ -67,26 +103,49 @@ def _anchor(req: pd.DataFrame, bounds: np.ndarray) -> tuple[int, int] | None:
     the one with the fewest bytes live before it (the loop's low point); None when there is none."""
     sa = req["seq_alloc"].to_numpy(np.int64)
     it = np.searchsorted(bounds, sa, side="right") - 1
-    inside = (it >= 0) & (it < len(bounds) - 1)
+    n_it = len(bounds) - 1
+    inside = (it >= 0) & (it < n_it)
     if not inside.any():
         return None
-    df = pd.DataFrame({"size": req["size"].to_numpy()[inside], "site": req["site"].to_numpy()[inside],
-                       "it": it[inside]})
-    per = df.groupby(["size", "site", "it"], sort=False).size().unstack(fill_value=0)
-    once = per[(per == 1).all(axis=1) & (per.shape[1] == len(bounds) - 1)]
-    if once.empty:
+    # a (size, site) key occurs once in every iteration when every iteration holds a request, and the key
+    # has n_it requests inside, in n_it distinct iterations (by codes: issue 30, ~11 M requests at 100 M events)
+    ii = it[inside]
+    if np.count_nonzero(np.bincount(ii, minlength=n_it)) != n_it:
         return None
-    # live bytes just before each request (all servable blocks of the process)
+    size_c, size_u = pd.factorize(req["size"].to_numpy()[inside])      # hashing: no sort of the rows
+    site_c, site_u = pd.factorize(req["site"].to_numpy()[inside])
+    kid, key_u = pd.factorize(size_c.astype(np.int64) * max(len(site_u), 1) + site_c)
+    del size_c, site_c
+    total = np.bincount(kid, minlength=len(key_u))
+    ok = total == n_it
+    if ok.any():
+        # ... and those keys' requests fall in n_it distinct iterations (no key twice in one iteration)
+        rows = np.flatnonzero(ok[kid])
+        pair = kid[rows].astype(np.int64) * n_it + ii[rows]
+        dup = pd.Series(pair).duplicated().to_numpy()
+        if dup.any():
+            ok[np.unique(kid[rows[dup]])] = False
+        del rows, pair, dup
+    if not ok.any():
+        return None
+    ns = max(len(site_u), 1)
+    cand = {(int(size_u[k // ns]), int(site_u[k % ns])) for k in key_u[np.flatnonzero(ok)].tolist()}
+    del kid, ii
+    # live bytes just before each request of the first iteration (all servable blocks of the process): the
+    # events up to its last request, sorted as the whole run's are (a prefix of that order)
+    first = np.flatnonzero(it == 0)
+    t_max = int(sa[first].max())
     sf = np.where(req["freed"].to_numpy(bool), req["seq_free"].to_numpy(np.int64), np.iinfo(np.int64).max)
     sizes = req["size"].to_numpy(np.int64)
-    t = np.concatenate([sa, sf])
-    d = np.concatenate([sizes, -sizes])
+    na = int(np.searchsorted(sa, t_max, side="right"))      # sa ascends (servable's order)
+    fm = sf <= t_max
+    t = np.concatenate([sa[:na], sf[fm]])
+    d = np.concatenate([sizes[:na], -sizes[fm]])
     o = np.lexsort((d, t))
     live_after = np.cumsum(d[o])
     live_before = np.empty(len(t), np.int64)
     live_before[o] = live_after - d[o]
-    lb = live_before[:len(sa)]
-    cand = set(map(tuple, once.index.tolist()))
+    lb = live_before[:na]
     best, best_live = None, None
     for i in np.flatnonzero(it == 0):   # ranked in the first iteration
         key = (int(req["size"].iat[i]), int(req["site"].iat[i]))
@@ -98,11 +157,12 @@ def _anchor(req: pd.DataFrame, bounds: np.ndarray) -> tuple[int, int] | None:
 def _unservable_note(trace: Trace, pid: int, req: pd.DataFrame) -> str:
     """'' or why most of the process's device memory cannot be served (for the error lines)."""
     b = trace.blocks
-    dev = b[(b["pid"].to_numpy() == pid) & b["counts_device"].to_numpy(bool)]
-    total = int(dev["size"].sum())
+    dev = (b["pid"].to_numpy() == pid) & b["counts_device"].to_numpy(bool)
+    size = b["size"].to_numpy(np.int64)
+    total = int(size[dev].sum())
     if total == 0 or int(req["size"].sum()) * 2 >= total:
         return ""
-    vmm = int(dev.loc[dev["kind"].astype(str).isin(("vmm", "vmm_create")), "size"].sum())
+    vmm = int(size[dev & _is_in(b["kind"], ("vmm", "vmm_create"))].sum())
     what = (" through VMM (cuMemCreate + cuMemMap: JAX's platform allocator, PyTorch's expandable segments)"
             if vmm * 2 > total else " through functions --apply does not serve (managed, pitched, VMM)")
     return (f" -- and {100 * (total - int(req['size'].sum())) / total:.0f} % of this process's device bytes "
