@@ -102,7 +102,7 @@ def write_csv_ranges(trace, path: str, extra_values: list | None, class_codes, i
                 codes = np.empty(hi - lo, dtype)
                 for a, z in spans(hi - lo, _PIECE):
                     codes[a:z] = class_codes(lo + a, lo + z)
-            items.append((trace.path, parts[k], lo, hi, extra_values, codes))
+            items.append((os.path.abspath(trace.path), parts[k], lo, hi, extra_values, codes))
         sizes = fanout.fan_map(csv_range_task, items)
         del items
         total = max(1, sum(sizes))
