@@ -8,8 +8,9 @@ each row's class once (a small code per row, the classes' distinct texts once), 
 task gets plain values: the trace's path, its row range, the range's class codes and the part file to
 write (beside the output: on Dask the workers must see that directory too); it loads the trace from its
 columnar cache (memory-mapped), formats its rows a chunk at a time (giving the mapped pages back) and
-returns the part's size.  The parent writes the header, then appends each part (``copy_file_range``: the
-text does not pass through its memory) and removes it.
+returns the part's size.  The first part starts with the header and becomes the output: the parent appends
+each other part to it (``copy_file_range``: the text does not pass through its memory), removes it, and
+renames the first over the target (whole or not at all, as pyinterpose.outfile).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import types
 import numpy as np
 
 from ..analysis import fanout
-from ..outfile import atomic_output
+from ..outfile import _umask
+from ..trace.pages import release
 from ..trace.chunking import spans
 from .csv_fast import frame_plans, header_text, lookup_plan, write_rows
 
@@ -35,17 +37,19 @@ def _class_plan(codes: np.ndarray, lo: int, values: list):
 
 
 def csv_range_task(item: tuple) -> int:
-    """Rows ``[lo, hi)`` of the blocks table of the trace at ``path`` as CSV text (no header) into
-    ``part``; ``values``/``codes``: the class column (None: none).  Returns the bytes written."""
+    """Rows ``[lo, hi)`` of the blocks table of the trace at ``path`` as CSV text into ``part``, after
+    ``head`` (the header, for the first range; else empty); ``values``/``codes``: the class column
+    (None: none).  Returns the bytes written."""
     from ..trace.reader import load
 
-    path, part, lo, hi, values, codes = item
+    path, part, head, lo, hi, values, codes = item
     blocks = load(path).blocks
     extra = None if values is None else [("class", _class_plan(codes, lo, values))]
     got = frame_plans(blocks, extra)
     if got is None:
         raise RuntimeError("csv range task: a frame the fast writer does not handle")
     with open(part, "wb") as f:
+        f.write(head)
         write_rows(f, got[1], lo, hi)
     return os.path.getsize(part)
 
@@ -102,19 +106,24 @@ def write_csv_ranges(trace, path: str, extra_values: list | None, class_codes, i
                 codes = np.empty(hi - lo, dtype)
                 for a, z in spans(hi - lo, _PIECE):
                     codes[a:z] = class_codes(lo + a, lo + z)
-            items.append((os.path.abspath(trace.path), parts[k], lo, hi, extra_values, codes))
+            items.append((os.path.abspath(trace.path), parts[k], header_text(names) if k == 0 else b"", lo, hi,
+                          extra_values, codes))
+        release(b["block_id"])           # the ids the codes were looked up by (mapped pages)
         sizes = fanout.fan_map(csv_range_task, items)
         del items
         total = max(1, sum(sizes))
-        done = 0
-        with atomic_output(path, "wb") as f:
-            f.write(header_text(names))
-            for part, size in zip(parts, sizes):
+        done = sizes[0]
+        # the first part (the header and the first range) becomes the output: the others are appended to
+        # it and it is renamed over the target (as outfile.atomic_path does: whole or not at all)
+        with open(parts[0], "ab") as f:
+            for part, size in zip(parts[1:], sizes[1:]):
                 _append(f, part)
                 os.unlink(part)
                 done += size
                 if progress is not None:
                     progress(done / total)
+        os.chmod(parts[0], 0o666 & ~_umask())      # the mode a plain open() here would give
+        os.replace(parts[0], real)
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(parts_dir)

@@ -63,7 +63,7 @@ def test_csv_fanned_out_on_the_pool_is_the_serial_csv(name, cached, tmp_path, mo
     serial = _serial(trace, str(tmp_path / "serial.csv"))
     seen = []
     real = fanout.fan_map
-    monkeypatch.setattr(fanout, "fan_map", lambda fn, items: seen.append([it[2:4] for it in items]) or real(fn, items))
+    monkeypatch.setattr(fanout, "fan_map", lambda fn, items: seen.append([it[3:5] for it in items]) or real(fn, items))
     with fanout.using(None, 3):                     # below PYINTERPOSE_FANOUT_MIN_BLOCKS: serial, no task
         exports.export(trace, "csv", str(tmp_path / "small.csv"))
     assert seen == [] and _read(tmp_path / "small.csv") == serial
@@ -90,7 +90,7 @@ def test_csv_fanned_out_on_dask_is_the_serial_csv(cached, tmp_path, monkeypatch)
 
     def logged(item, log=log, real=real):
         with open(log, "a") as f:
-            f.write(f"{item[2]} {item[3]}\n")
+            f.write(f"{item[3]} {item[4]}\n")
         return real(item)
     monkeypatch.setattr(csv_ranges, "csv_range_task", logged)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
@@ -106,6 +106,17 @@ def test_csv_fanned_out_on_dask_is_the_serial_csv(cached, tmp_path, monkeypatch)
             ranges = sorted(tuple(map(int, x.split())) for x in open(log).read().splitlines())
             assert len(ranges) >= 2 and ranges[0][0] == 0 and ranges[-1][1] == len(trace.blocks)
             assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            assert os.stat(tmp_path / "dask.csv").st_mode == os.stat(tmp_path / "serial.csv").st_mode
+
+        def failing(item, real=real):
+            if item[3] > 0:
+                raise OSError(28, "No space left on device")
+            return real(item)
+        monkeypatch.setattr(csv_ranges, "csv_range_task", failing)
+        before = sorted(os.listdir(tmp_path))
+        with fanout.using(cluster.scheduler_address, None), pytest.raises(OSError):
+            exports.export(trace, "csv", str(tmp_path / "failed.csv"))
+        assert sorted(os.listdir(tmp_path)) == before          # no output, no part left
 
 
 def test_export_cli_workers_gives_the_serial_file(cached, tmp_path):
