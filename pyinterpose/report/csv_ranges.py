@@ -128,4 +128,3 @@ def write_csv_ranges(trace, path: str, extra_values: list | None, class_codes, i
         with contextlib.suppress(OSError):
             shutil.rmtree(parts_dir)
     return True
-
