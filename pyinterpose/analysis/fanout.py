@@ -18,8 +18,8 @@ Per iteration range (issue 30: one long process): :func:`row_ranges` cuts the bl
 allocation order) into ranges of whole iterations of about equal length, one or a few per worker;
 an analysis whose answer is a merge of per-range parts (each block's work independent of the
 others', or each row's text its own) maps a task over them with :func:`fan_map`.  The csv export does
-(report.csv_ranges): at 10 M events (1.1 M blocks) 3.8-4.0 s fanned out on the 2-core VM against
-4.3-5.2 s serial, at 100 M 28-32 s against 43-45 s (docs/performance.md).
+(report.csv_ranges), from ``EXPORT_MIN_BLOCKS`` blocks on a local pool (at 10 M events it did not pay on a
+busy machine).
 """
 from __future__ import annotations
 
@@ -46,18 +46,24 @@ def using(scheduler: str | None = None, max_workers: int | None = None):
 
 
 MIN_BLOCKS = 1_000_000   # a local pool takes seconds to start: below this (~10 M events) serial is faster
+# an export's rows per range (report.csv_ranges): at 10 M events (1.1 M blocks) on the 2-core VM the fanned-out
+# csv was 0.4-1.2 s faster than the serial one at load 1.6-2.0 and 0.9-1.7 s slower at load 1.8-2.5 (the pool's
+# start, a process more on two busy cores); at 100 M (11.3 M blocks) 28-32 s against 43-45 s (docs/performance.md)
+EXPORT_MIN_BLOCKS = 4_000_000
 
 
-def min_blocks() -> int:
+def min_blocks(default: int = MIN_BLOCKS) -> int:
+    """``$PYINTERPOSE_FANOUT_MIN_BLOCKS`` (every kind of fan-out), else ``default``."""
     try:
-        return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", MIN_BLOCKS))
+        return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", default))
     except ValueError:
-        return MIN_BLOCKS
+        return default
 
 
-def fannable(trace, n: int) -> bool:
-    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module)."""
-    return _fannable(trace, n)
+def fannable(trace, n: int, floor: int = MIN_BLOCKS) -> bool:
+    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module); ``floor``:
+    the fewest blocks for which a local pool pays (``EXPORT_MIN_BLOCKS`` for an export's ranges)."""
+    return _fannable(trace, n, floor)
 
 
 def width() -> int:
@@ -104,11 +110,11 @@ def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _fannable(trace, n: int) -> bool:
+def _fannable(trace, n: int, floor: int = MIN_BLOCKS) -> bool:
     if _settings is None or n < 2 or not trace.path:
         return False
     if not _settings["scheduler"] and ((_settings["max_workers"] or os.cpu_count() or 1) < 2
-                                       or len(trace.blocks) < min_blocks()):
+                                       or len(trace.blocks) < min_blocks(floor)):
         return False
 
     cached = colcache.read(trace.path)

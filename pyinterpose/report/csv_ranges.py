@@ -80,7 +80,7 @@ def write_csv_ranges(trace, path: str, extra_values: list | None, class_codes, i
     codes of rows ``[r0, r1)``) to ``path`` fanned out per iteration range, when ``fanout`` allows it
     for this trace; False (nothing written) when it does not (the caller writes it serially)."""
     n = fanout.width()
-    if not fanout.fannable(trace, n):
+    if not fanout.fannable(trace, n, fanout.EXPORT_MIN_BLOCKS):
         return False
     b = trace.blocks
     extra = None if extra_values is None else [("class", lookup_plan(lambda r0, r1: class_codes(r0, r1),

@@ -159,3 +159,29 @@ def test_row_ranges_cover_the_rows_and_cut_at_iteration_starts(cached):
     assert fanout.row_ranges(trace, 3, iters=none) == [(0, round(nb / 3)), (round(nb / 3), round(2 * nb / 3)),
                                                        (round(2 * nb / 3), nb)]
     assert fanout.row_ranges(trace, 1) == [(0, nb)]
+
+
+def test_exports_fan_out_from_their_own_threshold(cached, tmp_path, monkeypatch):
+    """fanout.EXPORT_MIN_BLOCKS, not the analyses' MIN_BLOCKS, decides for the csv ranges (without the env)."""
+    from pyinterpose.analysis import fanout
+    from pyinterpose.report import exports
+    from pyinterpose.trace import reader
+
+    monkeypatch.setenv("PYINTERPOSE_CACHE_MIN_BYTES", "0")
+    monkeypatch.delenv("PYINTERPOSE_FANOUT_MIN_BLOCKS", raising=False)
+    trace = reader.load(cached["torch-cnn-blocks.pit"])
+    nb = len(trace.blocks)
+    assert nb < fanout.MIN_BLOCKS < fanout.EXPORT_MIN_BLOCKS
+    seen = []
+    real = fanout.fan_map
+    monkeypatch.setattr(fanout, "fan_map", lambda fn, items: seen.append(len(items)) or real(fn, items))
+    with fanout.using(None, 2):
+        assert not fanout.fannable(trace, 2)                   # the analyses' threshold: 1 M blocks
+        monkeypatch.setattr(fanout, "EXPORT_MIN_BLOCKS", nb + 1)
+        exports.export(trace, "csv", str(tmp_path / "a.csv"))
+        assert seen == []
+        monkeypatch.setattr(fanout, "EXPORT_MIN_BLOCKS", nb)
+        exports.export(trace, "csv", str(tmp_path / "b.csv"))
+        assert seen == [2] and _read(tmp_path / "a.csv") == _read(tmp_path / "b.csv")
+        monkeypatch.setenv("PYINTERPOSE_FANOUT_MIN_BLOCKS", str(nb + 1))     # the env overrides it
+        assert not fanout.fannable(trace, 2, fanout.EXPORT_MIN_BLOCKS)
