@@ -48,7 +48,8 @@ def using(scheduler: str | None = None, max_workers: int | None = None):
 MIN_BLOCKS = 1_000_000   # a local pool takes seconds to start: below this (~10 M events) serial is faster
 # an export's rows per range (report.csv_ranges): at 10 M events (1.1 M blocks) on the 2-core VM the fanned-out
 # csv was 0.4-1.2 s faster than the serial one at load 1.6-2.0 and 0.9-1.7 s slower at load 1.8-2.5 (the pool's
-# start, a process more on two busy cores); at 100 M (11.3 M blocks) 28-32 s against 43-45 s (docs/performance.md)
+# start, a process more on two busy cores); at 100 M (11.3 M blocks) 28-32 s against 43-45 s at load 1.4-2.4, but
+# 63.6 s against 47.8 s at load 3.2-3.6 (docs/performance.md)
 EXPORT_MIN_BLOCKS = 4_000_000
 
 
