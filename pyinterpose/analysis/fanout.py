@@ -17,7 +17,9 @@ loading, and only from the process that set :func:`using` (workers run serially:
 Per iteration range (issue 30: one long process): :func:`row_ranges` cuts the blocks table (rows in
 allocation order) into ranges of whole iterations of about equal length, one or a few per worker;
 an analysis whose answer is a merge of per-range parts (each block's work independent of the
-others', or each row's text its own) maps a task over them with :func:`fan_map`.
+others', or each row's text its own) maps a task over them with :func:`fan_map`.  The csv export does
+(report.csv_ranges), from ``EXPORT_MIN_BLOCKS`` blocks on a local pool (at 10 M events it did not pay on a
+busy machine).
 """
 from __future__ import annotations
 
@@ -44,18 +46,25 @@ def using(scheduler: str | None = None, max_workers: int | None = None):
 
 
 MIN_BLOCKS = 1_000_000   # a local pool takes seconds to start: below this (~10 M events) serial is faster
+# an export's rows per range (report.csv_ranges): at 10 M events (1.1 M blocks) on the 2-core VM the fanned-out
+# csv was 0.4-1.2 s faster than the serial one at load 1.6-2.0 and 0.9-1.7 s slower at load 1.8-2.5 (the pool's
+# start, a process more on two busy cores); at 100 M (11.3 M blocks) 28-32 s against 43-45 s at load 1.4-2.4, but
+# 63.6 s against 47.8 s at load 3.2-3.6 (docs/performance.md)
+EXPORT_MIN_BLOCKS = 4_000_000
 
 
-def min_blocks() -> int:
+def min_blocks(default: int = MIN_BLOCKS) -> int:
+    """``$PYINTERPOSE_FANOUT_MIN_BLOCKS`` (every kind of fan-out), else ``default``."""
     try:
-        return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", MIN_BLOCKS))
+        return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", default))
     except ValueError:
-        return MIN_BLOCKS
+        return default
 
 
-def fannable(trace, n: int) -> bool:
-    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module)."""
-    return _fannable(trace, n)
+def fannable(trace, n: int, floor: int = MIN_BLOCKS) -> bool:
+    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module); ``floor``:
+    the fewest blocks for which a local pool pays (``EXPORT_MIN_BLOCKS`` for an export's ranges)."""
+    return _fannable(trace, n, floor)
 
 
 def width() -> int:
@@ -102,11 +111,11 @@ def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _fannable(trace, n: int) -> bool:
+def _fannable(trace, n: int, floor: int = MIN_BLOCKS) -> bool:
     if _settings is None or n < 2 or not trace.path:
         return False
     if not _settings["scheduler"] and ((_settings["max_workers"] or os.cpu_count() or 1) < 2
-                                       or len(trace.blocks) < min_blocks()):
+                                       or len(trace.blocks) < min_blocks(floor)):
         return False
 
     cached = colcache.read(trace.path)

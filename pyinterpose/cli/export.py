@@ -42,6 +42,8 @@ def register(sub) -> None:
                    help="folded, speedscope: the moment to export: peak (folded's default) or oom-N (the Nth "
                         "out-of-memory failure); speedscope's default: every moment, one profile each")
     p.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    from .summary import add_job_options
+    add_job_options(p)          # csv: a long trace's rows formatted per iteration range on these workers
     p.set_defaults(func=run)
 
 
@@ -64,8 +66,11 @@ def run(args) -> int:
     out = args.output or (os.path.splitext(args.trace)[0] + _EXT[args.format])
     A.check_output(out, args.force)
     trace = A.load_trace(args.trace, quiet=args.json)
+    from ..analysis import fanout, job
+
     try:
-        with A.working(args, f"exporting {args.format}") as pr:
+        with fanout.using(job.scheduler_address(args.scheduler), args.workers), \
+                A.working(args, f"exporting {args.format}") as pr:
             info = export(trace, args.format, out, large=args.large, pid=args.pid, moment=args.moment,
                           progress=pr.update)
     except OSError as e:

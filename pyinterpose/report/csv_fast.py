@@ -193,31 +193,47 @@ def write_csv_frame(df: pd.DataFrame, path: str, chunk: int | None = None, threa
     :func:`lookup_plan`; a None plan, like an unsupported column, raises ValueError (the caller
     writes the frame with pandas instead).  ``progress``: called with the fraction written."""
 
-    plans = [_column_plan(df[c]) for c in df.columns] if df.columns.is_unique else [None]
-    names = list(df.columns)
-    for name, plan in extra or []:
-        if plan is None:
-            raise ValueError("an extra column that is not text")
-        names.append(name)
-        plans.append(plan)
-    if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in names) \
-            or len(set(names)) != len(names):
+    got = frame_plans(df, extra)
+    if got is None:
         if extra:
             raise ValueError("a frame the fast writer does not handle")
         with atomic_path(path) as tmp:
             df.to_csv(tmp, index=False)
         return
-    header = b",".join(_quote([str(c) for c in names])) + b"\n"
-    n = len(df)
+    names, plans = got
+    with atomic_output(path, "wb") as f:
+        f.write(header_text(names))
+        write_rows(f, plans, 0, len(df), chunk, threads, progress)
+
+
+def frame_plans(df: pd.DataFrame, extra: list[tuple[str, tuple | None]] | None = None):
+    """``(names, plans)`` of ``df``'s columns and ``extra``'s (see :func:`write_csv_frame`), or None when
+    the fast writer does not handle the frame (pandas writes it)."""
+    plans = [_column_plan(df[c]) for c in df.columns] if df.columns.is_unique else [None]
+    names = list(df.columns)
+    for name, plan in extra or []:
+        names.append(name)
+        plans.append(plan)
+    if len(plans) < 2 or any(p is None for p in plans) or not all(isinstance(c, str) for c in names) \
+            or len(set(names)) != len(names):
+        return None
+    return names, plans
+
+
+def header_text(names: list[str]) -> bytes:
+    return b",".join(_quote([str(c) for c in names])) + b"\n"
+
+
+def write_rows(f, plans, lo: int, hi: int, chunk: int | None = None, threads: int = 1, progress=None) -> None:
+    """The CSV text of rows ``[lo, hi)`` written to ``f``, a chunk at a time (see :func:`write_csv_frame`);
+    a row's text is its own, so the rows of ``[0, n)`` written in ranges, in order, are the whole text."""
     chunk = chunk or max(1, min(1 << 15, chunk_rows()))
     mapped = [p[1] if p[0] == "int" else p[3] for p in plans]
-    with atomic_output(path, "wb") as f:
-        f.write(header)
-        starts = range(0, n, chunk)
-        for r0, text in zip(starts, in_order(lambda r0: _format_rows(plans, r0, min(n, r0 + chunk)), starts, threads)):
-            f.write(text)
-            for a in mapped:
-                if a is not None:
-                    release(a, r0, min(n, r0 + chunk))
-            if progress is not None:
-                progress(min(n, r0 + chunk) / n)
+    starts = range(lo, hi, chunk)
+    for r0, text in zip(starts, in_order(lambda r0: _format_rows(plans, r0, min(hi, r0 + chunk)), starts, threads)):
+        f.write(text)
+        for a in mapped:
+            if a is not None:
+                release(a, r0, min(hi, r0 + chunk))
+        if progress is not None:
+            progress((min(hi, r0 + chunk) - lo) / max(1, hi - lo))

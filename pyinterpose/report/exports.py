@@ -38,8 +38,14 @@ def blocks_table(trace: Trace, classes: pd.Series | None = None) -> pd.DataFrame
     return b
 
 
-def write_csv(trace: Trace, path: str, classes: pd.Series | None = None, progress=None) -> dict[str, Any]:
+def write_csv(trace: Trace, path: str, classes: pd.Series | None = None, progress=None,
+              iters=None) -> dict[str, Any]:
+    """The blocks table (and ``classes`` as a ``class`` column) as ``blocks_table(...).to_csv(path,
+    index=False)`` would write it; a long trace inside ``analysis.fanout.using`` is written per
+    iteration range (``iters``: the trace's iterations, where the ranges are cut) on the executor
+    (report.csv_ranges), the same bytes."""
     from .csv_fast import lookup_plan, write_csv_frame  # lazy: see FORMATS
+    from .csv_ranges import write_csv_ranges  # lazy: see FORMATS
 
     # the text of blocks_table(trace, classes).to_csv(path, index=False), at numpy speed: the
     # categorical columns (and the classes, as one) are written from their codes, so no string
@@ -55,6 +61,11 @@ def write_csv(trace: Trace, path: str, classes: pd.Series | None = None, progres
         bid = b["block_id"].to_numpy()
         extra = [("class", lookup_plan(lambda r0, r1: look.codes(bid[r0:r1]), look.values))]
         columns.append("class")
+    if (classes is None or extra[0][1] is not None) and write_csv_ranges(
+            trace, path, None if classes is None else look.values,
+            None if classes is None else (lambda r0, r1: look.codes(bid[r0:r1])), iters=iters,
+            progress=progress):
+        return {"rows": len(b), "columns": columns}
     try:
         write_csv_frame(b, path, extra=extra, progress=progress)
     except ValueError:                 # a class that is not text, or a frame pandas must write
@@ -152,9 +163,9 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         return {**write_snapshot(view, path, classes=cl.value, progress=writing), "pid": pid,
                 "other_processes": others, **_completeness(trace)}
     if fmt == "csv":
-        _, cl = classes()
+        it, cl = classes()
         writing(0.0)
-        return write_csv(trace, path, classes=cl.value, progress=writing)
+        return write_csv(trace, path, classes=cl.value, progress=writing, iters=it.value)
     if fmt == "minimalloc":
         say(None, "the steady iteration")
         return write_minimalloc(trace, path, pid)
