@@ -46,16 +46,18 @@ def using(scheduler: str | None = None, max_workers: int | None = None):
 MIN_BLOCKS = 1_000_000   # a local pool takes seconds to start: below this (~10 M events) serial is faster
 
 
-def min_blocks() -> int:
+def min_blocks(default: int = MIN_BLOCKS) -> int:
+    """``PYINTERPOSE_FANOUT_MIN_BLOCKS``, else ``default`` (an analysis' own floor, MIN_BLOCKS unless said)."""
     try:
-        return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", MIN_BLOCKS))
+        return int(os.environ.get("PYINTERPOSE_FANOUT_MIN_BLOCKS", default))
     except ValueError:
-        return MIN_BLOCKS
+        return default
 
 
-def fannable(trace, n: int) -> bool:
-    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module)."""
-    return _fannable(trace, n)
+def fannable(trace, n: int, floor: int | None = None) -> bool:
+    """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module); ``floor``:
+    the analysis' own least number of blocks on a local pool (:func:`min_blocks` ``(floor)``)."""
+    return _fannable(trace, n, floor)
 
 
 def width() -> int:
@@ -71,6 +73,12 @@ def fan_map(fn, items: list) -> list:
     caller checks :func:`fannable` first; ``fn`` must be a module-level function (pickled by name)."""
     with executor(_settings["scheduler"], _settings["max_workers"], len(items)) as ex:
         return list(ex.map(fn, items))
+
+
+def fan_imap(fn, items: list):
+    """:func:`fan_map` yielding each result in input order as it is taken (not all held at once)."""
+    with executor(_settings["scheduler"], _settings["max_workers"], len(items)) as ex:
+        yield from ex.imap(fn, items)
 
 
 def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[int, int]]:
@@ -102,11 +110,12 @@ def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _fannable(trace, n: int) -> bool:
+def _fannable(trace, n: int, floor: int | None = None) -> bool:
     if _settings is None or n < 2 or not trace.path:
         return False
+    least = min_blocks() if floor is None else min_blocks(floor)
     if not _settings["scheduler"] and ((_settings["max_workers"] or os.cpu_count() or 1) < 2
-                                       or len(trace.blocks) < min_blocks()):
+                                       or len(trace.blocks) < least):
         return False
 
     cached = colcache.read(trace.path)
