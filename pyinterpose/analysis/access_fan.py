@@ -12,7 +12,8 @@ returns its rows' columns; the parent appends them in range order (to files abov
 from them, is the serial pass's.
 
 Fanned out only where it can pay and stay exact: :func:`.fanout.fannable` (a valid cache; on a local pool
-at least :data:`MIN_BLOCKS` blocks, or ``PYINTERPOSE_FANOUT_MIN_BLOCKS``), block ids unique among the
+at least :data:`MIN_BLOCKS` blocks, or ``PYINTERPOSE_FANOUT_MIN_BLOCKS``, and ``--workers N`` or at least
+:data:`MIN_CORES` cores: see the figures beside MIN_BLOCKS), block ids unique among the
 process's blocks (a segment is then one block: no rows of several sizes), and no swap problem reading the
 same pass's rows (``intervals.for_swap``: the serial pass writes them).
 """
@@ -24,9 +25,14 @@ from ..trace.reader import load
 from . import access_spill, fanout, intervals
 from .intervals import INTERVAL_KINDS
 
-# the pool's start (~1 s on a 2-core machine) and each worker's own pass over the accesses cost more than
-# half the pieces save below this: 10 M events (~1.1 M blocks) stay serial (docs/performance.md)
+# On a local pool the pass is fanned out only for a process of at least MIN_BLOCKS blocks
+# (``PYINTERPOSE_FANOUT_MIN_BLOCKS``) and, unless ``--workers`` asks for a number, on a machine of at least
+# MIN_CORES cores.  Each task pays what the serial pass pays once: loading the trace's clock (its ops, ~2.4 s
+# at 100 M events) and a pass over all the accesses (the touches, ~2 s), and the parent takes every
+# row's columns back (~1 GB at 100 M events); only the pieces (~9 s there) divide.  On the 2-core VM that
+# is a loss at 10 M (7.6 s against 6.2) and at 100 M (the pass 18.0 s against 11.4): docs/performance.md.
 MIN_BLOCKS = 4_000_000
+MIN_CORES = 4
 
 _COLS = ("block_id", "size", "start_t", "ati_ns", "kind", "counts_device")
 
@@ -40,6 +46,8 @@ def plan(trace, pid, iters=None):
     over and the dtype of the block ids (the serial pass's), or None for the serial pass."""
     w = fanout.width()
     if w < 2 or intervals.swap_follows(trace) or not fanout.fannable(trace, w, MIN_BLOCKS):
+        return None
+    if not fanout.asked() and w < MIN_CORES:       # the machine's cores on a local pool: too few to pay
         return None
     rows = intervals.block_rows(trace, pid)
     nb = len(rows)

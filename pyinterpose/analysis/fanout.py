@@ -68,6 +68,12 @@ def width() -> int:
     return int(_settings["max_workers"] or os.cpu_count() or 1)
 
 
+def asked() -> bool:
+    """Whether the work goes where the user said: a Dask scheduler, or a number of local workers
+    (``--workers N``) rather than the machine's cores."""
+    return _settings is not None and bool(_settings["scheduler"] or _settings["max_workers"])
+
+
 def fan_map(fn, items: list) -> list:
     """``[fn(i) for i in items]`` on the executor of :func:`using` (results in input order).  The
     caller checks :func:`fannable` first; ``fn`` must be a module-level function (pickled by name)."""

@@ -110,3 +110,25 @@ def test_access_pass_fanned_out_on_dask_equals_serial(long_trace, monkeypatch):
                         env=dict(env, PYINTERPOSE_FANOUT_MIN_BLOCKS="0"))
     assert cp.returncode == 0, cp.stderr[-2000:]
     assert json.loads(cp.stdout) == serial_cli
+
+
+def test_local_pool_fans_out_only_where_it_can_pay(long_trace, monkeypatch):
+    """On a local pool: not below MIN_BLOCKS blocks, nor on fewer than MIN_CORES cores unless --workers asks."""
+    from pyinterpose.analysis import access_fan, fanout
+    from pyinterpose.analysis.iterations import find_iterations
+    from pyinterpose.trace import reader
+
+    _setup(monkeypatch, False)
+    trace = reader.load(long_trace)
+    it = find_iterations(trace, None)
+
+    def planned(workers, cores):
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        with fanout.using(None, workers):
+            return access_fan.plan(trace, it.pid, it) is not None
+    assert not planned(None, 2) and planned(None, access_fan.MIN_CORES) and planned(2, 2)
+    assert not planned(None, 1) and not planned(1, 8)
+    monkeypatch.setenv("PYINTERPOSE_FANOUT_MIN_BLOCKS", str(len(trace.blocks) + 1))
+    assert not planned(2, 8) and not planned(None, 8)
+    monkeypatch.delenv("PYINTERPOSE_FANOUT_MIN_BLOCKS")
+    assert len(trace.blocks) < access_fan.MIN_BLOCKS and not planned(None, 8)
