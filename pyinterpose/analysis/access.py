@@ -26,7 +26,7 @@ from .bandwidth import Bandwidth, resolve_bandwidth
 from .clock import clock_of
 from .iterations import find_iterations
 from .lifetimes import classify
-from . import access_spill, intervals
+from . import access_fan, access_spill, intervals
 from .access_common import _repeat_rows, _share, _step, _top_order, swap_cost_ns  # noqa: F401
 from .search import searchsorted
 from .intervals import INTERVAL_COLUMNS, INTERVAL_KINDS, block_rows as _block_rows  # noqa: F401  (public names)
@@ -302,7 +302,7 @@ def analyze(trace: Trace, bandwidth=None, latency_us: float | None = None, *, pi
         in_blocks = in_blocks & (b["pid"].to_numpy() == pid)
     peak = _peak_unkept(trace, in_blocks)
     clock = clock_of(trace, pid)
-    iv = _StreamedIntervals(trace, pid, int(np.count_nonzero(in_blocks)))
+    iv = _StreamedIntervals(trace, pid, int(np.count_nonzero(in_blocks)), iters)
     block_size = b["size"].to_numpy(np.int64)[in_blocks]       # read after the pass: not held under it
     del in_blocks
     if iv.spilled:
@@ -453,9 +453,13 @@ class _StreamedIntervals:
     rows of several sizes (block ids repeated in the blocks table), then kept per row.  The same values
     in the same order as the table's device rows, so every figure computed from them is the same."""
 
-    def __init__(self, trace: Trace, pid: int | None, n_blocks: int):
+    def __init__(self, trace: Trace, pid: int | None, n_blocks: int, iters=None):
         self.n_blocks = n_blocks
         intervals.release_tables(trace)          # what the steps before read (the clock, the live bytes)
+        fan = access_fan.plan(trace, pid, iters)     # inside fanout.using: the pass per range of blocks
+        if fan is not None:
+            self._fanned(trace, pid, *fan)
+            return
         tc = intervals.touches(trace, pid)
         dev_b = trace.blocks["counts_device"].to_numpy(bool)[tc.rows]
         n = 0               # the device rows: a range of blocks at a time (no int64 arrays per block)
@@ -582,6 +586,20 @@ class _StreamedIntervals:
         del done, row_sizes
         if self.spilled:
             give_back()     # the pass's freed heap (the touches, the pieces): not kept under the next steps
+
+    def _fanned(self, trace: Trace, pid, ranges, ub_t) -> None:
+        """The pass fanned out per range of blocks (:mod:`.access_fan`): the same columns."""
+        access_fan.run(self, trace, pid, ranges, ub_t)
+        intervals.release_tables(trace)
+        n = self.n
+        self.ati = _Rows([self.ati_col])
+        self.bid = _SegRows(self.ub, self.seg, n)
+        del self.ub
+        self.size = _SegRows(self.seg_size_i, self.seg, n)       # block ids unique: one size a segment
+        self.kinds = [(i, k) for i, k in enumerate(INTERVAL_KINDS) if self.n_kind[i]]
+        self.uniform = len(self.seg) == self.n_blocks
+        if self.spilled:
+            give_back()
 
     @property
     def seg_size(self) -> np.ndarray:

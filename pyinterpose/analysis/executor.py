@@ -59,6 +59,20 @@ class _DaskExecutor:
         futures = self.client.map(fn, list(items), pure=False)
         return self.client.gather(futures)
 
+    def imap(self, fn, items):
+        """``map`` yielding each result in input order as it is taken (its future then let go)."""
+        futures = self.client.map(fn, list(items), pure=False)
+        try:
+            for i, f in enumerate(futures):
+                r = f.result()
+                f.release()
+                futures[i] = None
+                yield r
+        finally:
+            for f in futures:
+                if f is not None:
+                    f.cancel()
+
     def close(self):
         self.client.close()
 
@@ -75,6 +89,9 @@ class _PoolExecutor:
     def map(self, fn, items):
         return list(self.pool.map(fn, items))
 
+    def imap(self, fn, items):
+        yield from self.pool.map(fn, items)
+
     def close(self):
         self.pool.shutdown(wait=True, cancel_futures=True)
 
@@ -83,13 +100,18 @@ class _InlineExecutor:
     def map(self, fn, items):
         return [fn(i) for i in items]
 
+    def imap(self, fn, items):
+        for i in items:
+            yield fn(i)
+
     def close(self):
         pass
 
 
 @contextlib.contextmanager
 def executor(scheduler: str | None = None, max_workers: int | None = None, n_items: int | None = None):
-    """An object with ``map(fn, items) -> list`` (input order): Dask when ``scheduler`` names one,
+    """An object with ``map(fn, items) -> list`` (input order; ``imap``: the same results yielded one at
+    a time, in input order, as they are taken): Dask when ``scheduler`` names one,
     else a local process pool (this process alone for a single item or ``max_workers=1``)."""
     if scheduler:
         ex = _DaskExecutor(scheduler)

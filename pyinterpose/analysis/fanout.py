@@ -61,9 +61,9 @@ def min_blocks(default: int = MIN_BLOCKS) -> int:
         return default
 
 
-def fannable(trace, n: int, floor: int = MIN_BLOCKS) -> bool:
+def fannable(trace, n: int, floor: int | None = None) -> bool:
     """Whether ``n`` tasks of this trace go to the executor of :func:`using` (see the module); ``floor``:
-    the fewest blocks for which a local pool pays (``EXPORT_MIN_BLOCKS`` for an export's ranges)."""
+    the analysis' own least number of blocks on a local pool (:func:`min_blocks` ``(floor)``)."""
     return _fannable(trace, n, floor)
 
 
@@ -75,11 +75,23 @@ def width() -> int:
     return int(_settings["max_workers"] or os.cpu_count() or 1)
 
 
+def asked() -> bool:
+    """Whether the work goes where the user said: a Dask scheduler, or a number of local workers
+    (``--workers N``) rather than the machine's cores."""
+    return _settings is not None and bool(_settings["scheduler"] or _settings["max_workers"])
+
+
 def fan_map(fn, items: list) -> list:
     """``[fn(i) for i in items]`` on the executor of :func:`using` (results in input order).  The
     caller checks :func:`fannable` first; ``fn`` must be a module-level function (pickled by name)."""
     with executor(_settings["scheduler"], _settings["max_workers"], len(items)) as ex:
         return list(ex.map(fn, items))
+
+
+def fan_imap(fn, items: list):
+    """:func:`fan_map` yielding each result in input order as it is taken (not all held at once)."""
+    with executor(_settings["scheduler"], _settings["max_workers"], len(items)) as ex:
+        yield from ex.imap(fn, items)
 
 
 def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[int, int]]:
@@ -111,11 +123,12 @@ def row_ranges(trace, n: int, pid: int | None = None, iters=None) -> list[tuple[
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def _fannable(trace, n: int, floor: int = MIN_BLOCKS) -> bool:
+def _fannable(trace, n: int, floor: int | None = None) -> bool:
     if _settings is None or n < 2 or not trace.path:
         return False
+    least = min_blocks() if floor is None else min_blocks(floor)
     if not _settings["scheduler"] and ((_settings["max_workers"] or os.cpu_count() or 1) < 2
-                                       or len(trace.blocks) < min_blocks(floor)):
+                                       or len(trace.blocks) < least):
         return False
 
     cached = colcache.read(trace.path)

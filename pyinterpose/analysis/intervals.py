@@ -109,11 +109,20 @@ def touches(trace: Trace, pid: int | None) -> Touches:
     return _touches(trace, pid)
 
 
-def _touches(trace: Trace, pid: int | None) -> Touches:
+def touches_of(trace: Trace, pid: int | None, r0: int, r1: int) -> Touches:
+    """The touches of the process's blocks ``block_rows(trace, pid)[r0:r1]`` only (a worker's range of
+    blocks, :mod:`.access_fan`): the same pass over the accesses, those of other blocks ignored; the
+    pieces of these touches are the rows the whole table holds for those blocks."""
+    return _touches(trace, pid, (int(r0), int(r1)))
+
+
+def _touches(trace: Trace, pid: int | None, part: tuple[int, int] | None = None) -> Touches:
     from .._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     b = trace.blocks
     rows = block_rows(trace, pid)
+    if part is not None:
+        rows = rows[part[0]:part[1]]
     nb = len(rows)
     n_all = len(b)
 

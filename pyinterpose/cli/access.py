@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--pid", type=A.count(), help="process to analyse (default: the one with most allocations)")
     p.add_argument("--top", type=A.count(), default=10, metavar="N", help="outliers listed (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from .summary import add_job_options
+
+    add_job_options(p)      # --scheduler / --workers: a long process's interval pass per range of blocks
     p.set_defaults(func=run)
 
 
@@ -38,7 +41,10 @@ def run(args) -> int:
     if args.pid is not None and args.pid not in trace.pids:
         raise PyinterposeError(f"no process {args.pid} in the trace (processes: "
                                f"{', '.join(map(str, trace.pids)) or 'none'})")
-    with A.working(args, "analysing accesses"):
+    from ..analysis import fanout, job
+
+    with fanout.using(job.scheduler_address(args.scheduler), args.workers), \
+            A.working(args, "analysing accesses"):   # the interval pass per range of blocks (access_fan)
         r = analyze(trace, bandwidth=args.bandwidth, latency_us=args.latency_us, pid=args.pid,
                     ati_quantile=args.ati_quantile, size_quantile=args.size_quantile, top=args.top)
     if args.json:
