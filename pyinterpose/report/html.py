@@ -244,7 +244,7 @@ def start_swap(ctx: ReportContext, later) -> None:
 def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded.Result, guarded.Result]:
     """A long run's swap work, every other section built: the evaluation, then the Pareto sweep, each
     through the swap analysis' own entry point on the prepared problem, so with its own policy for a
-    long trace (``swap.evaluate``: the runs one at a time, each order made when first needed and let go
+    long trace (``swap.evaluate``: the runs two at a time, each order made when first needed and let go
     after its last run; the same values as :class:`~pyinterpose.analysis.swap.SwapWork`'s, which keeps
     every order for both: at 100 M events ~1 GB more), and ``swap.pareto`` (one budget at a time on a long
     trace), the sweep first (the vote orders' shared inputs made once for both).  The problem holds what the
@@ -259,9 +259,11 @@ def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded
     # lets it go once its own orders are made; made again, ~5 s at 100 M events)
     sweep = guarded._call("swap", "pareto", trace, problem=sp.value)
     give_back()
-    # one run at a time (the swap command's two at a time, with the other sections' results held, peaked
-    # the report at 4211 MiB at 100 M events: issue 30, memory first)
-    return guarded._call("swap", "evaluate", trace, problem=sp.value, long_workers=1), sweep
+    # two runs at a time, as the swap command (swap.LONG_WORKERS).  Before swap32 made the problem smaller
+    # that peaked the report at 4211 MiB at 100 M events, so it ran one at a time; now the report peaks in the
+    # sweep either way (3408-3435 MiB two at a time against 3448-3488 one at a time, alternated), and the
+    # report takes 107-110 s against 116-121 s (issue 30: 120 s)
+    return guarded._call("swap", "evaluate", trace, problem=sp.value), sweep
 
 
 def _give_back(trace: Trace, later, heap: bool = False) -> None:

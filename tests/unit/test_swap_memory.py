@@ -418,7 +418,7 @@ def test_long_sweep_schedules_one_at_a_time(monkeypatch):
 
 def test_long_evaluation_runs_on_the_workers_asked_for(monkeypatch):
     """On a long trace the evaluation runs on LONG_WORKERS threads, or on the caller's alone with
-    long_workers=1 (the report's), with the same results."""
+    long_workers=1, with the same results."""
     import os
     import sys
     import threading
