@@ -105,6 +105,19 @@ def run_cli(*args, env=None, timeout=300, input=None):
                           env=e, timeout=timeout, input=input)
 
 
+def log_fanned_tasks(monkeypatch, module, name: str, log: str, fields: tuple[int, int]) -> None:
+    """Replace the fan-out task ``module.name`` by one that first appends its item's two ``fields`` (a
+    range's bounds) to the file ``log``: a Dask worker runs a copy of the task, so it says what it ran
+    through a file."""
+    real = getattr(module, name)
+
+    def logged(item, log=log, real=real, fields=fields):
+        with open(log, "a") as f:
+            f.write(f"{item[fields[0]]} {item[fields[1]]}\n")
+        return real(item)
+    monkeypatch.setattr(module, name, logged)
+
+
 @pytest.fixture
 def capture(tmp_path):
     """capture(cmd, *run_options) -> (trace_path, CompletedProcess) using --simulated-gpu."""

@@ -98,6 +98,16 @@ def _group_codes(codes: np.ndarray, names: np.ndarray, live: np.ndarray, size: n
     return {k: {"peak_live_bytes": v[0], "bytes": v[1], "blocks": v[2]} for k, v in sorted(out.items())}
 
 
+def _device_columns(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(device mask, bytes each block holds at the peak, size, the device rows, their stack ids: -1 none)."""
+    b = trace.blocks
+    dev = b["counts_device"].to_numpy(bool)
+    _, live = peak_bytes_per_block(trace)
+    rows = np.flatnonzero(dev)
+    sid = b["stack_id"].to_numpy(np.int64)[rows] if "stack_id" in b else np.full(len(rows), -1, np.int64)
+    return dev, live, b["size"].to_numpy(np.int64), rows, sid
+
+
 def profile(trace: Trace, label: str) -> dict[str, Any]:
     """The tables :func:`diff` compares, for one trace (plain values).  A long trace (more than
     ``LEAN_BLOCKS`` blocks) is profiled from its columns, grouped by codes (:func:`_profile_lean`)."""
@@ -107,11 +117,7 @@ def profile(trace: Trace, label: str) -> dict[str, Any]:
             return lean
 
     b = trace.blocks
-    dev = b["counts_device"].to_numpy(bool)
-    _, live = peak_bytes_per_block(trace)
-    size = b["size"].to_numpy(np.int64)
-    rows = np.flatnonzero(dev)
-    sid = b["stack_id"].to_numpy(np.int64)[rows] if "stack_id" in b else np.full(len(rows), -1, np.int64)
+    dev, live, size, rows, sid = _device_columns(trace)
     owners = block_owners(trace).astype(str).to_numpy()[rows].astype(object)
     owners[owners == ""] = "(unknown)"
     res, res_src = reserved(trace)
@@ -159,11 +165,7 @@ def _profile_lean(trace: Trace, label: str) -> dict[str, Any] | None:
     if it.pid is not None and codes is None:
         return None
     b = trace.blocks
-    dev = b["counts_device"].to_numpy(bool)
-    _, live = peak_bytes_per_block(trace)
-    size = b["size"].to_numpy(np.int64)
-    rows = np.flatnonzero(dev)
-    sid = b["stack_id"].to_numpy(np.int64)[rows] if "stack_id" in b else np.full(len(rows), -1, np.int64)
+    dev, live, size, rows, sid = _device_columns(trace)
     lr, sr = live[rows], size[rows]
     uniq, inv = np.unique(sid, return_inverse=True)
     texts = np.array([call_site(trace, int(s)) if s >= 0 else "" for s in uniq.tolist()], dtype=object)

@@ -12,17 +12,14 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, log_fanned_tasks, run_cli
 
 
 @pytest.fixture(scope="module")
 def long_trace(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fanaccess")
-    path = str(d / "t.pit")
-    e = dict(os.environ, PYTHONPATH=ROOT)
-    r = subprocess.run([sys.executable, "-m", "pyinterpose", "run", "-q", "--simulated-gpu", "-o", path, "--",
-                        sys.executable, "-m", "pyinterpose.examples.simtrain", "--steps", "12"],
-                       capture_output=True, text=True, env=e, timeout=300)
+    path = str(tmp_path_factory.mktemp("fanaccess") / "t.pit")
+    r = run_cli("run", "-q", "--simulated-gpu", "-o", path, "--", sys.executable, "-m",
+                "pyinterpose.examples.simtrain", "--steps", "12", env={"PYTHONPATH": ROOT})
     assert r.returncode == 0, r.stderr[-2000:]
     return path
 
@@ -91,13 +88,7 @@ def test_access_pass_fanned_out_on_dask_equals_serial(long_trace, monkeypatch):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         log = long_trace + ".tasks"                  # the task is serialized to the workers: they log to a file
-        real = access_fan.range_task
-
-        def logged(item, log=log, real=real):
-            with open(log, "a") as f:
-                f.write(f"{item[2]} {item[3]}\n")
-            return real(item)
-        monkeypatch.setattr(access_fan, "range_task", logged)
+        log_fanned_tasks(monkeypatch, access_fan, "range_task", log, (2, 3))
         with fanout.using(cluster.scheduler_address, 2):
             assert json.dumps(access.analyze(trace, bandwidth=25)) == json.dumps(serial)
         done = sorted(tuple(map(int, x.split())) for x in open(log).read().splitlines())

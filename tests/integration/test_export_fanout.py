@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, log_fanned_tasks
 
 SAMPLES = ["torch-cnn-blocks.pit", "jax-attn-blocks.pit", "loader-blocks.pit", "graphs-blocks.pit",
            "torch-cnn-reserved.pit"]
@@ -87,12 +87,7 @@ def test_csv_fanned_out_on_dask_is_the_serial_csv(cached, tmp_path, monkeypatch)
     monkeypatch.setenv("PYINTERPOSE_FANOUT_MIN_BLOCKS", "0")
     log = str(tmp_path / "tasks")
     real = csv_ranges.csv_range_task
-
-    def logged(item, log=log, real=real):
-        with open(log, "a") as f:
-            f.write(f"{item[3]} {item[4]}\n")
-        return real(item)
-    monkeypatch.setattr(csv_ranges, "csv_range_task", logged)
+    log_fanned_tasks(monkeypatch, csv_ranges, "csv_range_task", log, (3, 4))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         for name in ("torch-cnn-blocks.pit", "jax-attn-blocks.pit"):
