@@ -370,7 +370,13 @@ class Process:
         w_t = t_col[watch].tolist()
         OA, OF, OS, OM, OW = O.ALLOC, O.FREE, O.SITE, O.MARKER, O.WINDOW
         for j, i in enumerate(watch.tolist()):
+            on_marker = False
             while ti < len(toggle_at) and toggle_at[ti] <= i:
+                if toggle_at[ti] == i and w_op[j] == O.MARKER and not self.open:
+                    # a window that opens at a step's marker begins with that step (as range "steps" opens
+                    # after its marker): opened once the marker is counted, below
+                    on_marker = True
+                    break
                 cut(toggle_at[ti])
                 self._set_open(not self.open, int(t_col[toggle_at[ti]]), out, batch.dtype)
                 ti += 1
@@ -391,6 +397,9 @@ class Process:
             elif o == OM:
                 cut(i)
                 self._marker(w_t[j])
+                if on_marker:
+                    self._set_open(True, w_t[j], out, batch.dtype)
+                    ti += 1
                 if flight:
                     self._new_chunk()
                 elif self.cfg.range == "steps":

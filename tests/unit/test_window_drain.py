@@ -193,3 +193,22 @@ def test_a_signal_window_opens_at_the_first_record_after_the_signal():
     assert not np.isin(recs[350:400]["seq"][recs[350:400]["op"] == O.LAUNCH], got["seq"]).any()
     info = w.side_tables()[0]["processes"][0]["windows"][0]
     assert (info["start_ns"], info["end_ns"]) == (int(t[400]), int(t[901]))
+
+
+def test_a_signal_window_opened_at_a_marker_starts_with_that_markers_step():
+    """The first record after the signal is a step's marker (the signal landed between the last op of step S
+    and the marker of step S+1): the window holds nothing of step S, so its first step is S+1, as a window
+    opened on a marker by --capture-range steps says (seen in CI: the window's steps were numbered one low,
+    so step S+1's leak was compared with the full capture's step S)."""
+    recs = _program(steps=100, window=(999, 999))
+    marks = np.flatnonzero(recs["op"] == O.MARKER)
+    for s, k in ((30, int(marks[30])), (31, int(marks[31]) + 1)):   # on step 30's marker; just after 31's
+        w = Windows("range", range="signal")
+        w.toggle(int(recs["t_ns"][k]) - 1)
+        got = np.concatenate(w.feed(7, recs.copy()))
+        info = w.side_tables()[0]["processes"][0]["windows"][0]
+        assert info["start_ns"] == int(recs["t_ns"][k])
+        assert info["start_step"] == s
+        # the trace's first marker is the first step's when the window opened on it, the next one's otherwise
+        first_marker = int(got["seq"][got["op"] == O.MARKER][0])
+        assert first_marker == int(recs["seq"][marks[s if k == marks[s] else s + 1]])
