@@ -108,6 +108,17 @@ def _device_columns(trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     return dev, live, b["size"].to_numpy(np.int64), rows, sid
 
 
+def _step_rows(it, peaks: np.ndarray, seq_alloc: np.ndarray, size_f: np.ndarray) -> list[dict]:
+    """Per regular step: its peak live bytes, and the device allocations (``seq_alloc``, ``size_f``: the
+    process's device blocks) made in it and their bytes."""
+    k = it.iteration_of(seq_alloc)
+    ok = k >= 0
+    n_alloc = np.bincount(k[ok], minlength=it.count)[:it.count]
+    n_bytes = np.bincount(k[ok], weights=size_f[ok], minlength=it.count)[:it.count]
+    return [{"step": i, "peak_live_bytes": int(peaks[i]), "blocks": int(n_alloc[i]),
+             "bytes": int(round(n_bytes[i]))} for i in range(int(it.count))]
+
+
 def profile(trace: Trace, label: str) -> dict[str, Any]:
     """The tables :func:`diff` compares, for one trace (plain values).  A long trace (more than
     ``LEAN_BLOCKS`` blocks) is profiled from its columns, grouped by codes (:func:`_profile_lean`)."""
@@ -141,13 +152,7 @@ def profile(trace: Trace, label: str) -> dict[str, Any]:
         out["iterations"] = int(it.count)
         pb = b[(b["pid"].to_numpy() == it.pid) & dev]
         peaks = per_iteration_peaks(pb, np.asarray(it.boundaries_t, np.int64))
-        sa = pb["seq_alloc"].to_numpy(np.int64)
-        k = it.iteration_of(sa)
-        ok = k >= 0
-        n_alloc = np.bincount(k[ok], minlength=it.count)[:it.count]
-        n_bytes = np.bincount(k[ok], weights=pb["size"].to_numpy(np.float64)[ok], minlength=it.count)[:it.count]
-        out["steps"] = [{"step": i, "peak_live_bytes": int(peaks[i]), "blocks": int(n_alloc[i]),
-                         "bytes": int(round(n_bytes[i]))} for i in range(int(it.count))]
+        out["steps"] = _step_rows(it, peaks, pb["seq_alloc"].to_numpy(np.int64), pb["size"].to_numpy(np.float64))
     return out
 
 
@@ -204,13 +209,7 @@ def _profile_lean(trace: Trace, label: str) -> dict[str, Any] | None:
         mask = np.zeros(len(b), bool)
         mask[mine] = True
         peaks = masked_peaks(trace, mask, bt).per_window
-        sa = b["seq_alloc"].to_numpy(np.int64)[pos]
-        k = it.iteration_of(sa)
-        ok = k >= 0
-        n_alloc = np.bincount(k[ok], minlength=it.count)[:it.count]
-        n_bytes = np.bincount(k[ok], weights=size[pos].astype(np.float64)[ok], minlength=it.count)[:it.count]
-        out["steps"] = [{"step": i, "peak_live_bytes": int(peaks[i]), "blocks": int(n_alloc[i]),
-                         "bytes": int(round(n_bytes[i]))} for i in range(int(it.count))]
+        out["steps"] = _step_rows(it, peaks, b["seq_alloc"].to_numpy(np.int64)[pos], size[pos].astype(np.float64))
     return out
 
 

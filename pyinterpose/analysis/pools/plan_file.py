@@ -25,6 +25,7 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ...trace.model import Trace
 from ...trace.plan_format import ALIGNMENT, FORMAT, VERSION, check, owner_hash
+from ..owners import _str_rows, _text
 from .planners import PLANNERS, plan as run_planner
 from .cyclic import rotate
 from .problem import load
@@ -47,39 +48,19 @@ def _file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _text_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """(codes, names): ``col.astype(str)`` is ``names[codes]`` row by row, computed once per distinct
-    value (a categorical's own codes; a missing value reads "nan", as astype(str) gives).  Issue 30: no
-    Python string per row of a 100 M-event trace's ~11 M blocks."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        codes, names = col.cat.codes.to_numpy(), [str(x) for x in col.cat.categories]
-    else:
-        codes, uniq = pd.factorize(col.astype(str))
-        names = [str(u) for u in uniq]
-    if (codes < 0).any():
-        codes = np.where(codes < 0, len(names), codes)
-        names = names + ["nan"]
-    return codes, names
-
-
-def _is_in(col: pd.Series, wanted) -> np.ndarray:
-    """``col.astype(str).isin(wanted)`` per row, from :func:`_text_codes`."""
-    codes, names = _text_codes(col)
-    return np.array([n in wanted for n in names] + [False], bool)[codes]
-
-
 def servable(trace: Trace, pid: int) -> pd.DataFrame:
     """The process's requests the shim can serve, in allocation order: block_id, size, owner, site,
     seq_alloc, seq_free, freed.  ``owner`` is categorical (its text per distinct owner)."""
     b = trace.blocks
-    m = (b["pid"].to_numpy() == pid) & _is_in(b["kind"], SERVED_KINDS) & _is_in(b["api"], SERVED_APIS) \
+    m = (b["pid"].to_numpy() == pid) & _str_rows(b["kind"], lambda k: k in SERVED_KINDS) \
+        & _str_rows(b["api"], lambda a: a in SERVED_APIS) \
         & (b["size"].to_numpy() > 0)
     rows = np.flatnonzero(m)
     cols = ["block_id", "size", "seq_alloc", "seq_free", "freed"]
     r = pd.DataFrame({c: b[c].to_numpy()[rows] for c in cols})
     if "owner" in b:
-        codes, names = _text_codes(b["owner"])
-        codes = codes[rows]
+        codes, names = _text(b["owner"])          # the owners' texts once per category ("nan": missing)
+        codes, names = codes[rows], names.tolist()
     else:
         codes, names = np.zeros(len(rows), np.int8), [""]
     # equal texts (a category "nan" and a missing value) share one code, so that the categories are distinct
@@ -162,7 +143,7 @@ def _unservable_note(trace: Trace, pid: int, req: pd.DataFrame) -> str:
     total = int(size[dev].sum())
     if total == 0 or int(req["size"].sum()) * 2 >= total:
         return ""
-    vmm = int(size[dev & _is_in(b["kind"], ("vmm", "vmm_create"))].sum())
+    vmm = int(size[dev & _str_rows(b["kind"], lambda k: k in ("vmm", "vmm_create"))].sum())
     what = (" through VMM (cuMemCreate + cuMemMap: JAX's platform allocator, PyTorch's expandable segments)"
             if vmm * 2 > total else " through functions --apply does not serve (managed, pitched, VMM)")
     return (f" -- and {100 * (total - int(req['size'].sum())) / total:.0f} % of this process's device bytes "
