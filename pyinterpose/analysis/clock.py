@@ -142,7 +142,17 @@ class Clock:
         if self._ops is None and trace is not None and t.size <= chunk_rows():
             # up to a piece of events (iteration boundaries): the frontier read in pieces, no full-length ops
             return np.maximum(t, frontier_at(trace, self.pid, np.asarray(seq, dtype=np.int64)))
-        k = searchsorted(self.ops.seq, np.asarray(seq, dtype=np.int64), side="left") - 1
+        seq = np.asarray(seq, dtype=np.int64)
+        if t.ndim == 1 and len(t) > REPLAY_PIECE:
+            # a piece at a time into the answer (issue 30: three temporaries of the events' length otherwise)
+            out = np.empty(len(t), np.int64)
+            for lo in range(0, len(t), REPLAY_PIECE):
+                out[lo:lo + REPLAY_PIECE] = self._host_piece(seq[lo:lo + REPLAY_PIECE], t[lo:lo + REPLAY_PIECE])
+            return out
+        return self._host_piece(seq, t)
+
+    def _host_piece(self, seq: np.ndarray, t: np.ndarray) -> np.ndarray:
+        k = searchsorted(self.ops.seq, seq, side="left") - 1
         f = np.where(k >= 0, self.ops.frontier[np.maximum(k, 0)], -1) if len(self.ops.seq) else np.full(len(t), -1)
         return np.maximum(t, f)
 
@@ -180,11 +190,26 @@ class Clock:
         o = self.ops
         n = len(o.seq)
         if self.device:
-            timed = o.timed
-            h = self.host_times(o.seq, o.t)
-            start = np.where(timed, o.start, h).astype(np.float64)
-            dur = np.where(timed, o.end - o.start, 0).astype(np.float64)
-            _, stream = np.unique(o.stream, return_inverse=True)
+            # a piece of ops at a time into the answer's arrays (issue 30: the whole-length temporaries were
+            # ~0.65 GB at 100 M events, the swap preparation's peak); the streams numbered as np.unique's
+            # inverse numbers them (the rank of each handle among the distinct ones), the same values
+            start = np.empty(n, np.float64)
+            dur = np.empty(n, np.float64)
+            stream = np.empty(n, np.int32)
+            handles = np.zeros(0, np.asarray(o.stream).dtype)
+            for lo in range(0, n, REPLAY_PIECE):
+                handles = np.union1d(handles, np.unique(o.stream[lo:lo + REPLAY_PIECE]))
+            for lo in range(0, n, REPLAY_PIECE):
+                sl = slice(lo, min(lo + REPLAY_PIECE, n))
+                timed = o.timed[sl]
+                h = self.host_times(o.seq[sl], o.t[sl])
+                start[sl] = np.where(timed, o.start[sl], h)
+                dur[sl] = np.where(timed, o.end[sl] - o.start[sl], 0)
+                stream[sl] = np.searchsorted(handles, o.stream[sl])
+                del timed, h
+                for col in (o.t, o.start, o.end, o.stream):      # ops in files (a long trace): read once here
+                    release(col, sl.start, sl.stop)
+            return {"seq": o.seq, "start": start, "dur": dur, "stream": stream}
         else:
             start = o.t.astype(np.float64)
             dur = np.zeros(n, np.float64)
@@ -192,6 +217,9 @@ class Clock:
                 dur[:-1] = np.maximum(np.diff(start), 0.0)
             stream = np.zeros(n, np.int64)
         return {"seq": o.seq, "start": start, "dur": dur, "stream": stream.astype(np.int32)}
+
+
+REPLAY_PIECE = 1 << 20      # ops at a time in Clock.replay_ops
 
 
 def _ops(trace, pid: int | None, device: bool) -> Ops:

@@ -119,6 +119,7 @@ from .schedule import (  # noqa: F401  (the public API, and names the tests read
 )
 
 from .validate import validate_schedule  # noqa: F401,E402
+from .ondisk import kept, release  # noqa: E402
 from .fallback import no_worse  # noqa: E402
 
 
@@ -280,7 +281,7 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
             for k in keys:
                 _order(problem, *k)
             for t in shared:
-                problem.memo[("packed", t)] = _pack(problem, t)
+                _keep_pack(problem, t)
             return [run(r) for r in runs]
         with ThreadPoolExecutor(max_workers=workers) as ex:
             list(ex.map(lambda k: _order(problem, *k), keys))
@@ -349,7 +350,7 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
 
     try:
         for t in shared:
-            problem.memo[("packed", t)] = _pack(problem, t)
+            _keep_pack(problem, t)
         if workers <= 1:
             return [one(r) for r in runs]
         _cand_arrays(problem)   # what every run reads, made once before the threads
@@ -358,6 +359,13 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
     finally:
         for t in shared:
             problem.memo.pop(("packed", t), None)
+
+
+def _keep_pack(problem: SwapProblem, t: int) -> None:
+    """The scheduler's packed input at target ``t``, kept for the runs that share it (in files when
+    the problem is on disk: :mod:`.ondisk`)."""
+    problem.memo[("packed", t)] = kept(problem, _pack(problem, t))
+    release(problem)
 
 
 def _prime_votes(problem: SwapProblem) -> None:
@@ -379,6 +387,7 @@ def _prime_votes(problem: SwapProblem) -> None:
         # candidate go (issue 30: 16 bytes a candidate; asked again, made again)
         for k in (("rank", "doa"), ("rank", "aoa")):
             problem.memo.pop(k, None)
+    release(problem)
 
 
 def evaluate(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,
@@ -489,7 +498,7 @@ class SwapWork:
                 _prime_votes(self.problem)
                 for mode, t in (("budget", self._budget), ("no-overhead", 0)):   # each shared by six runs
                     if _loops(self.problem, mode, t):
-                        self.problem.memo[("packed", t)] = _pack(self.problem, t)
+                        _keep_pack(self.problem, t)
                 self._is_primed = True
 
     def work(self) -> None:

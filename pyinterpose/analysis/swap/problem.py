@@ -12,6 +12,7 @@ from ...heap import give_back
 from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
 from ..search import searchsorted
+from . import ondisk
 
 
 # access/iterations/clock are imported in the functions that use them: the cli reads STRATEGIES and
@@ -340,6 +341,12 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
         prev_op, next_op = _narrow(prev_op), _narrow(next_op)
     cols = {"block_id": kept(iv_bid), "size": kept(iv_size), "start_t": kept(iv_start), "end_t": kept(iv_end)}
     del iv, iv_size, iv_start, iv_end, iv_bid, keep
+    if ondisk.wanted(len(cols["size"])):
+        # a long trace's candidates in files before the step function's sort (.ondisk: issue 30)
+        cols = {k: ondisk.to_file(v) for k, v in cols.items()}
+        lab = ondisk.to_file(lab)
+        if not synthetic:
+            prev_op, next_op = ondisk.to_file(prev_op), ondisk.to_file(next_op)
     steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
     del blocks
     if synthetic:
@@ -375,9 +382,12 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     if lo_f is not lo:
         del lo, hi
     lo_f, hi_f = (lo_f, hi_f) if len(live) >= 2 ** 31 - 1 else (lo_f.astype(np.int32), hi_f.astype(np.int32))
-    return SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, ev_d=ev_d,
-                       candidates=c, peak_before=peak, floor=floor, span_ns=span,
-                       lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
+    p = SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, ev_d=ev_d,
+                    candidates=c, peak_before=peak, floor=floor, span_ns=span,
+                    lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
+    if ondisk.wanted(len(c)):       # a long trace's problem in files, mapped (issue 30)
+        ondisk.put_on_disk(p)
+    return p
 
 
 def _ops_of_intervals(ops: dict, iv: pd.DataFrame, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -484,8 +494,12 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
             blocks[t] = clock.host_times(tb[sq].to_numpy()[rows], blocks[t].to_numpy())
         t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
     del rows
+    if long:
+        pages.release_tables(trace)     # the blocks' mapped columns read above, not resident through the ops
     ops, clock_keys, clock_note = clock.replay_ops(), clock.as_dict(), clock.note
     if long:
+        # the replay's ops in files (.ondisk), not resident through the build (issue 30: ~0.33 GB at 100 M events)
+        ops = {k: ondisk.to_file(v) for k, v in ops.items()}
         # the problem holds what the runs read of the clock (its replay ops): the clock's own ops go
         # now, not after the problem is built (issue 30: ~0.45 GB at 100 M events, resident through
         # the build's peak otherwise; every caller let it go right after; asked again, made again)

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from .ondisk import kept
 from .problem import _peak_after
 
 TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
@@ -73,7 +74,7 @@ def streams(problem) -> dict:
         return m["replay_streams"]
     with _STREAMS:          # made once when two runs replay at once (issue 30: ~0.6 GB at 100 M events)
         if "replay_streams" not in m:
-            m["replay_streams"] = _streams(problem)
+            m["replay_streams"] = kept(problem, _streams(problem))
             # the ops' seq and stream columns are read only to make the streams (issue 30: 12 bytes
             # an op, ~0.18 GB at 100 M events, held through every run otherwise)
             for k in ("seq", "stream"):

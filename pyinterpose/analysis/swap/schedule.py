@@ -12,6 +12,7 @@ from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
 from .problem import (COLUMN_PIECE, MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside, column,
                        search_steps, step_f)
+from .ondisk import kept, release
 from .strategies import _order
 from .validate import validate_schedule
 from .replay import replay
@@ -79,7 +80,7 @@ def _cand_arrays(problem: SwapProblem) -> dict:
             t_in = column(problem, "t_in_ns", rows).astype(np.float64, copy=False)
             hides[lo:lo + len(rows)] = start <= end - t_in - t_out   # the C loop's own test, same expression
         a["hides"] = hides
-        m["cand_arrays"] = a
+        m["cand_arrays"] = kept(problem, a)
     return m["cand_arrays"]
 
 
@@ -311,6 +312,7 @@ def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | N
     if problems:
         raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
     rp = replay(problem, sched, cand)
+    release(problem)        # a problem on disk: what this run read of it goes back (.ondisk)
     return SwapResult(strategy=strategy, mode=mode,
                       budget=score_budget if mode == "budget" else budget,
                       peak_before=problem.peak_before,

@@ -7,6 +7,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
+from .ondisk import kept
 from .problem import (STRATEGIES, SwapProblem, column, search_steps, step_f, with_derived)
 
 
@@ -80,9 +81,10 @@ def _points_steps(problem: SwapProblem, pa, pb) -> tuple[np.ndarray, np.ndarray]
     if got is not None and got[0] is pa[0] and got[1] is pb[0]:
         return got[2], got[3]
     need, where = np.unique(np.concatenate([pa[0], pb[0]]), return_inverse=True)
-    kept = m.get("wdoa_points")
-    if kept is not None and kept[1][0] is pa[0] and kept[2][0] is pb[0]:
-        m["wdoa_steps"] = (pa[0], pb[0], need, where)
+    points = m.get("wdoa_points")
+    if points is not None and points[1][0] is pa[0] and points[2][0] is pb[0]:
+        m["wdoa_steps"] = kept(problem, (pa[0], pb[0], need, where))
+        return m["wdoa_steps"][2], m["wdoa_steps"][3]
     return need, where
 
 
@@ -105,7 +107,7 @@ def _wdoa_points(problem: SwapProblem):
             k = np.clip(search_steps(problem, x, "right") - 1, 0, n - 1)
             return k, np.minimum(x, last) - step_f(problem, k), x < first, x >= last
 
-        m["wdoa_points"] = (hides, points(np.minimum(a, b)), points(b))
+        m["wdoa_points"] = kept(problem, (hides, points(np.minimum(a, b)), points(b)))
     return m["wdoa_points"]
 
 
@@ -160,7 +162,7 @@ def _rank(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
         by = m.get("tie_order") if strategy == "doa" else None
         r = _rank_desc_min(_scores(problem, strategy, budget), by)
         r.flags.writeable = False
-        m[key] = r
+        m[key] = kept(problem, r)
     return m[key]
 
 
@@ -221,9 +223,9 @@ def _tie_order(problem: SwapProblem) -> np.ndarray:
             # the candidates are made block by block, each block's in time order: then the rows'
             # own order breaks DOA's ties as (block, start) would, and one stable sort of -DOA
             # gives the lexsort's order (issue 30: two of its three passes, ~3 s at 100 M events)
-            m["tie_order"] = _indices(np.argsort(-column(problem, "doa_ns"), kind="stable"))
+            m["tie_order"] = kept(problem, _indices(np.argsort(-column(problem, "doa_ns"), kind="stable")))
         else:
-            m["tie_order"] = _indices(np.lexsort((start, blk, -column(problem, "doa_ns"))))
+            m["tie_order"] = kept(problem, _indices(np.lexsort((start, blk, -column(problem, "doa_ns")))))
     return m["tie_order"]
 
 
@@ -289,9 +291,15 @@ def _vote_fixed(problem: SwapProblem) -> dict | None:
     # their WDOA rank: every hideable candidate's DOA (>= 0) is above theirs, so their WDOA (=
     # DOA) ranks where their DOA ranks among all
     kf = key(fi, ranks[fi] + _rank(problem, "doa", 0)[fi])
+    ranks_vi = ranks[vi]
     o = np.argsort(kf)
-    m["vote_fixed"] = fixed = {"idx": _indices(fi[o]), "key": kf[o], "var": vi, "var_ranks": ranks[vi],
-                               "points": (pa, pb), "key_of": key}
+    del ranks
+    # key() reads these two through its closure: rebound to their files on a problem on disk (.ondisk),
+    # and named in the dict so that ondisk.release finds them
+    place, not_strad = kept(problem, place), kept(problem, not_strad)
+    m["vote_fixed"] = fixed = kept(problem, {"idx": _indices(fi[o]), "key": kf[o], "var": vi,
+                                             "var_ranks": ranks_vi, "points": (pa, pb)})
+    fixed.update({"key_of": key, "place": place, "not_strad": not_strad})
     return fixed
 
 
@@ -322,7 +330,7 @@ def _order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     if key not in m:
         o = _indices(order(problem, strategy, budget))
         o.flags.writeable = False
-        m[key] = o
+        m[key] = kept(problem, o)
     return m[key]
 
 
