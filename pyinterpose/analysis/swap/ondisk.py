@@ -11,6 +11,7 @@ in-memory one (``tests/unit/test_swap_ondisk.py``).  A problem goes on disk when
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ...heap import give_back
 from ...trace import pages
@@ -32,7 +33,7 @@ def is_on_disk(problem) -> bool:
 def to_file(x: np.ndarray) -> np.ndarray:
     """``x`` written to a file and mapped back (read-only when ``x`` was); small arrays, arrays of
     objects and arrays that are not 1-d as they are."""
-    if not isinstance(x, np.ndarray) or x.ndim != 1 or x.nbytes < MIN_BYTES or x.dtype.hasobject \
+    if not isinstance(x, np.ndarray) or x.ndim != 1 or not len(x) or x.nbytes < MIN_BYTES or x.dtype.hasobject \
             or pages._file_map(x) is not None:
         return x
     from ..spillfiles import Files  # lazy: see the note above swap.STRATEGIES
@@ -103,10 +104,9 @@ def put_on_disk(problem) -> None:
         if getattr(problem, k) is not None:
             setattr(problem, k, to_file(getattr(problem, k)))
     c = problem.candidates
-    for k in list(c.columns):
-        v = c[k].to_numpy()
-        if isinstance(v, np.ndarray) and not v.dtype.hasobject:
-            c[k] = to_file(v)
+    # a new table of the columns (setting a column copies it: the map would be lost)
+    problem.candidates = pd.DataFrame({k: to_file(c[k].to_numpy()) for k in c.columns}, index=c.index, copy=False)
+    del c
     if problem.ops is not None:
         problem.ops = {k: to_file(v) if isinstance(v, np.ndarray) else v for k, v in problem.ops.items()}
     release(problem)
