@@ -87,3 +87,44 @@ def test_a_problem_in_memory_is_never_released():
     """release() touches nothing of a problem held in memory (its arrays are not file maps)."""
     p = _random_problem(np.random.default_rng(7), n_blocks=10)
     assert not ondisk.is_on_disk(p) and ondisk.release(p) == 0
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("seed", range(5))
+def test_live_steps_are_the_running_sum_after_each_instant(monkeypatch, seed, ties):
+    """The step function of the blocks' live bytes (the sorted times written into the steps and the deltas
+    made from the sort's order a piece at a time): one step per distinct instant, its value the sum of
+    every +size at or before it minus every freed block's size at or before it (written from the
+    definition with loops); the events' times and deltas in time order."""
+    from pyinterpose.analysis.swap import problem as problem_mod
+
+    monkeypatch.setattr(problem_mod, "COLUMN_PIECE", 3)
+    import random
+
+    rng = np.random.default_rng(seed)
+    n = 40
+    if ties:
+        t_alloc = rng.integers(0, 30, n)
+        t_free = t_alloc + rng.integers(1, 50, n)
+    else:                 # every event at an instant of its own
+        pairs = np.sort(np.array(random.Random(seed).sample(range(10 ** 9), 2 * n)).reshape(n, 2), axis=1)
+        t_alloc, t_free = pairs[:, 0], pairs[:, 1]
+    size = rng.integers(1, 1000, n)
+    freed = rng.random(n) < 0.7
+    blocks = pd.DataFrame({"t_alloc": t_alloc, "t_free": t_free, "size": size, "freed": freed})
+    steps_t, live, ev_t, ev_d = problem_mod._live_steps(blocks, t_end=int(t_free.max()) + 5)
+    events = sorted([(int(t_free[i]), -int(size[i])) for i in range(n) if freed[i]] +
+                    [(int(t_alloc[i]), int(size[i])) for i in range(n)], key=lambda e: e[0])
+    instants = sorted({e[0] for e in events})
+    want = [sum(d for t, d in events if t <= x) for x in instants]
+    assert steps_t.tolist() == instants + [max(int(t_free.max()) + 5, instants[-1])]
+    assert live.tolist() == want
+    assert ev_t.tolist() == [e[0] for e in events]
+    d = np.diff(live, prepend=0) if ev_d is None else ev_d
+    if ev_d is None:
+        assert len(set(ev_t.tolist())) == len(ev_t)
+    # the deltas at each instant sum to its step (their order inside an instant is free)
+    got = {}
+    for t, x in zip(ev_t.tolist(), np.asarray(d).tolist()):
+        got[t] = got.get(t, 0) + x
+    assert [got[x] for x in instants] == np.diff([0] + want).tolist()

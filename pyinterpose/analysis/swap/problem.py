@@ -9,6 +9,7 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ...heap import give_back
+from ...trace import pages
 from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
 from ..search import searchsorted
@@ -132,26 +133,41 @@ def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarra
     freed = blocks["freed"].to_numpy(bool)
     size = counted_bytes(blocks)        # the live-bytes sizes (a double-mapped window counts once)
     t = np.concatenate([blocks["t_free"].to_numpy(np.int64)[freed], blocks["t_alloc"].to_numpy(np.int64)])
-    d = np.concatenate([-size[freed], size])
-    if len(t) == 0:
-        return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), t, d
+    n = len(t)
+    if n == 0:
+        return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), t, np.zeros(0, np.int64)
     order = np.argsort(t, kind="stable")     # the value after an instant does not depend on the order inside it
-    t, d = t[order], d[order]
-    cum = np.cumsum(d)
-    last = np.ones(len(t), dtype=bool)
-    last[:-1] = t[1:] != t[:-1]          # value after the last event at each instant
-    end = max(int(t_end), int(t[-1]))
+    # the sorted times straight into the steps' array, and the sorted deltas (-size of the freed blocks,
+    # then +size of every block, in the concatenation's order) a piece of the order at a time: no
+    # unsorted deltas nor a second copy of the times (issue 30: ~0.4 GB at the build's peak at 100 M events)
+    steps_t = np.empty(n + 1, np.int64)
+    np.take(t, order, out=steps_t[:-1])
+    del t
+    ts = steps_t[:-1]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = ts[1:] != ts[:-1]          # value after the last event at each instant
+    gone = -size[freed]
+    nf = len(gone)
+    del freed
+    d = np.empty(n, np.int64)
+    for lo in range(0, n, COLUMN_PIECE):
+        o = order[lo:lo + COLUMN_PIECE]
+        is_free = o < nf
+        d[lo:lo + len(o)] = np.where(is_free, gone[np.minimum(o, max(nf - 1, 0))] if nf else 0,
+                                     size[np.maximum(o - nf, 0)])
+    del order, gone, size
+    end = max(int(t_end), int(ts[-1]))
     if last.all():
         # every event at an instant of its own (the usual case): the steps' starts are the events'
-        # times, so the events' times are a view of the steps' (issue 30: 8 bytes an event less)
-        steps_t = np.empty(len(t) + 1, np.int64)
-        steps_t[:-1] = t
+        # times, so the events' times are a view of the steps' (issue 30: 8 bytes an event less), and
+        # the deltas are live's (SwapProblem.events_d): not held (issue 30)
         steps_t[-1] = end
-        del t
-        ev_t = steps_t[:-1]
+        ev_t = ts
         ev_t.flags.writeable = False
-        del d               # the deltas are live's (SwapProblem.events_d): not held (issue 30)
-        return steps_t, cum, ev_t, None
+        return steps_t, np.cumsum(d, out=d), ev_t, None
+    t = ts.copy()
+    del ts
+    cum = np.cumsum(d)
     ut, live = t[last], cum[last]
     steps_t = np.append(ut, end)
     return steps_t, live, t, d
@@ -342,11 +358,14 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     cols = {"block_id": kept(iv_bid), "size": kept(iv_size), "start_t": kept(iv_start), "end_t": kept(iv_end)}
     del iv, iv_size, iv_start, iv_end, iv_bid, keep
     if ondisk.wanted(len(cols["size"])):
-        # a long trace's candidates in files before the step function's sort (.ondisk: issue 30)
+        # a long trace's candidates in files before the step function's sort (.ondisk: issue 30), and
+        # what was read of them given back
         cols = {k: ondisk.to_file(v) for k, v in cols.items()}
         lab = ondisk.to_file(lab)
         if not synthetic:
             prev_op, next_op = ondisk.to_file(prev_op), ondisk.to_file(next_op)
+        pages.release_all(*cols.values(), lab, *(() if synthetic else (prev_op, next_op)))
+        give_back()
     steps_t, live, ev_t, ev_d = _live_steps(blocks, t_stop)
     del blocks
     if synthetic:
@@ -448,7 +467,6 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
         raise PyinterposeError("the trace has no allocations: nothing to swap")
-    from ...trace import pages
     from ..clock import clock_of  # lazy: see the note above STRATEGIES
     from ..iterations import find_iterations  # lazy: see the note above STRATEGIES
 
@@ -461,6 +479,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
     # kept by Trace.derived: where an analysis found them already, that part returns at once.
     # On a long trace one after the other (SIDE_BY_SIDE_BLOCKS).
     long = len(tb) > SIDE_BY_SIDE_BLOCKS
+    disk = False
     if not long:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -479,20 +498,30 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
         pages.release_tables(trace)
         give_back()                     # the iterations' peak not kept resident through the intervals
         iv = _between_intervals(trace, pid, min_size)
+        # on disk (.ondisk) the intervals' columns, the labels and the blocks' columns below go to files as
+        # they are made: read once by the build, not resident beside each other (issue 30: ~1 GB at 100 M events)
+        disk = ondisk.wanted(len(iv))
+        if disk:
+            iv = pd.DataFrame({k: ondisk.to_file(iv[k].to_numpy()) for k in iv.columns}, copy=False)
         give_back()
     trace.forget("access.touches")      # kept inside intervals.shared(): nothing after this reads them
     lab, note = _iteration_labels(trace, pid, iv["start_t"].to_numpy(np.int64))
+    if long and disk:
+        lab = ondisk.to_file(lab)
+        pages.release_frame(iv)
     clock = clock_of(trace, pid)
     # the rows prepare_tables keeps (device-counted blocks of the process), only the columns it reads
     rows = np.flatnonzero(mine & tb["counts_device"].to_numpy(bool)) if "counts_device" in tb else np.flatnonzero(mine)
     del mine
-    blocks = pd.DataFrame({k: tb[k].to_numpy()[rows] for k in BLOCK_COLUMNS if k in tb and k != "counts_device"},
-                          copy=False)
+    to_file = ondisk.to_file if long and disk else (lambda x: x)
+    cols = {k: to_file(tb[k].to_numpy()[rows]) for k in BLOCK_COLUMNS if k in tb and k != "counts_device"}
     t_end = trace.end_ns
     if clock.device:         # the blocks' allocations and frees where the GPU reached them
         for t, sq in (("t_alloc", "seq_alloc"), ("t_free", "seq_free")):
-            blocks[t] = clock.host_times(tb[sq].to_numpy()[rows], blocks[t].to_numpy())
+            cols[t] = to_file(clock.host_times(tb[sq].to_numpy()[rows], cols[t]))
         t_end = max(t_end, int(clock.ops.frontier[-1]) if len(clock.ops.frontier) else 0)
+    blocks = pd.DataFrame(cols, copy=False)
+    del cols
     del rows
     if long:
         pages.release_tables(trace)     # the blocks' mapped columns read above, not resident through the ops

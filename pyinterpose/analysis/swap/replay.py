@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
-from .ondisk import kept
+from .ondisk import kept, release
 from .problem import _peak_after
 
 TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
@@ -194,6 +194,7 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     rc = lib.pi_swap_replay(args)
     if rc < 0:
         raise MemoryError("swap replay: out of memory")
+    release(problem)       # a problem on disk: the streams read above, not resident through the peak's pass
     t = sw_t.reshape(n_sw, 5)
     got_out_start, got_out_end, got_in_start, got_in_end = (np.ascontiguousarray(t[:, k]) for k in range(4))
     late = np.flatnonzero(delay)
