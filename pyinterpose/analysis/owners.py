@@ -297,6 +297,30 @@ def owner_codes(trace: Trace, rows: np.ndarray | None = None) -> tuple[np.ndarra
     return codes.reshape(-1), np.array(names, dtype=object)
 
 
+def owner_keys(trace: Trace):
+    """:func:`owner_codes` a piece of rows at a time: ``(key, names)``, ``key(lo, hi)`` an int64 key per
+    row of ``trace.blocks[lo:hi]`` (one per distinct (owner, API) pair; read from the columns' own codes,
+    no array over every row) and ``names(keys)`` the owner of each key, so that
+    ``names(key(lo, hi)) == block_owners(trace).to_numpy()[lo:hi]`` (the same names as owner_codes)."""
+    b = trace.blocks
+    ac, an = _text_narrow(b["api"])
+    if not _has_owners(b):
+        return (lambda lo, hi: np.asarray(ac[lo:hi], np.int64)), (lambda keys: an[np.asarray(keys, np.int64)])
+    oc, on = _text_narrow(b["owner"])
+    shown = np.array([display_owner(s) if is_trampoline(s) else s for s in on.tolist()], dtype=object)
+    n = len(an)
+
+    def key(lo: int, hi: int) -> np.ndarray:
+        k = np.asarray(oc[lo:hi], np.int64) * n
+        k += ac[lo:hi]
+        return k
+
+    def names(keys) -> np.ndarray:
+        return np.array([shown[p // n] if shown[p // n] != "" else an[p % n] for p in np.asarray(keys).tolist()],
+                        dtype=object)
+    return key, names
+
+
 def _api_rule(trace: Trace, fw: str) -> tuple[np.ndarray, str]:
     """(mask over blocks, description) for the API fallback; every device block when no block
     was made with the allocator's API (a program that is not what the framework guess says)."""

@@ -63,8 +63,8 @@ def print_diff(d: dict[str, Any], top: int = 20, gate: dict | None = None) -> No
             con.print(t)
         if more:
             con.print(f"  ... {more} more (--top N, or --json for all)")
-    steps = [s for s in d["steps"] if s["a"] or s["b"]]
-    if steps:
+    steps = d["steps"]          # each has a or b (diff's StepPairs: made when read, so only the rows shown)
+    if len(steps):
         shown = steps[:top]
         con.print(table([(s["step"], _side(s["a"]), _side(s["b"]), _signed(s["delta"]),
                           "-" if not s["a"] else f"{s['a']['blocks']:,}", "-" if not s["b"] else f"{s['b']['blocks']:,}")

@@ -127,32 +127,126 @@ def test_reserved_of_both_views_is_pytorchs_max_memory_reserved():
     assert t["source"] == {"a": "reserved view", "b": "simulated: pytorch"}
 
 
-def _profiles_both_ways(monkeypatch, path: str) -> tuple[dict, dict]:
-    """(the in-memory profile, the long-trace profile) of one trace, each from its own load."""
+def _plain(p: dict) -> dict:
+    """A profile with its steps (columns) as the list of step dicts, for json.dumps."""
+    return {**p, "steps": [dict(s) for s in p["steps"]]}
+
+
+def _profiles_both_ways(monkeypatch, path: str, rows: int | None = None) -> tuple[dict, dict]:
+    """(the in-memory profile, the long-trace profile) of one trace, each from its own load; ``rows``:
+    the long-trace profile's pieces hold that many rows (PYINTERPOSE_CHUNK_ROWS), and its sums go
+    through np.unique (not by index), so that every piece boundary and merge is exercised."""
     import pyinterpose
     from pyinterpose.analysis import diff as D
 
     monkeypatch.setattr(D, "LEAN_BLOCKS", 10 ** 12)
     a = D.profile(pyinterpose.load(path), path)
     monkeypatch.setattr(D, "LEAN_BLOCKS", 0)
-    return a, D.profile(pyinterpose.load(path), path)
+    if rows:
+        monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", str(4 * rows))      # piece_rows() = a quarter
+        monkeypatch.setattr(D._Sums, "DENSE", 2)
+    try:
+        return a, D.profile(pyinterpose.load(path), path)
+    finally:
+        monkeypatch.delenv("PYINTERPOSE_CHUNK_ROWS", raising=False)
+        monkeypatch.setattr(D._Sums, "DENSE", 1 << 20)
+
+
+def _steps_by_hand(path: str) -> list[tuple[int, int]]:
+    """(device allocations, bytes) per regular step of the main process, from the blocks table and the
+    iterations' boundaries directly (the reference for the profiles' step columns)."""
+    import numpy as np
+
+    import pyinterpose
+    from pyinterpose.analysis.iterations import find_iterations
+
+    t = pyinterpose.load(path)
+    it = find_iterations(t)
+    b = t.blocks
+    out = [(0, 0)] * int(it.count)
+    rows = b[(b["pid"] == it.pid) & b["counts_device"]]
+    for seq, size in zip(rows["seq_alloc"].tolist(), rows["size"].tolist()):
+        k = int(np.searchsorted(np.asarray(it.boundaries), seq, side="right")) - 1
+        if 0 <= k < it.count:
+            out[k] = (out[k][0] + 1, out[k][1] + int(size))
+    return out
 
 
 def test_long_trace_profile_is_the_in_memory_one(layers, capture, monkeypatch):
-    """issue 30: a long trace is profiled from its columns by codes (no string per block, no copy of the
-    blocks table); every table and figure equals the in-memory profile's, key for key and in order, on
-    simtrain (steps, classes, one call site), the diff workload (python stacks: several call sites and
-    owners) and the H100 samples."""
+    """issue 30: a long trace is profiled from its columns a piece of blocks at a time (no string per
+    block, no copy of the blocks table, steps as columns); every table and figure equals the in-memory
+    profile's, key for key and in order, on simtrain (steps, classes, one call site), the diff workload
+    (python stacks: several call sites and owners) and the H100 samples — with one piece, and with
+    pieces of 7 rows (every sum merged across pieces); the steps' allocations and bytes are also
+    counted here by hand."""
     path, cp = capture([sys.executable, WORKLOAD, "a"], name="a.pit")
     assert cp.returncode == 0, cp.stderr
     paths = [layers[6][0], layers[8][0], path] + [gpu_trace(n) for n in (
         "torch-cnn-blocks.pit", "torch-transformer-blocks.pit", "jax-attn-blocks.pit", "torch-cnn-reserved.pit")]
     seen_sites = seen_owners = seen_steps = 0
     for p in paths:
-        a, b = _profiles_both_ways(monkeypatch, p)
-        assert json.dumps(a) == json.dumps(b), p
+        for rows in (None, 7):
+            a, b = _profiles_both_ways(monkeypatch, p, rows)
+            assert json.dumps(_plain(a)) == json.dumps(_plain(b)), (p, rows)
+        assert [(s["blocks"], s["bytes"]) for s in a["steps"]] == _steps_by_hand(p), p
         seen_sites = max(seen_sites, len(a["call_sites"]))
         seen_owners = max(seen_owners, len(a["owners"]))
         seen_steps = max(seen_steps, len(a["steps"]))
     # the comparison covered several call sites, owners and steps (not only empty tables)
     assert seen_sites >= 3 and seen_owners >= 2 and seen_steps >= 3
+
+
+def _step_pairs_by_hand(sa: list[dict], sb: list[dict]) -> list[dict]:
+    out = []
+    for i in range(max(len(sa), len(sb))):
+        x = sa[i] if i < len(sa) else None
+        y = sb[i] if i < len(sb) else None
+        out.append({"step": i, "a": x, "b": y,
+                    "delta": y["peak_live_bytes"] - x["peak_live_bytes"] if x and y else None})
+    return out
+
+
+def test_streamed_json_is_json_dumps_of_the_dict(layers, tmp_path):
+    """issue 30: ``diff --json`` writes its steps array from the profiles' columns, in chunks; the output
+    is byte for byte ``json.dumps`` of the whole object with the steps as a list of dicts (made here from
+    the profiles, by hand), both ways round (A with fewer steps than B and the other way); chunks of
+    two steps, with the other run's steps missing past its last, give the same array; the text output
+    says how many steps it did not show."""
+    import pyinterpose
+    from pyinterpose.analysis import diff as D
+
+    short = str(tmp_path / "short.pit")
+    cp = run_cli("run", "-q", "--simulated-gpu", "-o", short, "--", sys.executable, "-m",
+                 "pyinterpose.examples.simtrain", "--steps", "3", "--layers", "6")
+    assert cp.returncode == 0, cp.stderr
+    for a, b in ((layers[8][0], short), (short, layers[6][0])):
+        pa, pb = D.profile(pyinterpose.load(a), a), D.profile(pyinterpose.load(b), b)
+        assert len(pa["steps"]) != len(pb["steps"]) and min(len(pa["steps"]), len(pb["steps"])) >= 1
+        steps = _step_pairs_by_hand([dict(s) for s in pa["steps"]], [dict(s) for s in pb["steps"]])
+        want = {**D.diff(pa, pb), "steps": steps, "gate": None, "complete": True}
+        cp = run_cli("diff", a, b, "--json")
+        assert cp.returncode == 0, cp.stderr
+        assert cp.stdout == json.dumps(want, separators=(",", ":")) + "\n"
+        assert "".join(D.StepPairs(pa["steps"], pb["steps"]).json_chunks(rows=2)) == \
+            json.dumps(steps, separators=(",", ":"))
+        assert list(D.diff(pa, pb)["steps"]) == steps
+        text = run_cli("diff", a, b, "--top", "2").stdout
+        assert f"... {len(steps) - 2} more steps" in text
+
+
+def test_reserved_peak_without_the_curve_is_the_curves_maximum(layers):
+    """issue 30: diff reads the simulated reserve's peak from one replay without its curve
+    (pools.peak_reserved); it is the maximum of the curve the report draws (reserved_curve), for each
+    simulated allocator, on simtrain and the H100 samples."""
+    import numpy as np
+
+    import pyinterpose
+    from pyinterpose.analysis.pools import peak_reserved, reserved_curve
+
+    seen = set()
+    for p in (layers[6][0], gpu_trace("torch-cnn-blocks.pit"), gpu_trace("jax-attn-blocks.pit")):
+        for alloc in ("pytorch", "bfc", "cudamalloc", "cnmem"):
+            want = int(np.asarray(reserved_curve(pyinterpose.load(p), alloc)["bytes"]).max())
+            assert peak_reserved(pyinterpose.load(p), alloc) == want, (p, alloc)
+            seen.add(want)
+    assert len(seen) >= 3 and min(seen) > 0

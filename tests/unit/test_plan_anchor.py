@@ -74,6 +74,54 @@ def test_anchor_matches_the_groupby_reference(seed):
 ANCHORS: list = []
 
 
+def _blocks_of(req: pd.DataFrame) -> pd.DataFrame:
+    """A blocks table holding ``req``'s requests (one process, served kind and API), each site an owner text
+    whose hash is the site written in the case (sites ``s`` -> owner ``lib{s}.so``)."""
+    cat = pd.Categorical
+    n = len(req)
+    return pd.DataFrame({
+        "block_id": req["block_id"].to_numpy(), "pid": np.ones(n, np.int32), "kind": cat(["device"] * n),
+        "api": cat(["cudaMalloc"] * n), "size": req["size"].to_numpy(), "seq_alloc": req["seq_alloc"].to_numpy(),
+        "seq_free": req["seq_free"].to_numpy(), "freed": req["freed"].to_numpy(), "counts_device": np.ones(n, bool),
+        "owner": cat([f"lib{int(s)}.so" for s in req["site"]])})
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 5, 1000])
+def test_anchor_in_pieces_matches_the_groupby_reference(piece, monkeypatch):
+    """The long-trace path's anchor (issue 30: its counts made a piece of requests at a time, a key's two
+    requests in one iteration seen across a piece's end) on the random cases above, against the reference."""
+    monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", str(4 * piece))          # pieces of ``piece`` rows
+    held = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        n_it, rows, frees, seq = 6, [], {}, 0
+        for k in range(n_it + 1):          # the last: requests after the last iteration (teardown)
+            keys = [(4096, 7), (8192, 7), (4096, 9)]
+            if k != 3:
+                keys.append((512, 7))
+            keys += [(1024, 9)] * (2 if k == 2 else 1) if k != 4 else []
+            keys += [(int(rng.integers(1, 50)) * 256, int(rng.integers(1, 4)))] * int(rng.integers(0, 3))
+            rng.shuffle(keys)
+            for size, site in keys:
+                seq += 1
+                rows.append((seq, size, site))
+                if rng.random() < 0.8:
+                    frees[seq] = seq + int(rng.integers(1, 12))
+        per = len(rows) // (n_it + 1)
+        starts = np.array([rows[i * per][0] for i in range(n_it + 1)], np.int64)
+        req = _requests(rows, frees)
+        c = P._Columns.of(_blocks_of(req))
+        want = _reference_anchor(req.assign(site=[owner_hash(f"lib{int(s)}.so") for s in req["site"]]), starts)
+        counts = P._AnchorCounts(starts, len(c.sites))
+        for lo in range(0, len(req), piece):
+            r = np.arange(lo, min(lo + piece, len(req)))
+            counts.add(req["seq_alloc"].to_numpy()[r], req["size"].to_numpy()[r],
+                       c.site_idx_of_cat[c.cat(0, len(req), r)])
+        assert counts.anchor(c, np.ones(len(req), bool)) == want, seed
+        held += want is not None
+    assert 0 < held < 40
+
+
 def test_the_random_cases_held_anchors_and_none():
     assert any(a is not None for a in ANCHORS) and any(a is None for a in ANCHORS), ANCHORS
 

@@ -490,6 +490,25 @@ def _reserved_curve(trace: Trace, allocator: str, pid: int | None) -> dict:
     return _Curve(make, seq=rb["seq"], bytes=r["reserved_after"])
 
 
+def peak_reserved(trace: Trace, allocator: str, pid: int | None = None) -> int:
+    """The maximum of :func:`reserved_curve`'s bytes (0 without requests): the same replay of the same
+    requests, without the curve (8 bytes a request) or the requests' seqs, and nothing kept on the
+    trace (``diff``: issue 30).  ``simulate``'s ``peak_reserved_bytes`` is that curve's maximum."""
+    if allocator not in ALLOCATORS:
+        raise PyinterposeError(f"unknown allocator {allocator!r} (choose from {', '.join(ALLOCATORS)})")
+    opts = pytorch_options(trace.meta, None)[0] if allocator == "pytorch" else {}
+    from ..owners import allocator_mask
+    mask = _device_mask(trace, resolve_pid(trace, pid), True, allocator_mask(trace))
+    rb = by_block(trace, mask)
+    del mask
+    arrays, n = (rb["arrays"], rb["n"]) if rb is not None else (lambda rq: (rq["arrays"], len(rq["seq"])))(
+        request_stream(trace, pid))
+    del rb
+    if not n:
+        return 0
+    return int(simulate(arrays, allocator, **opts)["peak_reserved_bytes"])
+
+
 def evaluate(trace: Trace, strategies=None, time_limit: float = DEFAULT_TIME_LIMIT,
              pid: int | None = None, window: tuple[int, int] | None = None,
              capacity: int | None = None, allocator_options: dict | None = None) -> dict:
