@@ -128,3 +128,31 @@ def test_live_steps_are_the_running_sum_after_each_instant(monkeypatch, seed, ti
     for t, x in zip(ev_t.tolist(), np.asarray(d).tolist()):
         got[t] = got.get(t, 0) + x
     assert [got[x] for x in instants] == np.diff([0] + want).tolist()
+
+
+def test_the_problem_stays_in_memory_when_asked_or_when_tmpdir_is_full(monkeypatch):
+    """PYINTERPOSE_SWAP_ON_DISK=0 keeps every problem in memory; a TMPDIR that cannot take the files
+    (no room for the folder, or for the file's bytes) leaves the arrays in memory, and no folder behind."""
+    monkeypatch.setattr(ondisk, "ON_DISK_CANDIDATES", -1)
+    assert ondisk.wanted(10)
+    monkeypatch.setenv("PYINTERPOSE_SWAP_ON_DISK", "0")
+    assert not ondisk.wanted(10 ** 9)
+    monkeypatch.delenv("PYINTERPOSE_SWAP_ON_DISK")
+    x = np.arange(1 << 18, dtype=np.int64)       # 2 MiB
+    assert _mapped(ondisk.to_file(x))
+    import errno
+    import glob
+    import tempfile
+
+    from pyinterpose.analysis import spillfiles
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "pyinterpose-swap-*")))
+    for where in ("append", "mkdtemp"):
+        with monkeypatch.context() as m:
+            m.setattr(spillfiles.Files, "append", full) if where == "append" else m.setattr(tempfile, "mkdtemp", full)
+            y = ondisk.to_file(x)
+        assert y is x and not _mapped(y)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "pyinterpose-swap-*"))) == before   # no folder left

@@ -10,10 +10,11 @@ in-memory one (``tests/unit/test_swap_ondisk.py``).  A problem goes on disk when
 ``MIN_BYTES`` stay in memory."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
-from ...heap import give_back
 from ...trace import pages
 
 ON_DISK_CANDIDATES: int = 2_000_000     # tests: 0 puts every problem with a candidate on disk
@@ -22,7 +23,10 @@ FLAG = "on_disk"                        # problem.memo[FLAG]: the problem's arra
 
 
 def wanted(n_candidates: int) -> bool:
-    """Whether a problem of this many candidates goes on disk."""
+    """Whether a problem of this many candidates goes on disk (never with ``PYINTERPOSE_SWAP_ON_DISK=0``:
+    the problem in memory, faster where the memory is there)."""
+    if os.environ.get("PYINTERPOSE_SWAP_ON_DISK", "") == "0":
+        return False
     return n_candidates > ON_DISK_CANDIDATES
 
 
@@ -38,16 +42,22 @@ def to_file(x: np.ndarray) -> np.ndarray:
         return x
     from ..spillfiles import Files  # lazy: see the note above swap.STRATEGIES
 
-    f = Files("pyinterpose-swap-")
+    try:
+        f = Files("pyinterpose-swap-")
+    except OSError:
+        return x            # no room for a folder in TMPDIR: the array stays in memory, the answers the same
     try:
         f.add_column("x", x.dtype)
         step = max(1, (16 << 20) // max(x.itemsize, 1))     # 16 MiB at a time: no copy of the whole
         for lo in range(0, len(x), step):
             f.append("x", x[lo:lo + step])
+        y = np.asarray(f.finish()["x"])
+    except OSError:         # TMPDIR full (or gone): in memory, as a problem that is not on disk
+        f.abort()
+        return x
     except BaseException:
         f.abort()
         raise
-    y = np.asarray(f.finish()["x"])
     if not x.flags.writeable:
         y.flags.writeable = False
     return y
@@ -126,5 +136,4 @@ def release(problem) -> int:
     for a in found:
         if a.ndim == 1:
             total += pages.release(a)
-    give_back()         # the pass's freed heap too (heap.keep_freed_memory keeps it resident otherwise)
     return total
