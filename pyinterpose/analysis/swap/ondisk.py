@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from ...heap import give_back
 from ...trace import pages
 
 ON_DISK_CANDIDATES: int = 2_000_000     # tests: 0 puts every problem with a candidate on disk
@@ -136,4 +137,5 @@ def release(problem) -> int:
     for a in found:
         if a.ndim == 1:
             total += pages.release(a)
+    give_back()         # the pass's freed heap too (heap.keep_freed_memory keeps it resident otherwise)
     return total
