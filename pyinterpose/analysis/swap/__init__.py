@@ -124,16 +124,16 @@ from .fallback import no_worse  # noqa: E402
 
 
 def problem_for(trace, bandwidth: Bandwidth | float | None = None, min_size: int = MIN_SIZE, pid: int | None = None,
-            latency_us: float | None = None) -> SwapProblem:
+            latency_us: float | None = None, on_disk: bool | None = None) -> SwapProblem:
     """:func:`prepare` with the bandwidth resolved as :func:`analyse` does, prepared once per trace
     (kept by ``Trace.derived`` when the trace has it): pass it as ``problem=`` to :func:`evaluate`,
-    :func:`analyse` and :func:`pareto` to share it."""
+    :func:`analyse` and :func:`pareto` to share it.  ``on_disk``: see :func:`.problem.prepare`."""
     bw = _bandwidth_arg(trace, bandwidth, latency_us)
     derived = getattr(trace, "derived", None)
     if derived is None:
-        return prepare(trace, bw, min_size=min_size, pid=pid)
-    return derived(("swap.prepare", bw, int(min_size), None if pid is None else int(pid)),
-                   lambda: prepare(trace, bw, min_size=min_size, pid=pid))
+        return prepare(trace, bw, min_size=min_size, pid=pid, on_disk=on_disk)
+    return derived(("swap.prepare", bw, int(min_size), None if pid is None else int(pid), on_disk),
+                   lambda: prepare(trace, bw, min_size=min_size, pid=pid, on_disk=on_disk))
 
 
 def candidates(trace, bandwidth: Bandwidth | float | None = None, budget: int | None = None,

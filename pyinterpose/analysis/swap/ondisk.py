@@ -23,10 +23,11 @@ MIN_BYTES = 1 << 20                     # smaller arrays stay in memory (a file 
 FLAG = "on_disk"                        # problem.memo[FLAG]: the problem's arrays are in files
 
 
-def wanted(n_candidates: int) -> bool:
-    """Whether a problem of this many candidates goes on disk (never with ``PYINTERPOSE_SWAP_ON_DISK=0``:
-    the problem in memory, faster where the memory is there)."""
-    if os.environ.get("PYINTERPOSE_SWAP_ON_DISK", "") == "0":
+def wanted(n_candidates: int, on: bool | None = None) -> bool:
+    """Whether a problem of this many candidates goes on disk (``on``: the caller's choice, None: more
+    than ``ON_DISK_CANDIDATES``; never with ``PYINTERPOSE_SWAP_ON_DISK=0``: the problem in memory,
+    faster where the memory is there)."""
+    if os.environ.get("PYINTERPOSE_SWAP_ON_DISK", "") == "0" or on is False:
         return False
     return n_candidates > ON_DISK_CANDIDATES
 

@@ -310,7 +310,7 @@ def _narrow(x: np.ndarray) -> np.ndarray:
 
 
 def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_end: int | None = None,
-                ops: dict | None = None, clock: dict | None = None) -> SwapProblem:
+                ops: dict | None = None, clock: dict | None = None, on_disk: bool | None = None) -> SwapProblem:
     """:func:`prepare_tables` with its tables handed over in ``parts`` (blocks, intervals, iteration):
     each is let go once read, so that the problem is built in about the memory it keeps (issue 30)
     when the caller holds them nowhere else (:func:`prepare`)."""
@@ -357,7 +357,7 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
         prev_op, next_op = _narrow(prev_op), _narrow(next_op)
     cols = {"block_id": kept(iv_bid), "size": kept(iv_size), "start_t": kept(iv_start), "end_t": kept(iv_end)}
     del iv, iv_size, iv_start, iv_end, iv_bid, keep
-    if ondisk.wanted(len(cols["size"])):
+    if ondisk.wanted(len(cols["size"]), on_disk):
         # a long trace's candidates in files before the step function's sort (.ondisk: issue 30), and
         # what was read of them given back
         cols = {k: ondisk.to_file(v) for k, v in cols.items()}
@@ -404,7 +404,7 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     p = SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, ev_d=ev_d,
                     candidates=c, peak_before=peak, floor=floor, span_ns=span,
                     lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
-    if ondisk.wanted(len(c)):       # a long trace's problem in files, mapped (issue 30)
+    if ondisk.wanted(len(c), on_disk):       # a long trace's problem in files, mapped (issue 30)
         ondisk.put_on_disk(p)
     return p
 
@@ -462,8 +462,10 @@ def _between_intervals(trace, pid: int, min_size: int) -> pd.DataFrame:
 SIDE_BY_SIDE_BLOCKS = 4_000_000
 
 
-def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None) -> SwapProblem:
-    """:func:`prepare_tables` for one process of a trace (default: the main process)."""
+def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | None = None,
+            on_disk: bool | None = None) -> SwapProblem:
+    """:func:`prepare_tables` for one process of a trace (default: the main process).  ``on_disk``: the
+    problem in files (:mod:`.ondisk`; None: when it is long, False: in memory)."""
     pid = trace.main_pid if pid is None else int(pid)
     if pid is None:
         raise PyinterposeError("the trace has no allocations: nothing to swap")
@@ -500,7 +502,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
         iv = _between_intervals(trace, pid, min_size)
         # on disk (.ondisk) the intervals' columns, the labels and the blocks' columns below go to files as
         # they are made: read once by the build, not resident beside each other (issue 30: ~1 GB at 100 M events)
-        disk = ondisk.wanted(len(iv))
+        disk = ondisk.wanted(len(iv), on_disk)
         if disk:
             iv = pd.DataFrame({k: ondisk.to_file(iv[k].to_numpy()) for k in iv.columns}, copy=False)
         give_back()
@@ -538,7 +540,7 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
         pages.release_tables(trace)
     parts = {"blocks": blocks, "intervals": iv, "iteration": lab}
     del blocks, iv, lab                 # held by parts only: let go as the problem is built
-    p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=ops, clock=clock_keys)
+    p = _problem_of(parts, bandwidth, min_size=min_size, t_end=t_end, ops=ops, clock=clock_keys, on_disk=on_disk)
     del ops
     p.pid = pid
     p.span_ns = max(int(p.span_ns), int(trace.duration_ns))    # overhead = stall / the run's duration
