@@ -20,6 +20,7 @@ from ...trace import pages
 
 ON_DISK_CANDIDATES: int = 2_000_000     # tests: 0 puts every problem with a candidate on disk
 MIN_BYTES = 1 << 20                     # smaller arrays stay in memory (a file and a map each)
+PREPARE_TO_FILES = True                 # the preparation's inputs (intervals, blocks) in files too (problem.prepare)
 FLAG = "on_disk"                        # problem.memo[FLAG]: the problem's arrays are in files
 
 
