@@ -47,11 +47,10 @@ def _requests(rows: list[tuple[int, int, int]], frees: dict[int, int]) -> pd.Dat
                          "site": np.array([r[2] for r in rows], np.uint64)})
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_anchor_matches_the_groupby_reference(seed):
-    rng = np.random.default_rng(seed)
-    n_it, rows, frees, seq = 6, [], {}, 0
-    for k in range(n_it):
+def _random_case(rng, periods: int):
+    """(rows (seq, size, site), frees {seq: seq_free}, last seq) of ``periods`` iterations of requests."""
+    rows, frees, seq = [], {}, 0
+    for k in range(periods):
         keys = [(4096, 7), (8192, 7), (4096, 9)]            # once per iteration (candidates)
         if k != 3:
             keys.append((512, 7))                           # missing from one iteration
@@ -63,6 +62,13 @@ def test_anchor_matches_the_groupby_reference(seed):
             rows.append((seq, size, site))
             if rng.random() < 0.8:
                 frees[seq] = seq + int(rng.integers(1, 12))
+    return rows, frees, seq
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_anchor_matches_the_groupby_reference(seed):
+    n_it = 6
+    rows, frees, seq = _random_case(np.random.default_rng(seed), n_it)
     per = len(rows) // n_it            # iterations cut at equal counts: some keys straddle a cut
     starts = np.array([rows[i * per][0] for i in range(n_it)] + [seq + 1], np.int64)
     req = _requests(rows, frees)
@@ -93,20 +99,9 @@ def test_anchor_in_pieces_matches_the_groupby_reference(piece, monkeypatch):
     monkeypatch.setenv("PYINTERPOSE_CHUNK_ROWS", str(4 * piece))          # pieces of ``piece`` rows
     held = 0
     for seed in range(40):
-        rng = np.random.default_rng(seed)
-        n_it, rows, frees, seq = 6, [], {}, 0
-        for k in range(n_it + 1):          # the last: requests after the last iteration (teardown)
-            keys = [(4096, 7), (8192, 7), (4096, 9)]
-            if k != 3:
-                keys.append((512, 7))
-            keys += [(1024, 9)] * (2 if k == 2 else 1) if k != 4 else []
-            keys += [(int(rng.integers(1, 50)) * 256, int(rng.integers(1, 4)))] * int(rng.integers(0, 3))
-            rng.shuffle(keys)
-            for size, site in keys:
-                seq += 1
-                rows.append((seq, size, site))
-                if rng.random() < 0.8:
-                    frees[seq] = seq + int(rng.integers(1, 12))
+        n_it = 6
+        # the last period: requests after the last iteration (teardown)
+        rows, frees, _ = _random_case(np.random.default_rng(seed), n_it + 1)
         per = len(rows) // (n_it + 1)
         starts = np.array([rows[i * per][0] for i in range(n_it + 1)], np.int64)
         req = _requests(rows, frees)
