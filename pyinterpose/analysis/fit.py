@@ -47,6 +47,7 @@ import os
 import numpy as np
 
 from ..errors import PyinterposeError
+from ..heap import give_back
 from ..trace.model import counted_bytes
 from . import pools, swap
 from ..trace.model import peak_live_bytes_of
@@ -355,6 +356,13 @@ class FitModel:
                 record_answer("host swapping", False,
                               note=f"not evaluated: no bandwidth ({e}); give --bandwidth or --gpu")
                 return False
+        if len(self.trace.blocks) > swap.SIDE_BY_SIDE_BLOCKS:
+            # a long trace (issue 30): the allocator simulations' reserve curves and the blocks' live
+            # order, kept for the answers above, go before the swap problem is built (at 100 M events
+            # ~0.43 GB; every need above is kept by this model, and what is asked again is made again)
+            for module in ("pools.reserved_curve", "model"):
+                self.trace.forget(module)
+            give_back()
         try:
             r = swap.evaluate(self.trace, bandwidth=bw, budget=C, strategies=["vote"], modes=("budget",),
                               pid=self.pid)

@@ -118,44 +118,73 @@ def with_derived(problem: SwapProblem) -> pd.DataFrame:
                         {k: c[k].to_numpy() for k in c if k not in CANDIDATE_COLUMNS}, index=c.index)
 
 
-def _steps_inside(steps_t: np.ndarray, a, b) -> tuple[np.ndarray, np.ndarray]:
-    """Index range [lo, hi) of the steps lying entirely inside [a, b) (vectorised)."""
+def _steps_inside(steps_t: np.ndarray, a, b, dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Index range [lo, hi) of the steps lying entirely inside [a, b) (vectorised), as ``dtype``
+    (a narrower one only where every index fits); a piece of ``COLUMN_PIECE`` intervals at a time
+    (issue 30: no int64 temporaries of every candidate, ~0.3 GB at 100 M events)."""
     n = len(steps_t) - 1
-    lo = searchsorted(steps_t, a, side="left")       # the needles sorted first: issue 30
-    hi = searchsorted(steps_t, b, side="right") - 1
-    lo = np.minimum(lo, n)
-    hi = np.clip(hi, lo, n)
-    return lo.astype(np.int64), hi.astype(np.int64)
+    m = len(a)
+    lo_o, hi_o = np.empty(m, dtype), np.empty(m, dtype)
+    for p in range(0, m, COLUMN_PIECE):
+        q = min(p + COLUMN_PIECE, m)
+        lo = searchsorted(steps_t, a[p:q], side="left")       # the needles sorted first: issue 30
+        hi = searchsorted(steps_t, b[p:q], side="right") - 1
+        np.minimum(lo, n, out=lo)
+        lo_o[p:q] = lo
+        hi_o[p:q] = np.clip(hi, lo, n)
+    return lo_o, hi_o
 
 
 def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(steps_t, live, events_t, events_d) of the blocks' live device bytes; the events in time order."""
+    """(steps_t, live, events_t, events_d) of the blocks' live device bytes; the events in time order.
+
+    The events are the frees of the freed blocks, then the allocation of every block, in that order,
+    sorted stably by time (the value after an instant does not depend on the order inside it).  They
+    are made as a merge of the two sorted streams, not by a sort of their concatenation: the frees
+    sorted by time (their rows kept, int32), the allocations (already in time order: the blocks are
+    in allocation order; sorted when not), and each event's place in the merge is its place in its
+    own stream plus the number of the other stream's events before it (a free goes before the
+    allocations at its instant, as the concatenation's stable sort puts it).  The same arrays; the
+    temporaries are the frees' (issue 30: the sort of every event with its buffers was ~0.35 GB
+    more at the build's peak at 100 M events)."""
     freed = blocks["freed"].to_numpy(bool)
     size = counted_bytes(blocks)        # the live-bytes sizes (a double-mapped window counts once)
-    t = np.concatenate([blocks["t_free"].to_numpy(np.int64)[freed], blocks["t_alloc"].to_numpy(np.int64)])
-    n = len(t)
+    ta = blocks["t_alloc"].to_numpy(np.int64)
+    tf_all = blocks["t_free"].to_numpy(np.int64)
+    na = len(ta)
+    frows = np.flatnonzero(freed)
+    del freed
+    nf = len(frows)
+    n = nf + na
     if n == 0:
-        return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), t, np.zeros(0, np.int64)
-    order = np.argsort(t, kind="stable")     # the value after an instant does not depend on the order inside it
-    # the sorted times straight into the steps' array, and the sorted deltas (-size of the freed blocks,
-    # then +size of every block, in the concatenation's order) a piece of the order at a time: no
-    # unsorted deltas nor a second copy of the times (issue 30: ~0.4 GB at the build's peak at 100 M events)
+        return np.array([0, max(t_end, 0)], np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows_t = np.int32 if na < 2 ** 31 - 1 else np.int64
+    fo = np.argsort(tf_all[frows], kind="stable")
+    frows = frows[fo].astype(rows_t, copy=False)          # the freed blocks' rows, in the frees' order
+    del fo
+    tf = tf_all[frows]                                    # the frees' times, ascending
+    arows = None if _ascending(ta) else np.argsort(ta, kind="stable").astype(rows_t, copy=False)
+    if arows is not None:
+        ta = ta[arows]
     steps_t = np.empty(n + 1, np.int64)
-    np.take(t, order, out=steps_t[:-1])
-    del t
+    d = np.empty(n, np.int64)
+    for lo in range(0, nf, COLUMN_PIECE):         # the k-th free: k + the allocations strictly before it
+        t = tf[lo:lo + COLUMN_PIECE]
+        at = np.searchsorted(ta, t, side="left")
+        at += np.arange(lo, lo + len(t), dtype=at.dtype)
+        steps_t[at] = t
+        d[at] = -size[frows[lo:lo + COLUMN_PIECE]]
+    del frows
+    for lo in range(0, na, COLUMN_PIECE):         # the j-th allocation: j + the frees at or before it
+        t = ta[lo:lo + COLUMN_PIECE]
+        at = np.searchsorted(tf, t, side="right")
+        at += np.arange(lo, lo + len(t), dtype=at.dtype)
+        steps_t[at] = t
+        d[at] = size[lo:lo + COLUMN_PIECE] if arows is None else size[arows[lo:lo + COLUMN_PIECE]]
+    del tf, ta, arows, size
     ts = steps_t[:-1]
     last = np.ones(n, dtype=bool)
     last[:-1] = ts[1:] != ts[:-1]          # value after the last event at each instant
-    gone = -size[freed]
-    nf = len(gone)
-    del freed
-    d = np.empty(n, np.int64)
-    for lo in range(0, n, COLUMN_PIECE):
-        o = order[lo:lo + COLUMN_PIECE]
-        is_free = o < nf
-        d[lo:lo + len(o)] = np.where(is_free, gone[np.minimum(o, max(nf - 1, 0))] if nf else 0,
-                                     size[np.maximum(o - nf, 0)])
-    del order, gone, size
     end = max(int(t_end), int(ts[-1]))
     if last.all():
         # every event at an instant of its own (the usual case): the steps' starts are the events'
@@ -171,6 +200,15 @@ def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarra
     ut, live = t[last], cum[last]
     steps_t = np.append(ut, end)
     return steps_t, live, t, d
+
+
+def _ascending(x: np.ndarray) -> bool:
+    """Whether ``x`` never decreases: a piece at a time, no temporaries of its length."""
+    for lo in range(0, max(len(x) - 1, 0), COLUMN_PIECE):
+        p = x[lo:lo + COLUMN_PIECE + 1]
+        if (p[1:] < p[:-1]).any():
+            return False
+    return True
 
 
 EXACT_T = float(1 << 53)   # times below this convert to float64 exactly
@@ -378,15 +416,21 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     start, end, size_i = c["start_t"].to_numpy(), c["end_t"].to_numpy(), c["size"].to_numpy()
 
     peak = int(live.max()) if len(live) else 0
-    lo, hi = _steps_inside(steps_t, start, end)
+    narrow = np.int32 if len(live) < 2 ** 31 - 1 else np.int64      # the ranges' type (as lo_iv, hi_iv are kept)
+    lo, hi = _steps_inside(steps_t, start, end, narrow)
     if len(steps_t) and float(max(abs(int(steps_t[0])), abs(int(steps_t[-1])))) < EXACT_T:
         lo_f, hi_f = lo, hi     # int64 times convert to float64 exactly: the scheduler's ranges are these
     else:
-        lo_f, hi_f = _steps_inside(steps_t.astype(np.float64), start.astype(np.float64), end.astype(np.float64))
+        lo_f, hi_f = _steps_inside(steps_t.astype(np.float64), start.astype(np.float64), end.astype(np.float64),
+                                   narrow)
     # straddles: a step at the peak lies in [lo, hi)
     at_peak = np.flatnonzero(live == peak) if len(live) else np.zeros(0, np.int64)
-    c["straddles_peak"] = np.searchsorted(at_peak, lo) < np.searchsorted(at_peak, hi)
-    del at_peak
+    strad = np.empty(len(lo), bool)
+    for p in range(0, len(lo), COLUMN_PIECE):
+        q = p + COLUMN_PIECE
+        np.less(np.searchsorted(at_peak, lo[p:q]), np.searchsorted(at_peak, hi[p:q]), out=strad[p:q])
+    c["straddles_peak"] = strad
+    del at_peak, strad
     floor = 0
     if len(live):
         cover = np.zeros(len(live) + 1, np.int64)
@@ -400,7 +444,7 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     span = int(steps_t[-1] - steps_t[0]) if len(steps_t) else 0
     if lo_f is not lo:
         del lo, hi
-    lo_f, hi_f = (lo_f, hi_f) if len(live) >= 2 ** 31 - 1 else (lo_f.astype(np.int32), hi_f.astype(np.int32))
+
     p = SwapProblem(bandwidth=bandwidth, steps_t=steps_t, live=live, events_t=ev_t, ev_d=ev_d,
                     candidates=c, peak_before=peak, floor=floor, span_ns=span,
                     lo_iv=lo_f, hi_iv=hi_f, ops=ops, clock=clock)
@@ -411,12 +455,25 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
 
 def _ops_of_intervals(ops: dict, iv: pd.DataFrame, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each kept interval's previous access op (the last op at or before its start seq) and next
-    access op (the first at or after its end seq; -1 none), as indices into ``ops``."""
+    access op (the first at or after its end seq; -1 none), as indices into ``ops`` (int32 where
+    every index fits); a piece of ``COLUMN_PIECE`` intervals at a time (issue 30: no int64
+    temporaries of every interval, ~0.4 GB at 100 M events)."""
     seq = ops["seq"]
     n = len(seq)
-    prev = searchsorted(seq, iv["start_seq"].to_numpy(np.int64)[keep], side="right") - 1
-    nxt = searchsorted(seq, iv["end_seq"].to_numpy(np.int64)[keep], side="left")
-    return prev.astype(np.int64), np.where(nxt < n, nxt, -1).astype(np.int64)
+    dt = np.int32 if n < 2 ** 31 - 1 else np.int64
+    m = int(np.count_nonzero(keep))
+    prev, nxt = np.empty(m, dt), np.empty(m, dt)
+    start_seq, end_seq = iv["start_seq"].to_numpy(), iv["end_seq"].to_numpy()
+    w = 0
+    for lo in range(0, len(keep), COLUMN_PIECE):
+        rows = np.flatnonzero(keep[lo:lo + COLUMN_PIECE])
+        rows += lo
+        k = len(rows)
+        prev[w:w + k] = searchsorted(seq, start_seq[rows].astype(np.int64, copy=False), side="right") - 1
+        a = searchsorted(seq, end_seq[rows].astype(np.int64, copy=False), side="left")
+        nxt[w:w + k] = np.where(a < n, a, -1)
+        w += k
+    return prev, nxt
 
 
 def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray]:

@@ -116,7 +116,12 @@ def hiding_floor(problem: SwapProblem) -> int:
             cover = np.zeros(n + 1, np.int64)
             np.add.at(cover, lo, a["size"][h])
             np.add.at(cover, hi, -a["size"][h])
-            m["hiding_floor"] = int((live - np.cumsum(cover)[:-1]).max())
+            del lo, hi, h, start, end
+            under = cover[:-1]                      # in place (issue 30: two arrays of every step less)
+            np.cumsum(under, out=under)
+            np.subtract(live, under, out=under)
+            m["hiding_floor"] = int(under.max())
+            del cover, under
     return m["hiding_floor"]
 
 
