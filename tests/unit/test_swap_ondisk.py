@@ -89,9 +89,10 @@ def test_a_problem_in_memory_is_never_released():
     assert not ondisk.is_on_disk(p) and ondisk.release(p) == 0
 
 
+@pytest.mark.parametrize("in_alloc_order", [False, True])
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("seed", range(5))
-def test_live_steps_are_the_running_sum_after_each_instant(monkeypatch, seed, ties):
+def test_live_steps_are_the_running_sum_after_each_instant(monkeypatch, seed, ties, in_alloc_order):
     """The step function of the blocks' live bytes (the sorted times written into the steps and the deltas
     made from the sort's order a piece at a time): one step per distinct instant, its value the sum of
     every +size at or before it minus every freed block's size at or before it (written from the
@@ -111,6 +112,9 @@ def test_live_steps_are_the_running_sum_after_each_instant(monkeypatch, seed, ti
         t_alloc, t_free = pairs[:, 0], pairs[:, 1]
     size = rng.integers(1, 1000, n)
     freed = rng.random(n) < 0.7
+    if in_alloc_order:    # the blocks in allocation order (a trace's): the allocations need no sort
+        o = np.argsort(t_alloc, kind="stable")
+        t_alloc, t_free, size, freed = t_alloc[o], t_free[o], size[o], freed[o]
     blocks = pd.DataFrame({"t_alloc": t_alloc, "t_free": t_free, "size": size, "freed": freed})
     steps_t, live, ev_t, ev_d = problem_mod._live_steps(blocks, t_end=int(t_free.max()) + 5)
     events = sorted([(int(t_free[i]), -int(size[i])) for i in range(n) if freed[i]] +
@@ -156,3 +160,34 @@ def test_the_problem_stays_in_memory_when_asked_or_when_tmpdir_is_full(monkeypat
             y = ondisk.to_file(x)
         assert y is x and not _mapped(y)
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "pyinterpose-swap-*"))) == before   # no folder left
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_step_ranges_and_op_indices_made_in_pieces(monkeypatch, seed):
+    """The steps inside each interval and each interval's previous and next op, made a piece of 3
+    intervals at a time into int32, are numpy's whole-array searches (written here from their
+    definitions: the first step at or after the start, the last step ending by the end; the last op
+    at or before the start seq, the first at or after the end seq, -1 for none)."""
+    from pyinterpose.analysis.swap import problem as problem_mod
+
+    monkeypatch.setattr(problem_mod, "COLUMN_PIECE", 3)
+    rng = np.random.default_rng(seed)
+    steps_t = np.unique(rng.integers(0, 200, 40))
+    a = rng.integers(-5, 210, 17)
+    b = a + rng.integers(0, 60, 17)
+    lo, hi = problem_mod._steps_inside(steps_t, a, b, np.int32)
+    n = len(steps_t) - 1
+    want_lo = [min(next((k for k, t in enumerate(steps_t) if t >= x), n + 1), n) for x in a]
+    want_hi = [min(max(sum(1 for t in steps_t if t <= y) - 1, l), n) for y, l in zip(b, want_lo)]
+    assert lo.dtype == np.int32 and hi.dtype == np.int32
+    assert lo.tolist() == want_lo and hi.tolist() == want_hi
+
+    seq = np.unique(rng.integers(0, 300, 50))
+    start_seq = rng.integers(-3, 310, 23)
+    end_seq = start_seq + rng.integers(0, 40, 23)
+    keep = rng.random(23) < 0.6
+    iv = pd.DataFrame({"start_seq": start_seq, "end_seq": end_seq})
+    prev, nxt = problem_mod._ops_of_intervals({"seq": seq}, iv, keep)
+    rows = np.flatnonzero(keep)
+    assert prev.tolist() == [sum(1 for s in seq if s <= start_seq[r]) - 1 for r in rows]
+    assert nxt.tolist() == [next((k for k, s in enumerate(seq) if s >= end_seq[r]), -1) for r in rows]
