@@ -500,6 +500,15 @@ def block_times(trace, blocks) -> tuple[np.ndarray, np.ndarray]:
     if not len(blocks) or not _any_device_time(trace):
         return t_alloc, t_free
     pid = blocks["pid"].to_numpy()
+    p0 = pid[0]
+    if all(bool((pid[lo:hi] == p0).all()) for lo, hi in spans(len(pid))):
+        # one process (a training run's every block): its clock's times straight from the columns, not
+        # from copies of them (issue 30: four arrays of every block less, ~0.35 GB at 100 M events)
+        c = clock_of(trace, int(p0))
+        if not c.device:
+            return t_alloc, t_free
+        return (c.host_times(blocks["seq_alloc"].to_numpy(np.int64), t_alloc),
+                c.host_times(blocks["seq_free"].to_numpy(np.int64), t_free))
     t_alloc, t_free = t_alloc.copy(), t_free.copy()
     for p in np.unique(pid):
         c = clock_of(trace, int(p))

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.clock import block_times, clock_of
+from ..analysis.search import merge_places
+from ..trace.piecewise import ascending
 from ..trace.model import Trace, counted_bytes
 from . import curve_levels
 from .timeline_parts import _own_iterations, _reserved_steps
@@ -58,40 +60,45 @@ def device_curve(trace: Trace, b: pd.DataFrame, with_events: bool = False):
     freed = b["freed"].to_numpy(bool)
     nb = len(b)
     t_alloc, t_free = block_times(trace, b)
-    ia = _sorted_stable(t_alloc)
+    rows_t = np.int32 if nb < 2 ** 31 - 1 else np.int64
+    ia = None if ascending(t_alloc) else np.argsort(t_alloc, kind="stable").astype(rows_t, copy=False)
     ta = t_alloc if ia is None else t_alloc[ia]
     del t_alloc
-    frows = np.flatnonzero(freed)
+    frows = np.flatnonzero(freed).astype(rows_t, copy=False)
     tf = t_free[frows]
-    del t_free
     of = _sorted_stable(tf)
     if of is not None:
-        tf, frows = tf[of], frows[of]
+        frows = frows[of]
         del of
-    nf = len(tf)
-    pf = np.searchsorted(ta, tf, side="left")       # allocations strictly before each free
-    pf += np.arange(nf, dtype=pf.dtype)
-    pa = np.searchsorted(tf, ta, side="right")      # frees at or before each allocation
-    pa += np.arange(nb, dtype=pa.dtype)
-    n = nf + nb
-    t = np.empty(n, np.int64)
-    t[pf] = tf
-    t[pa] = ta
-    del tf, ta
+        tf = t_free[frows]
+    del t_free
+    n = len(tf) + nb
     size = counted_bytes(b)
+    t = np.empty(n, np.int64)
     d = np.empty(n, np.int64)
-    d[pf] = -size[frows]
-    d[pa] = size if ia is None else size[ia]
+    a_ev = np.empty(nb, np.int64) if with_events else None
+    f_ev = np.full(nb, -1, np.int64) if with_events else None
+    # each event's place in the merge, a piece at a time (analysis.search.merge_places; issue 30: no
+    # int64 places of every event held, ~0.2 GB at 100 M events)
+    for which, lo, at in merge_places(tf, ta):
+        hi = lo + len(at)
+        if which == 0:                              # frees
+            t[at] = tf[lo:hi]
+            d[at] = -size[frows[lo:hi]]
+            if with_events:
+                f_ev[frows[lo:hi]] = at
+        else:                                       # allocations
+            t[at] = ta[lo:hi]
+            d[at] = size[lo:hi] if ia is None else size[ia[lo:hi]]
+            if with_events:
+                if ia is None:
+                    a_ev[lo:hi] = at
+                else:
+                    a_ev[ia[lo:hi]] = at
+    del tf, ta
     total = np.cumsum(d, out=d)
     if not with_events:
         return t, total
-    a_ev = np.empty(nb, np.int64)
-    if ia is None:
-        a_ev[:] = pa
-    else:
-        a_ev[ia] = pa
-    f_ev = np.full(nb, -1, np.int64)
-    f_ev[frows] = pf
     bad = freed & (f_ev < a_ev)
     f_ev[bad] = a_ev[bad]
     return t, total, a_ev, f_ev

@@ -69,3 +69,22 @@ def test_narrow_haystack_same_answers_and_needles_in_its_type(monkeypatch, dtype
     for x in [*inside[:5].tolist(), *outside.tolist(), int(info.min), int(info.max)]:
         assert search.position(a, x, side=side) == int(_brute(a, [x], side)[0])
         assert isinstance(search.position(a, np.int64(x), side=side), int)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("piece", [1, 3, 1 << 20])
+def test_merge_places_are_the_stable_sort_of_the_concatenation(seed, piece):
+    """Each element's place in the merge of two ascending arrays (the first's before the second's at
+    equal values) is where a stable argsort of their concatenation puts it, piece by piece."""
+    from pyinterpose.analysis.search import merge_places
+
+    rng = np.random.default_rng(seed)
+    a = np.sort(rng.integers(0, 20, int(rng.integers(0, 30))))
+    b = np.sort(rng.integers(0, 20, int(rng.integers(0, 30))))
+    inverse = np.empty(len(a) + len(b), np.int64)
+    inverse[np.argsort(np.concatenate([a, b]), kind="stable")] = np.arange(len(a) + len(b))
+    got = np.full(len(a) + len(b), -1, np.int64)
+    for which, lo, at in merge_places(a, b, piece):
+        assert len(at) <= piece
+        got[(0 if which == 0 else len(a)) + lo + np.arange(len(at))] = at
+    assert got.tolist() == inverse.tolist()

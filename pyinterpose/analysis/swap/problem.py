@@ -10,9 +10,10 @@ import pandas as pd
 from ...errors import PyinterposeError
 from ...heap import give_back
 from ...trace import pages
+from ...trace.piecewise import ascending
 from ...trace.model import counted_bytes
 from ..bandwidth import Bandwidth
-from ..search import searchsorted
+from ..search import merge_places, searchsorted
 from . import ondisk
 
 
@@ -163,25 +164,20 @@ def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarra
     frows = frows[fo].astype(rows_t, copy=False)          # the freed blocks' rows, in the frees' order
     del fo
     tf = tf_all[frows]                                    # the frees' times, ascending
-    arows = None if _ascending(ta) else np.argsort(ta, kind="stable").astype(rows_t, copy=False)
+    arows = None if ascending(ta) else np.argsort(ta, kind="stable").astype(rows_t, copy=False)
     if arows is not None:
         ta = ta[arows]
     steps_t = np.empty(n + 1, np.int64)
     d = np.empty(n, np.int64)
-    for lo in range(0, nf, COLUMN_PIECE):         # the k-th free: k + the allocations strictly before it
-        t = tf[lo:lo + COLUMN_PIECE]
-        at = np.searchsorted(ta, t, side="left")
-        at += np.arange(lo, lo + len(t), dtype=at.dtype)
-        steps_t[at] = t
-        d[at] = -size[frows[lo:lo + COLUMN_PIECE]]
-    del frows
-    for lo in range(0, na, COLUMN_PIECE):         # the j-th allocation: j + the frees at or before it
-        t = ta[lo:lo + COLUMN_PIECE]
-        at = np.searchsorted(tf, t, side="right")
-        at += np.arange(lo, lo + len(t), dtype=at.dtype)
-        steps_t[at] = t
-        d[at] = size[lo:lo + COLUMN_PIECE] if arows is None else size[arows[lo:lo + COLUMN_PIECE]]
-    del tf, ta, arows, size
+    for which, lo, at in merge_places(tf, ta, COLUMN_PIECE):
+        hi = lo + len(at)
+        if which == 0:                      # frees
+            steps_t[at] = tf[lo:hi]
+            d[at] = -size[frows[lo:hi]]
+        else:                               # allocations
+            steps_t[at] = ta[lo:hi]
+            d[at] = size[lo:hi] if arows is None else size[arows[lo:hi]]
+    del frows, tf, ta, arows, size
     ts = steps_t[:-1]
     last = np.ones(n, dtype=bool)
     last[:-1] = ts[1:] != ts[:-1]          # value after the last event at each instant
@@ -200,15 +196,6 @@ def _live_steps(blocks: pd.DataFrame, t_end: int) -> tuple[np.ndarray, np.ndarra
     ut, live = t[last], cum[last]
     steps_t = np.append(ut, end)
     return steps_t, live, t, d
-
-
-def _ascending(x: np.ndarray) -> bool:
-    """Whether ``x`` never decreases: a piece at a time, no temporaries of its length."""
-    for lo in range(0, max(len(x) - 1, 0), COLUMN_PIECE):
-        p = x[lo:lo + COLUMN_PIECE + 1]
-        if (p[1:] < p[:-1]).any():
-            return False
-    return True
 
 
 EXACT_T = float(1 << 53)   # times below this convert to float64 exactly
