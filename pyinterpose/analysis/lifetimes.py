@@ -32,10 +32,11 @@ import pandas as pd
 from ..trace.chunking import spans
 from ..trace.live_windows import masked_peaks
 from ..trace.pages import release
-from ..trace.piecewise import piece_rows
+from ..trace.piecewise import ascending, piece_rows
 from ..trace.model import Trace, live_bytes_curve
 from .iterations import Iterations, find_iterations
 from .growth import leak_stacks
+from .search import merge_places
 
 CLASSES = ["persistent", "per_iteration", "cross_iteration", "outside", "transient", "leak"]
 QUANTILES = (0.5, 0.9, 0.99)
@@ -67,6 +68,28 @@ def _positions(pid: np.ndarray, sa: np.ndarray, sf: np.ndarray) -> tuple[np.ndar
     upid, cnt = np.unique(pid, return_counts=True)
     first = np.concatenate([[0], np.cumsum(2 * cnt)[:-1]])[np.searchsorted(upid, pid)]
     return rank[:n] - first, rank[n:] - first
+
+
+def _life_events(sa: np.ndarray, sf: np.ndarray) -> np.ndarray:
+    """``pf - pa`` of :func:`_positions` for the blocks of one process (int64): the place of each block's
+    free minus that of its allocation among the process's allocations and frees in seq order (frees first
+    at an equal seq, then in block order), from one merge of the two sorted streams
+    (:func:`.search.merge_places`) instead of the sorts of both keys and a rank of every event (issue 30:
+    ~0.8 GB less at 100 M events)."""
+    n = len(sa)
+    rows_t = np.int32 if n < 2 ** 31 - 1 else np.int64
+    oa = None if ascending(sa) else np.argsort(sa, kind="stable").astype(rows_t, copy=False)
+    of = np.argsort(sf, kind="stable").astype(rows_t, copy=False)
+    life = np.empty(n, np.int64)
+    for which, lo, at in merge_places(sf[of], sa if oa is None else sa[oa]):
+        hi = lo + len(at)
+        if which == 0:                      # the frees' places
+            life[of[lo:hi]] = at
+        elif oa is None:                    # minus the allocations'
+            life[lo:hi] -= at
+        else:
+            life[oa[lo:hi]] -= at
+    return life
 
 
 def _event_positions_lexsort(pid, sa, sf) -> tuple[np.ndarray, np.ndarray]:
@@ -458,10 +481,8 @@ def _lean_summary_inputs(trace: Trace, iters: Iterations, pid: int | None, top: 
         release(a, 0, len(a))
         return out
 
-    pa, pf = _positions(col("pid", np.int64), col("seq_alloc", np.int64), col("seq_free", np.int64))
     on = col("counts_device", bool)
-    life_events = (pf - pa)[on]
-    del pa, pf
+    life_events = _life_events(col("seq_alloc", np.int64), col("seq_free", np.int64))[on]
     size = col("size", np.int64)
     t_alloc, t_free, freed_all = col("t_alloc", np.int64), col("t_free", np.int64), col("freed", bool)
     n_rows = len(on)

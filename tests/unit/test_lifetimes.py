@@ -97,3 +97,23 @@ def test_size_histogram():
     h = lifetimes.size_histogram(np.array([1, 2, 3, 4, 1024, 1500]))
     assert h == [{"lo": 1, "hi": 2, "blocks": 1, "bytes": 1}, {"lo": 2, "hi": 4, "blocks": 2, "bytes": 5},
                  {"lo": 4, "hi": 8, "blocks": 1, "bytes": 4}, {"lo": 1024, "hi": 2048, "blocks": 2, "bytes": 2524}]
+
+
+@pytest.mark.parametrize("in_alloc_order", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_life_events_count_the_events_between_allocation_and_free(seed, in_alloc_order):
+    """_life_events (one merge of the sorted frees and allocations) is, per block, the place of its free
+    minus the place of its allocation among every allocation and free of the process ordered by seq, a
+    free before an allocation at an equal seq, then by block (written here with a Python sort)."""
+    from pyinterpose.analysis.lifetimes import _life_events
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    sa = rng.integers(0, 30, n)
+    if in_alloc_order:
+        sa = np.sort(sa)
+    sf = sa + rng.integers(0, 12, n)
+    events = sorted([(int(sa[i]), 1, i, "a") for i in range(n)] + [(int(sf[i]), 0, i, "f") for i in range(n)])
+    place = {(e[3], e[2]): k for k, e in enumerate(events)}
+    want = [place[("f", i)] - place[("a", i)] for i in range(n)]
+    assert _life_events(sa.astype(np.int64), sf.astype(np.int64)).tolist() == want
