@@ -106,12 +106,16 @@ def _wdoa_points(problem: SwapProblem, hides: np.ndarray | None = None):
             hides = np.flatnonzero(column(problem, "doa_ns").astype(np.float64, copy=False) >= 0)
         a = c["start_t"].to_numpy()[hides].astype(np.float64) + column(problem, "t_out_ns", hides).astype(np.float64, copy=False)
         b = c["end_t"].to_numpy()[hides].astype(np.float64) - column(problem, "t_in_ns", hides).astype(np.float64, copy=False)
+        # issue 30: the pages of the columns and of the steps read here go once read (file maps: .ondisk)
+        pages.release_all(*(c[k] for k in ("start_t", "end_t", "size") if k in c))
 
         first, last = step_f(problem, 0), step_f(problem, -1)
 
         def points(x):
             k = np.clip(search_steps(problem, x, "right") - 1, 0, n - 1)
-            return k, np.minimum(x, last) - step_f(problem, k), x < first, x >= last
+            pt = k, np.minimum(x, last) - step_f(problem, k), x < first, x >= last
+            pages.release(problem.steps_t)
+            return pt
 
         m["wdoa_points"] = kept(problem, (hides, points(np.minimum(a, b)), points(b)))
     return m["wdoa_points"]
