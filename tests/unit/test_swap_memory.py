@@ -538,3 +538,79 @@ def test_step_search_on_the_int64_steps_is_the_float64_one(seed, drop_last):
     assert step_f(p, k).tolist() == st[k].tolist()
     assert step_f(p, k[:10], offset=1).tolist() == st[1:][k[:10]].tolist()
     assert float(step_f(p, -1)) == st[-1] and step_f(p, slice(2, 9)).tolist() == st[2:9].tolist()
+
+
+@pytest.mark.parametrize("piece", [1, 4, 1 << 20])
+@pytest.mark.parametrize("seed", range(4))
+def test_integer_ranks_from_an_order_are_pandas_rank(monkeypatch, seed, piece):
+    """_ranks_from_order (whole-number ranks read a piece of the order at a time) = pandas' descending
+    min rank, ties shuffled in the order, pieces of 1 and 4 rows (groups of ties across pieces), -0.0
+    beside 0.0."""
+    import pandas as pd
+
+    from pyinterpose.analysis.swap import strategies as strat
+
+    monkeypatch.setattr(strat, "VOTE_PIECE", piece)
+    rng = np.random.default_rng(900 + seed)
+    n = int(rng.integers(1, 200))
+    x = rng.integers(-4, 5, n).astype(np.float64) * rng.choice([1.0, 0.5, 1e12], n)
+    x[rng.random(n) < 0.1] = -0.0
+    o = np.lexsort((rng.random(n), -x))               # largest first, ties in a random order
+    want = pd.Series(x).rank(ascending=False, method="min").to_numpy()
+    for dtype in (np.int32, np.int64):
+        got = strat._ranks_from_order(-x, o, dtype=dtype)
+        assert got.dtype == dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("zeros", [False, True])
+@pytest.mark.parametrize("side", [False, True])
+@pytest.mark.parametrize("piece", [3, 1 << 20])
+@pytest.mark.parametrize("seed,gbps", [(0, 1.0), (1, 0.3), (2, 2.0), (3, 1e4)])
+def test_vote_fixed_is_its_definition(monkeypatch, seed, gbps, piece, side, zeros):
+    """_vote_fixed (its passes a piece at a time, AOA's sort on a second thread or not) keeps what its
+    definition gives, written here from pandas ranks and the lexsort of the tie-breaking keys: the
+    candidates that cannot hide sorted by (not straddling, DOA rank + AOA rank + DOA rank, place in
+    the tie order), the others with their DOA + AOA rank sums; and the vote orders equal the reference.
+    ``zeros``: a stored DOA column with DOAs of exactly 0.0 and -0.0 (they can hide)."""
+    import os
+
+    import pandas as pd
+
+    from pyinterpose.analysis.bandwidth import Bandwidth
+    from pyinterpose.analysis.swap import strategies as strat
+    from test_swap_native import _problem, _vote_budgets, reference_order
+
+    monkeypatch.setattr(strat, "VOTE_PIECE", piece)
+    monkeypatch.setattr(strat, "VOTE_SIDE_BY_SIDE", side)
+    monkeypatch.setattr(strat, "VOTE_SIDE_BY_SIDE_MIN", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    rng = np.random.default_rng(300 + seed)
+    p = _problem(rng, 120, 3000, 8, Bandwidth(1e9 * gbps, 1e9 * gbps, 0.0, "r"), max_size=3)   # equal scores
+    if zeros:
+        d = swap.with_derived(p)["doa_ns"].to_numpy(np.float64)
+        u = rng.random(len(d))
+        p.candidates["doa_ns"] = np.where(u < 0.2, 0.0, np.where(u < 0.3, -0.0, d))
+    c = swap.with_derived(p)
+    n = len(c)
+    assert not zeros or (c["doa_ns"] == 0).sum() > 0
+    doa, size = c["doa_ns"].to_numpy(np.float64), c["size"].to_numpy(np.float64)
+    aoa = np.array([d * s if d >= 0 else d / max(s, 1) for d, s in zip(doa, size)])
+    rd = pd.Series(doa).rank(ascending=False, method="min").to_numpy().astype(np.int64)
+    ra = pd.Series(aoa).rank(ascending=False, method="min").to_numpy().astype(np.int64)
+    tie = np.lexsort((c["start_t"].to_numpy(), c["block_id"].to_numpy(), -doa))
+    place = np.argsort(tie)
+    not_strad = (~c["straddles_peak"].to_numpy(bool)).astype(np.int64)
+    big = 3 * n + 1
+    fi, vi = np.flatnonzero(~(doa >= 0)), np.flatnonzero(doa >= 0)
+    keys = [((not_strad[i] * big + 2 * rd[i] + ra[i]) * n + place[i], i) for i in fi]
+    keys.sort()
+
+    fixed = strat._vote_fixed(p)
+    assert fixed["key"].tolist() == [k for k, _ in keys]
+    assert fixed["idx"].tolist() == [i for _, i in keys]
+    assert fixed["var"].tolist() == vi.tolist()
+    assert np.asarray(fixed["var_ranks"]).tolist() == (rd + ra)[vi].tolist()
+    assert strat._tie_order(p).tolist() == tie.tolist()
+    for b in _vote_budgets(p):
+        assert strat._vote_order(p, b) is not None
+        assert np.array_equal(swap.order(p, "vote", b), reference_order(p, "vote", b)), b

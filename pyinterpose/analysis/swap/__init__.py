@@ -369,24 +369,28 @@ def _keep_pack(problem: SwapProblem, t: int) -> None:
 
 
 def _prime_votes(problem: SwapProblem) -> None:
-    """What every budget's vote order shares, computed once before threads ask for it: the
+    """What every budget's vote order shares, computed once before threads ask for it: the tie
+    order and :func:`_vote_fixed` (its ranks made one after another, a few arrays of the candidates'
+    length at a time: issue 30), or, where the vote takes the general path (``_vote_fixed`` None), the
     two sorts it starts from side by side (numpy's sorts release the GIL) — the tie order, whose
     first key is DOA (so DOA's rank is read from it), and AOA's rank — then the rest."""
     if all(k in problem.memo for k in ORDER_INPUTS):
         return                  # made already (the report's sweep before its evaluation: issue 30)
-    parts = [lambda: (_tie_order(problem), _rank(problem, "doa", 0)), lambda: _rank(problem, "aoa", 0)]
-    if (os.cpu_count() or 1) > 1 and len(problem.candidates) >= 100_000:
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pyinterpose-swap") as ex:
-            list(ex.map(lambda f: f(), parts))
-    else:
-        for f in parts:
-            f()
-    _wdoa_points(problem)
+    release(problem)            # what the passes before left resident (the runs' loops: hiding_floor)
     if _vote_fixed(problem) is not None:
-        # every vote order is made from what _vote_fixed keeps: the DOA and AOA ranks of every
-        # candidate go (issue 30: 16 bytes a candidate; asked again, made again)
+        # every vote order is made from what _vote_fixed keeps: DOA and AOA ranks of every candidate,
+        # if something asked for them before, go (16 bytes a candidate; asked again, made again)
         for k in (("rank", "doa"), ("rank", "aoa")):
             problem.memo.pop(k, None)
+    else:
+        parts = [lambda: (_tie_order(problem), _rank(problem, "doa", 0)), lambda: _rank(problem, "aoa", 0)]
+        if (os.cpu_count() or 1) > 1 and len(problem.candidates) >= 100_000:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="pyinterpose-swap") as ex:
+                list(ex.map(lambda f: f(), parts))
+        else:
+            for f in parts:
+                f()
+        _wdoa_points(problem)
     release(problem)
 
 

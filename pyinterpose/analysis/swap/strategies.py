@@ -2,13 +2,17 @@
 order it gives."""
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
+from ...trace import pages
 from ..bandwidth import Bandwidth
-from .ondisk import kept
-from .problem import (STRATEGIES, SwapProblem, column, search_steps, step_f, with_derived)
+from .ondisk import kept, release
+from .problem import (COLUMN_PIECE, STRATEGIES, SwapProblem, column, search_steps, step_f, with_derived)
 
 
 # ---- scores ----------------------------------------------------------------------------
@@ -88,24 +92,30 @@ def _points_steps(problem: SwapProblem, pa, pb) -> tuple[np.ndarray, np.ndarray]
     return need, where
 
 
-def _wdoa_points(problem: SwapProblem):
+def _wdoa_points(problem: SwapProblem, hides: np.ndarray | None = None):
     """(indices of the candidates that can hide, (points of their windows' starts), (of their
     ends)): where each absence window's ends fall on the steps, per end x (step k holding x,
     x - start of step k, x before the first step, x after the last); budget-independent, kept
-    per problem. Only those that can hide (DOA >= 0): the others' WDOA is their own DOA."""
+    per problem. Only those that can hide (DOA >= 0): the others' WDOA is their own DOA.
+    ``hides``: those indices when the caller has them (``np.flatnonzero(doa >= 0)``)."""
     m = problem.memo
     if "wdoa_points" not in m:
         c = problem.candidates
         n = len(problem.live)
-        hides = np.flatnonzero(column(problem, "doa_ns").astype(np.float64, copy=False) >= 0)
+        if hides is None:
+            hides = np.flatnonzero(column(problem, "doa_ns").astype(np.float64, copy=False) >= 0)
         a = c["start_t"].to_numpy()[hides].astype(np.float64) + column(problem, "t_out_ns", hides).astype(np.float64, copy=False)
         b = c["end_t"].to_numpy()[hides].astype(np.float64) - column(problem, "t_in_ns", hides).astype(np.float64, copy=False)
+        # issue 30: the pages of the columns and of the steps read here go once read (file maps: .ondisk)
+        pages.release_all(*(c[k] for k in ("start_t", "end_t", "size") if k in c))
 
         first, last = step_f(problem, 0), step_f(problem, -1)
 
         def points(x):
             k = np.clip(search_steps(problem, x, "right") - 1, 0, n - 1)
-            return k, np.minimum(x, last) - step_f(problem, k), x < first, x >= last
+            pt = k, np.minimum(x, last) - step_f(problem, k), x < first, x >= last
+            pages.release(problem.steps_t)
+            return pt
 
         m["wdoa_points"] = kept(problem, (hides, points(np.minimum(a, b)), points(b)))
     return m["wdoa_points"]
@@ -213,19 +223,27 @@ def order(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
     return np.concatenate([by_score[strad], by_score[~strad]])
 
 
-def _tie_order(problem: SwapProblem) -> np.ndarray:
-    """The candidates by -DOA, then block, then start (every strategy's tie-breaking), once per problem."""
+def _tie_order(problem: SwapProblem, neg_doa: np.ndarray | None = None) -> np.ndarray:
+    """The candidates by -DOA, then block, then start (every strategy's tie-breaking), once per problem.
+    ``neg_doa``: ``-column(problem, "doa_ns")`` when the caller holds it (not made again)."""
     m = problem.memo
     if "tie_order" not in m:
         c = problem.candidates
         blk, start = c["block_id"].to_numpy(), c["start_t"].to_numpy()
-        if _in_block_start_order(blk, start):
+        in_order = _in_block_start_order(blk, start)
+        pages.release_all(blk, start)       # issue 30: the pass's pages of the columns (when mapped)
+        neg = -column(problem, "doa_ns") if neg_doa is None else neg_doa
+        if in_order:
             # the candidates are made block by block, each block's in time order: then the rows'
             # own order breaks DOA's ties as (block, start) would, and one stable sort of -DOA
             # gives the lexsort's order (issue 30: two of its three passes, ~3 s at 100 M events)
-            m["tie_order"] = kept(problem, _indices(np.argsort(-column(problem, "doa_ns"), kind="stable")))
+            o = np.argsort(neg, kind="stable")
         else:
-            m["tie_order"] = kept(problem, _indices(np.lexsort((start, blk, -column(problem, "doa_ns")))))
+            o = np.lexsort((start, blk, neg))
+            pages.release_all(blk, start)
+        del neg
+        o = _indices(o)                     # int32: the int64 order goes as soon as it is copied
+        m["tie_order"] = kept(problem, o)
     return m["tie_order"]
 
 
@@ -252,6 +270,14 @@ def _indices(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int32) if len(x) < 2 ** 31 - 1 else x
 
 
+VOTE_PIECE = COLUMN_PIECE      # candidates at a time in _vote_fixed's passes and _ranks_from_order
+# _vote_fixed sorts AOA on a second thread while this one sorts DOA (the tie order), from 100 000
+# candidates on a machine of more than one core: at 100 M events (9.5 M candidates) ~1.3 s sooner for
+# ~150 MB more at once (its -AOA and order beside -DOA and the tie order's sort)
+VOTE_SIDE_BY_SIDE = True
+VOTE_SIDE_BY_SIDE_MIN = 100_000
+
+
 def _vote_fixed(problem: SwapProblem) -> dict | None:
     """What the vote order shares across budgets (once per problem; None: use the general path).
 
@@ -262,45 +288,139 @@ def _vote_fixed(problem: SwapProblem) -> dict | None:
     ranks), the same at every budget, and its place among the others
     like it is fixed: they are sorted once here, by one distinct int64 key per candidate
     (not straddling the peak, rank sum, place in the tie order) that orders exactly as
-    :func:`order`'s sort. At 10 M events that is 1.03 M of 1.08 M candidates."""
+    :func:`order`'s sort. At 10 M events that is 1.03 M of 1.08 M candidates.
+
+    Made one step after another with little held at once (issue 30: this was the swap command's
+    peak at 100 M events, ~1 GB over what the process held before): -DOA (float64) for the tie
+    order's sort and the DOA ranks, then -AOA for its sort and ranks, the ranks as whole numbers
+    (int32 where 3 n fits: the same values as :func:`_rank_desc_min`'s float64 ones), the keys a
+    piece of ``VOTE_PIECE`` candidates at a time, sorted in place (a key ends with the place in
+    the tie order, so the candidate is read back from it: no argsort)."""
     m = problem.memo
     if "vote_fixed" in m:
         return m["vote_fixed"]
     c = problem.candidates
     n = len(c)
-    doa = column(problem, "doa_ns").astype(np.float64, copy=False)
     big = 3 * n + 1                     # above every rank sum (each rank <= n)
-    if n == 0 or np.isnan(doa).any() or 2.0 * big * n + n >= 2.0 ** 62:
+    if n == 0 or 2.0 * big * n + n >= 2.0 ** 62:
         m["vote_fixed"] = None
         return None
-    base = _tie_order(problem)
-    place = np.empty(n, np.int64)
-    place[base] = np.arange(n, dtype=np.int64)
-    ranks = _rank(problem, "doa", 0) + _rank(problem, "aoa", 0)           # budget-independent
-    vi, pa, pb = _wdoa_points(problem)          # the hideable ones (DOA >= 0) and their windows
-    fi = np.flatnonzero(~(doa >= 0))
-    not_strad = (~c["straddles_peak"].to_numpy(bool)).astype(np.int64)
+    rdt = np.int32 if big < 2 ** 31 else np.int64
+    side = VOTE_SIDE_BY_SIDE and n >= VOTE_SIDE_BY_SIDE_MIN and (os.cpu_count() or 1) > 1
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyinterpose-swap") as ex:
+        # AOA's sort beside DOA's (numpy's sorts release the GIL); the pool waits for it on any way out
+        aoa = ex.submit(_aoa_ranks, problem, rdt) if side else None
+        neg = np.empty(n, np.float64)       # -DOA
+        hide = np.empty(n, bool)            # DOA >= 0: can hide
+        for lo, hi, d in _doa_pieces(problem):
+            np.negative(d, out=neg[lo:hi])
+            np.greater_equal(d, 0, out=hide[lo:hi])
+        if np.isnan(neg).any():
+            m["vote_fixed"] = None
+            return None
+        stored = c["doa_ns"].dtype if "doa_ns" in c else np.dtype(np.float64)
+        base = _tie_order(problem, neg if stored == np.float64 else None)
+        ranks_doa = _ranks_from_order(neg, base, dtype=rdt)     # DOA's, from its order: no sort
+        del neg
+        ranks = aoa.result() if side else _aoa_ranks(problem, rdt)
+    release(problem)
+    ranks += ranks_doa                                          # DOA + AOA ranks: budget-independent
+    vi, pa, pb = _wdoa_points(problem, np.flatnonzero(hide))    # the hideable ones (DOA >= 0)
+    release(problem)
+    place = np.empty(n, rdt)
+    for lo in range(0, n, VOTE_PIECE):
+        hi = min(lo + VOTE_PIECE, n)
+        place[base[lo:hi]] = np.arange(lo, hi, dtype=rdt)
+    not_strad = ~c["straddles_peak"].to_numpy(bool)
 
     def key(idx, rank_sum):
-        k = not_strad[idx] * big
+        k = not_strad[idx].astype(np.int64)
+        k *= big
         k += rank_sum.astype(np.int64)
         k *= n
         k += place[idx]
         return k
 
-    # their WDOA rank: every hideable candidate's DOA (>= 0) is above theirs, so their WDOA (=
-    # DOA) ranks where their DOA ranks among all
-    kf = key(fi, ranks[fi] + _rank(problem, "doa", 0)[fi])
+    # the others' WDOA rank: every hideable candidate's DOA (>= 0) is above theirs, so their WDOA
+    # (= DOA) ranks where their DOA ranks among all
+    kf = np.empty(n - len(vi), np.int64)
+    at = 0
+    for lo in range(0, n, VOTE_PIECE):
+        hi = min(lo + VOTE_PIECE, n)
+        fi = lo + np.flatnonzero(~hide[lo:hi])
+        rs = ranks[fi].astype(np.int64)
+        rs += ranks_doa[fi]
+        kf[at:at + len(fi)] = key(fi, rs)
+        at += len(fi)
+    del hide, ranks_doa
     ranks_vi = ranks[vi]
-    o = np.argsort(kf)
     del ranks
+    kf.sort()                           # distinct keys: any sort gives the one order
+    idx = np.empty(len(kf), base.dtype)     # as the tie order's (_indices: int32 where they fit)
+    for lo in range(0, len(kf), VOTE_PIECE):
+        idx[lo:lo + VOTE_PIECE] = base[kf[lo:lo + VOTE_PIECE] % n]
     # key() reads these two through its closure: rebound to their files on a problem on disk (.ondisk),
     # and named in the dict so that ondisk.release finds them
     place, not_strad = kept(problem, place), kept(problem, not_strad)
-    m["vote_fixed"] = fixed = kept(problem, {"idx": _indices(fi[o]), "key": kf[o], "var": vi,
+    m["vote_fixed"] = fixed = kept(problem, {"idx": idx, "key": kf, "var": vi,
                                              "var_ranks": ranks_vi, "points": (pa, pb)})
     fixed.update({"key_of": key, "place": place, "not_strad": not_strad})
+    del idx, kf
+    release(problem)
     return fixed
+
+
+def _doa_pieces(problem: SwapProblem):
+    """(lo, hi, DOA of the candidates lo:hi as float64) for each piece of ``VOTE_PIECE`` candidates; the
+    pages of the columns read are given back after each piece (when they are file maps: .ondisk)."""
+    c = problem.candidates
+    n = len(c)
+    names = [k for k in ("doa_ns", "size", "start_t", "end_t") if k in c]
+    for lo in range(0, n, VOTE_PIECE):
+        hi = min(lo + VOTE_PIECE, n)
+        d = column(problem, "doa_ns", slice(lo, hi)).astype(np.float64, copy=False)
+        yield lo, hi, d
+        for k in names:
+            pages.release(c[k], lo, hi)
+
+
+def _aoa_ranks(problem: SwapProblem, dtype) -> np.ndarray:
+    """:func:`_rank_desc_min` of the AOA scores (:func:`scores`), as whole numbers of ``dtype``: -AOA
+    made a piece at a time, one sort, the ranks read from it a piece at a time."""
+    c = problem.candidates
+    n = len(c)
+    neg = np.empty(n, np.float64)       # -AOA
+    size_col = c["size"].to_numpy()
+    for lo, hi, doa in _doa_pieces(problem):
+        size = size_col[lo:hi].astype(np.float64)
+        # as scores(): DOA x size when DOA >= 0, else DOA / size (at least 1)
+        np.negative(np.where(doa >= 0, doa * size, doa / np.maximum(size, 1)), out=neg[lo:hi])
+    o = np.argsort(neg)                 # ties in any order: they share their group's first rank
+    r = _ranks_from_order(neg, o, dtype=dtype)
+    return r
+
+
+def _ranks_from_order(neg: np.ndarray, o: np.ndarray, dtype=np.int32) -> np.ndarray:
+    """:func:`_rank_desc_min` of ``-neg`` as whole numbers of ``dtype`` (1 = largest; ties take the
+    lowest rank), given ``o`` that sorts ``neg`` ascending (any order among ties; no NaN): a piece of
+    ``VOTE_PIECE`` of the order at a time, no array of the values' length but the answer."""
+    n = len(o)
+    r = np.empty(n, dtype)
+    prev, carry = None, 0       # the value at the piece's row before, and its group's first rank
+    for lo in range(0, n, VOTE_PIECE):
+        hi = min(lo + VOTE_PIECE, n)
+        oo = o[lo:hi]
+        v = neg[oo]
+        g = np.arange(lo + 1, hi + 1, dtype=dtype)     # a group's first row ranks at its place + 1
+        g[1:][v[1:] == v[:-1]] = 0
+        if lo and v[0] == prev:
+            g[0] = 0
+        np.maximum.accumulate(g, out=g)
+        if lo:
+            np.maximum(g, carry, out=g)
+        r[oo] = g
+        prev, carry = v[-1], g[-1]
+    return r
 
 
 def _vote_order(problem: SwapProblem, budget: int) -> np.ndarray | None:
