@@ -410,6 +410,16 @@ def _problem_of(parts: dict, bandwidth: Bandwidth, min_size: int = MIN_SIZE, t_e
     else:
         lo_f, hi_f = _steps_inside(steps_t.astype(np.float64), start.astype(np.float64), end.astype(np.float64),
                                    narrow)
+    if ondisk.wanted(len(c), on_disk):
+        # a long trace's steps in their file now, not resident beside the floor's running sum below (issue
+        # 30: 8 bytes a step, ~0.17 GB at 100 M events; put_on_disk keeps them there)
+        view = ev_t is not None and np.shares_memory(ev_t, steps_t)
+        steps_t = ondisk.to_file(steps_t)
+        if view:
+            ev_t = steps_t[:-1]
+            ev_t.flags.writeable = False
+        pages.release_all(steps_t)
+        give_back()
     # straddles: a step at the peak lies in [lo, hi)
     at_peak = np.flatnonzero(live == peak) if len(live) else np.zeros(0, np.int64)
     strad = np.empty(len(lo), bool)
