@@ -392,7 +392,10 @@ def _slim(r: SwapResult) -> SwapResult:
 def _keep_pack(problem: SwapProblem, t: int) -> None:
     """The scheduler's packed input at target ``t``, kept for the runs that share it (in files when
     the problem is on disk: :mod:`.ondisk`)."""
-    problem.memo[("packed", t)] = kept(problem, _pack(problem, t))
+    pk = _pack(problem, t)
+    release(problem)            # what the pack read goes back before it is written to files (issue 30)
+    problem.memo[("packed", t)] = kept(problem, pk)
+    del pk
     release(problem)
 
 

@@ -133,6 +133,7 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     idx_t = np.int32 if len(live) < 2 ** 31 - 1 else np.int64
     hot_before = np.zeros(len(live) + 1, idx_t)
     np.cumsum(hot, dtype=idx_t, out=hot_before[1:])
+    release(problem)        # a problem on disk (issue 30): the live bytes read, not resident through the rest
     lo_iv, hi_iv = _iv_steps(problem)
     a = _cand_arrays(problem)
     lo = np.take(hot_before, lo_iv)
@@ -155,6 +156,7 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     del lo
     rec["hi"] = hi[keep]
     del hi
+    release(problem)        # ... nor the candidates' columns and steps the records are made from
     at = np.full(len(has_hot), -1, np.int32 if len(keep) < 2 ** 31 - 1 else np.int64)
     at[keep] = np.arange(len(keep), dtype=at.dtype)
     del keep
