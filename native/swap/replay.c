@@ -39,10 +39,17 @@ int pi_swap_replay(pi_swap_replay_args *a) {
     double *delay = a->delay, *sw_t = a->swap_times;
     double d2h_free = -INFINITY, h2d_free = -INFINITY;
     double rec_end = -INFINITY, new_end = -INFINITY;
-    for (int64_t i = 0; i < n_ops; i++) {
-        double e = R[i] + dur[i];
-        if (e > rec_end) rec_end = e;
+    if (a->rec_end_known) {
+        rec_end = a->rec_end;       /* an earlier replay's: every op not read again (issue 30) */
+    } else {
+        for (int64_t i = 0; i < n_ops; i++) {
+            double e = R[i] + dur[i];
+            if (e > rec_end) rec_end = e;
+        }
+        a->rec_end = rec_end;
+        a->rec_end_known = 1;
     }
+    a->delayed = 0;
     for (int64_t k = 0; k < n_sw; k++) {
         double *o = sw_t + 5 * k;
         o[0] = o[1] = o[2] = o[3] = NAN;
@@ -105,8 +112,10 @@ int pi_swap_replay(pi_swap_replay_args *a) {
             if (x - R[i] > d) d = x - R[i];
         }
         if (!(d > TOL_NS)) d = 0.0;
-        delay[i] = d;
         if (d > 0.0) {
+            /* each op is visited once and delay[] starts zeroed: only the late ones are written */
+            delay[i] = d;
+            a->delayed++;
             double e = R[i] + dur[i] + d;
             if (e > new_end) new_end = e;
             if (snext ? snext[i] >= 0 : i + 1 < n_ops) {   /* its successor on the stream must be visited */
@@ -144,18 +153,29 @@ static double moved_time(const pi_swap_peak_args *a, int64_t i, int64_t *k_lo, i
     return t + a->delay[a->release_order ? a->release_order[k] : k];
 }
 
-int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a) {
+int64_t pi_swap_replayed_peak(pi_swap_peak_args *a) {
     const int64_t n_ev = a->n_ev, n_sw = a->n_sw;
     const int moved = a->moved && a->n_ops > 0;
     int64_t best = 0, ev_sum = 0, sw_sum = 0, i = 0, j = 0, k_lo = 0, k_hi = 0;
     double run_max = -INFINITY, te = INFINITY;
-    if (n_ev) {
-        te = moved ? moved_time(a, 0, &k_lo, &k_hi) : (double)a->ev_t[0];
-        run_max = te;
+    if (!a->started) {
+        if (n_ev) {
+            te = moved ? moved_time(a, 0, &k_lo, &k_hi) : (double)a->ev_t[0];
+            run_max = te;
+        }
+        a->started = 1;
+    } else {                        /* the state the last call stopped in */
+        best = a->best, ev_sum = a->ev_sum, sw_sum = a->sw_sum, i = a->i, j = a->j;
+        k_lo = a->k_lo, k_hi = a->k_hi, run_max = a->run_max, te = a->te;
     }
     /* every instant of the union of the events' (moved) times and the swaps' times, in order:
      * everything at or before it summed, the largest such sum kept */
     while (i < n_ev || j < n_sw) {
+        if (i < n_ev && i >= a->ev_stop) {          /* a piece's end: at an instant's start */
+            a->best = best, a->ev_sum = ev_sum, a->sw_sum = sw_sum, a->i = i, a->j = j;
+            a->k_lo = k_lo, a->k_hi = k_hi, a->run_max = run_max, a->te = te;
+            return best;
+        }
         double tau = (i < n_ev && (j >= n_sw || te <= a->sw_t[j])) ? te : a->sw_t[j];
         while (i < n_ev && te == tau) {
             ev_sum += ev_delta(a, i);
@@ -173,6 +193,8 @@ int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a) {
         while (j < n_sw && a->sw_t[j] == tau) sw_sum += a->sw_d[j++];
         if (ev_sum + sw_sum > best) best = ev_sum + sw_sum;
     }
+    a->i = i, a->j = j, a->best = best;
+    a->done = 1;
     return best;
 }
 

@@ -51,11 +51,13 @@ int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_e
                          int budget_mode, int64_t target, int64_t *out_pos, double *out_t);
 
 /* pi_swap_schedule with the candidate at position i read from cand[cand_at[i]] (cand_at NULL:
- * cand[i]): the records are shared by every run and each run passes its visiting order only. */
+ * cand[i]): the records are shared by every run and each run passes its visiting order only.
+ * drop_hot_live 1: hot_live is clean pages of a shared file map (the caller checked), given back
+ * (madvise MADV_DONTNEED, whole pages inside it) once the curve has its copy: never read again. */
 int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
                             int64_t n, const pi_swap_cand *cand, const int32_t *cand_at, int64_t n_hide,
                             const int64_t *hide_pos, int budget_mode, int64_t target, int64_t *out_pos,
-                            double *out_t);
+                            double *out_t, int drop_hot_live);
 
 /* ---- replay (replay.c): a schedule played on a discrete-event model of the GPU ----------
  *
@@ -99,10 +101,14 @@ typedef struct {
     const int64_t *wait_swap;
     const int8_t *wait_dir;
     const int64_t *wait_pos;
+    int rec_end_known;                 /* 1: rec_end below is the recorded end (an earlier replay's), */
+    double rec_end;                    /*   not read again from every op; 0: computed and written here */
     /* outputs */
-    double *delay;                     /* [n_ops], zeroed by the caller: how late each op starts */
+    double *delay;                     /* [n_ops], zeroed by the caller: how late each op starts (only the */
+                                       /*   ops that start late are written: untouched zero pages stay so) */
     double *swap_times;                /* [5 n_swaps]: out start, out end, in start, in end, wait caused (ns) */
     double slowdown;                   /* how much later the last op ends */
+    int64_t delayed;                   /* how many ops start late (delay > 0) */
 } pi_swap_replay_args;
 
 /* Replays one schedule: fills a's outputs.  0, or -1 (out of memory). */
@@ -125,10 +131,18 @@ typedef struct {
     const int64_t *sw_d;               /* their deltas (-size at a release, +size at a retake) */
     const int64_t *ev_cum;             /* with ev_d NULL: the running sum after each event (ev_d[i] =
                                           ev_cum[i] - ev_cum[i - 1], ev_cum[-1] = 0; issue 30: no deltas held) */
+    /* in pieces (issue 30: the caller gives back the pages read between calls): each call stops at the
+     * first instant whose first event is at or after ev_stop (n_ev: runs to the end); the merge's
+     * state, zeroed by the caller before the first call, carries on from one call to the next */
+    int64_t ev_stop;
+    int started, done;                 /* done: every instant merged (the peak is the return value) */
+    int64_t i, j, k_lo, k_hi, best, ev_sum, sw_sum;
+    double te, run_max;
 } pi_swap_peak_args;
 
-/* max(0, largest sum of every delta at or before an instant), over the instants of both. */
-int64_t pi_swap_replayed_peak(const pi_swap_peak_args *a);
+/* max(0, largest sum of every delta at or before an instant), over the instants of both (so far: the
+ * whole merge once a->done). */
+int64_t pi_swap_replayed_peak(pi_swap_peak_args *a);
 
 /* np.searchsorted(a, x, side) for needles x in ascending order: out[j] = the first k with a[k] > x[j]
  * (right 1) or a[k] >= x[j] (right 0), a ascending (n_a values); each search gallops on from the

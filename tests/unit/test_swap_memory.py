@@ -43,11 +43,13 @@ def _anchor(release: np.ndarray, t: float, alloc: bool) -> int:
     return before[-1] if before else -1
 
 
+@pytest.mark.parametrize("piece", [None, 1, 2, 5])
 @pytest.mark.parametrize("held", [True, False])
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("seed", range(16))
-def test_replayed_peak_is_the_sorted_running_sum(seed, in_order, held):
-    """The replayed peak (one merge pass in C) against moving every event by its anchor's delay
+def test_replayed_peak_is_the_sorted_running_sum(seed, in_order, held, piece):
+    """The replayed peak (one merge pass in C; or ``piece`` events a call, the merge carried on from one
+    call to the next, as on a problem on disk: issue 30) against moving every event by its anchor's delay
     with loops, then the running sum over everything sorted; the ops released in seq order or
     not (a release order given)."""
     rng = np.random.default_rng(seed)
@@ -66,7 +68,7 @@ def test_replayed_peak_is_the_sorted_running_sum(seed, in_order, held):
     realloc_t = free_t + rng.integers(0, 10, n_sw)
     o = np.lexsort((np.arange(len(release)), release))
     st = {"n": len(release), "release_sorted": release[o], "ord": None if in_order else o.astype(np.int64)}
-    got = replay_mod._replayed_peak(_Problem(ev_t, ev_d, held), st, delay, size, free_t, realloc_t)
+    got = replay_mod._replayed_peak(_Problem(ev_t, ev_d, held), st, delay, size, free_t, realloc_t, piece=piece)
 
     moved = [float(t) + (delay[a] if (a := _anchor(release, float(t), d > 0)) >= 0 else 0.0)
              for t, d in zip(ev_t, ev_d)]
@@ -614,3 +616,15 @@ def test_vote_fixed_is_its_definition(monkeypatch, seed, gbps, piece, side, zero
     for b in _vote_budgets(p):
         assert strat._vote_order(p, b) is not None
         assert np.array_equal(swap.order(p, "vote", b), reference_order(p, "vote", b)), b
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_replay_zeros_are_zeros_in_pages_of_their_own(seed):
+    """The replay's delays start as np.zeros: every value 0.0, writable, float64 (a private anonymous map
+    above ZEROS_MAP_MIN bytes: issue 30)."""
+    n = int(np.random.default_rng(seed).integers(replay_mod.ZEROS_MAP_MIN // 8, replay_mod.ZEROS_MAP_MIN // 2))
+    z = replay_mod._zeros(n)
+    assert z.dtype == np.float64 and len(z) == n and z.flags.writeable and not z.any()
+    z[n // 2] = 1.5
+    assert np.count_nonzero(z) == 1 and z[n // 2] == 1.5
+    assert not replay_mod._zeros(3).any()

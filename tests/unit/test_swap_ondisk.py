@@ -14,7 +14,7 @@ from pyinterpose.analysis import swap
 from pyinterpose.analysis.swap import ondisk
 from pyinterpose.trace import pages
 
-from test_swap import _random_problem
+from test_swap import BW, _blocks, _iv, _random_problem
 from test_swap_memory import _long_trace_paths
 
 SAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "samples")
@@ -81,6 +81,59 @@ def test_random_problems_on_disk_run_as_in_memory(monkeypatch, seed):
     want = results(False, 2)
     assert results(True, 2) == want
     assert results(True, 1) == want
+
+
+def _wide_problem(rng, n_blocks):
+    """test_swap._random_problem's blocks and intervals over 20 s instead of 1 s: thousands of steps (the
+    hot steps' live bytes span whole pages)."""
+    rows, iv = [], []
+    for b in range(n_blocks):
+        a = int(rng.integers(0, 20000))
+        f = a + int(rng.integers(20, 2000))
+        size = int(rng.integers(1, 8))
+        rows.append((b, size, a, f))
+        pts = np.sort(rng.choice(np.arange(a + 1, f), size=int(rng.integers(1, 6)), replace=False))
+        iv += [(b, size, int(s), int(e)) for s, e in zip(pts[:-1], pts[1:])]
+    return swap.prepare_tables(_blocks(rows), _iv(iv), BW, min_size=1)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_scheduler_gives_back_pages_and_the_answers_stay(monkeypatch, seed):
+    """A problem on disk whose hot steps span pages: the scheduler's loop is told to give back the hot
+    steps' live bytes once its curve has them, and what it does not read is given back before it (issue
+    30); every strategy's result equals the problem in memory's, with one worker and two.  (The replayed
+    peak in pieces: test_swap_memory.test_replayed_peak_is_the_sorted_running_sum.)"""
+    import sys
+    from pyinterpose.analysis.swap import replay as replay_mod
+
+    schedule_mod = sys.modules["pyinterpose.analysis.swap.schedule"]    # (swap.schedule: the function)
+
+    monkeypatch.setattr(swap, "LONG_CANDIDATES", -1)
+    monkeypatch.setattr(replay_mod, "PEAK_PIECE", 7)       # (where a replay moves events: in pieces)
+    told = []
+    real = schedule_mod._release_before_loop
+
+    def spy(*a):
+        told.append(real(*a))
+        return told[-1]
+    monkeypatch.setattr(schedule_mod, "_release_before_loop", spy)
+
+    def results(on: bool, workers: int):
+        _on_disk(monkeypatch, on)
+        monkeypatch.setattr(swap, "LONG_WORKERS", workers)
+        p = _wide_problem(np.random.default_rng(500 + seed), n_blocks=3000)
+        assert ondisk.is_on_disk(p) == on
+        ev = swap.analyse(None, problem=p)
+        return [(r.strategy, r.mode, r.peak_after, r.stall_ns, r.replay.delayed_ops if r.replay else 0,
+                 r.schedule.to_dict("list")) for r in ev.results]
+
+    want = results(False, 2)
+    assert told and not any(told)                   # in memory: never
+    told.clear()
+    assert results(True, 2) == want
+    assert results(True, 1) == want
+    assert any(told)
+    assert any(r[1] == "budget" and r[5]["size"] for r in want)        # some runs swap
 
 
 def test_a_problem_in_memory_is_never_released():

@@ -46,6 +46,7 @@ peak).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -266,9 +267,7 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
 
     def run(r: tuple) -> SwapResult:
         res = run_strategy(problem, *r)
-        if not schedules:
-            res.schedule = res.schedule[["size"]]
-        return res
+        return res if schedules else _slim(res)
 
     if any(k[0] == "vote" for k in needed):
         _prime_votes(problem)
@@ -293,10 +292,11 @@ def _run_all(problem: SwapProblem, runs: list[tuple], schedules: bool = True,
             problem.memo.pop(("packed", t), None)
 
 
-# Above this many candidates (a long trace, issue 30), _run_all makes each order when a run first
-# needs it and lets it go after its last run, and lets go of what only the orders are made from
-# once every order is made: at 100 M events (9.5 M candidates) an order is 38 MB, the vote's fixed
-# part and the tie order ~150 MB.  The same runs, in the same order, with the same orders.
+# Above this many candidates (a long trace, issue 30), _run_all makes every order the runs read before
+# the runs (_make_orders; kept in files when the problem is on disk), lets go of what only the orders are
+# made from once they are made, and lets each order go after its last run: at 100 M events (9.5 M
+# candidates) an order is 38 MB, the vote's fixed part and the tie order ~150 MB.  The same runs, in the
+# same order, with the same orders.
 LONG_CANDIDATES = 2_000_000
 ORDER_INPUTS = ("tie_order", "vote_fixed", "wdoa_points", "wdoa_steps")
 # ... and runs them on this many threads: two (the C scheduler releases the GIL; the budget-mode runs share
@@ -322,26 +322,19 @@ def _order_key(problem: SwapProblem, run: tuple) -> tuple:
 def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list, workers: int, run,
               needed: set) -> list:
     """:func:`_run_all`'s runs on a long trace (see LONG_CANDIDATES); ``needed``: the orders that
-    looping runs read (the others are never made)."""
+    looping runs read (the others are never made).  Every order is made first (:func:`_make_orders`),
+    then the runs: a run's memory is then its schedule's and its replay's only (issue 30: an order
+    made beside the other worker's scheduler, the vote's above all, held both working sets at once,
+    ~1.65 GiB at 100 M events; the orders are kept in files, not resident between the runs)."""
     def key_of(r):
         return _order_key(problem, r)
 
     left = {k: sum(1 for r in runs if key_of(r) == k) for k in keys}
-    made: set = set()
-    locks = {k: threading.Lock() for k in keys}
     guard = threading.Lock()
 
     def one(r):
-        k = key_of(r)
-        if k in needed:
-            with locks[k]:                   # both modes of a strategy share one order, made once
-                _order(problem, *k)
-        with guard:
-            made.add(k)
-            if len(made) == len(keys):       # every order made: what they are made from goes
-                for name in ORDER_INPUTS:
-                    problem.memo.pop(name, None)
         res = run(r)
+        k = key_of(r)
         with guard:
             left[k] -= 1
             if not left[k]:
@@ -351,6 +344,10 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
     try:
         for t in shared:
             _keep_pack(problem, t)
+        _make_orders(problem, [k for k in keys if k in needed], workers)
+        for name in ORDER_INPUTS:           # every order made: what they are made from goes
+            problem.memo.pop(name, None)
+        release(problem)
         if workers <= 1:
             return [one(r) for r in runs]
         _cand_arrays(problem)   # what every run reads, made once before the threads
@@ -361,10 +358,44 @@ def _run_long(problem: SwapProblem, runs: list[tuple], keys: list, shared: list,
             problem.memo.pop(("packed", t), None)
 
 
+def _make_orders(problem: SwapProblem, keys: list, workers: int) -> None:
+    """The orders ``keys`` (strategy, scoring budget), made before the runs, each kept by ``_order`` and
+    what its making read of the problem given back (:func:`.ondisk.release`): the vote's alone (it reads
+    the most: beside another order ~1.4 GiB at 100 M events), then the others two at a time."""
+    def make(k):
+        _order(problem, *k)
+        release(problem)
+
+    alone = [k for k in keys if k[0] == "vote"]
+    rest = [k for k in keys if k[0] != "vote"]
+    for k in alone:
+        make(k)
+    if workers <= 1 or len(rest) < 2:
+        for k in rest:
+            make(k)
+        return
+    with ThreadPoolExecutor(max_workers=min(2, workers)) as ex:
+        list(ex.map(make, rest))
+
+
+def _slim(r: SwapResult) -> SwapResult:
+    """``r`` as ``as_dict`` reads it: its schedule's sizes only, its replay's figures without the swaps'
+    replayed times (issue 30: each a float64 per swap, five of them; at 100 M events the runs' results
+    held ~0.3 GB of them by the last run)."""
+    r.schedule = r.schedule[["size"]]
+    if r.replay is not None:
+        z = np.zeros(0)
+        r.replay = dataclasses.replace(r.replay, out_start=z, out_end=z, in_start=z, in_end=z, wait_ns=z)
+    return r
+
+
 def _keep_pack(problem: SwapProblem, t: int) -> None:
     """The scheduler's packed input at target ``t``, kept for the runs that share it (in files when
     the problem is on disk: :mod:`.ondisk`)."""
-    problem.memo[("packed", t)] = kept(problem, _pack(problem, t))
+    pk = _pack(problem, t)
+    release(problem)            # what the pack read goes back before it is written to files (issue 30)
+    problem.memo[("packed", t)] = kept(problem, pk)
+    del pk
     release(problem)
 
 
@@ -527,8 +558,7 @@ class SwapWork:
 
     @staticmethod
     def _slim(r: SwapResult) -> SwapResult:
-        r.schedule = r.schedule[["size"]]
-        return r
+        return _slim(r)
 
     def results(self) -> tuple[dict, list[dict]]:
         """(``evaluate``'s object, ``pareto``'s points), once every task has run; the first

@@ -34,6 +34,7 @@ peak after is the planned one, computed without re-sorting).
 """
 from __future__ import annotations
 
+import mmap
 import threading
 from dataclasses import dataclass
 
@@ -41,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from ...errors import PyinterposeError
-from .ondisk import kept, release
+from ...trace import pages
+from .ondisk import is_on_disk, kept, release
 from .problem import _peak_after
 
 TOL_NS = 1e-3    # as the C loop: shorter waits are rounding
@@ -173,7 +175,8 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
     wo = np.argsort(w_pos, kind="stable")
     w_pos, w_sw, w_dir = w_pos[wo], w_sw[wo], w_dir[wo]
 
-    delay = np.zeros(n, np.float64)
+    release(problem)       # a problem on disk: what the schedule's passes read goes back before the loop's
+    delay = _zeros(n)
     sw_t = np.empty(5 * n_sw, np.float64)
 
     def ptr(kind, a):
@@ -190,20 +193,42 @@ def replay(problem, sched: pd.DataFrame, cand: np.ndarray) -> Replay:
         "transfer_pos": ptr("int64_t *", x_pos),
         "n_waits": len(w_pos), "wait_swap": ptr("int64_t *", w_sw), "wait_dir": ptr("int8_t *", w_dir),
         "wait_pos": ptr("int64_t *", w_pos),
+        "rec_end_known": "rec_end" in st, "rec_end": st.get("rec_end", 0.0),
         "delay": ptr("double *", delay), "swap_times": ffi.cast("double *", sw_t.ctypes.data)})
     rc = lib.pi_swap_replay(args)
     if rc < 0:
         raise MemoryError("swap replay: out of memory")
+    st["rec_end"] = float(args.rec_end)     # the recorded end: every op read once per problem (issue 30)
+    del xfers, key, x_dir, x_sw, x_pos, w_pos, w_sw, w_dir, xo, wo
     release(problem)       # a problem on disk: the streams read above, not resident through the peak's pass
     t = sw_t.reshape(n_sw, 5)
     got_out_start, got_out_end, got_in_start, got_in_end = (np.ascontiguousarray(t[:, k]) for k in range(4))
-    late = np.flatnonzero(delay)
-    if not len(late) and np.array_equal(got_out_end, out_end) and np.array_equal(got_in_start, in_start):
+    late = int(args.delayed)                   # the ops with delay > 0 (only those were written)
+    if not late and np.array_equal(got_out_end, out_end) and np.array_equal(got_in_start, in_start):
         peak = _peak_after(problem, sched)            # nothing moved: the planned peak
     else:
-        peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), got_out_end, got_in_start)
+        peak = _replayed_peak(problem, st, delay, sched["size"].to_numpy(np.int64), got_out_end, got_in_start,
+                              moved=late > 0)
     return Replay(got_out_start, got_out_end, got_in_start, got_in_end, np.ascontiguousarray(t[:, 4]),
-                  float(args.slowdown), peak, int(len(late)))
+                  float(args.slowdown), peak, late)
+
+
+def _zeros(n: int) -> np.ndarray:
+    """``np.zeros(n)`` float64 in pages of its own, mapped private and anonymous: pages never written stay
+    the kernel's shared zero page, not in this process's RSS (issue 30: a replay's delays, one per op,
+    ~90 MB at 100 M events, of which only the late ops' pages are written).  ``np.zeros`` from the heap
+    (heap.keep_freed_memory) would clear, so touch, every page of a reused chunk."""
+    nbytes = 8 * n
+    if nbytes < ZEROS_MAP_MIN:
+        return np.zeros(n, np.float64)
+    try:
+        m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except (OSError, ValueError, AttributeError):
+        return np.zeros(n, np.float64)
+    return np.frombuffer(m, np.float64, count=n)
+
+
+ZEROS_MAP_MIN = 1 << 20     # smaller: np.zeros (a map each is not worth it)
 
 
 # below this many needles np.searchsorted is used as it is (sorting them costs more than it saves)
@@ -235,7 +260,7 @@ def _search(a: np.ndarray, x: np.ndarray, side: str) -> np.ndarray:
 
 
 def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_t: np.ndarray,
-                   realloc_t: np.ndarray) -> int:
+                   realloc_t: np.ndarray, moved: bool | None = None, piece: int | None = None) -> int:
     """Peak of live bytes on the replayed timeline (module docstring, "Peak after").
 
     The running sum over the events sorted by (time, delta) peaks at the end of some instant
@@ -245,7 +270,10 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
     swaps' events are sorted once, so the instants are one merge of the two, in C
     (``pi_swap_replayed_peak``): each event's anchor found by a search that moves forward with the
     events, nothing of the events' length made (issue 30: at 100 M events this was ~1 s a replay
-    in numpy pieces, and its anchors 88 MB kept)."""
+    in numpy pieces, and its anchors 88 MB kept).  ``moved``: whether some op is late (None: read
+    from ``delay``).  On a problem on disk the merge runs ``piece`` events at a time (None:
+    ``PEAK_PIECE``) and the pages of the events and ops it has passed go back between the pieces
+    (issue 30: the whole pass over 22.6 M steps at 100 M events held ~0.5 GB of mapped pages)."""
     from ..._core import ffi, lib  # lazy: compiled cffi module, absent from an unbuilt tree
 
     ev_t = np.ascontiguousarray(problem.events_t, dtype=np.int64)
@@ -264,10 +292,30 @@ def _replayed_peak(problem, st: dict, delay: np.ndarray, size: np.ndarray, free_
 
     def ptr(kind, x):
         return ffi.NULL if x is None or not len(x) else ffi.cast(kind, x.ctypes.data)
+    if moved is None:
+        moved = bool(len(delay) and delay.any())
+    n_ev = len(ev_t)
+    if piece is None:
+        piece = PEAK_PIECE if is_on_disk(problem) else n_ev
     args = ffi.new("pi_swap_peak_args *", {
-        "n_ev": len(ev_t), "ev_t": ptr("int64_t *", ev_t), "ev_d": ptr("int64_t *", ev_d),
+        "n_ev": n_ev, "ev_t": ptr("int64_t *", ev_t), "ev_d": ptr("int64_t *", ev_d),
         "n_ops": n_ops, "release_sorted": ptr("double *", rs), "release_order": ptr("int32_t *", ord_),
-        "delay": ptr("double *", delay), "moved": bool(n_ops and len(delay) and delay.any()),
+        "delay": ptr("double *", delay), "moved": bool(n_ops and len(delay) and moved),
         "n_sw": len(sw_t), "sw_t": ptr("double *", sw_t), "sw_d": ptr("int64_t *", sw_d),
-        "ev_cum": ptr("int64_t *", ev_cum)})
-    return int(lib.pi_swap_replayed_peak(args))
+        "ev_cum": ptr("int64_t *", ev_cum), "ev_stop": n_ev})
+    while True:
+        args.ev_stop = min(n_ev, int(args.i) + max(1, int(piece)))
+        best = int(lib.pi_swap_replayed_peak(args))
+        if args.done:
+            return best
+        # the events passed and the ops' release positions searched past are not read again (the
+        # searches move forward): their pages go back (mapped arrays only; in memory nothing happens)
+        i, k = int(args.i), min(int(args.k_lo), int(args.k_hi))
+        pages.release(ev_t, 0, i)
+        pages.release(ev_cum if ev_d is None else ev_d, 0, i)
+        pages.release(rs, 0, k)
+        if ord_ is not None:
+            pages.release(ord_, 0, k)
+
+
+PEAK_PIECE = 1 << 21        # events a piece of the replayed peak's merge on a problem on disk (16 MiB of times)

@@ -10,9 +10,10 @@ import pandas as pd
 
 from ...errors import PyinterposeError
 from ..bandwidth import Bandwidth
-from .problem import (COLUMN_PIECE, MODES, SCHEDULE_COLUMNS, SwapProblem, _steps_f, _steps_inside, column,
-                       search_steps, step_f)
-from .ondisk import kept, release
+from .problem import (COLUMN_PIECE, MODES, SCHEDULE_COLUMNS, SwapProblem, _live_max, _steps_f, _steps_inside,
+                       column, search_steps, step_f)
+from ...trace import pages
+from .ondisk import is_on_disk, kept, release
 from .strategies import _order
 from .validate import validate_schedule
 from .replay import replay
@@ -137,6 +138,7 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     idx_t = np.int32 if len(live) < 2 ** 31 - 1 else np.int64
     hot_before = np.zeros(len(live) + 1, idx_t)
     np.cumsum(hot, dtype=idx_t, out=hot_before[1:])
+    release(problem)        # a problem on disk (issue 30): the live bytes read, not resident through the rest
     lo_iv, hi_iv = _iv_steps(problem)
     a = _cand_arrays(problem)
     lo = np.take(hot_before, lo_iv)
@@ -159,6 +161,7 @@ def _pack(problem: SwapProblem, target: int) -> dict:
     del lo
     rec["hi"] = hi[keep]
     del hi
+    release(problem)        # ... nor the candidates' columns and steps the records are made from
     at = np.full(len(has_hot), -1, np.int32 if len(keep) < 2 ** 31 - 1 else np.int64)
     at[keep] = np.arange(len(keep), dtype=at.dtype)
     del keep
@@ -171,9 +174,12 @@ def _pack(problem: SwapProblem, target: int) -> dict:
 def _loops(problem: SwapProblem, mode: str, target: int) -> bool:
     """Whether :func:`schedule` runs its loop at ``target`` (else it knows the schedule is empty)."""
     live = problem.live
-    if not len(live) or target >= int(live.max()) or not len(problem.candidates):
+    if not len(live) or not len(problem.candidates):
         return False
-    return not (mode == "no-overhead" and hiding_floor(problem) >= int(live.max()))
+    top = _live_max(problem)
+    if target >= top:
+        return False
+    return not (mode == "no-overhead" and hiding_floor(problem) >= top)
 
 
 def _repeats(idx: np.ndarray, n: int) -> bool:
@@ -285,15 +291,29 @@ def schedule_with_candidates(problem: SwapProblem, idx_order: np.ndarray, mode: 
         cand, at_arg = np.take(pk["rec"], cand_at), ffi.NULL
     if not len(cand):
         cand = np.zeros(1, CAND_DTYPE)      # a valid pointer; none of it is read
+    # a problem on disk (issue 30): what the loop does not read goes back before it (the order, where
+    # each record is, which candidates have hot steps or hide: read above), and the hot steps' live bytes
+    # once the loop's curve has its copy (in C: drop_hot_live); the other run's reads map them again
+    drop = _release_before_loop(problem, (idx, pk["at"], pk["has_hot"], hides), hot_live)
     kept = lib.pi_swap_schedule_at(len(hot_t), ptr("double *", hot_t), ptr("double *", hot_end),
                                    ptr("int64_t *", hot_live), m, ptr("pi_swap_cand *", cand), at_arg,
                                    0 if hide_pos is None else n_hide,
                                    ffi.NULL if hide_pos is None else ptr("int64_t *", hide_pos),
                                    1 if mode == "budget" else 0, target, ptr("int64_t *", out_pos),
-                                   ptr("double *", out_t))
+                                   ptr("double *", out_t), 1 if drop else 0)
     if kept < 0:
         raise MemoryError("swap scheduler: out of memory")
     return _schedule_frame(problem, sel[out_pos[:kept]], out_t[:kept]), sel[out_pos[:kept]]
+
+
+def _release_before_loop(problem: SwapProblem, done: tuple, hot_live: np.ndarray) -> bool:
+    """On a problem on disk: give back the pages of ``done`` (arrays read before the scheduler's loop, not
+    in it) and say whether the loop may give back ``hot_live``'s pages (whole pages of a file map, every
+    resident one clean: :mod:`...trace.pages`).  False, nothing done, for a problem in memory."""
+    if not is_on_disk(problem):
+        return False
+    pages.release_all(*done)
+    return len(hot_live) > 0 and pages._file_map(hot_live) is not None and pages.release(hot_live) > 0
 
 
 def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | None = None,
@@ -313,6 +333,7 @@ def run_strategy(problem: SwapProblem, strategy: str, mode: str, budget: int | N
         else np.zeros(0, np.int64)
     with slot if slot is not None else nullcontext():
         sched, cand = schedule_with_candidates(problem, idx, mode, target)
+    release(problem)        # a problem on disk: the scheduler's reads (the packed input, the order) go back
     problems = validate_schedule(sched, mode, problem.bandwidth)
     if problems:
         raise RuntimeError(f"invalid {strategy}/{mode} swap schedule: " + "; ".join(problems[:5]))
