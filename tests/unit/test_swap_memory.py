@@ -628,3 +628,23 @@ def test_replay_zeros_are_zeros_in_pages_of_their_own(seed):
     z[n // 2] = 1.5
     assert np.count_nonzero(z) == 1 and z[n // 2] == 1.5
     assert not replay_mod._zeros(3).any()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_aoa_and_outlier_scores_made_in_pieces(monkeypatch, seed):
+    """AOA and the outlier score made a piece of 3 candidates at a time are the formulas over the whole
+    columns: DOA x size where DOA >= 0, else DOA / size; ATI x size (float64, bit for bit)."""
+    from pyinterpose.analysis.swap import problem as problem_mod
+    from pyinterpose.analysis.swap import strategies as strat
+
+    p = _random_problem(np.random.default_rng(seed), n_blocks=25)
+    c = p.candidates
+    size = c["size"].to_numpy(np.float64)
+    doa = (c["end_t"].to_numpy() - c["start_t"].to_numpy()) - p.bandwidth.d2h_seconds(size) * 1e9 \
+        - p.bandwidth.h2d_seconds(size) * 1e9
+    want_aoa = np.where(doa >= 0, doa * size, doa / np.maximum(size, 1))
+    want_outlier = (c["end_t"].to_numpy() - c["start_t"].to_numpy()).astype(np.float64) * size
+    monkeypatch.setattr(strat, "COLUMN_PIECE", 3)
+    assert len(c) > 6
+    assert strat.scores(p, "aoa", 0).tobytes() == want_aoa.tobytes()
+    assert strat.scores(p, "outlier", 0).tobytes() == want_outlier.tobytes()

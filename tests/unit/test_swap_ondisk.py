@@ -244,3 +244,21 @@ def test_step_ranges_and_op_indices_made_in_pieces(monkeypatch, seed):
     rows = np.flatnonzero(keep)
     assert prev.tolist() == [sum(1 for s in seq if s <= start_seq[r]) - 1 for r in rows]
     assert nxt.tolist() == [next((k for k, s in enumerate(seq) if s >= end_seq[r]), -1) for r in rows]
+
+
+@pytest.mark.parametrize("min_size", [1, 1 << 20])
+@pytest.mark.parametrize("sample", ["torch-cnn-blocks.pit", "jax-attn-blocks.pit"])
+def test_between_intervals_written_to_files_as_they_are_made(sample, min_size):
+    """A long trace's candidate intervals written to files a piece at a time (mapped back) are the rows of
+    the access intervals table of kind "between" and at least min_size bytes, in its order."""
+    from pyinterpose.analysis.access import access_intervals
+    from pyinterpose.analysis.swap import problem as problem_mod
+
+    t = pyinterpose.load(os.path.join(SAMPLES, sample))
+    pid = t.main_pid
+    got = problem_mod._between_intervals(t, pid, min_size, to_files=True)
+    assert len(got) and all(_mapped(got[k].to_numpy()) for k in got)
+    iv = access_intervals(t, pid)
+    want = iv[(iv["kind"].astype(str) == "between").to_numpy() & (iv["size"].to_numpy() >= min_size)]
+    for k in got:
+        assert got[k].to_numpy().tolist() == want[k].to_numpy().tolist(), k

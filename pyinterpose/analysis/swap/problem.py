@@ -498,25 +498,58 @@ def _synthetic_ops(iv: pd.DataFrame, events_t: np.ndarray) -> tuple[dict, np.nda
     return ops, np.searchsorted(times, start).astype(np.int64), np.searchsorted(times, end).astype(np.int64)
 
 
-def _between_intervals(trace, pid: int, min_size: int) -> pd.DataFrame:
+def _between_intervals(trace, pid: int, min_size: int, to_files: bool = False) -> pd.DataFrame:
     """The rows of ``access_intervals(trace, pid)`` that :func:`prepare_tables` can keep (kind
     ``between``, size >= ``min_size``), the columns it reads, made a piece of blocks at a time
-    (:func:`..intervals.pieces`: the whole table is never held)."""
+    (:func:`..intervals.pieces`: the whole table is never held).  ``to_files``: each piece's rows
+    written to files as made and the columns mapped back (a long trace's: issue 30, the rows of every
+    piece were ~0.45 GB resident at 100 M events while the pass went on, twice that as they were joined);
+    in memory where the files cannot be made."""
     from ..intervals import INTERVAL_KINDS, pieces, swap_rows  # lazy: see the note above STRATEGIES
+    from ..spillfiles import Files  # lazy: see the note above STRATEGIES
 
     written = swap_rows(trace, pid, min_size)      # by the access pass just before (intervals.for_swap)
     if written is not None:
         return written
     cols = ("block_id", "size", "start_t", "end_t", "start_seq", "end_seq")
     code = INTERVAL_KINDS.index(SWAP_INTERVAL_KIND)
+    out = None
+    if to_files:
+        try:
+            out = Files("pyinterpose-swaprows-")
+            for k in cols:
+                out.add_column(k, np.int64)
+        except OSError:
+            out = None
     parts = {k: [] for k in cols}
-    for p in pieces(trace, pid, columns=cols + ("kind",)):
-        keep = p["kind"] == code
-        keep &= p["size"] >= max(1, min_size)
-        for k in cols:
-            parts[k].append(p[k][keep])
-        del p, keep
-    return pd.DataFrame({k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in parts.items()}, copy=False)
+    try:
+        for p in pieces(trace, pid, columns=cols + ("kind",)):
+            keep = p["kind"] == code
+            keep &= p["size"] >= max(1, min_size)
+            for k in cols:
+                if out is not None:
+                    out.append(k, p[k][keep].astype(np.int64, copy=False))
+                else:
+                    parts[k].append(p[k][keep])
+            del p, keep
+        if out is not None:
+            rows = out.finish()
+            return pd.DataFrame({k: np.asarray(rows[k]) for k in cols}, copy=False)
+    except OSError:
+        # TMPDIR full: the pass again, in memory (the same rows)
+        out.abort()
+        return _between_intervals(trace, pid, min_size)
+    except BaseException:
+        if out is not None:
+            out.abort()
+        raise
+    # each column joined and its pieces let go before the next (not every piece beside every column)
+    joined = {}
+    for k in cols:
+        v = parts.pop(k)
+        joined[k] = np.concatenate(v) if v else np.zeros(0, np.int64)
+        del v
+    return pd.DataFrame(joined, copy=False)
 
 
 # Above this many blocks in the trace, prepare finds the iterations and the access intervals one
@@ -562,7 +595,8 @@ def prepare(trace, bandwidth: Bandwidth, min_size: int = MIN_SIZE, pid: int | No
             pass
         pages.release_tables(trace)
         give_back()                     # the iterations' peak not kept resident through the intervals
-        iv = _between_intervals(trace, pid, min_size)
+        iv = _between_intervals(trace, pid, min_size,
+                                to_files=ondisk.PREPARE_TO_FILES and ondisk.wanted(len(tb), on_disk))
         # on disk (.ondisk) the intervals' columns, the labels and the blocks' columns below go to files as
         # they are made: read once by the build, not resident beside each other (issue 30: the build's peak
         # 1802 -> 1484 MiB at 100 M events; without it the swap command peaked at 2029-2059 MiB against
