@@ -147,14 +147,14 @@ def _elementwise(problem: SwapProblem, strategy: str) -> np.ndarray:
     size_col = problem.candidates["size"].to_numpy()
     n = len(size_col)
     out = np.empty(n, np.float64)
+    if strategy == "aoa":
+        for lo, hi, doa in _doa_pieces(problem, COLUMN_PIECE):
+            size = size_col[lo:hi].astype(np.float64)
+            out[lo:hi] = np.where(doa >= 0, doa * size, doa / np.maximum(size, 1))
+        return out
     for lo in range(0, n, COLUMN_PIECE):
         rows = slice(lo, min(lo + COLUMN_PIECE, n))
-        size = size_col[rows].astype(np.float64)
-        if strategy == "aoa":
-            doa = column(problem, "doa_ns", rows).astype(np.float64, copy=False)
-            out[rows] = np.where(doa >= 0, doa * size, doa / np.maximum(size, 1))
-        else:
-            out[rows] = column(problem, "ati_ns", rows).astype(np.float64) * size
+        out[rows] = column(problem, "ati_ns", rows).astype(np.float64) * size_col[rows].astype(np.float64)
     return out
 
 
@@ -166,15 +166,10 @@ def _rank_desc_min(x: np.ndarray, o: np.ndarray | None = None) -> np.ndarray:
     n = len(x)
     if n == 0 or np.isnan(x).any():
         return pd.Series(x).rank(ascending=False, method="min").to_numpy()
+    neg = -x
     if o is None:
-        o = np.argsort(-x)      # ties share their group's first rank whatever their order
-    v = x[o]
-    first = np.ones(n, dtype=bool)
-    first[1:] = v[1:] != v[:-1]
-    group_start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    r = np.empty(n, np.float64)
-    r[o] = group_start + 1
-    return r
+        o = np.argsort(neg)     # ties share their group's first rank whatever their order
+    return _ranks_from_order(neg, o, dtype=np.float64)
 
 
 def _rank(problem: SwapProblem, strategy: str, budget: int) -> np.ndarray:
@@ -388,14 +383,16 @@ def _vote_fixed(problem: SwapProblem) -> dict | None:
     return fixed
 
 
-def _doa_pieces(problem: SwapProblem):
-    """(lo, hi, DOA of the candidates lo:hi as float64) for each piece of ``VOTE_PIECE`` candidates; the
-    pages of the columns read are given back after each piece (when they are file maps: .ondisk)."""
+def _doa_pieces(problem: SwapProblem, piece: int | None = None):
+    """(lo, hi, DOA of the candidates lo:hi as float64) for each piece of ``piece`` (None: ``VOTE_PIECE``)
+    candidates; the pages of the columns read are given back after each piece (when they are file maps:
+    .ondisk)."""
     c = problem.candidates
     n = len(c)
     names = [k for k in ("doa_ns", "size", "start_t", "end_t") if k in c]
-    for lo in range(0, n, VOTE_PIECE):
-        hi = min(lo + VOTE_PIECE, n)
+    step = VOTE_PIECE if piece is None else piece
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
         d = column(problem, "doa_ns", slice(lo, hi)).astype(np.float64, copy=False)
         yield lo, hi, d
         for k in names:
@@ -405,14 +402,8 @@ def _doa_pieces(problem: SwapProblem):
 def _aoa_ranks(problem: SwapProblem, dtype) -> np.ndarray:
     """:func:`_rank_desc_min` of the AOA scores (:func:`scores`), as whole numbers of ``dtype``: -AOA
     made a piece at a time, one sort, the ranks read from it a piece at a time."""
-    c = problem.candidates
-    n = len(c)
-    neg = np.empty(n, np.float64)       # -AOA
-    size_col = c["size"].to_numpy()
-    for lo, hi, doa in _doa_pieces(problem):
-        size = size_col[lo:hi].astype(np.float64)
-        # as scores(): DOA x size when DOA >= 0, else DOA / size (at least 1)
-        np.negative(np.where(doa >= 0, doa * size, doa / np.maximum(size, 1)), out=neg[lo:hi])
+    neg = _elementwise(problem, "aoa")      # as scores()
+    np.negative(neg, out=neg)               # -AOA
     o = np.argsort(neg)                 # ties in any order: they share their group's first rank
     r = _ranks_from_order(neg, o, dtype=dtype)
     return r
