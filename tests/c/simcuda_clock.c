@@ -625,20 +625,41 @@ static int case_timing(void)
     CHECK_EQ(cuStreamQuery(a), CUDA_SUCCESS);
     printf("sync %llu %llu\n", (unsigned long long)t0, (unsigned long long)t_sync);
 
-    /* 2. events on the device clock */
+    /* 2. events on the device clock. They and the two kernels between them are queued behind a blocker, so
+       the host's own pace cannot open gaps on the device: on an idle stream a kernel starts when it is
+       launched, and a host descheduled between two calls (a loaded machine; SIMCLOCK_STALL_MS makes one)
+       would put that delay between the events. */
     CUevent e0, e1;
     CHECK_EQ(cuEventCreate(&e0, 0), CUDA_SUCCESS);
     CHECK_EQ(cuEventCreate(&e1, 0), CUDA_SUCCESS);
+    const uint64_t B = 10 * D; /* the blocker */
+    const char *stall = getenv("SIMCLOCK_STALL_MS");
+    uint64_t t2 = mono();
+    CHECK_EQ(simcuSetNextLaunchDuration(B), CUDA_SUCCESS);
+    launch(f, b, 1); /* on the other stream, which stream a then waits for: a's 2-deep queue holds the two kernels */
+    CHECK_EQ(cuEventRecord(e1, b), CUDA_SUCCESS);
+    CHECK_EQ(cuStreamWaitEvent(a, e1, 0), CUDA_SUCCESS);
     CHECK_EQ(cuEventRecord(e0, a), CUDA_SUCCESS);
+    if (stall) usleep((useconds_t)(atoi(stall) * 1000));
     launch(f, a, 1);
     CHECK_EQ(simcuSetNextLaunchDuration(2 * D), CUDA_SUCCESS);
     launch(f, a, 1);
     CHECK_EQ(cuEventRecord(e1, a), CUDA_SUCCESS);
+    uint64_t t2e = mono();
     float ms = 0;
-    CHECK_EQ(cuEventElapsedTime(&ms, e0, e1), 600 /* NOT_READY: not reached yet */);
-    CHECK_EQ(cuEventSynchronize(e1), CUDA_SUCCESS);
-    CHECK_EQ(cuEventElapsedTime(&ms, e0, e1), CUDA_SUCCESS);
-    CHECK(ms > 59.99f && ms < 60.01f); /* D + 2D of device time */
+    if (t2e - t2 < B) {
+        /* all enqueued while the blocker ran (the host clock says so): exact device times */
+        CHECK_EQ(cuEventElapsedTime(&ms, e0, e1), 600 /* NOT_READY: not reached yet */);
+        CHECK_EQ(cuEventSynchronize(e1), CUDA_SUCCESS);
+        CHECK_EQ(cuEventElapsedTime(&ms, e0, e1), CUDA_SUCCESS);
+        CHECK(ms > 59.99f && ms < 60.01f); /* D + 2D of device time */
+    } else {
+        /* the host stalled longer than the blocker: at least the kernels' time, at most that plus the stall */
+        CHECK_EQ(cuEventSynchronize(e1), CUDA_SUCCESS);
+        CHECK_EQ(cuEventElapsedTime(&ms, e0, e1), CUDA_SUCCESS);
+        CHECK(ms > 59.99f && ms < 60.01f + (float)((t2e - t2) / 1e6));
+        printf("stalled %llu\n", (unsigned long long)(t2e - t2));
+    }
 
     /* 3. stream b waits for an event of stream a */
     launch(f, a, 1);
