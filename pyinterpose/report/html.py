@@ -220,9 +220,10 @@ def start_swap(ctx: ReportContext, later) -> None:
     sweep, when ``ctx.wait_swap`` is called (:func:`_swap_one_after_the_other`)."""
     trace = ctx.trace
     ctx.step(0.7 if later is _now else 0.2, "swap planning")     # a long run's: after the other sections
-    # prepared once for both, in memory: on disk (swap.ondisk) the report at 100 M events peaked at 2651 MiB
-    # against 3405 but took 133 s against 117 (its limit: 120 s), the swap runs slower on mapped files
-    sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth, on_disk=False)
+    # prepared once for both, where the swap command puts it (on disk for a long trace: swap.ondisk).  In memory
+    # the report at 100 M events peaked at 3415 MiB in the sweep (the runs give back the pages of a mapped
+    # problem only: runs11's drop_hot_live), on disk at 1912 MiB, and no slower (110 s against 116 s, profiled)
+    sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth)
     # the accesses' per-block touches: read by the access analysis and the swap problem, both made by
     # now (kept only inside intervals.shared(); nothing after this reads them again)
     trace.forget("access.touches")

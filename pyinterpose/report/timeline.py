@@ -40,7 +40,7 @@ from ..analysis.clock import block_times, clock_of
 from ..analysis.owners import block_owners
 from ..trace.stacks import call_site
 from .timeline_parts import _own_iterations, _reserved_steps
-from .timeline_summary import exact_max_events, payload as summary_payload, summary_text
+from .timeline_summary import MaskedRows, exact_max_events, payload as summary_payload, summary_text
 
 NEVER = np.uint32(0xFFFFFFFF)
 MAX_OWNERS = 12          # owners beyond these (by peak bytes) are drawn as "other owners"
@@ -196,7 +196,7 @@ def payload(trace: Trace, device: int, classes: pd.Series | None = None, iterati
         cols = [c for c in ("block_id", "pid", "freed", "t_alloc", "t_free", "seq_alloc", "seq_free", "size",
                             "device_bytes") if c in bl.columns]
         # every block counted on this device (one GPU): the table itself, not a copy of its columns
-        return summary_payload(trace, device, bl if mask.all() else bl.loc[mask, cols], iterations=iterations,
+        return summary_payload(trace, device, bl if mask.all() else MaskedRows(bl, mask, cols), iterations=iterations,
                                reserved_view=reserved_view, reserved=reserved)
     b = bl.loc[mask, cols]
     freed = b["freed"].to_numpy(bool)

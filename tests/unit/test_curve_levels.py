@@ -232,3 +232,40 @@ def test_device_curve_rows_out_of_time_order():
     f_ref = {e[3]: max(i, a_ref[e[3]]) for i, e in enumerate(ev) if e[1] == 0}
     assert a_ev.tolist() == [a_ref[k] for k in range(len(b))]
     assert f_ev.tolist() == [f_ref.get(k, -1) for k in range(len(b))]
+
+
+def test_summary_payload_of_a_device_with_a_host_block(monkeypatch):
+    """A block not counted on the device (pinned host memory) among the device's: the summary's curve is
+    that of the counted blocks only, read a column at a time (MaskedRows, not a copy of every column)."""
+    monkeypatch.setenv("PYINTERPOSE_TIMELINE_EXACT_MAX", "100")
+    tr = training_trace(iterations=300)
+    b = tr.blocks
+    cd = b["counts_device"].to_numpy(bool).copy()
+    big = int(np.argmax(np.where(cd, b["size"].to_numpy(np.int64), -1)))
+    cd[big] = False                                # the largest block: the peak moves without it
+    b["counts_device"] = cd
+    curve, times = ref_curve(tr)
+    p = timeline.payload(tr, 0)
+    assert p["events"] == len(curve) and p["blocks"] == int(cd.sum())
+    assert p["stats"]["peak_bytes"] == int(curve.max())
+    assert p["stats"]["end_bytes"] == int(curve[-1])
+    for tiles, bk in zip(p["summary"]["levels"], p["summary"]["buckets"]):
+        lo, hi, first = ref_level(curve, bk)
+        assert [x for tl in tiles for x in unpack(tl["lo"])] == lo
+        assert [x for tl in tiles for x in unpack(tl["hi"])] == hi
+        assert [x + p["t0_ns"] for tl in tiles for x in unpack(tl["t"])] == [int(times[i]) for i in first]
+
+
+def test_masked_rows_read_as_the_table_rows():
+    from pyinterpose.report.timeline_summary import MaskedRows
+
+    tr = training_trace(iterations=20)
+    b = tr.blocks
+    mask = np.random.default_rng(1).random(len(b)) < 0.7
+    rows = MaskedRows(b, mask, ["t_alloc", "size", "freed", "nope"])
+    assert len(rows) == int(mask.sum())
+    assert "size" in rows and "nope" not in rows and "pid" not in rows
+    for c in ("t_alloc", "size", "freed"):
+        assert rows[c].to_numpy().tolist() == b.loc[mask, c].to_numpy().tolist()
+    with pytest.raises(KeyError):
+        rows["pid"]

@@ -39,9 +39,16 @@ def test_serial_build_equals_threaded(monkeypatch):
     rows = []
     real_rows = intervals.swap_rows
     monkeypatch.setattr(intervals, "swap_rows", lambda *a: rows.append(r := real_rows(*a)) or r)
+    # its swap problem where the swap command puts a long trace's: on disk (here every problem is long)
+    from pyinterpose.analysis.swap import ondisk
+    monkeypatch.setattr(ondisk, "ON_DISK_CANDIDATES", 0)
+    disk = []
+    real_put = ondisk.put_on_disk
+    monkeypatch.setattr(ondisk, "put_on_disk", lambda p: disk.append(p) or real_put(p))
     import copy
     serial = html.build(copy.copy(tr), bandwidth=16, time_limit=1.0)     # a memo of its own: analysed again
     assert calls == []                       # no worker thread
+    assert len(disk) == 1                    # one problem for the evaluation and the sweep, on disk
     assert [r is not None for r in rows] == [True]   # the swap problem read the access pass's rows
     a, b = _sections(threaded), _sections(serial)
     assert set(a) == {"memory", "iterations", "sizes", "access", "blocks"}
