@@ -220,9 +220,10 @@ def start_swap(ctx: ReportContext, later) -> None:
     sweep, when ``ctx.wait_swap`` is called (:func:`_swap_one_after_the_other`)."""
     trace = ctx.trace
     ctx.step(0.7 if later is _now else 0.2, "swap planning")     # a long run's: after the other sections
-    # prepared once for both, where the swap command puts it (on disk for a long trace: swap.ondisk).  In memory
-    # the report at 100 M events peaked at 3415 MiB in the sweep (the runs give back the pages of a mapped
-    # problem only: runs11's drop_hot_live), on disk at 1912 MiB, and no slower (110 s against 116 s, profiled)
+    # prepared once for both, where the swap command puts it (on disk past swap.ondisk.ON_DISK_CANDIDATES).
+    # At 100 M events in memory the report peaked at 3415 MiB in the sweep (the runs give back the pages of
+    # a mapped problem only: schedule's drop_hot_live), on disk at 1882-1912 MiB, and no slower (109-110 s
+    # against 116 s, profiled; issue 30)
     sp = guarded._call("swap", "problem_for", trace, bandwidth=ctx.bandwidth)
     # the accesses' per-block touches: read by the access analysis and the swap problem, both made by
     # now (kept only inside intervals.shared(); nothing after this reads them again)
@@ -262,10 +263,9 @@ def _swap_one_after_the_other(trace: Trace, sp: guarded.Result) -> tuple[guarded
     # lets it go once its own orders are made; made again, ~5 s at 100 M events)
     sweep = guarded._call("swap", "pareto", trace, problem=sp.value)
     give_back()
-    # two runs at a time, as the swap command (swap.LONG_WORKERS).  Before swap32 made the problem smaller
-    # that peaked the report at 4211 MiB at 100 M events, so it ran one at a time; now the report peaks in the
-    # sweep either way (3408-3435 MiB two at a time against 3448-3488 one at a time, alternated), and the
-    # report takes 107-110 s against 116-121 s (issue 30: 120 s)
+    # two runs at a time, as the swap command (swap.LONG_WORKERS): at 100 M events, the problem on disk, the
+    # evaluation peaks at ~1.3 GB, below the sweep (~1.9 GB); one at a time took 116-121 s against 107-110 s
+    # when the problem was in memory (issue 30: 120 s)
     return guarded._call("swap", "evaluate", trace, problem=sp.value), sweep
 
 
