@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.access import swap_cost_ns
-from . import plots
 
 N_EDGES = 50      # ati_png's bins: 50 log-spaced edges
 
@@ -112,4 +111,6 @@ def figure(summary: BetweenSummary, bw) -> tuple[str, str] | bool:
     if summary.n == 0:
         return False
     marks = threshold_marks(*summary.thresholds(bw)) if bw is not None else None
+    from . import plots         # matplotlib on use (html.analyse imports it beside the analyses)
+
     return plots.ati_binned_png(summary.bins, summary.counts, marks), "ATI distribution"

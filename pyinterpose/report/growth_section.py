@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from ..units import fmt_bytes
 from .reporter import Reporter
 from ..analysis.growth import growth, window_summary
 from ..trace.window import history
-from .plots import _byte_unit, _layout, _legend_outside, _png, PALETTE
 
 EXPLAIN = ("The trace holds part of the run (a capture window or the flight recorder's last steps); this is the"
            " whole run from its per-step history: live device bytes at every step boundary and each step's peak"
@@ -25,6 +23,9 @@ def has_history(trace) -> bool:
 
 
 def whole_run_png(hist: pd.DataFrame, windows: dict) -> str:
+    from matplotlib.figure import Figure      # matplotlib on use (html.analyse imports it beside the analyses)
+
+    from .plots import PALETTE, _byte_unit, _layout, _legend_outside, _png
 
     vmax = float(max(hist["peak"].max(), hist["live_end"].max())) if len(hist) else 0.0
     div, unit = _byte_unit(vmax)

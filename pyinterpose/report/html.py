@@ -14,7 +14,10 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import html as _html
+import importlib
 import os
+import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -27,10 +30,10 @@ from ..analysis.compare import framework_of
 from ..analysis.owners import allocator_info
 from ..trace.model import Trace
 from ..trace.pages import release_tables
-from . import data, plots, timeline
+from . import data, timeline
 from .ati_stream import BetweenSummary
 from .html_sections import ati_figure, reserved_curve
-from .html_sections import SWAP
+from .html_sections import SWAP, _plots
 from .registry import REPORTERS
 from .reporter import ReportContext
 from .sections import Report
@@ -151,6 +154,7 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     the accesses and the lifetimes (:func:`_give_back`), and the swap work not here but
     last, once every other section is built and what they read is let go (:func:`build`)."""
     step = (progress.update if progress is not None else (lambda *a, **k: None))
+    _import_plots_beside()
     # a long run: one analysis at a time (their peaks would add up), no worker threads
     later = _now if len(trace.blocks) >= SERIAL_BLOCKS else _in_background
     # the device blocks' few columns used here (not a copy of every column of millions of blocks)
@@ -196,6 +200,23 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     ctx.timelines, ctx.pools = side.result()
     _give_back(trace, later)
     return ctx
+
+
+def _import_plots_beside() -> None:
+    """The figures' module and matplotlib (~0.3 s of imports) imported on a thread of its own while this one
+    runs the first analyses (numpy, mostly without the GIL): until then the report used one core.  A section
+    drawing a figure imports it on use (``html_sections._plots``), waiting for this import if it is under way;
+    should this one fail, that import says why."""
+    name = f"{__package__}.plots"
+    if name in sys.modules:
+        return
+
+    def run():
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the section's own import reports it
+            pass
+    threading.Thread(target=run, name="pyinterpose-import", daemon=True).start()
 
 
 def _lifetimes_then_let_classify_go(ctx: ReportContext) -> None:
@@ -466,7 +487,7 @@ def render(rep: Report) -> str:
         inner += [f'<div class="note">{_esc(n)}</div>' for n in s.notes]
         inner.append(_facts_html(s.facts))
         inner += s.html
-        inner += [f'<img alt="{_esc(alt)}" src="data:{plots.MIME};base64,{png}">' for png, alt in s.figures]
+        inner += [f'<img alt="{_esc(alt)}" src="data:{_plots().MIME};base64,{png}">' for png, alt in s.figures]
         inner += [_table_html(c, df) for c, df in s.tables]
         parts.append(f'<section id="{_esc(s.id)}">{"".join(inner)}</section>')
     warns = "".join(f'<div class="warn">{_esc(w)}</div>' for w in rep.warnings)

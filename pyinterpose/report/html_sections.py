@@ -14,12 +14,20 @@ from ..analysis.owners import allocator_mask
 from ..analysis.pools import reserved_curve as pools_reserved_curve
 from ..trace.model import Trace
 from ..trace.stacks import helper_frames, top_call_sites
-from . import ati_stream, data, plots, timeline
+from . import ati_stream, data, timeline
 from .ati_stream import BetweenSummary
 from .reporter import Reporter, ReportContext, safe
 from .sections import Section
 from .tables import format_frame, group_rows
 from .text import fmt_bytes, fmt_ns, fmt_pct, fmt_ratio, to_jsonable
+
+
+def _plots():
+    """The figures' module: matplotlib is imported on use, not with the report's modules (html.analyse
+    imports it on a thread of its own while the first analyses run)."""
+    from . import plots
+    return plots
+
 
 _FRAMEWORK_ALLOCATOR = {"torch": "pytorch", "pytorch": "pytorch", "jax": "bfc", "tf": "bfc", "tensorflow": "bfc"}
 
@@ -194,7 +202,7 @@ def _pools_section(s: Section, pl: guarded.Result, heads: dict) -> None:
              f"run: allocators vs the whole run, {fmt_bytes(whole)}")
     names = [str(n) for n in df["strategy"]]
     bkinds = [("steady" if b == "steady" else "whole_run") for b in df.get("bound", ["whole_run"] * len(df))]
-    s.figures.append((plots.pools_png(names, df["ratio_to_bound"].astype(float).tolist(), label, bounds=bkinds,
+    s.figures.append((_plots().pools_png(names, df["ratio_to_bound"].astype(float).tolist(), label, bounds=bkinds,
                                       bound_bytes={"steady": bound, "whole_run": whole}),
                       "pool strategies"))
     cols = [c for c in ("strategy", "bound", "peak_bytes", "ratio_to_bound", "fragmentation", "optimal",
@@ -289,7 +297,7 @@ def _swap_section(s: Section, ev: guarded.Result, sw: guarded.Result, heads: dic
                                   and floor >= peak_before else ""))
             else:
                 budget = ev.value.get("budget") if ev.ok else None
-                s.figures.append((plots.swap_pareto_png(pts, peak_before, floor, budget=budget, run_ns=run_ns),
+                s.figures.append((_plots().swap_pareto_png(pts, peak_before, floor, budget=budget, run_ns=run_ns),
                                   "swap Pareto curve"))
     else:
         s.notes.append(f"Pareto curve {sw.note}")
@@ -349,7 +357,7 @@ def _memory_over_time(s: Section, ctx: ReportContext) -> None:
             why = ("the uplot-python package is not installed (pip install uplot-python)"
                    if timeline.chart_js() is None else "its data could not be prepared")
             s.notes.append(f"interactive timeline not available: {why}; showing a static figure")
-        s.figures.append((plots.memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
+        s.figures.append((_plots().memory_over_time_png(tls, rc, bt, reserved_view), "memory over time"))
     if rline is not None:
         s.facts.append(("reserved (dashed line)", f"peak {fmt_bytes(rline['y'])}: {rline['label']}"))
     if frags:
@@ -409,7 +417,7 @@ def fill_sizes(s: Section, ctx: ReportContext) -> None:
     if len(h) == 0:
         s.notes.append("no device allocations in this trace")
         return
-    s.figures.append((plots.size_histogram_png(h), "block size histogram"))
+    s.figures.append((_plots().size_histogram_png(h), "block size histogram"))
     q = data.size_quantiles(blocks)
     s.facts += [(k, fmt_bytes(v)) for k, v in q.items()]
     ctx.heads["sizes"] = q

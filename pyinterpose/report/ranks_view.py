@@ -8,7 +8,6 @@ from ..analysis.ranks import job_view, per_rank
 from .reporter import Reporter
 from .sections import Report, Section
 from .text import fmt_bytes
-from .plots import ranks_png
 
 EXPLAIN = ("One row per rank (the process whose environment named it: RANK, JAX_PROCESS_ID, TF_CONFIG, "
            "SLURM_PROCID, ...): its device by the UUID the process saw (CUDA_VISIBLE_DEVICES remaps ordinals, "
@@ -39,6 +38,8 @@ def _figure(per_rank: list[dict], job: dict) -> tuple[str, str]:
     peaks = [r["peak_live_bytes"] for r in per_rank]
     top = max(range(len(peaks)), key=lambda i: peaks[i]) if peaks else None
     alt = "peak live device memory per rank; " + ", ".join(f"rank {a}: {fmt_bytes(p)}" for a, p in zip(labels, peaks))
+    from .plots import ranks_png        # matplotlib on use (html.analyse imports it beside the analyses)
+
     return ranks_png(labels, peaks, top, job.get("median_peak_bytes")), alt
 
 

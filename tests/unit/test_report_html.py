@@ -267,3 +267,21 @@ def test_timeline_payload_peak_and_end_match_the_live_bytes_curve():
             t, live = live_bytes_curve(db)
             assert st["peak_bytes"] == int(live.max()) and st["end_bytes"] == int(live[-1])
             assert st["peak_t_ns"] == int(t[int(np.argmax(live))])
+
+
+def test_matplotlib_is_imported_beside_the_first_analyses():
+    """The report's modules load without matplotlib (~0.3 s); the report imports it on a thread of its own
+    once its analyses start, and its figures are drawn with it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, threading\n"
+            "import pyinterpose.cli.report, pyinterpose.report.html as h, pyinterpose.report.registry\n"
+            "print('before', 'matplotlib' in sys.modules)\n"
+            "from pyinterpose.report.synthetic import training_trace\n"
+            "h._import_plots_beside()\n"
+            "print('thread', any(t.name == 'pyinterpose-import' for t in threading.enumerate()))\n"
+            "r = h.build(training_trace(iterations=4), bandwidth=16, time_limit=1.0)\n"
+            "print('after', 'matplotlib' in sys.modules, sum(len(s.figures) for s in r.sections) > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split("\n")[:3] == ["before False", "thread True", "after True True"], out.stdout + out.stderr
