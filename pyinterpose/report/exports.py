@@ -114,6 +114,14 @@ def _completeness(trace: Trace) -> dict[str, Any]:
     return {"marked_incomplete": True, "incomplete_reason": str(trace.meta.get("incomplete_reason") or "")}
 
 
+def _classes_then_writing(classes, writing):
+    """The block classes (``classes()``'s second result's value), then the progress line says the writing
+    starts: for a writer handed the classes in its call, with no reference kept by the caller."""
+    cl = classes()[1].value
+    writing(0.0)
+    return cl
+
+
 def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int | None = None,
            moment: str | None = None, progress=None) -> dict[str, Any]:
     """Write ``trace`` as ``fmt`` to ``path``; returns a small summary dict.
@@ -158,10 +166,9 @@ def export(trace: Trace, fmt: str, path: str, large: int | None = None, pid: int
         from .memory_viz import write_snapshot  # lazy: see FORMATS
 
         view, pid, others = snapshot_process(trace, pid)
-        _, cl = classes()
-        writing(0.0)
-        return {**write_snapshot(view, path, classes=cl.value, progress=writing), "pid": pid,
-                "other_processes": others, **_completeness(trace)}
+        # the classes handed to the writer, not held here (it lets them go once its lookup is made)
+        return {**write_snapshot(view, path, classes=_classes_then_writing(classes, writing), progress=writing),
+                "pid": pid, "other_processes": others, **_completeness(trace)}
     if fmt == "csv":
         it, cl = classes()
         writing(0.0)
