@@ -158,7 +158,9 @@ def test_owner_and_device_sums_in_pieces(rows, monkeypatch):
         "owner": pd.Categorical(rng.choice(["", "libc10_cuda.so", "libnccl.so", "libfoo.so"], n)),
         "graph": np.where(rng.random(n) < 0.3, np.uint64(5), np.uint64(0)),
         "counts_device": rng.random(n) < 0.9})
-    tr = pyinterpose.Trace.from_tables(blocks=blocks)
+    in_graph_launch = rng.random(77) < 0.4
+    launches = pd.DataFrame({"pid": 1, "seq": np.arange(77) * 3, "t": np.arange(77) * 5, "graph": in_graph_launch})
+    tr = pyinterpose.Trace.from_tables(blocks=blocks, launches=launches)
     b = tr.blocks
     dev = b["counts_device"].to_numpy()
     size = b["size"].to_numpy()
@@ -181,6 +183,8 @@ def test_owner_and_device_sums_in_pieces(rows, monkeypatch):
     node = in_graph & np.isin(b["kind"].astype(str).to_numpy(), ["async", "pool"])
     assert g["memory_node_blocks"] == int(node.sum())
     assert g["private_pool_bytes"] == int(size[in_graph & ~node].sum())
+    assert g["private_pool_blocks"] == int((in_graph & ~node).sum())
+    assert g["graph_launches"] == int(in_graph_launch.sum()) > 0
 
 
 @pytest.mark.parametrize("rows", ["1", "16", "112", "1000000"])     # pieces of 1, 1, 7 and all tokens
