@@ -123,10 +123,41 @@ static int64_t max_rec(const curve *c, int l, int64_t x, int64_t lo, int64_t hi)
     return mx + c->lz[l][x];
 }
 
+/* The ranges the scheduler asks about mostly lie in one or two nodes of level 1 (64 steps each): for
+ * those the searches below read the node's pending adds from the levels above (cached: few nodes)
+ * and its own steps, instead of descending from the root through every level (at 100 M events ~14 M
+ * searches a run, the descent most of their instructions; issue 30).  Wider ranges take the descent,
+ * which steps over whole nodes. */
+#define NARROW 2
+
+/* the adds pending over level-1 node x: its own and those of the nodes above it.  A step i under x
+ * stands at m[0][i] + this */
+static inline int64_t node_acc(const curve *c, int64_t x) {
+    int64_t acc = 0;
+    for (int l = 1; l <= c->H; l++, x >>= FSH) acc += c->lz[l][x];
+    return acc;
+}
+
 /* max over steps [lo, hi); INT64_MIN when empty */
 static int64_t curve_max(const curve *c, int64_t lo, int64_t hi) {
     if (hi <= lo) return INT64_MIN;
-    return max_rec(c, c->H, 0, lo, hi);
+    int64_t x0 = lo >> FSH, x1 = (hi - 1) >> FSH;
+    if (c->H < 1 || x1 - x0 >= NARROW) return max_rec(c, c->H, 0, lo, hi);
+    int64_t mx = INT64_MIN;
+    const int64_t *v = c->m[0];
+    for (int64_t x = x0; x <= x1; x++) {
+        int64_t a = x << FSH, b = a + FAN < c->n ? a + FAN : c->n;
+        int64_t acc = node_acc(c, x);
+        if (lo <= a && b <= hi) {
+            int64_t w = c->m[1][x] - c->lz[1][x] + acc;     /* m[1] holds its own add */
+            if (w > mx) mx = w;
+            continue;
+        }
+        int64_t i0 = lo > a ? lo : a, i1 = hi < b ? hi : b, w = INT64_MIN;
+        for (int64_t i = i0; i < i1; i++) w = v[i] > w ? v[i] : w;
+        if (w + acc > mx) mx = w + acc;
+    }
+    return mx;
 }
 
 static int64_t curve_max_all(const curve *c) { return c->n ? c->m[c->H][0] : 0; }
@@ -168,7 +199,22 @@ static int64_t above_rec(const curve *c, int l, int64_t x, int64_t lo, int64_t h
 
 static int64_t curve_above(const curve *c, int64_t lo, int64_t hi, int64_t thr, int dir) {
     if (hi <= lo) return -1;
-    return above_rec(c, c->H, 0, lo, hi, thr, 0, dir);
+    int64_t x0 = lo >> FSH, x1 = (hi - 1) >> FSH;
+    if (c->H < 1 || x1 - x0 >= NARROW) return above_rec(c, c->H, 0, lo, hi, thr, 0, dir);
+    const int64_t *v = c->m[0];
+    for (int64_t k = 0; k <= x1 - x0; k++) {
+        int64_t x = dir ? x1 - k : x0 + k;
+        int64_t acc = node_acc(c, x);
+        if (c->m[1][x] - c->lz[1][x] + acc <= thr) continue;     /* no step of the node above thr */
+        int64_t a = x << FSH, b = a + FAN < c->n ? a + FAN : c->n;
+        int64_t i0 = lo > a ? lo : a, i1 = hi < b ? hi : b;
+        if (!dir) {
+            for (int64_t i = i0; i < i1; i++) if (v[i] + acc > thr) return i;
+        } else {
+            for (int64_t i = i1 - 1; i >= i0; i--) if (v[i] + acc > thr) return i;
+        }
+    }
+    return -1;
 }
 
 /* ---- one transfer direction: disjoint busy runs in sorted blocks ------------------------
@@ -183,11 +229,27 @@ static int64_t curve_above(const curve *c, int64_t lo, int64_t hi, int64_t thr, 
 
 #define MERGE_NS 1e-3
 #define BCAP 128
+#define GRP 16               /* runs per group of a block: 128 bytes of s or of e, two cache lines */
+#define NG (BCAP / GRP)
 
+/* A block of runs, 64-byte aligned.  Its first line holds n and, per group of GRP runs but the
+ * last, the group's last end (ek); its second line the group's last start (sk); +inf past the runs.
+ * A search in the block reads its first (or second) line, picks the group, and bisects the group's
+ * two lines only: at 100 M events ~9 M searches a run, each once a bisect over 1 KB (four or five
+ * cache misses) after the miss on n (issue 30). */
 typedef struct {
     int32_t n;
+    int32_t pad_;
+    double ek[NG - 1];
+    double sk[NG - 1];
+    double pad2_;
     double s[BCAP], e[BCAP];
 } rblock;
+
+static rblock *new_block(void) {
+    void *p = NULL;
+    return posix_memalign(&p, 64, sizeof(rblock)) ? NULL : (rblock *)p;
+}
 
 typedef struct {
     rblock **b;          /* blocks in time order */
@@ -217,6 +279,11 @@ static void channel_free(channel *ch) {
 /* recompute block k's summary */
 static void summarise(channel *ch, int32_t k) {
     rblock *b = ch->b[k];
+    for (int32_t g = 0; g < NG - 1; g++) {
+        int32_t j = g * GRP + GRP - 1;
+        b->ek[g] = j < b->n ? b->e[j] : INFINITY;
+        b->sk[g] = j < b->n ? b->s[j] : INFINITY;
+    }
     ch->fs[k] = b->s[0];
     ch->le[k] = b->e[b->n - 1];
     double g = -INFINITY;
@@ -262,14 +329,31 @@ static void remove_block(channel *ch, int32_t k) {
     ch->nb--;
 }
 
-/* first index in a[0, n) with a[i] > x (upper) or a[i] >= x */
-static int32_t bisect(const double *a, int32_t n, double x, int upper) {
-    int32_t lo = 0, hi = n;
-    while (lo < hi) {
-        int32_t m = lo + (hi - lo) / 2;
-        if (upper ? a[m] <= x : a[m] < x) lo = m + 1; else hi = m;
+/* first index in a[0, n) with a[i] > x (upper) or a[i] >= x.  Branch-free: the half kept is chosen by a
+ * conditional move, so the unpredictable comparisons cost no mispredicted branches (at 100 M events
+ * ~10 M searches a run over a link's blocks, then inside one; issue 30) */
+static inline int32_t bisect(const double *a, int32_t n, double x, int upper) {
+    if (n <= 0) return 0;
+    const double *base = a;
+    while (n > 1) {
+        int32_t half = n >> 1;
+        int before = upper ? base[half] <= x : base[half] < x;
+        base = before ? base + half : base;
+        n -= half;
     }
-    return lo;
+    return (int32_t)(base - a) + (upper ? *base <= x : *base < x);
+}
+
+/* first index j < b->n with a[j] > x (upper) or a[j] >= x, a being b->e (key b->ek) or b->s
+ * (key b->sk): the groups whose last value lies before x are counted (the keys are sorted),
+ * then the one group left is bisected; the same answer as bisect(a, b->n, x, upper) */
+static int32_t bisect_block(const rblock *b, const double *a, const double *key, double x, int upper) {
+    int32_t g = 0;
+    for (int32_t i = 0; i < NG - 1; i++) g += upper ? key[i] <= x : key[i] < x;
+    int32_t lo = g * GRP, hi = lo + GRP;
+    if (hi > b->n) hi = b->n;
+    if (lo > hi) lo = hi;
+    return lo + bisect(a + lo, hi - lo, x, upper);
 }
 
 /* Slack on the gap pruning: a block is stepped over only when its widest gap is clearly too
@@ -284,7 +368,7 @@ static int channel_earliest(channel *ch, double t, double dur, double limit, dou
     int32_t k = bisect(ch->le, ch->nb, t, 1);        /* first block with a run ending after t */
     if (k < ch->nb) {
         rblock *b = ch->b[k];
-        int32_t j = bisect(b->e, b->n, t, 1);
+        int32_t j = bisect_block(b, b->e, b->ek, t, 1);
         for (;;) {
             if (!(s <= limit)) break;
             if (s + dur <= b->s[j]) break;
@@ -320,7 +404,7 @@ static int channel_latest(channel *ch, double deadline, double dur, double not_b
     int32_t k = bisect(ch->fs, ch->nb, deadline, 0) - 1;   /* last block with a run starting before */
     if (k >= 0) {
         rblock *b = ch->b[k];
-        int32_t j = bisect(b->s, b->n, deadline, 0) - 1;
+        int32_t j = bisect_block(b, b->s, b->sk, deadline, 0) - 1;
         for (;;) {
             if (!(s >= not_before)) return 0;
             if (b->e[j] <= s) break;
@@ -364,7 +448,7 @@ static void delete_run(channel *ch, int32_t k, int32_t j) {
  * and swallows the runs that start within MERGE_NS after the new end.  0 or -1 (memory). */
 static int channel_add(channel *ch, double s, double e) {
     if (ch->nb == 0) {
-        rblock *nb = malloc(sizeof(rblock));
+        rblock *nb = new_block();
         if (!nb || insert_block(ch, 0, nb)) { free(nb); return -1; }
         nb->n = 1;
         nb->s[0] = s;
@@ -379,7 +463,7 @@ static int channel_add(channel *ch, double s, double e) {
         k = 0;
         j = 0;
     } else {
-        j = bisect(ch->b[k]->s, ch->b[k]->n, s, 0);
+        j = bisect_block(ch->b[k], ch->b[k]->s, ch->b[k]->sk, s, 0);
     }
     /* the run before it */
     int32_t pk = k, pj = j - 1;
@@ -397,7 +481,7 @@ static int channel_add(channel *ch, double s, double e) {
     } else {
         rblock *b = ch->b[k];
         if (b->n == BCAP) {               /* split the full block in two halves */
-            rblock *nb = malloc(sizeof(rblock));
+            rblock *nb = new_block();
             if (!nb || insert_block(ch, k + 1, nb)) { free(nb); return -1; }
             int32_t h = BCAP / 2;
             nb->n = BCAP - h;
@@ -448,6 +532,15 @@ typedef struct {
 
 #define PF_REC 16
 #define PF_STEP 8
+#define PF_BLK 4
+#define PF_RING 16      /* > PF_STEP: the block found for a visit PF_STEP on, read PF_BLK on */
+
+/* the record of visit kk: at position pos[kk] (pos NULL: kk) of the visiting order */
+static inline const pi_swap_cand *visit_rec(const pi_swap_cand *cand, const int32_t *cand_at, const int64_t *pos,
+                                            int64_t kk) {
+    int64_t i = pos ? pos[kk] : kk;
+    return &cand[cand_at ? (int64_t)cand_at[i] : i];
+}
 
 int64_t pi_swap_schedule(int64_t n_hot, const double *hot_t, const double *hot_end, const int64_t *hot_live,
                          int64_t n, const pi_swap_cand *cand, int64_t n_hide, const int64_t *hide_pos,
@@ -478,20 +571,28 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
     for (int ph = 0; ph < nph; ph++) {
         /* the hiding pass visits only the candidates that can hide (hide_pos, in order; NULL: all) */
         int64_t nk = (ph == 0 && hide_pos) ? n_hide : n;
+        int32_t ring[PF_RING];
+        for (int q = 0; q < PF_RING; q++) ring[q] = -1;
         for (int64_t k = 0; k < nk; k++) {
             int64_t i = (ph == 0 && hide_pos) ? hide_pos[k] : k;
             const pi_swap_cand *c = &cand[cand_at ? (int64_t)cand_at[i] : i];
             /* the visiting order is by score, the records by candidate: each visit is a cache miss
-             * on its record and on its first steps.  Ask for them ahead (issue 30: at 100 M events
-             * ~9 M visits a run): the record PF_REC visits on, the first step PF_STEP visits on
-             * (its record asked for earlier).  No effect on what is computed. */
+             * on its record, on its first steps and on the device-to-host link's runs around its start.
+             * Ask for them ahead (issue 30: at 100 M events ~9 M visits a run): the record PF_REC visits
+             * on; PF_STEP visits on (its record asked for earlier), its first and last steps and the
+             * link's block holding its start (bisected over the blocks' last ends, kept in `ring`);
+             * PF_BLK visits on, the group of that block's runs the search will bisect (its header,
+             * asked for before, says which: the block found then, if it still exists).  The
+             * search the visit makes finds the same runs unless the link changed in between.  No
+             * effect on what is computed. */
+            const int64_t *vpos = (ph == 0 && hide_pos) ? hide_pos : NULL;
             if (k + PF_REC < nk) {
-                int64_t ip = (ph == 0 && hide_pos) ? hide_pos[k + PF_REC] : k + PF_REC;
-                __builtin_prefetch(&cand[cand_at ? (int64_t)cand_at[ip] : ip]);
+                const char *rp = (const char *)visit_rec(cand, cand_at, vpos, k + PF_REC);
+                __builtin_prefetch(rp);
+                __builtin_prefetch(rp + sizeof(pi_swap_cand) - 1);
             }
             if (k + PF_STEP < nk) {
-                int64_t ip = (ph == 0 && hide_pos) ? hide_pos[k + PF_STEP] : k + PF_STEP;
-                const pi_swap_cand *cp = &cand[cand_at ? (int64_t)cand_at[ip] : ip];
+                const pi_swap_cand *cp = visit_rec(cand, cand_at, vpos, k + PF_STEP);
                 int64_t lo = cp->lo, hi = cp->hi;
                 /* its first and last steps' values and times: where the first and last steps above the
                  * target (k1, k2 below) usually are, read right after (at 100 M events the load of hot_t[k1]
@@ -499,10 +600,28 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
                 if (lo >= 0 && lo < n_hot) {
                     __builtin_prefetch(&cv.m[0][lo]);
                     __builtin_prefetch(&hot_t[lo]);
+                    __builtin_prefetch(&cv.m[1][lo >> FSH]);    /* its level-1 node (curve_above) */
+                    __builtin_prefetch(&cv.lz[1][lo >> FSH]);
                 }
                 if (hi > 0 && hi <= n_hot) {
                     __builtin_prefetch(&cv.m[0][hi - 1]);
                     __builtin_prefetch(&hot_end[hi - 1]);
+                }
+                int32_t kb = bisect(d2h.le, d2h.nb, cp->start, 1);
+                ring[(k + PF_STEP) % PF_RING] = kb;
+                if (kb < d2h.nb) __builtin_prefetch(d2h.b[kb]);
+            }
+            if (k + PF_BLK < nk) {
+                int32_t kb = ring[(k + PF_BLK) % PF_RING];
+                if (kb >= 0 && kb < d2h.nb) {
+                    const rblock *b = d2h.b[kb];
+                    double t = visit_rec(cand, cand_at, vpos, k + PF_BLK)->start;
+                    int32_t g = 0;
+                    for (int32_t q = 0; q < NG - 1; q++) g += b->ek[q] <= t;
+                    __builtin_prefetch(&b->e[g * GRP]);
+                    __builtin_prefetch(&b->e[g * GRP + GRP - 1]);
+                    __builtin_prefetch(&b->s[g * GRP]);
+                    __builtin_prefetch(&b->s[g * GRP + GRP - 1]);
                 }
             }
             if (curve_max_all(&cv) <= target) break;

@@ -192,6 +192,16 @@ def reference_schedule(problem, idx_order, mode, budget=None):
 
 # ---- random instances ------------------------------------------------------------------
 
+def _tables(rows, iv, bw):
+    """The problem of blocks ``rows`` (id, size, alloc, free) and their intervals ``iv`` (id, size, start, end)."""
+    blocks = pd.DataFrame(rows, columns=["block_id", "size", "t_alloc", "t_free"])
+    blocks["freed"] = True
+    blocks["counts_device"] = True
+    ivs = pd.DataFrame(iv, columns=["block_id", "size", "start_t", "end_t"])
+    ivs["kind"] = "between"
+    return swap.prepare_tables(blocks, ivs, bw, min_size=1)
+
+
 def _problem(rng, n_blocks, horizon, max_ivs, bw, max_size=8):
     rows, iv = [], []
     for b in range(n_blocks):
@@ -203,12 +213,7 @@ def _problem(rng, n_blocks, horizon, max_ivs, bw, max_size=8):
         pts = np.sort(rng.choice(np.arange(a + 1, f), size=k, replace=False)) * 1000
         for s, e in zip(pts[:-1], pts[1:]):
             iv.append((b, size, int(s), int(e)))
-    blocks = pd.DataFrame(rows, columns=["block_id", "size", "t_alloc", "t_free"])
-    blocks["freed"] = True
-    blocks["counts_device"] = True
-    ivs = pd.DataFrame(iv, columns=["block_id", "size", "start_t", "end_t"])
-    ivs["kind"] = "between"
-    return swap.prepare_tables(blocks, ivs, bw, min_size=1)
+    return _tables(rows, iv, bw)
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame):
@@ -442,3 +447,46 @@ def test_same_schedules_on_a_bench_trace():
     tr = pyinterpose.load(path)
     p = swap.prepare(tr, Bandwidth(25e9, 25e9, 10e-6, "test"))
     assert _check_problem(p, [p.default_budget], modes=(("no-overhead", None), ("budget", "b"))) > 0
+
+
+def _problem_long_and_short(rng, bw):
+    """Large blocks touched a few times over the whole run (their away windows span hundreds of steps:
+    whole nodes of the scheduler's curve) among many small short-lived ones (narrow intervals: the
+    searches that read a node's pending adds from above it), and enough swaps that the links' runs
+    fill blocks of many runs."""
+    rows, iv = [], []
+    horizon = 200_000
+    for b in range(60):
+        size = int(rng.integers(20, 60)) * 1_000_000
+        a = int(rng.integers(0, 5_000))
+        f = horizon - int(rng.integers(0, 5_000))
+        pts = np.sort(rng.choice(np.arange(a + 1, f), size=4, replace=False))
+        rows.append((b, size, a * 1000, f * 1000))
+        iv += [(b, size, int(s) * 1000, int(e) * 1000) for s, e in zip(pts[:-1], pts[1:])]
+    for b in range(60, 3000):
+        size = int(rng.integers(1, 4)) * 1_000_000
+        a = int(rng.integers(0, horizon - 400))
+        f = a + int(rng.integers(40, 400))
+        pts = np.sort(rng.choice(np.arange(a + 1, f), size=int(rng.integers(3, 6)), replace=False))
+        rows.append((b, size, a * 1000, f * 1000))
+        iv += [(b, size, int(s) * 1000, int(e) * 1000) for s, e in zip(pts[:-1], pts[1:])]
+    return _tables(rows, iv, bw)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_same_schedules_with_windows_over_whole_curve_nodes(seed):
+    # the C curve answers a search inside one or two of its nodes of 64 steps from the node's own
+    # steps and the adds pending above it; a swap of a large block lowers whole nodes at once
+    rng = np.random.default_rng(900 + seed)
+    p = _problem_long_and_short(rng, Bandwidth(20e9, 20e9, 1e-6, "r"))
+    assert len(p.live) > 64 * 40
+    wide = 0
+    for b in sorted({p.floor, (3 * p.floor + p.peak_before) // 4, p.default_budget}):
+        for s in ("vote", "size"):
+            idx = swap.order(p, s, b)
+            for mode, target in (("budget", b), ("no-overhead", None)):
+                want = reference_schedule(p, idx, mode, target)
+                _same(swap.schedule(p, idx, mode, target), want)
+                steps = np.searchsorted(p.events_t, want["realloc_t"]) - np.searchsorted(p.events_t, want["free_t"])
+                wide += int((steps >= 2 * 64).sum())
+    assert wide > 0     # some away window spans whole nodes of the curve
