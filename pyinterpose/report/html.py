@@ -76,14 +76,18 @@ def _clock_facts(trace: Trace, heads: dict) -> list[tuple[str, str]]:
 def build(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.0,
           strategies=None, top: int = 15, progress=None) -> Report:
     """Run the analyses once (:func:`analyse`), then every reporter of the registry in page order.
-    A long run: the access pass also writes the rows the swap problem reads, made last
-    (:func:`~pyinterpose.analysis.intervals.for_swap`: one pass over the intervals, not two)."""
+    The access pass also writes the rows the swap problem reads
+    (:func:`~pyinterpose.analysis.intervals.for_swap`: one pass over the intervals, not two) on a long
+    run, and on a shorter one whose pass is not fanned out anyway (the rows are written by the serial
+    pass; at 10 M events the problem's own pass was ~0.8 s of this thread's time, the other core idle)."""
     from contextlib import nullcontext
 
+    from ..analysis import access_fan
     from ..analysis.intervals import for_swap
     from ..analysis.swap.problem import MIN_SIZE
 
-    with for_swap(trace, trace.main_pid, MIN_SIZE) if len(trace.blocks) >= SERIAL_BLOCKS else nullcontext():
+    one_pass = len(trace.blocks) >= SERIAL_BLOCKS or not access_fan.may_fan_out(trace)
+    with for_swap(trace, trace.main_pid, MIN_SIZE) if one_pass else nullcontext():
         ctx = analyse(trace, bandwidth=bandwidth, time_limit=time_limit, strategies=strategies, top=top,
                       progress=progress)
         facts = header_facts(ctx)
@@ -191,11 +195,14 @@ def analyse(trace: Trace, bandwidth: float | None = None, time_limit: float = 5.
     side = later(side_work)
     if later is not _now:
         accesses()
+        # the lifetimes on a worker while this thread prepares the swap problem (at 10 M events
+        # ~0.5 s beside ~1 s, the other core otherwise idle once the side work is done: issue 30)
+        life = later(lambda: guarded.lifetimes_summary(trace, iters=it.value))
         start_swap(ctx, later)     # a long run: once every other section is built (build())
     _give_back(trace, later)
     if later is not _now:
         step(0.3, "lifetimes")
-        ctx.lifetimes = guarded.lifetimes_summary(trace, iters=it.value)
+        ctx.lifetimes = life.result()
     step(0.35, "timeline")
     ctx.timelines, ctx.pools = side.result()
     _give_back(trace, later)
