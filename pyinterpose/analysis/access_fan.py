@@ -41,14 +41,21 @@ def _fits(lo: int, hi: int):
     return np.int32 if -(1 << 31) <= lo and hi < (1 << 31) else np.int64
 
 
+def may_fan_out(trace) -> bool:
+    """Whether the executor and the trace's size allow :func:`plan` to fan the pass out (its other
+    conditions read the blocks); False: the pass is serial whatever else holds."""
+    w = fanout.width()
+    if w < 2 or not fanout.fannable(trace, w, MIN_BLOCKS):
+        return False
+    return fanout.asked() or w >= MIN_CORES      # the machine's cores on a local pool: too few to pay
+
+
 def plan(trace, pid, iters=None):
     """``(ranges, ub_dtype)``: the ranges ``(r0, r1)`` of ``block_rows(trace, pid)`` the pass fans out
     over and the dtype of the block ids (the serial pass's), or None for the serial pass."""
+    if intervals.swap_follows(trace) or not may_fan_out(trace):
+        return None
     w = fanout.width()
-    if w < 2 or intervals.swap_follows(trace) or not fanout.fannable(trace, w, MIN_BLOCKS):
-        return None
-    if not fanout.asked() and w < MIN_CORES:       # the machine's cores on a local pool: too few to pay
-        return None
     rows = intervals.block_rows(trace, pid)
     nb = len(rows)
     if nb < 2:

@@ -122,3 +122,30 @@ def test_long_run_lets_the_heap_and_the_classify_table_go_early(monkeypatch):
     for k in ("lifetimes", "iterations", "peak_live_bytes", "access", "sizes", "swap", "swap_pareto"):
         assert threaded.headlines[k] == serial.headlines[k], k
     assert _sections(threaded) == _sections(serial)
+
+
+@pytest.mark.slow
+def test_shorter_run_reads_the_access_pass_rows(monkeypatch):
+    """A run shorter than a long one, its access pass not fanned out: the pass writes the rows the swap
+    problem reads (the problem's own pass does not run), and the page is the one the problem's own
+    pass gives."""
+    import contextlib
+    import copy
+
+    from pyinterpose.analysis import intervals
+
+    tr = training_trace(iterations=8)
+    assert len(tr.blocks) < html.SERIAL_BLOCKS
+    rows = []
+    real_rows = intervals.swap_rows
+    monkeypatch.setattr(intervals, "swap_rows", lambda *a: rows.append(r := real_rows(*a)) or r)
+    one = html.build(copy.copy(tr), bandwidth=16, time_limit=1.0)
+    assert [r is not None for r in rows] == [True]
+    monkeypatch.setattr(intervals, "for_swap", lambda *a: contextlib.nullcontext())
+    rows.clear()
+    own = html.build(copy.copy(tr), bandwidth=16, time_limit=1.0)
+    assert [r is not None for r in rows] == [False]
+    assert _sections(one) == _sections(own)
+    assert _swap_tables(one) == _swap_tables(own)
+    for k in ("swap", "peak_live_bytes", "access"):
+        assert one.headlines[k] == own.headlines[k], k
