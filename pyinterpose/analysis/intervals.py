@@ -468,7 +468,8 @@ def _op_times(c, a_seq, a_t, a_start, a_end, sel) -> None:
     found by ``searchsorted(side="left")``: the touches with seq in ``(seq[lo - 1], seq[hi - 1]]`` find
     theirs in ``[lo, hi)``, the last range takes the seqs past the end), each range's mapped pages of the
     ops given back once read: a piece's touches reach across all the ops (~0.3 GB resident at once at
-    100 M events otherwise).  The same values."""
+    100 M events otherwise).  Only the ranges some touch falls in are visited (:func:`_by_range`).  The
+    same values."""
     o = c.ops
     n = len(o.seq) if o is not None else 0
     step = chunking.chunk_rows()
@@ -481,39 +482,46 @@ def _op_times(c, a_seq, a_t, a_start, a_end, sel) -> None:
             if isinstance(x, np.ndarray)]
     for x in cols:      # what placing the piece's allocations and frees read (searches across all the ops)
         pages.release(x)
-    for lo, hi in chunking.spans(n, step):
-        m = np.ones(len(seq), bool)
-        if lo:
-            m &= seq > o.seq[lo - 1]
-        if hi < n:
-            m &= seq <= o.seq[hi - 1]
-        k = np.flatnonzero(m)
-        if len(k):
-            rows = k if idx is None else idx[k]
-            a_start[rows], a_end[rows] = c.op_times(a_seq[rows], a_t[rows])
+    edges = np.asarray(o.seq[step - 1:n - 1:step])      # seq[hi - 1] of every range but the last
+    for j, k in _by_range(np.searchsorted(edges, seq, side="left"), len(edges) + 1):
+        rows = k if idx is None else idx[k]
+        a_start[rows], a_end[rows] = c.op_times(a_seq[rows], a_t[rows])
         for x in cols:
-            pages.release(x, lo, hi)
+            pages.release(x, j * step, (j + 1) * step)
 
 
 def _gather(cols: list, k: np.ndarray) -> list:
     """``[c[k] for c in cols]`` (columns of one length).  On a column longer than a piece, read a range of
     ``chunk_rows()`` rows at a time, each range's mapped pages given back once read: a piece's touches
     (those of long-lived blocks) reach across the whole column, whose pages would otherwise all be
-    resident at once (~0.8 GB of the accesses' seq, t and pid at 100 M events)."""
+    resident at once (~0.8 GB of the accesses' seq, t and pid at 100 M events).  Only the ranges some
+    row of ``k`` falls in are visited (:func:`_by_range`)."""
     n = len(cols[0]) if cols else 0
     step = chunking.chunk_rows()
     if n <= step:
         return [c[k] for c in cols]
     out = [np.empty(len(k), c.dtype) for c in cols]
-    for lo, hi in chunking.spans(n, step):
-        idx = np.flatnonzero((k >= lo) & (k < hi))
-        if len(idx):
-            kk = k[idx]
-            for c, o in zip(cols, out):
-                o[idx] = c[kk]
+    for j, idx in _by_range(k // step, -(-n // step)):
+        kk = k[idx]
+        for c, o in zip(cols, out):
+            o[idx] = c[kk]
         for c in cols:
-            pages.release(c, lo, hi)
+            pages.release(c, j * step, (j + 1) * step)
     return out
+
+
+def _by_range(r: np.ndarray, nr: int):
+    """``(j, positions of r == j)`` for each range ``j`` in ``range(nr)`` that ``r`` holds, in order of
+    ``j``, each one's positions increasing (a stable sort on ``r``: a radix sort when ``nr`` fits in 16
+    bits).  One pass, not one mask over ``r`` per range (pieces of a few rows over long columns: the
+    ranges outnumber a piece's rows)."""
+    if len(r) == 0:
+        return
+    order = np.argsort(r.astype(np.uint16 if nr <= 1 << 16 else np.int64, copy=False), kind="stable")
+    counts = np.bincount(r, minlength=nr)
+    ends = np.cumsum(counts)
+    for j in np.flatnonzero(counts):
+        yield int(j), order[ends[j] - counts[j]:ends[j]]
 
 
 def release_tables(trace: Trace) -> None:
