@@ -316,9 +316,11 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
 
     import copy
 
+    tables = run_tables(trace, doc)      # what every schedule's prediction reads of the trace
+
     def once(left_out):
         d = _apply_once(copy.deepcopy(doc), trace, bandwidth, strategy, budget, min_size, planner, time_limit,
-                        frozenset(left_out))
+                        frozenset(left_out), tables)
         return d, d["swap"].pop("_unsteady", set())
 
     best, unsteady = once(())
@@ -353,7 +355,8 @@ def apply_to_plan(doc: dict, trace, bandwidth: Bandwidth, strategy: str = "doa",
     return doc
 
 
-def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time_limit, unsteady=frozenset()):
+def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time_limit, unsteady=frozenset(),
+                tables=None):
     mode = "no-overhead" if budget is None else "budget"
     problem, ctx = window_problem(trace, doc, bandwidth, min_size=min_size, unsteady=unsteady)
     section = choose(problem, ctx, strategy, mode, budget)
@@ -394,7 +397,7 @@ def _apply_once(doc, trace, bandwidth, strategy, budget, min_size, planner, time
         {int(r["block_id"]) for r in arena}
     predict(section, ctx, doc["capacity"], arena_blocks)
     section["window_peak_bytes"] = section["predicted_peak_bytes"]
-    predict_run(trace, doc, section)
+    predict_run(trace, doc, section, tables=tables)
     section["managed"] = n_managed
     doc["swap"] = section
     return doc
@@ -489,17 +492,11 @@ def _device_timeline(trace, pid: int, oseq, ostart, odur):
     return start, d
 
 
-def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> dict:
-    """The applied run's resident device bytes over the whole trace, every iteration with its own times
-    (the schedule is keyed by launches, so each iteration moves the same blocks at its own pace): the
-    arena from its first request on, every device block the arena does not serve while it lives, a
-    swapped one while it is resident.  Per swap and iteration: the swap-out starts when the launch it
-    follows has ended and its copy engine is free (one per direction, in the order they are sent), the
-    swap-in is sent after its launch and starts once its swap-out has ended and its engine is free.
-    Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
-    after the launch that needs them starts) and ``predicted_stall_ns_run`` (the sum of the program's
-    waits for swap-ins over the run, each wait delaying everything after it: how much later the run
-    ends; simcuda's ``stall_ns`` measures the same), and returns ``section``."""
+def run_tables(trace, doc: dict):
+    """What :func:`predict_run` reads of the trace for the plan ``doc``: the same for every schedule of one
+    plan (:func:`apply_to_plan` tries up to ``MAX_RESCHEDULES``), so made once.  Depends on the plan's
+    process, iteration and persistent requests, none of which a schedule changes."""
+    from types import SimpleNamespace
 
     pid = int(doc["trace"]["pid"])
     clock = clock_of(trace, pid)
@@ -508,9 +505,6 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     blocks = _block_times(trace, pid, clock)
     dev = blocks[blocks["counts_device"].to_numpy(bool)]
     req = servable(trace, pid)
-    min_size = int(section.get("min_size") or MIN_SIZE)
-    it = doc["iteration"]
-    anchor = it.get("anchor") or {}
     # iteration boundaries: the anchor's allocations (seq)
     bnd = _anchor_seqs(trace, doc, pid)
     # launches: iteration and ordinal of their kernel within it
@@ -539,22 +533,9 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     inst_it = {(int(i), int(s), int(si), int(o)): int(b) for i, s, si, o, b in
                zip(rit, req["size"], req["site"], it_ord, bid)}
     inst_life = {(int(s), int(si), int(o)): int(b) for s, si, o, b in zip(req["size"], req["site"], life_ord, bid)}
-    bw = section["bandwidth"]
-    lat = bw["latency_us"] * 1e3
-    t_out = lambda n: lat + n / bw["d2h_gbps"]      # noqa: E731  (ns: 1 GB/s = 1 byte/ns)
-    t_in = lambda n: lat + n / bw["h2d_gbps"]       # noqa: E731
     acc = trace.accesses
     acc = acc[acc["pid"].to_numpy() == pid]
     first_acc = acc.groupby("block_id")["seq"].min()
-    acc_seqs = {int(k): np.sort(v.to_numpy(np.int64)) for k, v in acc.groupby("block_id")["seq"]}
-    unforeseen = 0
-    unsteady: set = set()
-    # per block: resident intervals (managed) or its life (real)
-    pers = {int(r["block_id"]) for r in doc["requests"] if r["phase"] == "persistent" and r.get("serve") == "arena"}
-    small = set(req.loc[req["size"].to_numpy() < min_size, "block_id"].tolist())
-    moves: dict[int, list] = {}
-    late = 0
-    n_it = len(bnd)
     # the engine's moves, op by op over the whole run (engine_model.engine_items): each iteration's
     # launches keyed (kernel, ordinal) as the shim keys them, the requests' blocks served from their
     # managed buffer when it is free, the first op naming an away block waiting for it
@@ -562,22 +543,80 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
     for (i_, n_, o_), j_ in at.items():
         if j_ >= 0:
             op_key[j_] = (n_, o_)
-    instances = []
-    for s in section["swaps"]:
-        q = s["request"]
-        if q["phase"] == "persistent":
-            b_ = inst_life.get((q["size"], q["site"], q["ordinal"]))
-            instances.append([] if b_ is None else [b_])
-        else:
-            instances.append([b_ for k in range(-1, n_it)
-                              if (b_ := inst_it.get((k, q["size"], q["site"], q["ordinal"]))) is not None])
     life = {int(b_): (int(sa), int(sf) if fr else None) for b_, sa, sf, fr in
             zip(dev["block_id"].to_numpy(), dev["seq_alloc"].to_numpy(), dev["seq_free"].to_numpy(),
                 dev["freed"].to_numpy(bool))}
     named: dict = {}
     for b_, sq in zip(acc["block_id"].to_numpy().tolist(), acc["seq"].to_numpy().tolist()):
         named.setdefault(sq, []).append(b_)
-    items, _, unforeseen, sources = engine_items(section["swaps"], instances, life, op_key, oseq, named)
+    # the residency and the stall on the program's device timeline (what simcuda counts: on the CPU clock
+    # the device runs behind the host's calls, and a copy engine's backlog with it): each op started when
+    # its stream is free, a stream-ordered allocation or free counted where its stream gets to it (after
+    # the op before it), a swapped block resident from the start of its first access.  On the device
+    # clock the swap clock is the device's already.
+    dstart, ddur = _device_timeline(trace, pid, oseq, ostart, odur)
+    seq_t = dict(zip(oseq.tolist(), np.asarray(dstart, np.float64).tolist()))
+    dend = np.asarray(dstart, np.float64) + np.asarray(ddur, np.float64)
+
+    def on_device(sq, t):
+        """Where the device's stream gets to the calls at ``sq`` made at host times ``t`` (float64)."""
+        t = np.asarray(t, np.float64)
+        if clock.device:
+            return t
+        j = np.searchsorted(oseq, np.asarray(sq)) - 1
+        return np.where(j >= 0, np.maximum(t, dend[np.maximum(j, 0)]), t)
+
+    # each device block's residency without swaps: from its allocation (a stream-ordered one where its
+    # stream gets to it) to its free (likewise) or the trace's end; a swapped one from its first access
+    fr = dev["freed"].to_numpy(bool)
+    t_alloc = dev["t_alloc"].to_numpy(np.int64)
+    stream_ordered = dev["api"].astype(str).str.contains("Async", regex=False).to_numpy(bool)
+    start = np.where(stream_ordered, on_device(dev["seq_alloc"].to_numpy(), t_alloc), t_alloc.astype(np.float64))
+    end = np.where(fr, on_device(dev["seq_free"].to_numpy(), dev["t_free"].to_numpy(np.int64)), float(trace.end_ns))
+    # the arena, from the first request it serves on
+    arena_t = float(req["seq_alloc"].size and blocks.loc[blocks["block_id"].isin(req["block_id"]), "t_alloc"].min())
+    return SimpleNamespace(pid=pid, clock=clock, oseq=oseq, ostart=ostart, req=req, bnd=bnd, at=at,
+                           inst_it=inst_it, inst_life=inst_life, first_acc=first_acc, op_key=op_key, life=life,
+                           named=named, dstart=dstart, ddur=ddur, seq_t=seq_t,
+                           block_id=dev["block_id"].to_numpy().astype(np.int64), size=dev["size"].to_numpy(np.int64),
+                           start=start, end=end, arena_t=arena_t)
+
+
+def predict_run(trace, doc: dict, section: dict, curve: list | None = None, tables=None) -> dict:
+    """The applied run's resident device bytes over the whole trace, every iteration with its own times
+    (the schedule is keyed by launches, so each iteration moves the same blocks at its own pace): the
+    arena from its first request on, every device block the arena does not serve while it lives, a
+    swapped one while it is resident.  Per swap and iteration: the swap-out starts when the launch it
+    follows has ended and its copy engine is free (one per direction, in the order they are sent), the
+    swap-in is sent after its launch and starts once its swap-out has ended and its engine is free.
+    Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
+    after the launch that needs them starts) and ``predicted_stall_ns_run`` (the sum of the program's
+    waits for swap-ins over the run, each wait delaying everything after it: how much later the run
+    ends; simcuda's ``stall_ns`` measures the same), and returns ``section``."""
+
+    r = tables if tables is not None else run_tables(trace, doc)
+    clock, oseq, bnd, at = r.clock, r.oseq, r.bnd, r.at
+    min_size = int(section.get("min_size") or MIN_SIZE)
+    bw = section["bandwidth"]
+    lat = bw["latency_us"] * 1e3
+    t_out = lambda n: lat + n / bw["d2h_gbps"]      # noqa: E731  (ns: 1 GB/s = 1 byte/ns)
+    t_in = lambda n: lat + n / bw["h2d_gbps"]       # noqa: E731
+    unsteady: set = set()
+    # per block: resident intervals (managed) or its life (real)
+    pers = {int(q["block_id"]) for q in doc["requests"] if q["phase"] == "persistent" and q.get("serve") == "arena"}
+    small = set(r.req.loc[r.req["size"].to_numpy() < min_size, "block_id"].tolist())
+    moves: dict[int, list] = {}
+    n_it = len(bnd)
+    instances = []
+    for s in section["swaps"]:
+        q = s["request"]
+        if q["phase"] == "persistent":
+            b_ = r.inst_life.get((q["size"], q["site"], q["ordinal"]))
+            instances.append([] if b_ is None else [b_])
+        else:
+            instances.append([b_ for k in range(-1, n_it)
+                              if (b_ := r.inst_it.get((k, q["size"], q["site"], q["ordinal"]))) is not None])
+    items, _, unforeseen, sources = engine_items(section["swaps"], instances, r.life, r.op_key, oseq, r.named)
     for it_, src in zip(items, sources):
         # a swap another iteration undoes: a launch there names the block before the planned one
         s = section["swaps"][src]
@@ -586,57 +625,38 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None) -> d
         if 0 <= it_[4] < n_plan:
             q = s["request"]
             unsteady.add((q["phase"], int(q["size"]), int(q["site"]), int(q["ordinal"])))
-    # the swaps' times on the swap clock (the residency: the other blocks' times are on it), and the stall
-    # on the program's device timeline (below)
-    # the residency and the stall on the program's device timeline (what simcuda counts: on the CPU clock
-    # the device runs behind the host's calls, and a copy engine's backlog with it): each op started when
-    # its stream is free, a stream-ordered allocation or free counted where its stream gets to it (after
-    # the op before it), a swapped block resident from the start of its first access.  On the device
-    # clock the swap clock is the device's already.
-    dstart, ddur = _device_timeline(trace, pid, oseq, ostart, odur)
-    rec, late, delay = _engines(items, dstart, ddur, t_out, t_in, calls=None if clock.device else ostart)
+    # the swaps' times on the program's device timeline (run_tables), as the blocks' residency
+    rec, late, delay = _engines(items, r.dstart, r.ddur, t_out, t_in, calls=None if clock.device else r.ostart)
     for j, it_ in enumerate(items):
         moves.setdefault(it_[0], []).append((rec[j, 0], rec[j, 1]))
-    ts, ds = [], []
-    seq_t = dict(zip(oseq.tolist(), np.asarray(dstart, np.float64).tolist()))
-    dend = np.asarray(dstart, np.float64) + np.asarray(ddur, np.float64)
-
-    def on_device(sq, t):
-        j = int(np.searchsorted(oseq, sq)) - 1
-        return max(float(t), float(dend[j])) if j >= 0 and not clock.device else float(t)
-    stream_ordered = dev["api"].astype(str).str.contains("Async", regex=False).to_numpy(bool)
-    for b, size, ta, tf, fr, sa, sf, so in zip(dev["block_id"].to_numpy(), dev["size"].to_numpy(np.int64),
-                                               dev["t_alloc"].to_numpy(np.int64), dev["t_free"].to_numpy(np.int64),
-                                               dev["freed"].to_numpy(bool), dev["seq_alloc"].to_numpy(),
-                                               dev["seq_free"].to_numpy(), stream_ordered):
-        b = int(b)
-        end = on_device(sf, tf) if fr else float(trace.end_ns)
-        if so:
-            ta = on_device(sa, ta)
+    # the blocks not swapped: resident from start to end; those the arena serves not counted (the arena is)
+    skip = np.isin(r.block_id, np.fromiter(pers | small | set(moves), np.int64))
+    keep = ~skip
+    ts = [r.start[keep], r.end[keep]]
+    ds = [r.size[keep], -r.size[keep]]
+    sw_t, sw_d = [], []
+    for b, size, start, end in zip(r.block_id[skip].tolist(), r.size[skip].tolist(), r.start[skip].tolist(),
+                                   r.end[skip].tolist()):
         if b in pers or b in small:
             continue
-        if b in moves:
-            fa = first_acc.get(b)
-            start = float(seq_t.get(int(fa), ta)) if fa is not None else float(ta)
-            for oe, is_ in sorted(moves[b]):
-                ts += [start, oe]
-                ds += [size, -size]
-                start = is_
-                if not np.isfinite(start):      # never came back
-                    break
-            if np.isfinite(start):
-                ts += [start, end]
-                ds += [size, -size]
-        else:
-            ts += [float(ta), end]
-            ds += [size, -size]
+        fa = r.first_acc.get(b)
+        start = float(r.seq_t.get(int(fa), start)) if fa is not None else start
+        for oe, is_ in sorted(moves[b]):
+            sw_t += [start, oe]
+            sw_d += [size, -size]
+            start = is_
+            if not np.isfinite(start):      # never came back
+                break
+        if np.isfinite(start):
+            sw_t += [start, end]
+            sw_d += [size, -size]
     # the arena, from the first request it serves on
     cap = int(doc["capacity"])
     if cap:
-        ts += [float(req["seq_alloc"].size and blocks.loc[blocks["block_id"].isin(req["block_id"]), "t_alloc"].min())]
-        ds += [cap]
-    t = np.asarray(ts, np.float64)
-    d = np.asarray(ds, np.int64)
+        sw_t.append(r.arena_t)
+        sw_d.append(cap)
+    t = np.concatenate(ts + [np.asarray(sw_t, np.float64)])
+    d = np.concatenate(ds + [np.asarray(sw_d, np.int64)])
     o = np.lexsort((d, t))
     if curve is not None:          # the curve itself (time ns on the trace's clock, resident bytes)
         curve += [t[o], np.cumsum(d[o])]
