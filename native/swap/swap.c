@@ -347,10 +347,16 @@ static inline int32_t bisect(const double *a, int32_t n, double x, int upper) {
 /* first index j < b->n with a[j] > x (upper) or a[j] >= x, a being b->e (key b->ek) or b->s
  * (key b->sk): the groups whose last value lies before x are counted (the keys are sorted),
  * then the one group left is bisected; the same answer as bisect(a, b->n, x, upper) */
-static int32_t bisect_block(const rblock *b, const double *a, const double *key, double x, int upper) {
+/* the group of runs that holds the first a[j] > x (upper) or >= x: the number of groups whose last
+ * value (key, sorted) lies before x */
+static inline int32_t block_group(const double *key, double x, int upper) {
     int32_t g = 0;
     for (int32_t i = 0; i < NG - 1; i++) g += upper ? key[i] <= x : key[i] < x;
-    int32_t lo = g * GRP, hi = lo + GRP;
+    return g;
+}
+
+static int32_t bisect_block(const rblock *b, const double *a, const double *key, double x, int upper) {
+    int32_t lo = block_group(key, x, upper) * GRP, hi = lo + GRP;
     if (hi > b->n) hi = b->n;
     if (lo > hi) lo = hi;
     return lo + bisect(a + lo, hi - lo, x, upper);
@@ -571,11 +577,12 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
     for (int ph = 0; ph < nph; ph++) {
         /* the hiding pass visits only the candidates that can hide (hide_pos, in order; NULL: all) */
         int64_t nk = (ph == 0 && hide_pos) ? n_hide : n;
+        const int64_t *vpos = (ph == 0 && hide_pos) ? hide_pos : NULL;   /* the visits' positions */
         int32_t ring[PF_RING];
         for (int q = 0; q < PF_RING; q++) ring[q] = -1;
         for (int64_t k = 0; k < nk; k++) {
-            int64_t i = (ph == 0 && hide_pos) ? hide_pos[k] : k;
-            const pi_swap_cand *c = &cand[cand_at ? (int64_t)cand_at[i] : i];
+            int64_t i = vpos ? vpos[k] : k;
+            const pi_swap_cand *c = visit_rec(cand, cand_at, vpos, k);
             /* the visiting order is by score, the records by candidate: each visit is a cache miss
              * on its record, on its first steps and on the device-to-host link's runs around its start.
              * Ask for them ahead (issue 30: at 100 M events ~9 M visits a run): the record PF_REC visits
@@ -585,7 +592,6 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
              * asked for before, says which: the block found then, if it still exists).  The
              * search the visit makes finds the same runs unless the link changed in between.  No
              * effect on what is computed. */
-            const int64_t *vpos = (ph == 0 && hide_pos) ? hide_pos : NULL;
             if (k + PF_REC < nk) {
                 const char *rp = (const char *)visit_rec(cand, cand_at, vpos, k + PF_REC);
                 __builtin_prefetch(rp);
@@ -616,8 +622,7 @@ int64_t pi_swap_schedule_at(int64_t n_hot, const double *hot_t, const double *ho
                 if (kb >= 0 && kb < d2h.nb) {
                     const rblock *b = d2h.b[kb];
                     double t = visit_rec(cand, cand_at, vpos, k + PF_BLK)->start;
-                    int32_t g = 0;
-                    for (int32_t q = 0; q < NG - 1; q++) g += b->ek[q] <= t;
+                    int32_t g = block_group(b->ek, t, 1);
                     __builtin_prefetch(&b->e[g * GRP]);
                     __builtin_prefetch(&b->e[g * GRP + GRP - 1]);
                     __builtin_prefetch(&b->s[g * GRP]);
