@@ -344,9 +344,6 @@ static inline int32_t bisect(const double *a, int32_t n, double x, int upper) {
     return (int32_t)(base - a) + (upper ? *base <= x : *base < x);
 }
 
-/* first index j < b->n with a[j] > x (upper) or a[j] >= x, a being b->e (key b->ek) or b->s
- * (key b->sk): the groups whose last value lies before x are counted (the keys are sorted),
- * then the one group left is bisected; the same answer as bisect(a, b->n, x, upper) */
 /* the group of runs that holds the first a[j] > x (upper) or >= x: the number of groups whose last
  * value (key, sorted) lies before x */
 static inline int32_t block_group(const double *key, double x, int upper) {
@@ -355,6 +352,9 @@ static inline int32_t block_group(const double *key, double x, int upper) {
     return g;
 }
 
+/* first index j < b->n with a[j] > x (upper) or a[j] >= x, a being b->e (key b->ek) or b->s
+ * (key b->sk): the groups whose last value lies before x are counted (the keys are sorted),
+ * then the one group left is bisected; the same answer as bisect(a, b->n, x, upper) */
 static int32_t bisect_block(const rblock *b, const double *a, const double *key, double x, int upper) {
     int32_t lo = block_group(key, x, upper) * GRP, hi = lo + GRP;
     if (hi > b->n) hi = b->n;

@@ -592,7 +592,8 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None, tabl
     Sets ``predicted_peak_bytes`` (the maximum), ``predicted_late_swap_ins`` (swap-ins that would end
     after the launch that needs them starts) and ``predicted_stall_ns_run`` (the sum of the program's
     waits for swap-ins over the run, each wait delaying everything after it: how much later the run
-    ends; simcuda's ``stall_ns`` measures the same), and returns ``section``."""
+    ends; simcuda's ``stall_ns`` measures the same), and returns ``section``.  ``tables``: :func:`run_tables`
+    of ``trace`` and ``doc`` when the caller has them (one plan's schedules share them)."""
 
     r = tables if tables is not None else run_tables(trace, doc)
     clock, oseq, bnd, at = r.clock, r.oseq, r.bnd, r.at
@@ -629,16 +630,16 @@ def predict_run(trace, doc: dict, section: dict, curve: list | None = None, tabl
     rec, late, delay = _engines(items, r.dstart, r.ddur, t_out, t_in, calls=None if clock.device else r.ostart)
     for j, it_ in enumerate(items):
         moves.setdefault(it_[0], []).append((rec[j, 0], rec[j, 1]))
-    # the blocks not swapped: resident from start to end; those the arena serves not counted (the arena is)
-    skip = np.isin(r.block_id, np.fromiter(pers | small | set(moves), np.int64))
-    keep = ~skip
+    # the blocks the arena serves are not counted (the arena is); those not swapped are resident from
+    # start to end; a swapped one between its moves
+    served = np.isin(r.block_id, np.fromiter(pers | small, np.int64))
+    moved = ~served & np.isin(r.block_id, np.fromiter(moves, np.int64))
+    keep = ~served & ~moved
     ts = [r.start[keep], r.end[keep]]
     ds = [r.size[keep], -r.size[keep]]
     sw_t, sw_d = [], []
-    for b, size, start, end in zip(r.block_id[skip].tolist(), r.size[skip].tolist(), r.start[skip].tolist(),
-                                   r.end[skip].tolist()):
-        if b in pers or b in small:
-            continue
+    for b, size, start, end in zip(r.block_id[moved].tolist(), r.size[moved].tolist(), r.start[moved].tolist(),
+                                   r.end[moved].tolist()):
         fa = r.first_acc.get(b)
         start = float(r.seq_t.get(int(fa), start)) if fa is not None else start
         for oe, is_ in sorted(moves[b]):
