@@ -17,6 +17,8 @@ the next.  Memory: a few arrays of the device's block count, and the points kept
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -43,9 +45,12 @@ class _Sorted:
         delta = np.empty(n, np.int32)          # the block's counted bytes: 32 bits while they fit (checked)
         # the two kinds' events in block order, a piece of blocks at a time: g1 (allocations of > 0
         # bytes) and the frees; the allocations of 0 bytes (few) apart, to follow the frees in g0
-        g1_t, g1_j, n1 = np.empty(n, np.int64), np.empty(n, idx), 0
-        g0_t, g0_j, nf = np.empty(n, np.int64), np.empty(n, idx), 0
-        zt, zj = [], []
+        # (their blocks are not stored: g1's are the blocks of > 0 bytes, g0's the freed ones then the
+        # blocks of <= 0 bytes, each in block order, found again from ``delta`` and ``freed`` when sorted)
+        g1_t, n1 = np.empty(n, np.int64), 0
+        g0_t, nf = np.empty(n, np.int64), 0
+        freed = np.empty(n, bool)
+        zt = []
         mapped = [bl[c].to_numpy() for c in cols]      # the columns read, to give their pages back
         # an eighth of a piece of blocks at a time: the piece's columns (7 x 8 bytes a row) are copied
         for s, e in spans(n, max(1, chunk_rows() // 8)):
@@ -57,45 +62,42 @@ class _Sorted:
             if delta.dtype != np.int64 and len(d) and (int(d.min()) <= -(1 << 31) or int(d.max()) >= (1 << 31)):
                 delta = delta.astype(np.int64)
             delta[s:e] = d
-            jj = np.arange(s, e, dtype=idx)
+            freed[s:e] = fr
             pos = d > 0
             k = int(pos.sum())
-            g1_t[n1:n1 + k], g1_j[n1:n1 + k] = a[pos], jj[pos]
+            g1_t[n1:n1 + k] = a[pos]
             n1 += k
             k = int(fr.sum())
-            g0_t[nf:nf + k], g0_j[nf:nf + k] = f[fr], jj[fr]
+            g0_t[nf:nf + k] = f[fr]
             nf += k
             zt.append(a[~pos])
-            zj.append(jj[~pos])
-            del piece, a, f, d, fr, jj, pos
+            del piece, a, f, d, fr, pos
             if e > s:                   # the pages of the rows this piece read (issue 30: ~0.3 GB at 100 M)
                 lo, hi = int(r.min()), int(r.max()) + 1
                 for x in mapped:
                     release(x, lo, hi)
         del mapped
         self.delta = delta
-        del delta
         nz = sum(len(x) for x in zt)
         if nf + nz > n:                 # blocks of 0 bytes that were freed: both a free and an allocation
-            g0_t, g0_j = np.resize(g0_t, nf + nz), np.resize(g0_j, nf + nz)
-        for t_, j_ in zip(zt, zj):
-            g0_t[nf:nf + len(t_)], g0_j[nf:nf + len(t_)] = t_, j_
+            g0_t = np.resize(g0_t, nf + nz)
+        for t_ in zt:
+            g0_t[nf:nf + len(t_)] = t_
             nf += len(t_)
         nf -= nz
-        del zt, zj
-        # each kind by time, stable (its order above at an equal time)
-        self.g1_t, o = _sort_stable(g1_t[:n1])
-        self.g1_j = g1_j[:n1][o]
-        del g1_t, g1_j, o
-        self.g0_t, o = _sort_stable(g0_t[:nf + nz])
-        self.g0_j = g0_j[:nf + nz][o]
-        self.g0_alloc = o >= nf            # the allocations of 0 bytes follow the frees
-        del g0_t, g0_j, o
-        # pos0: g0's i-th event's place in the merged list (a piece of g0 at a time)
-        self.pos0 = np.empty(len(self.g0_t), idx)
-        for s, e in spans(len(self.g0_t)):
-            self.pos0[s:e] = np.searchsorted(self.g1_t, self.g0_t[s:e], side="left") + np.arange(s, e)
-        self.n = len(self.g0_t) + len(self.g1_t)
+        del zt
+        # each kind by time, stable (its order above at an equal time: block order; in g0 the frees first)
+        self.g1 = _Kind(g1_t[:n1], _blocks_where(lambda s, e: delta[s:e] > 0, n), n1, n)
+        del g1_t
+        self.g0 = _Kind(g0_t[:nf + nz], itertools.chain(_blocks_where(lambda s, e: freed[s:e], n),
+                                                        _blocks_where(lambda s, e: delta[s:e] <= 0, n)), nf, n)
+        del g0_t, freed, delta
+        # pos0: g0's i-th event's place in the merged list (an eighth of a piece of g0 at a time: each
+        # makes four int64 temporaries of its length)
+        self.pos0 = np.empty(len(self.g0), idx)
+        for s, e in spans(len(self.g0), max(1, chunk_rows() // 8)):
+            self.pos0[s:e] = self.g1.first_at_or_after(self.g0.t(s, e)) + np.arange(s, e)
+        self.n = len(self.g0) + len(self.g1)
 
     def piece(self, c0: int, c1: int):
         """Events ``[c0, c1)`` of the merged list: (block j, time, delta)."""
@@ -104,48 +106,95 @@ class _Sorted:
         is0[self.pos0[i0:i1] - c0] = True
         j = np.empty(c1 - c0, np.int64)
         t = np.empty(c1 - c0, np.int64)
-        j[is0], t[is0] = self.g0_j[i0:i1], self.g0_t[i0:i1]
-        j[~is0], t[~is0] = self.g1_j[c0 - i0:c1 - i1], self.g1_t[c0 - i0:c1 - i1]
+        j[is0], t[is0] = self.g0.j(i0, i1), self.g0.t(i0, i1)
+        j[~is0], t[~is0] = self.g1.j(c0 - i0, c1 - i1), self.g1.t(c0 - i0, c1 - i1)
         d = self.delta[j].astype(np.int64, copy=False)
         free = np.zeros(c1 - c0, bool)
-        free[is0] = ~self.g0_alloc[i0:i1]
+        free[is0] = ~self.g0.later(i0, i1)
         d[free] = -d[free]
         return j, t, d
 
     def time_at(self, p: int) -> int:
         i = int(np.searchsorted(self.pos0, p, side="left"))
         if i < len(self.pos0) and int(self.pos0[i]) == p:
-            return int(self.g0_t[i])
-        return int(self.g1_t[p - i])
+            return int(self.g0.t(i, i + 1)[0])
+        return int(self.g1.t(p - i, p - i + 1)[0])
 
 
-def _sort_stable(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(``t`` sorted, the order): ``np.argsort(t, kind="stable")`` and ``t`` in that order.  In place
-    where each time less the first and its index fit in 63 bits together (checked): the pair as one
-    int64 key ``(t - min) << bits | index``, distinct keys, so an unstable in-place sort gives the
-    stable order, and the key gives back both (the order a piece at a time) without a copy of ``t``
-    or a 64-bit order (issue 30); the order is then int32 where the count allows."""
-    n = len(t)
-    if n == 0:
-        return t, np.zeros(0, np.int64)
-    bits = max(1, int(n - 1).bit_length())
-    lo, hi = int(t.min()), int(t.max())
-    if (hi - lo) >> (63 - bits):                # too long a run for the key: argsort
-        o = np.argsort(t, kind="stable")
-        return t[o], o
-    key = t                                     # the caller's buffer, reused
-    key -= lo
-    key <<= bits
-    for s, e in spans(n):                       # the index, a piece at a time
-        key[s:e] |= np.arange(s, e, dtype=np.int64)
-    key.sort()
-    o = np.empty(n, np.int32 if n < (1 << 31) else np.int64)
-    mask = (1 << bits) - 1
+def _blocks_where(cond, n: int):
+    """The block indices ``i < n`` where ``cond(s, e)`` (a mask of blocks ``[s, e)``) holds, ascending,
+    a piece of blocks at a time."""
     for s, e in spans(n):
-        o[s:e] = key[s:e] & mask
-        key[s:e] >>= bits
-        key[s:e] += lo
-    return key, o
+        yield np.flatnonzero(cond(s, e)) + s
+
+
+# the bits of one sort key: (time - the first time, whether the event comes later at its time, block)
+_KEY_BITS = 63
+
+
+class _Kind:
+    """One kind's events sorted by (time, ``later``, block index ``j``): ``later`` is whether the event
+    is at or past position ``n_first`` of the events given (g0's allocations of 0 bytes, after its
+    frees; ``j_parts``: their block indices, in pieces), and the events given are in that order at an
+    equal time (blocks ascending in each part),
+    so this is their stable sort by time.  Where the times' span, the flag and the block index fit in
+    63 bits, each event is one int64 key ``(t - lo) << (bits + 1) | later << bits | j``, made in ``t``'s
+    own buffer and sorted in place (distinct keys), which gives back the time, the flag and the block
+    (issue 30: at 100 M events no sorted block-index array beside the times, ~45 MB a kind, nor the
+    order's copy while sorting); else the times and the block indices apart (a stable argsort)."""
+
+    def __init__(self, t: np.ndarray, j_parts, n_first: int, n_blocks: int):
+        n = len(t)
+        self.n = n
+        self.bits = max(1, int(max(n_blocks, 1) - 1).bit_length())
+        self.lo = int(t.min()) if n else 0
+        span = (int(t.max()) - self.lo + 1) if n else 1
+        self.key = None
+        if span >> (_KEY_BITS - self.bits - 1) == 0:
+            key = t                                   # the caller's buffer, reused
+            key -= self.lo
+            key <<= self.bits + 1
+            at = 0
+            for j in j_parts:
+                key[at:at + len(j)] |= j
+                at += len(j)
+            assert at == n, "one block per event"
+            key[n_first:] |= 1 << self.bits
+            key.sort()
+            self.key = key
+            return
+        j = np.concatenate([np.zeros(0, np.int64), *j_parts])
+        o = np.argsort(t, kind="stable")
+        self._t, self._j, self._later = t[o], j[o], o >= n_first
+
+    def __len__(self) -> int:
+        return self.n
+
+    def t(self, i0: int, i1: int) -> np.ndarray:
+        if self.key is None:
+            return self._t[i0:i1]
+        return (self.key[i0:i1] >> (self.bits + 1)) + self.lo
+
+    def j(self, i0: int, i1: int) -> np.ndarray:
+        if self.key is None:
+            return self._j[i0:i1]
+        return self.key[i0:i1] & ((1 << self.bits) - 1)
+
+    def later(self, i0: int, i1: int) -> np.ndarray:
+        if self.key is None:
+            return self._later[i0:i1]
+        return (self.key[i0:i1] >> self.bits & 1).astype(bool)
+
+    def first_at_or_after(self, times: np.ndarray) -> np.ndarray:
+        """For each of ``times`` (ascending): the number of this kind's events before it in time."""
+        if self.key is None:
+            return np.searchsorted(self._t, times, side="left")
+        if not self.n:
+            return np.zeros(len(times), np.int64)
+        hi = int(self.t(self.n - 1, self.n)[0]) + 1
+        needle = np.clip(times, self.lo, hi) - self.lo     # past either end: the same answer, no overflow
+        needle <<= self.bits + 1
+        return np.searchsorted(self.key, needle, side="left")
 
 
 def class_codes(classes, block_ids: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """Issue 30 (perf30): the live curve's lean parts against definitions written here.
 
-* ``live_curve._sort_stable`` (one int64 key, sorted in place; argsort past 63 bits) is a stable
-  argsort: the order of (time, index) pairs;
+* ``live_curve._Kind`` (one int64 key of time, flag and block, sorted in place; apart past 63 bits)
+  is the stable sort of its events by time: the order of (time, position) pairs;
 * ``analysis.clock.frontier_at`` (pieces of a quarter, only the queries inside a piece searched) is
   the latest device end among the ops with a smaller seq, queries on and between the seqs;
 * ``report.owner_codes.owner_codes`` names each device block by the owner rule (its recorded owner
@@ -19,7 +19,7 @@ from pyinterpose.analysis import guarded
 from pyinterpose.analysis.clock import frontier_at
 from pyinterpose.report.block_codes import BlockCodes, series_codes
 from pyinterpose.report.data import memory_timeline
-from pyinterpose.report.live_curve import _sort_stable
+from pyinterpose.report import live_curve
 from pyinterpose.report.owner_codes import owner_codes
 from pyinterpose.report.synthetic import training_trace
 from pyinterpose.trace.model import Trace
@@ -35,16 +35,32 @@ def _pieces(monkeypatch, rows):
 
 @pytest.mark.parametrize("rows", [None, 1, 3, 7])
 @pytest.mark.parametrize("span", [5, 1 << 40, 1 << 62])
-def test_sort_stable_is_the_order_of_time_then_index(rows, span, monkeypatch):
+@pytest.mark.parametrize("n_blocks", [1, 300, 1 << 20])
+def test_kind_is_the_order_of_time_then_position(rows, span, n_blocks, monkeypatch):
     _pieces(monkeypatch, rows)
-    rng = np.random.default_rng(span % 97)
+    rng = np.random.default_rng(span % 97 + n_blocks)
     for n in (0, 1, 2, 17, 300):
         t = rng.integers(-(span // 2), span // 2, n, dtype=np.int64)
         t[rng.random(n) < 0.3] = t[0] if n else 0             # ties
+        n_first = n // 3
+        # block indices ascending within each part (the frees, then the allocations of 0 bytes), as given
+        j = np.concatenate([np.sort(rng.choice(n_blocks, n_first, replace=n_blocks < n_first)),
+                            np.sort(rng.choice(n_blocks, n - n_first, replace=n_blocks < n - n_first))])
         want = sorted(range(n), key=lambda i: (int(t[i]), i))
-        got_t, got_o = _sort_stable(t.copy())
-        assert [int(x) for x in got_o] == want
-        assert [int(x) for x in got_t] == [int(t[i]) for i in want]
+        k = live_curve._Kind(t.copy(), np.array_split(j, 3), n_first, n_blocks)   # the blocks in pieces
+        packed = k.key is not None
+        if span == 5:
+            assert packed                  # one key per event
+        elif span == 1 << 62 and n >= 17:
+            assert not packed              # times too far apart for one key: sorted apart
+        assert len(k) == n
+        assert k.t(0, n).tolist() == [int(t[i]) for i in want]
+        assert k.j(0, n).tolist() == [int(j[i]) for i in want]
+        assert k.later(0, n).tolist() == [i >= n_first for i in want]
+        if n:
+            assert k.t(n - 1, n).tolist() == [int(t[want[-1]])]
+        q = np.sort(np.concatenate([t, t + 1, t - 1, [-(1 << 62), (1 << 62) - 1]]))
+        assert k.first_at_or_after(q).tolist() == [int((t < x).sum()) for x in q]
 
 
 @pytest.mark.parametrize("rows", ["1", "2", "3", "5", "100000"])
