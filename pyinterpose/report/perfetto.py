@@ -72,20 +72,38 @@ def _nvml_curves(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+# the launches' columns the kernel tracks write
+_KERNEL_COLUMNS = ("pid", "seq", "t", "device", "stream", "kernel_name")
+
+
 def _kernel_rows(trace: Trace, max_kernels: int, notes: list[str]):
-    """The launches the export writes: all of them in time order, or, above ``max_kernels``, that many
-    spread evenly over the whole run (a note says so).  Only the time column is sorted; the rows
-    written are then taken (``sort_values("t", kind="stable").iloc[keep]``, without sorting every
-    column of every launch)."""
+    """The launches the export writes (their :data:`_KERNEL_COLUMNS`): all of them in time order, or,
+    above ``max_kernels``, that many spread evenly over the whole run (a note says so).  Only the time
+    column is sorted (not at all when already in order, as one process's launches are); the rows
+    written are then taken a column at a time, each column's mapped pages given back once taken: the
+    rows spread over the whole table, so a take of every column at once held every page of it
+    resident (issue 30: ~0.6 GB at 100 M events, the export's peak).  The same rows as
+    ``sort_values("t", kind="stable").iloc[keep]``."""
+    import pandas as pd
+
     launches = trace.launches
     n = len(launches)
-    order = np.argsort(launches["t"].to_numpy(), kind="stable")
+    t = launches["t"].to_numpy()
+    order = None if n < 2 or bool((t[1:] >= t[:-1]).all()) else np.argsort(t, kind="stable")
+    release(launches["t"])
     if n > max_kernels:
         keep = np.unique(np.linspace(0, n - 1, max(1, max_kernels)).round().astype(np.int64))
-        order = order[keep]
+        order = keep if order is None else order[keep]
         notes.append(f"kernel launches: {len(order):,} of {n:,} written (at most {max_kernels:,}: every "
                      f"{n / max(1, len(order)):.1f}th launch, spread over the whole run)")
-    return launches.iloc[order]
+    elif order is None:
+        order = np.arange(n)
+    cols = {}
+    for c in _KERNEL_COLUMNS:
+        if c in launches.columns:
+            cols[c] = launches[c].take(order).reset_index(drop=True)
+            release(launches[c])
+    return pd.DataFrame(cols)
 
 
 def _iteration_us(bt) -> tuple[list[int], list[int]]:
@@ -640,7 +658,6 @@ def _kernel_texts(trace: Trace, max_kernels: int, doc: _Doc, notes: list[str]) -
     if len(trace.launches) == 0:
         return set()
     la = _kernel_rows(trace, max_kernels, notes)
-    release_frame(trace.launches)       # the rows taken spread over the table: every page of it was read
     touched, nbytes = _launch_blocks(trace, la)
     names = la["kernel_name"].astype(str).tolist() if "kernel_name" in la else ["kernel"] * len(la)
     name_text: dict[str, str] = {}

@@ -88,6 +88,30 @@ def test_kernel_cap_spreads_over_the_run_and_says_so():
     assert json.loads(text)["otherData"]["notes"] == notes
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("cap", [5, 10_000])
+def test_kernel_rows_are_the_stable_time_sort_taken(shuffle, cap):
+    """The launches written: ``sort_values("t", kind="stable")`` (pandas' own, here the reference), all of
+    them or ``cap`` spread over the run, in launch tables already in time order and in none (two
+    processes' launches interleaved, with equal times)."""
+    tr = training_trace(iterations=4)
+    la = tr.launches.copy()
+    if shuffle:
+        rng = np.random.default_rng(3)
+        la = la.iloc[rng.permutation(len(la))].reset_index(drop=True)
+        la.loc[la.index[::7], "t"] = int(la["t"].iloc[0])            # ties
+        tr.launches = la
+    want = la.sort_values("t", kind="stable")
+    if len(want) > cap:
+        want = want.iloc[np.unique(np.linspace(0, len(want) - 1, cap).round().astype(np.int64))]
+    notes: list[str] = []
+    got = perfetto._kernel_rows(tr, cap, notes)
+    assert list(got.columns) == [c for c in perfetto._KERNEL_COLUMNS if c in la.columns]
+    for c in got.columns:
+        assert got[c].tolist() == want[c].tolist(), c
+    assert bool(notes) == (len(la) > cap)
+
+
 def test_no_cap_no_notes():
     tr = training_trace(iterations=3)
     notes: list[str] = []
