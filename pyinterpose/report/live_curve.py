@@ -136,8 +136,7 @@ class _Kind:
     """One kind's events sorted by (time, ``later``, block index ``j``): ``later`` is whether the event
     is at or past position ``n_first`` of the events given (g0's allocations of 0 bytes, after its
     frees; ``j_parts``: their block indices, in pieces), and the events given are in that order at an
-    equal time (blocks ascending in each part),
-    so this is their stable sort by time.  Where the times' span, the flag and the block index fit in
+    equal time (blocks ascending in each part), so this is their stable sort by time.  Where the times' span, the flag and the block index fit in
     63 bits, each event is one int64 key ``(t - lo) << (bits + 1) | later << bits | j``, made in ``t``'s
     own buffer and sorted in place (distinct keys), which gives back the time, the flag and the block
     (issue 30: at 100 M events no sorted block-index array beside the times, ~45 MB a kind, nor the
@@ -148,9 +147,9 @@ class _Kind:
         self.n = n
         self.bits = max(1, int(max(n_blocks, 1) - 1).bit_length())
         self.lo = int(t.min()) if n else 0
-        span = (int(t.max()) - self.lo + 1) if n else 1
+        self.span = (int(t.max()) - self.lo + 1) if n else 1     # every time is below lo + span
         self.key = None
-        if span >> (_KEY_BITS - self.bits - 1) == 0:
+        if self.span >> (_KEY_BITS - self.bits - 1) == 0:
             key = t                                   # the caller's buffer, reused
             key -= self.lo
             key <<= self.bits + 1
@@ -189,10 +188,8 @@ class _Kind:
         """For each of ``times`` (ascending): the number of this kind's events before it in time."""
         if self.key is None:
             return np.searchsorted(self._t, times, side="left")
-        if not self.n:
-            return np.zeros(len(times), np.int64)
-        hi = int(self.t(self.n - 1, self.n)[0]) + 1
-        needle = np.clip(times, self.lo, hi) - self.lo     # past either end: the same answer, no overflow
+        # a time past either end: the same answer, and no overflow of the key
+        needle = np.clip(times, self.lo, self.lo + self.span) - self.lo
         needle <<= self.bits + 1
         return np.searchsorted(self.key, needle, side="left")
 
